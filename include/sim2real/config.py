@@ -1,0 +1,141 @@
+"""The one environment config: account-specific names and ARNs the DAGs use.
+
+infra/ (CDK) exports this document to the SSM parameter ``/sim2real/environment`` and the
+deployment copies it into the Airflow Variable ``sim2real_environment``; the local sandbox
+writes the same shape (``sim2real.sandbox.provision``). DAG code reads it **at run time only**
+(``load_environment()`` inside a task), never at import time.
+
+Shape (JSON object; every key below is required unless marked optional)::
+
+    {
+      "region": "us-east-1",
+      "account_id": "123456789012",
+      "artifacts_bucket": "sim2real-artifacts-123456789012",
+      "image_build": {
+        "codebuild_project": "sim2real-training-image",
+        "ecr_repository": "sim2real-training",
+        "source_version": "main"              # git ref / S3 object version CodeBuild builds
+      },
+      "batch": {
+        "job_queue": "sim2real-gpu",
+        "job_definition": "sim2real-train",   # multinode job definition (name, no revision)
+        "compute_environment": "sim2real-gpu-ce",
+        "instance_type": "g6.12xlarge",       # what the compute environment launches
+        "log_group": "/aws/batch/job"
+      },
+      "quota": {"service_code": "ec2", "quota_code": "L-DB2E81BA"},   # optional; resolved
+      "evaluation": {
+        "workstation_tag_key": "sim2real:role",
+        "workstation_tag_value": "workstation",
+        "output_prefix": "ssm-output",        # optional
+        "command_template": "sim2real-evaluate ..."   # optional, see DEFAULT_EVAL_COMMAND
+      },
+      "sagemaker": {
+        "pipeline_name": "sim2real-groot-finetune",
+        "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-pipeline",
+        "model_package_group": "sim2real-groot-models"
+      },
+      "greengrass": {
+        "thing_group_name": "sim2real-robots",
+        "components": {                       # component name -> version to deploy
+          "com.sim2real.PolicySetup": "1.0.0",
+          "com.sim2real.PolicyInference": "1.0.0",
+          "com.sim2real.PolicyBenchmark": "1.0.0"
+        }
+      },
+      "hyperpod": {                            # optional
+        "cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu", "head_instance_group": "head"
+      },
+      "notifications": {"sns_topic_arn": "arn:aws:sns:..."},   # optional
+      "sandbox": false                          # optional; true only in the local sandbox
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+#: Airflow Variable holding the environment config (JSON).
+ENV_VARIABLE = "sim2real_environment"
+#: SSM parameter infra/ writes the same document to.
+ENV_SSM_PARAMETER = "/sim2real/environment"
+
+#: Tag key every resource started by a run carries (value: the run key).
+RUN_KEY_TAG = "sim2real:run-key"
+
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "": ("region", "artifacts_bucket", "image_build", "batch", "evaluation", "sagemaker", "greengrass"),
+    "image_build": ("codebuild_project", "ecr_repository", "source_version"),
+    "batch": ("job_queue", "job_definition", "compute_environment", "instance_type"),
+    "evaluation": ("workstation_tag_key", "workstation_tag_value"),
+    "sagemaker": ("pipeline_name", "pipeline_role_arn", "model_package_group"),
+    "greengrass": ("thing_group_name", "components"),
+}
+
+#: Command the evaluation workstation runs (``str.format`` fields: checkpoint_uri,
+#: manifest_uri, report_uri, episodes, seed, task). The sandbox and the workstation AMI
+#: both have ``sim2real-evaluate`` on PATH.
+DEFAULT_EVAL_COMMAND = (
+    "sim2real-evaluate --manifest-uri {manifest_uri} --checkpoint-uri {checkpoint_uri} "
+    "--episodes {episodes} --seed {seed} --report-uri {report_uri}"
+)
+
+
+class EnvironmentConfigError(ValueError):
+    """The environment config is missing or lacks a required key (message names the key)."""
+
+
+def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the required keys of an environment config and return it as a plain dict.
+
+    :raises EnvironmentConfigError: naming every missing key (dotted path).
+    """
+    if not isinstance(env, Mapping):
+        raise EnvironmentConfigError(f"environment config must be a JSON object, got {type(env).__name__}")
+    missing = []
+    for section, keys in REQUIRED.items():
+        scope = env if not section else env.get(section)
+        if section and not isinstance(scope, Mapping):
+            missing.append(section)
+            continue
+        for key in keys:
+            if scope.get(key) in (None, ""):
+                missing.append(f"{section}.{key}" if section else key)
+    if missing:
+        raise EnvironmentConfigError(
+            "environment config is missing: " + ", ".join(missing)
+            + f" (set the Airflow Variable {ENV_VARIABLE!r} from the SSM parameter {ENV_SSM_PARAMETER!r} "
+            "that infra/ writes)"
+        )
+    return json.loads(json.dumps(dict(env)))
+
+
+def load_environment() -> dict[str, Any]:
+    """Read the environment config at run time.
+
+    Order: the Airflow Variable ``sim2real_environment`` (which Airflow also resolves from the
+    ``AIRFLOW_VAR_SIM2REAL_ENVIRONMENT`` environment variable or a secrets backend), then the
+    file named by ``SIM2REAL_ENVIRONMENT_FILE``. Call only inside a running task.
+
+    :raises EnvironmentConfigError: when none is set or a required key is missing.
+    """
+    raw: Any = None
+    try:
+        from airflow.sdk import Variable
+
+        raw = Variable.get(ENV_VARIABLE, default=None)
+    except Exception:  # noqa: BLE001 - outside a task runner there is no Variable API
+        raw = os.environ.get("AIRFLOW_VAR_" + ENV_VARIABLE.upper())
+    if raw is None and os.environ.get("SIM2REAL_ENVIRONMENT_FILE"):
+        with open(os.environ["SIM2REAL_ENVIRONMENT_FILE"], encoding="utf-8") as fh:
+            raw = fh.read()
+    if raw is None:
+        raise EnvironmentConfigError(
+            f"no environment config: set the Airflow Variable {ENV_VARIABLE!r} "
+            f"(from the SSM parameter {ENV_SSM_PARAMETER!r} that infra/ writes)"
+        )
+    env = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+    return validate_environment(env)
