@@ -1,0 +1,139 @@
+"""The run's lineage record: from container image digest to the robots that run the model.
+
+``build_lineage`` assembles ``runs/<run_key>/lineage.json`` from what each stage handed on
+(their XCom return values); ``render_markdown`` writes the human summary beside it. Both are
+pure functions (no AWS call) so the report task and the tests share them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: Stage order of DESIGN §2, with the lineage key each stage fills.
+STAGES = (
+    ("build", "image"),
+    ("preflight", "preflight"),
+    ("train", "training"),
+    ("checkpoint", "checkpoint"),
+    ("evaluate", "evaluation"),
+    ("quality_gate", "quality_gate"),
+    ("vla", "vla"),
+    ("approval", "model_package"),
+    ("deploy", "deployment"),
+)
+
+
+def _get(mapping: Mapping[str, Any] | None, *keys: str) -> Any:
+    cur: Any = mapping
+    for key in keys:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str, Any],
+                  plan: Mapping[str, Any] | None = None, image: Mapping[str, Any] | None = None,
+                  preflight: Mapping[str, Any] | None = None, training: Mapping[str, Any] | None = None,
+                  checkpoint: Mapping[str, Any] | None = None, evaluation: Mapping[str, Any] | None = None,
+                  quality_gate: Mapping[str, Any] | None = None, vla: Mapping[str, Any] | None = None,
+                  model_package: Mapping[str, Any] | None = None, deployment: Mapping[str, Any] | None = None,
+                  task_states: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Assemble the lineage document (JSON-serialisable dict).
+
+    Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
+    off); the document then says so with ``null`` rather than leaving the key out.
+
+    :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
+        "stages": {...}, "tasks": {...}}`` where ``chain`` is the one-line lineage
+        (image digest → job → checkpoint sha256 → success rate → execution → package → deployment).
+    """
+    chain = {
+        "image_digest": _get(image, "image_digest"),
+        "image_uri": _get(image, "image_uri"),
+        "batch_job_id": _get(training, "job_id"),
+        "checkpoint_uri": _get(checkpoint, "checkpoint_uri"),
+        "checkpoint_sha256": _get(checkpoint, "sha256"),
+        "success_rate": _get(evaluation, "success_rate"),
+        "success_rate_ci95": _get(evaluation, "ci95"),
+        "pipeline_execution_arn": _get(vla, "pipeline_execution_arn"),
+        "model_package_arn": _get(model_package, "model_package_arn"),
+        "model_approval_status": _get(model_package, "approval_status"),
+        "deployment_id": _get(deployment, "deployment_id"),
+        "device_statuses": _get(deployment, "devices"),
+    }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_key": run_key,
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "params": dict(params),
+        "chain": chain,
+        "stages": {
+            "plan": dict(plan) if plan else None,
+            "image": dict(image) if image else None,
+            "preflight": dict(preflight) if preflight else None,
+            "training": dict(training) if training else None,
+            "checkpoint": dict(checkpoint) if checkpoint else None,
+            "evaluation": dict(evaluation) if evaluation else None,
+            "quality_gate": dict(quality_gate) if quality_gate else None,
+            "vla": dict(vla) if vla else None,
+            "model_package": dict(model_package) if model_package else None,
+            "deployment": dict(deployment) if deployment else None,
+        },
+        "tasks": {k: dict(v) for k, v in (task_states or {}).items()},
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        return f"[{value[0]:.3f}, {value[1]:.3f}]"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "—"
+    return str(value)
+
+
+def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The lineage chain as (label, value) rows, in stage order, for tables and Markdown."""
+    c = lineage.get("chain", {})
+    sr = c.get("success_rate")
+    ci = c.get("success_rate_ci95")
+    rate = "—" if sr is None else (f"{sr:.3f} {_fmt(ci)}" if ci else f"{sr:.3f}")
+    return [
+        ("image digest", _fmt(c.get("image_digest"))),
+        ("Batch job", _fmt(c.get("batch_job_id"))),
+        ("checkpoint", _fmt(c.get("checkpoint_uri"))),
+        ("checkpoint sha256", _fmt(c.get("checkpoint_sha256"))),
+        ("success rate [95% CI]", rate),
+        ("pipeline execution", _fmt(c.get("pipeline_execution_arn"))),
+        ("model package", f"{_fmt(c.get('model_package_arn'))} ({_fmt(c.get('model_approval_status'))})"),
+        ("deployment", _fmt(c.get("deployment_id"))),
+        ("device status", _fmt(c.get("device_statuses"))),
+    ]
+
+
+def render_markdown(lineage: Mapping[str, Any]) -> str:
+    """Markdown summary of a lineage document: the chain, then each task's state and duration."""
+    lines = [f"# Sim-to-Real run `{lineage.get('run_key')}`", "",
+             f"DAG `{lineage.get('dag_id')}`, run `{lineage.get('run_id')}`, written {lineage.get('created_at')}.",
+             "", "## Lineage", "", "| | |", "|---|---|"]
+    lines += [f"| {label} | `{value}` |" for label, value in chain_rows(lineage)]
+    gate = _get(lineage, "stages", "quality_gate")
+    if gate:
+        lines += ["", f"Quality gate: **{'passed' if gate.get('passed') else 'failed'}** — {gate.get('reason', '')}"]
+    tasks = lineage.get("tasks") or {}
+    if tasks:
+        lines += ["", "## Tasks", "", "| task | state | duration (s) |", "|---|---|---|"]
+        for task_id, info in tasks.items():
+            dur = info.get("duration_s")
+            lines.append(f"| {task_id} | {info.get('state')} | {'' if dur is None else f'{dur:.1f}'} |")
+    return "\n".join(lines) + "\n"

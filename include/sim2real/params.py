@@ -1,0 +1,191 @@
+"""The ``sim_to_real`` trigger form: typed params in sections, and the cross-field rules.
+
+Single-field limits (types, ranges, enums, patterns) are JSON schema on each ``Param`` and are
+refused by Airflow before a run is created (trigger form and ``dag.test(run_conf=...)`` alike,
+``airflow.sdk.exceptions.ParamValidationError``). Rules that involve several fields cannot be
+expressed per param; ``check_params`` applies them in the first task of the run, before any
+AWS call that costs money, and raises ``ParamRuleError`` listing every broken rule.
+
+Defaults are chosen so that a run with no overrides works in the local sandbox (a ~1 minute
+toy training on a MuJoCo task); production runs override the training section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: Tasks the training image can run. MuJoCo tasks run on CPU nodes and in the sandbox;
+#: Isaac Lab tasks need the Isaac Lab GPU image (containers/isaaclab/).
+MUJOCO_TASKS = ("Reacher-v5", "InvertedPendulum-v5")
+ISAACLAB_TASKS = ("Isaac-Velocity-Rough-H1-v0", "Isaac-Reach-SO101-v0", "Isaac-Lift-SO101-v0")
+TASKS = MUJOCO_TASKS + ISAACLAB_TASKS
+
+SECTION_TRAINING = "Training (RL)"
+SECTION_EVAL = "Closed-loop evaluation"
+SECTION_VLA = "VLA fine-tune (GR00T)"
+SECTION_DEPLOY = "Edge deployment"
+SECTION_BUDGET = "Budget and timeouts"
+
+#: SageMaker training instance types offered for the GR00T fine-tune (GPU count per instance,
+#: from the SageMaker instance type pages).
+VLA_INSTANCE_GPUS = {
+    "ml.g5.12xlarge": 4,
+    "ml.g6e.12xlarge": 4,
+    "ml.p4d.24xlarge": 8,
+    "ml.p5.48xlarge": 8,
+}
+
+
+def build_params() -> dict[str, Any]:
+    """Return the DAG's ``params`` mapping (``airflow.sdk.Param`` objects).
+
+    Imported by the DAG file at parse time: it builds objects only, no I/O.
+    """
+    from airflow.sdk import Param
+
+    return {
+        # ---------------- training
+        "training_backend": Param(
+            "batch", type="string", enum=["batch", "hyperpod"], title="Training backend",
+            description="AWS Batch multi-node job, or a SageMaker HyperPod (Slurm) cluster.",
+            section=SECTION_TRAINING,
+        ),
+        "task": Param(
+            "Reacher-v5", type="string", enum=list(TASKS), title="Task",
+            description="Gymnasium/MuJoCo task id (CPU) or Isaac Lab task id (GPU image).",
+            section=SECTION_TRAINING,
+        ),
+        "num_nodes": Param(
+            1, type="integer", minimum=1, maximum=16, title="Nodes",
+            description="Nodes of the multi-node job (each node: all GPUs of one instance).",
+            section=SECTION_TRAINING,
+        ),
+        "max_iterations": Param(
+            40, type="integer", minimum=1, maximum=100_000, title="Max iterations",
+            description="PPO iterations (one rollout per environment + one update each).",
+            section=SECTION_TRAINING,
+        ),
+        "num_envs": Param(
+            8, type="integer", minimum=1, maximum=65_536, title="Vectorised environments per process",
+            section=SECTION_TRAINING,
+        ),
+        "seed": Param(0, type="integer", minimum=0, maximum=2**31 - 1, title="Training seed",
+                      section=SECTION_TRAINING),
+        "train_time_budget_seconds": Param(
+            60, type="integer", minimum=0, maximum=7 * 24 * 3600, title="Training time budget (s)",
+            description="The trainer stops after this many seconds and still writes its final checkpoint "
+            "and manifest. 0 = no budget (runs max_iterations).",
+            section=SECTION_TRAINING,
+        ),
+        "image_source_version": Param(
+            "", type="string", maxLength=128, pattern=r"^[A-Za-z0-9._/-]*$",
+            title="Training image source version",
+            description="Git ref / commit CodeBuild builds. Empty: the environment config's source_version.",
+            section=SECTION_TRAINING,
+        ),
+        "hyperpod_cluster_name": Param(
+            "", type="string", maxLength=63, pattern=r"^([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})?$",
+            title="HyperPod cluster", description="Needed when the backend is hyperpod "
+            "(empty: the environment config's cluster).", section=SECTION_TRAINING,
+        ),
+        # ---------------- evaluation
+        "eval_episodes": Param(20, type="integer", minimum=1, maximum=10_000, title="Episodes",
+                               section=SECTION_EVAL),
+        "eval_seed": Param(1000, type="integer", minimum=0, maximum=2**31 - 1, title="First episode seed",
+                           description="Episode i uses seed eval_seed + i.", section=SECTION_EVAL),
+        "min_success_rate": Param(
+            0.05, type="number", minimum=0, maximum=1, title="Quality gate: minimum success rate",
+            description="The release stops unless the evaluated success rate reaches this value.",
+            section=SECTION_EVAL,
+        ),
+        "gate_on_lower_bound": Param(
+            False, type="boolean", title="Gate on the 95% interval's lower bound",
+            description="Stricter: compare the Wilson lower bound instead of the point estimate.",
+            section=SECTION_EVAL,
+        ),
+        # ---------------- VLA fine-tune
+        "run_vla_finetune": Param(True, type="boolean", title="Fine-tune GR00T and release",
+                                  description="Off: stop after the quality gate (RL only).", section=SECTION_VLA),
+        "embodiment_tag": Param("new_embodiment", type="string", pattern=r"^[a-z0-9_]+$",
+                                title="Embodiment tag", section=SECTION_VLA),
+        "vla_instance_type": Param("ml.p4d.24xlarge", type="string", enum=list(VLA_INSTANCE_GPUS),
+                                   title="Fine-tune instance type", section=SECTION_VLA),
+        "vla_max_steps": Param(10_000, type="integer", minimum=1, maximum=1_000_000, title="Max steps",
+                               section=SECTION_VLA),
+        "vla_global_batch_size": Param(32, type="integer", minimum=1, maximum=4096,
+                                       title="Global batch size", section=SECTION_VLA),
+        "dataset_s3_uri": Param("", type="string", pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?)?$",
+                                title="Dataset S3 URI", description="LeRobot dataset. Empty: the bucket's "
+                                "datasets/default/.", section=SECTION_VLA),
+        "approval_timeout_hours": Param(24.0, type="number", exclusiveMinimum=0, maximum=24 * 30,
+                                        title="Approval timeout (h)", section=SECTION_VLA),
+        # ---------------- deployment
+        "deploy_to_edge": Param(True, type="boolean", title="Deploy to robots", section=SECTION_DEPLOY),
+        "thing_group_name": Param("", type="string", maxLength=128, pattern=r"^[a-zA-Z0-9:_-]*$",
+                                  title="Thing group", description="Empty: the environment config's group.",
+                                  section=SECTION_DEPLOY),
+        "rollout_max_per_minute": Param(10, type="integer", minimum=1, maximum=1000,
+                                        title="Rollout: devices per minute", section=SECTION_DEPLOY),
+        "abort_failure_threshold_percent": Param(10.0, type="number", minimum=0, maximum=100,
+                                                 title="Abort when this % of devices fail",
+                                                 section=SECTION_DEPLOY),
+        "deployment_timeout_minutes": Param(30, type="integer", minimum=1, maximum=24 * 60,
+                                            title="Deployment timeout (min)", section=SECTION_DEPLOY),
+        # ---------------- budget / timeouts
+        "runnable_timeout_minutes": Param(
+            30, type="integer", minimum=1, maximum=24 * 60, title="Max minutes in RUNNABLE",
+            description="Fail (and terminate the job) when the training job waits for capacity longer.",
+            section=SECTION_BUDGET,
+        ),
+        "training_timeout_hours": Param(12.0, type="number", exclusiveMinimum=0, maximum=24 * 14,
+                                        title="Training timeout (h)", section=SECTION_BUDGET),
+        "eval_timeout_minutes": Param(30, type="integer", minimum=1, maximum=48 * 60,
+                                      title="Evaluation command timeout (min)",
+                                      description="SSM executionTimeout (the SSM default would be 1 h).",
+                                      section=SECTION_BUDGET),
+        "max_budget_usd": Param(500.0, type="number", minimum=0, title="Max budget (USD)",
+                                section=SECTION_BUDGET),
+    }
+
+
+class ParamRuleError(ValueError):
+    """One or more cross-field rules are broken; ``errors`` lists each reason."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__("invalid parameter combination:\n- " + "\n- ".join(errors))
+
+
+def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None) -> None:
+    """Apply the cross-field rules to a run's params.
+
+    :param params: the run's params (after Airflow's per-field validation).
+    :param env: the environment config (``sim2real.config``), for rules that depend on it.
+    :raises ParamRuleError: listing every broken rule, each with the reason and the fix.
+    """
+    env = env or {}
+    errors: list[str] = []
+    backend = params.get("training_backend", "batch")
+    task = params.get("task", "")
+    hyperpod_cfg = env.get("hyperpod") or {}
+    if backend == "hyperpod" and not (params.get("hyperpod_cluster_name") or hyperpod_cfg.get("cluster_name")):
+        errors.append("training_backend 'hyperpod' needs hyperpod_cluster_name (none in the form or the "
+                      "environment config)")
+    if task in ISAACLAB_TASKS and env.get("sandbox"):
+        errors.append(f"task {task!r} needs the Isaac Lab GPU image; the local sandbox runs only "
+                      f"MuJoCo tasks {list(MUJOCO_TASKS)}")
+    if params.get("num_nodes", 1) > 1 and task in MUJOCO_TASKS:
+        errors.append(f"num_nodes > 1 is a GPU (NCCL) path; MuJoCo task {task!r} trains on one CPU node "
+                      "with vectorised environments: set num_nodes to 1 or pick an Isaac Lab task")
+    if params.get("deploy_to_edge") and not params.get("run_vla_finetune"):
+        errors.append("deploy_to_edge needs run_vla_finetune (the deployed model is the approved fine-tuned "
+                      "model package)")
+    budget = params.get("train_time_budget_seconds", 0)
+    timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
+    if budget and budget >= timeout_s:
+        errors.append(f"train_time_budget_seconds ({budget}) must be below training_timeout_hours "
+                      f"({timeout_s:.0f} s) so the trainer can write its final checkpoint before the stage "
+                      "times out")
+    if errors:
+        raise ParamRuleError(errors)
