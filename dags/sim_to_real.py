@@ -1,0 +1,270 @@
+"""
+### Sim-to-Real loop
+
+Build the training image → check GPU capacity → train a policy with RL on AWS Batch (multi-node)
+→ wait for the checkpoint → evaluate it in closed-loop simulation on the workstation (SSM)
+→ quality gate → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
+Registry → deploy to robots with AWS IoT Greengrass → write the lineage report.
+
+Every name is derived from the run key (`sim2real:run-key` tag, `runs/<run_key>/` in the
+artifacts bucket); account-specific names come from the Airflow Variable `sim2real_environment`
+(written by infra/), read at run time. Every long wait is deferrable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import Asset, TaskGroup, dag, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from sim2real.operators.batch import BatchTrainingOperator
+from sim2real.operators.codebuild import CodeBuildImageOperator
+from sim2real.operators.greengrass import GreengrassDeploymentOperator
+from sim2real.operators.quota import GpuCapacityPreflightOperator
+from sim2real.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator, PipelineExecutionOperator
+from sim2real.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
+from sim2real.params import build_params
+from sim2real.sensors.checkpoint import CheckpointManifestSensor
+from sim2real.sensors.model_package import ModelPackageApprovalSensor
+
+CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
+EVAL_REPORT_ASSET = Asset(name="sim2real_eval_report", uri="sim2real://rl/eval-report")
+MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
+
+DEFAULT_ARGS = {
+    "owner": "mlops",
+    "retries": 2,
+    "retry_delay": dt.timedelta(seconds=20),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": dt.timedelta(minutes=10),
+    "execution_timeout": dt.timedelta(hours=1),
+}
+
+
+@dag(
+    dag_id="sim_to_real",
+    dag_display_name="Sim-to-Real: train, evaluate, fine-tune, release",
+    description="RL training on AWS Batch → closed-loop eval → GR00T fine-tune → approval → Greengrass",
+    doc_md=__doc__,
+    schedule=None,
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=dt.timedelta(days=3),
+    default_args=DEFAULT_ARGS,
+    params=build_params(),
+    tags=["sim2real", "robotics", "rl", "vla"],
+)
+def sim_to_real():
+    @task(retries=0, execution_timeout=dt.timedelta(minutes=2))
+    def prepare_run(params=None, dag_run=None, dag=None) -> dict:
+        """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
+        from sim2real.config import load_environment
+        from sim2real.params import ParamRuleError
+        from sim2real.stages import plan_run
+
+        try:
+            plan = plan_run(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params), env=load_environment())
+        except (ParamRuleError, ValueError) as err:
+            raise AirflowFailException(str(err)) from err
+        # One XCom per "section.key" so operators get native values (XComArg["key"] pulls that key),
+        # plus the nested plan for the Python tasks.
+        flat = {"plan": plan, "run_key": plan["run_key"]}
+        for section, value in plan.items():
+            if isinstance(value, dict):
+                flat.update({f"{section}.{key}": item for key, item in value.items()})
+        return flat
+
+    plan = prepare_run()
+
+    with TaskGroup("build", tooltip="CodeBuild → ECR image digest"):
+        image = CodeBuildImageOperator(
+            task_id="build_image",
+            project_name=plan["image.project_name"],
+            repository_name=plan["image.repository_name"],
+            image_tag=plan["image.image_tag"],
+            source_version=plan["image.source_version"],
+            multiple_outputs=True,
+            execution_timeout=dt.timedelta(hours=2),
+        )
+
+    with TaskGroup("preflight", tooltip="GPU quota and compute environment, before any spend"):
+        preflight = GpuCapacityPreflightOperator(
+            task_id="check_capacity",
+            instance_type=plan["batch.instance_type"],
+            num_nodes=plan["batch.num_nodes"],
+            compute_environment=plan["batch.compute_environment"],
+            retries=1,
+            execution_timeout=dt.timedelta(minutes=5),
+        )
+
+    with TaskGroup("train", tooltip="AWS Batch multi-node training job"):
+        training = BatchTrainingOperator(
+            task_id="train_policy",
+            job_name=plan["batch.job_name"],
+            job_queue=plan["batch.job_queue"],
+            job_definition=plan["batch.job_definition"],
+            image_uri=image.output["image_uri"],
+            num_nodes=plan["batch.num_nodes"],
+            run_key=plan["run_key"],
+            environment=plan["batch.environment"],
+            runnable_timeout_seconds=plan["batch.runnable_timeout_seconds"],
+            multiple_outputs=True,
+            execution_timeout=dt.timedelta(hours=12),
+        )
+
+    with TaskGroup("checkpoint", tooltip="manifest.json written last by the trainer"):
+        manifest = CheckpointManifestSensor(
+            task_id="wait_for_checkpoint",
+            manifest_uri=plan["checkpoint.manifest_uri"],
+            expected_task=plan["checkpoint.task"],
+            batch_job_id=training.output["job_id"],
+            poke_interval=10,
+            timeout=30 * 60,
+            execution_timeout=dt.timedelta(minutes=40),
+            outlets=[CHECKPOINT_ASSET],
+        )
+
+    with TaskGroup("evaluate", tooltip="closed-loop evaluation on the workstation via SSM"):
+
+        @task(execution_timeout=dt.timedelta(minutes=1))
+        def eval_command(plan: dict, manifest: dict) -> list:
+            from sim2real.stages import eval_commands
+
+            return eval_commands(plan, manifest)
+
+        commands = eval_command(plan["plan"], manifest.output)
+        evaluation = WorkstationCommandOperator(
+            task_id="run_evaluation",
+            workstation_tag_key=plan["evaluation.workstation_tag_key"],
+            workstation_tag_value=plan["evaluation.workstation_tag_value"],
+            commands=commands,
+            execution_timeout_seconds=plan["evaluation.execution_timeout_seconds"],
+            output_s3_bucket=plan["evaluation.output_s3_bucket"],
+            output_s3_key_prefix=plan["evaluation.output_s3_key_prefix"],
+            execution_timeout=dt.timedelta(hours=2),
+        )
+
+        @task(outlets=[EVAL_REPORT_ASSET], execution_timeout=dt.timedelta(minutes=5))
+        def read_eval_report(plan: dict, manifest: dict, evaluation: dict) -> dict:
+            """Read eval/report.json from S3 and check it belongs to this checkpoint."""
+            import json
+
+            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+            from sim2real.stages import check_report
+
+            report = json.loads(S3Hook().read_key(key=plan["evaluation"]["report_uri"]))
+            try:
+                check_report(report, expected_sha256=manifest["sha256"],
+                             expected_episodes=plan["evaluation"]["episodes"])
+            except ValueError as err:
+                raise AirflowFailException(f"{plan['evaluation']['report_uri']}: {err}") from err
+            report["report_uri"] = plan["evaluation"]["report_uri"]
+            return report
+
+        report = read_eval_report(plan["plan"], manifest.output, evaluation.output)
+        stop_workstation = WorkstationStopOperator(
+            task_id="stop_workstation",
+            workstation_tag_key=plan["evaluation.workstation_tag_key"],
+            workstation_tag_value=plan["evaluation.workstation_tag_value"],
+            started_instance=evaluation.output,
+            execution_timeout=dt.timedelta(minutes=15),
+        )
+        evaluation >> stop_workstation.as_teardown(setups=evaluation)
+        report >> stop_workstation
+
+    @task(retries=0, execution_timeout=dt.timedelta(minutes=1))
+    def quality_gate(report: dict, params=None) -> dict:
+        """Pass → the release goes on. Fail → the run stops here with the reason (not an infra failure)."""
+        from sim2real.stages import quality_gate as decide
+
+        verdict = decide(report, min_success_rate=float(params["min_success_rate"]),
+                         on_lower_bound=bool(params["gate_on_lower_bound"]))
+        if not verdict["passed"]:
+            raise AirflowFailException("QUALITY GATE FAILED: " + verdict["reason"])
+        return verdict
+
+    gate = quality_gate(report)
+
+    with TaskGroup("vla", tooltip="GR00T fine-tune (SageMaker Pipelines) and Model Registry approval"):
+
+        @task.short_circuit(ignore_downstream_trigger_rules=False)
+        def vla_enabled(plan: dict) -> bool:
+            return bool(plan["vla"]["enabled"])
+
+        @task(execution_timeout=dt.timedelta(minutes=1))
+        def pipeline_definition(plan: dict, image: dict) -> str:
+            from sim2real.pipelines.groot import pipeline_definition_json
+
+            images = {"processing": image["image_uri"], "training": image["image_uri"],
+                      "smoke_eval": image["image_uri"], **plan["vla"]["images"]}
+            return pipeline_definition_json(role_arn=plan["vla"]["role_arn"],
+                                            model_package_group=plan["vla"]["model_package_group"],
+                                            images=images, bucket=plan["bucket"])
+
+        enabled = vla_enabled(plan["plan"])
+        definition = pipeline_definition(plan["plan"], image.output)
+        upsert = PipelineDefinitionUpsertOperator(
+            task_id="upsert_pipeline",
+            pipeline_name=plan["vla.pipeline_name"],
+            definition=definition,
+            role_arn=plan["vla.role_arn"],
+            execution_timeout=dt.timedelta(minutes=5),
+        )
+        finetune = PipelineExecutionOperator(
+            task_id="finetune_groot",
+            pipeline_name=plan["vla.pipeline_name"],
+            display_name=plan["vla.display_name"],
+            pipeline_params=plan["vla.parameters"],
+            multiple_outputs=True,
+            execution_timeout=dt.timedelta(hours=30),
+        )
+        approval = ModelPackageApprovalSensor(
+            task_id="wait_for_approval",
+            model_package_group_name=plan["vla.model_package_group"],
+            run_key=plan["run_key"],
+            pipeline_execution_arn=finetune.output["pipeline_execution_arn"],
+            poke_interval=5,
+            timeout=24 * 3600,
+            execution_timeout=dt.timedelta(days=2),
+            outlets=[MODEL_PACKAGE_ASSET],
+        )
+        gate >> enabled >> definition >> upsert >> finetune >> approval
+
+    with TaskGroup("deploy", tooltip="AWS IoT Greengrass v2 deployment to the robots' thing group"):
+
+        @task.short_circuit(ignore_downstream_trigger_rules=False)
+        def deploy_enabled(plan: dict) -> bool:
+            return bool(plan["deploy"]["enabled"])
+
+        @task(execution_timeout=dt.timedelta(minutes=1))
+        def deployment_components(plan: dict, approval: dict, manifest: dict) -> dict:
+            from sim2real.stages import deployment_components as build
+
+            return build(plan, approval, manifest)
+
+        components = deployment_components(plan["plan"], approval.output, manifest.output)
+        deployment = GreengrassDeploymentOperator(
+            task_id="deploy_to_robots",
+            thing_group_name=plan["deploy.thing_group_name"],
+            components=components,
+            deployment_name=plan["deploy.deployment_name"],
+            iot_job_configuration=plan["deploy.iot_job_configuration"],
+            execution_timeout=dt.timedelta(hours=2),
+        )
+        approval >> deploy_enabled(plan["plan"]) >> components >> deployment
+
+    @task(trigger_rule="all_done", retries=1, execution_timeout=dt.timedelta(minutes=5))
+    def write_lineage(plan: dict, params=None, dag_run=None, ti=None) -> dict:
+        """Write runs/<run_key>/lineage.json and lineage.md, whatever happened upstream."""
+        from sim2real.report import write_run_report
+
+        return write_run_report(plan=plan, params=dict(params), dag_run=dag_run, ti=ti)
+
+    lineage = write_lineage(plan["plan"])
+    [deployment, gate, stop_workstation] >> lineage
+
+
+sim_to_real()

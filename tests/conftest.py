@@ -1,0 +1,31 @@
+"""Test-wide safety and isolation: fake AWS credentials, no real endpoint, a private AIRFLOW_HOME.
+
+Set before any test module imports airflow or boto3 (pytest imports conftest first).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+_HOME = tempfile.mkdtemp(prefix="sim2real-airflow-home-")
+for _k, _v in {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AIRFLOW_HOME": _HOME,
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME}/airflow.db",
+}.items():
+    os.environ[_k] = _v
+# A test must never reach a real AWS endpoint: drop anything that could point at one.
+for _k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"):
+    os.environ.pop(_k, None)

@@ -1,0 +1,115 @@
+import json
+
+import pytest
+
+from sim2real.params import ParamRuleError, check_params
+from sim2real.stages import check_report, deployment_components, eval_commands, plan_run, quality_gate
+from sim2real.stats import wilson_interval
+
+from .test_config import GOOD
+
+PARAMS = {
+    "training_backend": "batch", "task": "Reacher-v5", "num_nodes": 1, "max_iterations": 40, "num_envs": 8,
+    "seed": 0, "train_time_budget_seconds": 60, "image_source_version": "", "hyperpod_cluster_name": "",
+    "eval_episodes": 20, "eval_seed": 1000, "min_success_rate": 0.5, "gate_on_lower_bound": False,
+    "run_vla_finetune": True, "embodiment_tag": "new_embodiment", "vla_instance_type": "ml.p4d.24xlarge",
+    "vla_max_steps": 10000, "vla_global_batch_size": 32, "dataset_s3_uri": "", "approval_timeout_hours": 24.0,
+    "deploy_to_edge": True, "thing_group_name": "", "rollout_max_per_minute": 10,
+    "abort_failure_threshold_percent": 10.0, "deployment_timeout_minutes": 30, "runnable_timeout_minutes": 30,
+    "training_timeout_hours": 12.0, "eval_timeout_minutes": 30, "max_budget_usd": 500.0,
+}
+
+
+def test_plan_threads_the_run_key_through_every_stage():
+    plan = plan_run(dag_id="sim_to_real", run_id="manual__2026-11-29T00:00:00+00:00", params=PARAMS, env=GOOD)
+    key = plan["run_key"]
+    assert plan["run_uri"] == f"s3://b/runs/{key}/"
+    assert plan["batch"]["job_name"].endswith(key)
+    assert plan["batch"]["environment"]["OUTPUT_URI"] == f"s3://b/runs/{key}/checkpoints/"
+    assert all(isinstance(v, str) for v in plan["batch"]["environment"].values())  # Batch env values are strings
+    assert plan["checkpoint"]["manifest_uri"].startswith(f"s3://b/runs/{key}/")
+    assert plan["evaluation"]["report_uri"] == f"s3://b/runs/{key}/eval/report.json"
+    assert plan["vla"]["display_name"] == key and plan["vla"]["parameters"]["RunKey"] == key
+    assert plan["deploy"]["deployment_name"] == f"sim2real-{key}"
+    assert plan["tags"] == {"sim2real:run-key": key}
+    assert plan["evaluation"]["execution_timeout_seconds"] == 30 * 60
+    assert plan["vla"]["parameters"]["NumGpus"] == 8
+    json.dumps(plan)  # XCom-serialisable
+
+
+@pytest.mark.parametrize("override, reason", [
+    ({"training_backend": "hyperpod"}, "hyperpod_cluster_name"),
+    ({"num_nodes": 2}, "num_nodes > 1"),
+    ({"deploy_to_edge": True, "run_vla_finetune": False}, "deploy_to_edge needs run_vla_finetune"),
+    ({"train_time_budget_seconds": 7200, "training_timeout_hours": 1.0}, "train_time_budget_seconds"),
+])
+def test_cross_field_rules_refuse_with_the_reason(override, reason):
+    with pytest.raises(ParamRuleError, match=reason):
+        check_params({**PARAMS, **override}, GOOD)
+
+
+def test_isaaclab_task_refused_in_the_sandbox_only():
+    check_params({**PARAMS, "task": "Isaac-Velocity-Rough-H1-v0"}, GOOD)
+    with pytest.raises(ParamRuleError, match="Isaac Lab GPU image"):
+        check_params({**PARAMS, "task": "Isaac-Velocity-Rough-H1-v0"}, {**GOOD, "sandbox": True})
+
+
+def test_all_broken_rules_listed_together():
+    with pytest.raises(ParamRuleError) as err:
+        check_params({**PARAMS, "num_nodes": 3, "run_vla_finetune": False}, GOOD)
+    assert len(err.value.errors) == 2
+
+
+def test_eval_command_is_shell_quoted():
+    plan = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)
+    cmds = eval_commands(plan, {"checkpoint_uri": "s3://b/x y;rm -rf /.pt", "task": "Reacher-v5"})
+    assert "'s3://b/x y;rm -rf /.pt'" in cmds[-1]
+    assert "--episodes 20" in cmds[-1] and "--seed 1000" in cmds[-1]
+
+
+def _report(k, n, sha="abc"):
+    lo, hi = wilson_interval(k, n)
+    return {"checkpoint_sha256": sha, "episodes": n, "successes": k, "success_rate": k / n, "ci95": [lo, hi]}
+
+
+def test_wilson_interval_known_values():
+    # Reference values: Wilson score interval, z = 1.96 (Newcombe 1998, table I: 81/263 -> 0.2553..0.3662).
+    lo, hi = wilson_interval(81, 263)
+    assert lo == pytest.approx(0.2553, abs=1e-4) and hi == pytest.approx(0.3662, abs=1e-4)
+    assert wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
+    assert wilson_interval(10, 10)[1] == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 0)
+
+
+def test_check_report_rejects_foreign_or_inconsistent_reports():
+    check_report(_report(7, 20), expected_sha256="abc", expected_episodes=20)
+    with pytest.raises(ValueError, match="sha256"):
+        check_report(_report(7, 20, sha="other"), expected_sha256="abc", expected_episodes=20)
+    with pytest.raises(ValueError, match="episodes"):
+        check_report(_report(7, 10), expected_sha256="abc", expected_episodes=20)
+    bad = _report(7, 20)
+    bad["success_rate"] = 0.9
+    with pytest.raises(ValueError, match="success_rate"):
+        check_report(bad, expected_sha256="abc", expected_episodes=20)
+    bad = _report(7, 20)
+    bad["ci95"] = [0.0, 1.0]
+    with pytest.raises(ValueError, match="Wilson"):
+        check_report(bad, expected_sha256="abc", expected_episodes=20)
+
+
+def test_quality_gate_point_estimate_and_lower_bound():
+    report = _report(12, 20)  # 0.6, CI about [0.39, 0.78]
+    assert quality_gate(report, min_success_rate=0.5, on_lower_bound=False)["passed"]
+    verdict = quality_gate(report, min_success_rate=0.5, on_lower_bound=True)
+    assert not verdict["passed"] and "ci95_lower" in verdict["reason"] and "12/20" in verdict["reason"]
+
+
+def test_deployment_components_merge_the_model_uri():
+    plan = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)
+    comps = deployment_components(plan, {"model_data_url": "s3://b/m.tar.gz", "model_package_arn": "arn:pkg"},
+                                  {"checkpoint_uri": "s3://b/c.pt", "sha256": "ff"})
+    merge = json.loads(comps["c"]["configurationUpdate"]["merge"])
+    assert comps["c"]["componentVersion"] == "1.0.0"
+    assert merge["ModelS3Uri"] == "s3://b/m.tar.gz" and merge["ModelPackageArn"] == "arn:pkg"
+    assert merge["PolicyCheckpointSha256"] == "ff" and merge["RunKey"] == plan["run_key"]
