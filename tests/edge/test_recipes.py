@@ -1,0 +1,105 @@
+"""Greengrass v2 recipes: the shipped ones validate; broken ones fail with a clear message."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from sim2real.edge.recipes import (BUCKET_PLACEHOLDER, RecipeError, artifact_keys, load_recipes, render_recipe,
+                                   validate_recipe)
+
+NAMES = {"com.sim2real.PolicySetup", "com.sim2real.PolicyInference", "com.sim2real.PolicyBenchmark"}
+
+
+@pytest.fixture(scope="module")
+def recipes():
+    return load_recipes()
+
+
+def test_shipped_recipes_are_valid(recipes):
+    assert set(recipes) == NAMES
+    for recipe in recipes.values():
+        assert validate_recipe(recipe, others=recipes) == []
+        assert recipe["ComponentVersion"] == "1.0.0"
+        conf = recipe["ComponentConfiguration"]["DefaultConfiguration"]
+        assert {"ModelS3Uri", "ModelSha256", "Port", "EnginePrecision", "ModelPackageArn"} <= set(conf)
+        assert conf["Port"] == 5555 and conf["EnginePrecision"] == "fp16"
+        assert [m["Platform"]["architecture"] for m in recipe["Manifests"]] == ["aarch64", "amd64"]
+        json.dumps(recipe)  # inlineRecipe-ready
+
+
+def test_dependencies(recipes):
+    assert recipes["com.sim2real.PolicyInference"]["ComponentDependencies"]["com.sim2real.PolicySetup"][
+        "DependencyType"] == "HARD"
+    assert recipes["com.sim2real.PolicyBenchmark"]["ComponentDependencies"]["com.sim2real.PolicyInference"][
+        "DependencyType"] == "SOFT"
+
+
+def test_render_fills_bucket(recipes):
+    setup = recipes["com.sim2real.PolicySetup"]
+    with pytest.raises(RecipeError, match="placeholder"):
+        validate_recipe(setup, require_rendered=True)
+    rendered = render_recipe(setup, "sim2real-artifacts-123456789012")
+    validate_recipe(rendered, require_rendered=True)
+    assert BUCKET_PLACEHOLDER in json.dumps(setup)  # the original is not modified
+    assert artifact_keys(rendered) == {
+        "sim2real-0.1.0-py3-none-any.whl": "greengrass/artifacts/com.sim2real.PolicySetup/1.0.0/sim2real-0.1.0-py3-none-any.whl",
+        "requirements-edge.txt": "greengrass/artifacts/com.sim2real.PolicySetup/1.0.0/requirements-edge.txt"}
+    with pytest.raises(ValueError, match="invalid S3 bucket name"):
+        render_recipe(setup, "Bad_Bucket")
+
+
+def _broken(recipes, name, mutate):
+    r = copy.deepcopy(recipes[name])
+    mutate(r)
+    return r
+
+
+@pytest.mark.parametrize("name, mutate, match", [
+    ("com.sim2real.PolicySetup", lambda r: r.pop("ComponentName"), "missing required key ComponentName"),
+    ("com.sim2real.PolicySetup", lambda r: r.update(ComponentVersion="1.0"), "ComponentVersion '1.0' is not semver"),
+    ("com.sim2real.PolicySetup", lambda r: r.update(ComponentVersion="v1.0.0"), "not semver"),
+    ("com.sim2real.PolicySetup", lambda r: r.update(RecipeFormatVersion="2021-01-01"), "RecipeFormatVersion must be"),
+    ("com.sim2real.PolicySetup",
+     lambda r: r["Manifests"][0]["Lifecycle"]["Install"].update(Script="run {configuration:/ModelUri}"),
+     r"\{configuration:/ModelUri\} names no key of DefaultConfiguration"),
+    ("com.sim2real.PolicySetup",
+     lambda r: r["Manifests"][1]["Lifecycle"].update(Run="echo {work:dir}"), r"unknown recipe variable \{work:dir\}"),
+    ("com.sim2real.PolicyInference",
+     lambda r: r["ComponentDependencies"]["com.sim2real.PolicySetup"].update(DependencyType="STRONG"),
+     "DependencyType must be HARD or SOFT, got 'STRONG'"),
+    ("com.sim2real.PolicyInference",
+     lambda r: r["ComponentDependencies"].pop("com.sim2real.PolicySetup"),
+     "refers to com.sim2real.PolicySetup, which is not in ComponentDependencies"),
+    ("com.sim2real.PolicyBenchmark",
+     lambda r: r["Manifests"][0]["Lifecycle"]["Run"].update(Script="x {com.sim2real.PolicyInference:configuration:/Prt}"),
+     "names no key of com.sim2real.PolicyInference's DefaultConfiguration"),
+    ("com.sim2real.PolicyInference", lambda r: r["Manifests"][0]["Lifecycle"].update(Startup="x"),
+     "Run and Startup cannot both be defined"),
+    ("com.sim2real.PolicyInference", lambda r: r["Manifests"][0]["Lifecycle"].update(Start="x"),
+     r"unknown lifecycle keys \['Start'\]"),
+    ("com.sim2real.PolicySetup", lambda r: r["Manifests"][0]["Lifecycle"]["Install"].update(Timeout="900"),
+     "Timeout must be a positive integer"),
+    ("com.sim2real.PolicySetup", lambda r: r.update(Manifests=[]), "Manifests must be a non-empty list"),
+    ("com.sim2real.PolicySetup", lambda r: r["Manifests"][0]["Artifacts"][0].update(Uri="http://x/y"),
+     "must be s3://"),
+])
+def test_broken_recipes_fail_clearly(recipes, name, mutate, match):
+    with pytest.raises(RecipeError, match=match):
+        validate_recipe(_broken(recipes, name, mutate), others=recipes)
+
+
+def test_shell_braces_are_not_recipe_variables(recipes):
+    r = copy.deepcopy(recipes["com.sim2real.PolicySetup"])
+    r["Manifests"][0]["Lifecycle"]["Install"]["Script"] += '\necho "${HOME}" {not:a:variable}\n'
+    validate_recipe(r)
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_recipes(tmp_path)
+    (tmp_path / "a.json").write_text("{not json")
+    with pytest.raises(RecipeError, match="not valid JSON"):
+        load_recipes(tmp_path)
