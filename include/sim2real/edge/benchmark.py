@@ -1,0 +1,143 @@
+"""Latency and throughput of the policy: torch vs onnxruntime (vs TensorRT) vs end-to-end over ZMQ.
+
+Every measurement runs ``n`` sequential requests of one zero-mean random observation batch after
+``warmup`` untimed ones and reports, in milliseconds per request, ``p50_ms``, ``p99_ms``, ``mean_ms``,
+plus ``throughput_rps`` (= n / wall seconds, sequential, one request in flight). Numbers depend on the
+machine; they belong in ``make bench`` output, never in test assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim2real.edge.policy_server import OnnxPolicy, PolicyClient, PolicyServer, wait_for_server
+
+
+def _measure(fn: Callable[[], Any], n: int, warmup: int) -> dict[str, float]:
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    for _ in range(warmup):
+        fn()
+    lat = np.empty(n)
+    t0 = time.perf_counter()
+    for i in range(n):
+        s = time.perf_counter()
+        fn()
+        lat[i] = time.perf_counter() - s
+    wall = time.perf_counter() - t0
+    ms = lat * 1e3
+    return {"n": n, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+            "mean_ms": float(ms.mean()), "throughput_rps": float(n / wall)}
+
+
+def bench_torch(module: Any, state_dim: int, n: int = 500, batch: int = 1, warmup: int = 20) -> dict[str, float]:
+    """Time ``module(x)`` for ``x`` float32 (batch, state_dim) under ``torch.inference_mode`` (CPU)."""
+    import torch
+
+    x = torch.randn(batch, state_dim)
+    module.eval()
+
+    def step() -> None:
+        with torch.inference_mode():
+            module(x)
+
+    return {"threads": torch.get_num_threads(), **_measure(step, n, warmup)}
+
+
+def bench_onnxruntime(model_path: str | Path, n: int = 500, batch: int = 1, providers: Sequence[Any] | None = None,
+                      warmup: int = 20) -> dict[str, Any]:
+    """Time ``session.run`` of the ONNX policy (the server's own path, without transport)."""
+    pol = OnnxPolicy(model_path, providers=providers)
+    if pol.state_dim is None:
+        raise ValueError(f"{model_path}: input width is dynamic; cannot make an observation")
+    x = np.random.default_rng(0).standard_normal((batch, pol.state_dim)).astype(np.float32)
+    return {"provider": pol.provider, **_measure(lambda: pol.run(x), n, warmup)}
+
+
+def bench_zmq(host: str, port: int, n: int = 500, batch: int = 1, warmup: int = 20,
+              timeout_ms: int = 5000) -> dict[str, Any]:
+    """Time full ``get_action`` round trips (encode, ZMQ, decode, inference) against a running server.
+
+    Raises:
+        PolicyServerTimeout / PolicyServerError: the server is not answering or refuses the request.
+    """
+    with PolicyClient(host, port, timeout_ms=timeout_ms) as client:
+        meta = client.metadata()
+        keys, dim = meta.get("state_keys") or ["state"], meta.get("state_dim")
+        if len(keys) != 1 or not isinstance(dim, int):
+            raise ValueError(f"cannot build an observation for state keys {keys} / width {dim}")
+        obs = {"state": {keys[0]: np.random.default_rng(0).standard_normal((batch, 1, dim)).astype(np.float32)}}
+        res = _measure(lambda: client.get_action(obs), n, warmup)
+    return {"provider": meta.get("provider"), "model_sha256": meta.get("model_sha256"), **res}
+
+
+def policy_server_latency(model_path: str | Path, n: int = 500, batch: int = 1) -> dict[str, Any]:
+    """End-to-end latency of a fresh server on a free loopback port (for ``make bench``).
+
+    Returns:
+        ``{"p50_ms", "p99_ms", "mean_ms", "throughput_rps", "n", "provider", "model_sha256"}``.
+    """
+    handle = PolicyServer(model_path, host="127.0.0.1", port=0).start_in_thread()
+    try:
+        return bench_zmq("127.0.0.1", handle.port, n=n, batch=batch)
+    finally:
+        handle.stop()
+
+
+def run_benchmark(model_path: str | Path, n: int = 500, batch: int = 1, torch_module: Any = None,
+                  output: str | Path | None = None) -> dict[str, Any]:
+    """torch (if ``torch_module``), onnxruntime on each available provider, TensorRT where present,
+    and ZMQ end-to-end; returns the report and writes it as JSON to ``output`` if given."""
+    import onnxruntime as ort
+
+    report: dict[str, Any] = {"model_path": str(model_path), "batch": batch, "host": platform.node(),
+                              "machine": platform.machine(), "onnxruntime": ort.__version__, "results": {}}
+    pol = OnnxPolicy(model_path, providers=["CPUExecutionProvider"])
+    if torch_module is not None and pol.state_dim is not None:
+        report["results"]["torch_cpu"] = bench_torch(torch_module, pol.state_dim, n=n, batch=batch)
+    for prov in ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"):
+        if prov in ort.get_available_providers():
+            report["results"][f"onnxruntime_{prov.removesuffix('ExecutionProvider').lower()}"] = \
+                bench_onnxruntime(model_path, n=n, batch=batch, providers=[prov])
+    report["results"]["zmq_end_to_end"] = policy_server_latency(model_path, n=n, batch=batch)
+    if output:
+        Path(output).write_text(json.dumps(report, indent=2))
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sim2real.edge.benchmark``: local model (``--model-path``) or running server (``--port``)."""
+    p = argparse.ArgumentParser(prog="python -m sim2real.edge.benchmark", description=__doc__.split("\n")[0])
+    p.add_argument("--model-path", help="benchmark this .onnx locally (onnxruntime + fresh ZMQ server)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, help="benchmark the server already listening here")
+    p.add_argument("--requests", type=int, default=500)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--wait-s", type=float, default=0.0, help="wait this long for the server to answer ping")
+    p.add_argument("--output", help="write the JSON report here")
+    args = p.parse_args(argv)
+    if args.model_path:
+        report = run_benchmark(args.model_path, n=args.requests, batch=args.batch, output=args.output)
+    elif args.port:
+        if args.wait_s:
+            wait_for_server(args.host, args.port, timeout_s=args.wait_s)
+        report = {"endpoint": f"tcp://{args.host}:{args.port}", "batch": args.batch,
+                  "results": {"zmq_end_to_end": bench_zmq(args.host, args.port, n=args.requests, batch=args.batch)}}
+        if args.output:
+            Path(args.output).write_text(json.dumps(report, indent=2))
+    else:
+        p.error("give --model-path or --port")
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
