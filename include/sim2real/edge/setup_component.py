@@ -9,7 +9,8 @@ the lineage of the approved model package), :func:`run_setup`:
 3. resolves an ONNX model: a ``.onnx`` file as is; a ``.tar.gz``/``.tgz`` is extracted (safe
    ``data`` filter) and must hold one ``.onnx`` or one torch checkpoint; a torch checkpoint
    (``.pt``/``.pth``/``.ckpt``) is converted by the ``exporter`` callable
-   ``exporter(checkpoint_path, onnx_path)``; the result is checked with ``onnx.checker``;
+   ``exporter(checkpoint_path: str, onnx_path: str)`` (its return value is ignored unless it is the
+   path of the written file; ``sim2real.workloads.export:export_onnx`` fits); the result is checked with ``onnx.checker``;
 4. builds a TensorRT engine where possible: with onnxruntime's TensorRT execution provider it warms
    that provider's engine cache (``<work_dir>/trt_cache``, reused by the server); else with the
    ``tensorrt`` Python package it serialises ``<work_dir>/model.<precision>.engine``; else it logs
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 MARKER_NAME = "ready.json"
 PRECISIONS = ("fp16", "fp32")
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
-Exporter = Callable[[Path, Path], Any]
+Exporter = Callable[[str, str], Any]
 
 
 class SetupError(RuntimeError):
@@ -145,7 +146,7 @@ def _resolve_onnx(source: Path, work_dir: Path, exporter: Exporter | None) -> Pa
             raise SetupError(f"{source.name} must contain exactly one .onnx file (or, without one, exactly one "
                              f"checkpoint); found {[p.name for p in onnx_files]} and {[p.name for p in ckpts]}")
         name = source.name.lower()
-    tmp = work_dir / ".model.onnx.part"
+    tmp = work_dir / ".model.part.onnx"
     if name.endswith(".onnx"):
         shutil.copyfile(source, tmp)
     elif name.endswith(CHECKPOINT_SUFFIXES):
@@ -153,10 +154,10 @@ def _resolve_onnx(source: Path, work_dir: Path, exporter: Exporter | None) -> Pa
             raise SetupError(f"{source.name} is a torch checkpoint and no exporter was given; pass "
                              "exporter= (CLI: --exporter module:function) to convert it to ONNX")
         try:
-            result = exporter(source, tmp)
+            result = exporter(str(source), str(tmp))
         except Exception as exc:
             raise SetupError(f"exporter failed on {source.name}: {type(exc).__name__}: {exc}") from exc
-        if result is not None and Path(result) != tmp:
+        if isinstance(result, (str, os.PathLike)) and Path(result) != tmp:
             shutil.copyfile(result, tmp)
         if not tmp.is_file():
             raise SetupError(f"exporter wrote no ONNX file for {source.name}")
@@ -243,7 +244,7 @@ def run_setup(model_uri: str, expected_sha256: str, work_dir: str | Path, *, exp
         model_uri: ``s3://bucket/key``, ``file://path`` or a local path of the model artifact.
         expected_sha256: 64 hex digits, the sha256 of the artifact's bytes (from the lineage).
         work_dir: folder owned by the component (``{work:path}/model``); created if needed.
-        exporter: ``exporter(checkpoint_path, onnx_path)`` for torch checkpoints.
+        exporter: ``exporter(checkpoint_path: str, onnx_path: str)`` for torch checkpoints.
         engine_precision: ``fp16`` or ``fp32`` for the TensorRT engine.
         model_package_arn: recorded in the marker (lineage), optional.
         s3_client: a boto3 S3 client (default ``boto3.client("s3")``).
