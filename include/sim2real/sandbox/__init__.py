@@ -1,1 +1,28 @@
+"""Local AWS sandbox: moto server + gap patches + responders that play what AWS would run.
 
+Public API: :class:`~sim2real.sandbox.server.Sandbox`, :func:`~sim2real.sandbox.provision.provision`,
+:class:`~sim2real.sandbox.approver.Approver`. Imports are lazy so that importing the package
+does not import moto.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Approver", "Sandbox", "provision"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Sandbox":
+        from sim2real.sandbox.server import Sandbox
+
+        return Sandbox
+    if name == "provision":
+        from sim2real.sandbox.provision import provision
+
+        return provision
+    if name == "Approver":
+        from sim2real.sandbox.approver import Approver
+
+        return Approver
+    raise AttributeError(name)

@@ -1,0 +1,1 @@
+"""Responders: threads that play what AWS would do for the calls moto only records."""
