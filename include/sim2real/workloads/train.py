@@ -1,0 +1,426 @@
+"""``sim2real-train``: PPO (skrl 2.1.1) on vectorised gymnasium MuJoCo environments.
+
+Run as ``sim2real-train`` or ``python -m sim2real.workloads.train`` (what ``distributed_run.bash``
+launches under torchrun). Arguments come from the environment, so AWS Batch
+``containerOverrides``/``nodeOverrides`` drive it; CLI flags of the same name in kebab case override:
+
+=====================  ===========================================================  ==========
+env                    meaning                                                      default
+=====================  ===========================================================  ==========
+TASK                   gymnasium id from :mod:`sim2real.workloads.tasks`            required
+MAX_ITERATIONS         iterations to reach (counted across resumes)                 required
+NUM_ENVS               vectorised environments in this process                      8
+SEED                   seed (skrl ``set_seed``; env ``i`` resets with seed+i)       0
+OUTPUT_URI             ``s3://bucket/runs/<key>/checkpoints/`` or a local/EFS dir   required
+CHECKPOINT_INTERVAL    iterations between checkpoints (the last is always saved)    max(1, MAX_ITERATIONS // 10)
+TIME_BUDGET_SECONDS    stop before this wall time, still save checkpoint+manifest   none
+RUN_KEY                recorded in the manifest                                     ""
+IMAGE_DIGEST           recorded in the manifest                                     null
+=====================  ===========================================================  ==========
+
+**Iteration**: one PPO rollout of ``rollouts`` vectorised steps (each step advances every one of the
+``NUM_ENVS`` environments once), followed by one PPO update (``learning_epochs`` × ``mini_batches``).
+``rollouts`` is per task (:data:`sim2real.workloads.tasks.TASKS`, 64 for Reacher-v5). Hence
+``timesteps = iterations × rollouts × NUM_ENVS`` (environment steps summed over environments; with a
+constant NUM_ENVS across resumes).
+
+**Outputs** (under OUTPUT_URI, which is the run's checkpoint directory):
+
+* ``tensorboard/`` — skrl's TensorBoard event files (one file per process start), uploaded at each checkpoint;
+* ``agent_<iteration:06d>.pt`` — checkpoint (format: :mod:`sim2real.workloads.policy`);
+* ``agent_<iteration:06d>.pt.sha256`` — sidecar with the checkpoint's hex sha256, written only after
+  the checkpoint is fully written/uploaded. **A checkpoint is complete iff its sidecar exists and matches**;
+* ``manifest.json`` — written LAST, once, atomically (local: tmp + rename; S3: one PutObject), pointing at
+  the final checkpoint (schema in /work/contracts.md).
+
+Only rank 0 (``RANK`` env, default 0) writes anything. **Auto-resume**: at start, the newest complete
+checkpoint under OUTPUT_URI is loaded (agent modules incl. optimizer and normalisers) and training continues
+from its iteration; ``resumed_from`` in the manifest names it. If it already reached MAX_ITERATIONS, only the
+manifest is (re)written.
+
+**Progress**: rank 0 prints one line per iteration to stdout::
+
+    [sim2real] iteration=12/40 timesteps=6144 mean_reward=-20.100 elapsed_s=15.2 eta_s=35.0
+
+``mean_reward`` is the mean return of the last (≤100) episodes completed during training (stochastic
+policy), ``nan`` before the first one ends; ``elapsed_s`` counts from this process's start of training;
+``eta_s`` extrapolates this process's mean iteration time.
+
+**Distributed**: with ``WORLD_SIZE > 1`` skrl initialises NCCL at import and each rank trains on its own
+``NUM_ENVS`` environments with gradients all-reduced (GPU path, unchanged here). On a machine without CUDA,
+``WORLD_SIZE > 1`` is refused (exit 2) before skrl is imported.
+
+Exit codes: 0 done; 2 bad input (message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+from sim2real.workloads import storage
+from sim2real.workloads.tasks import get_task
+
+MANIFEST_NAME = "manifest.json"
+SCHEMA_VERSION = 1
+_CKPT_RE = re.compile(r"^agent_(\d{6,})\.pt$")
+PREFIX = "[sim2real]"
+
+
+class UsageError(Exception):
+    """Bad arguments / environment: reported on stderr with exit code 2."""
+
+
+def checkpoint_name(iteration: int) -> str:
+    """``agent_<iteration:06d>.pt``."""
+    return f"agent_{iteration:06d}.pt"
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r} is not an integer") from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse env + CLI flags (flags win) into a namespace; validate.
+
+    :raises UsageError: missing TASK/MAX_ITERATIONS/OUTPUT_URI, non-integers, non-positive values,
+        unknown or Isaac-Lab-only task.
+    """
+    parser = argparse.ArgumentParser(prog="sim2real-train", description="PPO (skrl) on gymnasium MuJoCo tasks")
+    parser.add_argument("--task", default=os.environ.get("TASK"))
+    parser.add_argument("--max-iterations", type=int, default=None)
+    parser.add_argument("--num-envs", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--output-uri", default=os.environ.get("OUTPUT_URI"))
+    parser.add_argument("--checkpoint-interval", type=int, default=None)
+    parser.add_argument("--time-budget-seconds", type=float, default=None)
+    parser.add_argument("--run-key", default=os.environ.get("RUN_KEY", ""))
+    parser.add_argument("--image-digest", default=os.environ.get("IMAGE_DIGEST") or None)
+    args = parser.parse_args(argv)
+
+    if args.max_iterations is None:
+        args.max_iterations = _env_int("MAX_ITERATIONS", None)
+    if args.num_envs is None:
+        args.num_envs = _env_int("NUM_ENVS", 8)
+    if args.seed is None:
+        args.seed = _env_int("SEED", 0)
+    if args.checkpoint_interval is None:
+        args.checkpoint_interval = _env_int("CHECKPOINT_INTERVAL", None)
+    if args.time_budget_seconds is None:
+        raw = os.environ.get("TIME_BUDGET_SECONDS", "").strip()
+        if raw:
+            try:
+                args.time_budget_seconds = float(raw)
+            except ValueError:
+                raise UsageError(f"TIME_BUDGET_SECONDS={raw!r} is not a number") from None
+
+    missing = [n for n, v in (("TASK", args.task), ("MAX_ITERATIONS", args.max_iterations),
+                              ("OUTPUT_URI", args.output_uri)) if v in (None, "")]
+    if missing:
+        raise UsageError(f"missing required setting(s): {', '.join(missing)} (set the env var or the --kebab-case flag)")
+    if args.max_iterations < 1:
+        raise UsageError(f"MAX_ITERATIONS must be >= 1, got {args.max_iterations}")
+    if args.num_envs < 1:
+        raise UsageError(f"NUM_ENVS must be >= 1, got {args.num_envs}")
+    if args.checkpoint_interval is None:
+        args.checkpoint_interval = max(1, args.max_iterations // 10)
+    if args.checkpoint_interval < 1:
+        raise UsageError(f"CHECKPOINT_INTERVAL must be >= 1 iteration, got {args.checkpoint_interval}")
+    if args.time_budget_seconds is not None and args.time_budget_seconds <= 0:
+        raise UsageError(f"TIME_BUDGET_SECONDS must be > 0, got {args.time_budget_seconds}")
+    try:
+        args.spec = get_task(args.task, kind="gymnasium")
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return args
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of torch, skrl, gymnasium and mujoco (``"unknown"`` when not installed)."""
+    import importlib.metadata as md
+
+    out = {}
+    for name in ("torch", "skrl", "gymnasium", "mujoco"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = "unknown"
+    return out
+
+
+def find_latest_complete_checkpoint(output_uri: str) -> tuple[int, str, str] | None:
+    """Newest complete checkpoint under ``output_uri``: ``(iteration, uri, sha256)`` or ``None``.
+
+    Complete = ``agent_<n>.pt`` and ``agent_<n>.pt.sha256`` both exist and the sidecar's hex equals the
+    sha256 of the checkpoint bytes. Incomplete/corrupt ones are skipped (with a note on stderr).
+    """
+    names = set(storage.list_names(output_uri))
+    candidates = sorted(
+        ((int(m.group(1)), n) for n in names if (m := _CKPT_RE.match(n)) and f"{n}.sha256" in names), reverse=True
+    )
+    for iteration, name in candidates:
+        uri = storage.join(output_uri, name)
+        expected = storage.read_bytes(uri + ".sha256").decode().strip().split()[0]
+        actual = storage.sha256_uri(uri)
+        if actual == expected:
+            return iteration, uri, actual
+        print(f"{PREFIX} skipping checkpoint {uri}: sha256 {actual} != sidecar {expected}", file=sys.stderr)
+    return None
+
+
+def _refuse_cpu_multiprocess() -> None:
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world <= 1:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError(
+            f"WORLD_SIZE={world} but no CUDA device: skrl initialises NCCL for multi-process training, which needs "
+            "GPUs. On CPU run one process (PROC_PER_NODE=1, one node) and scale with NUM_ENVS instead."
+        )
+
+
+def _make_env(task: str, num_envs: int):
+    import gymnasium
+
+    return gymnasium.make_vec(
+        task, num_envs=num_envs, vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP},
+    )
+
+
+def build_agent(spec, env, device, tb_dir: str, write_tb: bool):
+    """Create skrl's PPO agent (RandomMemory, Gaussian policy, value MLP, running standardisers) for ``env``.
+
+    :param env: a skrl-wrapped vectorised env.
+    :param tb_dir: directory for TensorBoard events (skrl's experiment directory).
+    :return: the (un-initialised) PPO agent.
+    """
+    from skrl.agents.torch.ppo import PPO, PPO_CFG
+    from skrl.memories.torch import RandomMemory
+    from skrl.resources.preprocessors.torch import RunningStandardScaler
+
+    from sim2real.workloads.policy import build_models
+
+    ppo = dict(spec.ppo)
+    rollouts = int(ppo["rollouts"])
+    models = build_models(env.observation_space, env.action_space, spec.hidden, device, initial_log_std=spec.initial_log_std)
+    memory = RandomMemory(memory_size=rollouts, num_envs=env.num_envs, device=device)
+    cfg = PPO_CFG(
+        **ppo,
+        observation_preprocessor=RunningStandardScaler,
+        observation_preprocessor_kwargs={"size": env.observation_space, "device": device},
+        value_preprocessor=RunningStandardScaler,
+        value_preprocessor_kwargs={"size": 1, "device": device},
+    )
+    cfg.experiment.directory = os.path.dirname(tb_dir)
+    cfg.experiment.experiment_name = os.path.basename(tb_dir)
+    cfg.experiment.write_interval = rollouts if write_tb else 0
+    cfg.experiment.checkpoint_interval = 0  # checkpoints are written here (sidecars, upload, manifest)
+    return PPO(models=models, memory=memory, observation_space=env.observation_space,
+               action_space=env.action_space, device=device, cfg=cfg)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Train per ``args`` (from :func:`parse_args`); return the manifest dict written by rank 0 (``{}`` on other ranks).
+
+    :raises UsageError: WORLD_SIZE > 1 without CUDA; OUTPUT_URI holding another task's checkpoints.
+    """
+    _refuse_cpu_multiprocess()
+    import numpy as np
+    import torch
+    from skrl import config as skrl_config
+    from skrl.envs.wrappers.torch import wrap_env
+    from skrl.trainers.torch import StepTrainer
+    from skrl.utils import set_seed
+
+    rank = int(os.environ.get("RANK", "0") or 0)
+    is_writer = rank == 0
+    spec = args.spec
+    rollouts = int(spec.ppo["rollouts"])
+    out = args.output_uri
+    local_out = not storage.is_s3(out)
+    if local_out and is_writer:
+        os.makedirs(out, exist_ok=True)
+
+    if torch.cuda.is_available() and skrl_config.torch.is_distributed:
+        device = torch.device(f"cuda:{skrl_config.torch.local_rank}")
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(1)  # small MLPs: intra-op threads cost more than they give (2-core measurement)
+
+    staging = tempfile.mkdtemp(prefix="sim2real-train-")
+    tb_dir = os.path.join(out, "tensorboard") if local_out else os.path.join(staging, "tensorboard")
+    versions = library_versions()
+
+    try:
+        set_seed(args.seed)
+        env = wrap_env(_make_env(args.task, args.num_envs), wrapper="gymnasium")
+        agent = build_agent(spec, env, device, tb_dir, write_tb=is_writer)
+
+        latest = find_latest_complete_checkpoint(out)
+        start_iteration, start_timesteps, resumed_from = 0, 0, None
+        resume_modules = None
+        if latest is not None:
+            iteration, uri, _sha = latest
+            from sim2real.workloads.policy import load_checkpoint
+
+            resume_modules = load_checkpoint(uri)
+            start_iteration = int(resume_modules["sim2real"]["iteration"])
+            start_timesteps = int(resume_modules["sim2real"]["timesteps"])
+            resumed_from = uri
+            if resume_modules["sim2real"].get("task") != args.task:
+                raise UsageError(
+                    f"OUTPUT_URI {out} holds checkpoints of task {resume_modules['sim2real'].get('task')!r}, not "
+                    f"{args.task!r}; use a fresh OUTPUT_URI"
+                )
+
+        total_steps = args.max_iterations * rollouts
+        trainer = StepTrainer(env=env, agents=agent, cfg={
+            "timesteps": total_steps, "headless": True, "disable_progressbar": True,
+            "close_environment_at_exit": False,
+        })
+        if resume_modules is not None:
+            for name, module in agent.checkpoint_modules.items():
+                if name in resume_modules and module is not None:
+                    module.load_state_dict(resume_modules[name])
+            print(f"{PREFIX} resumed from {resumed_from} at iteration {start_iteration}", flush=True)
+
+        returns = collections.deque(maxlen=100)
+        running = np.zeros(args.num_envs, dtype=np.float64)
+        iteration, timesteps = start_iteration, start_timesteps
+        last_saved: tuple[int, str, str] | None = latest
+        t0 = time.monotonic()
+        iter_times: list[float] = []
+
+        def mean_reward() -> float:
+            return float(np.mean(returns)) if returns else float("nan")
+
+        def save(it: int) -> tuple[int, str, str]:
+            modules = {name: agent._get_internal_value(m) for name, m in agent.checkpoint_modules.items()
+                       if m is not None}
+            modules["sim2real"] = {
+                "format": 1, "task": args.task, "iteration": it, "timesteps": timesteps,
+                "rollouts": rollouts, "num_envs": args.num_envs, "seed": args.seed,
+                "hidden": list(spec.hidden), "obs_dim": int(env.observation_space.shape[0]),
+                "act_dim": int(env.action_space.shape[0]),
+                "action_low": [float(x) for x in env.action_space.low],
+                "action_high": [float(x) for x in env.action_space.high],
+                "mean_reward": mean_reward(), "run_key": args.run_key, "library_versions": versions,
+            }
+            local = os.path.join(staging, checkpoint_name(it))
+            torch.save(modules, local)
+            sha = storage.sha256_file(local)
+            uri = storage.join(out, checkpoint_name(it))
+            storage.upload_file(local, uri)
+            storage.write_bytes(uri + ".sha256", f"{sha}  {checkpoint_name(it)}\n".encode())
+            os.unlink(local)
+            _sync_tensorboard(agent, tb_dir, out, local_out)
+            return it, uri, sha
+
+        step = start_iteration * rollouts
+        while iteration < args.max_iterations:
+            it_start = time.monotonic()
+            for _ in range(rollouts):
+                _obs, rewards, terminated, truncated, _infos = trainer.train(timestep=step, timesteps=total_steps)
+                step += 1
+                running += rewards.view(-1).cpu().numpy()
+                done = (terminated | truncated).view(-1).cpu().numpy()
+                for i in np.nonzero(done)[0]:
+                    returns.append(float(running[i]))
+                    running[i] = 0.0
+            iteration += 1
+            timesteps += rollouts * args.num_envs
+            iter_times.append(time.monotonic() - it_start)
+            elapsed = time.monotonic() - t0
+            per_iter = elapsed / len(iter_times)
+            eta = per_iter * (args.max_iterations - iteration)
+            if is_writer:
+                print(f"{PREFIX} iteration={iteration}/{args.max_iterations} timesteps={timesteps} "
+                      f"mean_reward={mean_reward():.3f} elapsed_s={elapsed:.1f} eta_s={eta:.1f}", flush=True)
+            out_of_time = (args.time_budget_seconds is not None
+                           and elapsed + per_iter > args.time_budget_seconds and iteration < args.max_iterations)
+            if is_writer and (iteration % args.checkpoint_interval == 0 or iteration == args.max_iterations
+                              or out_of_time):
+                last_saved = save(iteration)
+            if out_of_time:
+                print(f"{PREFIX} time budget {args.time_budget_seconds:.1f}s reached at iteration {iteration}: "
+                      "stopping early", flush=True)
+                break
+
+        if not is_writer:
+            env.close()
+            return {}
+        assert last_saved is not None  # max_iterations >= 1: rank 0 saved at least the final checkpoint
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "run_key": args.run_key,
+            "task": args.task,
+            "checkpoint_uri": last_saved[1],
+            "sha256": last_saved[2],
+            "iteration": last_saved[0],
+            "timesteps": timesteps,
+            "mean_reward": None if math.isnan(mean_reward()) else round(mean_reward(), 6),
+            "library_versions": versions,
+            "image_digest": args.image_digest,
+            "resumed_from": resumed_from,
+            "created_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "tensorboard_uri": storage.join(out, "tensorboard") + "/",
+            "rollouts": rollouts,
+            "num_envs": args.num_envs,
+            "completed": iteration >= args.max_iterations,
+        }
+        if manifest["mean_reward"] is None and resume_modules is not None and iteration == start_iteration:
+            prev = resume_modules["sim2real"].get("mean_reward")
+            manifest["mean_reward"] = None if prev is None or math.isnan(prev) else prev
+        storage.write_bytes(storage.join(out, MANIFEST_NAME), json.dumps(manifest, indent=2).encode())
+        print(f"{PREFIX} manifest {storage.join(out, MANIFEST_NAME)} iteration={manifest['iteration']} "
+              f"sha256={manifest['sha256']}", flush=True)
+        env.close()
+        return manifest
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _sync_tensorboard(agent, tb_dir: str, out: str, local_out: bool) -> None:
+    writer = getattr(agent, "writer", None)
+    if writer is not None:
+        writer.flush()
+    if local_out or not os.path.isdir(tb_dir):
+        return
+    for name in sorted(os.listdir(tb_dir)):
+        path = os.path.join(tb_dir, name)
+        if os.path.isfile(path):
+            storage.upload_file(path, storage.join(out, "tensorboard", name))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script ``sim2real-train``. :return: process exit code (0 ok, 2 bad input)."""
+    try:
+        args = parse_args(argv)
+        run(args)
+    except UsageError as err:
+        print(f"{PREFIX} error: {err}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
