@@ -1,0 +1,184 @@
+"""``sim2real-evaluate``: run N seeded episodes of a trained policy and write ``report.json``.
+
+Flags (see /work/contracts.md)::
+
+    sim2real-evaluate --manifest-uri URI [--checkpoint-uri URI] --episodes N --seed S --report-uri URI
+
+* ``--manifest-uri``: the trainer's ``manifest.json`` (s3:// or local). Gives the task and the expected sha256.
+* ``--checkpoint-uri``: the checkpoint to evaluate; default: the manifest's ``checkpoint_uri``.
+* The checkpoint's sha256 is computed (streamed) and compared with the manifest's ``sha256``; a mismatch
+  prints a clear message on stderr, writes **no** report and exits with code **3**.
+* Episode ``i`` (0-based) resets a fresh ``gymnasium.make(task)`` env with ``seed = S + i`` and runs the
+  deterministic policy (skrl's mean action after the observation standardiser, clipped to the action
+  bounds: :class:`sim2real.workloads.policy.DeterministicPolicy`) until terminated or truncated.
+  Success per episode is the task's definition (:mod:`sim2real.workloads.tasks`) on the last step.
+* The success rate's 95 % interval is Wilson's score interval (:func:`wilson_interval`).
+* Same checkpoint + same seeds → the same report except ``created_at`` (CPU, one thread, MuJoCo is deterministic).
+
+Exit codes: 0 the evaluation ran (whatever the score); 2 bad input (missing manifest/checkpoint, unknown
+task); 3 checkpoint sha256 differs from the manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from typing import Any
+
+from sim2real.workloads import storage
+from sim2real.workloads.tasks import get_task
+
+SCHEMA_VERSION = 1
+EXIT_BAD_INPUT = 2
+EXIT_SHA_MISMATCH = 3
+Z95 = 1.959963984540054  # standard normal quantile for a two-sided 95 % interval
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (Wilson 1927; e.g. Agresti & Coull 1998).
+
+    :param successes: number of successes, ``0 <= successes <= n``.
+    :param n: number of trials; ``n == 0`` gives the uninformative ``(0.0, 1.0)``.
+    :param z: normal quantile (default: 95 % two-sided).
+    :return: ``(low, high)``, both in ``[0, 1]``.
+    :raises ValueError: when ``successes`` is outside ``[0, n]`` or ``n < 0``.
+    """
+    if n < 0 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1.0 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    low = 0.0 if successes == 0 else max(0.0, center - half)  # exact bounds at the edges (no float residue)
+    high = 1.0 if successes == n else min(1.0, center + half)
+    return low, high
+
+
+class ChecksumMismatch(Exception):
+    """The checkpoint's bytes do not hash to the manifest's sha256."""
+
+
+def run_episodes(policy, task: str, seeds: list[int]) -> dict[str, Any]:
+    """Run one episode per seed with ``policy`` (observation → action, torch module) on ``gymnasium.make(task)``.
+
+    :return: ``{"returns", "episode_lengths", "success_flags"}`` lists, one entry per seed in order.
+    """
+    import gymnasium
+    import numpy as np
+    import torch
+
+    spec = get_task(task, kind="gymnasium")
+    env = gymnasium.make(task)
+    returns, lengths, flags = [], [], []
+    try:
+        for seed in seeds:
+            obs, info = env.reset(seed=int(seed))
+            total, length, terminated, truncated = 0.0, 0, False, False
+            while not (terminated or truncated):
+                with torch.no_grad():
+                    action = policy(torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0))[0].numpy()
+                obs, reward, terminated, truncated, info = env.step(action)
+                total += float(reward)
+                length += 1
+            returns.append(total)
+            lengths.append(length)
+            flags.append(bool(spec.success(observation=obs, info=info, terminated=bool(terminated),
+                                           truncated=bool(truncated), length=length)))
+    finally:
+        env.close()
+    return {"returns": returns, "episode_lengths": lengths, "success_flags": flags}
+
+
+def evaluate(*, manifest_uri: str, checkpoint_uri: str | None, episodes: int, seed: int) -> dict[str, Any]:
+    """Verify the checkpoint against the manifest and evaluate it; return the report dict (not written).
+
+    :raises FileNotFoundError: manifest or checkpoint missing.
+    :raises ValueError: malformed manifest / unknown task / not a sim2real checkpoint / episodes < 1.
+    :raises ChecksumMismatch: sha256 of the checkpoint bytes != manifest ``sha256``.
+    """
+    import torch
+
+    from sim2real.workloads.policy import deterministic_policy, load_checkpoint
+
+    if episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    try:
+        manifest = json.loads(storage.read_bytes(manifest_uri))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"manifest {manifest_uri} is not JSON: {err}") from None
+    for key in ("task", "sha256", "checkpoint_uri"):
+        if not manifest.get(key):
+            raise ValueError(f"manifest {manifest_uri} has no {key!r}")
+    task = manifest["task"]
+    spec = get_task(task, kind="gymnasium")
+    checkpoint_uri = checkpoint_uri or manifest["checkpoint_uri"]
+    actual = storage.sha256_uri(checkpoint_uri)
+    if actual != manifest["sha256"]:
+        raise ChecksumMismatch(
+            f"checkpoint {checkpoint_uri} has sha256 {actual} but manifest {manifest_uri} records "
+            f"{manifest['sha256']}: the checkpoint was changed or is not the one the manifest describes; "
+            "re-run training or point --checkpoint-uri at the manifest's checkpoint"
+        )
+    ckpt = load_checkpoint(checkpoint_uri)
+    if ckpt["sim2real"].get("task") != task:
+        raise ValueError(f"checkpoint task {ckpt['sim2real'].get('task')!r} != manifest task {task!r}")
+    torch.set_num_threads(1)  # bit-for-bit reproducible reports
+    policy = deterministic_policy(ckpt)
+    seeds = [seed + i for i in range(episodes)]
+    result = run_episodes(policy, task, seeds)
+    successes = sum(result["success_flags"])
+    low, high = wilson_interval(successes, episodes)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "task": task,
+        "checkpoint_uri": checkpoint_uri,
+        "checkpoint_sha256": actual,
+        "episodes": episodes,
+        "successes": successes,
+        "success_rate": successes / episodes,
+        "ci95": [low, high],
+        "ci_method": "wilson",
+        "mean_return": sum(result["returns"]) / episodes,
+        "episode_lengths": result["episode_lengths"],
+        "returns": result["returns"],
+        "successes_per_episode": result["success_flags"],
+        "seeds": seeds,
+        "success_definition": spec.success_definition,
+        "policy": "deterministic (mean action)",
+        "iteration": ckpt["sim2real"].get("iteration"),
+        "manifest_uri": manifest_uri,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script ``sim2real-evaluate``. :return: exit code (0 ran, 2 bad input, 3 sha256 mismatch)."""
+    parser = argparse.ArgumentParser(prog="sim2real-evaluate", description="Evaluate a sim2real checkpoint")
+    parser.add_argument("--manifest-uri", required=True)
+    parser.add_argument("--checkpoint-uri", default=None)
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--report-uri", required=True)
+    args = parser.parse_args(argv)
+    try:
+        report = evaluate(manifest_uri=args.manifest_uri, checkpoint_uri=args.checkpoint_uri,
+                          episodes=args.episodes, seed=args.seed)
+    except ChecksumMismatch as err:
+        print(f"[sim2real] error: sha256 mismatch: {err}", file=sys.stderr, flush=True)
+        return EXIT_SHA_MISMATCH
+    except (FileNotFoundError, ValueError) as err:
+        print(f"[sim2real] error: {err}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    text = json.dumps(report, indent=2)
+    storage.write_bytes(args.report_uri, text.encode())
+    print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
