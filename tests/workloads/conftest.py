@@ -1,0 +1,65 @@
+"""Fixtures for the workload tests: real torch/skrl/MuJoCo at toy scale, moto for S3."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = REPO_ROOT / "containers" / "rl" / "distributed_run.bash"
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test process env minus anything Batch/torchrun/training-related, plus ``extra``."""
+    drop = ("AWS_BATCH_", "TASK", "MAX_ITERATIONS", "NUM_ENVS", "SEED", "OUTPUT_URI", "CHECKPOINT_INTERVAL",
+            "TIME_BUDGET_SECONDS", "RUN_KEY", "IMAGE_DIGEST", "PROC_PER_NODE", "RDZV_", "TRAIN_", "WORLD_SIZE",
+            "RANK", "LOCAL_RANK", "MASTER_", "NODE_IP", "DRY_RUN", "PYTHON", "AWS_ENDPOINT_URL")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run_train(env: dict[str, str], *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sim2real.workloads.train", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def trained_dir(tmp_path_factory) -> Path:
+    """A local OUTPUT_URI with a toy training run (Reacher-v5, 2 iterations × 64 steps × 4 envs)."""
+    out = tmp_path_factory.mktemp("trained")
+    proc = run_train(clean_env(TASK="Reacher-v5", MAX_ITERATIONS="2", NUM_ENVS="4", OUTPUT_URI=str(out),
+                               CHECKPOINT_INTERVAL="1", RUN_KEY="toy-run"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.fixture()
+def moto_server():
+    """A ThreadedMotoServer on a free port with a bucket ``sim2real-test``; yields its endpoint URL."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        boto3.client("s3", endpoint_url=url, region_name="us-east-1").create_bucket(Bucket="sim2real-test")
+        yield url
+    finally:
+        server.stop()

@@ -1,0 +1,56 @@
+"""Structure lint of the Dockerfiles (no Docker engine here) and the launcher's shell hygiene."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from tests.workloads.conftest import LAUNCHER, REPO_ROOT
+
+DOCKERFILES = {
+    "rl": REPO_ROOT / "containers" / "rl" / "Dockerfile",
+    "isaaclab": REPO_ROOT / "containers" / "isaaclab" / "Dockerfile",
+}
+
+
+def instructions(path):
+    text = re.sub(r"\\\n", " ", path.read_text())
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_dockerfile_structure(name):
+    lines = instructions(DOCKERFILES[name])
+    froms = [line.split()[1] for line in lines if line.upper().startswith("FROM ")]
+    assert froms, "no FROM"
+    for image in froms:
+        assert ":" in image.split("/")[-1], f"unpinned base image {image}"
+        assert not image.endswith(":latest"), f"'latest' base image {image}"
+    copies = [line for line in lines if line.upper().startswith("COPY ")]
+    assert any("containers/rl/distributed_run.bash" in line for line in copies), "launcher not copied"
+    entry = [line for line in lines if line.upper().startswith("ENTRYPOINT ")]
+    assert len(entry) == 1 and "distributed_run.bash" in entry[0]
+
+
+def test_rl_image_installs_pinned_workload_requirements():
+    text = DOCKERFILES["rl"].read_text()
+    assert "requirements-workload.txt" in text and "constraints.txt" in text
+    assert "FROM python:3.11" in text
+
+
+def test_isaaclab_image_settings():
+    text = DOCKERFILES["isaaclab"].read_text()
+    assert "FROM nvcr.io/nvidia/isaac-lab:2.1.0" in text
+    for needle in ("ACCEPT_EULA=Y", "PRIVACY_CONSENT=Y", "TRAIN_ARGS_STYLE=isaaclab",
+                   "scripts/reinforcement_learning/skrl/train.py --distributed --headless"):
+        assert needle in text
+
+
+def test_launcher_shell_hygiene():
+    text = LAUNCHER.read_text()
+    assert text.startswith("#!/usr/bin/env bash")
+    assert "set -euo pipefail" in text
+    assert 'exec "${CMD[@]}"' in text
+    assert subprocess.run(["bash", "-n", str(LAUNCHER)]).returncode == 0

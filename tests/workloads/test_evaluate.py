@@ -1,0 +1,87 @@
+"""sim2real-evaluate: determinism, sha256 mismatch → exit 3 without a report, Wilson interval, S3 report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from sim2real.workloads.evaluate import wilson_interval
+from tests.workloads.conftest import clean_env
+
+
+def evaluate(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sim2real.workloads.evaluate", *args], env=clean_env(**env),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_same_checkpoint_and_seeds_give_identical_reports(trained_dir, tmp_path):
+    reports = []
+    for name in ("r1.json", "r2.json"):
+        proc = evaluate("--manifest-uri", str(trained_dir / "manifest.json"), "--episodes", "3", "--seed", "7",
+                        "--report-uri", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        reports.append(json.loads((tmp_path / name).read_text()))
+        assert json.loads(proc.stdout) == reports[-1]  # the report is printed too
+    a, b = ({k: v for k, v in r.items() if k != "created_at"} for r in reports)
+    assert a == b
+    r = reports[0]
+    assert r["seeds"] == [7, 8, 9] and r["episodes"] == 3 and r["episode_lengths"] == [50, 50, 50]
+    assert r["ci_method"] == "wilson" and r["successes"] == sum(r["successes_per_episode"])
+    assert r["success_rate"] == r["successes"] / 3
+    assert list(wilson_interval(r["successes"], 3)) == r["ci95"]
+    assert r["checkpoint_uri"] == str(trained_dir / "agent_000002.pt")
+    assert "0.05 m" in r["success_definition"]
+    assert r["mean_return"] == pytest.approx(sum(r["returns"]) / 3)
+
+
+def test_sha256_mismatch_exits_3_and_writes_no_report(trained_dir, tmp_path):
+    tampered = tmp_path / "agent_000002.pt"
+    shutil.copy(trained_dir / "agent_000002.pt", tampered)
+    with open(tampered, "ab") as fh:
+        fh.write(b"\0")
+    report = tmp_path / "report.json"
+    proc = evaluate("--manifest-uri", str(trained_dir / "manifest.json"), "--checkpoint-uri", str(tampered),
+                    "--episodes", "2", "--report-uri", str(report))
+    assert proc.returncode == 3
+    assert "sha256 mismatch" in proc.stderr and str(tampered) in proc.stderr
+    assert not report.exists()
+
+
+def test_missing_manifest_is_bad_input(tmp_path):
+    proc = evaluate("--manifest-uri", str(tmp_path / "nope.json"), "--report-uri", str(tmp_path / "r.json"))
+    assert proc.returncode == 2 and "nope.json" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_report_to_s3(trained_dir, moto_server, monkeypatch):
+    proc = evaluate("--manifest-uri", str(trained_dir / "manifest.json"), "--episodes", "1",
+                    "--report-uri", "s3://sim2real-test/runs/k/eval/report.json", AWS_ENDPOINT_URL=moto_server)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    from sim2real.workloads import storage
+
+    assert json.loads(storage.read_bytes("s3://sim2real-test/runs/k/eval/report.json"))["episodes"] == 1
+
+
+@pytest.mark.parametrize("k,n,low,high", [
+    # Newcombe (1998), Stat Med 17:857, Table I (Wilson score, no continuity correction)
+    (81, 263, 0.2553, 0.3662),
+    (15, 148, 0.0624, 0.1605),
+    (0, 20, 0.0, 0.1611),
+    (1, 29, 0.0061, 0.1718),
+])
+def test_wilson_interval_known_values(k, n, low, high):
+    lo, hi = wilson_interval(k, n)
+    assert lo == pytest.approx(low, abs=1e-4) and hi == pytest.approx(high, abs=1e-4)
+
+
+def test_wilson_interval_edges():
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    lo, hi = wilson_interval(10, 10)
+    assert hi == 1.0 and 0.69 < lo < 0.73
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)

@@ -1,0 +1,32 @@
+"""ONNX export of the deterministic policy: parity with torch, names/shapes, S3 output."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from sim2real.workloads.export import PARITY_TOLERANCE, export_onnx
+from sim2real.workloads.policy import deterministic_policy, load_checkpoint
+
+
+def test_export_parity_and_io(trained_dir, tmp_path):
+    ckpt_path = str(trained_dir / "agent_000002.pt")
+    out = tmp_path / "policy.onnx"
+    info = export_onnx(ckpt_path, str(out), "Reacher-v5")
+    assert info["inputs"] == [{"name": "observation", "shape": ["batch", 10], "dtype": "float32"}]
+    assert info["outputs"] == [{"name": "action", "shape": ["batch", 2], "dtype": "float32"}]
+    assert info["parity_max_abs_diff"] <= PARITY_TOLERANCE == 1e-5
+    # independent check on other inputs, batch of 5
+    obs = np.random.default_rng(1).standard_normal((5, 10)).astype(np.float32)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(["action"], {"observation": obs})[0]
+    with torch.no_grad():
+        expected = deterministic_policy(load_checkpoint(ckpt_path))(torch.from_numpy(obs)).numpy()
+    assert np.max(np.abs(got - expected)) <= PARITY_TOLERANCE
+    assert np.all(got <= 1.0) and np.all(got >= -1.0)  # clipped to Reacher's action bounds
+
+
+def test_export_rejects_wrong_task(trained_dir, tmp_path):
+    with pytest.raises(ValueError, match="InvertedPendulum-v5"):
+        export_onnx(str(trained_dir / "agent_000002.pt"), str(tmp_path / "p.onnx"), "InvertedPendulum-v5")

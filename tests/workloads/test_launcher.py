@@ -1,0 +1,140 @@
+"""containers/rl/distributed_run.bash: env → torchrun argv (dry run), errors, and a real 2-node rendezvous."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+
+from tests.workloads.conftest import LAUNCHER, clean_env, free_port
+
+
+def dry_run(**env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(LAUNCHER), "--dry-run", "--extra", "x y"], env=clean_env(**env),
+                          capture_output=True, text=True, timeout=30)
+
+
+def argv(**env: str) -> list[str]:
+    proc = dry_run(**env)
+    assert proc.returncode == 0, proc.stderr
+    return shlex.split(proc.stdout.strip())
+
+
+def flags(args: list[str]) -> dict[str, str]:
+    return dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
+
+
+def test_single_node_defaults():
+    args = argv(PROC_PER_NODE="1")
+    assert args[0] == "torchrun" or args[:3] == ["python3", "-m", "torch.distributed.run"]
+    f = flags(args)
+    assert f["nnodes"] == "1" and f["nproc_per_node"] == "1" and f["node_rank"] == "0"
+    assert f["rdzv_backend"] == "c10d"
+    assert f["rdzv_endpoint"] == "127.0.0.1:5555"
+    assert f["rdzv_id"] == "sim2real-local"
+    assert "is_host=1" in f["rdzv_conf"]
+    # entrypoint default, then extra args passed through verbatim
+    assert args[-4:] == ["-m", "sim2real.workloads.train", "--extra", "x y"]
+
+
+def test_dry_run_env_var_and_rdzv_port():
+    proc = subprocess.run(["bash", str(LAUNCHER)], env=clean_env(DRY_RUN="1", RDZV_PORT="6000", PROC_PER_NODE="1"),
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert flags(shlex.split(proc.stdout))["rdzv_endpoint"] == "127.0.0.1:6000"
+
+
+def test_two_nodes_four_procs_main_uses_own_address():
+    f = flags(argv(AWS_BATCH_JOB_NUM_NODES="2", AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
+                   AWS_BATCH_JOB_ID="3f2a-uuid#0", PROC_PER_NODE="4", NODE_IP="10.0.1.17"))
+    assert f["nnodes"] == "2" and f["nproc_per_node"] == "4" and f["node_rank"] == "0"
+    assert f["rdzv_endpoint"] == "10.0.1.17:5555"
+    assert f["rdzv_id"] == "3f2a-uuid"
+    assert "is_host=1" in f["rdzv_conf"]
+
+
+def test_two_nodes_worker_uses_main_address():
+    f = flags(argv(AWS_BATCH_JOB_NUM_NODES="2", AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
+                   AWS_BATCH_JOB_ID="3f2a-uuid#1", AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.0.1.17",
+                   PROC_PER_NODE="4"))
+    assert f["node_rank"] == "1" and f["rdzv_endpoint"] == "10.0.1.17:5555"
+    assert f["rdzv_id"] == "3f2a-uuid"
+    assert "is_host=0" in f["rdzv_conf"]
+
+
+def test_rdzv_id_strips_multi_digit_node_suffix():
+    # the workshop's launcher cut 2 characters, which breaks from node index 10 on
+    f = flags(argv(AWS_BATCH_JOB_NUM_NODES="16", AWS_BATCH_JOB_NODE_INDEX="12", AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
+                   AWS_BATCH_JOB_ID="abcd-1234#12", AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.0.0.2",
+                   PROC_PER_NODE="1"))
+    assert f["rdzv_id"] == "abcd-1234"
+
+
+def test_main_node_not_index_zero():
+    f = flags(argv(AWS_BATCH_JOB_NUM_NODES="3", AWS_BATCH_JOB_NODE_INDEX="2", AWS_BATCH_JOB_MAIN_NODE_INDEX="2",
+                   AWS_BATCH_JOB_ID="j#2", NODE_IP="10.9.9.9", PROC_PER_NODE="1"))
+    assert f["rdzv_endpoint"] == "10.9.9.9:5555" and "is_host=1" in f["rdzv_conf"]
+
+
+def test_isaaclab_style_appends_task_flags():
+    args = argv(PROC_PER_NODE="1", TRAIN_ARGS_STYLE="isaaclab", TASK="Isaac-Velocity-Rough-H1-v0",
+                MAX_ITERATIONS="100", PYTHON="/isaac-sim/python.sh",
+                TRAIN_ENTRYPOINT="/ws/skrl/train.py --distributed --headless")
+    assert args[:3] == ["/isaac-sim/python.sh", "-m", "torch.distributed.run"]
+    i = args.index("/ws/skrl/train.py")
+    assert args[i:] == ["/ws/skrl/train.py", "--distributed", "--headless", "--task", "Isaac-Velocity-Rough-H1-v0",
+                        "--max_iterations", "100", "--extra", "x y"]
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_ID": "j#1"},
+     "AWS_BATCH_JOB_MAIN_NODE_INDEX"),
+    ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0"},
+     "AWS_BATCH_JOB_ID"),
+    ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+      "AWS_BATCH_JOB_ID": "j#1"}, "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"),
+    ({"AWS_BATCH_JOB_NUM_NODES": "two"}, "AWS_BATCH_JOB_NUM_NODES"),
+    ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "2"}, "not below"),
+    ({"PROC_PER_NODE": "0"}, "PROC_PER_NODE"),
+    ({"TRAIN_ARGS_STYLE": "isaaclab"}, "TASK"),
+])
+def test_missing_or_bad_variables_fail_clearly(env, needle):
+    proc = dry_run(PROC_PER_NODE=env.pop("PROC_PER_NODE", "1"), **env)
+    assert proc.returncode == 2
+    assert needle in proc.stderr and "error" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_real_two_node_rendezvous_on_loopback():
+    port = free_port()
+    common = dict(AWS_BATCH_JOB_NUM_NODES="2", AWS_BATCH_JOB_MAIN_NODE_INDEX="0", PROC_PER_NODE="1",
+                  RDZV_PORT=str(port), RDZV_JOIN_TIMEOUT="60", TRAIN_ENTRYPOINT="-m sim2real.workloads.selfcheck",
+                  EXPECTED_WORLD_SIZE="2", GLOO_SOCKET_IFNAME="lo")
+    procs = [
+        subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=clean_env(**common, AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_ID="job-77#0",
+                                       NODE_IP="127.0.0.1")),
+        subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=clean_env(**common, AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_ID="job-77#1",
+                                       AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="127.0.0.1")),
+    ]
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    lines = []
+    for rc, out, err in results:
+        assert rc == 0, err[-3000:]
+        lines += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert sorted(line["rank"] for line in lines) == [0, 1]
+    for line in lines:
+        assert line["selfcheck"] == "ok"
+        assert line["world_size"] == 2
+        assert line["sum"] == 1  # 0 + 1
