@@ -41,6 +41,7 @@ import os
 import sys
 import threading
 import urllib.request
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,24 @@ FAKE_SECRET_KEY = "testing"
 class _Throttled(ServiceException):
     code = "ThrottlingException"
     message = "Rate exceeded"
+
+
+_OPERATION_NAMES: dict[str, dict[str, str]] = {}
+
+
+def _operation_name(resp: BaseResponse) -> str:
+    """The botocore operation name of a request (moto gives some REST services' actions in lower case)."""
+    action = resp._get_action() or ""
+    service = resp.boto3_service_name
+    if service not in _OPERATION_NAMES:
+        try:
+            from botocore.session import get_session
+
+            model = get_session().get_service_model(service)
+            _OPERATION_NAMES[service] = {n.lower(): n for n in model.operation_names}
+        except Exception:  # noqa: BLE001
+            _OPERATION_NAMES[service] = {}
+    return _OPERATION_NAMES[service].get(action.lower(), action)
 
 
 def _default_repo_root() -> Path:
@@ -180,7 +199,7 @@ class Sandbox:
 
         def call_action(resp: BaseResponse) -> Any:
             try:
-                action = resp._get_action() or ""
+                action = _operation_name(resp)
                 internal = INTERNAL_UA in str(resp.headers.get("User-Agent") or resp.headers.get("user-agent") or "")
                 if not internal:
                     body = resp.body.decode("utf-8", "replace") if isinstance(resp.body, bytes) else str(resp.body or "")
@@ -189,7 +208,9 @@ class Sandbox:
                     if throttle.get(action, 0) > 0:
                         throttle[action] -= 1
                         sandbox.events.emit("sandbox", "fault", f"{action} throttled (fault)", action=action)
-                        status, headers, body = resp.serialized(ActionResult(_Throttled()))
+                        with warnings.catch_warnings():  # moto warns that few models declare the shape
+                            warnings.simplefilter("ignore", UserWarning)
+                            status, headers, body = resp.serialized(ActionResult(_Throttled()))
                         headers["status"] = status
                         return status, headers, body
             except Exception:  # noqa: BLE001 - bookkeeping never breaks a request

@@ -162,8 +162,6 @@ class BatchResponder:
 
     # -- patches ---------------------------------------------------------------------------
     def install(self, patcher: Patcher) -> None:
-        responder = self
-
         def submitjob(resp: BatchResponse) -> str:
             return active().batch._submit(resp)
 
@@ -183,7 +181,6 @@ class BatchResponder:
 
         patcher.setattr(BatchResponse, "submitjob", submitjob)
         patcher.setattr(BatchBackend, "describe_jobs", describe_jobs)
-        del responder
 
     def shutdown(self) -> None:
         for job in list(self.jobs.values()):
@@ -416,11 +413,7 @@ class BatchResponder:
             "AWS_BATCH_CE_NAME": self.sandbox.config.get("batch", {}).get("compute_environment", ""),
             "SIM2REAL_SANDBOX_REQUESTED_NODES": str(job.num_nodes),
         })
-        env.setdefault("PROC_PER_NODE", "1")
-        if "PROC_PER_NODE" in job_env:
-            env["PROC_PER_NODE"] = job_env["PROC_PER_NODE"]
-        else:
-            env["PROC_PER_NODE"] = "1"
+        env["PROC_PER_NODE"] = job_env.get("PROC_PER_NODE", "1")  # one worker on a CPU machine
         if "RDZV_PORT" not in job_env:
             env["RDZV_PORT"] = str(_free_port())
         return env

@@ -1,0 +1,3 @@
+echo "about to fail"
+echo "boom" >&2
+exit 3

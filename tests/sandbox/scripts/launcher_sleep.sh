@@ -1,0 +1,3 @@
+echo "started long job"
+sleep 120
+echo "should never get here"

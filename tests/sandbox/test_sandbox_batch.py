@@ -1,0 +1,99 @@
+"""Batch responder: SubmitJob runs the launcher locally, logs go to CloudWatch, exit code decides."""
+
+from __future__ import annotations
+
+from conftest import SCRIPTS, wait_until
+
+from sim2real.sandbox import Sandbox
+
+QUEUE, JOBDEF = "sim2real-gpu", "sim2real-train"
+
+
+def _submit(sb: Sandbox, name: str, env: dict[str, str] | None = None, nodes: int = 1) -> str:
+    overrides = {"numNodes": nodes, "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": {
+        "environment": [{"name": k, "value": v} for k, v in (env or {}).items()]}}]}
+    return sb.client("batch").submit_job(jobName=name, jobQueue=QUEUE, jobDefinition=JOBDEF,
+                                         nodeOverrides=overrides, tags={"sim2real:run-key": name})["jobId"]
+
+
+def _terminal(sb: Sandbox, job_id: str) -> dict:
+    def done():
+        job = sb.client("batch").describe_jobs(jobs=[job_id])["jobs"][0]
+        return job if job["status"] in ("SUCCEEDED", "FAILED") else None
+
+    return wait_until(done, timeout=60)
+
+
+def _log_messages(sb: Sandbox, stream: str) -> list[str]:
+    events = sb.client("logs").get_log_events(logGroupName="/aws/batch/job", logStreamName=stream)["events"]
+    return [e["message"] for e in events]
+
+
+def test_job_succeeds_with_overrides_and_logs(sb: Sandbox) -> None:
+    job_id = _submit(sb, "ok-job", {"MAX_ITERATIONS": "7", "RUN_KEY": "rk-1"}, nodes=2)
+    job = _terminal(sb, job_id)
+    assert job["status"] == "SUCCEEDED"
+    assert job["nodeProperties"]["numNodes"] == 2
+    assert job["tags"] == {"sim2real:run-key": "ok-job"}
+    statuses = [e.data["status"] for e in sb.events.find("batch", "job-status", job_id=job_id)]
+    assert statuses == ["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED"]
+    main_stream = job["attempts"][0]["container"]["logStreamName"]
+    assert main_stream.startswith("sim2real-train/default/")
+    lines = _log_messages(sb, main_stream)
+    assert "launcher node=0 nodes=1 main=0 procs=1" in lines
+    assert "TASK=Reacher-v5 MAX_ITERATIONS=7 RUN_KEY=rk-1" in lines  # job-definition default + override
+    assert f"job={job_id} endpoint={sb.endpoint_url}" in lines
+    assert "sees bucket 200" in lines
+    # every node has a stream; node 1 says it was not run locally
+    streams = [c["logStreamName"] for c in job["attempts"][0]["taskProperties"][0]["containers"]]
+    assert len(streams) == 2 and streams[0] == main_stream
+    node1 = sb.client("batch").describe_jobs(jobs=[f"{job_id}#1"])["jobs"][0]
+    assert node1["nodeDetails"] == {"nodeIndex": 1, "isMainNode": False}
+    assert node1["container"]["logStreamName"] == streams[1]
+    assert "not run locally" in _log_messages(sb, streams[1])[0]
+
+
+def test_failing_job_reports_exit_code(sb: Sandbox) -> None:
+    sb.batch.launcher = SCRIPTS / "launcher_fail.sh"
+    job = _terminal(sb, _submit(sb, "fail-job"))
+    assert job["status"] == "FAILED"
+    assert job["statusReason"] == "Essential container in task exited"
+    assert job["container"]["exitCode"] == 3
+    assert job["attempts"][0]["container"]["exitCode"] == 3
+    assert _log_messages(sb, job["attempts"][0]["container"]["logStreamName"]) == ["about to fail", "boom"]
+
+
+def test_terminate_kills_running_job(sb: Sandbox) -> None:
+    sb.batch.launcher = SCRIPTS / "launcher_sleep.sh"
+    job_id = _submit(sb, "long-job")
+    batch = sb.client("batch")
+    wait_until(lambda: batch.describe_jobs(jobs=[job_id])["jobs"][0]["status"] == "RUNNING")
+    process = sb.batch.jobs[job_id].process
+    assert process is not None
+    batch.terminate_job(jobId=job_id, reason="Task killed by the user")
+    job = _terminal(sb, job_id)
+    assert job["status"] == "FAILED"
+    assert job["statusReason"] == "Task killed by the user"
+    assert process.wait(timeout=15) != 0
+    assert "should never get here" not in _log_messages(sb, job["attempts"][0]["container"]["logStreamName"])
+
+
+def test_stuck_runnable_fault_then_terminate(sb: Sandbox) -> None:
+    sb.faults["batch_stuck_runnable"] = True
+    job_id = _submit(sb, "stuck-job")
+    batch = sb.client("batch")
+    job = wait_until(lambda: (j := batch.describe_jobs(jobs=[job_id])["jobs"][0]).get("statusReason") and j)
+    assert job["status"] == "RUNNABLE"
+    assert job["statusReason"].startswith("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY")
+    assert "g6.12xlarge" in job["statusReason"]
+    batch.terminate_job(jobId=job_id, reason="RUNNABLE past the budget")
+    job = _terminal(sb, job_id)
+    assert (job["status"], job["statusReason"]) == ("FAILED", "RUNNABLE past the budget")
+    assert job["attempts"] == []
+
+
+def test_list_jobs_by_name_finds_the_run(sb: Sandbox) -> None:
+    job_id = _submit(sb, "reattach-me")
+    _terminal(sb, job_id)
+    listed = sb.client("batch").list_jobs(jobQueue=QUEUE, filters=[{"name": "JOB_NAME", "values": ["reattach-me"]}])
+    assert [j["jobId"] for j in listed["jobSummaryList"]] == [job_id]

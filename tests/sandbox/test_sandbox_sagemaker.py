@@ -1,0 +1,107 @@
+"""SageMaker responder: played pipeline registers the run's package; stop; UpdateCluster; metadata kept."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import wait_until
+
+from sim2real.sandbox import Sandbox
+
+PIPELINE, GROUP = "sim2real-groot-finetune", "sim2real-groot-models"
+
+
+def _run(sb: Sandbox, run_key: str) -> str:
+    return sb.client("sagemaker").start_pipeline_execution(
+        PipelineName=PIPELINE, PipelineExecutionDisplayName=run_key,
+        PipelineParameters=[{"Name": "RunKey", "Value": run_key}])["PipelineExecutionArn"]
+
+
+def _final(sb: Sandbox, arn: str) -> dict:
+    sm = sb.client("sagemaker")
+    return wait_until(lambda: (d := sm.describe_pipeline_execution(PipelineExecutionArn=arn))[
+        "PipelineExecutionStatus"] not in ("Executing", "Stopping") and d)
+
+
+def _package_for(sb: Sandbox, run_key: str) -> dict | None:
+    sm = sb.client("sagemaker")
+    for s in sm.list_model_packages(ModelPackageGroupName=GROUP)["ModelPackageSummaryList"]:
+        d = sm.describe_model_package(ModelPackageName=s["ModelPackageArn"])
+        if (d.get("CustomerMetadataProperties") or {}).get("sim2real:run-key") == run_key:
+            return d
+    return None
+
+
+def test_execution_registers_pending_package(sb: Sandbox) -> None:
+    arn = _run(sb, "run-sm-1")
+    sm = sb.client("sagemaker")
+    assert sm.describe_pipeline_execution(PipelineExecutionArn=arn)["PipelineExecutionStatus"] == "Executing"
+    assert _final(sb, arn)["PipelineExecutionStatus"] == "Succeeded"
+    steps = sm.list_pipeline_execution_steps(PipelineExecutionArn=arn)["PipelineExecutionSteps"]
+    assert [s["StepName"] for s in steps] == ["RegisterModel", "SmokeGate", "SmokeEval", "GR00TFinetune", "TransformDataset"]
+    assert {s["StepStatus"] for s in steps} == {"Succeeded"}
+    package = _package_for(sb, "run-sm-1")
+    assert package is not None
+    assert steps[0]["Metadata"]["RegisterModel"]["Arn"] == package["ModelPackageArn"]
+    assert package["ModelApprovalStatus"] == "PendingManualApproval"
+    assert package["CustomerMetadataProperties"]["sim2real:pipeline-execution-arn"] == arn
+    url = package["InferenceSpecification"]["Containers"][0]["ModelDataUrl"]
+    assert url == "s3://sim2real-artifacts-123456789012/runs/run-sm-1/vla/model.tar.gz"
+    head = sb.client("s3").head_object(Bucket="sim2real-artifacts-123456789012", Key="runs/run-sm-1/vla/model.tar.gz")
+    assert head["ContentLength"] > 0
+    # UpdateModelPackage without metadata keeps it (moto alone wipes it)
+    sm.update_model_package(ModelPackageArn=package["ModelPackageArn"], ModelApprovalStatus="Approved",
+                            ApprovalDescription="ok")
+    after = sm.describe_model_package(ModelPackageName=package["ModelPackageArn"])
+    assert after["ModelApprovalStatus"] == "Approved"
+    assert after["CustomerMetadataProperties"]["sim2real:run-key"] == "run-sm-1"
+
+
+@pytest.mark.parametrize("status", ["Failed", "CompletedWithFailures"])
+def test_pipeline_status_fault(sb: Sandbox, status: str) -> None:
+    sb.faults["pipeline_status"] = status
+    arn = _run(sb, f"run-fault-{status.lower()}")
+    final = _final(sb, arn)
+    assert final["PipelineExecutionStatus"] == status
+    steps = sb.client("sagemaker").list_pipeline_execution_steps(PipelineExecutionArn=arn)["PipelineExecutionSteps"]
+    failed = [s for s in steps if s["StepStatus"] == "Failed"]
+    assert [s["StepName"] for s in failed] == ["GR00TFinetune"] and failed[0]["FailureReason"]
+    assert _package_for(sb, f"run-fault-{status.lower()}") is None
+
+
+def test_stop_pipeline_execution(sb: Sandbox) -> None:
+    sb.sagemaker.step_seconds = 1.0
+    try:
+        arn = _run(sb, "run-stop")
+        sb.client("sagemaker").stop_pipeline_execution(PipelineExecutionArn=arn, ClientRequestToken="stop-" + "0" * 32)
+        assert sb.client("sagemaker").describe_pipeline_execution(
+            PipelineExecutionArn=arn)["PipelineExecutionStatus"] in ("Stopping", "Stopped")
+        assert _final(sb, arn)["PipelineExecutionStatus"] == "Stopped"
+    finally:
+        sb.sagemaker.step_seconds = sb.step_seconds
+
+
+def test_update_cluster_replaces_instance_groups(sb: Sandbox) -> None:
+    sm = sb.client("sagemaker")
+    before = sm.describe_cluster(ClusterName="sim2real-hyperpod")
+    groups = {g["InstanceGroupName"]: g for g in before["InstanceGroups"]}
+    assert (groups["head"]["CurrentCount"], groups["gpu"]["CurrentCount"]) == (1, 0)
+
+    def spec(name: str, count: int) -> dict:
+        g = groups[name]
+        return {"InstanceGroupName": name, "InstanceType": g["InstanceType"], "InstanceCount": count,
+                "LifeCycleConfig": g["LifeCycleConfig"], "ExecutionRole": g["ExecutionRole"], "ThreadsPerCore": 1}
+
+    sm.update_cluster(ClusterName="sim2real-hyperpod", InstanceGroups=[spec("head", 1), spec("gpu", 2)])
+    wait_until(lambda: sm.describe_cluster(ClusterName="sim2real-hyperpod")["ClusterStatus"] == "InService")
+    nodes = sm.list_cluster_nodes(ClusterName="sim2real-hyperpod")["ClusterNodeSummaries"]
+    assert sorted((n["InstanceGroupName"], n["InstanceStatus"]["Status"]) for n in nodes) == [
+        ("gpu", "Running"), ("gpu", "Running"), ("head", "Running")]
+    # leaving a group out deletes it, like AWS
+    sm.update_cluster(ClusterName="sim2real-hyperpod", InstanceGroups=[spec("gpu", 0)])
+    wait_until(lambda: sm.describe_cluster(ClusterName="sim2real-hyperpod")["ClusterStatus"] == "InService")
+    after = sm.describe_cluster(ClusterName="sim2real-hyperpod")
+    assert [(g["InstanceGroupName"], g["CurrentCount"]) for g in after["InstanceGroups"]] == [("gpu", 0)]
+    assert sm.list_cluster_nodes(ClusterName="sim2real-hyperpod")["ClusterNodeSummaries"] == []
+    # restore for other tests
+    sm.update_cluster(ClusterName="sim2real-hyperpod", InstanceGroups=[spec("head", 1), spec("gpu", 0)])
+    wait_until(lambda: sm.describe_cluster(ClusterName="sim2real-hyperpod")["ClusterStatus"] == "InService")

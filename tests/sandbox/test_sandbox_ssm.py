@@ -1,0 +1,85 @@
+"""SSM responder: commands run locally, output in S3 at AWS's layout, truncation, timeouts."""
+
+from __future__ import annotations
+
+from conftest import wait_until
+
+from sim2real.sandbox import Sandbox
+
+BUCKET = "sim2real-artifacts-123456789012"
+
+
+def _workstation(sb: Sandbox) -> str:
+    reservations = sb.client("ec2").describe_instances(
+        Filters=[{"Name": "tag:sim2real:role", "Values": ["workstation"]}])["Reservations"]
+    return reservations[0]["Instances"][0]["InstanceId"]
+
+
+def _send(sb: Sandbox, commands: list[str], timeout: str = "60") -> tuple[str, str]:
+    instance = _workstation(sb)
+    response = sb.client("ssm").send_command(
+        InstanceIds=[instance], DocumentName="AWS-RunShellScript",
+        Parameters={"commands": commands, "executionTimeout": [timeout]},
+        OutputS3BucketName=BUCKET, OutputS3KeyPrefix="ssm-output/run-1",
+    )
+    assert response["Command"]["Status"] in ("Pending", "InProgress")
+    return response["Command"]["CommandId"], instance
+
+
+def _finished(sb: Sandbox, command_id: str, instance: str) -> dict:
+    ssm = sb.client("ssm")
+
+    def done():
+        inv = ssm.get_command_invocation(CommandId=command_id, InstanceId=instance)
+        return inv if inv["Status"] not in ("Pending", "InProgress", "Delayed", "Cancelling") else None
+
+    return wait_until(done, timeout=60)
+
+
+def test_instance_information_online(sb: Sandbox) -> None:
+    instance = _workstation(sb)
+    info = sb.client("ssm").describe_instance_information(
+        InstanceInformationFilterList=[{"key": "InstanceIds", "valueSet": [instance]}])["InstanceInformationList"]
+    assert [(i["InstanceId"], i["PingStatus"]) for i in info] == [(instance, "Online")]
+
+
+def test_command_runs_locally_with_output_in_s3(sb: Sandbox) -> None:
+    command_id, instance = _send(sb, ["echo hello from $SIM2REAL_SANDBOX", "which sim2real-evaluate >/dev/null || true",
+                                      "python -c 'import sys; print(sys.prefix)'", "echo err >&2"])
+    inv = _finished(sb, command_id, instance)
+    assert (inv["Status"], inv["ResponseCode"]) == ("Success", 0)
+    assert inv["StandardOutputContent"].startswith("hello from 1\n")
+    key = f"ssm-output/run-1/{command_id}/{instance}/awsrunShellScript/0.awsrunShellScript/stdout"
+    body = sb.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    assert body == inv["StandardOutputContent"]
+    err_key = key.rsplit("/", 1)[0] + "/stderr"
+    assert sb.client("s3").get_object(Bucket=BUCKET, Key=err_key)["Body"].read() == b"err\n"
+    listed = sb.client("ssm").list_command_invocations(CommandId=command_id, Details=True)["CommandInvocations"]
+    assert [(i["InstanceId"], i["Status"]) for i in listed] == [(instance, "Success")]
+    assert listed[0]["CommandPlugins"][0]["Name"] == "aws:runShellScript"
+    assert listed[0]["CommandPlugins"][0]["ResponseCode"] == 0
+    assert sb.client("ssm").list_commands(CommandId=command_id)["Commands"][0]["Status"] == "Success"
+
+
+def test_stdout_truncated_in_api_but_full_in_s3(sb: Sandbox) -> None:
+    command_id, instance = _send(sb, ["python -c \"print('x' * 30000)\"", "exit 4"])
+    inv = _finished(sb, command_id, instance)
+    assert (inv["Status"], inv["ResponseCode"]) == ("Failed", 4)
+    assert len(inv["StandardOutputContent"]) == 24000
+    key = f"ssm-output/run-1/{command_id}/{instance}/awsrunShellScript/0.awsrunShellScript/stdout"
+    assert len(sb.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read()) == 30001
+
+
+def test_execution_timeout_gives_timed_out(sb: Sandbox) -> None:
+    command_id, instance = _send(sb, ["echo start", "sleep 30"], timeout="1")
+    inv = _finished(sb, command_id, instance)
+    assert inv["Status"] == "TimedOut"
+    assert inv["StandardOutputContent"] == "start\n"
+
+
+def test_cancel_command(sb: Sandbox) -> None:
+    command_id, instance = _send(sb, ["sleep 60"])
+    ssm = sb.client("ssm")
+    wait_until(lambda: ssm.get_command_invocation(CommandId=command_id, InstanceId=instance)["Status"] == "InProgress")
+    ssm.cancel_command(CommandId=command_id)
+    assert _finished(sb, command_id, instance)["Status"] == "Cancelled"
