@@ -1,0 +1,91 @@
+"""SageMaker Model Registry hook: find this run's model package and read its approval.
+
+Sources: Amazon SageMaker API Reference — ListModelPackages (``ModelPackageGroupName``,
+``SortBy=CreationTime``, ``SortOrder=Descending``), DescribeModelPackage
+(``ModelApprovalStatus`` ∈ Approved | Rejected | PendingManualApproval,
+``CustomerMetadataProperties``, ``MetadataProperties.GeneratedBy``,
+``InferenceSpecification.Containers[].ModelDataUrl``, ``ApprovalDescription``), UpdateModelPackage.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+from sim2real.config import RUN_KEY_TAG
+from sim2real.hooks.sagemaker_pipeline import SAGEMAKER_EXT_WAITERS
+
+#: CustomerMetadataProperties key the pipeline's RegisterModel step sets to the execution ARN.
+PIPELINE_EXECUTION_KEY = "sim2real:pipeline-execution-arn"
+
+
+def package_matches(package: dict[str, Any], run_key: str, pipeline_execution_arn: str | None) -> bool:
+    """Whether a DescribeModelPackage response belongs to this run.
+
+    The run key must equal ``CustomerMetadataProperties["sim2real:run-key"]``; when
+    ``pipeline_execution_arn`` is given and the package records an execution (metadata key
+    ``sim2real:pipeline-execution-arn`` or ``MetadataProperties.GeneratedBy``), it must match too.
+    """
+    meta = package.get("CustomerMetadataProperties") or {}
+    if meta.get(RUN_KEY_TAG) != run_key:
+        return False
+    if pipeline_execution_arn:
+        recorded = meta.get(PIPELINE_EXECUTION_KEY) or (package.get("MetadataProperties") or {}).get("GeneratedBy")
+        if recorded and recorded != pipeline_execution_arn:
+            return False
+    return True
+
+
+def approval_result(package: dict[str, Any]) -> dict[str, Any]:
+    """The sensor's return value for an Approved package."""
+    containers = (package.get("InferenceSpecification") or {}).get("Containers") or [{}]
+    return {
+        "model_package_arn": package["ModelPackageArn"],
+        "model_data_url": containers[0].get("ModelDataUrl"),
+        "approval_status": package.get("ModelApprovalStatus"),
+        "approval_description": package.get("ApprovalDescription"),
+    }
+
+
+def approve_command(model_package_arn: str) -> str:
+    """The CLI command that approves ``model_package_arn``."""
+    return (
+        f"aws sagemaker update-model-package --model-package-arn {model_package_arn} "
+        "--model-approval-status Approved --approval-description '<why>'"
+    )
+
+
+class ModelRegistryHook(AwsBaseHook):
+    """Thin SageMaker hook (``client_type="sagemaker"``) with waiters from ``sagemaker_ext.json``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["client_type"] = "sagemaker"
+        super().__init__(*args, **kwargs)
+
+    @cached_property
+    def waiter_path(self):
+        return SAGEMAKER_EXT_WAITERS
+
+    def find_model_package(
+        self, group_name: str, run_key: str, pipeline_execution_arn: str | None = None
+    ) -> dict[str, Any] | None:
+        """Newest package of the group registered for ``run_key`` (DescribeModelPackage response).
+
+        Lists the group newest first and describes each package until one matches
+        :func:`package_matches`; ``None`` when none does.
+        """
+        kwargs: dict[str, Any] = {
+            "ModelPackageGroupName": group_name,
+            "SortBy": "CreationTime",
+            "SortOrder": "Descending",
+        }
+        while True:
+            page = self.conn.list_model_packages(**kwargs)
+            for summary in page.get("ModelPackageSummaryList", []):
+                package = self.conn.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
+                if package_matches(package, run_key, pipeline_execution_arn):
+                    return package
+            if not page.get("NextToken"):
+                return None
+            kwargs["NextToken"] = page["NextToken"]

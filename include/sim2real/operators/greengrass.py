@@ -1,0 +1,212 @@
+"""Deploy Greengrass v2 components to a thing group and wait for every core device.
+
+Sources: AWS IoT Greengrass V2 API Reference (CreateDeployment — ``targetArn``,
+``deploymentName``, ``components{name: {componentVersion, configurationUpdate{merge, reset}}}``,
+``deploymentPolicies.failureHandlingPolicy`` ROLLBACK | DO_NOTHING, ``iotJobConfiguration``;
+GetDeployment; ListDeployments; CancelDeployment; ListCoreDevices; ListEffectiveDeployments).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
+from airflow.providers.amazon.aws.utils import trim_none_values, validate_execute_complete_event
+from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
+from airflow.providers.common.compat.sdk import AirflowException, conf
+from sim2real.hooks.greengrass import GreengrassV2Hook, summarize
+from sim2real.links.greengrass import GreengrassDeploymentLink
+from sim2real.triggers.greengrass import GreengrassDeploymentTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+def normalize_components(components: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Validate the ``components`` argument and return the CreateDeployment ``components`` map.
+
+    Each value needs a non-empty string ``componentVersion``; ``configurationUpdate.merge`` may
+    be a JSON string or a dict (dumped to JSON). Other keys (``runWith``,
+    ``configurationUpdate.reset``) pass through.
+
+    :raises ValueError: empty map, missing version, merge that is not a JSON object.
+    """
+    if not isinstance(components, dict) or not components:
+        raise ValueError("components must be a non-empty dict {component name: {'componentVersion': ...}}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in components.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("componentVersion"), str) or not spec["componentVersion"]:
+            raise ValueError(f"component {name!r} needs a string componentVersion, got {spec!r}")
+        spec = dict(spec)
+        update = spec.get("configurationUpdate")
+        if update is not None:
+            update = dict(update)
+            merge = update.get("merge")
+            if isinstance(merge, dict):
+                update["merge"] = json.dumps(merge, sort_keys=True)
+            elif merge is not None:
+                try:
+                    if not isinstance(json.loads(merge), dict):
+                        raise ValueError
+                except (TypeError, ValueError):
+                    raise ValueError(f"configurationUpdate.merge of {name!r} must be a JSON object string") from None
+            spec["configurationUpdate"] = update
+        out[name] = spec
+    return out
+
+
+class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
+    """CreateDeployment to a thing group and wait until every core device reports success.
+
+    Reuses an ACTIVE deployment with the same ``deployment_name`` on the same target (a retried
+    task) instead of creating a second one. The devices are the core devices of the thing group
+    (ListCoreDevices ``thingGroupArn``); each device's status for THIS deployment is read from
+    ListEffectiveDeployments. SUCCEEDED/COMPLETED are success; FAILED/TIMED_OUT/REJECTED/CANCELED
+    fail the task; QUEUED/IN_PROGRESS keep waiting. On a failure or timeout the deployment is
+    cancelled (CancelDeployment; with ``failure_handling_policy="ROLLBACK"`` the devices roll
+    back) and the task fails listing each device, its status and reason. The trigger's
+    ``on_kill`` cancels the deployment too.
+
+    :param thing_group_name: IoT thing group of the robots.
+    :param components: ``{name: {"componentVersion": v, "configurationUpdate": {"merge": json-str}}}``.
+    :param deployment_name: the deployment name (the run key).
+    :param failure_handling_policy: ``ROLLBACK`` (default) or ``DO_NOTHING``.
+    :param iot_job_configuration: CreateDeployment ``iotJobConfiguration`` (rollout, abort, timeout).
+    :param waiter_delay: seconds between polls (default 30).
+    :param waiter_max_attempts: polls before cancelling and failing (default 120 = 1 h).
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
+    :return: ``{"deployment_id", "iot_job_id", "target_arn", "devices": {thing: status}}``.
+    :raises ValueError: bad components/policy, missing thing group.
+    :raises AirflowException: a device failed, the group has no core devices, or timeout.
+    """
+
+    aws_hook_class = GreengrassV2Hook
+    template_fields: Sequence[str] = aws_template_fields(
+        "thing_group_name", "components", "deployment_name", "failure_handling_policy", "iot_job_configuration"
+    )
+    template_fields_renderers = {"components": "json", "iot_job_configuration": "json"}
+    operator_extra_links = (GreengrassDeploymentLink(),)
+
+    def __init__(
+        self,
+        *,
+        thing_group_name: str,
+        components: dict[str, dict[str, Any]],
+        deployment_name: str,
+        failure_handling_policy: str = "ROLLBACK",
+        iot_job_configuration: dict[str, Any] | None = None,
+        waiter_delay: int = 30,
+        waiter_max_attempts: int = 120,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.thing_group_name = thing_group_name
+        self.components = components
+        self.deployment_name = deployment_name
+        self.failure_handling_policy = failure_handling_policy
+        self.iot_job_configuration = iot_job_configuration
+        self.waiter_delay = waiter_delay
+        self.waiter_max_attempts = waiter_max_attempts
+        self.deferrable = deferrable
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if self.failure_handling_policy not in ("ROLLBACK", "DO_NOTHING"):
+            raise ValueError(f"failure_handling_policy must be ROLLBACK or DO_NOTHING, got {self.failure_handling_policy!r}")
+        if not self.deployment_name:
+            raise ValueError("deployment_name is required (use the run key)")
+        components = normalize_components(self.components)
+        target_arn = self.hook.thing_group_arn(self.thing_group_name)
+
+        existing = self.hook.find_active_deployment(target_arn, self.deployment_name)
+        if existing:
+            deployment_id = existing["deploymentId"]
+            self.log.info("Reusing ACTIVE deployment %s named %s", deployment_id, self.deployment_name)
+        else:
+            deployment_id = self.hook.conn.create_deployment(
+                **trim_none_values(
+                    {
+                        "targetArn": target_arn,
+                        "deploymentName": self.deployment_name,
+                        "components": components,
+                        "deploymentPolicies": {"failureHandlingPolicy": self.failure_handling_policy},
+                        "iotJobConfiguration": self.iot_job_configuration,
+                    }
+                )
+            )["deploymentId"]
+            self.log.info("Created Greengrass deployment %s to %s", deployment_id, target_arn)
+        iot_job_id = self.hook.conn.get_deployment(deploymentId=deployment_id).get("iotJobId")
+        GreengrassDeploymentLink.persist(
+            context=context,
+            operator=self,
+            region_name=self.hook.conn_region_name,
+            aws_partition=self.hook.conn_partition,
+            deployment_id=deployment_id,
+        )
+        base = {"deployment_id": deployment_id, "iot_job_id": iot_job_id, "target_arn": target_arn}
+
+        if self.deferrable:
+            self.defer(
+                trigger=GreengrassDeploymentTrigger(
+                    deployment_id=deployment_id,
+                    thing_group_arn=target_arn,
+                    waiter_delay=self.waiter_delay,
+                    waiter_max_attempts=self.waiter_max_attempts,
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region_name,
+                    verify=self.verify,
+                    botocore_config=self.botocore_config,
+                ),
+                method_name="execute_complete",
+                kwargs={"base": base},
+                timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
+            )
+        return self._finish(base, *self._wait_sync(deployment_id, target_arn))
+
+    def _wait_sync(self, deployment_id: str, target_arn: str) -> tuple[str, dict[str, dict[str, Any]], str]:
+        reports: dict[str, dict[str, Any]] = {}
+        for attempt in range(self.waiter_max_attempts):
+            if attempt:
+                time.sleep(self.waiter_delay)
+            things = self.hook.list_core_device_names(target_arn)
+            if not things:
+                return "failure", {}, f"thing group {target_arn} has no core devices"
+            reports = self.hook.device_reports(deployment_id, things)
+            outcomes = {r["outcome"] for r in reports.values()}
+            if "failure" in outcomes:
+                return "failure", reports, ""
+            if outcomes == {"success"}:
+                return "success", reports, ""
+            self.log.info("Deployment %s: %s", deployment_id, {t: r["status"] for t, r in reports.items()})
+        return "timeout", reports, f"not finished after {self.waiter_max_attempts} polls {self.waiter_delay} s apart"
+
+    def _finish(self, base: dict[str, Any], status: str, reports: dict[str, dict[str, Any]], message: str) -> dict[str, Any]:
+        if status == "success":
+            return {**base, "devices": {t: r["status"] for t, r in sorted(reports.items())}}
+        deployment_id = base["deployment_id"]
+        try:
+            self.hook.conn.cancel_deployment(deploymentId=deployment_id)
+            cancelled = "cancelled"
+        except Exception as error:  # the failure report matters more
+            cancelled = f"CancelDeployment failed: {error}"
+        what = "timed out" if status == "timeout" else "failed"
+        raise AirflowException(
+            f"Greengrass deployment {deployment_id} ({self.deployment_name}) to {base['target_arn']} {what}"
+            + (f": {message}" if message else "")
+            + (f". Devices: {summarize(reports)}" if reports else "")
+            + f". Deployment {cancelled}"
+            + (" (devices roll back)" if self.failure_handling_policy == "ROLLBACK" else "")
+            + ". Check the device logs (/greengrass/v2/logs/greengrass.log and the component logs)."
+        )
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, base: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resume after the trigger: return the device statuses or cancel and fail."""
+        event = validate_execute_complete_event(event)
+        base = base or {"deployment_id": event["deployment_id"], "iot_job_id": None, "target_arn": None}
+        return self._finish(base, event["status"], event.get("devices") or {}, event.get("message") or "")

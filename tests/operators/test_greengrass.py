@@ -1,0 +1,317 @@
+"""GreengrassDeploymentOperator / GreengrassV2Hook / GreengrassDeploymentTrigger.
+
+moto has no Greengrass v2, so its calls are answered by botocore's Stubber (sync) and
+aiobotocore's AioStubber (trigger), which validate every request and response against the
+real ``greengrassv2`` service model. The thing group lives in moto IoT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import boto3
+import pytest
+from aiobotocore.stub import AioStubber
+from botocore.stub import Stubber
+
+from airflow.providers.common.compat.sdk import AirflowException
+from airflow.sdk.bases.operator import ExecutorSafeguard
+from airflow.sdk.exceptions import TaskDeferred
+from moto.server import ThreadedMotoServer
+from sim2real.hooks.greengrass import GreengrassV2Hook
+from sim2real.operators.greengrass import GreengrassDeploymentOperator, normalize_components
+from sim2real.triggers.greengrass import GreengrassDeploymentTrigger
+
+ExecutorSafeguard.test_mode = True
+REGION = "us-east-1"
+GROUP = "sim2real-robots"
+DEP = "a1b2c3d4-5678-90ab-cdef-111111111111"
+COMPONENTS = {
+    "com.sim2real.PolicyInference": {
+        "componentVersion": "1.0.0",
+        "configurationUpdate": {"merge": json.dumps({"ModelUri": "s3://b/runs/k/vla/model.tar.gz"})},
+    },
+    "com.sim2real.PolicySetup": {"componentVersion": "1.0.0"},
+}
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    srv.start()
+    host, port = srv.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    mp = pytest.MonkeyPatch()
+    mp.setenv(
+        "AIRFLOW_CONN_AWS_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "testing",
+                "password": "testing",
+                "extra": {"region_name": REGION, "endpoint_url": endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}},
+            }
+        ),
+    )
+    yield endpoint
+    mp.undo()
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def group_arn(moto_endpoint):
+    iot = boto3.client("iot", region_name=REGION, endpoint_url=moto_endpoint)
+    return iot.create_thing_group(thingGroupName=GROUP)["thingGroupArn"]
+
+
+class FakeTI:
+    dag_id, task_id = "sim_to_real", "deploy"
+
+    def __init__(self):
+        self.xcom: dict = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+    def xcom_pull(self, task_ids=None, key="return_value"):
+        return self.xcom.get(key)
+
+
+@pytest.fixture
+def context():
+    return {"ti": FakeTI()}
+
+
+def first_event(trigger):
+    async def go():
+        gen = trigger.run()
+        try:
+            return (await gen.__anext__()).payload
+        finally:
+            await gen.aclose()
+
+    return asyncio.run(go())
+
+
+def operator(**kwargs):
+    kwargs.setdefault("deferrable", False)
+    return GreengrassDeploymentOperator(
+        task_id="deploy", thing_group_name=GROUP, components=COMPONENTS, deployment_name="run-1",
+        waiter_delay=0, **kwargs,
+    )
+
+
+def effective(status, deployment_id=DEP, reason=None, errors=None):
+    entry = {
+        "deploymentId": deployment_id, "deploymentName": "run-1", "iotJobId": "job-1", "targetArn": "arn:t",
+        "coreDeviceExecutionStatus": status,
+        "creationTimestamp": 0, "modifiedTimestamp": 0,
+    }
+    if reason:
+        entry["reason"] = reason
+    if errors:
+        entry["statusDetails"] = {"errorStack": errors, "errorTypes": ["DEPLOYMENT_FAILURE"]}
+    return {"effectiveDeployments": [entry]}
+
+
+def stub_create(stub, group_arn, reuse=False):
+    if reuse:
+        stub.add_response(
+            "list_deployments",
+            {"deployments": [{"deploymentId": DEP, "deploymentName": "run-1", "targetArn": group_arn, "deploymentStatus": "ACTIVE"}]},
+            {"targetArn": group_arn, "historyFilter": "ALL"},
+        )
+    else:
+        stub.add_response(
+            "list_deployments",
+            {"deployments": [{"deploymentId": "old", "deploymentName": "run-0", "targetArn": group_arn, "deploymentStatus": "ACTIVE"}]},
+            {"targetArn": group_arn, "historyFilter": "ALL"},
+        )
+        stub.add_response(
+            "create_deployment",
+            {"deploymentId": DEP, "iotJobId": "job-1"},
+            {
+                "targetArn": group_arn,
+                "deploymentName": "run-1",
+                "components": COMPONENTS,
+                "deploymentPolicies": {"failureHandlingPolicy": "ROLLBACK"},
+            },
+        )
+    stub.add_response("get_deployment", {"deploymentId": DEP, "iotJobId": "job-1", "deploymentStatus": "ACTIVE"}, {"deploymentId": DEP})
+
+
+def stub_devices(stub, group_arn, statuses: dict[str, dict]):
+    stub.add_response(
+        "list_core_devices",
+        {"coreDevices": [{"coreDeviceThingName": t, "status": "HEALTHY"} for t in statuses]},
+        {"thingGroupArn": group_arn},
+    )
+    for thing, response in statuses.items():
+        stub.add_response("list_effective_deployments", response, {"coreDeviceThingName": thing})
+
+
+# ---------------------------------------------------------------- sync
+@pytest.mark.parametrize("status", ["SUCCEEDED", "COMPLETED"])
+def test_success_statuses(moto_endpoint, group_arn, context, status):
+    op = operator()
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn)
+        stub_devices(stub, group_arn, {"robot-a": effective(status), "robot-b": effective("SUCCEEDED")})
+        result = op.execute(context)
+        stub.assert_no_pending_responses()
+    assert result == {"deployment_id": DEP, "iot_job_id": "job-1", "target_arn": group_arn,
+                      "devices": {"robot-a": status, "robot-b": "SUCCEEDED"}}
+    assert context["ti"].xcom["sim2real_greengrass_deployment"]["deployment_id"] == DEP
+
+
+@pytest.mark.parametrize("status", ["FAILED", "TIMED_OUT", "REJECTED", "CANCELED"])
+def test_failure_statuses_cancel_and_list_devices(moto_endpoint, group_arn, context, status):
+    op = operator()
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn)
+        stub_devices(
+            stub, group_arn,
+            {"robot-a": effective("SUCCEEDED"), "robot-b": effective(status, reason="component com.sim2real.PolicyInference broke", errors=["COMPONENT_BROKEN"])},
+        )
+        stub.add_response("cancel_deployment", {"message": "ok"}, {"deploymentId": DEP})
+        with pytest.raises(AirflowException) as err:
+            op.execute(context)
+        stub.assert_no_pending_responses()  # CancelDeployment was called
+    text = str(err.value)
+    assert f"robot-b: {status}" in text and "robot-a: SUCCEEDED" in text
+    assert "PolicyInference broke" in text and "COMPONENT_BROKEN" in text
+    assert "cancelled" in text and "roll back" in text
+
+
+def test_in_progress_and_queued_keep_polling(moto_endpoint, group_arn, context):
+    op = operator()
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn)
+        stub_devices(stub, group_arn, {"robot-a": effective("QUEUED"), "robot-b": {"effectiveDeployments": []}})
+        stub_devices(stub, group_arn, {"robot-a": effective("IN_PROGRESS"), "robot-b": effective("IN_PROGRESS")})
+        stub_devices(stub, group_arn, {"robot-a": effective("SUCCEEDED"), "robot-b": effective("SUCCEEDED")})
+        assert op.execute(context)["devices"] == {"robot-a": "SUCCEEDED", "robot-b": "SUCCEEDED"}
+
+
+def test_other_deployments_status_is_ignored(moto_endpoint, group_arn, context):
+    op = operator(waiter_max_attempts=1)
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn)
+        stub_devices(stub, group_arn, {"robot-a": effective("FAILED", deployment_id="someone-else")})
+        stub.add_response("cancel_deployment", {}, {"deploymentId": DEP})
+        with pytest.raises(AirflowException, match="timed out"):  # stuck: not received -> cancel + fail
+            op.execute(context)
+
+
+def test_retry_reuses_active_deployment(moto_endpoint, group_arn, context):
+    op = operator()
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn, reuse=True)  # no create_deployment stubbed: a call would fail
+        stub_devices(stub, group_arn, {"robot-a": effective("SUCCEEDED")})
+        assert op.execute(context)["deployment_id"] == DEP
+
+
+def test_no_core_devices_fails(moto_endpoint, group_arn, context):
+    op = operator()
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn)
+        stub.add_response("list_core_devices", {"coreDevices": []}, {"thingGroupArn": group_arn})
+        stub.add_response("cancel_deployment", {}, {"deploymentId": DEP})
+        with pytest.raises(AirflowException, match="no core devices"):
+            op.execute(context)
+
+
+def test_unknown_thing_group(moto_endpoint, context):
+    op = GreengrassDeploymentOperator(task_id="d", thing_group_name="nope", components=COMPONENTS, deployment_name="r", deferrable=False)
+    with pytest.raises(ValueError, match="thing group 'nope' does not exist"):
+        op.execute(context)
+
+
+def test_components_validation():
+    out = normalize_components({"c": {"componentVersion": "1.0.0", "configurationUpdate": {"merge": {"b": 1}}}})
+    assert out["c"]["configurationUpdate"]["merge"] == '{"b": 1}'
+    for bad in ({}, {"c": {}}, {"c": {"componentVersion": "1", "configurationUpdate": {"merge": "[1]"}}}):
+        with pytest.raises(ValueError):
+            normalize_components(bad)
+
+
+def test_deferrable_defers(moto_endpoint, group_arn, context):
+    op = operator(deferrable=True)
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn)
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, GreengrassDeploymentTrigger)
+    assert (trigger.deployment_id, trigger.thing_group_arn) == (DEP, group_arn)
+    assert deferred.value.kwargs["base"]["iot_job_id"] == "job-1"
+
+
+# ---------------------------------------------------------------- trigger
+@pytest.fixture
+def async_stub(monkeypatch):
+    """Answer the trigger's aiobotocore client with an AioStubber (moto lacks greengrassv2)."""
+    plan: list = []
+    stubbers: list = []
+    original = GreengrassV2Hook.get_async_conn
+
+    async def get_async_conn(self):
+        cm = await original(self)
+
+        class Conn:
+            async def __aenter__(self_inner):
+                client = await cm.__aenter__()
+                stubber = AioStubber(client)
+                for method, response, params in plan:
+                    stubber.add_response(method, response, params)
+                stubber.activate()
+                stubbers.append(stubber)
+                return client
+
+            async def __aexit__(self_inner, *exc):
+                return await cm.__aexit__(*exc)
+
+        return Conn()
+
+    monkeypatch.setattr(GreengrassV2Hook, "get_async_conn", get_async_conn)
+    return plan, stubbers
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [("SUCCEEDED", "success"), ("COMPLETED", "success"), ("FAILED", "failure"), ("TIMED_OUT", "failure"),
+     ("REJECTED", "failure"), ("CANCELED", "failure"), ("QUEUED", "timeout"), ("IN_PROGRESS", "timeout")],
+)
+def test_trigger_device_status_table(moto_endpoint, async_stub, context, status, expected):
+    plan, stubbers = async_stub
+    plan.append(("list_core_devices", {"coreDevices": [{"coreDeviceThingName": "robot-a"}]}, {"thingGroupArn": "arn:g"}))
+    plan.append(("list_effective_deployments", effective(status, reason="why"), {"coreDeviceThingName": "robot-a"}))
+    event = first_event(GreengrassDeploymentTrigger(deployment_id=DEP, thing_group_arn="arn:g", waiter_delay=0, waiter_max_attempts=1))
+    assert event["status"] == expected
+    assert event["devices"]["robot-a"]["status"] == status
+    stubbers[0].assert_no_pending_responses()
+    op = operator()
+    base = {"deployment_id": DEP, "iot_job_id": "job-1", "target_arn": "arn:g"}
+    if expected == "success":
+        assert op.execute_complete(context, event, base=base)["devices"] == {"robot-a": status}
+    else:
+        with Stubber(op.hook.conn) as stub:
+            stub.add_response("cancel_deployment", {}, {"deploymentId": DEP})
+            with pytest.raises(AirflowException, match=f"robot-a: {status}"):
+                op.execute_complete(context, event, base=base)
+            stub.assert_no_pending_responses()
+
+
+def test_trigger_on_kill_cancels_deployment(moto_endpoint, async_stub):
+    plan, stubbers = async_stub
+    plan.append(("cancel_deployment", {"message": "cancelled"}, {"deploymentId": DEP}))
+    asyncio.run(GreengrassDeploymentTrigger(deployment_id=DEP, thing_group_arn="arn:g").on_kill())
+    stubbers[0].assert_no_pending_responses()
+
+
+def test_trigger_serializes_round_trip():
+    t = GreengrassDeploymentTrigger(deployment_id=DEP, thing_group_arn="arn:g", waiter_delay=3, waiter_max_attempts=4)
+    path, kwargs = t.serialize()
+    assert path == "sim2real.triggers.greengrass.GreengrassDeploymentTrigger"
+    assert GreengrassDeploymentTrigger(**kwargs).serialize() == (path, kwargs)

@@ -1,0 +1,239 @@
+"""HyperPodScaleOperator / HyperPodHook / HyperPodScaleTrigger.
+
+DescribeCluster/ListClusterNodes come from moto; moto has no UpdateCluster, so the sync path
+uses botocore's Stubber fed with moto's real DescribeCluster output (the Stubber checks the
+UpdateCluster request against the SageMaker service model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto.sagemaker.models import sagemaker_backends
+from moto.server import ThreadedMotoServer
+
+from airflow.providers.common.compat.sdk import AirflowException
+from airflow.sdk.bases.operator import ExecutorSafeguard
+from airflow.sdk.exceptions import TaskDeferred
+from sim2real.hooks.hyperpod import instance_group_specs
+from sim2real.operators.hyperpod import HyperPodScaleOperator
+from sim2real.triggers.hyperpod import HyperPodScaleTrigger
+
+ExecutorSafeguard.test_mode = True
+ACCOUNT, REGION = "123456789012", "us-east-1"
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/hyperpod"
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    srv.start()
+    host, port = srv.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    mp = pytest.MonkeyPatch()
+    mp.setenv(
+        "AIRFLOW_CONN_AWS_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "testing",
+                "password": "testing",
+                "extra": {"region_name": REGION, "endpoint_url": endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}},
+            }
+        ),
+    )
+    yield endpoint
+    mp.undo()
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def sm(moto_endpoint):
+    return boto3.client("sagemaker", region_name=REGION, endpoint_url=moto_endpoint)
+
+
+def _group(name, itype, count):
+    return {
+        "InstanceGroupName": name,
+        "InstanceType": itype,
+        "InstanceCount": count,
+        "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-lifecycle/scripts/", "OnCreate": "on_create.sh"},
+        "ExecutionRole": ROLE,
+        "ThreadsPerCore": 1,
+        "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}],
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(sm):
+    sm.create_cluster(
+        ClusterName="hp",
+        InstanceGroups=[_group("head", "ml.m5.xlarge", 1), _group("gpu", "ml.g5.12xlarge", 2), _group("login", "ml.t3.medium", 1)],
+    )
+    return "hp"
+
+
+class FakeTI:
+    dag_id, task_id = "sim_to_real", "scale"
+
+    def __init__(self):
+        self.xcom: dict = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+    def xcom_pull(self, task_ids=None, key="return_value"):
+        return self.xcom.get(key)
+
+
+@pytest.fixture
+def context():
+    return {"ti": FakeTI()}
+
+
+def first_event(trigger):
+    async def go():
+        gen = trigger.run()
+        try:
+            return (await gen.__anext__()).payload
+        finally:
+            await gen.aclose()
+
+    return asyncio.run(go())
+
+
+def _scaled(describe, group, count, status="InService"):
+    out = copy.deepcopy(describe)
+    out.pop("ResponseMetadata", None)
+    out["ClusterStatus"] = status
+    for g in out["InstanceGroups"]:
+        if g["InstanceGroupName"] == group:
+            g["CurrentCount"] = g["TargetCount"] = count
+    return out
+
+
+def _nodes(group, n, status="Running"):
+    return {
+        "ClusterNodeSummaries": [
+            {"InstanceGroupName": group, "InstanceId": f"i-{group}-{i}", "InstanceType": "ml.g5.12xlarge",
+             "LaunchTime": 0, "InstanceStatus": {"Status": status}}
+            for i in range(n)
+        ]
+    }
+
+
+def test_update_cluster_request_lists_every_group(sm, cluster, context):
+    describe = sm.describe_cluster(ClusterName=cluster)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=4, deferrable=False, waiter_delay=0)
+    expected_groups = [
+        {**_group("head", "ml.m5.xlarge", 1)},
+        {**_group("gpu", "ml.g5.12xlarge", 4)},
+        {**_group("login", "ml.t3.medium", 1)},
+    ]
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"}, {"ClusterName": cluster})
+        stub.add_response(
+            "update_cluster", {"ClusterArn": describe["ClusterArn"]}, {"ClusterName": cluster, "InstanceGroups": expected_groups}
+        )
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 4), {"ClusterName": cluster})
+        stub.add_response("list_cluster_nodes", _nodes("gpu", 3) | {"ClusterNodeSummaries": _nodes("gpu", 3)["ClusterNodeSummaries"] + _nodes("gpu", 1, "Pending")["ClusterNodeSummaries"]})
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 4), {"ClusterName": cluster})
+        stub.add_response("list_cluster_nodes", _nodes("gpu", 4))
+        result = op.execute(context)
+        stub.assert_no_pending_responses()
+    assert result == {
+        "cluster_name": "hp", "cluster_arn": describe["ClusterArn"], "instance_group_name": "gpu",
+        "previous_count": 2, "target_count": 4, "current_count": 4, "updated": True,
+    }
+
+
+def test_specs_drop_describe_only_fields_and_map_counts(sm, cluster):
+    describe = sm.describe_cluster(ClusterName=cluster)
+    describe["InstanceGroups"][0].update(MinCount=1, Status="InService", ActiveOperations={"Scaling": 1}, DesiredImageId="ami-1")
+    specs, previous = instance_group_specs(sm, describe, "head", 0)
+    assert previous == 1
+    head = specs[0]
+    assert head["InstanceCount"] == 0 and head["MinInstanceCount"] == 1 and head["ImageId"] == "ami-1"
+    assert not {"CurrentCount", "TargetCount", "MinCount", "Status", "ActiveOperations"} & set(head)
+    assert [s["InstanceGroupName"] for s in specs] == ["head", "gpu", "login"]
+
+
+def test_unknown_group_lists_groups(sm, cluster, context):
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu-big", target_count=1, deferrable=False)
+    with pytest.raises(ValueError, match="no instance group 'gpu-big'; its groups are: head, gpu, login"):
+        op.execute(context)
+
+
+@pytest.mark.parametrize("count", [-1, "many"])
+def test_bad_count(cluster, context, count):
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=count, deferrable=False)
+    with pytest.raises(ValueError, match="target_count"):
+        op.execute(context)
+
+
+def test_already_at_target_skips_update_and_waits(sm, cluster, context):
+    # moto: gpu group is InService with 2 Running nodes; no UpdateCluster (moto would answer 500).
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=2, deferrable=False, waiter_delay=0)
+    result = op.execute(context)
+    assert result["updated"] is False and result["current_count"] == 2
+
+
+def test_cluster_failure_fails(sm, cluster, context):
+    describe = sm.describe_cluster(ClusterName=cluster)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=8, deferrable=False, waiter_delay=0)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
+        stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+        failed = _scaled(describe, "gpu", 2, status="RollingBack")
+        failed["FailureMessage"] = "InsufficientInstanceCapacity for ml.g5.12xlarge"
+        stub.add_response("describe_cluster", failed)
+        with pytest.raises(AirflowException, match="RollingBack: InsufficientInstanceCapacity"):
+            op.execute(context)
+
+
+def test_deferrable_defers_after_update(sm, cluster, context):
+    describe = sm.describe_cluster(ClusterName=cluster)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=3, deferrable=True)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
+        stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, HyperPodScaleTrigger) and trigger.target_count == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "target", "expected"),
+    [("InService", 2, "success"), ("InService", 3, "timeout"), ("Updating", 2, "timeout"),
+     ("Failed", 2, "failure"), ("RollingBack", 2, "failure")],
+)
+def test_trigger_states(sm, cluster, context, status, target, expected):
+    backend = sagemaker_backends[ACCOUNT][REGION]
+    backend.clusters[cluster].status = status
+    try:
+        event = first_event(
+            HyperPodScaleTrigger(cluster_name=cluster, instance_group_name="gpu", target_count=target, waiter_delay=0, waiter_max_attempts=1)
+        )
+    finally:
+        backend.clusters[cluster].status = "InService"
+    assert event["status"] == expected
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=target)
+    if expected == "success":
+        assert op.execute_complete(context, event, result={"cluster_name": cluster})["current_count"] == 2
+    else:
+        with pytest.raises(AirflowException, match="Scaling HyperPod cluster hp"):
+            op.execute_complete(context, event, result={})
+
+
+def test_trigger_serializes_round_trip():
+    t = HyperPodScaleTrigger(cluster_name="hp", instance_group_name="gpu", target_count=2, waiter_delay=1, waiter_max_attempts=2)
+    path, kwargs = t.serialize()
+    assert path == "sim2real.triggers.hyperpod.HyperPodScaleTrigger"
+    assert HyperPodScaleTrigger(**kwargs).serialize() == (path, kwargs)
