@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import boto3
+import pytest
 from conftest import SCRIPTS, wait_until
 
 from sim2real.sandbox import Sandbox
@@ -97,3 +101,33 @@ def test_list_jobs_by_name_finds_the_run(sb: Sandbox) -> None:
     _terminal(sb, job_id)
     listed = sb.client("batch").list_jobs(jobQueue=QUEUE, filters=[{"name": "JOB_NAME", "values": ["reattach-me"]}])
     assert [j["jobId"] for j in listed["jobSummaryList"]] == [job_id]
+
+
+def test_real_launcher_runs_the_selfcheck(sb: Sandbox) -> None:
+    """The repository's distributed_run.bash under the Batch environment the sandbox gives it."""
+    launcher = sb.repo_root / "containers/rl/distributed_run.bash"
+    if not launcher.is_file():
+        pytest.skip("containers/rl/distributed_run.bash not present")
+    sb.batch.launcher = launcher
+    job = _terminal(sb, _submit(sb, "selfcheck-job", {
+        "TRAIN_ENTRYPOINT": "-m sim2real.workloads.selfcheck", "EXPECTED_WORLD_SIZE": "1"}))
+    lines = _log_messages(sb, job["attempts"][0]["container"]["logStreamName"])
+    assert job["status"] == "SUCCEEDED", lines
+    results = [json.loads(line) for line in lines if line.startswith('{"selfcheck"')]
+    assert [(r["selfcheck"], r["world_size"]) for r in results] == [("ok", 1)]
+
+
+def test_airflow_env_points_at_the_sandbox(sb: Sandbox) -> None:
+    env = sb.airflow_env()
+    conn = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])
+    assert conn["conn_type"] == "aws"
+    assert conn["extra"] == {"region_name": "us-east-1", "endpoint_url": sb.endpoint_url}
+    assert json.loads(env["AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"]) == sb.config
+    assert sb.config["sandbox"] is True
+    assert env["AWS_ENDPOINT_URL"] == sb.endpoint_url and env["AWS_DEFAULT_REGION"] == "us-east-1"
+    client = boto3.client("batch", endpoint_url=conn["extra"]["endpoint_url"], region_name="us-east-1",
+                          aws_access_key_id=conn["login"], aws_secret_access_key=conn["password"])
+    ce = client.describe_compute_environments(computeEnvironments=[sb.config["batch"]["compute_environment"]])
+    resources = ce["computeEnvironments"][0]
+    assert (resources["state"], resources["status"]) == ("ENABLED", "VALID")
+    assert resources["computeResources"]["maxvCpus"] >= 48
