@@ -357,6 +357,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       f"mean_reward={mean_reward():.3f} elapsed_s={elapsed:.1f} eta_s={eta:.1f}", flush=True)
             out_of_time = (args.time_budget_seconds is not None
                            and elapsed + per_iter > args.time_budget_seconds and iteration < args.max_iterations)
+            if args.time_budget_seconds is not None and torch.distributed.is_available() \
+                    and torch.distributed.is_initialized():
+                # every rank must stop at the same iteration (the update all-reduces): rank 0 decides
+                flag = torch.tensor([1 if out_of_time else 0], device=device)
+                torch.distributed.broadcast(flag, src=0)
+                out_of_time = bool(flag.item())
             if is_writer and (iteration % args.checkpoint_interval == 0 or iteration == args.max_iterations
                               or out_of_time):
                 last_saved = save(iteration)
