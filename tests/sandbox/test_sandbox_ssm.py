@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+from botocore.exceptions import ClientError
 from conftest import wait_until
 
 from sim2real.sandbox import Sandbox
@@ -83,3 +85,24 @@ def test_cancel_command(sb: Sandbox) -> None:
     wait_until(lambda: ssm.get_command_invocation(CommandId=command_id, InstanceId=instance)["Status"] == "InProgress")
     ssm.cancel_command(CommandId=command_id)
     assert _finished(sb, command_id, instance)["Status"] == "Cancelled"
+
+
+def test_stopped_instance_is_offline_and_refused(sb: Sandbox) -> None:
+    instance = _workstation(sb)
+    ec2, ssm = sb.client("ec2"), sb.client("ssm")
+    ec2.stop_instances(InstanceIds=[instance])
+    try:
+        wait_until(lambda: ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]
+                   ["State"]["Name"] == "stopped")
+        info = ssm.describe_instance_information(Filters=[{"Key": "InstanceIds", "Values": [instance]}])
+        assert [i["PingStatus"] for i in info["InstanceInformationList"]] == ["ConnectionLost"]
+        with pytest.raises(ClientError) as err:
+            ssm.send_command(InstanceIds=[instance], DocumentName="AWS-RunShellScript",
+                             Parameters={"commands": ["true"]})
+        assert err.value.response["Error"]["Code"] == "InvalidInstanceId"
+    finally:
+        ec2.start_instances(InstanceIds=[instance])
+        wait_until(lambda: ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]
+                   ["State"]["Name"] == "running")
+    info = ssm.describe_instance_information(Filters=[{"Key": "InstanceIds", "Values": [instance]}])
+    assert [i["PingStatus"] for i in info["InstanceInformationList"]] == ["Online"]

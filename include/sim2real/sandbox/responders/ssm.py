@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from moto.core.exceptions import ServiceException
 from moto.core.responses import ActionResult
 from moto.ec2.models import ec2_backends
 from moto.ssm.models import Command, SimpleSystemManagerBackend
@@ -42,6 +43,10 @@ STDOUT_LIMIT = 24_000
 STDERR_LIMIT = 8_000
 DEFAULT_EXECUTION_TIMEOUT = 3600
 PLUGIN = "aws:runShellScript"
+
+
+class InvalidInstanceId(ServiceException):
+    code = "InvalidInstanceId"
 
 
 def _now() -> dt.datetime:
@@ -66,6 +71,7 @@ class SsmResponder:
         original_send = SimpleSystemManagerBackend.send_command
 
         def send_command(backend: SimpleSystemManagerBackend, *args: Any, **kwargs: Any) -> Command:
+            active().ssm._check_targets(kwargs.get("instance_ids") or [])
             command = original_send(backend, *args, **kwargs)
             active().ssm._accept(command)
             return command
@@ -92,6 +98,16 @@ class SsmResponder:
             thread.join(timeout=10)
 
     # -- SendCommand -----------------------------------------------------------------------
+    def _check_targets(self, instance_ids: list[str]) -> None:
+        """AWS refuses SendCommand for instances that are not running managed nodes (InvalidInstanceId)."""
+        ec2 = ec2_backends[self.sandbox.account_id][self.sandbox.region]
+        states = {i.id: i.state for r in ec2.all_reservations() for i in r.instances}
+        bad = [i for i in instance_ids if i not in self.managed or states.get(i) != "running"]
+        if bad:
+            raise InvalidInstanceId(
+                "Instances " + str(bad) + " not in a valid state for account " + self.sandbox.account_id
+                + " (not running, or no SSM agent registered)")
+
     def _accept(self, command: Command) -> None:
         command.status = "Pending"
         command.status_details = "Pending"
