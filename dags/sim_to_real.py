@@ -81,6 +81,7 @@ def sim_to_real():
     with TaskGroup("build", tooltip="CodeBuild → ECR image digest"):
         image = CodeBuildImageOperator(
             task_id="build_image",
+            deferrable=True,
             project_name=plan["image.project_name"],
             repository_name=plan["image.repository_name"],
             image_tag=plan["image.image_tag"],
@@ -102,6 +103,7 @@ def sim_to_real():
     with TaskGroup("train", tooltip="AWS Batch multi-node training job"):
         training = BatchTrainingOperator(
             task_id="train_policy",
+            deferrable=True,
             job_name=plan["batch.job_name"],
             job_queue=plan["batch.job_queue"],
             job_definition=plan["batch.job_definition"],
@@ -117,6 +119,7 @@ def sim_to_real():
     with TaskGroup("checkpoint", tooltip="manifest.json written last by the trainer"):
         manifest = CheckpointManifestSensor(
             task_id="wait_for_checkpoint",
+            deferrable=True,
             manifest_uri=plan["checkpoint.manifest_uri"],
             expected_task=plan["checkpoint.task"],
             batch_job_id=training.output["job_id"],
@@ -137,6 +140,7 @@ def sim_to_real():
         commands = eval_command(plan["plan"], manifest.output)
         evaluation = WorkstationCommandOperator(
             task_id="run_evaluation",
+            deferrable=True,
             workstation_tag_key=plan["evaluation.workstation_tag_key"],
             workstation_tag_value=plan["evaluation.workstation_tag_value"],
             commands=commands,
@@ -167,9 +171,7 @@ def sim_to_real():
         report = read_eval_report(plan["plan"], manifest.output, evaluation.output)
         stop_workstation = WorkstationStopOperator(
             task_id="stop_workstation",
-            workstation_tag_key=plan["evaluation.workstation_tag_key"],
-            workstation_tag_value=plan["evaluation.workstation_tag_value"],
-            started_instance=evaluation.output,
+            command_task_id="evaluate.run_evaluation",
             execution_timeout=dt.timedelta(minutes=15),
         )
         evaluation >> stop_workstation.as_teardown(setups=evaluation)
@@ -215,6 +217,7 @@ def sim_to_real():
         )
         finetune = PipelineExecutionOperator(
             task_id="finetune_groot",
+            deferrable=True,
             pipeline_name=plan["vla.pipeline_name"],
             display_name=plan["vla.display_name"],
             pipeline_params=plan["vla.parameters"],
@@ -223,6 +226,7 @@ def sim_to_real():
         )
         approval = ModelPackageApprovalSensor(
             task_id="wait_for_approval",
+            deferrable=True,
             model_package_group_name=plan["vla.model_package_group"],
             run_key=plan["run_key"],
             pipeline_execution_arn=finetune.output["pipeline_execution_arn"],
@@ -248,6 +252,7 @@ def sim_to_real():
         components = deployment_components(plan["plan"], approval.output, manifest.output)
         deployment = GreengrassDeploymentOperator(
             task_id="deploy_to_robots",
+            deferrable=True,
             thing_group_name=plan["deploy.thing_group_name"],
             components=components,
             deployment_name=plan["deploy.deployment_name"],

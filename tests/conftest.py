@@ -23,6 +23,7 @@ for _k, _v in {
     "AIRFLOW_HOME": _HOME,
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+    "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME}/airflow.db",
 }.items():
     os.environ[_k] = _v

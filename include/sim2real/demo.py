@@ -73,10 +73,10 @@ def run_dag(run_conf: dict[str, Any]):
     """Parse ``dags/sim_to_real.py`` with a DagBag (as the scheduler would) and ``dag.test()`` it."""
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real.py"), include_examples=False)
+    bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real.py"))
     if bag.import_errors:
         raise SystemExit(f"DAG import errors: {bag.import_errors}")
-    dag = bag.get_dag("sim_to_real")
+    dag = bag.dags["sim_to_real"]
     return dag.test(run_conf=run_conf)
 
 

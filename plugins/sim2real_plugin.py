@@ -1,0 +1,33 @@
+"""Airflow plugin: registers the project's operator extra links so the UI renders them.
+
+Links of operators outside an installed provider must be declared by a plugin to survive DAG
+serialization. Each link reads an XCom its operator persisted during ``execute`` (provider style,
+``BaseAwsLink.persist``) and formats an AWS console URL.
+"""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from sim2real.links.batch import BatchNodeLogsLink
+from sim2real.links.codebuild import CodeBuildBuildLink
+from sim2real.links.greengrass import GreengrassDeploymentLink
+from sim2real.links.sagemaker import HyperPodClusterLink, SageMakerModelPackageLink, SageMakerPipelineExecutionLink
+from sim2real.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
+
+
+class Sim2RealPlugin(AirflowPlugin):
+    """Extra links: CodeBuild build, Batch node log streams, SSM command, workstation, pipeline
+    execution, model package, HyperPod cluster, Greengrass deployment."""
+
+    name = "sim2real"
+    operator_extra_links = [
+        CodeBuildBuildLink(),
+        BatchNodeLogsLink(),
+        SsmRunCommandLink(),
+        WorkstationInstanceLink(),
+        SageMakerPipelineExecutionLink(),
+        SageMakerModelPackageLink(),
+        HyperPodClusterLink(),
+        GreengrassDeploymentLink(),
+    ]
