@@ -1,0 +1,450 @@
+"""BatchTrainingOperator, BatchTrainingHook and BatchTrainingJobTrigger against moto.
+
+Sync paths run under ``moto.mock_aws`` (Batch without Docker: jobs finish inside SubmitJob);
+the trigger runs against ``ThreadedMotoServer`` (aiobotocore needs an endpoint). moto cannot hold
+a job in RUNNABLE with a statusReason, so ``Job.describe`` is wrapped to report a scripted status
+sequence per job (``script`` fixture); the server runs in this process, so the wrap applies to it too.
+moto also omits ``nodeProperties`` from ``DescribeJobDefinitions``; the ``moto_batch_gaps`` fixture
+adds it back (real AWS returns it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import boto3
+import pytest
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, TaskDeferred
+from moto import mock_aws
+from moto.batch.models import BatchBackend, Job, JobDefinition
+from moto.core import DEFAULT_ACCOUNT_ID
+from sim2real.config import RUN_KEY_TAG
+from sim2real.hooks.batch import IMAGE_DIGEST_TAG, BatchTrainingHook
+from sim2real.operators.batch import BatchTrainingOperator
+from sim2real.triggers.batch import BatchTrainingJobTrigger
+
+REGION = "us-east-1"
+QUEUE = "sim2real-gpu"
+CE = "sim2real-gpu-ce"
+JOBDEF = "sim2real-train"
+RUN_KEY = "sim-to-real-manual-2026-11-29-abcdef12"
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+IMAGE_A = f"{DEFAULT_ACCOUNT_ID}.dkr.ecr.{REGION}.amazonaws.com/sim2real-training@{DIGEST_A}"
+IMAGE_B = f"{DEFAULT_ACCOUNT_ID}.dkr.ecr.{REGION}.amazonaws.com/sim2real-training@{DIGEST_B}"
+INTERMEDIATE = ["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING"]
+MOTO_BATCH = {"batch": {"use_docker": False}}
+NOW_MS = int(time.time() * 1000)
+
+
+class RecordingLog:
+    """Stand-in logger that keeps the formatted messages."""
+
+    def __init__(self):
+        self.messages: list[str] = []
+
+    def _record(self, msg, *args, **kwargs):
+        self.messages.append(msg % args if args else msg)
+
+    info = warning = error = debug = exception = _record
+
+
+def first_event(trigger):
+    async def _run():
+        gen = trigger.run()
+        try:
+            return (await gen.__anext__()).payload
+        finally:
+            await gen.aclose()
+
+    return asyncio.run(_run())
+
+
+@pytest.fixture
+def moto_batch_gaps(monkeypatch):
+    original = JobDefinition.describe
+
+    def describe(self):
+        result = original(self)
+        if self.node_properties is not None:
+            result["nodeProperties"] = self.node_properties
+        return result
+
+    monkeypatch.setattr(JobDefinition, "describe", describe)
+
+
+@pytest.fixture
+def script(monkeypatch):
+    """``script[job_id or "*"] = [(status, statusReason, exitCode), ...]``: DescribeJobs reports them in
+    order (the last one repeats). ``script["terminated"]`` records TerminateJob calls."""
+    scripts: dict = {"terminated": []}
+    calls: dict = {}
+    original = Job.describe
+    original_terminate = BatchBackend.terminate_job
+
+    def describe(self):
+        result = original(self)
+        steps = scripts.get(self.job_id) or scripts.get("*")
+        if steps:
+            i = calls.get(self.job_id, 0)
+            calls[self.job_id] = i + 1
+            status, reason, exit_code = steps[min(i, len(steps) - 1)]
+            result["status"] = status
+            result.pop("statusReason", None)
+            if reason:
+                result["statusReason"] = reason
+            if exit_code is not None:
+                result.setdefault("container", {})["exitCode"] = exit_code
+            if status in ("SUBMITTED", "PENDING", "RUNNABLE"):
+                result["attempts"] = []
+        return result
+
+    def terminate_job(self, job_id, reason):
+        scripts["terminated"].append((job_id, reason))
+        return original_terminate(self, job_id, reason)
+
+    monkeypatch.setattr(Job, "describe", describe)
+    monkeypatch.setattr(BatchBackend, "terminate_job", terminate_job)
+    return scripts
+
+
+def setup_batch(endpoint_url: str | None = None) -> dict:
+    kw = {"region_name": REGION, "endpoint_url": endpoint_url}
+    role = boto3.client("iam", **kw).create_role(RoleName="batch-service", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    batch = boto3.client("batch", **kw)
+    ce = batch.create_compute_environment(
+        computeEnvironmentName=CE, type="UNMANAGED", state="ENABLED", serviceRole=role
+    )["computeEnvironmentArn"]
+    batch.create_job_queue(
+        jobQueueName=QUEUE,
+        state="ENABLED",
+        priority=1,
+        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce}],
+    )
+    batch.register_job_definition(
+        jobDefinitionName=JOBDEF,
+        type="multinode",
+        nodeProperties={
+            "numNodes": 2,
+            "mainNode": 0,
+            "nodeRangeProperties": [
+                {
+                    "targetNodes": "0:",
+                    "container": {
+                        "image": "public.ecr.aws/placeholder:latest",
+                        "vcpus": 4,
+                        "memory": 2048,
+                        "command": ["bash", "distributed_run.bash"],
+                    },
+                }
+            ],
+        },
+    )
+    return {"batch": batch, "logs": boto3.client("logs", **kw)}
+
+
+def make_op(**kw) -> BatchTrainingOperator:
+    args = dict(
+        task_id="train",
+        job_definition=JOBDEF,
+        job_queue=QUEUE,
+        image_uri=IMAGE_A,
+        num_nodes=2,
+        run_key=RUN_KEY,
+        environment={"TASK": "Reacher-v5", "MAX_ITERATIONS": 40},
+        runnable_timeout_seconds=3600,
+        poll_interval=0,
+        max_retries=1,
+        deferrable=False,
+    )
+    args.update(kw)
+    return BatchTrainingOperator(**args)
+
+
+def jobs_named(batch, name=RUN_KEY) -> list[dict]:
+    return batch.list_jobs(jobQueue=QUEUE, filters=[{"name": "JOB_NAME", "values": [name]}])["jobSummaryList"]
+
+
+# -- job definition pinning -------------------------------------------------------------------
+@mock_aws(config=MOTO_BATCH)
+def test_job_definition_revision_reused_when_digest_unchanged_new_when_changed(aws_env, moto_batch_gaps):
+    setup_batch()
+    hook = BatchTrainingHook()
+    first, reused = hook.ensure_job_definition(JOBDEF, IMAGE_A)
+    assert reused is False and first["revision"] == 2
+    assert first["nodeProperties"]["nodeRangeProperties"][0]["container"]["image"] == IMAGE_A
+    tags = hook.conn.describe_job_definitions(jobDefinitions=[first["jobDefinitionArn"]])["jobDefinitions"][0]["tags"]
+    assert tags[IMAGE_DIGEST_TAG] == DIGEST_A
+    again, reused = hook.ensure_job_definition(JOBDEF, IMAGE_A)
+    assert reused is True and again["jobDefinitionArn"] == first["jobDefinitionArn"]
+    changed, reused = hook.ensure_job_definition(JOBDEF, IMAGE_B)
+    assert reused is False and changed["revision"] == 3
+    assert changed["nodeProperties"]["nodeRangeProperties"][0]["container"]["image"] == IMAGE_B
+
+
+# -- sync: success, contract shape, tags, overrides -------------------------------------------
+@mock_aws(config=MOTO_BATCH)
+def test_sync_success_returns_contract_dict(aws_env, moto_batch_gaps):
+    clients = setup_batch()
+    submitted = {}
+    op = make_op()
+    original_submit = op.hook.conn.submit_job
+
+    def spy_submit(**kwargs):
+        submitted.update(kwargs)
+        return original_submit(**kwargs)
+
+    op.hook.conn.submit_job = spy_submit
+    result = op.execute({})
+    assert set(result) >= {"job_id", "job_name", "job_definition_arn", "status", "attempts", "log_streams", "num_nodes"}
+    assert result["status"] == "SUCCEEDED" and result["job_name"] == RUN_KEY and result["num_nodes"] == 2
+    assert result["job_definition_arn"].endswith(f"{JOBDEF}:2") and result["reattached"] is False
+    assert [s["node_index"] for s in result["log_streams"]] == [0, 1]
+    assert result["log_streams"][0]["job_id"] == f"{result['job_id']}#0"
+    assert result["log_streams"][0]["log_stream_name"] and result["log_streams"][0]["log_group"] == "/aws/batch/job"
+    assert submitted["tags"] == {RUN_KEY_TAG: RUN_KEY}
+    assert submitted["jobDefinition"] == result["job_definition_arn"]
+    override = submitted["nodeOverrides"]
+    assert override["numNodes"] == 2
+    assert override["nodePropertyOverrides"][0]["targetNodes"] == "0:"
+    env = {e["name"]: e["value"] for e in override["nodePropertyOverrides"][0]["containerOverrides"]["environment"]}
+    assert env == {"TASK": "Reacher-v5", "MAX_ITERATIONS": "40", "RUN_KEY": RUN_KEY, "IMAGE_DIGEST": DIGEST_A}
+    desc = clients["batch"].describe_jobs(jobs=[result["job_id"]])["jobs"][0]
+    assert desc["tags"][RUN_KEY_TAG] == RUN_KEY
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_log_stream_failure_does_not_change_outcome(aws_env, moto_batch_gaps, monkeypatch):
+    setup_batch()
+
+    def boom(*a, **k):
+        raise RuntimeError("CloudWatch is down")
+
+    monkeypatch.setattr(BatchTrainingHook, "node_log_streams", boom)
+    monkeypatch.setattr(BatchTrainingHook, "get_job_all_awslogs_info", boom)
+    result = make_op().execute({})
+    assert result["status"] == "SUCCEEDED" and result["log_streams"] == []
+
+
+# -- reattach ---------------------------------------------------------------------------------
+@mock_aws(config=MOTO_BATCH)
+def test_reattach_after_crash_right_after_submit(aws_env, moto_batch_gaps, script):
+    clients = setup_batch()
+    script["*"] = [("RUNNING", None, None)]
+    crashed = make_op()
+    original_submit = crashed.hook.conn.submit_job
+
+    def submit_then_crash(**kwargs):
+        original_submit(**kwargs)
+        raise RuntimeError("worker lost right after SubmitJob")
+
+    crashed.hook.conn.submit_job = submit_then_crash
+    with pytest.raises(AirflowException, match="worker lost"):
+        crashed.execute({})
+    assert len(jobs_named(clients["batch"])) == 1
+
+    script["*"] = [("SUCCEEDED", None, 0)]
+    retry = make_op()
+    result = retry.execute({})
+    assert result["reattached"] is True and result["status"] == "SUCCEEDED"
+    assert [j["jobId"] for j in jobs_named(clients["batch"])] == [result["job_id"]]
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_failed_job_is_not_reattached(aws_env, moto_batch_gaps, monkeypatch):
+    clients = setup_batch()
+    monkeypatch.setenv("MOTO_SIMPLE_BATCH_FAIL_AFTER", "0")
+    with pytest.raises(AirflowException):
+        make_op().execute({})
+    monkeypatch.delenv("MOTO_SIMPLE_BATCH_FAIL_AFTER")
+    result = make_op().execute({})
+    assert result["reattached"] is False
+    statuses = sorted(j["status"] for j in jobs_named(clients["batch"]))
+    assert statuses == ["FAILED", "SUCCEEDED"]
+
+
+# -- sync: every status in one poll -----------------------------------------------------------
+@pytest.mark.parametrize("status", ["SUCCEEDED", "FAILED", *INTERMEDIATE])
+@mock_aws(config=MOTO_BATCH)
+def test_sync_status_table_one_poll(aws_env, moto_batch_gaps, script, status):
+    setup_batch()
+    reason = "Essential container in task exited" if status == "FAILED" else None
+    script["*"] = [("RUNNING", None, None), (status, reason, 137 if status == "FAILED" else None)]
+    op = make_op(runnable_timeout_seconds=None)
+    if status == "SUCCEEDED":
+        assert op.execute({})["status"] == "SUCCEEDED"
+        return
+    if status == "FAILED":
+        with pytest.raises(AirflowFailException) as err:
+            op.execute({})
+        message = str(err.value)
+        assert "ended FAILED" in message and "exit code=137" in message
+        assert "failure class OUT_OF_MEMORY" in message and reason in message
+        return
+    with pytest.raises(AirflowException, match="exceeded max_retries") as err:
+        op.execute({})
+    assert not isinstance(err.value, AirflowFailException)
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_sync_failure_classified_from_log_tail_is_retryable(aws_env, moto_batch_gaps, script):
+    clients = setup_batch()
+    script["*"] = [("RUNNING", None, None), ("FAILED", "Essential container in task exited", 1)]
+    op = make_op()
+    with pytest.raises(AirflowException) as err:
+        # log stream of node 0 exists once the job ran: write a rendezvous failure into it
+        original = BatchTrainingHook.log_tail
+
+        def log_tail(self, group, stream, limit=50):
+            clients["logs"].create_log_group(logGroupName=group)
+            clients["logs"].create_log_stream(logGroupName=group, logStreamName=stream)
+            clients["logs"].put_log_events(
+                logGroupName=group,
+                logStreamName=stream,
+                logEvents=[
+                    {"timestamp": NOW_MS, "message": "Traceback (most recent call last):"},
+                    {
+                        "timestamp": NOW_MS + 1,
+                        "message": "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+                    },
+                ],
+            )
+            return original(self, group, stream, limit)
+
+        BatchTrainingHook.log_tail = log_tail
+        try:
+            op.execute({})
+        finally:
+            BatchTrainingHook.log_tail = original
+    assert not isinstance(err.value, AirflowFailException)
+    assert "failure class NCCL_RENDEZVOUS" in str(err.value) and "RendezvousTimeoutError" in str(err.value)
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_sync_runnable_past_budget_fails_and_terminates(aws_env, moto_batch_gaps, script):
+    setup_batch()
+    reason = "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - no instance type can satisfy the job"
+    script["*"] = [("RUNNABLE", reason, None)]
+    op = make_op(runnable_timeout_seconds=0)
+    with pytest.raises(AirflowFailException) as err:
+        op.execute({})
+    message = str(err.value)
+    assert reason in message and f"compute environment {CE}: state=ENABLED status=VALID" in message
+    assert "desiredvCpus" in message and "failure class CAPACITY" in message and "terminated" in message
+    assert [j for j, _ in script["terminated"]] == [op.job_id]
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_sync_on_kill_terminates(aws_env, moto_batch_gaps, script):
+    setup_batch()
+    op = make_op()
+    op.on_kill()  # nothing started: no call
+    assert script["terminated"] == []
+    op.execute({})
+    op.on_kill()
+    assert [j for j, _ in script["terminated"]] == [op.job_id]
+
+
+# -- deferrable -------------------------------------------------------------------------------
+@mock_aws(config=MOTO_BATCH)
+def test_deferrable_defers_with_our_trigger_and_execute_complete(aws_env, moto_batch_gaps, script):
+    setup_batch()
+    script["*"] = [("RUNNABLE", None, None)]
+    op = make_op(deferrable=True, runnable_timeout_seconds=900, poll_interval=15, max_retries=100)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute({})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, BatchTrainingJobTrigger)
+    path, kwargs = trigger.serialize()
+    assert path == "sim2real.triggers.batch.BatchTrainingJobTrigger"
+    assert kwargs["job_id"] == op.job_id and kwargs["runnable_timeout_seconds"] == 900
+    assert kwargs["waiter_delay"] == 15 and kwargs["waiter_max_attempts"] == 100
+    assert BatchTrainingJobTrigger(**kwargs).serialize() == (path, kwargs)
+
+    with pytest.raises(AirflowFailException, match="failure class CAPACITY"):
+        op.execute_complete(
+            {},
+            {
+                "status": "failure",
+                "job_id": op.job_id,
+                "job_status": "RUNNABLE",
+                "reason": "runnable_timeout",
+                "message": "stayed RUNNABLE",
+            },
+        )
+    with pytest.raises(AirflowException, match="throttled"):
+        op.execute_complete({}, {"status": "error", "job_id": op.job_id, "message": "throttled"})
+    script[op.job_id] = [("FAILED", "Host EC2 (instance i-0123456789abcdef0) terminated.", None)]
+    with pytest.raises(AirflowException) as err:
+        op.execute_complete({}, {"status": "failure", "job_id": op.job_id, "job_status": "FAILED", "message": "x"})
+    assert "failure class SPOT_RECLAIM" in str(err.value) and not isinstance(err.value, AirflowFailException)
+    script[op.job_id] = [("SUCCEEDED", None, 0)]
+    assert op.execute_complete({}, {"status": "success", "job_id": op.job_id})["status"] == "SUCCEEDED"
+
+
+# -- trigger against ThreadedMotoServer -------------------------------------------------------
+def submit_on_server(endpoint: str) -> str:
+    clients = setup_batch(endpoint)
+    return clients["batch"].submit_job(jobName=RUN_KEY, jobQueue=QUEUE, jobDefinition=JOBDEF)["jobId"]
+
+
+@pytest.mark.parametrize("status", ["SUCCEEDED", "FAILED", *INTERMEDIATE])
+def test_trigger_status_table_one_poll(moto_server, moto_batch_gaps, script, status):
+    job_id = submit_on_server(moto_server)
+    script[job_id] = [(status, "Essential container in task exited" if status == "FAILED" else None, None)]
+    trigger = BatchTrainingJobTrigger(
+        job_id=job_id, runnable_timeout_seconds=None, waiter_delay=0, waiter_max_attempts=1
+    )
+    event = first_event(trigger)
+    assert event["job_id"] == job_id
+    expected = {"SUCCEEDED": "success", "FAILED": "failure"}.get(status, "error")
+    assert event["status"] == expected
+    if status == "FAILED":
+        assert event["job_status"] == "FAILED" and "Essential container" in event["message"]
+    if expected == "error":
+        assert "max attempts" in event["message"]
+    assert script["terminated"] == []
+
+
+def test_trigger_runnable_past_budget_fails_and_terminates(moto_server, moto_batch_gaps, script):
+    job_id = submit_on_server(moto_server)
+    reason = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - no g6.12xlarge capacity in the subnets' AZs"
+    script[job_id] = [("RUNNABLE", reason, None)]
+    event = first_event(
+        BatchTrainingJobTrigger(job_id=job_id, runnable_timeout_seconds=0, waiter_delay=0, waiter_max_attempts=5)
+    )
+    assert event["status"] == "failure" and event["reason"] == "runnable_timeout" and event["job_status"] == "RUNNABLE"
+    assert reason in event["message"] and f"compute environment {CE}: state=ENABLED" in event["message"]
+    assert "desiredvCpus" in event["message"]
+    assert [j for j, _ in script["terminated"]] == [job_id]
+
+
+def test_trigger_on_kill_terminates_job(moto_server, moto_batch_gaps, script):
+    job_id = submit_on_server(moto_server)
+    asyncio.run(BatchTrainingJobTrigger(job_id=job_id).on_kill())
+    assert [j for j, _ in script["terminated"]] == [job_id]
+    asyncio.run(BatchTrainingJobTrigger(job_id=job_id, terminate_on_kill=False).on_kill())
+    assert len(script["terminated"]) == 1
+
+
+def test_trigger_logs_progress_while_running(moto_server, moto_batch_gaps, script):
+    job_id = submit_on_server(moto_server)
+    logs = boto3.client("logs", region_name=REGION, endpoint_url=moto_server)
+    stream = boto3.client("batch", region_name=REGION, endpoint_url=moto_server).describe_jobs(jobs=[job_id])["jobs"][
+        0
+    ]["container"]["logStreamName"]
+    logs.create_log_group(logGroupName="/aws/batch/job")
+    logs.create_log_stream(logGroupName="/aws/batch/job", logStreamName=stream)
+    line = "[sim2real] iteration=12/40 timesteps=12288 mean_reward=-20.1 elapsed_s=15.2 eta_s=35.0"
+    logs.put_log_events(
+        logGroupName="/aws/batch/job",
+        logStreamName=stream,
+        logEvents=[{"timestamp": NOW_MS, "message": "starting"}, {"timestamp": NOW_MS + 1, "message": line}],
+    )
+    script[job_id] = [("RUNNING", None, None)]
+    trigger = BatchTrainingJobTrigger(job_id=job_id, waiter_delay=0, waiter_max_attempts=1)
+    trigger._log = RecordingLog()
+    event = first_event(trigger)
+    assert event["status"] == "error"
+    assert any(line in message for message in trigger._log.messages)
