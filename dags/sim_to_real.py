@@ -14,6 +14,7 @@ artifacts bucket); account-specific names come from the Airflow Variable `sim2re
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 from airflow.sdk import Asset, TaskGroup, dag, task
 from airflow.sdk.exceptions import AirflowFailException
@@ -31,6 +32,10 @@ from sim2real.sensors.model_package import ModelPackageApprovalSensor
 CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
 EVAL_REPORT_ASSET = Asset(name="sim2real_eval_report", uri="sim2real://rl/eval-report")
 MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
+
+#: Seconds between status polls of every waiting task (deployment setting, read from the process
+#: environment like any Airflow config: 30 s on AWS; the local sandbox sets 2).
+POLL = int(os.environ.get("SIM2REAL_POLL_SECONDS", "30"))
 
 DEFAULT_ARGS = {
     "owner": "mlops",
@@ -86,6 +91,7 @@ def sim_to_real():
             repository_name=plan["image.repository_name"],
             image_tag=plan["image.image_tag"],
             source_version=plan["image.source_version"],
+            waiter_delay=POLL,
             multiple_outputs=True,
             execution_timeout=dt.timedelta(hours=2),
         )
@@ -112,6 +118,7 @@ def sim_to_real():
             run_key=plan["run_key"],
             environment=plan["batch.environment"],
             runnable_timeout_seconds=plan["batch.runnable_timeout_seconds"],
+            poll_interval=POLL,
             multiple_outputs=True,
             execution_timeout=dt.timedelta(hours=12),
         )
@@ -123,7 +130,7 @@ def sim_to_real():
             manifest_uri=plan["checkpoint.manifest_uri"],
             expected_task=plan["checkpoint.task"],
             batch_job_id=training.output["job_id"],
-            poke_interval=10,
+            poke_interval=POLL,
             timeout=30 * 60,
             execution_timeout=dt.timedelta(minutes=40),
             outlets=[CHECKPOINT_ASSET],
@@ -147,6 +154,7 @@ def sim_to_real():
             execution_timeout_seconds=plan["evaluation.execution_timeout_seconds"],
             output_s3_bucket=plan["evaluation.output_s3_bucket"],
             output_s3_key_prefix=plan["evaluation.output_s3_key_prefix"],
+            waiter_delay=POLL,
             execution_timeout=dt.timedelta(hours=2),
         )
 
@@ -221,6 +229,7 @@ def sim_to_real():
             pipeline_name=plan["vla.pipeline_name"],
             display_name=plan["vla.display_name"],
             pipeline_params=plan["vla.parameters"],
+            check_interval=POLL,
             multiple_outputs=True,
             execution_timeout=dt.timedelta(hours=30),
         )
@@ -230,7 +239,7 @@ def sim_to_real():
             model_package_group_name=plan["vla.model_package_group"],
             run_key=plan["run_key"],
             pipeline_execution_arn=finetune.output["pipeline_execution_arn"],
-            poke_interval=5,
+            poke_interval=POLL,
             timeout=24 * 3600,
             execution_timeout=dt.timedelta(days=2),
             outlets=[MODEL_PACKAGE_ASSET],
@@ -257,18 +266,21 @@ def sim_to_real():
             components=components,
             deployment_name=plan["deploy.deployment_name"],
             iot_job_configuration=plan["deploy.iot_job_configuration"],
+            waiter_delay=POLL,
             execution_timeout=dt.timedelta(hours=2),
         )
         approval >> deploy_enabled(plan["plan"]) >> components >> deployment
 
-    @task(trigger_rule="all_done", retries=1, execution_timeout=dt.timedelta(minutes=5))
+    @task(retries=1, execution_timeout=dt.timedelta(minutes=5))
     def write_lineage(plan: dict, params=None, dag_run=None, ti=None) -> dict:
         """Write runs/<run_key>/lineage.json and lineage.md, whatever happened upstream."""
         from sim2real.report import write_run_report
 
         return write_run_report(plan=plan, params=dict(params), dag_run=dag_run, ti=ti)
 
-    lineage = write_lineage(plan["plan"])
+    # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded)
+    # and, being a teardown, does not mask a failed stage in the run's final state.
+    lineage = write_lineage(plan["plan"]).as_teardown(setups=plan)
     [deployment, gate, stop_workstation] >> lineage
 
 

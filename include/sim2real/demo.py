@@ -59,6 +59,7 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
+        "SIM2REAL_POLL_SECONDS": os.environ.get("SIM2REAL_POLL_SECONDS", "2"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO"),
         **extra_env,
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             dag_run = run_dag(conf)
         finally:
-            approver.stop()
+            approver.cancel()
         state = str(getattr(dag_run.state, "value", dag_run.state))
         rows = task_table(dag_run)
         summary = summarise(sandbox, env_config, dag_run, rows)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from moto.batch.exceptions import ClientException
-from moto.batch.models import JOB_NAME_REGEX, BatchBackend, Job, datetime2int_milliseconds
+from moto.batch.models import JOB_NAME_REGEX, BatchBackend, Job, JobDefinition, datetime2int_milliseconds
 from moto.batch.responses import BatchResponse
 from moto.core.utils import utcnow
 from moto.logs.models import logs_backends
@@ -179,8 +179,18 @@ class BatchResponder:
                     result.append(parent.describe_node(int(index)))
             return result
 
+        original_jd_describe = JobDefinition.describe
+
+        def describe_job_definition(jd: JobDefinition) -> dict[str, Any]:
+            # moto 5.2.5 leaves nodeProperties out of DescribeJobDefinitions; AWS returns it.
+            result = original_jd_describe(jd)
+            if getattr(jd, "node_properties", None) is not None:
+                result["nodeProperties"] = jd.node_properties
+            return result
+
         patcher.setattr(BatchResponse, "submitjob", submitjob)
         patcher.setattr(BatchBackend, "describe_jobs", describe_jobs)
+        patcher.setattr(JobDefinition, "describe", describe_job_definition)
 
     def shutdown(self) -> None:
         for job in list(self.jobs.values()):
