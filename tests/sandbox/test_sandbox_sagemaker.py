@@ -105,3 +105,25 @@ def test_update_cluster_replaces_instance_groups(sb: Sandbox) -> None:
     # restore for other tests
     sm.update_cluster(ClusterName="sim2real-hyperpod", InstanceGroups=[spec("head", 1), spec("gpu", 0)])
     wait_until(lambda: sm.describe_cluster(ClusterName="sim2real-hyperpod")["ClusterStatus"] == "InService")
+
+
+def test_register_step_nested_in_the_condition_is_played(sb: Sandbox) -> None:
+    """The project's real definition nests RegisterModel in SmokeGate's IfSteps (as SageMaker does);
+    the played execution must still register the run's package."""
+    import json
+
+    from sim2real.pipelines.groot import pipeline_definition
+
+    sm = sb.client("sagemaker")
+    definition = pipeline_definition(role_arn="arn:aws:iam::123456789012:role/sim2real-pipeline",
+                                     model_package_group=GROUP, bucket="sim2real-artifacts-123456789012",
+                                     images={"processing": "i", "training": "i", "smoke_eval": "i"})
+    sm.create_pipeline(PipelineName="nested-def", PipelineDefinition=json.dumps(definition),
+                       RoleArn="arn:aws:iam::123456789012:role/sim2real-pipeline")
+    arn = sm.start_pipeline_execution(PipelineName="nested-def", PipelineExecutionDisplayName="run-nested",
+                                      PipelineParameters=[{"Name": "RunKey", "Value": "run-nested"}])[
+        "PipelineExecutionArn"]
+    assert _final(sb, arn)["PipelineExecutionStatus"] == "Succeeded"
+    steps = [s["StepName"] for s in sm.list_pipeline_execution_steps(PipelineExecutionArn=arn)["PipelineExecutionSteps"]]
+    assert steps[0] == "RegisterModel" and "SmokeFailed" not in steps
+    assert _package_for(sb, "run-nested") is not None

@@ -52,6 +52,19 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+
+def _flatten_steps(steps: list[Any]) -> list[dict[str, Any]]:
+    """Steps in execution order: a Condition step is followed by its IfSteps (the sandbox's
+    conditions evaluate True, as a passing smoke check would), as SageMaker runs them."""
+    out: list[dict[str, Any]] = []
+    for step in steps or []:
+        if not isinstance(step, dict) or not step.get("Name"):
+            continue
+        out.append(step)
+        if step.get("Type") == "Condition":
+            out.extend(_flatten_steps((step.get("Arguments") or {}).get("IfSteps") or []))
+    return out
+
 class SageMakerResponder:
     def __init__(self, sandbox: Sandbox, step_seconds: float) -> None:
         self.sandbox = sandbox
@@ -179,7 +192,7 @@ class SageMakerResponder:
             return params.get(value["Get"].split(".", 1)[1])
         return value
 
-    def _play(self, arn: str) -> None:
+    def _play(self, arn: str) -> None:  # noqa: D401 - thread body
         try:
             self._play_inner(arn)
         except Exception as exc:  # noqa: BLE001
@@ -190,7 +203,8 @@ class SageMakerResponder:
         stop = self.stop_events[arn]
         definition = self._definition(arn)
         params = self._parameters(arn)
-        steps = [(s.get("Name"), s.get("Type", "")) for s in definition.get("Steps", []) if isinstance(s, dict) and s.get("Name")]
+        flat = _flatten_steps(definition.get("Steps", []))
+        steps = [(s.get("Name"), s.get("Type", "")) for s in flat]
         steps = steps or list(DEFAULT_STEPS)
         final = self.sandbox.faults.get("pipeline_status") or "Succeeded"
         fail_step = self.sandbox.faults.get("pipeline_fail_step") or (
@@ -210,7 +224,7 @@ class SageMakerResponder:
                 self.sandbox.events.emit("sagemaker", "pipeline-step", f"{arn} step {name} Failed", arn=arn, step=name)
                 return self._set_status(arn, "Failed" if final != "CompletedWithFailures" else final, reason)
             if step_type == "RegisterModel" or name == "RegisterModel":
-                step_def = next((s for s in definition.get("Steps", []) if isinstance(s, dict) and s.get("Name") == name), {})
+                step_def = next((s for s in flat if s.get("Name") == name), {})
                 package_arn = self._register(arn, step_def, params)
                 step["Metadata"] = {"RegisterModel": {"Arn": package_arn}}
             elif step_type == "Condition":
