@@ -62,7 +62,7 @@ def build_params() -> dict[str, Any]:
             section=SECTION_TRAINING,
         ),
         "max_iterations": Param(
-            40, type="integer", minimum=1, maximum=100_000, title="Max iterations",
+            500, type="integer", minimum=1, maximum=100_000, title="Max iterations",
             description="PPO iterations (one rollout per environment + one update each).",
             section=SECTION_TRAINING,
         ),
@@ -90,13 +90,15 @@ def build_params() -> dict[str, Any]:
             "(empty: the environment config's cluster).", section=SECTION_TRAINING,
         ),
         # ---------------- evaluation
-        "eval_episodes": Param(20, type="integer", minimum=1, maximum=10_000, title="Episodes",
+        "eval_episodes": Param(50, type="integer", minimum=1, maximum=10_000, title="Episodes",
                                section=SECTION_EVAL),
         "eval_seed": Param(1000, type="integer", minimum=0, maximum=2**31 - 1, title="First episode seed",
                            description="Episode i uses seed eval_seed + i.", section=SECTION_EVAL),
         "min_success_rate": Param(
-            0.05, type="number", minimum=0, maximum=1, title="Quality gate: minimum success rate",
-            description="The release stops unless the evaluated success rate reaches this value.",
+            0.15, type="number", minimum=0, maximum=1, title="Quality gate: minimum success rate",
+            description="The release stops unless the evaluated success rate reaches this value. "
+            "Reference for the default task (Reacher-v5, success = fingertip within 0.05 m of the target at "
+            "the last step): a uniform random policy scores about 0.10, the 60 s sandbox training about 0.30.",
             section=SECTION_EVAL,
         ),
         "gate_on_lower_bound": Param(
