@@ -124,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
     with Sandbox(repo_root=REPO_ROOT) as sandbox:
         env_config = sandbox.provision()
+        from sim2real.sandbox.device import PolicyDeviceCheck
+
+        # The emulated robots run the real setup component and policy server on the deployed policy.
+        sandbox.greengrass.device_check = PolicyDeviceCheck(sandbox, home / "greengrass-devices")
         print(f"[demo] sandbox at {sandbox.endpoint_url}; provisioned bucket {env_config['artifacts_bucket']}, "
               f"job queue {env_config['batch']['job_queue']}, thing group {env_config['greengrass']['thing_group_name']}")
         prepare_airflow_home(home, sandbox.airflow_env())
@@ -152,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[demo] check: {check}")
     print("[demo] emulated by the sandbox: CodeBuild build (image pushed with a real digest), Batch compute "
           "(training ran here through the real launcher), the workstation (SSM command ran here), the GR00T "
-          "pipeline (RegisterModel only), the reviewer's approval, the Greengrass core devices.")
+          "pipeline (RegisterModel only), the reviewer's approval, the Greengrass core devices (each ran the real setup "
+          "component and policy server on the RL policy, standing in for the GR00T model).")
     print(f"[demo] finished in {elapsed:.0f} s: run {state}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({**summary, "state": state, "tasks": rows,

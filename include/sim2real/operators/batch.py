@@ -309,6 +309,12 @@ class BatchTrainingOperator(BatchOperator):
 
     def _success(self, context: Context, job: dict[str, Any]) -> dict[str, Any]:
         streams = self._log_streams(job)
+        linked = {e["node_index"] for e in streams if e.get("log_stream_name")}
+        if self.do_xcom_push:
+            # Links of nodes this job does not have resolve to no link (instead of a missing XCom).
+            for index in range(len(NODE_LOG_LINKS)):
+                if index not in linked:
+                    context["ti"].xcom_push(key=NODE_LOG_LINKS[index].key, value=None)
         for entry in streams:
             if entry["node_index"] < len(NODE_LOG_LINKS) and entry.get("log_stream_name"):
                 try:
