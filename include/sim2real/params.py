@@ -47,8 +47,9 @@ def build_params() -> dict[str, Any]:
     return {
         # ---------------- training
         "training_backend": Param(
-            "batch", type="string", enum=["batch", "hyperpod"], title="Training backend",
-            description="AWS Batch multi-node job, or a SageMaker HyperPod (Slurm) cluster.",
+            "batch", type="string", enum=["batch"], title="Training backend",
+            description="AWS Batch multi-node job. (The SageMaker HyperPod backend is not wired into "
+            "this DAG yet.)",
             section=SECTION_TRAINING,
         ),
         "task": Param(

@@ -181,7 +181,20 @@ class BatchTrainingOperator(BatchOperator):
             self.submit_job(context)
 
         job = self._persist_links(context)
+        self._reserve_node_links(context)
         return self._settle(context, job)
+
+    def _reserve_node_links(self, context: Context) -> None:
+        """Push an empty value for every node-log link key, so the UI (and the task runner, which
+        renders links when the task defers) finds "no link yet" instead of a missing XCom.
+        ``_success`` overwrites the keys of the nodes the job has."""
+        if not self.do_xcom_push:
+            return
+        for link in NODE_LOG_LINKS:
+            try:
+                context["ti"].xcom_push(key=link.key, value=None)
+            except Exception as err:  # noqa: BLE001 - links never change the outcome
+                self.log.debug("could not reserve link %s: %s", link.key, err)
 
     def _settle(self, context: Context, job: dict[str, Any]) -> dict[str, Any]:
         status = job.get("status")
@@ -309,12 +322,6 @@ class BatchTrainingOperator(BatchOperator):
 
     def _success(self, context: Context, job: dict[str, Any]) -> dict[str, Any]:
         streams = self._log_streams(job)
-        linked = {e["node_index"] for e in streams if e.get("log_stream_name")}
-        if self.do_xcom_push:
-            # Links of nodes this job does not have resolve to no link (instead of a missing XCom).
-            for index in range(len(NODE_LOG_LINKS)):
-                if index not in linked:
-                    context["ti"].xcom_push(key=NODE_LOG_LINKS[index].key, value=None)
         for entry in streams:
             if entry["node_index"] < len(NODE_LOG_LINKS) and entry.get("log_stream_name"):
                 try:
