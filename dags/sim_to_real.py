@@ -44,6 +44,9 @@ DEFAULT_ARGS = {
     "retry_exponential_backoff": True,
     "max_retry_delay": dt.timedelta(minutes=10),
     "execution_timeout": dt.timedelta(hours=1),
+    # Every AWS operator's client: throttling and transient 5xx are retried with adaptive backoff
+    # (botocore retry mode "adaptive"), not turned into task failures.
+    "botocore_config": {"retries": {"mode": "adaptive", "max_attempts": 10}},
 }
 
 

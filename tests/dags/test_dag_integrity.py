@@ -106,3 +106,14 @@ def test_bad_params_are_refused_before_a_run_exists(serialized_dag, conf, messag
 def test_default_params_are_valid(serialized_dag):
     resolved = serialized_dag.params.deep_merge({}).validate()
     assert resolved["num_nodes"] == 1 and resolved["training_backend"] == "batch"
+
+
+def test_aws_clients_retry_throttling_with_adaptive_backoff(dagbag):
+    from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
+    from airflow.providers.amazon.aws.sensors.base_aws import AwsBaseSensor
+
+    dag = dagbag.dags["sim_to_real"]
+    aws_tasks = [t for t in dag.tasks if isinstance(t, (AwsBaseOperator, AwsBaseSensor))]
+    assert len(aws_tasks) >= 9
+    for task in aws_tasks:
+        assert task.botocore_config == {"retries": {"mode": "adaptive", "max_attempts": 10}}, task.task_id
