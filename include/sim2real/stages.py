@@ -44,8 +44,9 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
         "SEED": str(params["seed"]),
         "OUTPUT_URI": ckpt_uri,
         "RUN_KEY": run_key,
-        "TIME_BUDGET_SECONDS": str(params.get("train_time_budget_seconds", 0)),
     }
+    if params.get("train_time_budget_seconds"):  # 0 = no budget: the trainer runs max_iterations
+        training_env["TIME_BUDGET_SECONDS"] = str(params["train_time_budget_seconds"])
     gg = env["greengrass"]
     thing_group = params.get("thing_group_name") or gg["thing_group_name"]
     return {

@@ -37,6 +37,14 @@ def test_plan_threads_the_run_key_through_every_stage():
     json.dumps(plan)  # XCom-serialisable
 
 
+def test_zero_time_budget_means_no_budget_for_the_trainer():
+    """The trainer refuses TIME_BUDGET_SECONDS=0; 0 in the form means "run max_iterations"."""
+    plan = plan_run(dag_id="d", run_id="r", params={**PARAMS, "train_time_budget_seconds": 0}, env=GOOD)
+    assert "TIME_BUDGET_SECONDS" not in plan["batch"]["environment"]
+    plan = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)
+    assert plan["batch"]["environment"]["TIME_BUDGET_SECONDS"] == "60"
+
+
 @pytest.mark.parametrize("override, reason", [
     ({"training_backend": "hyperpod"}, "hyperpod_cluster_name"),
     ({"num_nodes": 2}, "num_nodes > 1"),
