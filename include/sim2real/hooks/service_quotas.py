@@ -112,6 +112,23 @@ class ServiceQuotasHook(AwsBaseHook):
             return client.get_aws_default_service_quota(ServiceCode=service_code, QuotaCode=quota_code)["Quota"]
 
 
+    def find_quota_by_name(self, service_code: str, quota_name: str) -> dict[str, Any] | None:
+        """The quota of ``service_code`` whose ``QuotaName`` equals ``quota_name`` (case-insensitive),
+        from ``ListServiceQuotas`` (applied values) then ``ListAWSDefaultServiceQuotas``; None if absent.
+
+        Used for quotas known by name only, e.g. SageMaker HyperPod's ``"<instance type> for cluster
+        usage"`` (unit: instances), whose codes are not documented per instance type.
+        """
+        wanted = quota_name.strip().lower()
+        for operation in ("list_service_quotas", "list_aws_default_service_quotas"):
+            paginator = self.conn.get_paginator(operation)
+            for page in paginator.paginate(ServiceCode=service_code):
+                for quota in page.get("Quotas", []):
+                    if str(quota.get("QuotaName", "")).strip().lower() == wanted:
+                        return quota
+        return None
+
+
 class CloudWatchUsageHook(AwsBaseHook):
     """
     Read ``AWS/Usage`` metrics from CloudWatch (thin hook, ``client_type="cloudwatch"``).

@@ -234,3 +234,92 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
         if not verdict["ok"]:
             raise AirflowFailException("GPU capacity preflight refused the run: " + " | ".join(verdict["problems"]))
         return verdict
+
+
+def hyperpod_quota_name(instance_type: str) -> str:
+    """Service Quotas name of the SageMaker HyperPod instance quota (unit: instances), e.g.
+    ``"ml.g5.12xlarge for cluster usage"`` (Service Quotas console, service ``sagemaker``)."""
+    return f"{instance_type} for cluster usage"
+
+
+class HyperPodCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
+    """
+    Check, before scaling up, that SageMaker's HyperPod instance quota holds the new group size.
+
+    Reads the group's instance type and current count from SageMaker ``DescribeCluster``, the quota
+    ``"<instance type> for cluster usage"`` (instances; Service Quotas ``ListServiceQuotas`` for
+    ``sagemaker``, by name) and the instances of that type already in use by every cluster of the
+    account and region (``ListClusters`` + ``DescribeCluster``: ``CurrentCount`` per group).
+    Needed = ``target_count - current count of the group`` more instances.
+
+    :param cluster_name: HyperPod cluster name or ARN (templated).
+    :param instance_group_name: the group to scale (templated).
+    :param target_count: instances the group will have (templated).
+    :return: ``{"cluster_name", "instance_group_name", "instance_type", "current_count", "target_count",
+        "needed_instances", "quota_name", "quota_code", "limit_instances", "in_use_instances",
+        "available_instances", "ok": True}``.
+    :raises AirflowFailException: (no retries) when the quota is missing or too small; the message has
+        the quota name, code, limit, in use, needed and the ``request-service-quota-increase`` command.
+    :raises ValueError: unknown instance group, or target_count < 0.
+    """
+
+    aws_hook_class = ServiceQuotasHook
+    ui_color = "#f3e5ab"
+    template_fields: Sequence[str] = aws_template_fields("cluster_name", "instance_group_name", "target_count")
+
+    def __init__(self, *, cluster_name: str, instance_group_name: str, target_count: int | str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cluster_name = cluster_name
+        self.instance_group_name = instance_group_name
+        self.target_count = target_count
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
+
+        target = int(self.target_count)
+        if target < 0:
+            raise ValueError(f"target_count must be >= 0, got {target}")
+        sagemaker = SageMakerHook(**self._hook_parameters).conn
+        cluster = sagemaker.describe_cluster(ClusterName=self.cluster_name)
+        groups = {g["InstanceGroupName"]: g for g in cluster.get("InstanceGroups", [])}
+        if self.instance_group_name not in groups:
+            raise ValueError(f"HyperPod cluster {self.cluster_name!r} has no instance group "
+                             f"{self.instance_group_name!r} (groups: {sorted(groups)})")
+        group = groups[self.instance_group_name]
+        instance_type = group["InstanceType"]
+        current = int(group.get("CurrentCount") or 0)
+        needed = max(0, target - current)
+
+        in_use = 0
+        for page in sagemaker.get_paginator("list_clusters").paginate():
+            for summary in page.get("ClusterSummaries", []):
+                desc = sagemaker.describe_cluster(ClusterName=summary["ClusterArn"])
+                in_use += sum(int(g.get("CurrentCount") or 0) for g in desc.get("InstanceGroups", [])
+                              if g.get("InstanceType") == instance_type)
+
+        name = hyperpod_quota_name(instance_type)
+        region = self.hook.conn_region_name
+        quota = self.hook.find_quota_by_name("sagemaker", name)
+        if quota is None:
+            raise AirflowFailException(
+                f"No Service Quotas entry {name!r} for service sagemaker in {region}: this account cannot run "
+                f"{instance_type} in HyperPod clusters here; ask for it in the Service Quotas console")
+        limit = float(quota["Value"])
+        available = limit - in_use
+        verdict = {
+            "cluster_name": self.cluster_name, "instance_group_name": self.instance_group_name,
+            "instance_type": instance_type, "current_count": current, "target_count": target,
+            "needed_instances": needed, "quota_name": quota.get("QuotaName", name),
+            "quota_code": quota.get("QuotaCode"), "limit_instances": limit, "in_use_instances": in_use,
+            "available_instances": available, "ok": needed <= available,
+        }
+        if not verdict["ok"]:
+            command = quota_increase_command("sagemaker", str(quota.get("QuotaCode")), in_use + needed, region)
+            raise AirflowFailException(
+                f"SageMaker quota {verdict['quota_name']!r} ({verdict['quota_code']}) is {limit:g} instances with "
+                f"{in_use} in use ({available:g} available) but scaling {self.cluster_name}/"
+                f"{self.instance_group_name} from {current} to {target} needs {needed} more. "
+                f"Request more with: {command}")
+        self.log.info("HyperPod preflight %s/%s -> %s x %s: quota %s limit %g, in use %s: ok", self.cluster_name,
+                      self.instance_group_name, target, instance_type, verdict["quota_name"], limit, in_use)
+        return verdict
