@@ -34,3 +34,24 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .sandbox .pytest_cache
+
+# ---------------------------------------------------------------------------------------------
+# GR00T pipeline definition (SageMaker Python SDK v3, about 1 GB: its own venv .venv/pipeline, never the Airflow
+# runtime's). `make pipeline-definition` regenerates include/sim2real/pipelines/
+# groot_pipeline.template.json (committed); the DAG fills in account values at run time.
+PIPELINE_VENV := $(VENV)/pipeline
+PIPELINE_STAMP := $(PIPELINE_VENV)/.installed-$(shell cat requirements-pipeline.txt | sha256sum | cut -c1-12)
+
+$(PIPELINE_STAMP): requirements-pipeline.txt
+	rm -rf $(PIPELINE_VENV)
+	$(PY) -m venv $(PIPELINE_VENV)
+	$(PIPELINE_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
+	$(PIPELINE_VENV)/bin/python -m pip install -q --no-deps -r requirements-pipeline.txt
+	touch $@
+
+.PHONY: pipeline-venv pipeline-definition
+pipeline-venv: $(PIPELINE_STAMP)
+
+## Regenerate the GR00T pipeline definition template with the SageMaker SDK (offline, no AWS call).
+pipeline-definition: $(PIPELINE_STAMP)
+	PYTHONPATH=include $(PIPELINE_VENV)/bin/python -m sim2real.pipelines.build --out include/sim2real/pipelines/groot_pipeline.template.json
