@@ -27,13 +27,13 @@ import json
 import sys
 from typing import Any
 
+from sim2real.stats import Z95, wilson_interval  # noqa: F401 - Z95 re-exported for callers
 from sim2real.workloads import storage
 from sim2real.workloads.tasks import get_task
 
 SCHEMA_VERSION = 1
 EXIT_BAD_INPUT = 2
 EXIT_SHA_MISMATCH = 3
-from sim2real.stats import Z95, wilson_interval  # noqa: E402,F401 - re-exported for callers
 
 
 class ChecksumMismatch(Exception):
