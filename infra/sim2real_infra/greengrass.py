@@ -1,0 +1,86 @@
+"""Greengrass: the robots' thing group, the component versions and the token exchange role."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_greengrassv2 as greengrassv2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_iot as iot
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from sim2real.edge.recipes import load_recipes, render_recipe, validate_recipe
+
+from .policies import as_bucket, grant_prefixes
+from .settings import Settings
+
+#: A syntactically valid bucket name substituted by ``render_recipe`` and then replaced by the
+#: bucket's (possibly unresolved) name with ``Fn::Join``.
+_SENTINEL_BUCKET = "sim2real-bucket-name-sentinel"
+#: Component artifacts (``s3://<bucket>/greengrass/artifacts/<component>/<version>/...``).
+ARTIFACT_PREFIX = "greengrass/artifacts"
+
+
+def inline_recipe(recipe: dict, bucket_name: str) -> str:
+    """The recipe JSON with ``${ARTIFACTS_BUCKET}`` replaced by ``bucket_name``.
+
+    Uses :func:`sim2real.edge.recipes.render_recipe`. When ``bucket_name`` is a CDK token (the bucket
+    name contains the account id), the JSON is split on a sentinel and the pieces are joined with the
+    name between them (``Fn::Join`` with an empty delimiter: the delimiter cannot be a token), so
+    CloudFormation writes the real name at deploy time.
+    """
+    if not cdk.Token.is_unresolved(bucket_name):
+        return json.dumps(render_recipe(recipe, bucket_name), sort_keys=True)
+    text = json.dumps(render_recipe(recipe, _SENTINEL_BUCKET), sort_keys=True)
+    parts: list[str] = []
+    for i, piece in enumerate(text.split(_SENTINEL_BUCKET)):
+        parts += [bucket_name, piece] if i else [piece]
+    return cdk.Fn.join("", parts)
+
+
+class GreengrassStack(cdk.Stack):
+    """Thing group ``<prefix>-robots``, one ``CfnComponentVersion`` per recipe in
+    ``containers/greengrass/recipes``, and the core devices' token exchange role (role alias
+    ``<prefix>-robots-tes``) that may read only the artifact and run prefixes of the bucket.
+
+    :ivar components: ``{component name: version}`` (the environment config's ``greengrass.components``).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, artifacts: s3.IBucket | str,
+                 recipes_dir: str | Path | None = None, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        artifacts = as_bucket(self, artifacts)
+        self.thing_group_name = settings.name("robots")
+        iot.CfnThingGroup(self, "Robots", thing_group_name=self.thing_group_name,
+                          thing_group_properties=iot.CfnThingGroup.ThingGroupPropertiesProperty(
+                              thing_group_description="robots that run sim2real policies (Greengrass core devices)"))
+        recipes = load_recipes(recipes_dir)
+        self.components: dict[str, str] = {}
+        for name, recipe in sorted(recipes.items()):
+            validate_recipe(recipe, others=recipes)
+            self.components[name] = str(recipe["ComponentVersion"])
+            greengrassv2.CfnComponentVersion(self, name.replace(".", ""),
+                                             inline_recipe=inline_recipe(recipe, artifacts.bucket_name))
+
+        self.token_exchange_role = iam.Role(
+            self, "TokenExchangeRole",
+            assumed_by=iam.ServicePrincipal("credentials.iot.amazonaws.com"),
+            description="sim2real Greengrass core devices: component artifacts and approved models (read only)",
+        )
+        grant_prefixes(self.token_exchange_role, artifacts, read=[f"{ARTIFACT_PREFIX}/", "runs/"], sid="Artifacts")
+        self.token_exchange_role.add_to_policy(iam.PolicyStatement(
+            sid="DeviceLogs",
+            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            resources=[self.format_arn(service="logs", resource="log-group", resource_name="/aws/greengrass/*",
+                                       arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)],
+        ))
+        self.role_alias_name = settings.name("robots-tes")
+        alias = iot.CfnRoleAlias(self, "TokenExchangeRoleAlias", role_alias=self.role_alias_name,
+                                 role_arn=self.token_exchange_role.role_arn, credential_duration_seconds=3600)
+        iot.CfnPolicy(self, "TokenExchangePolicy", policy_name=settings.name("robots-tes-assume"),
+                      policy_document={"Version": "2012-10-17", "Statement": [{
+                          "Effect": "Allow", "Action": "iot:AssumeRoleWithCertificate",
+                          "Resource": alias.attr_role_alias_arn}]})

@@ -1,0 +1,277 @@
+"""MWAA: the Airflow 3 environment that runs the ``sim_to_real`` DAG and its execution role.
+
+The execution role is scoped to exactly the resources of the other stacks; the few statements on
+``*`` are API actions that have no resource-level permissions (listed in :data:`UNSCOPED_ACTIONS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_mwaa as mwaa
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from .policies import as_bucket, grant_prefixes
+from .settings import Settings
+
+#: ``AirflowConfigurationOptions``: every wait longer than a minute defers (no worker slot held),
+#: and Airflow Variables are read from SSM (``/sim2real/airflow/variables/sim2real_environment`` holds
+#: the environment config) through the Amazon provider's secrets backend.
+def airflow_configuration(variables_prefix: str) -> dict[str, str]:
+    """MWAA ``AirflowConfigurationOptions`` of the environment."""
+    return {
+        "operators.default_deferrable": "true",
+        "secrets.backend": "airflow.providers.amazon.aws.secrets.systems_manager.SystemsManagerParameterStoreBackend",
+        "secrets.backend_kwargs": '{"variables_prefix": "%s", "connections_prefix": null, "config_prefix": null}'
+        % variables_prefix,
+        "core.load_examples": "false",
+    }
+
+
+#: Actions the DAG needs that IAM cannot scope to a resource (Service Authorization Reference:
+#: no resource type for these actions), with the DAG stage that calls them.
+UNSCOPED_ACTIONS: dict[str, str] = {
+    "batch:DescribeComputeEnvironments": "preflight: compute environment state",
+    "batch:DescribeJobQueues": "train: queue state",
+    "batch:DescribeJobDefinitions": "train: current revision before pinning the image digest",
+    "batch:DescribeJobs": "train: job status (deferred trigger)",
+    "batch:ListJobs": "train: reattach to the run's job after a retry",
+    "ec2:DescribeInstanceTypes": "preflight: vCPUs/GPUs of the instance type",
+    "ec2:DescribeInstances": "evaluate: find the workstation by tag",
+    "cloudwatch:GetMetricStatistics": "preflight: AWS/Usage vCPU in use",
+    "ssm:DescribeInstanceInformation": "evaluate: is the workstation's SSM agent online",
+    "ssm:GetCommandInvocation": "evaluate: command status",
+    "ssm:ListCommandInvocations": "evaluate: command status per instance",
+    "ssm:CancelCommand": "evaluate: on kill, cancel the command (a command id is not an IAM resource)",
+    "sagemaker:ListModelPackages": "approval: the run's model package in the group",
+    "greengrass:ListCoreDevices": "deploy: core devices of the thing group",
+    "greengrass:CreateDeployment": "deploy: the target thing group is checked through iot:* on the group",
+    "greengrass:ListDeployments": "deploy: find the run's deployment after a retry",
+    "ecr:GetAuthorizationToken": "build: registry login is account-wide",
+}
+
+#: MWAA's own needs on ``*`` (MWAA execution-role documentation).
+MWAA_UNSCOPED = {
+    "cloudwatch:PutMetricData": "MWAA publishes Airflow metrics (condition: namespace AmazonMWAA)",
+    "s3:GetAccountPublicAccessBlock": "MWAA checks the account's Block Public Access before using the bucket",
+}
+
+
+@dataclass
+class MwaaTargets:
+    """Names/ARNs of what the DAG drives (filled by :func:`sim2real_infra.app.build_app`)."""
+
+    artifacts: s3.IBucket | str
+    mwaa_bucket: s3.IBucket | str
+    codebuild_project_arn: str
+    ecr_repository_arns: list[str]
+    compute_environment_arn: str
+    job_queue_arn: str
+    job_definition_name: str
+    batch_job_role_arn: str
+    batch_log_group: str
+    evaluate_document_name: str
+    workstation_tag: tuple[str, str]
+    pipeline_name: str
+    pipeline_role_arn: str
+    model_package_group_name: str
+    thing_group_name: str
+    component_names: list[str]
+    topic_arn: str
+    topic_key: kms.IKey
+    environment_parameter_names: list[str]
+    quota_code: str = "L-DB2E81BA"
+    hyperpod_role_arn: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class MwaaStack(cdk.Stack):
+    """``AWS::MWAA::Environment`` ``<prefix>`` (Airflow 3, private web server, all logs at INFO).
+
+    ``plugins.zip``, ``requirements.txt`` and ``startup.sh`` are referenced by S3 object version
+    (``Settings.mwaa_versions``; ``make deploy`` uploads the bundle first and passes them in).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc,
+                 targets: MwaaTargets, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.environment_name = settings.prefix
+        self.variables_prefix = f"/{settings.prefix}/airflow/variables"
+        self.security_group = ec2.SecurityGroup(self, "MwaaSg", vpc=vpc, allow_all_outbound=True,
+                                                description="sim2real MWAA (components talk to each other)")
+        self.security_group.add_ingress_rule(self.security_group, ec2.Port.all_traffic(),
+                                             "MWAA components: self-referencing rule MWAA requires")
+        self.role = iam.Role(self, "ExecutionRole",
+                             assumed_by=iam.CompositePrincipal(iam.ServicePrincipal("airflow.amazonaws.com"),
+                                                               iam.ServicePrincipal("airflow-env.amazonaws.com")),
+                             description="sim2real MWAA execution role: the DAG's AWS calls")
+        targets.artifacts = as_bucket(self, targets.artifacts)
+        targets.mwaa_bucket = as_bucket(self, targets.mwaa_bucket, "MwaaBucket")
+        self._mwaa_statements(targets)
+        self._dag_statements(settings, targets)
+
+        versions = settings.mwaa_versions
+        self.airflow = mwaa.CfnEnvironment(
+            self, "Environment",
+            name=self.environment_name,
+            airflow_version=settings.airflow_version,
+            environment_class=settings.mwaa_environment_class,
+            execution_role_arn=self.role.role_arn,
+            source_bucket_arn=targets.mwaa_bucket.bucket_arn,
+            dag_s3_path="dags",
+            plugins_s3_path="plugins.zip",
+            plugins_s3_object_version=versions.get("plugins.zip"),
+            requirements_s3_path="requirements.txt",
+            requirements_s3_object_version=versions.get("requirements.txt"),
+            startup_script_s3_path="startup.sh",
+            startup_script_s3_object_version=versions.get("startup.sh"),
+            airflow_configuration_options=airflow_configuration(self.variables_prefix),
+            network_configuration=mwaa.CfnEnvironment.NetworkConfigurationProperty(
+                security_group_ids=[self.security_group.security_group_id],
+                subnet_ids=vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnet_ids[:2],
+            ),
+            webserver_access_mode="PRIVATE_ONLY",
+            max_workers=5,
+            min_workers=1,
+            schedulers=2,
+            weekly_maintenance_window_start="SUN:03:00",
+            logging_configuration=mwaa.CfnEnvironment.LoggingConfigurationProperty(**{
+                kind: mwaa.CfnEnvironment.ModuleLoggingConfigurationProperty(enabled=True, log_level="INFO")
+                for kind in ("dag_processing_logs", "scheduler_logs", "task_logs", "webserver_logs", "worker_logs")
+            }),
+        )
+        if not all(versions.get(k) for k in ("plugins.zip", "requirements.txt", "startup.sh")):
+            cdk.Annotations.of(self).add_warning_v2(
+                "sim2real:mwaa-versions",
+                "MWAA bundle object versions not given: MWAA will use the latest objects. Run `make deploy` "
+                "(it uploads dist/mwaa and writes dist/mwaa/versions.json) to pin them.",
+            )
+
+    # -- policy ---------------------------------------------------------------------------------
+    def _add(self, sid: str, actions: list[str], resources: list[str], conditions: dict | None = None) -> None:
+        """Add a statement to the policy being filled (``self._target``: the role or a managed policy)."""
+        statement = iam.PolicyStatement(sid=sid, actions=actions, resources=resources, conditions=conditions)
+        target = getattr(self, "_target", None)
+        if target is None:
+            self.role.add_to_policy(statement)
+        else:
+            target.add_statements(statement)
+
+    def _policy(self, cid: str, description: str) -> iam.ManagedPolicy:
+        """Start a customer managed policy on the role (each stays under IAM's 6,144-character limit;
+        one inline policy for everything would exceed the role's 10,240-character inline limit)."""
+        self._target = iam.ManagedPolicy(self, cid, description=description, roles=[self.role])
+        return self._target
+
+    def _mwaa_statements(self, t: MwaaTargets) -> None:
+        """What every MWAA execution role needs (MWAA User Guide, "Amazon MWAA execution role")."""
+        s = cdk.Stack.of(self)
+        self._add("MwaaPublishMetrics", ["airflow:PublishMetrics"],
+                  [s.format_arn(service="airflow", resource="environment", resource_name=self.environment_name)])
+        self._add("MwaaBucketCheck", ["s3:GetAccountPublicAccessBlock"], ["*"])
+        self._add("MwaaBucketRead", ["s3:GetObject*", "s3:GetBucket*", "s3:List*"],
+                  [t.mwaa_bucket.bucket_arn, t.mwaa_bucket.arn_for_objects("*")])
+        self._add("MwaaLogs", ["logs:CreateLogStream", "logs:CreateLogGroup", "logs:PutLogEvents", "logs:GetLogEvents",
+                               "logs:GetLogRecord", "logs:GetLogGroupFields", "logs:GetQueryResults"],
+                  [s.format_arn(service="logs", resource="log-group", resource_name=f"airflow-{self.environment_name}-*",
+                                arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)])
+        self._add("MwaaLogGroups", ["logs:DescribeLogGroups"],
+                  [s.format_arn(service="logs", resource="log-group", resource_name="*",
+                                arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)])
+        self._add("MwaaMetrics", ["cloudwatch:PutMetricData"], ["*"],
+                  {"StringEquals": {"cloudwatch:namespace": "AmazonMWAA"}})
+        self._add("MwaaCeleryQueues", ["sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
+                                       "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"],
+                  [f"arn:{cdk.Aws.PARTITION}:sqs:{cdk.Aws.REGION}:*:airflow-celery-*"])
+        self.role.add_to_policy(iam.PolicyStatement(
+            sid="MwaaCeleryQueueEncryption",
+            actions=["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey*", "kms:Encrypt"],
+            not_resources=[f"arn:{cdk.Aws.PARTITION}:kms:*:{cdk.Aws.ACCOUNT_ID}:key/*"],
+            conditions={"StringLike": {"kms:ViaService": [f"sqs.{cdk.Aws.REGION}.amazonaws.com"]}},
+        ))
+
+    def _dag_statements(self, settings: Settings, t: MwaaTargets) -> None:
+        """What the ``sim_to_real`` DAG calls, stage by stage, on the resources of the other stacks."""
+        s = cdk.Stack.of(self)
+        self._policy("DagBuildTrainPolicy", "sim2real DAG: environment config, build, preflight, train, evaluate")
+        arn = lambda service, resource, name=None, fmt=cdk.ArnFormat.SLASH_RESOURCE_NAME, region=None, account=None: s.format_arn(  # noqa: E731
+            service=service, resource=resource, resource_name=name, arn_format=fmt, region=region, account=account)
+        # environment config (the secrets backend reads Variables from SSM)
+        self._add("EnvironmentConfig", ["ssm:GetParameter", "ssm:GetParameters"],
+                  [arn("ssm", "parameter", name.lstrip("/")) for name in t.environment_parameter_names])
+        # run folders, checkpoints, reports, lineage, SSM command output
+        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/"], write=["runs/"], sid="Artifacts")
+        # 1 build
+        self._add("BuildImage", ["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild"],
+                  [t.codebuild_project_arn])
+        self._add("ImageDigest", ["ecr:DescribeImages", "ecr:DescribeRepositories", "ecr:BatchGetImage"],
+                  t.ecr_repository_arns)
+        # 2 preflight
+        self._add("GpuQuota", ["servicequotas:GetServiceQuota"],
+                  [arn("servicequotas", "ec2", t.quota_code)])
+        # 3 train
+        jd = arn("batch", "job-definition", t.job_definition_name)
+        self._add("TrainRegisterAndSubmit", ["batch:RegisterJobDefinition", "batch:SubmitJob", "batch:TagResource"],
+                  [jd, f"{jd}:*", t.job_queue_arn])
+        self._add("TrainTerminate", ["batch:TerminateJob"], [arn("batch", "job", "*")])
+        self._add("TrainPassJobRole", ["iam:PassRole"], [t.batch_job_role_arn],
+                  {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}})
+        self._add("TrainLogs", ["logs:GetLogEvents", "logs:DescribeLogStreams"],
+                  [arn("logs", "log-group", f"{t.batch_log_group}:log-stream:{t.job_definition_name}/*",
+                       cdk.ArnFormat.COLON_RESOURCE_NAME),
+                   arn("logs", "log-group", f"{t.batch_log_group}:*", cdk.ArnFormat.COLON_RESOURCE_NAME)])
+        # 5 evaluate: start/stop and command only the tagged workstation
+        key, value = t.workstation_tag
+        tag = {"StringEquals": {f"aws:ResourceTag/{key}": value}}
+        ssm_tag = {"StringEquals": {f"ssm:resourceTag/{key}": value}}
+        instances = arn("ec2", "instance", "*")
+        self._add("WorkstationStartStop", ["ec2:StartInstances", "ec2:StopInstances"], [instances], tag)
+        self._add("WorkstationCommand", ["ssm:SendCommand"], [instances], ssm_tag)
+        self._add("WorkstationDocuments", ["ssm:SendCommand"],
+                  [arn("ssm", "document", "AWS-RunShellScript", account=""),
+                   arn("ssm", "document", t.evaluate_document_name)])
+        self._policy("DagReleasePolicy", "sim2real DAG: VLA pipeline, approval, edge deploy, notifications")
+        # 7 VLA pipeline
+        pipeline = arn("sagemaker", "pipeline", t.pipeline_name)
+        self._add("Pipeline", ["sagemaker:DescribePipeline", "sagemaker:CreatePipeline", "sagemaker:UpdatePipeline",
+                               "sagemaker:StartPipelineExecution", "sagemaker:ListPipelineExecutions",
+                               "sagemaker:AddTags"], [pipeline])
+        self._add("PipelineExecution", ["sagemaker:DescribePipelineExecution", "sagemaker:ListPipelineExecutionSteps",
+                                        "sagemaker:StopPipelineExecution"], [f"{pipeline}/execution/*"])
+        self._add("PipelinePassRole", ["iam:PassRole"], [t.pipeline_role_arn],
+                  {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}})
+        # 8 approval
+        self._add("ModelPackages", ["sagemaker:DescribeModelPackage", "sagemaker:DescribeModelPackageGroup"],
+                  [arn("sagemaker", "model-package-group", t.model_package_group_name),
+                   arn("sagemaker", "model-package", f"{t.model_package_group_name}/*")])
+        # 9 deploy (Greengrass CreateDeployment drives an IoT job on the thing group)
+        thing_group = arn("iot", "thinggroup", t.thing_group_name)
+        self._add("EdgeDeploymentState", ["greengrass:GetDeployment", "greengrass:CancelDeployment"],
+                  [arn("greengrass", "deployments", "*", cdk.ArnFormat.COLON_RESOURCE_NAME)])
+        self._add("EdgeComponents", ["greengrass:DescribeComponent", "greengrass:GetComponent"],
+                  [arn("greengrass", "components", f"{name}:versions:*", cdk.ArnFormat.COLON_RESOURCE_NAME)
+                   for name in t.component_names])
+        self._add("EdgeDevices", ["greengrass:ListEffectiveDeployments", "greengrass:GetCoreDevice"],
+                  [arn("greengrass", "coreDevices", "*", cdk.ArnFormat.COLON_RESOURCE_NAME)])
+        self._add("EdgeThingGroup", ["iot:DescribeThingGroup", "iot:CreateJob", "iot:UpdateJob"], [thing_group])
+        self._add("EdgeJobs", ["iot:CreateJob", "iot:DescribeJob", "iot:CancelJob", "iot:UpdateJob"],
+                  [arn("iot", "job", "*")])
+        self._add("EdgeThings", ["iot:DescribeThing", "iot:GetThingShadow", "iot:UpdateThingShadow",
+                                 "iot:DeleteThingShadow"], [arn("iot", "thing", "*")])
+        # notifications
+        self._add("Notify", ["sns:Publish"], [t.topic_arn])
+        self._add("NotifyEncrypt", ["kms:Decrypt", "kms:GenerateDataKey*"], [t.topic_key.key_arn])
+        # HyperPod (optional backend)
+        if t.hyperpod_role_arn:
+            self._add("HyperPodScale", ["sagemaker:DescribeCluster", "sagemaker:UpdateCluster",
+                                        "sagemaker:ListClusterNodes"], [arn("sagemaker", "cluster", "*")])
+            self._add("HyperPodPassRole", ["iam:PassRole"], [t.hyperpod_role_arn],
+                      {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}})
+        # calls with no resource-level permissions
+        self._add("Unscoped", sorted(UNSCOPED_ACTIONS), ["*"])
+        self._target = None
