@@ -1,0 +1,81 @@
+"""Least privilege and cdk-nag: every IAM statement names resources; the nag report is clean."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sim2real_infra.mwaa import MWAA_UNSCOPED, UNSCOPED_ACTIONS
+from sim2real_infra.nag import IAM4_REASONS, IAM5_REASONS, OTHER_REASONS
+
+from .conftest import Synth, resources
+
+#: Every action that may appear on ``"Resource": "*"``, with why AWS requires it there.
+ALLOWED_ON_STAR: dict[str, str] = {
+    **UNSCOPED_ACTIONS,
+    **MWAA_UNSCOPED,
+    "ecr:GetAuthorizationToken": "registry login is account-wide (image pull/push grants)",
+    "cloudwatch:PutMetricData": "no resource type; limited by a cloudwatch:namespace condition",
+}
+
+
+def _list(v: Any) -> list:
+    return v if isinstance(v, list) else [v]
+
+
+def _statements(synth: Synth):
+    for stack_name, template in synth.templates.items():
+        for rtype in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            for lid, res in resources(template, rtype).items():
+                for st in res["Properties"]["PolicyDocument"]["Statement"]:
+                    yield f"{stack_name}/{lid}", st
+
+
+@pytest.mark.parametrize("which", ["synth", "synth_full"])
+def test_star_resource_only_for_actions_without_resource_level_permissions(which: str, request) -> None:
+    synth: Synth = request.getfixturevalue(which)
+    offenders = []
+    for where, st in _statements(synth):
+        if st["Effect"] != "Allow":
+            continue
+        assert "*" not in _list(st["Action"]), f"{where}: Action '*'"
+        assert not any(a.endswith(":*") for a in _list(st["Action"])), f"{where}: service-wide action {st['Action']}"
+        if "*" in _list(st.get("Resource", [])):
+            offenders += [f"{where}: {a}" for a in _list(st["Action"]) if a not in ALLOWED_ON_STAR]
+            if "cloudwatch:PutMetricData" in _list(st["Action"]):
+                assert "cloudwatch:namespace" in str(st.get("Condition")), f"{where}: PutMetricData without namespace"
+    assert not offenders, "actions on Resource '*' that AWS lets us scope:\n" + "\n".join(offenders)
+
+
+def test_mwaa_role_names_the_resources_of_the_other_stacks(synth: Synth) -> None:
+    template = synth.templates[synth.stacks.mwaa.stack_name]
+    text = str([p["Properties"]["PolicyDocument"] for t in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+                for p in resources(template, t).values()])
+    for fragment in (":job-definition/sim2real-train", "ssm:", "pipeline/sim2real-groot-finetune",
+                     "model-package/sim2real-groot-models/*", "thinggroup/sim2real-robots",
+                     "sim2real-artifacts-", "/runs/*", "airflow-sim2real-*", "parameter/sim2real/environment",
+                     "document/AWS-RunShellScript", "document/sim2real-evaluate", "servicequotas"):
+        assert fragment in text, fragment
+    # start/stop/SendCommand on instances only with the workstation tag condition
+    for _, st in _statements(synth):
+        if set(_list(st["Action"])) & {"ec2:StartInstances", "ec2:StopInstances"}:
+            assert st["Condition"] == {"StringEquals": {"aws:ResourceTag/sim2real:role": "workstation"}}
+        if "ssm:SendCommand" in _list(st["Action"]) and any("instance/" in str(r) for r in _list(st["Resource"])):
+            assert st["Condition"] == {"StringEquals": {"ssm:resourceTag/sim2real:role": "workstation"}}
+        if "iam:PassRole" in _list(st["Action"]):
+            assert "*" not in _list(st["Resource"]) and "iam:PassedToService" in str(st.get("Condition"))
+
+
+@pytest.mark.parametrize("which", ["synth", "synth_full"])
+def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(which: str, request) -> None:
+    synth: Synth = request.getfixturevalue(which)  # synth() raised ValidationFailed otherwise
+    (nag,) = [r for r in synth.report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    assert nag["conclusion"] == "success" and nag["violations"] == []
+    for v in nag.get("suppressedViolations", []):
+        assert len(v["reason"]) > 40, v["ruleName"]
+
+
+def test_every_suppression_has_a_written_reason() -> None:
+    reasons = [r for _, r in IAM5_REASONS] + list(IAM4_REASONS.values()) + [r for _, _, r in OTHER_REASONS]
+    assert reasons and all(len(r) > 40 for r in reasons)
