@@ -54,3 +54,12 @@ def test_launcher_shell_hygiene():
     assert "set -euo pipefail" in text
     assert 'exec "${CMD[@]}"' in text
     assert subprocess.run(["bash", "-n", str(LAUNCHER)]).returncode == 0
+
+
+def test_gpu_check_script_keeps_multicast_off_and_parses():
+    script = LAUNCHER.parent / "gpu_check.bash"
+    text = script.read_text()
+    assert text.startswith("#!/usr/bin/env bash")
+    assert "export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1" in text
+    assert "DIGEST_INTERVAL" in text and "params_match=true" in text
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0

@@ -12,8 +12,9 @@ Imports torch (and skrl for :func:`build_models`): only the workloads import thi
 
 from __future__ import annotations
 
+import hashlib
 import io
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -93,6 +94,32 @@ class DeterministicPolicy(nn.Module):
         x = torch.clamp(x, -self.clip_threshold, self.clip_threshold)
         action = self.net(x)
         return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
+
+
+def state_digest(modules: Mapping[str, Any]) -> str:
+    """Hex sha256 over the state of ``modules`` (name → ``nn.Module`` or state dict), bit-exact.
+
+    Each entry's state dict is walked in sorted key order; every tensor contributes its key, dtype,
+    shape and raw bytes (moved to CPU). Two processes whose modules hold bitwise identical parameters
+    (and buffers) give the same digest, whatever device they live on. ``None`` entries are skipped;
+    non-tensor values contribute their ``repr``.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(modules):
+        module = modules[name]
+        if module is None:
+            continue
+        state = module.state_dict() if hasattr(module, "state_dict") else module
+        for key in sorted(state):
+            value = state[key]
+            digest.update(f"{name}.{key}".encode())
+            if isinstance(value, torch.Tensor):
+                tensor = value.detach().to("cpu").contiguous()
+                digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+                digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+            else:
+                digest.update(repr(value).encode())
+    return digest.hexdigest()
 
 
 def load_checkpoint(path_or_uri: str) -> dict[str, Any]:

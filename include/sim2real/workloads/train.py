@@ -16,6 +16,10 @@ CHECKPOINT_INTERVAL    iterations between checkpoints (the last is always saved)
 TIME_BUDGET_SECONDS    stop before this wall time, still save checkpoint+manifest   none
 RUN_KEY                recorded in the manifest                                     ""
 IMAGE_DIGEST           recorded in the manifest                                     null
+DEVICE                 ``auto`` (``cuda:LOCAL_RANK`` when CUDA is there, else       auto
+                       ``cpu``), ``cuda`` or ``cpu``; WORLD_SIZE > 1 needs CUDA
+DIGEST_INTERVAL        every N iterations (and at the last one) each rank prints    0 (off)
+                       the sha256 of its policy/value parameters (see below)
 =====================  ===========================================================  ==========
 
 **Iteration**: one PPO rollout of ``rollouts`` vectorised steps (each step advances every one of the
@@ -44,11 +48,32 @@ manifest is (re)written.
 
 ``mean_reward`` is the mean return of the last (≤100) episodes completed during training (stochastic
 policy), ``nan`` before the first one ends; ``elapsed_s`` counts from this process's start of training;
-``eta_s`` extrapolates this process's mean iteration time.
+``eta_s`` extrapolates this process's mean iteration time. ``timesteps`` counts this rank's environments
+only. Every rank prints its device once (``[sim2real] rank=0 local_rank=0 world_size=2 device=cuda:0``) and,
+at the end, rank 0 prints the throughput of the whole group (all ranks' environments)::
 
-**Distributed**: with ``WORLD_SIZE > 1`` skrl initialises NCCL at import and each rank trains on its own
-``NUM_ENVS`` environments with gradients all-reduced (GPU path, unchanged here). On a machine without CUDA,
-``WORLD_SIZE > 1`` is refused (exit 2) before skrl is imported.
+    [sim2real] throughput world_size=2 num_envs_per_rank=64 iterations=20 env_steps=163840 wall_s=40.1 env_steps_per_s=4085.8 steady_env_steps_per_s=4120.3
+
+``steady_env_steps_per_s`` leaves out this process's first iteration (CUDA/NCCL warm-up); ``wall_s`` is the
+training loop only (rollouts + updates, checkpoint writes included), not imports, env creation or resume.
+
+**Parameter digests** (``DIGEST_INTERVAL=N``): after the PPO update of every N-th iteration and of the last one,
+every rank prints::
+
+    [sim2real] rank=1 iteration=10 params_sha256=<hex> preprocessors_sha256=<hex>
+
+``params_sha256`` is :func:`sim2real.workloads.policy.state_digest` of the policy and value models (bit-exact);
+``preprocessors_sha256`` the same over the running observation/value standardisers. In a distributed run rank 0
+then gathers every rank's digests and prints ``[sim2real] digests iteration=10 world_size=2 params_match=true
+preprocessors_match=false``. The parameters must match (skrl broadcasts them at start and all-reduces the
+gradients); the standardisers are per rank in skrl 2.1.1 (each updates on its own environments' data and only
+rank 0's are checkpointed), so they are expected to differ.
+
+**Distributed**: with ``WORLD_SIZE > 1`` skrl initialises NCCL at import (and ``torch.cuda.set_device(LOCAL_RANK)``);
+each rank models on ``cuda:LOCAL_RANK``, steps its own ``NUM_ENVS`` environments (seed ``SEED + RANK``, skrl's
+``set_seed``) and all-reduces the gradients. On a machine without CUDA, ``WORLD_SIZE > 1`` (or ``DEVICE=cpu``
+with it) is refused (exit 2) before skrl is imported. A single process uses ``cuda:LOCAL_RANK`` too when CUDA is
+there (``DEVICE=cpu`` keeps it on the CPU).
 
 Exit codes: 0 done; 2 bad input (message on stderr).
 """
@@ -75,6 +100,7 @@ MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
 _CKPT_RE = re.compile(r"^agent_(\d{6,})\.pt$")
 PREFIX = "[sim2real]"
+DEVICE_CHOICES = ("auto", "cuda", "cpu")
 
 
 class UsageError(Exception):
@@ -112,6 +138,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--time-budget-seconds", type=float, default=None)
     parser.add_argument("--run-key", default=os.environ.get("RUN_KEY", ""))
     parser.add_argument("--image-digest", default=os.environ.get("IMAGE_DIGEST") or None)
+    parser.add_argument("--device", default=os.environ.get("DEVICE") or "auto")
+    parser.add_argument("--digest-interval", type=int, default=None)
     args = parser.parse_args(argv)
 
     if args.max_iterations is None:
@@ -122,6 +150,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.seed = _env_int("SEED", 0)
     if args.checkpoint_interval is None:
         args.checkpoint_interval = _env_int("CHECKPOINT_INTERVAL", None)
+    if args.digest_interval is None:
+        args.digest_interval = _env_int("DIGEST_INTERVAL", 0)
     if args.time_budget_seconds is None:
         raw = os.environ.get("TIME_BUDGET_SECONDS", "").strip()
         if raw:
@@ -142,6 +172,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.checkpoint_interval = max(1, args.max_iterations // 10)
     if args.checkpoint_interval < 1:
         raise UsageError(f"CHECKPOINT_INTERVAL must be >= 1 iteration, got {args.checkpoint_interval}")
+    if args.digest_interval < 0:
+        raise UsageError(f"DIGEST_INTERVAL must be >= 0 (0: off), got {args.digest_interval}")
+    args.device = str(args.device).strip().lower()
+    if args.device not in DEVICE_CHOICES:
+        raise UsageError(f"DEVICE must be one of {', '.join(DEVICE_CHOICES)}, got {args.device!r}")
     if args.time_budget_seconds is not None and args.time_budget_seconds <= 0:
         raise UsageError(f"TIME_BUDGET_SECONDS must be > 0, got {args.time_budget_seconds}")
     try:
@@ -184,17 +219,45 @@ def find_latest_complete_checkpoint(output_uri: str) -> tuple[int, str, str] | N
     return None
 
 
-def _refuse_cpu_multiprocess() -> None:
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    if world <= 1:
-        return
+def select_device(requested: str, *, cuda_available: bool, cuda_count: int, world_size: int, local_rank: int) -> str:
+    """The torch device this process trains on.
+
+    ``auto``: ``cuda:<local_rank>`` when CUDA is available, else ``cpu``. ``cuda``: the same, refused without CUDA.
+    ``cpu``: ``cpu``, refused when ``world_size > 1`` (skrl's multi-process path is NCCL, GPUs only). With CUDA,
+    ``local_rank`` must name a visible GPU (torchrun's ``--nproc_per_node`` above the GPU count would otherwise put
+    two ranks on one GPU, or fail deep inside NCCL).
+
+    :raises UsageError: when the request cannot be met.
+    """
+    if world_size > 1 and not cuda_available:
+        raise UsageError(
+            f"WORLD_SIZE={world_size} but no CUDA device: skrl initialises NCCL for multi-process training, which "
+            "needs GPUs. On CPU run one process (PROC_PER_NODE=1, one node) and scale with NUM_ENVS instead."
+        )
+    if requested == "cpu":
+        if world_size > 1:
+            raise UsageError(f"DEVICE=cpu with WORLD_SIZE={world_size}: multi-process training runs on GPUs (NCCL); "
+                             "use one process for CPU training")
+        return "cpu"
+    if not cuda_available:
+        if requested == "cuda":
+            raise UsageError("DEVICE=cuda but torch sees no CUDA device")
+        return "cpu"
+    if not 0 <= local_rank < max(cuda_count, 1):
+        raise UsageError(f"LOCAL_RANK={local_rank} but only {cuda_count} CUDA device(s) are visible: run at most "
+                         f"{cuda_count} process(es) per node (PROC_PER_NODE)")
+    return f"cuda:{local_rank}"
+
+
+def _device_for_this_process(requested: str) -> str:
+    """:func:`select_device` from the torchrun env (WORLD_SIZE, LOCAL_RANK); imports torch, not skrl."""
     import torch
 
-    if not torch.cuda.is_available():
-        raise UsageError(
-            f"WORLD_SIZE={world} but no CUDA device: skrl initialises NCCL for multi-process training, which needs "
-            "GPUs. On CPU run one process (PROC_PER_NODE=1, one node) and scale with NUM_ENVS instead."
-        )
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    available = torch.cuda.is_available()
+    return select_device(requested, cuda_available=available, cuda_count=torch.cuda.device_count() if available else 0,
+                         world_size=world, local_rank=local_rank)
 
 
 def _make_env(task: str, num_envs: int):
@@ -204,6 +267,22 @@ def _make_env(task: str, num_envs: int):
         task, num_envs=num_envs, vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP},
     )
+
+
+def wrap_for_device(vec_env, device):
+    """skrl's gymnasium wrapper around ``vec_env``, producing tensors on ``device``.
+
+    skrl's wrapper takes its device from the unwrapped env's ``device`` attribute, else ``cuda:0`` whenever CUDA
+    is available — on rank 1 of a 2-GPU node that would put observations on GPU 0 and the models on GPU 1 (and,
+    with ``DEVICE=cpu`` on a GPU machine, observations on a GPU). So the wanted device is set on the env first.
+    """
+    from skrl.envs.wrappers.torch import wrap_env
+
+    vec_env.unwrapped.device = str(device)
+    env = wrap_env(vec_env, wrapper="gymnasium")
+    if env.device != device:  # pragma: no cover - a skrl version that ignores the attribute
+        env._device = device
+    return env
 
 
 def build_agent(spec, env, device, tb_dir: str, write_tb: bool):
@@ -243,15 +322,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     :raises UsageError: WORLD_SIZE > 1 without CUDA; OUTPUT_URI holding another task's checkpoints.
     """
-    _refuse_cpu_multiprocess()
+    device_name = _device_for_this_process(args.device)  # before skrl's import, which starts NCCL when WORLD_SIZE > 1
     import numpy as np
     import torch
-    from skrl import config as skrl_config
-    from skrl.envs.wrappers.torch import wrap_env
     from skrl.trainers.torch import StepTrainer
     from skrl.utils import set_seed
 
+    from sim2real.workloads.policy import state_digest
+
     rank = int(os.environ.get("RANK", "0") or 0)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    world_size = torch.distributed.get_world_size() if distributed else 1
     is_writer = rank == 0
     spec = args.spec
     rollouts = int(spec.ppo["rollouts"])
@@ -260,11 +342,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if local_out and is_writer:
         os.makedirs(out, exist_ok=True)
 
-    if torch.cuda.is_available() and skrl_config.torch.is_distributed:
-        device = torch.device(f"cuda:{skrl_config.torch.local_rank}")
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     else:
-        device = torch.device("cpu")
         torch.set_num_threads(1)  # small MLPs: intra-op threads cost more than they give (2-core measurement)
+    print(f"{PREFIX} rank={rank} local_rank={local_rank} world_size={world_size} device={device}", flush=True)
 
     staging = tempfile.mkdtemp(prefix="sim2real-train-")
     tb_dir = os.path.join(out, "tensorboard") if local_out else os.path.join(staging, "tensorboard")
@@ -272,7 +355,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     try:
         set_seed(args.seed)
-        env = wrap_env(_make_env(args.task, args.num_envs), wrapper="gymnasium")
+        env = wrap_for_device(_make_env(args.task, args.num_envs), device)
         agent = build_agent(spec, env, device, tb_dir, write_tb=is_writer)
 
         latest = find_latest_complete_checkpoint(out)
@@ -309,6 +392,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         last_saved: tuple[int, str, str] | None = latest
         t0 = time.monotonic()
         iter_times: list[float] = []
+
+        def report_digests(it: int) -> None:
+            modules = agent.checkpoint_modules
+            params = state_digest({k: modules.get(k) for k in ("policy", "value")})
+            pre = state_digest({k: m for k, m in modules.items() if "preprocessor" in k})
+            print(f"{PREFIX} rank={rank} iteration={it} params_sha256={params} preprocessors_sha256={pre}", flush=True)
+            if distributed:
+                gathered: list[Any] = [None] * world_size
+                torch.distributed.all_gather_object(gathered, (rank, params, pre))
+                if is_writer:
+                    params_match = len({g[1] for g in gathered}) == 1
+                    pre_match = len({g[2] for g in gathered}) == 1
+                    print(f"{PREFIX} digests iteration={it} world_size={world_size} "
+                          f"params_match={str(params_match).lower()} preprocessors_match={str(pre_match).lower()}",
+                          flush=True)
 
         def mean_reward() -> float:
             return float(np.mean(returns)) if returns else float("nan")
@@ -366,10 +464,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if is_writer and (iteration % args.checkpoint_interval == 0 or iteration == args.max_iterations
                               or out_of_time):
                 last_saved = save(iteration)
+            if args.digest_interval and (iteration % args.digest_interval == 0 or iteration == args.max_iterations
+                                         or out_of_time):
+                report_digests(iteration)
             if out_of_time:
                 print(f"{PREFIX} time budget {args.time_budget_seconds:.1f}s reached at iteration {iteration}: "
                       "stopping early", flush=True)
                 break
+
+        if is_writer and iter_times:
+            print(throughput_line(world_size=world_size, num_envs=args.num_envs, rollouts=rollouts,
+                                  iter_times=iter_times, wall_s=time.monotonic() - t0), flush=True)
 
         if not is_writer:
             env.close()
@@ -405,6 +510,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def throughput_line(*, world_size: int, num_envs: int, rollouts: int, iter_times: list[float], wall_s: float) -> str:
+    """The ``[sim2real] throughput ...`` line: environment steps of all ranks per second of the training loop.
+
+    :param iter_times: this process's per-iteration times (rollout + update), in order.
+    :param wall_s: the training loop's wall time (iterations plus checkpoint writes).
+    """
+    per_iter = world_size * num_envs * rollouts
+    steps = per_iter * len(iter_times)
+    rate = steps / wall_s if wall_s > 0 else float("nan")
+    steady_time = sum(iter_times[1:])
+    steady = per_iter * (len(iter_times) - 1) / steady_time if len(iter_times) > 1 and steady_time > 0 else float("nan")
+    return (f"{PREFIX} throughput world_size={world_size} num_envs_per_rank={num_envs} iterations={len(iter_times)} "
+            f"env_steps={steps} wall_s={wall_s:.2f} env_steps_per_s={rate:.1f} steady_env_steps_per_s={steady:.1f}")
+
+
 def _sync_tensorboard(agent, tb_dir: str, out: str, local_out: bool) -> None:
     writer = getattr(agent, "writer", None)
     if writer is not None:
@@ -425,7 +545,16 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"{PREFIX} error: {err}", file=sys.stderr, flush=True)
         return 2
+    finally:
+        _close_process_group()
     return 0
+
+
+def _close_process_group() -> None:
+    """Tear down the process group skrl opened (WORLD_SIZE > 1), so NCCL shuts down cleanly at exit."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
