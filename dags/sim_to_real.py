@@ -19,6 +19,7 @@ import os
 from airflow.sdk import Asset, TaskGroup, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from sim2real import stage_docs as docs
 from sim2real.operators.batch import BatchTrainingOperator
 from sim2real.operators.codebuild import CodeBuildImageOperator
 from sim2real.operators.greengrass import GreengrassDeploymentOperator
@@ -65,7 +66,7 @@ DEFAULT_ARGS = {
     tags=["sim2real", "robotics", "rl", "vla"],
 )
 def sim_to_real():
-    @task(retries=0, execution_timeout=dt.timedelta(minutes=2))
+    @task(retries=0, execution_timeout=dt.timedelta(minutes=2), doc_md=docs.PREPARE_RUN)
     def prepare_run(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
         from sim2real.config import load_environment
@@ -86,7 +87,7 @@ def sim_to_real():
 
     plan = prepare_run()
 
-    with TaskGroup("build", tooltip="CodeBuild → ECR image digest"):
+    with TaskGroup("build", tooltip="CodeBuild → ECR image digest", doc_md=docs.BUILD):
         image = CodeBuildImageOperator(
             task_id="build_image",
             deferrable=True,
@@ -97,9 +98,11 @@ def sim_to_real():
             waiter_delay=POLL,
             multiple_outputs=True,
             execution_timeout=dt.timedelta(hours=2),
+            doc_md=docs.BUILD,
         )
 
-    with TaskGroup("preflight", tooltip="GPU quota and compute environment, before any spend"):
+    with TaskGroup("preflight", tooltip="GPU quota and compute environment, before any spend",
+                   doc_md=docs.PREFLIGHT):
         preflight = GpuCapacityPreflightOperator(
             task_id="check_capacity",
             instance_type=plan["batch.instance_type"],
@@ -107,9 +110,10 @@ def sim_to_real():
             compute_environment=plan["batch.compute_environment"],
             retries=1,
             execution_timeout=dt.timedelta(minutes=5),
+            doc_md=docs.PREFLIGHT,
         )
 
-    with TaskGroup("train", tooltip="AWS Batch multi-node training job"):
+    with TaskGroup("train", tooltip="AWS Batch multi-node training job", doc_md=docs.TRAIN):
         training = BatchTrainingOperator(
             task_id="train_policy",
             deferrable=True,
@@ -124,9 +128,10 @@ def sim_to_real():
             poll_interval=POLL,
             multiple_outputs=True,
             execution_timeout=dt.timedelta(hours=12),
+            doc_md=docs.TRAIN,
         )
 
-    with TaskGroup("checkpoint", tooltip="manifest.json written last by the trainer"):
+    with TaskGroup("checkpoint", tooltip="manifest.json written last by the trainer", doc_md=docs.CHECKPOINT):
         manifest = CheckpointManifestSensor(
             task_id="wait_for_checkpoint",
             deferrable=True,
@@ -137,9 +142,11 @@ def sim_to_real():
             timeout=30 * 60,
             execution_timeout=dt.timedelta(minutes=40),
             outlets=[CHECKPOINT_ASSET],
+            doc_md=docs.CHECKPOINT,
         )
 
-    with TaskGroup("evaluate", tooltip="closed-loop evaluation on the workstation via SSM"):
+    with TaskGroup("evaluate", tooltip="closed-loop evaluation on the workstation via SSM",
+                   doc_md=docs.EVALUATE):
 
         @task(execution_timeout=dt.timedelta(minutes=1))
         def eval_command(plan: dict, manifest: dict) -> list:
@@ -159,6 +166,7 @@ def sim_to_real():
             output_s3_key_prefix=plan["evaluation.output_s3_key_prefix"],
             waiter_delay=POLL,
             execution_timeout=dt.timedelta(hours=2),
+            doc_md=docs.EVALUATE,
         )
 
         @task(outlets=[EVAL_REPORT_ASSET], execution_timeout=dt.timedelta(minutes=5))
@@ -188,7 +196,7 @@ def sim_to_real():
         evaluation >> stop_workstation.as_teardown(setups=evaluation)
         report >> stop_workstation
 
-    @task(retries=0, execution_timeout=dt.timedelta(minutes=1))
+    @task(retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=docs.QUALITY_GATE)
     def quality_gate(report: dict, params=None) -> dict:
         """Pass → the release goes on. Fail → the run stops here with the reason (not an infra failure)."""
         from sim2real.stages import quality_gate as decide
@@ -201,7 +209,8 @@ def sim_to_real():
 
     gate = quality_gate(report)
 
-    with TaskGroup("vla", tooltip="GR00T fine-tune (SageMaker Pipelines) and Model Registry approval"):
+    with TaskGroup("vla", tooltip="GR00T fine-tune (SageMaker Pipelines) and Model Registry approval",
+                   doc_md=docs.VLA):
 
         @task.short_circuit(ignore_downstream_trigger_rules=False)
         def vla_enabled(plan: dict) -> bool:
@@ -235,6 +244,7 @@ def sim_to_real():
             check_interval=POLL,
             multiple_outputs=True,
             execution_timeout=dt.timedelta(hours=30),
+            doc_md=docs.VLA,
         )
         approval = ModelPackageApprovalSensor(
             task_id="wait_for_approval",
@@ -246,10 +256,12 @@ def sim_to_real():
             timeout=24 * 3600,
             execution_timeout=dt.timedelta(days=2),
             outlets=[MODEL_PACKAGE_ASSET],
+            doc_md=docs.VLA,
         )
         gate >> enabled >> definition >> upsert >> finetune >> approval
 
-    with TaskGroup("deploy", tooltip="AWS IoT Greengrass v2 deployment to the robots' thing group"):
+    with TaskGroup("deploy", tooltip="AWS IoT Greengrass v2 deployment to the robots' thing group",
+                   doc_md=docs.DEPLOY):
 
         @task.short_circuit(ignore_downstream_trigger_rules=False)
         def deploy_enabled(plan: dict) -> bool:
@@ -271,10 +283,11 @@ def sim_to_real():
             iot_job_configuration=plan["deploy.iot_job_configuration"],
             waiter_delay=POLL,
             execution_timeout=dt.timedelta(hours=2),
+            doc_md=docs.DEPLOY,
         )
         approval >> deploy_enabled(plan["plan"]) >> components >> deployment
 
-    @task(retries=1, execution_timeout=dt.timedelta(minutes=5))
+    @task(retries=1, execution_timeout=dt.timedelta(minutes=5), doc_md=docs.WRITE_LINEAGE)
     def write_lineage(plan: dict, params=None, dag_run=None, ti=None) -> dict:
         """Write runs/<run_key>/lineage.json and lineage.md, whatever happened upstream."""
         from sim2real.report import write_run_report

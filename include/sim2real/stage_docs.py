@@ -1,0 +1,85 @@
+"""Markdown documentation of each stage of ``sim_to_real``, shown in the Airflow UI.
+
+The DAG sets these as ``doc_md`` of each task group and of the stage's tasks (task details →
+"Docs" in the UI). One short paragraph per stage: what it calls, what it waits for, what it
+hands on (the README's stage table, in words). Plain strings: imported at DAG parse time.
+"""
+
+from __future__ import annotations
+
+PREPARE_RUN = """\
+**Prepare the run.** Calls no AWS API: reads the environment config (Airflow Variable
+`sim2real_environment`, written by infra/). Waits for nothing. Checks the rules that span several form fields (for example `num_nodes > 1` on a
+CPU MuJoCo task, deploying without the fine-tune, a training time budget longer than the stage timeout),
+listing every broken rule at once, before any spend.
+Hands on the run key and every name and URI of the run (`runs/<run_key>/` in the artifacts bucket).
+"""
+
+BUILD = """\
+**Build the training image.** Calls ECR `DescribeImages` and, when the image for this source version is
+not there yet, CodeBuild `StartBuild` / `BatchGetBuilds` (`StopBuild` when the task is killed).
+Waits (deferred) for the build to reach SUCCEEDED; skipped when ECR already has the image.
+Hands on the image URI pinned by **digest**, never a mutable tag.
+"""
+
+PREFLIGHT = """\
+**Capacity preflight.** Calls EC2 `DescribeInstanceTypes`, Service Quotas `GetServiceQuota`, CloudWatch
+`AWS/Usage` and Batch `DescribeComputeEnvironments`. Waits for nothing: it fails fast, before any GPU is
+started, when the quota cannot hold the job (with the quota's name, code, limit, usage and the command
+to request more) or the compute environment is not usable. Hands on the verdict: needed / limit / in-use vCPU.
+"""
+
+TRAIN = """\
+**Train the policy (AWS Batch, multi-node).** Calls Batch `RegisterJobDefinition` (a revision pinned to
+the image digest), `ListJobs` (a retry reattaches to the job its earlier try started), `SubmitJob` with
+`nodeOverrides`, `DescribeJobs`; `TerminateJob` when killed or when the job stays RUNNABLE past the
+budget; CloudWatch Logs for progress. Waits (deferred) for SUCCEEDED; failures are classified and only
+retryable classes are retried. Hands on the job id, its attempts and every node's log stream (extra links).
+"""
+
+CHECKPOINT = """\
+**Wait for the checkpoint.** Calls S3 `HeadObject`/`GetObject` (or reads a mounted EFS path). Waits
+(deferred) for `manifest.json`, which the trainer writes last. Hands on the manifest: checkpoint URI, its sha256
+(re-verified against the object), iteration, timesteps and mean reward; emits the checkpoint asset event.
+"""
+
+EVALUATE = """\
+**Closed-loop evaluation on the workstation.** Calls EC2 `DescribeInstances` (by tag) and `StartInstances`
+if it is stopped; SSM `DescribeInstanceInformation`, `SendCommand` (`AWS-RunShellScript`, with the form's
+execution timeout and output to S3), `GetCommandInvocation` (`CancelCommand` when killed). Waits (deferred)
+for the command's Success on the workstation. Hands on `eval/report.json` (success rate, Wilson 95%
+interval, seeds, checkpoint sha256), checked against this run's checkpoint. The teardown
+`stop_workstation` calls EC2 `StopInstances` — only if this run started the instance.
+"""
+
+QUALITY_GATE = """\
+**Quality gate.** Calls no AWS API: compares the evaluated success rate (or its 95% lower bound) with
+`min_success_rate`. Waits for nothing. Hands on the verdict when it passes (the release goes on); when it
+fails, the run stops here with the reason (a verdict, not an infrastructure failure).
+"""
+
+VLA = """\
+**Fine-tune GR00T and wait for approval.** Calls SageMaker `DescribePipeline`, `CreatePipeline` /
+`UpdatePipeline` (only when the definition changed), `ListPipelineExecutions` (reattach),
+`StartPipelineExecution`, `DescribePipelineExecution`, `ListPipelineExecutionSteps`
+(`StopPipelineExecution` when killed); then Model Registry `ListModelPackages` / `DescribeModelPackage`.
+Waits (deferred) for the execution to Succeed (Failed / Stopped / CompletedWithFailures fail with the
+failing step), then for this run's model package to be `Approved` (`Rejected` fails with the
+reviewer's reason). Hands on the execution ARN,
+the model package ARN and its model data URI.
+"""
+
+DEPLOY = """\
+**Deploy to the robots (AWS IoT Greengrass v2).** Calls IoT `DescribeThingGroup`, Greengrass
+`CreateDeployment` (configuration merge with the model URI, ROLLBACK on failure, rollout and abort
+config), `ListCoreDevices`, `ListEffectiveDeployments`; `CancelDeployment` on failure or kill. Waits
+(deferred) until every core device of the thing group reports SUCCEEDED. Hands on the deployment id and
+each device's status.
+"""
+
+WRITE_LINEAGE = """\
+**Write the lineage (the run's teardown).** Calls S3 `PutObject`. Runs whatever failed upstream (once
+`prepare_run` succeeded) and waits for nothing. Hands on `runs/<run_key>/lineage.json` and `lineage.md`:
+image digest → Batch job → checkpoint sha256 → success rate → pipeline execution → model package →
+deployment.
+"""
