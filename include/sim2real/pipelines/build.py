@@ -37,6 +37,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from sim2real.pipelines.groot import PLACEHOLDERS, TEMPLATE_PATH
@@ -75,6 +76,36 @@ def _offline_sdk_environment(config_dir: Path) -> None:
     os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 
 
+def _once(validate: Callable[..., Any]) -> Callable[..., Any]:
+    """``validate`` run once per distinct config (later calls with the same config are no-ops)."""
+    if getattr(validate, "_sim2real_once", False):
+        return validate
+    seen: set[str] = set()
+
+    def validate_once(sagemaker_config: dict | None = None, *args: Any, **kwargs: Any) -> Any:
+        key = json.dumps(sagemaker_config, sort_keys=True, default=str)
+        if key not in seen:
+            validate(sagemaker_config, *args, **kwargs)
+            seen.add(key)
+
+    validate_once._sim2real_once = True  # type: ignore[attr-defined]
+    return validate_once
+
+
+def _validate_sdk_config_once() -> None:
+    """Validate the SDK defaults config once per distinct config instead of on every lookup.
+
+    The SDK calls ``jsonschema.validate`` (which re-checks its large schema against the
+    meta-schema, about 1 s) on every session creation and config lookup, some 60 times per
+    definition; the config is ours and constant, so one real validation is enough.
+    """
+    from sagemaker.core.config import config as config_module
+    from sagemaker.core.config.config_manager import SageMakerConfig
+
+    SageMakerConfig.validate_sagemaker_config = staticmethod(_once(SageMakerConfig.validate_sagemaker_config))
+    config_module.validate_sagemaker_config = _once(config_module.validate_sagemaker_config)
+
+
 def build_pipeline() -> Any:
     """Build the ``sagemaker.mlops.workflow.Pipeline`` object (placeholders for account values)."""
     import boto3
@@ -109,6 +140,7 @@ def build_pipeline() -> Any:
     from sagemaker.serve.model_builder import ModelBuilder
     from sagemaker.train import ModelTrainer
 
+    _validate_sdk_config_once()
     session = PipelineSession(boto_session=boto3.Session(region_name=os.environ["AWS_DEFAULT_REGION"]),
                               default_bucket=PLACEHOLDERS["bucket"])
     role = PLACEHOLDERS["role_arn"]

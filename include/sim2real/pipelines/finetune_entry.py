@@ -1,0 +1,227 @@
+"""GR00TFinetune: the training image's entry point (SageMaker training-job contract).
+
+Runs in ``containers/groot/training`` (Isaac-GR00T at a pinned commit, ``GROOT_HOME``):
+
+1. Reads the job's contract: hyperparameters (``/opt/ml/input/config/hyperparameters.json``:
+   ``embodiment_tag``, ``max_steps``, ``global_batch_size``, ``num_gpus``, ``save_steps``), the
+   ``dataset`` and ``model`` channels (``SM_CHANNEL_*``), ``SM_MODEL_DIR`` and the checkpoint
+   directory (``LocalPath`` of ``/opt/ml/input/config/checkpointconfig.json``, which SageMaker
+   restores from ``CheckpointConfig.S3Uri`` before the job starts and syncs back while it runs).
+2. Resumes: GR00T's trainer is pointed at the checkpoint directory as its ``output_dir`` and
+   calls ``trainer.train(resume_from_checkpoint=True)``, so the newest complete ``checkpoint-N``
+   restored there (a retried training job of the same pipeline execution) is picked up; the
+   step found is logged and written to ``inference_metadata.json``.
+3. Gets the Hugging Face token at run time — ``HF_TOKEN_SECRET_ID`` (Secrets Manager) or
+   ``HF_TOKEN_SSM_PARAMETER`` (SSM SecureString, decrypted) — and hands it to the trainer's
+   environment only; it is never logged or written.
+4. Launches ``gr00t/experiment/launch_finetune.py`` (``torch.distributed.run --standalone``
+   when more than one GPU).
+5. Exports the newest checkpoint (weights, config, ``processor/``, ``experiment_cfg/``) and
+   ``inference_metadata.json`` (embodiment, the dataset's ``meta/modality.json``, action horizon)
+   into ``SM_MODEL_DIR``; SageMaker uploads it to S3 as ``model.tar.gz``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+CONFIG_DIR = Path("/opt/ml/input/config")
+DEFAULT_CHECKPOINT_DIR = Path("/opt/ml/checkpoints")
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+#: Files that mark a checkpoint written completely (the HF Trainer writes trainer_state.json last).
+COMPLETE_MARKERS = ("trainer_state.json",)
+ACTION_HORIZON = 16
+DEFAULTS = {"embodiment_tag": "new_embodiment", "max_steps": 10000, "global_batch_size": 32,
+            "num_gpus": 8, "save_steps": 2000}
+
+Runner = Callable[[list[str], dict[str, str], str], int]
+
+
+def _hp_value(raw: Any) -> Any:
+    """SageMaker writes every hyperparameter as a JSON string; decode when it is JSON."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def read_hyperparameters(config_dir: Path = CONFIG_DIR) -> dict[str, Any]:
+    """Hyperparameters with defaults, ints cast (``embodiment_tag`` kept a string)."""
+    path = config_dir / "hyperparameters.json"
+    raw = json.loads(path.read_text()) if path.exists() else {}
+    hp = dict(DEFAULTS)
+    hp.update({k: _hp_value(v) for k, v in raw.items()})
+    hp["embodiment_tag"] = str(hp["embodiment_tag"])
+    for key in ("max_steps", "global_batch_size", "num_gpus", "save_steps"):
+        hp[key] = int(hp[key])
+    return hp
+
+
+def checkpoint_dir(env: Mapping[str, str], config_dir: Path = CONFIG_DIR) -> Path:
+    """Where SageMaker restores/syncs checkpoints: ``checkpointconfig.json``'s ``LocalPath``,
+    else ``SIM2REAL_CHECKPOINT_DIR``, else ``/opt/ml/checkpoints``."""
+    path = config_dir / "checkpointconfig.json"
+    if path.exists():
+        local = json.loads(path.read_text()).get("LocalPath")
+        if local:
+            return Path(local)
+    return Path(env.get("SIM2REAL_CHECKPOINT_DIR") or DEFAULT_CHECKPOINT_DIR)
+
+
+def latest_checkpoint(directory: Path) -> tuple[int, Path] | None:
+    """The newest complete ``checkpoint-N`` under ``directory`` as ``(N, path)``, or ``None``.
+
+    A checkpoint without ``trainer_state.json`` (cut off mid-write by an interruption) is skipped.
+    """
+    found = []
+    if directory.is_dir():
+        for child in directory.iterdir():
+            match = CHECKPOINT_RE.match(child.name)
+            if match and child.is_dir() and all((child / m).exists() for m in COMPLETE_MARKERS):
+                found.append((int(match.group(1)), child))
+    return max(found) if found else None
+
+
+def hf_token(env: Mapping[str, str], session_factory: Callable[[], Any] | None = None) -> str | None:
+    """The Hugging Face token: ``HF_TOKEN`` if already set, else Secrets Manager
+    (``HF_TOKEN_SECRET_ID``; a JSON secret's ``HF_TOKEN``/``token`` key or the plain string),
+    else SSM (``HF_TOKEN_SSM_PARAMETER``, SecureString decrypted), else ``None``."""
+    if env.get("HF_TOKEN"):
+        return env["HF_TOKEN"]
+    secret_id, parameter = env.get("HF_TOKEN_SECRET_ID"), env.get("HF_TOKEN_SSM_PARAMETER")
+    if not secret_id and not parameter:
+        return None
+    if session_factory is None:
+        import boto3
+
+        session_factory = boto3.session.Session
+    session = session_factory()
+    if secret_id:
+        value = session.client("secretsmanager").get_secret_value(SecretId=secret_id)["SecretString"]
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value.strip()
+        if isinstance(parsed, dict):
+            return str(parsed.get("HF_TOKEN") or parsed.get("token") or "") or None
+        return str(parsed)
+    return session.client("ssm").get_parameter(Name=parameter, WithDecryption=True)["Parameter"]["Value"].strip()
+
+
+def launch_command(hp: Mapping[str, Any], *, dataset: Path, base_model: Path, output_dir: Path,
+                   gpus: int, python: str = sys.executable) -> list[str]:
+    """The GR00T fine-tune command line (``launch_finetune.py``'s tyro flags)."""
+    script = "gr00t/experiment/launch_finetune.py"
+    head = ([python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}", script]
+            if gpus > 1 else [python, script])
+    args = ["--base-model-path", str(base_model), "--dataset-path", str(dataset),
+            "--embodiment-tag", str(hp["embodiment_tag"]), "--output-dir", str(output_dir),
+            "--global-batch-size", str(hp["global_batch_size"]), "--max-steps", str(hp["max_steps"]),
+            "--save-steps", str(hp["save_steps"]), "--num-gpus", str(gpus)]
+    modality_config = dataset / "modality_config.py"
+    if modality_config.exists():
+        args += ["--modality-config-path", str(modality_config)]
+    return head + args
+
+
+def visible_gpus() -> int:
+    """GPUs torch sees (0 without torch or CUDA)."""
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())
+    except ImportError:
+        return 0
+
+
+def export_model(output_dir: Path, model_dir: Path, metadata: dict[str, Any]) -> Path:
+    """Copy the newest complete checkpoint (plus ``processor/`` and ``experiment_cfg/`` from the
+    run directory when the checkpoint lacks them) into ``model_dir`` with ``inference_metadata.json``.
+
+    :raises FileNotFoundError: no complete checkpoint in ``output_dir``.
+    """
+    latest = latest_checkpoint(output_dir)
+    if latest is None:
+        raise FileNotFoundError(f"no complete checkpoint-N under {output_dir}")
+    step, path = latest
+    model_dir.mkdir(parents=True, exist_ok=True)
+    skip = {"optimizer.pt", "scheduler.pt", "rng_state.pth"}  # training state: not needed to serve
+    for item in path.iterdir():
+        if item.name in skip or item.name.startswith("rng_state"):
+            continue
+        target = model_dir / item.name
+        if item.is_dir():
+            shutil.copytree(item, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(item, target)
+    for name in ("processor", "experiment_cfg"):
+        if (output_dir / name).is_dir() and not (model_dir / name).exists():
+            shutil.copytree(output_dir / name, model_dir / name)
+    meta = dict(metadata, step=step, checkpoint=path.name)
+    (model_dir / "inference_metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+    return model_dir
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: str) -> int:
+    return subprocess.run(cmd, env=env, cwd=cwd, check=False).returncode
+
+
+def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None, runner: Runner = _run,
+         config_dir: Path = CONFIG_DIR, session_factory: Callable[[], Any] | None = None) -> int:
+    """Train (resuming when a checkpoint was restored) and export; return the exit code."""
+    parser = argparse.ArgumentParser(description="GR00T fine-tune entry point (SageMaker training job)")
+    parser.add_argument("train", nargs="?", help="ignored: SageMaker passes 'train' to the container")
+    parser.parse_args(argv)
+    env = dict(os.environ if env is None else env)
+    hp = read_hyperparameters(config_dir)
+    dataset = Path(env.get("SM_CHANNEL_DATASET", "/opt/ml/input/data/dataset"))
+    base_model = Path(env.get("SM_CHANNEL_MODEL", "/opt/ml/input/data/model"))
+    model_dir = Path(env.get("SM_MODEL_DIR", "/opt/ml/model"))
+    ckpt = checkpoint_dir(env, config_dir)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    resumed = latest_checkpoint(ckpt)
+    print(f"GR00TFinetune: checkpoint dir {ckpt}: "
+          + (f"resuming from {resumed[1].name} (step {resumed[0]})" if resumed else "no checkpoint, starting fresh"),
+          flush=True)
+    detected = visible_gpus() if env.get("SIM2REAL_GPUS") is None else int(env["SIM2REAL_GPUS"])
+    gpus = max(1, min(hp["num_gpus"], detected) if detected else hp["num_gpus"])
+    if detected and detected < hp["num_gpus"]:
+        print(f"GR00TFinetune: num_gpus={hp['num_gpus']} but {detected} visible; using {detected}", flush=True)
+    child_env = dict(env)
+    token = hf_token(env, session_factory)
+    if token:
+        child_env["HF_TOKEN"] = token
+    else:
+        print("GR00TFinetune: no Hugging Face token configured (gated backbones will fail to download)", flush=True)
+    groot_home = env.get("GROOT_HOME", "/opt/gr00t")
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (groot_home, env.get("PYTHONPATH", "")) if p)
+    cmd = launch_command(hp, dataset=dataset, base_model=base_model, output_dir=ckpt, gpus=gpus)
+    print("GR00TFinetune:", " ".join(cmd), flush=True)
+    code = runner(cmd, child_env, groot_home)
+    if code != 0:
+        print(f"GR00TFinetune: trainer exited {code}", file=sys.stderr, flush=True)
+        return code
+    modality_path = dataset / "meta" / "modality.json"
+    metadata = {"embodiment_tag": hp["embodiment_tag"], "action_horizon": ACTION_HORIZON,
+                "max_steps": hp["max_steps"], "global_batch_size": hp["global_batch_size"], "num_gpus": gpus,
+                "resumed_from_step": resumed[0] if resumed else None,
+                "run_key": env.get("SIM2REAL_RUN_KEY"),
+                "modality": json.loads(modality_path.read_text()) if modality_path.exists() else None}
+    export_model(ckpt, model_dir, metadata)
+    print(f"GR00TFinetune: exported {ckpt} -> {model_dir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

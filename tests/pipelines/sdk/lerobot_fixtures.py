@@ -1,0 +1,120 @@
+"""Tiny synthetic LeRobot datasets (v3.0 and v2.x layouts), written with pyarrow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FPS = 10
+STATE_DIM = 6
+VIDEO = "observation.images.front"
+MODALITY = {"state": {"single_arm": {"start": 0, "end": 5}, "gripper": {"start": 5, "end": 6}},
+            "action": {"single_arm": {"start": 0, "end": 5}, "gripper": {"start": 5, "end": 6}},
+            "video": {"front": {"original_key": VIDEO}},
+            "annotation": {"human.task_description": {"original_key": "task_index"}}}
+
+
+def features(video: bool) -> dict:
+    out = {
+        "observation.state": {"dtype": "float32", "shape": [STATE_DIM], "names": None},
+        "action": {"dtype": "float32", "shape": [STATE_DIM], "names": None},
+        "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+        "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+        "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+        "index": {"dtype": "int64", "shape": [1], "names": None},
+        "task_index": {"dtype": "int64", "shape": [1], "names": None},
+    }
+    if video:
+        out[VIDEO] = {"dtype": "video", "shape": [64, 64, 3], "names": ["height", "width", "channels"]}
+    return out
+
+
+def frames(episode: int, length: int, start_index: int, task: int) -> pa.Table:
+    rng = np.random.default_rng(episode)
+    state = rng.normal(size=(length, STATE_DIM)).astype(np.float32)
+    action = (state + 0.1).astype(np.float32)
+    return pa.table({
+        "observation.state": pa.array(state.tolist(), type=pa.list_(pa.float32())),
+        "action": pa.array(action.tolist(), type=pa.list_(pa.float32())),
+        "timestamp": pa.array(np.arange(length, dtype=np.float32) / FPS),
+        "frame_index": pa.array(np.arange(length, dtype=np.int64)),
+        "episode_index": pa.array(np.full(length, episode, dtype=np.int64)),
+        "index": pa.array(np.arange(start_index, start_index + length, dtype=np.int64)),
+        "task_index": pa.array(np.full(length, task, dtype=np.int64)),
+    })
+
+
+#: (episode, length, task, data file index)
+EPISODES = [(0, 5, 0, 0), (1, 7, 1, 0), (2, 4, 0, 1)]
+TASKS = ["pick the orange", "place the orange"]
+
+
+def write_v30(root: Path, *, video: bool = True, modality: bool = True) -> Path:
+    """A v3.0 dataset: episodes 0-1 share data file 0, episode 2 is in file 1; one video file per key."""
+    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
+    tables: dict[int, list[pa.Table]] = {}
+    index, rows, t0 = 0, [], {0: 0.0, 1: 0.0}
+    for ep, length, task, file_index in EPISODES:
+        tables.setdefault(file_index, []).append(frames(ep, length, index, task))
+        row = {"episode_index": ep, "tasks": [TASKS[task]], "length": length,
+               "data/chunk_index": 0, "data/file_index": file_index,
+               "dataset_from_index": index, "dataset_to_index": index + length}
+        if video:
+            row.update({f"videos/{VIDEO}/chunk_index": 0, f"videos/{VIDEO}/file_index": file_index,
+                        f"videos/{VIDEO}/from_timestamp": t0[file_index],
+                        f"videos/{VIDEO}/to_timestamp": t0[file_index] + length / FPS})
+            t0[file_index] += length / FPS
+        rows.append(row)
+        index += length
+    for file_index, parts in tables.items():
+        path = root / f"data/chunk-000/file-{file_index:03d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.concat_tables(parts), path)
+        if video:
+            vpath = root / f"videos/{VIDEO}/chunk-000/file-{file_index:03d}.mp4"
+            vpath.parent.mkdir(parents=True, exist_ok=True)
+            vpath.write_bytes(b"\x00\x00\x00\x18ftypmp42")
+    pq.write_table(pa.Table.from_pylist(rows), root / "meta/episodes/chunk-000/file-000.parquet")
+    pq.write_table(pa.table({"task_index": [0, 1], "task": TASKS}), root / "meta/tasks.parquet")
+    info = {"codebase_version": "v3.0", "robot_type": "so101_follower", "fps": FPS,
+            "total_episodes": len(EPISODES), "total_frames": index, "total_tasks": len(TASKS),
+            "chunks_size": 1000, "data_files_size_in_mb": 100, "video_files_size_in_mb": 500,
+            "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+            "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4" if video else None,
+            "splits": {"train": f"0:{len(EPISODES)}"}, "features": features(video)}
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    (root / "meta" / "stats.json").write_text(json.dumps({"action": {"mean": [0.0] * STATE_DIM}}))
+    if modality:
+        (root / "meta" / "modality.json").write_text(json.dumps(MODALITY))
+    return root
+
+
+def write_v2(root: Path, version: str = "v2.1") -> Path:
+    """A v2.x dataset (no videos): one parquet per episode, JSON-lines metadata."""
+    index = 0
+    episodes = []
+    for ep, length, task, _ in EPISODES:
+        path = root / f"data/chunk-000/episode_{ep:06d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(frames(ep, length, index, task), path)
+        episodes.append({"episode_index": ep, "tasks": [TASKS[task]], "length": length})
+        index += length
+    meta = root / "meta"
+    meta.mkdir(parents=True, exist_ok=True)
+    (meta / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    (meta / "tasks.jsonl").write_text("".join(json.dumps({"task_index": i, "task": t}) + "\n"
+                                              for i, t in enumerate(TASKS)))
+    if version == "v2.1":
+        (meta / "episodes_stats.jsonl").write_text("".join(
+            json.dumps({"episode_index": e["episode_index"], "stats": {}}) + "\n" for e in episodes))
+    info = {"codebase_version": version, "fps": FPS, "total_episodes": len(EPISODES), "total_frames": index,
+            "total_tasks": len(TASKS), "chunks_size": 1000, "total_chunks": 1,
+            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+            "video_path": None, "splits": {"train": f"0:{len(EPISODES)}"}, "features": features(False)}
+    (meta / "info.json").write_text(json.dumps(info))
+    (meta / "modality.json").write_text(json.dumps(MODALITY))
+    return root
