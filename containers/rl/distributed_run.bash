@@ -26,12 +26,33 @@
 #   TRAIN_ARGS_STYLE               "env" (default: the entrypoint reads TASK, MAX_ITERATIONS... from the env)
 #                                  or "isaaclab" (append --task "$TASK" --max_iterations "$MAX_ITERATIONS"
 #                                  [--num_envs "$NUM_ENVS"] [--seed "$SEED"], Isaac Lab's train.py flags)
+#   ISAACLAB_LOG_DIR               (isaaclab style) where Isaac Lab's skrl train.py logs: default "$PWD/logs/skrl"
+#                                  (it writes logs/skrl/<experiment>/<timestamp>_ppo_torch/ under its cwd)
+#   PUBLISH_WAIT_SECONDS           (isaaclab style, multi-node main node) how long to wait for the node that ran
+#                                  global rank 0 to publish (default 1800)
 #   PYTHON                         python that runs torch.distributed.run (and so the workers); default: the
 #                                  `torchrun` on PATH, else python3 -m torch.distributed.run
 #   TASK, MAX_ITERATIONS, NUM_ENVS, SEED, OUTPUT_URI, ...  training env, inherited by the entrypoint
 #   NCCL_*, GLOO_SOCKET_IFNAME, AWS_*  passed through unchanged (torchrun's children inherit the env)
 #
-# Exit codes: 2 bad/missing variables; otherwise torchrun's (exec).
+# TRAIN_ARGS_STYLE=isaaclab with OUTPUT_URI set adds two steps around torchrun (Isaac Lab's script writes only
+# to its own log dir; see sim2real.workloads.publish for the rules):
+#   before: `python -m sim2real.workloads.publish --find-resume DIR` downloads the newest complete checkpoint of
+#           OUTPUT_URI (every node), and torchrun gets `--checkpoint <file>`; MAX_ITERATIONS counts across resumes
+#           (like the project trainer): when the earlier attempt's manifest gives the resumed iteration, only the
+#           remaining iterations are run, and none when it is already reached.
+#   after torchrun exits 0: `python -m sim2real.workloads.publish --log-dir ISAACLAB_LOG_DIR` uploads the newest
+#           checkpoint (+ .sha256 sidecar) and TensorBoard events to OUTPUT_URI and writes manifest.json last.
+#           skrl lets only global rank 0 write checkpoints and torchrun's c10d rendezvous numbers nodes by host
+#           address, not by Batch node index, so every node publishes what it has (--if-present) and the main
+#           node (AWS_BATCH_JOB_MAIN_NODE_INDEX; the only node of a single-node job) also waits for the manifest
+#           when rank 0 ran elsewhere, since its exit ends the Batch job.
+#   torchrun then runs as a child (SIGTERM/SIGINT forwarded to it), not exec'ed; its non-zero exit code is the
+#   launcher's, and a publish failure exits 1. The other style still execs torchrun.
+#   --dry-run prints the torchrun line on stdout and the resume/publish steps on stderr ("dry-run: ...").
+#   Without OUTPUT_URI the isaaclab style neither resumes nor publishes (a warning says so).
+#
+# Exit codes: 2 bad/missing variables; otherwise torchrun's (exec), or 1 when publishing fails.
 set -euo pipefail
 
 log() { echo "[distributed_run] $*" >&2; }
@@ -119,15 +140,61 @@ fi
 read -r -a ENTRY <<< "${TRAIN_ENTRYPOINT}"
 (( ${#ENTRY[@]} )) || die "TRAIN_ENTRYPOINT is empty"
 
+PUBLISH=0
+if [[ "$TRAIN_ARGS_STYLE" == "isaaclab" ]]; then
+  [[ -n "${TASK:-}" ]] || die "TRAIN_ARGS_STYLE=isaaclab needs TASK (an Isaac Lab task id)"
+  if [[ -n "${MAX_ITERATIONS:-}" ]]; then
+    is_uint "$MAX_ITERATIONS" && (( MAX_ITERATIONS >= 1 )) || die "MAX_ITERATIONS must be an integer >= 1, got '${MAX_ITERATIONS}'"
+  fi
+  if [[ -n "${OUTPUT_URI:-}" ]]; then
+    PUBLISH=1
+  else
+    log "warning: TRAIN_ARGS_STYLE=isaaclab without OUTPUT_URI: no resume and no publish (checkpoints stay in the container)"
+  fi
+fi
+PUBLISH_WAIT_SECONDS="${PUBLISH_WAIT_SECONDS:-1800}"
+is_uint "$PUBLISH_WAIT_SECONDS" || die "PUBLISH_WAIT_SECONDS must be an integer (seconds), got '${PUBLISH_WAIT_SECONDS}'"
+ISAACLAB_LOG_DIR="${ISAACLAB_LOG_DIR:-${PWD}/logs/skrl}"
+if [[ -n "${PYTHON:-}" ]]; then read -r -a PY <<< "${PYTHON}"; else PY=(python3); fi
+PUBLISH_MODULE=("${PY[@]}" -m sim2real.workloads.publish)
+START_EPOCH="$(date +%s.%N 2>/dev/null)" || START_EPOCH=""
+[[ "$START_EPOCH" =~ ^[0-9]+\.[0-9]+$ ]] || START_EPOCH="$(date +%s)"   # no %N outside GNU date
+
+RESUME_URI="" RESUME_PATH="" RESUME_STEP="" RESUME_ITERATION="" RESUME_SHA256=""
+RUN_ITERATIONS="${MAX_ITERATIONS:-}"
+SKIP_TRAIN=0
+if (( PUBLISH )); then
+  RESUME_DIR="${RESUME_DIR:-${TMPDIR:-/tmp}/sim2real-resume-${RDZV_ID}-${NODE_RANK}}"
+  FIND_RESUME=("${PUBLISH_MODULE[@]}" --find-resume "$RESUME_DIR" --output-uri "$OUTPUT_URI" --task "$TASK")
+  if [[ "$DRY_RUN" == "1" ]]; then
+    log "dry-run: before training: $(printf '%q ' "${FIND_RESUME[@]}")(adds --checkpoint <file> when OUTPUT_URI holds a complete checkpoint)"
+  else
+    assignments="$("${FIND_RESUME[@]}")" || { rc=$?; echo "[distributed_run] error: resume discovery in ${OUTPUT_URI} failed (exit ${rc})" >&2; exit "$rc"; }
+    eval "$assignments"   # RESUME_URI, RESUME_PATH, RESUME_STEP, RESUME_ITERATION, RESUME_SHA256 (shlex-quoted)
+    if [[ -n "$RESUME_PATH" ]]; then
+      log "resuming from ${RESUME_URI} (step ${RESUME_STEP}, iteration ${RESUME_ITERATION:-unknown})"
+      if [[ -n "$RESUME_ITERATION" && -n "${MAX_ITERATIONS:-}" ]]; then
+        RUN_ITERATIONS=$(( MAX_ITERATIONS - RESUME_ITERATION ))
+        if (( RUN_ITERATIONS <= 0 )); then
+          SKIP_TRAIN=1
+          log "iteration ${RESUME_ITERATION} already reaches MAX_ITERATIONS=${MAX_ITERATIONS}: no training, publish only"
+        else
+          log "running the remaining ${RUN_ITERATIONS} of MAX_ITERATIONS=${MAX_ITERATIONS} iterations"
+        fi
+      fi
+    fi
+  fi
+fi
+
 EXTRA=()
 case "$TRAIN_ARGS_STYLE" in
   env) ;;
   isaaclab)
-    [[ -n "${TASK:-}" ]] || die "TRAIN_ARGS_STYLE=isaaclab needs TASK (an Isaac Lab task id)"
     EXTRA+=(--task "$TASK")
-    if [[ -n "${MAX_ITERATIONS:-}" ]]; then EXTRA+=(--max_iterations "$MAX_ITERATIONS"); fi
+    if [[ -n "${RUN_ITERATIONS}" ]]; then EXTRA+=(--max_iterations "$RUN_ITERATIONS"); fi
     if [[ -n "${NUM_ENVS:-}" ]]; then EXTRA+=(--num_envs "$NUM_ENVS"); fi
     if [[ -n "${SEED:-}" ]]; then EXTRA+=(--seed "$SEED"); fi
+    if [[ -n "$RESUME_PATH" ]]; then EXTRA+=(--checkpoint "$RESUME_PATH"); fi
     ;;
   *) die "TRAIN_ARGS_STYLE must be 'env' or 'isaaclab', got '${TRAIN_ARGS_STYLE}'" ;;
 esac
@@ -148,9 +215,61 @@ for var in NCCL_SOCKET_IFNAME NCCL_DEBUG NCCL_IB_DISABLE GLOO_SOCKET_IFNAME FI_P
   if [[ -n "${!var:-}" ]]; then log "${var}=${!var}"; fi
 done
 
+if (( ! PUBLISH )); then
+  if [[ "$DRY_RUN" == "1" ]]; then
+    printf '%q ' "${CMD[@]}"
+    printf '\n'
+    exit 0
+  fi
+  exec "${CMD[@]}"
+fi
+
+# --- isaaclab style with OUTPUT_URI: torchrun as a child, then publish ---
+# --since: only checkpoints this launch wrote (a persistent log dir may hold earlier attempts' runs)
+PUBLISH_CMD=("${PUBLISH_MODULE[@]}" --log-dir "$ISAACLAB_LOG_DIR" --output-uri "$OUTPUT_URI" --task "$TASK"
+  --since "$START_EPOCH")
+if [[ -n "${RUN_KEY:-}" ]]; then PUBLISH_CMD+=(--run-key "$RUN_KEY"); fi
+if [[ -n "${IMAGE_DIGEST:-}" ]]; then PUBLISH_CMD+=(--image-digest "$IMAGE_DIGEST"); fi
+if [[ -n "$RESUME_URI" ]]; then PUBLISH_CMD+=(--resumed-from "$RESUME_URI"); fi
+if (( NNODES > 1 )); then
+  if [[ "$ROLE" == "main" ]]; then
+    PUBLISH_CMD+=(--wait-for-manifest "$PUBLISH_WAIT_SECONDS")
+  else
+    PUBLISH_CMD+=(--if-present)
+  fi
+fi
+
 if [[ "$DRY_RUN" == "1" ]]; then
   printf '%q ' "${CMD[@]}"
   printf '\n'
+  log "dry-run: after torchrun exits 0: $(printf '%q ' "${PUBLISH_CMD[@]}")"
   exit 0
 fi
-exec "${CMD[@]}"
+
+if (( SKIP_TRAIN )); then
+  if (( NNODES > 1 )) && [[ "$ROLE" != "main" ]]; then
+    log "nothing to train; the main node publishes"
+    exit 0
+  fi
+else
+  child=""
+  forward() { if [[ -n "$child" ]]; then kill -s "$1" "$child" 2>/dev/null || true; fi; }
+  trap 'forward TERM' TERM
+  trap 'forward INT' INT
+  "${CMD[@]}" &
+  child=$!
+  rc=0
+  while true; do
+    wait "$child" && rc=0 || rc=$?
+    kill -0 "$child" 2>/dev/null || break   # wait returned for a trapped signal: keep waiting for torchrun
+  done
+  trap - TERM INT
+  if (( rc != 0 )); then
+    log "torchrun exited with ${rc}: not publishing"
+    exit "$rc"
+  fi
+fi
+
+log "publishing ${ISAACLAB_LOG_DIR} to ${OUTPUT_URI}"
+"${PUBLISH_CMD[@]}" || { rc=$?; echo "[distributed_run] error: publishing to ${OUTPUT_URI} failed (exit ${rc})" >&2; exit 1; }
+exit 0
