@@ -55,3 +55,26 @@ pipeline-venv: $(PIPELINE_STAMP)
 ## Regenerate the GR00T pipeline definition template with the SageMaker SDK (offline, no AWS call).
 pipeline-definition: $(PIPELINE_STAMP)
 	PYTHONPATH=include $(PIPELINE_VENV)/bin/python -m sim2real.pipelines.build --out include/sim2real/pipelines/groot_pipeline.template.json
+
+.PHONY: package synth deploy
+
+## MWAA bundle in dist/mwaa/ (dags/, plugins.zip, requirements.txt, startup.sh), then checked on a clean
+## venv built only from its requirements.txt (DagBag parse, no import errors; venv kept in dist/mwaa-check).
+package: install
+	$(BIN)/python scripts/package_mwaa.py build --out dist/mwaa
+	$(BIN)/python scripts/package_mwaa.py check --out dist/mwaa --workdir dist/mwaa-check
+
+## Synthesize the CDK app offline into infra/cdk.out (cdk-nag AwsSolutions checks fail it on any finding).
+synth: install
+	cd infra && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 ../$(BIN)/python app.py
+
+## Deploy to the account of the current AWS credentials (needs the AWS CLI and the CDK CLI via npx;
+## bootstrapped account). Order: buckets first, then the bundles they must hold, then everything.
+CDK := cd infra && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2 --app "../$(BIN)/python app.py"
+ACCOUNT = $(shell aws sts get-caller-identity --query Account --output text)
+deploy: package
+	$(CDK) deploy --require-approval broadening Sim2realNetwork Sim2realStorage
+	$(BIN)/python -m pip wheel -q --no-deps -w dist/wheel .
+	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheel
+	$(BIN)/python scripts/package_mwaa.py upload --out dist/mwaa --bucket sim2real-mwaa-$(ACCOUNT)
+	$(CDK) deploy --require-approval broadening --all

@@ -21,7 +21,8 @@ from sim2real_infra.app import build_app  # noqa: E402
 
 def main() -> None:
     """Build every stack, attach the cdk-nag AwsSolutions checks and synthesize ``cdk.out``."""
-    app = cdk.App()
+    # Under the CDK CLI, CDK_OUTDIR names the output folder; run directly (`make synth`), cdk.out/.
+    app = cdk.App() if os.environ.get("CDK_OUTDIR") else cdk.App(outdir="cdk.out")
     build_app(app)
     app.synth()
 
