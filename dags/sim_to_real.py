@@ -218,13 +218,28 @@ def sim_to_real():
 
         @task(execution_timeout=dt.timedelta(minutes=1))
         def pipeline_definition(plan: dict, image: dict) -> str:
+            # The SDK-generated template (make pipeline-definition) with this environment's values
+            # substituted as plain JSON: no SageMaker SDK in the Airflow runtime, same bytes for
+            # the same values (the upsert stays a no-op and step caching survives).
+            import hashlib
+            import logging
+
             from sim2real.pipelines.groot import pipeline_definition_json
 
+            configured = plan["vla"]["images"]
             images = {"processing": image["image_uri"], "training": image["image_uri"],
-                      "smoke_eval": image["image_uri"], **plan["vla"]["images"]}
-            return pipeline_definition_json(role_arn=plan["vla"]["role_arn"],
+                      "smoke_eval": image["image_uri"], **configured}
+            fallback = sorted({"processing", "training", "smoke_eval"} - set(configured))
+            if fallback:
+                logging.getLogger(__name__).warning(
+                    "environment config sagemaker.images lacks %s: using this run's training image %s",
+                    ", ".join(fallback), image["image_uri"])
+            text = pipeline_definition_json(role_arn=plan["vla"]["role_arn"],
                                             model_package_group=plan["vla"]["model_package_group"],
                                             images=images, bucket=plan["bucket"])
+            logging.getLogger(__name__).info("GR00T pipeline definition sha256 %s (%d bytes)",
+                                             hashlib.sha256(text.encode()).hexdigest(), len(text))
+            return text
 
         enabled = vla_enabled(plan["plan"])
         definition = pipeline_definition(plan["plan"], image.output)

@@ -145,8 +145,8 @@ def load_policy(model_dir: Path, embodiment_tag: str, device: str | None = None)
     """
     if (model_dir / STANDIN_CONFIG).exists():
         return StandInPolicy.load(model_dir)
+    from gr00t.policy.gr00t_policy import Gr00tPolicy  # first: fails fast where GR00T is absent
     import torch
-    from gr00t.policy.gr00t_policy import Gr00tPolicy
 
     device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
     return Gr00tPolicy(embodiment_tag=_resolve_embodiment(embodiment_tag), model_path=str(model_dir),

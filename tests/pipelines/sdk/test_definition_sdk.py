@@ -11,7 +11,15 @@ sys.path.insert(0, str(HERE.parent))
 
 from golden_env import GOLDEN_NAME, KWARGS  # noqa: E402
 
+import pytest  # noqa: E402
+
 from sim2real.pipelines import build, groot  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fresh() -> str:
+    """One fresh generation with the pinned SDK (offline)."""
+    return build.generate()
 
 
 def test_sdk_version_is_the_pinned_one():
@@ -22,20 +30,21 @@ def test_sdk_version_is_the_pinned_one():
     assert pinned and version("sagemaker") == pinned[0]
 
 
-def test_fresh_generation_equals_committed_template_and_is_deterministic():
-    first = build.generate()
+def test_fresh_generation_equals_committed_template_and_is_deterministic(fresh):
+    first = fresh
     assert first == groot.TEMPLATE_PATH.read_text(), (
         "include/sim2real/pipelines/groot_pipeline.template.json is stale: run `make pipeline-definition`")
     assert build.generate() == first
 
 
-def test_fresh_generation_filled_equals_golden_copy():
-    fresh = groot.fill_template(json.loads(build.generate()), **KWARGS)
+def test_fresh_generation_filled_equals_golden_copy(fresh):
+    filled = groot.fill_template(json.loads(fresh), **KWARGS)
     golden = json.loads((HERE.parent / GOLDEN_NAME).read_text())
-    assert fresh == golden
+    assert filled == golden
 
 
-def test_check_mode_detects_a_stale_template(tmp_path):
+def test_check_mode_detects_a_stale_template(tmp_path, fresh, monkeypatch):
+    monkeypatch.setattr(build, "generate", lambda: fresh)
     stale = tmp_path / "t.json"
     stale.write_text(groot.TEMPLATE_PATH.read_text().replace("P30D", "P1D"))
     assert build.main(["--out", str(stale), "--check"]) == 1

@@ -1,0 +1,61 @@
+"""Upserting the real generated definition (moto): first call creates, the same definition again
+makes no UpdatePipeline call, a changed environment value updates."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto.sagemaker.responses import SageMakerResponse
+from moto.server import ThreadedMotoServer
+
+from airflow.sdk.bases.operator import ExecutorSafeguard
+from sim2real.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator
+from sim2real.pipelines.groot import pipeline_definition_json
+
+from .golden_env import KWARGS, ROLE_ARN
+
+ExecutorSafeguard.test_mode = True
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    srv.start()
+    host, port = srv.get_host_and_port()
+    url = f"http://{host}:{port}"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "testing", "password": "testing",
+        "extra": {"region_name": "us-east-1", "endpoint_url": url, "config_kwargs": {"retries": {"max_attempts": 1}}}}))
+    yield url
+    mp.undo()
+    srv.stop()
+
+
+def test_generated_definition_upserts_idempotently(endpoint, monkeypatch):
+    updates: list[str] = []
+    original = SageMakerResponse.update_pipeline
+
+    def counting_update(resp):
+        updates.append(resp._get_param("PipelineName"))
+        return original(resp)
+
+    monkeypatch.setattr(SageMakerResponse, "update_pipeline", counting_update)
+
+    def upsert(definition: str) -> dict:
+        op = PipelineDefinitionUpsertOperator(task_id="upsert_pipeline", pipeline_name="sim2real-groot-finetune",
+                                              definition=definition, role_arn=ROLE_ARN)
+        return op.execute({})
+
+    definition = pipeline_definition_json(**KWARGS)
+    assert upsert(definition)["action"] == "created"
+    assert upsert(pipeline_definition_json(**KWARGS))["action"] == "unchanged"
+    assert updates == []
+    stored = boto3.client("sagemaker", region_name="us-east-1", endpoint_url=endpoint).describe_pipeline(
+        PipelineName="sim2real-groot-finetune")["PipelineDefinition"]
+    assert json.loads(stored) == json.loads(definition)
+    images = dict(KWARGS["images"], training=KWARGS["images"]["training"].replace("2222", "4444"))
+    assert upsert(pipeline_definition_json(**dict(KWARGS, images=images)))["action"] == "updated"
+    assert updates == ["sim2real-groot-finetune"]
