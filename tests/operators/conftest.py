@@ -6,23 +6,48 @@
 * ``moto_server``: a ``moto.server.ThreadedMotoServer`` on a free 127.0.0.1 port (Batch without
   Docker), reset before each test, with the ``aws_default`` connection pointing at it
   (aiobotocore-based triggers need a real endpoint). Yields the endpoint URL.
+* ``moto_endpoint``: a ``ThreadedMotoServer`` of its own for each test module, *not* reset between
+  the module's tests (module-scoped fixtures build resources on it once and later tests rely on
+  them), with the ``aws_default`` connection pointing at it and one attempt per call (no retries).
+  Yields the endpoint URL. A module may override it to add module-wide resources.
+* ``context``: ``{"ti": FakeTI(ti_task_id)}``; a module overrides ``ti_task_id`` to name its task.
+
+Plain helpers (``FakeTI``, ``first_event``) are in ``operator_helpers.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.request
 
 import pytest
 
+from operator_helpers import FakeTI
+
 REGION = "us-east-1"
 
 
-def _conn(endpoint_url: str | None = None) -> str:
+def _conn(endpoint_url: str | None = None, max_attempts: int | None = None) -> str:
     extra: dict = {"region_name": REGION}
     if endpoint_url:
         extra["endpoint_url"] = endpoint_url
+    if max_attempts is not None:
+        extra["config_kwargs"] = {"retries": {"max_attempts": max_attempts}}
     return json.dumps({"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra})
+
+
+@contextlib.contextmanager
+def _threaded_moto_server():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -43,13 +68,8 @@ def aws_env(monkeypatch):
 
 @pytest.fixture(scope="session")
 def _moto_threaded_server():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with _threaded_moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
@@ -63,3 +83,22 @@ def moto_server(_moto_threaded_server, aws_env, monkeypatch):
     )
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", _conn(endpoint))
     return endpoint
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    with _threaded_moto_server() as endpoint:
+        mp = pytest.MonkeyPatch()
+        mp.setenv("AIRFLOW_CONN_AWS_DEFAULT", _conn(endpoint, max_attempts=1))
+        yield endpoint
+        mp.undo()
+
+
+@pytest.fixture
+def ti_task_id():
+    return "task"
+
+
+@pytest.fixture
+def context(ti_task_id):
+    return {"ti": FakeTI(ti_task_id)}

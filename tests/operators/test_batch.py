@@ -24,6 +24,8 @@ from sim2real.hooks.batch import IMAGE_DIGEST_TAG, BatchTrainingHook
 from sim2real.operators.batch import BatchTrainingOperator
 from sim2real.triggers.batch import BatchTrainingJobTrigger
 
+from operator_helpers import first_event
+
 REGION = "us-east-1"
 QUEUE = "sim2real-gpu"
 CE = "sim2real-gpu-ce"
@@ -48,17 +50,6 @@ class RecordingLog:
         self.messages.append(msg % args if args else msg)
 
     info = warning = error = debug = exception = _record
-
-
-def first_event(trigger):
-    async def _run():
-        gen = trigger.run()
-        try:
-            return (await gen.__anext__()).payload
-        finally:
-            await gen.aclose()
-
-    return asyncio.run(_run())
 
 
 @pytest.fixture

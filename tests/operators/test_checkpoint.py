@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 
@@ -12,6 +11,8 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException, TaskDeferred
 from sim2real.sensors.checkpoint import CheckpointManifestSensor
 from sim2real.triggers.checkpoint import CheckpointManifestTrigger
+
+from operator_helpers import first_event
 
 REGION = "us-east-1"
 BUCKET = "sim2real-artifacts-123456789012"
@@ -30,17 +31,6 @@ def manifest(checkpoint_uri: str, sha: str | None = None, task: str = "Reacher-v
         "timesteps": 40960,
         "mean_reward": -12.3,
     }
-
-
-def first_event(trigger):
-    async def _run():
-        gen = trigger.run()
-        try:
-            return (await gen.__anext__()).payload
-        finally:
-            await gen.aclose()
-
-    return asyncio.run(_run())
 
 
 def write_local(tmp_path, **kw) -> str:

@@ -17,6 +17,8 @@ from moto.ecr.models import ecr_backends
 from sim2real.operators.codebuild import CodeBuildImageOperator
 from sim2real.triggers.codebuild import CodeBuildBuildCompleteTrigger
 
+from operator_helpers import first_event
+
 REGION = "us-east-1"
 PROJECT = "sim2real-training-image"
 REPO = "sim2real-training"
@@ -50,8 +52,7 @@ FAILED_PHASES = [
 TERMINAL = ["SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"]
 
 
-def _setup():
-    cb = boto3.client("codebuild", region_name=REGION)
+def _create_project(cb):
     cb.create_project(
         name=PROJECT,
         source={"type": "S3", "location": "bucket/source.zip"},
@@ -63,6 +64,10 @@ def _setup():
         },
         serviceRole=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/codebuild",
     )
+
+
+def _setup():
+    _create_project(boto3.client("codebuild", region_name=REGION))
     boto3.client("ecr", region_name=REGION).create_repository(repositoryName=REPO)
 
 
@@ -175,31 +180,10 @@ def test_deferrable_defers_with_trigger_and_on_kill_stops(aws_env, build_status)
     assert build_status["stopped"] == [op.build_id]
 
 
-def first_event(trigger):
-    async def _run():
-        gen = trigger.run()
-        try:
-            return (await gen.__anext__()).payload
-        finally:
-            await gen.aclose()
-
-    return asyncio.run(_run())
-
-
 @pytest.mark.parametrize("status", TERMINAL + ["IN_PROGRESS"])
 def test_trigger_terminal_statuses_in_one_poll(moto_server, build_status, status):
     cb = boto3.client("codebuild", region_name=REGION, endpoint_url=moto_server)
-    cb.create_project(
-        name=PROJECT,
-        source={"type": "S3", "location": "bucket/source.zip"},
-        artifacts={"type": "NO_ARTIFACTS"},
-        environment={
-            "type": "LINUX_CONTAINER",
-            "image": "aws/codebuild/standard:7.0",
-            "computeType": "BUILD_GENERAL1_SMALL",
-        },
-        serviceRole=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/codebuild",
-    )
+    _create_project(cb)
     boto3.client("ecr", region_name=REGION, endpoint_url=moto_server).create_repository(repositoryName=REPO)
     build_id = cb.start_build(projectName=PROJECT)["build"]["id"]
     build_status["status"] = status
@@ -213,17 +197,7 @@ def test_trigger_terminal_statuses_in_one_poll(moto_server, build_status, status
 
 def test_trigger_on_kill_stops_build(moto_server, build_status):
     cb = boto3.client("codebuild", region_name=REGION, endpoint_url=moto_server)
-    cb.create_project(
-        name=PROJECT,
-        source={"type": "S3", "location": "bucket/source.zip"},
-        artifacts={"type": "NO_ARTIFACTS"},
-        environment={
-            "type": "LINUX_CONTAINER",
-            "image": "aws/codebuild/standard:7.0",
-            "computeType": "BUILD_GENERAL1_SMALL",
-        },
-        serviceRole=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/codebuild",
-    )
+    _create_project(cb)
     build_id = cb.start_build(projectName=PROJECT)["build"]["id"]
     asyncio.run(CodeBuildBuildCompleteTrigger(build_id=build_id).on_kill())
     assert build_status["stopped"] == [build_id]

@@ -18,10 +18,11 @@ from botocore.stub import Stubber
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
-from moto.server import ThreadedMotoServer
 from sim2real.hooks.greengrass import GreengrassV2Hook
 from sim2real.operators.greengrass import GreengrassDeploymentOperator, normalize_components
 from sim2real.triggers.greengrass import GreengrassDeploymentTrigger
+
+from operator_helpers import first_event
 
 ExecutorSafeguard.test_mode = True
 REGION = "us-east-1"
@@ -36,62 +37,15 @@ COMPONENTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    mp = pytest.MonkeyPatch()
-    mp.setenv(
-        "AIRFLOW_CONN_AWS_DEFAULT",
-        json.dumps(
-            {
-                "conn_type": "aws",
-                "login": "testing",
-                "password": "testing",
-                "extra": {"region_name": REGION, "endpoint_url": endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}},
-            }
-        ),
-    )
-    yield endpoint
-    mp.undo()
-    srv.stop()
+@pytest.fixture
+def ti_task_id():
+    return "deploy"
 
 
 @pytest.fixture(scope="module")
 def group_arn(moto_endpoint):
     iot = boto3.client("iot", region_name=REGION, endpoint_url=moto_endpoint)
     return iot.create_thing_group(thingGroupName=GROUP)["thingGroupArn"]
-
-
-class FakeTI:
-    dag_id, task_id = "sim_to_real", "deploy"
-
-    def __init__(self):
-        self.xcom: dict = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
-
-    def xcom_pull(self, task_ids=None, key="return_value"):
-        return self.xcom.get(key)
-
-
-@pytest.fixture
-def context():
-    return {"ti": FakeTI()}
-
-
-def first_event(trigger):
-    async def go():
-        gen = trigger.run()
-        try:
-            return (await gen.__anext__()).payload
-        finally:
-            await gen.aclose()
-
-    return asyncio.run(go())
 
 
 def operator(**kwargs):

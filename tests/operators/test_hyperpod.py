@@ -7,15 +7,12 @@ UpdateCluster request against the SageMaker service model).
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import json
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 from moto.sagemaker.models import sagemaker_backends
-from moto.server import ThreadedMotoServer
 
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk.bases.operator import ExecutorSafeguard
@@ -24,32 +21,16 @@ from sim2real.hooks.hyperpod import instance_group_specs
 from sim2real.operators.hyperpod import HyperPodScaleOperator
 from sim2real.triggers.hyperpod import HyperPodScaleTrigger
 
+from operator_helpers import first_event
+
 ExecutorSafeguard.test_mode = True
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/hyperpod"
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    mp = pytest.MonkeyPatch()
-    mp.setenv(
-        "AIRFLOW_CONN_AWS_DEFAULT",
-        json.dumps(
-            {
-                "conn_type": "aws",
-                "login": "testing",
-                "password": "testing",
-                "extra": {"region_name": REGION, "endpoint_url": endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}},
-            }
-        ),
-    )
-    yield endpoint
-    mp.undo()
-    srv.stop()
+@pytest.fixture
+def ti_task_id():
+    return "scale"
 
 
 @pytest.fixture(scope="module")
@@ -76,35 +57,6 @@ def cluster(sm):
         InstanceGroups=[_group("head", "ml.m5.xlarge", 1), _group("gpu", "ml.g5.12xlarge", 2), _group("login", "ml.t3.medium", 1)],
     )
     return "hp"
-
-
-class FakeTI:
-    dag_id, task_id = "sim_to_real", "scale"
-
-    def __init__(self):
-        self.xcom: dict = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
-
-    def xcom_pull(self, task_ids=None, key="return_value"):
-        return self.xcom.get(key)
-
-
-@pytest.fixture
-def context():
-    return {"ti": FakeTI()}
-
-
-def first_event(trigger):
-    async def go():
-        gen = trigger.run()
-        try:
-            return (await gen.__anext__()).payload
-        finally:
-            await gen.aclose()
-
-    return asyncio.run(go())
 
 
 def _scaled(describe, group, count, status="InService"):

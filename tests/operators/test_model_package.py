@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 from datetime import timedelta
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSensorTimeout
 from airflow.sdk.bases.operator import ExecutorSafeguard
@@ -17,65 +14,20 @@ from sim2real.hooks.model_registry import approve_command
 from sim2real.sensors.model_package import ModelPackageApprovalSensor
 from sim2real.triggers.model_package import ModelPackageApprovalTrigger
 
+from operator_helpers import first_event
+
 ExecutorSafeguard.test_mode = True
 REGION = "us-east-1"
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    mp = pytest.MonkeyPatch()
-    mp.setenv(
-        "AIRFLOW_CONN_AWS_DEFAULT",
-        json.dumps(
-            {
-                "conn_type": "aws",
-                "login": "testing",
-                "password": "testing",
-                "extra": {"region_name": REGION, "endpoint_url": endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}},
-            }
-        ),
-    )
-    yield endpoint
-    mp.undo()
-    srv.stop()
+@pytest.fixture
+def ti_task_id():
+    return "approval"
 
 
 @pytest.fixture
 def sm(moto_endpoint):
     return boto3.client("sagemaker", region_name=REGION, endpoint_url=moto_endpoint)
-
-
-class FakeTI:
-    dag_id, task_id = "sim_to_real", "approval"
-
-    def __init__(self):
-        self.xcom: dict = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
-
-    def xcom_pull(self, task_ids=None, key="return_value"):
-        return self.xcom.get(key)
-
-
-@pytest.fixture
-def context():
-    return {"ti": FakeTI()}
-
-
-def first_event(trigger):
-    async def go():
-        gen = trigger.run()
-        try:
-            return (await gen.__anext__()).payload
-        finally:
-            await gen.aclose()
-
-    return asyncio.run(go())
 
 
 def register(sm, group, run_key, status, description=None, url=None):

@@ -15,7 +15,6 @@ import pytest
 from botocore.stub import Stubber
 from moto.sagemaker.models import sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
-from moto.server import ThreadedMotoServer
 
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk.bases.operator import ExecutorSafeguard
@@ -27,67 +26,22 @@ from sim2real.operators.sagemaker_pipeline import (
 )
 from sim2real.triggers.sagemaker import PipelineExecutionTrigger
 
+from operator_helpers import FakeTI, first_event
+
 ExecutorSafeguard.test_mode = True
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/sim2real-pipeline"
 DEFINITION = {"Version": "2020-12-01", "Parameters": [{"Name": "Epochs", "Type": "Integer"}], "Steps": []}
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    mp = pytest.MonkeyPatch()
-    mp.setenv(
-        "AIRFLOW_CONN_AWS_DEFAULT",
-        json.dumps(
-            {
-                "conn_type": "aws",
-                "login": "testing",
-                "password": "testing",
-                "extra": {"region_name": REGION, "endpoint_url": endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}},
-            }
-        ),
-    )
-    yield endpoint
-    mp.undo()
-    srv.stop()
+@pytest.fixture
+def ti_task_id():
+    return "vla_finetune"
 
 
 @pytest.fixture
 def sm(moto_endpoint):
     return boto3.client("sagemaker", region_name=REGION, endpoint_url=moto_endpoint)
-
-
-class FakeTI:
-    dag_id, task_id = "sim_to_real", "vla_finetune"
-
-    def __init__(self):
-        self.xcom: dict = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
-
-    def xcom_pull(self, task_ids=None, key="return_value"):
-        return self.xcom.get(key)
-
-
-@pytest.fixture
-def context():
-    return {"ti": FakeTI()}
-
-
-def first_event(trigger):
-    async def go():
-        gen = trigger.run()
-        try:
-            return (await gen.__anext__()).payload
-        finally:
-            await gen.aclose()
-
-    return asyncio.run(go())
 
 
 def _pipeline(sm, name):
@@ -284,10 +238,10 @@ def test_trigger_terminal_state_table(moto_endpoint, sm, status, expected):
         assert status in event["message"]
         op = PipelineExecutionOperator(task_id="x", pipeline_name="p", display_name="t")
         with pytest.raises(AirflowException, match=status):
-            op.execute_complete({"ti": FakeTI()}, event)
+            op.execute_complete({"ti": FakeTI("vla_finetune")}, event)
     if expected == "success":
         op = PipelineExecutionOperator(task_id="x", pipeline_name="p", display_name="t")
-        assert op.execute_complete({"ti": FakeTI()}, event) == {"pipeline_execution_arn": arn, "status": "Succeeded"}
+        assert op.execute_complete({"ti": FakeTI("vla_finetune")}, event) == {"pipeline_execution_arn": arn, "status": "Succeeded"}
 
 
 def test_trigger_failure_names_step_when_list_steps_answers(moto_endpoint, sm, monkeypatch):

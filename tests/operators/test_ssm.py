@@ -13,7 +13,6 @@ import json
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
-from moto.server import ThreadedMotoServer
 from moto.ssm.models import ssm_backends
 from moto.ssm.responses import SimpleSystemManagerResponse
 
@@ -24,6 +23,8 @@ from sim2real.hooks.workstation import ssm_output_key
 from sim2real.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
 from sim2real.triggers.ssm import WorkstationCommandTrigger
 
+from operator_helpers import first_event
+
 ExecutorSafeguard.test_mode = True
 ACCOUNT, REGION = "123456789012", "us-east-1"
 BUCKET = "sim2real-artifacts"
@@ -32,27 +33,15 @@ CMD = "11111111-2222-3333-4444-555555555555"
 
 
 @pytest.fixture(scope="module")
-def moto_endpoint():
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    mp = pytest.MonkeyPatch()
-    mp.setenv(
-        "AIRFLOW_CONN_AWS_DEFAULT",
-        json.dumps(
-            {
-                "conn_type": "aws",
-                "login": "testing",
-                "password": "testing",
-                "extra": {"region_name": REGION, "endpoint_url": endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}},
-            }
-        ),
-    )
-    boto3.client("s3", region_name=REGION, endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-    yield endpoint
-    mp.undo()
-    srv.stop()
+def moto_endpoint(moto_endpoint):
+    """The module's moto server (conftest) with the SSM output bucket."""
+    boto3.client("s3", region_name=REGION, endpoint_url=moto_endpoint).create_bucket(Bucket=BUCKET)
+    return moto_endpoint
+
+
+@pytest.fixture
+def ti_task_id():
+    return "evaluate"
 
 
 @pytest.fixture
@@ -63,35 +52,6 @@ def ec2(moto_endpoint):
 @pytest.fixture
 def s3(moto_endpoint):
     return boto3.client("s3", region_name=REGION, endpoint_url=moto_endpoint)
-
-
-class FakeTI:
-    dag_id, task_id = "sim_to_real", "evaluate"
-
-    def __init__(self):
-        self.xcom: dict = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
-
-    def xcom_pull(self, task_ids=None, key="return_value"):
-        return self.xcom.get(key)
-
-
-@pytest.fixture
-def context():
-    return {"ti": FakeTI()}
-
-
-def first_event(trigger):
-    async def go():
-        gen = trigger.run()
-        try:
-            return (await gen.__anext__()).payload
-        finally:
-            await gen.aclose()
-
-    return asyncio.run(go())
 
 
 def workstation(ec2, value, state="running"):
