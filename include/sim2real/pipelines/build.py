@@ -76,6 +76,18 @@ def _offline_sdk_environment(config_dir: Path) -> None:
     os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 
 
+_QUIET = False
+
+
+def _quiet_sdk_logs() -> None:
+    """Set every SDK/botocore logger to ERROR (the SDK sets its own levels when imported)."""
+    import logging
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] in ("sagemaker", "botocore", "boto3"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def _once(validate: Callable[..., Any]) -> Callable[..., Any]:
     """``validate`` run once per distinct config (later calls with the same config are no-ops)."""
     if getattr(validate, "_sim2real_once", False):
@@ -141,6 +153,8 @@ def build_pipeline() -> Any:
     from sagemaker.train import ModelTrainer
 
     _validate_sdk_config_once()
+    if _QUIET:
+        _quiet_sdk_logs()
     session = PipelineSession(boto_session=boto3.Session(region_name=os.environ["AWS_DEFAULT_REGION"]),
                               default_bucket=PLACEHOLDERS["bucket"])
     role = PLACEHOLDERS["role_arn"]
@@ -277,7 +291,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=TEMPLATE_PATH, help="where to write the template")
     parser.add_argument("--check", action="store_true",
                         help="do not write: exit 1 when --out differs from a fresh generation")
+    parser.add_argument("--verbose", action="store_true", help="keep the SDK's INFO/WARNING log lines")
     args = parser.parse_args(argv)
+    if not args.verbose:  # the SDK logs every field it pops or defaults; only errors matter here
+        import logging
+        import warnings
+
+        global _QUIET
+        _QUIET = True
+        logging.basicConfig(level=logging.ERROR)
+        warnings.filterwarnings("ignore", message="Running within a PipelineSession")
     text = generate()
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""
