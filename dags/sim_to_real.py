@@ -37,11 +37,13 @@ MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2rea
 #: Seconds between status polls of every waiting task (deployment setting, read from the process
 #: environment like any Airflow config: 30 s on AWS; the local sandbox sets 2).
 POLL = int(os.environ.get("SIM2REAL_POLL_SECONDS", "30"))
+#: First retry delay of every task (seconds, doubled per try up to 10 min); the fault replay sets 1.
+RETRY_DELAY = int(os.environ.get("SIM2REAL_RETRY_DELAY_SECONDS", "20"))
 
 DEFAULT_ARGS = {
     "owner": "mlops",
     "retries": 2,
-    "retry_delay": dt.timedelta(seconds=20),
+    "retry_delay": dt.timedelta(seconds=RETRY_DELAY),
     "retry_exponential_backoff": True,
     "max_retry_delay": dt.timedelta(minutes=10),
     "execution_timeout": dt.timedelta(hours=1),
