@@ -32,6 +32,15 @@ Faults (``Sandbox(faults={...})`` or ``sandbox.faults[...] = ...`` at any time):
 * ``greengrass_device_fail``: thing name or list — those devices fail the deployment.
 * ``greengrass_stuck``: True — devices stay IN_PROGRESS until the deployment is cancelled.
 * ``throttle``: {"<Action>": n} — the next n external calls of that action get ThrottlingException.
+* ``server_error``: {"<Action>": n} — the next n external calls of that action get HTTP 503
+  (``ServiceUnavailable``), a transient 5xx that clients retry.
+* ``batch_lost_after_submit``: n — the first DescribeJobs after each of the next n SubmitJobs fails
+  with a non-retryable ``ClientException`` (the submitting task dies with the job already created,
+  as when a worker is killed right after SubmitJob).
+* ``batch_runnable_since_seconds``: s — a job held by ``batch_stuck_runnable`` reports a ``createdAt``
+  s seconds in the past (as a job that had already waited s seconds for capacity).
+* ``checkpoint_bad_sha256``: True — after training succeeds, ``manifest.json`` is rewritten with a
+  wrong sha256 before the job is reported SUCCEEDED.
 """
 
 from __future__ import annotations
@@ -69,6 +78,25 @@ FAKE_SECRET_KEY = "testing"
 class _Throttled(ServiceException):
     code = "ThrottlingException"
     message = "Rate exceeded"
+
+
+class _Unavailable(ServiceException):
+    code = "ServiceUnavailable"
+    message = "Service unavailable (sandbox fault)"
+
+
+class _LostAfterSubmit(ServiceException):
+    code = "ClientException"
+    message = "sandbox fault batch_lost_after_submit: the submitting worker is gone"
+
+
+def take_fault(faults: dict[str, Any], kind: str, action: str) -> bool:
+    """Consume one injected error of ``kind`` ("throttle" / "server_error") for ``action``."""
+    table = faults.get(kind) or {}
+    if table.get(action, 0) > 0:
+        table[action] -= 1
+        return True
+    return False
 
 
 _OPERATION_NAMES: dict[str, dict[str, str]] = {}
@@ -143,6 +171,7 @@ class Sandbox:
         self._endpoint: str | None = None
         self._clients: dict[tuple[str, bool], Any] = {}
         self._client_lock = threading.Lock()
+        self._lost_after_submit = 0  # armed by the batch_lost_after_submit fault
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -204,13 +233,27 @@ class Sandbox:
                 if not internal:
                     body = resp.body.decode("utf-8", "replace") if isinstance(resp.body, bytes) else str(resp.body or "")
                     sandbox.requests.record(resp.service_name or "", action, body)
-                    throttle = sandbox.faults.get("throttle") or {}
-                    if throttle.get(action, 0) > 0:
-                        throttle[action] -= 1
+                    error: ServiceException | None = None
+                    status_override: int | None = None
+                    if take_fault(sandbox.faults, "throttle", action):
+                        error = _Throttled()
                         sandbox.events.emit("sandbox", "fault", f"{action} throttled (fault)", action=action)
+                    elif take_fault(sandbox.faults, "server_error", action):
+                        error, status_override = _Unavailable(), 503
+                        sandbox.events.emit("sandbox", "fault", f"{action} answered 503 (fault)", action=action)
+                    elif action == "DescribeJobs" and sandbox._lost_after_submit:
+                        sandbox._lost_after_submit -= 1
+                        error = _LostAfterSubmit()
+                        sandbox.events.emit("sandbox", "fault", "DescribeJobs after SubmitJob failed: the "
+                                            "submitting worker is lost (fault)", action=action)
+                    elif action == "SubmitJob" and (sandbox.faults.get("batch_lost_after_submit") or 0) > 0:
+                        sandbox.faults["batch_lost_after_submit"] -= 1
+                        sandbox._lost_after_submit += 1
+                    if error is not None:
                         with warnings.catch_warnings():  # moto warns that few models declare the shape
                             warnings.simplefilter("ignore", UserWarning)
-                            status, headers, body = resp.serialized(ActionResult(_Throttled()))
+                            status, headers, body = resp.serialized(ActionResult(error))
+                        status = status_override or status
                         headers["status"] = status
                         return status, headers, body
             except Exception:  # noqa: BLE001 - bookkeeping never breaks a request

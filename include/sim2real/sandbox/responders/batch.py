@@ -17,6 +17,7 @@ for nodes that do not exist would wait forever). Output goes to CloudWatch Logs
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import os
 import signal
@@ -308,7 +309,12 @@ class BatchResponder:
             message = stuck if isinstance(stuck, str) else DEFAULT_STUCK_REASON.format(
                 instance_type=self.sandbox.config.get("batch", {}).get("instance_type", "g6.12xlarge"))
             job.job_stopped_reason = message
-            self.sandbox.events.emit("batch", "fault", f"job {job.job_id} held in RUNNABLE: {message}", job_id=job.job_id)
+            since = float(faults.get("batch_runnable_since_seconds") or 0)
+            if since > 0:  # as if the job had already waited `since` seconds for capacity
+                job.job_created_at = job.job_created_at - dt.timedelta(seconds=since)
+            self.sandbox.events.emit("batch", "fault", f"job {job.job_id} held in RUNNABLE: {message}"
+                                     + (f" (createdAt reported {since:.0f} s earlier)" if since > 0 else ""),
+                                     job_id=job.job_id)
             job.stop_event.wait()
             return self._finish(job, False)
         if self._wait(job, self.step_seconds):
@@ -352,8 +358,24 @@ class BatchResponder:
         if job.stop_event.is_set():
             return self._finish(job, False, None, code if code >= 0 else 128 - code)
         if code == 0:
+            if faults.get("checkpoint_bad_sha256"):
+                self._corrupt_manifest(job, env.get("OUTPUT_URI", ""))
             return self._finish(job, True, None, 0)
         return self._finish(job, False, ESSENTIAL_EXIT, code if code >= 0 else 128 - code)
+
+    def _corrupt_manifest(self, job: SandboxJob, output_uri: str) -> None:
+        """Fault ``checkpoint_bad_sha256``: rewrite ``<OUTPUT_URI>manifest.json`` with a wrong sha256."""
+        if not output_uri.startswith("s3://"):
+            return
+        bucket, _, prefix = output_uri[len("s3://"):].partition("/")
+        key = prefix.rstrip("/") + "/manifest.json" if prefix else "manifest.json"
+        s3 = self.sandbox.client("s3", internal=True)
+        manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        good = str(manifest.get("sha256") or "")
+        manifest["sha256"] = ("0" if good[:1] != "0" else "1") + good[1:] if len(good) == 64 else "0" * 64
+        s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest).encode())
+        self.sandbox.events.emit("batch", "fault", f"job {job.job_id}: s3://{bucket}/{key} rewritten with a wrong "
+                                 f"sha256 {manifest['sha256'][:12]}... (checkpoint_bad_sha256)", job_id=job.job_id)
 
     def _start_attempt(self, job: SandboxJob) -> None:
         logs = logs_backends[self.sandbox.account_id][self.sandbox.region]
