@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-workload.txt constraints.txt pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install demo test test-fast bench ui lint clean
+.PHONY: install demo test test-fast bench faults ui lint clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -28,9 +28,14 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -m "not e2e" $(PYTEST_ARGS)
 
-## Benchmarks: printed as a table, written to bench-results.json.
+## Benchmarks: printed as a table, written to bench-results.json (DAG parse vs a plain-provider DAG,
+## orchestration latency / worker-slot seconds / API calls from one sandbox run, trainer, policy server).
 bench: install
 	$(BIN)/python -m sim2real.bench
+
+## Fault replay (DESIGN §5): every injected fault in one sandbox run; results in .sandbox/faults-results.json.
+faults: install
+	$(BIN)/python -m sim2real.faults --json-out .sandbox/faults-results.json --markdown
 
 clean:
 	rm -rf $(VENV) .sandbox .pytest_cache

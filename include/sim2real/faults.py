@@ -1,0 +1,543 @@
+"""Fault replay: run the real ``sim_to_real`` DAG against the sandbox once per injected fault
+(DESIGN §5) and check that each run ends the way it must.
+
+All scenarios share one process, one sandbox, one Airflow home (SQLite) and one DagBag; each is
+one ``dag.test()`` run with tiny training (2 PPO iterations, no time budget, 3 evaluation episodes),
+``SIM2REAL_POLL_SECONDS=1`` and ``SIM2REAL_RETRY_DELAY_SECONDS=1``. After each run the sandbox is
+asked what is still going on: Batch jobs, SSM commands, pipeline executions and Greengrass
+deployments the run started must all be in a terminal state (terminated / cancelled / stopped),
+the teardowns must have run, and no second training job may exist.
+
+Usage::
+
+    python -m sim2real.faults --json-out faults.json           # run every scenario
+    python -m sim2real.faults --only batch_runnable,quota      # a subset
+    python -m sim2real.faults --markdown                       # run, then print the README table
+    python -m sim2real.faults --from-json faults.json --markdown   # table of an earlier run
+
+Exit code 0 only when every check of every scenario held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Every scenario's run conf starts from this: tiny training and evaluation, gate always passes.
+BASE_CONF: dict[str, Any] = {
+    "max_iterations": 2, "train_time_budget_seconds": 0, "eval_episodes": 3, "min_success_rate": 0.0,
+    "seed": 7, "eval_seed": 3000,
+}
+#: Stop the release after the quality gate (scenarios whose fault is upstream of the fine-tune).
+NO_RELEASE = {"run_vla_finetune": False, "deploy_to_edge": False}
+
+LINEAGE = "write_lineage"
+STOP_WS = "evaluate.stop_workstation"
+TRAIN = "train.train_policy"
+
+Check = Callable[["Outcome"], list[tuple[str, bool, str]]]
+
+
+@dataclass
+class Scenario:
+    name: str
+    fault: str          # what is injected, in words
+    design: str         # DESIGN §5 item
+    expected: str       # the outcome DESIGN asks for, in words
+    check: Check
+    faults: dict[str, Any] = field(default_factory=dict)
+    conf: dict[str, Any] = field(default_factory=dict)
+    decision: str = "Approved"
+    quota_limits: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """What one run did, read from Airflow's DB, the failure listener and the sandbox."""
+
+    state: str
+    tasks: dict[str, dict[str, Any]]            # task_id -> {state, try_number, duration}
+    errors: dict[str, list[str]]                # task_id -> error message of each failed try
+    requests: Counter                           # AWS action -> calls during the run
+    injected: Counter                           # AWS action -> calls answered with an injected error
+    jobs: list[dict[str, Any]]                  # Batch jobs created during the run
+    commands: list[dict[str, Any]]              # SSM commands sent during the run
+    executions: list[dict[str, Any]]            # pipeline executions started during the run
+    deployments: list[dict[str, Any]]           # Greengrass deployments created during the run
+    instances: dict[str, str]                   # EC2 instance id -> state after the run
+    instances_before: dict[str, str]            # ... and before it
+    lineage: dict[str, Any] | None
+    faults_left: dict[str, Any]
+    elapsed_s: float
+
+    def state_of(self, task_id: str) -> str | None:
+        return (self.tasks.get(task_id) or {}).get("state")
+
+    def tries(self, task_id: str) -> int:
+        return int((self.tasks.get(task_id) or {}).get("try_number") or 0)
+
+    def error(self, task_id: str) -> str:
+        return "\n".join(self.errors.get(task_id, []))
+
+
+# -- checks shared by every scenario ----------------------------------------------------------------
+def _c(name: str, ok: bool, detail: Any = "") -> tuple[str, bool, str]:
+    return name, bool(ok), str(detail)[:600]
+
+
+def fails_with(task_id: str, *needles: str) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        message = o.error(task_id)
+        return [
+            _c("run failed", o.state == "failed", o.state),
+            _c(f"{task_id} failed", o.state_of(task_id) == "failed", o.state_of(task_id)),
+            *[_c(f"message has {n!r}", n.lower() in message.lower(), message[:400]) for n in needles],
+        ]
+
+    return check
+
+
+def succeeds(o: Outcome) -> list[tuple[str, bool, str]]:
+    bad = {t: v["state"] for t, v in o.tasks.items() if v["state"] not in ("success", "skipped")}
+    return [_c("run succeeded", o.state == "success", o.state), _c("every task succeeded or was skipped", not bad, bad)]
+
+
+def nothing_running(o: Outcome) -> list[tuple[str, bool, str]]:
+    out = []
+    live = [j for j in o.jobs if j["status"] not in ("SUCCEEDED", "FAILED")]
+    out.append(_c("no Batch job left running", not live, live or [f"{j['job_id'][:8]} {j['status']}" for j in o.jobs]))
+    live = [c for c in o.commands if c["status"] in ("Pending", "InProgress", "Delayed", "Cancelling")]
+    out.append(_c("no SSM command left running", not live, live or [c["status"] for c in o.commands]))
+    live = [e for e in o.executions if e["status"] in ("Executing", "Stopping")]
+    out.append(_c("no pipeline execution left running", not live, live or [e["status"] for e in o.executions]))
+    live = [d for d in o.deployments if d["status"] == "ACTIVE"
+            and any(s in ("QUEUED", "IN_PROGRESS") for s in d["devices"].values())]
+    out.append(_c("no Greengrass deployment left in progress", not live, live or o.deployments))
+    started = {i: s for i, s in o.instances.items()
+               if s not in ("stopped", "stopping", "terminated") and o.instances_before.get(i) != s}
+    out.append(_c("no instance left running that the run started", not started,
+                  {i: f"{o.instances_before.get(i)} -> {s}" for i, s in o.instances.items()}))
+    return out
+
+
+def teardowns_ran(o: Outcome) -> list[tuple[str, bool, str]]:
+    out = [_c("write_lineage ran (teardown)", o.state_of(LINEAGE) == "success", o.state_of(LINEAGE)),
+           _c("lineage.json written", o.lineage is not None, "")]
+    if o.state_of("evaluate.run_evaluation") in ("success", "failed", "up_for_retry"):
+        out.append(_c("stop_workstation ran (teardown)", o.state_of(STOP_WS) == "success", o.state_of(STOP_WS)))
+    return out
+
+
+def submits(n: int) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        accepted = o.requests.get("SubmitJob", 0) - o.injected.get("SubmitJob", 0)
+        return [_c(f"SubmitJob accepted {n} time(s)", accepted == n,
+                   f"{accepted} accepted, {o.injected.get('SubmitJob', 0)} answered with an injected error"),
+                _c(f"{n} Batch job(s) exist", len(o.jobs) == n, [j["job_id"] for j in o.jobs])]
+
+    return check
+
+
+def not_run(*task_ids: str) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        return [_c(f"{t} did not run", o.state_of(t) in (None, "upstream_failed", "skipped", "removed"), o.state_of(t))
+                for t in task_ids]
+
+    return check
+
+
+def faults_consumed(o: Outcome) -> list[tuple[str, bool, str]]:
+    left = {k: {a: n for a, n in v.items() if n} for k, v in o.faults_left.items() if isinstance(v, dict)}
+    left = {k: v for k, v in left.items() if v}
+    return [_c("every injected error was served", not left, left)]
+
+
+def all_of(*checks: Check) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        return [c for chk in checks for c in chk(o)]
+
+    return check
+
+
+def custom(name: str, fn: Callable[[Outcome], tuple[bool, Any]]) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        ok, detail = fn(o)
+        return [_c(name, ok, detail)]
+
+    return check
+
+
+def _job_terminated(o: Outcome) -> tuple[bool, Any]:
+    return (bool(o.jobs) and all(j["status"] == "FAILED" and "budget" in (j.get("reason") or "") for j in o.jobs),
+            [(j["status"], j.get("reason")) for j in o.jobs])
+
+
+THROTTLE = {"SubmitJob": 2, "DescribeJobs": 3, "ListJobs": 1, "SendCommand": 2, "GetCommandInvocation": 2,
+            "DescribeInstances": 1, "GetServiceQuota": 1, "DescribeImages": 1}
+SERVER_ERROR = {"DescribeJobs": 2, "SubmitJob": 1, "GetCommandInvocation": 2, "DescribeComputeEnvironments": 1,
+                "DescribeInstanceTypes": 1}
+
+SCENARIOS: list[Scenario] = [
+    Scenario(
+        "batch_runnable", "Batch job held RUNNABLE (no capacity); budget runnable_timeout_minutes=1, the job reports "
+        "createdAt 57 s in the past", "§5.1",
+        "train fails within the budget with the Batch statusReason and the compute environment state; job terminated",
+        all_of(fails_with(TRAIN, "stayed RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "compute environment",
+                          "the job was terminated"),
+               custom("job terminated (FAILED, budget reason)", _job_terminated),
+               custom("no retry", lambda o: (o.tries(TRAIN) == 1, o.tries(TRAIN))),
+               submits(1), not_run("checkpoint.wait_for_checkpoint", "evaluate.run_evaluation")),
+        faults={"batch_stuck_runnable": True, "batch_runnable_since_seconds": 57},
+        conf={"runnable_timeout_minutes": 1, **NO_RELEASE},
+    ),
+    Scenario(
+        "batch_node_fails", "the multi-node job FAILS: node 0's essential container exits 1", "§5.2",
+        "train fails with the job's statusReason, exit code and failure class (user code: no retry)",
+        all_of(fails_with(TRAIN, "ended FAILED", "Essential container in task exited", "exit code=1",
+                          "failure class"),
+               submits(1), not_run("checkpoint.wait_for_checkpoint", "evaluate.run_evaluation")),
+        faults={"batch_fail_node": True}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "worker_lost_after_submit", "the first try of train dies right after SubmitJob (its next DescribeJobs fails "
+        "with a non-retryable ClientException); Airflow retries the task", "§5.3",
+        "the retry reattaches to the same job (ListJobs by name + run-key tag): exactly one job, run succeeds",
+        all_of(succeeds, submits(1),
+               custom("train retried once", lambda o: (o.tries(TRAIN) == 2, o.tries(TRAIN))),
+               custom("first try failed on DescribeJobs", lambda o: ("batch_lost_after_submit" in o.error(TRAIN),
+                                                                     o.error(TRAIN)[:300])),
+               custom("the retry looked the job up (ListJobs) instead of submitting",
+                      lambda o: (o.requests.get("ListJobs", 0) >= 2, dict(o.requests)))),
+        faults={"batch_lost_after_submit": 1}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "throttling_and_5xx", f"{sum(THROTTLE.values())} ThrottlingException and {sum(SERVER_ERROR.values())} HTTP 503 "
+        "answers spread over Batch, SSM, EC2, Service Quotas and ECR calls", "§5.12",
+        "every error retried by botocore (adaptive mode); the whole loop succeeds with no task retry and one job",
+        all_of(succeeds, faults_consumed, submits(1),
+               custom("no task retried", lambda o: (all(v["try_number"] <= 1 for v in o.tasks.values()),
+                                                    {t: v["try_number"] for t, v in o.tasks.items() if v["try_number"] > 1}))),
+        faults={"throttle": THROTTLE, "server_error": SERVER_ERROR},
+    ),
+    Scenario(
+        "ssm_timeout", "the evaluation command times out on the workstation (SSM TimedOut)", "§5.2, §5.6",
+        "run_evaluation fails naming TimedOut and the execution timeout; the workstation is stopped",
+        all_of(fails_with("evaluate.run_evaluation", "TimedOut"),
+               not_run("evaluate.read_eval_report", "quality_gate")),
+        faults={"ssm_timeout": True}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "pipeline_completed_with_failures", "the GR00T pipeline ends CompletedWithFailures (step GR00TFinetune)",
+        "§5.2", "finetune_groot fails with the status and the failing step; no approval wait, no deployment",
+        all_of(fails_with("vla.finetune_groot", "CompletedWithFailures", "GR00TFinetune"),
+               not_run("vla.wait_for_approval", "deploy.deploy_to_robots")),
+        faults={"pipeline_status": "CompletedWithFailures"},
+    ),
+    Scenario(
+        "model_package_rejected", "the reviewer rejects the run's model package in the Model Registry", "§2 (approval)",
+        "wait_for_approval fails with Rejected and the reviewer's reason; nothing is deployed; lineage written",
+        all_of(fails_with("vla.wait_for_approval", "Rejected", "rejected by the fault replay's reviewer"),
+               not_run("deploy.deploy_to_robots"),
+               custom("lineage has no deployment, has the checkpoint",
+                      lambda o: (bool(o.lineage) and o.lineage["chain"].get("deployment_id") is None
+                                 and bool(o.lineage["chain"].get("checkpoint_sha256")),
+                                 (o.lineage or {}).get("chain")))),
+        faults={"reject_model_package": True}, decision="Rejected",
+    ),
+    Scenario(
+        "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "§5.8",
+        "deploy_to_robots fails naming the device; the deployment is cancelled and the device rolled back",
+        all_of(fails_with("deploy.deploy_to_robots", "sim2real-robot-2", "FAILED"),
+               custom("deployment CANCELED", lambda o: (bool(o.deployments) and all(
+                   d["status"] == "CANCELED" for d in o.deployments), o.deployments))),
+        faults={"greengrass_device_fail": "sim2real-robot-2"},
+    ),
+    Scenario(
+        "quota_below_need", "EC2 quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 8 vCPU; the job "
+        "needs 48", "§5.9",
+        "check_capacity refuses with the quota name, code, limit, usage and the request command; no SubmitJob",
+        all_of(fails_with("preflight.check_capacity", "L-DB2E81BA", "Running On-Demand G and VT instances",
+                          "request-service-quota-increase"),
+               submits(0), custom("no job definition registered",
+                                  lambda o: (o.requests.get("RegisterJobDefinition", 0) == 0,
+                                             o.requests.get("RegisterJobDefinition", 0))),
+               not_run(TRAIN)),
+        quota_limits={"L-DB2E81BA": 8.0}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "checkpoint_bad_sha256", "after training, manifest.json is rewritten with a wrong sha256", "§2 (checkpoint), "
+        "§5.10", "wait_for_checkpoint fails with the sha256 mismatch; nothing is evaluated",
+        all_of(fails_with("checkpoint.wait_for_checkpoint", "sha256 mismatch"),
+               custom("no retry (fail fast)", lambda o: (o.tries("checkpoint.wait_for_checkpoint") == 1,
+                                                         o.tries("checkpoint.wait_for_checkpoint"))),
+               submits(1), not_run("evaluate.run_evaluation")),
+        faults={"checkpoint_bad_sha256": True}, conf=NO_RELEASE,
+    ),
+]
+for _s in SCENARIOS:  # every scenario also checks the invariants
+    _s.check = all_of(_s.check, nothing_running, teardowns_ran)
+    _s.check.__name__ = _s.name
+
+SCENARIO_NAMES = [s.name for s in SCENARIOS]
+
+
+# -- running -----------------------------------------------------------------------------------------
+class FailureListener:
+    """Airflow listener (task SDK): records the error of every failed / up-for-retry try."""
+
+    def __init__(self) -> None:
+        self.errors: dict[tuple[str, str], list[str]] = {}
+        self.lock = threading.Lock()
+
+    def install(self) -> None:
+        from airflow.sdk._shared.listeners import hookimpl
+        from airflow.sdk.listener import get_listener_manager
+
+        listener = self
+
+        class _Hooks:
+            @hookimpl
+            def on_task_instance_failed(self, previous_state, task_instance, error):  # noqa: ARG002
+                with listener.lock:
+                    listener.errors.setdefault((task_instance.run_id, task_instance.task_id), []).append(
+                        f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error))
+
+        get_listener_manager().add_listener(_Hooks())
+
+
+def _snapshot(sandbox) -> dict[str, set]:
+    from moto.sagemaker.models import sagemaker_backends
+
+    return {
+        "jobs": set(sandbox.batch.jobs),
+        "commands": {c.command_id for c in sandbox.ssm._backend()._commands},
+        "executions": set(sagemaker_backends[sandbox.account_id][sandbox.region].pipeline_executions),
+        "deployments": set(sandbox.greengrass.deployments),
+        "instances": _instances(sandbox),
+    }
+
+
+def _instances(sandbox) -> dict[str, str]:
+    ec2 = sandbox.client("ec2", internal=True)
+    return {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
+
+
+def _settle(sandbox, before: dict[str, set], timeout: float = 20.0) -> None:
+    """Give terminate / cancel / stop calls a moment to land in the emulation."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        live = [j for i, j in sandbox.batch.jobs.items() if i not in before["jobs"] and not j.job_stopped]
+        if not live:
+            return
+        time.sleep(0.5)
+
+
+def _collect(sandbox, env_config, dag_run, before, listener, t0: float, faults: dict) -> Outcome:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from moto.sagemaker.models import sagemaker_backends
+    from sqlalchemy import select
+
+    from sim2real.run_key import make_run_key
+
+    tasks: dict[str, dict[str, Any]] = {}
+    with create_session() as session:
+        for ti in session.scalars(select(TaskInstance).where(
+                TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id)).all():
+            tasks[ti.task_id] = {"state": str(getattr(ti.state, "value", ti.state)), "try_number": ti.try_number,
+                                 "duration": ti.duration}
+        rows = session.execute(select(XComModel.task_id, XComModel.value).where(
+            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id,
+            XComModel.task_id == TRAIN, XComModel.key == "return_value")).all()
+        for task_id, value in rows:
+            try:
+                tasks[task_id]["xcom"] = json.loads(value) if isinstance(value, (str, bytes)) else value
+            except (TypeError, ValueError):
+                tasks[task_id]["xcom"] = value
+    requests = Counter(r.action for r in sandbox.requests.since(t0))
+    jobs = [{"job_id": i, "status": j.status, "reason": j.job_stopped_reason}
+            for i, j in sandbox.batch.jobs.items() if i not in before["jobs"]]
+    commands = [{"command_id": c.command_id, "status": c.status}
+                for c in sandbox.ssm._backend()._commands if c.command_id not in before["commands"]]
+    executions = [{"arn": a, "status": e.pipeline_execution_status}
+                  for a, e in sagemaker_backends[sandbox.account_id][sandbox.region].pipeline_executions.items()
+                  if a not in before["executions"]]
+    deployments = []
+    for dep_id, dep in sandbox.greengrass.deployments.items():
+        if dep_id in before["deployments"]:
+            continue
+        devices = {thing: d["effective"][dep_id]["coreDeviceExecutionStatus"]
+                   for thing, d in sandbox.greengrass.devices.items() if dep_id in d["effective"]}
+        deployments.append({"deployment_id": dep_id, "status": dep.get("deploymentStatus"), "devices": devices})
+    instances = _instances(sandbox)
+    s3 = sandbox.client("s3", internal=True)
+    run_key = make_run_key(dag_run.dag_id, dag_run.run_id)
+    try:
+        lineage = json.loads(s3.get_object(Bucket=env_config["artifacts_bucket"],
+                                           Key=f"runs/{run_key}/lineage.json")["Body"].read())
+    except Exception:  # noqa: BLE001
+        lineage = None
+    with listener.lock:
+        errors = {task: list(msgs) for (run_id, task), msgs in listener.errors.items() if run_id == dag_run.run_id}
+    return Outcome(state=str(getattr(dag_run.state, "value", dag_run.state)), tasks=tasks, errors=errors,
+                   requests=requests, injected=Counter(e.data.get("action") for e in sandbox.events.find("sandbox", "fault")
+                                                       if e.time >= t0 and e.data.get("action")),
+                   jobs=jobs, commands=commands, executions=executions, deployments=deployments,
+                   instances=instances, instances_before=before["instances"], lineage=lineage, faults_left=json.loads(json.dumps(faults, default=str)),
+                   elapsed_s=0.0)  # filled in by the caller
+
+
+def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo: Callable[[str], None] = print
+                  ) -> list[dict[str, Any]]:
+    os.environ.setdefault("SIM2REAL_POLL_SECONDS", "1")
+    os.environ.setdefault("SIM2REAL_RETRY_DELAY_SECONDS", "1")
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    selected = [s for s in SCENARIOS if names is None or s.name in names]
+    unknown = set(names or []) - {s.name for s in selected}
+    if unknown:
+        raise SystemExit(f"unknown scenario(s): {', '.join(sorted(unknown))}; known: {', '.join(SCENARIO_NAMES)}")
+    own_home = home is None
+    home = Path(home or tempfile.mkdtemp(prefix="sim2real-faults-"))
+    from sim2real.demo import prepare_airflow_home
+    from sim2real.sandbox import Approver, Sandbox
+
+    results: list[dict[str, Any]] = []
+    try:
+        with Sandbox(repo_root=REPO_ROOT) as sandbox:
+            env_config = sandbox.provision()
+            default_limits = dict(sandbox.quotas.limits)
+            prepare_airflow_home(home, sandbox.airflow_env())
+            from airflow.dag_processing.dagbag import DagBag
+
+            bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real.py"))
+            if bag.import_errors:
+                raise SystemExit(f"DAG import errors: {bag.import_errors}")
+            dag = bag.dags["sim_to_real"]
+            listener = FailureListener()
+            listener.install()
+            for scenario in selected:
+                sandbox.faults.clear()
+                sandbox.faults.update(json.loads(json.dumps(scenario.faults)))
+                sandbox.quotas.limits.clear()
+                sandbox.quotas.limits.update({**default_limits, **scenario.quota_limits})
+                # the workstation starts stopped, so the run starts it and must stop it again
+                ec2 = sandbox.client("ec2", internal=True)
+                ids = [i for i, st in _instances(sandbox).items() if st == "running"]
+                if ids:
+                    ec2.stop_instances(InstanceIds=ids)
+                before = _snapshot(sandbox)
+                echo(f"[faults] {scenario.name}: {scenario.fault}")
+                approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
+                                    decision=scenario.decision,
+                                    description=f"{scenario.decision.lower()} by the fault replay's reviewer")
+                approver.start()
+                t0, m0 = time.time(), time.monotonic()
+                try:
+                    dag_run = dag.test(run_conf={**BASE_CONF, **scenario.conf})
+                finally:
+                    approver.cancel()
+                _settle(sandbox, before)
+                outcome = _collect(sandbox, env_config, dag_run, before, listener, t0, sandbox.faults)
+                outcome.elapsed_s = time.monotonic() - m0
+                checks = scenario.check(outcome)
+                passed = all(ok for _, ok, _ in checks)
+                failed = sorted(t for t, v in outcome.tasks.items() if v["state"] == "failed")
+                results.append({
+                    "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
+                    "expected": scenario.expected, "passed": passed, "state": outcome.state,
+                    "failed_tasks": failed,
+                    "messages": {t: outcome.errors.get(t, [])[-1][:500] for t in failed if outcome.errors.get(t)},
+                    "tries": {t: v["try_number"] for t, v in outcome.tasks.items() if v["try_number"] > 1},
+                    "submit_job_calls": outcome.requests.get("SubmitJob", 0),
+                    "jobs": outcome.jobs, "commands": outcome.commands, "executions": outcome.executions,
+                    "deployments": outcome.deployments,
+                    "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE)},
+                    "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
+                    "elapsed_s": round(outcome.elapsed_s, 1),
+                })
+                echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} in {outcome.elapsed_s:.0f} s "
+                     f"(run {outcome.state}; failed: {', '.join(failed) or '-'})")
+                for n, ok, d in checks:
+                    if not ok:
+                        echo(f"[faults]   FAILED check {n}: {d}")
+    finally:
+        if own_home:
+            shutil.rmtree(home, ignore_errors=True)
+    return results
+
+
+# -- reporting -----------------------------------------------------------------------------------------
+def _short(message: str) -> str:
+    first = message.split("\n", 1)[0]
+    first = first.split(": ", 1)[1] if first.startswith(("AirflowException", "AirflowFailException", "ClientError",
+                                                          "AirflowSensorTimeout")) else first
+    return (first[:230] + "…") if len(first) > 230 else first
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    lines = ["| fault injected | DESIGN | run | failed task: message | what was left running | teardowns | result |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        failed = "; ".join(f"`{t}`: {_short(r['messages'].get(t, ''))}" for t in r["failed_tasks"]) or "—"
+        failed = failed.replace("|", "\\|")
+        left = []
+        if r["jobs"]:
+            left.append(f"{len(r['jobs'])} Batch job ({', '.join(sorted({j['status'] for j in r['jobs']}))})")
+        else:
+            left.append("no Batch job")
+        if r["commands"]:
+            left.append("SSM " + ", ".join(sorted({c['status'] for c in r['commands']})))
+        if r["executions"]:
+            left.append("pipeline " + ", ".join(sorted({e['status'] for e in r['executions']})))
+        if r["deployments"]:
+            left.append("deployment " + ", ".join(sorted({str(d['status']) for d in r['deployments']})))
+        retries = ", ".join(f"{t} ×{n}" for t, n in r["tries"].items())
+        run = r["state"] + (f" (tries: {retries})" if retries else "")
+        teardowns = ", ".join(f"{t.split('.')[-1]} {s or '—'}" for t, s in r["teardowns"].items())
+        result = f"{'PASS' if r['passed'] else 'FAIL'} ({r['elapsed_s']:.0f} s)"
+        lines.append(f"| {r['fault']} | {r['design']} | {run} | {failed} | {'; '.join(left)} | {teardowns} | {result} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="sim2real-faults", description=__doc__.split("\n")[0])
+    ap.add_argument("--json-out", default=None, help="write the results here as JSON")
+    ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(SCENARIO_NAMES)}")
+    ap.add_argument("--home", default=None, help="Airflow home (default: a temporary folder, removed after)")
+    ap.add_argument("--markdown", action="store_true", help="print the results as a Markdown table")
+    ap.add_argument("--from-json", default=None, help="do not run: read results written by --json-out")
+    args = ap.parse_args(argv)
+    started = time.monotonic()
+    if args.from_json:
+        data = json.loads(Path(args.from_json).read_text())
+        results = data["scenarios"] if isinstance(data, dict) else data
+    else:
+        names = [n.strip() for n in args.only.split(",")] if args.only else None
+        results = run_scenarios(names, Path(args.home) if args.home else None)
+        elapsed = time.monotonic() - started
+        print(f"[faults] {sum(r['passed'] for r in results)}/{len(results)} scenarios passed in {elapsed:.0f} s")
+        if args.json_out:
+            Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json_out).write_text(json.dumps({"elapsed_s": round(elapsed, 1), "scenarios": results},
+                                                      indent=2, default=str))
+    if args.markdown:
+        print(markdown(results))
+    return 0 if results and all(r["passed"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
