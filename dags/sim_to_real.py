@@ -19,6 +19,7 @@ import os
 from airflow.sdk import Asset, TaskGroup, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from sim2real import notifications as notify
 from sim2real import stage_docs as docs
 from sim2real.operators.batch import BatchTrainingOperator
 from sim2real.operators.codebuild import CodeBuildImageOperator
@@ -66,6 +67,8 @@ DEFAULT_ARGS = {
     default_args=DEFAULT_ARGS,
     params=build_params(),
     tags=["sim2real", "robotics", "rl", "vla"],
+    # SNS topic read from the environment config at send time (skipped when none is configured).
+    on_failure_callback=notify.run_failed(),
 )
 def sim_to_real():
     @task(retries=0, execution_timeout=dt.timedelta(minutes=2), doc_md=docs.PREPARE_RUN)
@@ -198,7 +201,8 @@ def sim_to_real():
         evaluation >> stop_workstation.as_teardown(setups=evaluation)
         report >> stop_workstation
 
-    @task(retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=docs.QUALITY_GATE)
+    @task(retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=docs.QUALITY_GATE,
+          on_failure_callback=notify.gate_failed())
     def quality_gate(report: dict, params=None) -> dict:
         """Pass → the release goes on. Fail → the run stops here with the reason (not an infra failure)."""
         from sim2real.stages import quality_gate as decide
@@ -274,6 +278,7 @@ def sim_to_real():
             execution_timeout=dt.timedelta(days=2),
             outlets=[MODEL_PACKAGE_ASSET],
             doc_md=docs.VLA,
+            on_execute_callback=notify.approval_needed(),
         )
         gate >> enabled >> definition >> upsert >> finetune >> approval
 
@@ -301,6 +306,7 @@ def sim_to_real():
             waiter_delay=POLL,
             execution_timeout=dt.timedelta(hours=2),
             doc_md=docs.DEPLOY,
+            on_success_callback=notify.deployed(),
         )
         approval >> deploy_enabled(plan["plan"]) >> components >> deployment
 

@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
                             decision=args.decision,
                             description=f"{args.decision.lower()} by the demo's emulated reviewer")
+        inbox = subscribe_notifications(sandbox, env_config)
         approver.start()
         try:
             dag_run = run_dag(conf)
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         state = str(getattr(dag_run.state, "value", dag_run.state))
         rows = task_table(dag_run)
         summary = summarise(sandbox, env_config, dag_run, rows)
+        summary["notifications"] = read_notifications(sandbox, inbox)
     elapsed = time.monotonic() - started
 
     _print_table(f"sim_to_real run {dag_run.run_id}: {state.upper()}", ("task", "state", "duration (s)"),
@@ -154,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         _print_table(f"Lineage ({summary['lineage_uri']})", ("stage", "value"), summary["chain_rows"])
     for check in summary["checks"]:
         print(f"[demo] check: {check}")
+    for note in summary["notifications"]:
+        print(f"[demo] SNS notification ({note['event']}): {note['subject']}")
     print("[demo] emulated by the sandbox: CodeBuild build (image pushed with a real digest), Batch compute "
           "(training ran here through the real launcher), the workstation (SSM command ran here), the GR00T "
           "pipeline (RegisterModel only), the reviewer's approval, the Greengrass core devices (each ran the real setup "
@@ -164,6 +168,39 @@ def main(argv: list[str] | None = None) -> int:
                                                    "elapsed_s": elapsed}, indent=2, default=str))
     ok = state == "success" and summary["checks_ok"]
     return 0 if ok else 1
+
+
+def subscribe_notifications(sandbox, env_config: dict[str, Any]) -> str | None:
+    """Subscribe an SQS queue to the notification topic (as a team would subscribe e-mail or chat).
+
+    :return: the queue URL, or ``None`` when the environment config names no topic.
+    """
+    topic = (env_config.get("notifications") or {}).get("sns_topic_arn")
+    if not topic:
+        return None
+    sqs = sandbox.client("sqs", internal=True)
+    url = sqs.create_queue(QueueName="sim2real-notifications-inbox")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sandbox.client("sns", internal=True).subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    return url
+
+
+def read_notifications(sandbox, queue_url: str | None) -> list[dict[str, Any]]:
+    """The SNS notifications the run published (event, subject, message), in arrival order."""
+    if not queue_url:
+        return []
+    sqs = sandbox.client("sqs", internal=True)
+    out: list[dict[str, Any]] = []
+    while True:
+        msgs = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+        if not msgs:
+            return out
+        for msg in msgs:
+            body = json.loads(msg["Body"])
+            attrs = body.get("MessageAttributes") or {}
+            out.append({"event": (attrs.get("event") or {}).get("Value"), "subject": body.get("Subject"),
+                        "message": body.get("Message")})
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=msg["ReceiptHandle"])
 
 
 def summarise(sandbox, env_config: dict[str, Any], dag_run, rows) -> dict[str, Any]:

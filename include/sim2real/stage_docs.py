@@ -55,7 +55,8 @@ interval, seeds, checkpoint sha256), checked against this run's checkpoint. The 
 QUALITY_GATE = """\
 **Quality gate.** Calls no AWS API: compares the evaluated success rate (or its 95% lower bound) with
 `min_success_rate`. Waits for nothing. Hands on the verdict when it passes (the release goes on); when it
-fails, the run stops here with the reason (a verdict, not an infrastructure failure).
+fails, the run stops here with the reason (a verdict, not an infrastructure failure) and a "gate failed"
+SNS notification carries it.
 """
 
 VLA = """\
@@ -65,7 +66,8 @@ VLA = """\
 (`StopPipelineExecution` when killed); then Model Registry `ListModelPackages` / `DescribeModelPackage`.
 Waits (deferred) for the execution to Succeed (Failed / Stopped / CompletedWithFailures fail with the
 failing step), then for this run's model package to be `Approved` (`Rejected` fails with the
-reviewer's reason). Hands on the execution ARN,
+reviewer's reason); an "approval needed" SNS notification names the package and how to approve it when
+the wait starts. Hands on the execution ARN,
 the model package ARN and its model data URI.
 """
 
@@ -74,7 +76,7 @@ DEPLOY = """\
 `CreateDeployment` (configuration merge with the model URI, ROLLBACK on failure, rollout and abort
 config), `ListCoreDevices`, `ListEffectiveDeployments`; `CancelDeployment` on failure or kill. Waits
 (deferred) until every core device of the thing group reports SUCCEEDED. Hands on the deployment id and
-each device's status.
+each device's status; a "deployed" SNS notification lists them.
 """
 
 WRITE_LINEAGE = """\

@@ -56,4 +56,8 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     assert evaluation["seeds"][0] == 2000 and evaluation["checkpoint_sha256"] == chain["checkpoint_sha256"]
     assert "[sandbox:emulated]" in proc.stdout + proc.stderr
     assert "finished in" in proc.stdout
-
+    # Real SNS messages (sandbox topic → SQS inbox): approval needed, then deployed; no failure.
+    events = [note["event"] for note in summary["notifications"]]
+    assert events == ["approval_needed", "deployed"], events
+    assert chain["deployment_id"] in summary["notifications"][1]["message"]
+    assert "--model-approval-status Approved" in summary["notifications"][0]["message"]
