@@ -148,7 +148,8 @@ def check(out: Path, airflow_version: str = AIRFLOW_VERSION, workdir: Path | Non
     If the constraints URL cannot be reached from this machine, the project's ``constraints.txt``
     (the versions the tests run against) is used in its place, and this is printed.
     """
-    work = Path(workdir or tempfile.mkdtemp(prefix="sim2real-mwaa-check-"))
+    work = Path(workdir or tempfile.mkdtemp(prefix="sim2real-mwaa-check-")).resolve()
+    out = Path(out).resolve()
     venv, plugins, home = work / "venv", work / "plugins", work / "airflow-home"
     shutil.rmtree(plugins, ignore_errors=True)
     for d in (plugins, home):

@@ -112,6 +112,7 @@ class MwaaStack(cdk.Stack):
                              description="sim2real MWAA execution role: the DAG's AWS calls")
         targets.artifacts = as_bucket(self, targets.artifacts)
         targets.mwaa_bucket = as_bucket(self, targets.mwaa_bucket, "MwaaBucket")
+        self.policies: list[iam.ManagedPolicy] = []
         self._mwaa_statements(targets)
         self._dag_statements(settings, targets)
 
@@ -145,6 +146,8 @@ class MwaaStack(cdk.Stack):
                 for kind in ("dag_processing_logs", "scheduler_logs", "task_logs", "webserver_logs", "worker_logs")
             }),
         )
+        # MWAA checks the role's permissions when it creates the environment: attach them first.
+        self.airflow.node.add_dependency(self.role, *self.policies)
         if not all(versions.get(k) for k in ("plugins.zip", "requirements.txt", "startup.sh")):
             cdk.Annotations.of(self).add_warning_v2(
                 "sim2real:mwaa-versions",
@@ -166,6 +169,7 @@ class MwaaStack(cdk.Stack):
         """Start a customer managed policy on the role (each stays under IAM's 6,144-character limit;
         one inline policy for everything would exceed the role's 10,240-character inline limit)."""
         self._target = iam.ManagedPolicy(self, cid, description=description, roles=[self.role])
+        self.policies.append(self._target)
         return self._target
 
     def _mwaa_statements(self, t: MwaaTargets) -> None:

@@ -91,9 +91,6 @@ OTHER_REASONS: list[tuple[str, str, str]] = [
     (r"/Vpc/[A-Za-z0-9]+/SecurityGroup$", "AwsSolutions-EC23",
      "Interface endpoint security groups allow 443 from the VPC CIDR only; the CIDR is a token at synth "
      "time so the rule cannot evaluate it."),
-    (r"Storage/AccessLogs$", "AwsSolutions-S1", "This bucket is the server access log target itself."),
-    (r"Images/TrainingImage$", "AwsSolutions-CB3",
-     "Privileged mode is required to run the Docker daemon that builds the training image."),
     (r"Evaluation/Workstation$", "AwsSolutions-EC29",
      "The optional workstation is disposable (the DAG starts and stops it); termination protection "
      "would block stack deletion."),

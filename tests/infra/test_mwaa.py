@@ -22,3 +22,10 @@ def test_mwaa_environment(synth: Synth) -> None:
     assert len(env["NetworkConfiguration"]["SubnetIds"]) == 2
     assert all(v["Enabled"] for v in env["LoggingConfiguration"].values())
     assert "sim2real-mwaa-" in str(env["SourceBucketArn"])
+
+
+def test_environment_waits_for_its_role_policies(synth: Synth) -> None:
+    t = synth.template(synth.stacks.mwaa).to_json()
+    (env,) = [r for r in t["Resources"].values() if r["Type"] == "AWS::MWAA::Environment"]
+    policies = [k for k, r in t["Resources"].items() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")]
+    assert len(policies) == 3 and set(policies) <= set(env["DependsOn"])
