@@ -52,6 +52,7 @@ $(PIPELINE_STAMP): requirements-pipeline.txt
 	$(PY) -m venv $(PIPELINE_VENV)
 	$(PIPELINE_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
 	$(PIPELINE_VENV)/bin/python -m pip install -q --no-deps -r requirements-pipeline.txt
+	$(PIPELINE_VENV)/bin/python -m pip check
 	touch $@
 
 .PHONY: pipeline-venv pipeline-definition
