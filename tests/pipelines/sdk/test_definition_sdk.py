@@ -16,10 +16,31 @@ import pytest  # noqa: E402
 from sim2real.pipelines import build, groot  # noqa: E402
 
 
+class NetworkUsed(AssertionError):
+    pass
+
+
 @pytest.fixture(scope="module")
 def fresh() -> str:
-    """One fresh generation with the pinned SDK (offline)."""
-    return build.generate()
+    """One fresh generation with the pinned SDK, with every outbound connection refused: the
+    definition must come out without reaching AWS (or anything else)."""
+    import socket
+
+    attempts: list = []
+
+    def refuse(self, address, *args, **kwargs):
+        attempts.append(address)
+        raise NetworkUsed(f"connection attempted to {address}")
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(socket.socket, "connect", refuse)
+    mp.setattr(socket.socket, "connect_ex", refuse)
+    try:
+        text = build.generate()
+    finally:
+        mp.undo()
+    assert attempts == []
+    return text
 
 
 def test_sdk_version_is_the_pinned_one():
