@@ -187,3 +187,42 @@ def test_inference_image_defaults_to_training_and_bad_values_refused():
 def test_the_template_is_canonical_json():
     text = groot.TEMPLATE_PATH.read_text()
     assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=True) + "\n"
+
+
+def _resolve(value, params: dict):
+    """Replace pipeline expressions with values of the right type, as the service would at run time."""
+    if isinstance(value, dict):
+        if set(value) == {"Get"}:
+            ref = value["Get"]
+            if ref.startswith("Parameters."):
+                return params[ref.split(".", 1)[1]]
+            return "s3://bucket/resolved/property" if ref.startswith("Steps.") else "resolved-execution-variable"
+        if set(value) == {"Std:Join"}:
+            join = value["Std:Join"]
+            return join["On"].join(str(_resolve(v, params)) for v in join["Values"])
+        if set(value) == {"Std:JsonGet"}:
+            return "resolved-json-value"
+        return {k: _resolve(v, params) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, params) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("step, operation, extra", [
+    ("TransformDataset", "CreateProcessingJob", {"ProcessingJobName": "p"}),
+    ("GR00TFinetune", "CreateTrainingJob", {"TrainingJobName": "t"}),
+    ("SmokeEval", "CreateProcessingJob", {"ProcessingJobName": "s"}),
+    ("RegisterModel", "CreateModelPackage", {}),
+])
+def test_step_arguments_are_valid_api_requests(definition, step, operation, extra):
+    """Each step's arguments, expressions resolved, validate against the SageMaker API model."""
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    params = {p["Name"]: p["DefaultValue"] for p in definition["Parameters"]}
+    request = dict(_resolve(_steps(definition)[step]["Arguments"], params), **extra)
+    if operation == "CreateTrainingJob":  # hyperparameters are strings on the wire
+        request["HyperParameters"] = {k: str(v) for k, v in request["HyperParameters"].items()}
+    model = botocore.session.get_session().get_service_model("sagemaker").operation_model(operation)
+    report = ParamValidator().validate(request, model.input_shape)
+    assert not report.has_errors(), report.generate_report()
