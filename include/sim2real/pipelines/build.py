@@ -36,8 +36,8 @@ import json
 import os
 import sys
 import tempfile
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sim2real.pipelines.groot import PLACEHOLDERS, TEMPLATE_PATH
@@ -66,9 +66,10 @@ def _offline_sdk_environment(config_dir: Path) -> None:
                                   "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}))
     os.environ["SAGEMAKER_ADMIN_CONFIG_OVERRIDE"] = str(config)
     os.environ["SAGEMAKER_USER_CONFIG_OVERRIDE"] = str(config)
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    # Never pick up credentials or an endpoint from the caller's environment: nothing is sent.
-    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
+    # A fixed region and dummy credentials: the output never depends on the caller's AWS setup,
+    # and nothing could be sent with real credentials even by mistake.
+    os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
+    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         os.environ.pop(key, None)
     os.environ["AWS_ACCESS_KEY_ID"] = "offline"
     os.environ["AWS_SECRET_ACCESS_KEY"] = "offline"
