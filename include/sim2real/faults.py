@@ -427,6 +427,8 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
             if bag.import_errors:
                 raise SystemExit(f"DAG import errors: {bag.import_errors}")
             dag = bag.dags["sim_to_real"]
+            # dag.test() keeps a run's conf in the DAG's params: every run gets every param explicitly
+            defaults = dag.params.dump()
             listener = FailureListener()
             listener.install()
             for scenario in selected:
@@ -447,7 +449,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                 approver.start()
                 t0, m0 = time.time(), time.monotonic()
                 try:
-                    dag_run = dag.test(run_conf={**BASE_CONF, **scenario.conf})
+                    dag_run = dag.test(run_conf={**defaults, **BASE_CONF, **scenario.conf})
                 finally:
                     approver.cancel()
                 _settle(sandbox, before)
