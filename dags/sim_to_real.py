@@ -19,6 +19,7 @@ import os
 from airflow.sdk import Asset, TaskGroup, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from sim2real import assets
 from sim2real import notifications as notify
 from sim2real import stage_docs as docs
 from sim2real.operators.batch import BatchTrainingOperator
@@ -147,6 +148,7 @@ def sim_to_real():
             timeout=30 * 60,
             execution_timeout=dt.timedelta(minutes=40),
             outlets=[CHECKPOINT_ASSET],
+            post_execute=assets.checkpoint_post_execute,  # checkpoint URI + sha256 on the asset event
             doc_md=docs.CHECKPOINT,
         )
 
@@ -175,7 +177,7 @@ def sim_to_real():
         )
 
         @task(outlets=[EVAL_REPORT_ASSET], execution_timeout=dt.timedelta(minutes=5))
-        def read_eval_report(plan: dict, manifest: dict, evaluation: dict) -> dict:
+        def read_eval_report(plan: dict, manifest: dict, evaluation: dict, outlet_events=None) -> dict:
             """Read eval/report.json from S3 and check it belongs to this checkpoint."""
             import json
 
@@ -190,6 +192,7 @@ def sim_to_real():
             except ValueError as err:
                 raise AirflowFailException(f"{plan['evaluation']['report_uri']}: {err}") from err
             report["report_uri"] = plan["evaluation"]["report_uri"]
+            assets.set_eval_report_extra(outlet_events, EVAL_REPORT_ASSET, report, plan["run_key"])
             return report
 
         report = read_eval_report(plan["plan"], manifest.output, evaluation.output)
@@ -277,6 +280,7 @@ def sim_to_real():
             timeout=24 * 3600,
             execution_timeout=dt.timedelta(days=2),
             outlets=[MODEL_PACKAGE_ASSET],
+            post_execute=assets.model_package_post_execute,  # package ARN on the asset event
             doc_md=docs.VLA,
             on_execute_callback=notify.approval_needed(),
         )

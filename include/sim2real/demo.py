@@ -96,6 +96,22 @@ def task_table(dag_run) -> list[tuple[str, str, float | None]]:
     return [(r[0], r[1], r[2]) for r in rows]
 
 
+def asset_events(dag_run) -> list[dict[str, Any]]:
+    """The Asset events the run emitted (asset name, source task, extra), oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.name, AssetEvent.source_task_id, AssetEvent.extra)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetEvent.source_dag_id == dag_run.dag_id, AssetEvent.source_run_id == dag_run.run_id)
+            .order_by(AssetEvent.id)
+        ).all()
+    return [{"asset": name, "task_id": task_id, "extra": dict(extra or {})} for name, task_id, extra in rows]
+
+
 def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
     line = "+-" + "-+-".join("-" * w for w in widths) + "-+"
@@ -148,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = task_table(dag_run)
         summary = summarise(sandbox, env_config, dag_run, rows)
         summary["notifications"] = read_notifications(sandbox, inbox)
+        summary["asset_events"] = asset_events(dag_run)
     elapsed = time.monotonic() - started
 
     _print_table(f"sim_to_real run {dag_run.run_id}: {state.upper()}", ("task", "state", "duration (s)"),
@@ -158,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[demo] check: {check}")
     for note in summary["notifications"]:
         print(f"[demo] SNS notification ({note['event']}): {note['subject']}")
+    for event in summary.get("asset_events", []):
+        print(f"[demo] asset event {event['asset']} from {event['task_id']}: {json.dumps(event['extra'], sort_keys=True)}")
     print("[demo] emulated by the sandbox: CodeBuild build (image pushed with a real digest), Batch compute "
           "(training ran here through the real launcher), the workstation (SSM command ran here), the GR00T "
           "pipeline (RegisterModel only), the reviewer's approval, the Greengrass core devices (each ran the real setup "

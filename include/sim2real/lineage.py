@@ -8,10 +8,49 @@ pure functions (no AWS call) so the report task and the tests share them.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+
+#: JSON schema (draft 2020-12) of ``lineage.json``, kept in the repository beside this module.
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "lineage.schema.json"
+
+
+class LineageSchemaError(ValueError):
+    """A lineage document does not match ``lineage.schema.json``; ``errors`` lists each mismatch."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__("lineage.json does not match lineage.schema.json:\n- " + "\n- ".join(errors))
+
+
+@lru_cache(maxsize=1)
+def lineage_schema() -> dict[str, Any]:
+    """The lineage JSON schema (parsed once)."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def lineage_errors(lineage: Mapping[str, Any]) -> list[str]:
+    """Every mismatch between ``lineage`` and the schema, as ``"<json path>: <message>"`` (empty when valid)."""
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(lineage_schema(), format_checker=Draft202012Validator.FORMAT_CHECKER)
+    doc = json.loads(json.dumps(lineage, default=str))  # what is written to S3
+    return [f"{err.json_path}: {err.message}" for err in sorted(validator.iter_errors(doc), key=lambda e: e.json_path)]
+
+
+def validate_lineage(lineage: Mapping[str, Any]) -> None:
+    """Check ``lineage`` against ``lineage.schema.json``.
+
+    :raises LineageSchemaError: listing every mismatch.
+    """
+    errors = lineage_errors(lineage)
+    if errors:
+        raise LineageSchemaError(errors)
 
 #: Stage order of DESIGN §2, with the lineage key each stage fills.
 STAGES = (

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sim2real.lineage import build_lineage, render_markdown
+from sim2real.lineage import build_lineage, lineage_errors, render_markdown
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,12 @@ def collect_task_states(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
 def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_run: Any, ti: Any) -> dict[str, Any]:
     """Build the lineage from the run's XComs and write it (JSON + Markdown) under the run prefix.
 
+    The document is checked against ``sim2real/schemas/lineage.schema.json``; it is written even
+    when it does not match (the record of the run is kept), and the task then fails with the list.
+
     :return: ``{"lineage_uri", "markdown_uri", "chain"}``.
     :raises botocore.exceptions.ClientError: when the artifacts bucket cannot be written.
+    :raises sim2real.lineage.LineageSchemaError: when the document does not match the schema.
     """
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
@@ -67,6 +71,7 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
         run_key=plan["run_key"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, params=params, plan=plan,
         task_states=collect_task_states(dag_run.dag_id, dag_run.run_id), **parts,
     )
+    errors = lineage_errors(lineage)
     bucket, prefix = plan["bucket"], plan["run_prefix"]
     hook = S3Hook()
     hook.load_string(json.dumps(lineage, indent=2, sort_keys=True, default=str), key=f"{prefix}lineage.json",
@@ -74,4 +79,9 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     hook.load_string(render_markdown(lineage), key=f"{prefix}lineage.md", bucket_name=bucket, replace=True)
     uri = f"s3://{bucket}/{prefix}lineage.json"
     log.info("lineage written to %s", uri)
+    if errors:
+        from sim2real.lineage import LineageSchemaError
+
+        raise LineageSchemaError(errors)
+    log.info("lineage matches lineage.schema.json")
     return {"lineage_uri": uri, "markdown_uri": f"s3://{bucket}/{prefix}lineage.md", "chain": lineage["chain"]}

@@ -81,7 +81,7 @@ each device's status; a "deployed" SNS notification lists them.
 
 WRITE_LINEAGE = """\
 **Write the lineage (the run's teardown).** Calls S3 `PutObject`. Runs whatever failed upstream (once
-`prepare_run` succeeded) and waits for nothing. Hands on `runs/<run_key>/lineage.json` and `lineage.md`:
-image digest → Batch job → checkpoint sha256 → success rate → pipeline execution → model package →
-deployment.
+`prepare_run` succeeded) and waits for nothing. Hands on `runs/<run_key>/lineage.json` (checked against
+`sim2real/schemas/lineage.schema.json`) and `lineage.md`: image digest → Batch job → checkpoint sha256 →
+success rate → pipeline execution → model package → deployment.
 """

@@ -61,3 +61,13 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     assert events == ["approval_needed", "deployed"], events
     assert chain["deployment_id"] in summary["notifications"][1]["message"]
     assert "--model-approval-status Approved" in summary["notifications"][0]["message"]
+    # Asset events carry the lineage's key facts; the lineage matches its JSON schema.
+    extras = {event["asset"]: event["extra"] for event in summary["asset_events"]}
+    assert extras["sim2real_rl_checkpoint"]["sha256"] == chain["checkpoint_sha256"]
+    assert extras["sim2real_rl_checkpoint"]["checkpoint_uri"] == chain["checkpoint_uri"]
+    assert extras["sim2real_eval_report"]["success_rate"] == chain["success_rate"]
+    assert extras["sim2real_approved_model_package"]["model_package_arn"] == chain["model_package_arn"]
+    assert {e["run_key"] for e in extras.values()} == {summary["run_key"]}
+    from sim2real.lineage import lineage_errors
+
+    assert lineage_errors(summary["lineage"]) == []

@@ -1,0 +1,52 @@
+"""Asset events carry metadata: checkpoint URI + sha256, success rate, model package ARN."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from airflow.sdk import Asset
+
+from sim2real import assets
+
+
+class Events(dict):
+    def __missing__(self, asset):
+        self[asset] = SimpleNamespace(extra={})
+        return self[asset]
+
+
+def test_checkpoint_sensor_puts_uri_and_sha256_on_its_event():
+    asset = Asset(name="ckpt", uri="sim2real://rl/checkpoint")
+    events = Events()
+    ctx = {"task": SimpleNamespace(outlets=[asset], run_key=None),
+           "dag_run": SimpleNamespace(dag_id="sim_to_real", run_id="manual__1"), "outlet_events": events}
+    assets.checkpoint_post_execute(ctx, {"checkpoint_uri": "s3://b/c.pt", "sha256": "ab" * 32, "iteration": 225,
+                                         "task": "Reacher-v5", "verified_sha256": True})
+    extra = events[asset].extra
+    assert extra["checkpoint_uri"] == "s3://b/c.pt" and extra["sha256"] == "ab" * 32
+    assert extra["iteration"] == 225 and extra["run_key"].startswith("sim-to-real-manual-1-")
+
+
+def test_model_package_event_has_the_arn():
+    asset = Asset(name="pkg", uri="sim2real://vla/approved-model-package")
+    events = Events()
+    ctx = {"task": SimpleNamespace(outlets=[asset], run_key="k-1"), "outlet_events": events}
+    assets.model_package_post_execute(ctx, {"model_package_arn": "arn:pkg/1", "approval_status": "Approved",
+                                            "model_data_url": "s3://b/m.tar.gz"})
+    assert events[asset].extra == {"run_key": "k-1", "model_package_arn": "arn:pkg/1",
+                                   "model_data_url": "s3://b/m.tar.gz", "approval_status": "Approved"}
+
+
+def test_eval_report_event_has_the_success_rate():
+    asset = Asset(name="rep", uri="sim2real://rl/eval-report")
+    events = Events()
+    assets.set_eval_report_extra(events, asset, {"success_rate": 0.2, "ci95": [0.11, 0.33], "episodes": 50,
+                                                 "checkpoint_sha256": "ab" * 32, "report_uri": "s3://b/r.json"},
+                                 "k-1")
+    assert events[asset].extra["success_rate"] == 0.2 and events[asset].extra["ci95"] == [0.11, 0.33]
+
+
+def test_no_result_no_crash():
+    events = Events()
+    assets.model_package_post_execute({"task": SimpleNamespace(outlets=[], run_key="k"), "outlet_events": events})
+    assert events == {}
