@@ -16,12 +16,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from airflow.sdk import Asset, TaskGroup, dag, task
+from airflow.sdk import Asset, TaskGroup, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sim2real import assets
 from sim2real import notifications as notify
 from sim2real import stage_docs as docs
+from sim2real.links.s3 import S3RunFolderLink
 from sim2real.operators.batch import BatchTrainingOperator
 from sim2real.operators.codebuild import CodeBuildImageOperator
 from sim2real.operators.greengrass import GreengrassDeploymentOperator
@@ -83,6 +84,7 @@ def sim_to_real():
             plan = plan_run(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params), env=load_environment())
         except (ParamRuleError, ValueError) as err:
             raise AirflowFailException(str(err)) from err
+        S3RunFolderLink.persist_for_plan(get_current_context(), plan)
         # One XCom per "section.key" so operators get native values (XComArg["key"] pulls that key),
         # plus the nested plan for the Python tasks.
         flat = {"plan": plan, "run_key": plan["run_key"]}
@@ -92,6 +94,7 @@ def sim_to_real():
         return flat
 
     plan = prepare_run()
+    plan.operator.operator_extra_links = (S3RunFolderLink(),)  # runs/<run_key>/ in the S3 console
 
     with TaskGroup("build", tooltip="CodeBuild → ECR image digest", doc_md=docs.BUILD):
         image = CodeBuildImageOperator(
@@ -319,11 +322,13 @@ def sim_to_real():
         """Write runs/<run_key>/lineage.json and lineage.md, whatever happened upstream."""
         from sim2real.report import write_run_report
 
+        S3RunFolderLink.persist_for_plan(get_current_context(), plan)
         return write_run_report(plan=plan, params=dict(params), dag_run=dag_run, ti=ti)
 
     # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded)
     # and, being a teardown, does not mask a failed stage in the run's final state.
     lineage = write_lineage(plan["plan"]).as_teardown(setups=plan)
+    lineage.operator.operator_extra_links = (S3RunFolderLink(),)
     [deployment, gate, stop_workstation] >> lineage
 
 

@@ -12,13 +12,14 @@ from airflow.plugins_manager import AirflowPlugin
 from sim2real.links.batch import BatchNodeLogsLink
 from sim2real.links.codebuild import CodeBuildBuildLink
 from sim2real.links.greengrass import GreengrassDeploymentLink
+from sim2real.links.s3 import S3RunFolderLink
 from sim2real.links.sagemaker import HyperPodClusterLink, SageMakerModelPackageLink, SageMakerPipelineExecutionLink
 from sim2real.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
 
 
 class Sim2RealPlugin(AirflowPlugin):
     """Extra links: CodeBuild build, Batch node log streams, SSM command, workstation, pipeline
-    execution, model package, HyperPod cluster, Greengrass deployment."""
+    execution, model package, HyperPod cluster, Greengrass deployment, the run's S3 folder."""
 
     name = "sim2real"
     operator_extra_links = [
@@ -30,4 +31,5 @@ class Sim2RealPlugin(AirflowPlugin):
         SageMakerModelPackageLink(),
         HyperPodClusterLink(),
         GreengrassDeploymentLink(),
+        S3RunFolderLink(),
     ]

@@ -112,6 +112,25 @@ def asset_events(dag_run) -> list[dict[str, Any]]:
     return [{"asset": name, "task_id": task_id, "extra": dict(extra or {})} for name, task_id, extra in rows]
 
 
+def run_folder_link(dag_run) -> str | None:
+    """The "S3 run folder" extra link of ``prepare_run`` as the UI would render it (from its XCom)."""
+    import json as _json
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from sim2real.links.s3 import S3RunFolderLink
+
+    with create_session() as session:
+        value = session.scalar(select(XComModel.value).where(
+            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id,
+            XComModel.task_id == "prepare_run", XComModel.key == S3RunFolderLink.key))
+    if isinstance(value, str):
+        value = _json.loads(value)
+    return S3RunFolderLink().format_link(**value) if value else None
+
+
 def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
     line = "+-" + "-+-".join("-" * w for w in widths) + "-+"
@@ -165,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = summarise(sandbox, env_config, dag_run, rows)
         summary["notifications"] = read_notifications(sandbox, inbox)
         summary["asset_events"] = asset_events(dag_run)
+        summary["run_folder_link"] = run_folder_link(dag_run)
     elapsed = time.monotonic() - started
 
     _print_table(f"sim_to_real run {dag_run.run_id}: {state.upper()}", ("task", "state", "duration (s)"),
@@ -175,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[demo] check: {check}")
     for note in summary["notifications"]:
         print(f"[demo] SNS notification ({note['event']}): {note['subject']}")
+    if summary.get("run_folder_link"):
+        print(f"[demo] extra link 'S3 run folder' (the run's folder in the S3 console): {summary['run_folder_link']}")
     for event in summary.get("asset_events", []):
         print(f"[demo] asset event {event['asset']} from {event['task_id']}: {json.dumps(event['extra'], sort_keys=True)}")
     print("[demo] emulated by the sandbox: CodeBuild build (image pushed with a real digest), Batch compute "

@@ -12,7 +12,8 @@ PREPARE_RUN = """\
 `sim2real_environment`, written by infra/). Waits for nothing. Checks the rules that span several form fields (for example `num_nodes > 1` on a
 CPU MuJoCo task, deploying without the fine-tune, a training time budget longer than the stage timeout),
 listing every broken rule at once, before any spend.
-Hands on the run key and every name and URI of the run (`runs/<run_key>/` in the artifacts bucket).
+Hands on the run key and every name and URI of the run (`runs/<run_key>/` in the
+artifacts bucket, also as the "S3 run folder" extra link).
 """
 
 BUILD = """\

@@ -30,3 +30,31 @@ def test_notifications_are_wired_to_the_four_events(dag):
     assert _events(dag.get_task("quality_gate").on_failure_callback) == ["gate_failed"]
     assert _events(dag.get_task("vla.wait_for_approval").on_execute_callback) == ["approval_needed"]
     assert _events(dag.get_task("deploy.deploy_to_robots").on_success_callback) == ["deployed"]
+
+
+def test_run_folder_link_survives_serialization(dag):
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    for task_id in ("prepare_run", "write_lineage"):
+        assert "S3 run folder" in serialized.get_task(task_id).extra_links, task_id
+
+
+def test_run_folder_link_is_registered_by_the_plugin():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sim2real_plugin", DAGS.parent / "plugins" / "sim2real_plugin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert "S3 run folder" in {link.name for link in module.Sim2RealPlugin.operator_extra_links}
+
+
+def test_run_folder_link_url():
+    from sim2real.links.s3 import S3RunFolderLink, partition_of
+
+    url = S3RunFolderLink().format_link(region_name="us-east-1", aws_domain="aws.amazon.com",
+                                        bucket="sim2real-artifacts-123456789012", prefix="runs/k-1/")
+    assert url == ("https://console.aws.amazon.com/s3/buckets/sim2real-artifacts-123456789012"
+                   "?region=us-east-1&prefix=runs%2Fk-1%2F&showversions=false")
+    assert partition_of("cn-north-1") == "aws-cn" and partition_of("eu-west-1") == "aws"
+

@@ -71,3 +71,7 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     from sim2real.lineage import lineage_errors
 
     assert lineage_errors(summary["lineage"]) == []
+    # The run folder's extra link (persisted by prepare_run) opens runs/<run_key>/ in the S3 console.
+    assert summary["run_folder_link"] == (
+        "https://console.aws.amazon.com/s3/buckets/sim2real-artifacts-123456789012?region=us-east-1"
+        f"&prefix=runs%2F{summary['run_key']}%2F&showversions=false")

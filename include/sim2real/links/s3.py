@@ -1,0 +1,38 @@
+"""Console link for the run folder ``s3://<bucket>/runs/<run_key>/`` (S3 console URL layout:
+``/s3/buckets/<bucket>?region=<region>&prefix=<prefix>&showversions=false``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+
+
+def partition_of(region: str) -> str:
+    """AWS partition of ``region`` (``aws``, ``aws-cn``, ``aws-us-gov``)."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+class S3RunFolderLink(BaseAwsLink):
+    """Link to the run's folder in the artifacts bucket (checkpoints, TensorBoard events, eval, lineage)."""
+
+    name = "S3 run folder"
+    key = "sim2real_s3_run_folder"
+    format_str = BASE_AWS_CONSOLE_LINK + "/s3/buckets/{bucket}?region={region_name}&prefix={prefix}&showversions=false"
+
+    def format_link(self, **kwargs) -> str:
+        if "prefix" in kwargs:
+            kwargs["prefix"] = quote(kwargs["prefix"], safe="")
+        return super().format_link(**kwargs)
+
+    @classmethod
+    def persist_for_plan(cls, context: Mapping[str, Any], plan: Mapping[str, Any]) -> None:
+        """Persist the link of ``plan``'s run folder for the running task (``plan``: ``plan_run``'s output)."""
+        cls.persist(context=context, operator=context["task"], region_name=plan["region"],
+                    aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], prefix=plan["run_prefix"])
