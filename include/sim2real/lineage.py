@@ -81,14 +81,17 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   checkpoint: Mapping[str, Any] | None = None, evaluation: Mapping[str, Any] | None = None,
                   quality_gate: Mapping[str, Any] | None = None, vla: Mapping[str, Any] | None = None,
                   model_package: Mapping[str, Any] | None = None, deployment: Mapping[str, Any] | None = None,
-                  task_states: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  task_states: Mapping[str, Mapping[str, Any]] | None = None,
+                  cost_estimate: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
     off); the document then says so with ``null`` rather than leaving the key out.
 
+    :param cost_estimate: the run's cost estimate (``sim2real.budget.estimate_run_cost``); default: the
+        plan's ``budget``.
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
-        "stages": {...}, "tasks": {...}}`` where ``chain`` is the one-line lineage
+        "cost_estimate", "stages": {...}, "tasks": {...}}`` where ``chain`` is the one-line lineage
         (image digest → job → checkpoint sha256 → success rate → execution → package → deployment).
     """
     chain = {
@@ -113,6 +116,7 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "params": dict(params),
         "chain": chain,
+        "cost_estimate": dict(cost_estimate) if cost_estimate else (dict(plan["budget"]) if plan and plan.get("budget") else None),
         "stages": {
             "plan": dict(plan) if plan else None,
             "image": dict(image) if image else None,
@@ -157,7 +161,19 @@ def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("model package", f"{_fmt(c.get('model_package_arn'))} ({_fmt(c.get('model_approval_status'))})"),
         ("deployment", _fmt(c.get("deployment_id"))),
         ("device status", _fmt(c.get("device_statuses"))),
+        ("estimated cost", _cost(lineage.get("cost_estimate"))),
     ]
+
+
+def _cost(estimate: Mapping[str, Any] | None) -> str:
+    if not estimate:
+        return "—"
+    total = estimate.get("total_usd")
+    limit = estimate.get("max_budget_usd")
+    text = "unknown" if total is None else f"${total:.2f}"
+    if limit:
+        text += f" of max ${limit:.2f}"
+    return f"{text} ({estimate.get('price_source')})"
 
 
 def render_markdown(lineage: Mapping[str, Any]) -> str:

@@ -11,8 +11,9 @@ PREPARE_RUN = """\
 **Prepare the run.** Calls no AWS API: reads the environment config (Airflow Variable
 `sim2real_environment`, written by infra/). Waits for nothing. Checks the rules that span several form fields (for example `num_nodes > 1` on a
 CPU MuJoCo task, deploying without the fine-tune, a training time budget longer than the stage timeout),
-listing every broken rule at once, before any spend.
-Hands on the run key and every name and URI of the run (`runs/<run_key>/` in the
+listing every broken rule at once, then estimates the run's GPU cost (on-demand price table × instance-hours)
+and refuses to start above `max_budget_usd` — all before any spend.
+Hands on the run key, the cost estimate and every name and URI of the run (`runs/<run_key>/` in the
 artifacts bucket, also as the "S3 run folder" extra link).
 """
 

@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from sim2real.budget import check_budget, estimate_run_cost
 from sim2real.config import DEFAULT_EVAL_COMMAND, RUN_KEY_TAG
 from sim2real.params import VLA_INSTANCE_GPUS, check_params
 from sim2real.run_key import make_run_key, run_prefix
@@ -26,10 +27,14 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
 
     :param params: the run's params (already valid field by field).
     :param env: the environment config (``sim2real.config.load_environment()``).
-    :return: the plan: ``run_key``, ``run_uri`` (``s3://<bucket>/runs/<run_key>/``), per-stage settings.
+    :return: the plan: ``run_key``, ``run_uri`` (``s3://<bucket>/runs/<run_key>/``), per-stage settings,
+        ``budget`` (the cost estimate, :func:`sim2real.budget.estimate_run_cost`).
     :raises sim2real.params.ParamRuleError: when a cross-field rule is broken (before any spend).
+    :raises sim2real.budget.BudgetExceeded: when the estimated cost is above ``max_budget_usd``.
     """
     check_params(params, env)
+    budget = estimate_run_cost(params, env)
+    check_budget(budget)
     run_key = make_run_key(dag_id, run_id)
     bucket = env["artifacts_bucket"]
     prefix = run_prefix(run_key)
@@ -56,6 +61,7 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
         "run_uri": run_uri,
         "region": env["region"],
         "tags": {RUN_KEY_TAG: run_key},
+        "budget": budget,
         "image": {
             "project_name": env["image_build"]["codebuild_project"],
             "repository_name": env["image_build"]["ecr_repository"],

@@ -71,6 +71,9 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     from sim2real.lineage import lineage_errors
 
     assert lineage_errors(summary["lineage"]) == []
+    # The cost estimate prepare_run checked against max_budget_usd is in the lineage.
+    cost = summary["lineage"]["cost_estimate"]
+    assert 0 < cost["total_usd"] <= cost["max_budget_usd"] and cost["price_source"].startswith("AWS on-demand")
     # The run folder's extra link (persisted by prepare_run) opens runs/<run_key>/ in the S3 console.
     assert summary["run_folder_link"] == (
         "https://console.aws.amazon.com/s3/buckets/sim2real-artifacts-123456789012?region=us-east-1"
