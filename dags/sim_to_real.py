@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from airflow.sdk import Asset, TaskGroup, dag, get_current_context, task
+from airflow.sdk import Asset, CronTriggerTimetable, TaskGroup, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sim2real import assets
@@ -61,7 +61,9 @@ DEFAULT_ARGS = {
     dag_display_name="Sim-to-Real: train, evaluate, fine-tune, release",
     description="RL training on AWS Batch → closed-loop eval → GR00T fine-tune → approval → Greengrass",
     doc_md=__doc__,
-    schedule=None,
+    # Nightly at 02:00 UTC (one run at a time, no backfill of missed nights). Scheduled runs take their
+    # params from the environment config's run_defaults (production-sized), manual runs from the form.
+    schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC"),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
@@ -81,7 +83,8 @@ def sim_to_real():
         from sim2real.stages import plan_run
 
         try:
-            plan = plan_run(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params), env=load_environment())
+            plan = plan_run(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params), env=load_environment(),
+                            run_type=dag_run.run_type)  # scheduled runs: the config's run_defaults
         except (ParamRuleError, ValueError) as err:
             raise AirflowFailException(str(err)) from err
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
@@ -209,17 +212,17 @@ def sim_to_real():
 
     @task(retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=docs.QUALITY_GATE,
           on_failure_callback=notify.gate_failed())
-    def quality_gate(report: dict, params=None) -> dict:
+    def quality_gate(report: dict, plan: dict) -> dict:
         """Pass → the release goes on. Fail → the run stops here with the reason (not an infra failure)."""
         from sim2real.stages import quality_gate as decide
 
-        verdict = decide(report, min_success_rate=float(params["min_success_rate"]),
-                         on_lower_bound=bool(params["gate_on_lower_bound"]))
+        verdict = decide(report, min_success_rate=plan["quality_gate"]["min_success_rate"],
+                         on_lower_bound=plan["quality_gate"]["on_lower_bound"])
         if not verdict["passed"]:
             raise AirflowFailException("QUALITY GATE FAILED: " + verdict["reason"])
         return verdict
 
-    gate = quality_gate(report)
+    gate = quality_gate(report, plan["plan"])
 
     with TaskGroup("vla", tooltip="GR00T fine-tune (SageMaker Pipelines) and Model Registry approval",
                    doc_md=docs.VLA):
@@ -318,12 +321,12 @@ def sim_to_real():
         approval >> deploy_enabled(plan["plan"]) >> components >> deployment
 
     @task(retries=1, execution_timeout=dt.timedelta(minutes=5), doc_md=docs.WRITE_LINEAGE)
-    def write_lineage(plan: dict, params=None, dag_run=None, ti=None) -> dict:
+    def write_lineage(plan: dict, dag_run=None, ti=None) -> dict:
         """Write runs/<run_key>/lineage.json and lineage.md, whatever happened upstream."""
         from sim2real.report import write_run_report
 
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
-        return write_run_report(plan=plan, params=dict(params), dag_run=dag_run, ti=ti)
+        return write_run_report(plan=plan, params=plan["params"], dag_run=dag_run, ti=ti)
 
     # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded)
     # and, being a teardown, does not mask a failed stage in the run's final state.

@@ -46,7 +46,11 @@ Shape (JSON object; every key below is required unless marked optional)::
       "hyperpod": {                            # optional
         "cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu", "head_instance_group": "head"
       },
-      "notifications": {"sns_topic_arn": "arn:aws:sns:..."},   # optional
+      "notifications": {"sns_topic_arn": "arn:aws:sns:..."},   # optional; no topic = notifications skipped
+      "run_defaults": {                        # optional; params of SCHEDULED (nightly) runs, over the
+        "task": "Isaac-Velocity-Rough-H1-v0",  # form's sandbox-sized defaults (manual runs keep the form)
+        "num_nodes": 2, "max_iterations": 3000, "train_time_budget_seconds": 0
+      },
       "sandbox": false                          # optional; true only in the local sandbox
     }
 """

@@ -192,3 +192,41 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
                       "times out")
     if errors:
         raise ParamRuleError(errors)
+
+
+def apply_run_defaults(params: Mapping[str, Any], env: Mapping[str, Any], *, run_type: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The params a run uses: for a **scheduled** run, the environment config's ``run_defaults`` over the form's.
+
+    The form's defaults are sandbox-sized (a one-minute toy training); a nightly run on a real account
+    needs production values (task, ``num_nodes``, ``max_iterations``, ``train_time_budget_seconds: 0``, …).
+    Those come from the optional ``run_defaults`` object of the environment config and apply to
+    scheduled runs only (``dag_run.run_type == "scheduled"``); a manual run keeps the form's values.
+    Each value is checked against its field's JSON schema, as the trigger form would.
+
+    :param params: the run's params (Airflow-validated).
+    :param env: the environment config.
+    :param run_type: ``dag_run.run_type`` (a ``DagRunType`` or its string value).
+    :return: ``(params to use, the run_defaults that were applied)``.
+    :raises ParamRuleError: ``run_defaults`` is not an object, names an unknown field, or has a value its
+        field refuses (every problem listed).
+    """
+    kind = str(getattr(run_type, "value", run_type) or "")
+    if kind != "scheduled":
+        return dict(params), {}
+    defaults = env.get("run_defaults") or {}
+    if not isinstance(defaults, Mapping):
+        raise ParamRuleError([f"environment config run_defaults must be an object, got {type(defaults).__name__}"])
+    specs = build_params()
+    errors: list[str] = []
+    applied: dict[str, Any] = {}
+    for key, value in defaults.items():
+        if key not in specs:
+            errors.append(f"environment config run_defaults.{key} is not a field of the trigger form")
+            continue
+        try:
+            applied[key] = specs[key].resolve(value)
+        except Exception as err:  # noqa: BLE001 - ParamValidationError (jsonschema message)
+            errors.append(f"environment config run_defaults.{key} = {value!r} is refused: {err}")
+    if errors:
+        raise ParamRuleError(errors)
+    return {**params, **applied}, applied

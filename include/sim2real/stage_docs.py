@@ -12,7 +12,8 @@ PREPARE_RUN = """\
 `sim2real_environment`, written by infra/). Waits for nothing. Checks the rules that span several form fields (for example `num_nodes > 1` on a
 CPU MuJoCo task, deploying without the fine-tune, a training time budget longer than the stage timeout),
 listing every broken rule at once, then estimates the run's GPU cost (on-demand price table × instance-hours)
-and refuses to start above `max_budget_usd` — all before any spend.
+and refuses to start above `max_budget_usd` — all before any spend. A scheduled (nightly) run takes the
+environment config's `run_defaults` over the form's sandbox-sized defaults; a manual run keeps the form's values.
 Hands on the run key, the cost estimate and every name and URI of the run (`runs/<run_key>/` in the
 artifacts bucket, also as the "S3 run folder" extra link).
 """

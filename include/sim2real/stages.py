@@ -13,7 +13,7 @@ from typing import Any
 
 from sim2real.budget import check_budget, estimate_run_cost
 from sim2real.config import DEFAULT_EVAL_COMMAND, RUN_KEY_TAG
-from sim2real.params import VLA_INSTANCE_GPUS, check_params
+from sim2real.params import VLA_INSTANCE_GPUS, apply_run_defaults, check_params
 from sim2real.run_key import make_run_key, run_prefix
 from sim2real.stats import wilson_interval
 
@@ -22,16 +22,21 @@ class QualityGateFailed(Exception):
     """The evaluated policy is below the release bar (a verdict, not an infrastructure failure)."""
 
 
-def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]:
+def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mapping[str, Any],
+             run_type: Any = None) -> dict[str, Any]:
     """Validate the run and compute every name and URI the stages use.
 
     :param params: the run's params (already valid field by field).
     :param env: the environment config (``sim2real.config.load_environment()``).
+    :param run_type: ``dag_run.run_type``; for ``"scheduled"`` runs the config's ``run_defaults`` replace
+        the form's defaults (:func:`sim2real.params.apply_run_defaults`).
     :return: the plan: ``run_key``, ``run_uri`` (``s3://<bucket>/runs/<run_key>/``), per-stage settings,
-        ``budget`` (the cost estimate, :func:`sim2real.budget.estimate_run_cost`).
+        ``budget`` (the cost estimate, :func:`sim2real.budget.estimate_run_cost`), ``params`` (the params
+        the run uses) and ``run_defaults_applied``.
     :raises sim2real.params.ParamRuleError: when a cross-field rule is broken (before any spend).
     :raises sim2real.budget.BudgetExceeded: when the estimated cost is above ``max_budget_usd``.
     """
+    params, applied = apply_run_defaults(params, env, run_type=run_type)
     check_params(params, env)
     budget = estimate_run_cost(params, env)
     check_budget(budget)
@@ -62,6 +67,10 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
         "region": env["region"],
         "tags": {RUN_KEY_TAG: run_key},
         "budget": budget,
+        "params": dict(params),
+        "run_defaults_applied": applied,
+        "quality_gate": {"min_success_rate": float(params["min_success_rate"]),
+                         "on_lower_bound": bool(params["gate_on_lower_bound"])},
         "image": {
             "project_name": env["image_build"]["codebuild_project"],
             "repository_name": env["image_build"]["ecr_repository"],

@@ -58,3 +58,34 @@ def test_run_folder_link_url():
                    "?region=us-east-1&prefix=runs%2Fk-1%2F&showversions=false")
     assert partition_of("cn-north-1") == "aws-cn" and partition_of("eu-west-1") == "aws"
 
+
+def test_nightly_schedule_one_run_at_a_time_no_catchup(dag):
+    from airflow.sdk import CronTriggerTimetable
+
+    assert isinstance(dag.timetable, CronTriggerTimetable)
+    assert dag.timetable.expression == "0 2 * * *" and str(dag.timetable.timezone) == "UTC"
+    assert dag.catchup is False and dag.max_active_runs == 1
+
+
+@pytest.mark.parametrize("run_type, nodes, task", [("scheduled", 2, "Isaac-Velocity-Rough-H1-v0"),
+                                                     ("manual", 1, "Reacher-v5")])
+def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatch, run_type, nodes, task):
+    """prepare_run's own code: a scheduled run takes the config's run_defaults, a manual run the form's values;
+    the gate reads its threshold from the plan, so the nightly values reach every stage."""
+    import json
+    from types import SimpleNamespace
+
+    from tests.unit.test_config import GOOD
+
+    run_defaults = {"task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2, "train_time_budget_seconds": 0,
+                    "min_success_rate": 0.6}
+    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps({**GOOD, "run_defaults": run_defaults}))
+    prepare = dag.get_task("prepare_run").python_callable
+    monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: {"ti": None, "task": None})
+    form = dag.params.validate()
+    out = prepare(params=form, dag_run=SimpleNamespace(run_id=f"{run_type}__2026-12-01T02:00:00+00:00",
+                                                       run_type=run_type), dag=dag)
+    assert out["batch.num_nodes"] == nodes and out["checkpoint.task"] == task
+    assert out["plan"]["params"]["num_nodes"] == nodes
+    expected_gate = 0.6 if run_type == "scheduled" else form["min_success_rate"]
+    assert out["quality_gate.min_success_rate"] == expected_gate
