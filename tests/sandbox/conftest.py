@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from sim2real.sandbox import Sandbox
 
-SCRIPTS = Path(__file__).parent / "scripts"
-
-
-def wait_until(fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
-    """Poll ``fn`` until it returns a truthy value; return it (AssertionError on timeout)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last value {value!r})")
-        time.sleep(interval)
+from sandbox_helpers import SCRIPTS, wait_until  # noqa: F401 - re-exported for fixtures
 
 
 @pytest.fixture(scope="session")

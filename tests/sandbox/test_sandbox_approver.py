@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import wait_until
+from sandbox_helpers import wait_until
 
 from sim2real.sandbox import Approver, Sandbox
 

@@ -6,7 +6,7 @@ import json
 
 import boto3
 import pytest
-from conftest import SCRIPTS, wait_until
+from sandbox_helpers import SCRIPTS, wait_until
 
 from sim2real.sandbox import Sandbox
 

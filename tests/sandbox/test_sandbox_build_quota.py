@@ -8,7 +8,7 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from conftest import wait_until
+from sandbox_helpers import wait_until
 
 from sim2real.sandbox import Sandbox
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from conftest import wait_until
+from sandbox_helpers import wait_until
 
 from sim2real.sandbox import Sandbox
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import wait_until
+from sandbox_helpers import wait_until
 
 from sim2real.sandbox import Sandbox
 

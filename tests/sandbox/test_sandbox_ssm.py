@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from botocore.exceptions import ClientError
-from conftest import wait_until
+from sandbox_helpers import wait_until
 
 from sim2real.sandbox import Sandbox
 
