@@ -142,6 +142,7 @@ def sim_to_real():
             execution_timeout=dt.timedelta(hours=12),
             doc_md=docs.TRAIN,
         )
+        preflight >> training  # no spend before the capacity check passed
 
     with TaskGroup("checkpoint", tooltip="manifest.json written last by the trainer", doc_md=docs.CHECKPOINT):
         manifest = CheckpointManifestSensor(
@@ -205,10 +206,13 @@ def sim_to_real():
         stop_workstation = WorkstationStopOperator(
             task_id="stop_workstation",
             command_task_id="evaluate.run_evaluation",
+            trigger_rule="all_done",
             execution_timeout=dt.timedelta(minutes=15),
         )
-        evaluation >> stop_workstation.as_teardown(setups=evaluation)
-        report >> stop_workstation
+        # Runs whatever happened to the evaluation (all_done): a workstation this run started is stopped
+        # even when the command failed or timed out. (Not an Airflow teardown: a teardown whose setup
+        # failed would be skipped.)
+        [evaluation, report] >> stop_workstation
 
     @task(retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=docs.QUALITY_GATE,
           on_failure_callback=notify.gate_failed())

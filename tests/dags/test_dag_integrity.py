@@ -79,7 +79,10 @@ def test_stages_match_the_design(dagbag):
                      "evaluate.stop_workstation", "quality_gate", "vla.upsert_pipeline", "vla.finetune_groot",
                      "vla.wait_for_approval", "deploy.deploy_to_robots", "write_lineage"):
         assert expected in ids, expected
-    assert dag.get_task("evaluate.stop_workstation").is_teardown
+    # The workstation is stopped whatever the evaluation did; training waits for the capacity check.
+    assert dag.get_task("evaluate.stop_workstation").trigger_rule == "all_done"
+    assert "evaluate.run_evaluation" in dag.get_task("evaluate.stop_workstation").upstream_task_ids
+    assert "preflight.check_capacity" in dag.get_task("train.train_policy").upstream_task_ids
     # The report runs whatever failed upstream, without masking the failure in the run state.
     assert dag.get_task("write_lineage").is_teardown and dag.get_task("prepare_run").is_setup
     assert dag.max_active_runs == 1 and dag.catchup is False

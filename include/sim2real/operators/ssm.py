@@ -34,6 +34,25 @@ if TYPE_CHECKING:
 #: XCom keys pushed before waiting, so teardown and retries can find what this try did.
 XCOM_STARTED_INSTANCE = "started_instance"
 XCOM_INSTANCE_ID = "instance_id"
+#: Tag put on a workstation this run started (value: the run key), so a retried try and the stop
+#: teardown still know who started it (a retry's XComs start empty).
+STARTED_BY_TAG = "sim2real:started-by-run"
+
+
+def _context_run_key(context: Any) -> str | None:
+    """The run key of the running DAG run, or None outside one (unit tests with a bare context)."""
+    from sim2real.run_key import make_run_key
+
+    try:
+        dag_id = context["dag"].dag_id
+        run_id = context["run_id"]
+    except (KeyError, AttributeError, TypeError):
+        return None
+    return make_run_key(dag_id, run_id) if dag_id and run_id else None
+
+
+def _tag_value(instance: dict[str, Any], key: str) -> str | None:
+    return next((t.get("Value") for t in instance.get("Tags") or [] if t.get("Key") == key), None)
 XCOM_COMMAND_ID = "command_id"
 
 
@@ -146,7 +165,11 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         instance = self.hook.find_instance_by_tag(self.workstation_tag_key, self.workstation_tag_value)
         instance_id, state = instance["InstanceId"], instance["State"]["Name"]
         self.log.info("Workstation %s=%s is %s (%s)", self.workstation_tag_key, self.workstation_tag_value, instance_id, state)
-        started = False
+        run_key = _context_run_key(context)
+        # A retried try finds the instance an earlier try of this run started (tagged below).
+        started = run_key is not None and _tag_value(instance, STARTED_BY_TAG) == run_key
+        if started:
+            self.log.info("Workstation %s was started by an earlier try of this run (%s)", instance_id, run_key)
         if state in ("stopped", "stopping"):
             if not self.start_if_stopped:
                 raise AirflowException(
@@ -155,6 +178,8 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
                 )
             if state == "stopping":
                 self.hook.wait_for_instance_state(instance_id, "stopped")
+            if run_key:
+                self.hook.ec2.create_tags(Resources=[instance_id], Tags=[{"Key": STARTED_BY_TAG, "Value": run_key}])
             self.hook.ec2.start_instances(InstanceIds=[instance_id])
             started = True
             # Pushed now so the teardown stops it even if everything below fails.
@@ -370,6 +395,13 @@ class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
                 started = ti.xcom_pull(task_ids=self.command_task_id, key=XCOM_STARTED_INSTANCE)
             if not instance_id:
                 instance_id = ti.xcom_pull(task_ids=self.command_task_id, key=XCOM_INSTANCE_ID)
+        run_key = _context_run_key(context)
+        if not self._as_bool(started) and instance_id and run_key:
+            # The XCom is per try; the instance tag survives retries of the command task.
+            found = self.hook.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+            tags = found[0]["Instances"][0] if found and found[0].get("Instances") else {}
+            if _tag_value(tags, STARTED_BY_TAG) == run_key:
+                started = True
         if not self._as_bool(started):
             reason = "this run did not start the workstation" if started is not None else "no record that this run started it"
             self.log.info("Not stopping workstation %s: %s", instance_id, reason)
@@ -377,6 +409,8 @@ class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
         if not instance_id:
             raise ValueError("started=True but no instance_id (pass instance_id or command_task_id)")
         self.hook.ec2.stop_instances(InstanceIds=[instance_id])
+        if run_key:
+            self.hook.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": STARTED_BY_TAG}])
         self.log.info("Stopping workstation %s (started by this run)", instance_id)
         if self.wait_for_stopped:
             self.hook.wait_for_instance_state(instance_id, "stopped", self.waiter_delay, self.waiter_max_attempts)
