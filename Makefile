@@ -3,7 +3,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-workload.txt constraints.txt pyproject.toml | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-workload.txt requirements-infra.txt constraints.txt pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: install demo test test-fast bench faults ui lint clean
 
