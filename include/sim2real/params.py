@@ -63,7 +63,7 @@ def build_params() -> dict[str, Any]:
             section=SECTION_TRAINING,
         ),
         "max_iterations": Param(
-            500, type="integer", minimum=1, maximum=100_000, title="Max iterations",
+            1000, type="integer", minimum=1, maximum=100_000, title="Max iterations",
             description="PPO iterations (one rollout per environment + one update each).",
             section=SECTION_TRAINING,
         ),
@@ -74,7 +74,7 @@ def build_params() -> dict[str, Any]:
         "seed": Param(0, type="integer", minimum=0, maximum=2**31 - 1, title="Training seed",
                       section=SECTION_TRAINING),
         "train_time_budget_seconds": Param(
-            60, type="integer", minimum=0, maximum=7 * 24 * 3600, title="Training time budget (s)",
+            120, type="integer", minimum=0, maximum=7 * 24 * 3600, title="Training time budget (s)",
             description="The trainer stops after this many seconds and still writes its final checkpoint "
             "and manifest. 0 = no budget (runs max_iterations).",
             section=SECTION_TRAINING,
@@ -99,7 +99,7 @@ def build_params() -> dict[str, Any]:
             0.15, type="number", minimum=0, maximum=1, title="Quality gate: minimum success rate",
             description="The release stops unless the evaluated success rate reaches this value. "
             "Reference for the default task (Reacher-v5, success = fingertip within 0.05 m of the target at "
-            "the last step): a uniform random policy scores about 0.10, the 60 s sandbox training about 0.30.",
+            "the last step): a uniform random policy scores about 0.10, a 60 s sandbox training 0.20-0.35.",
             section=SECTION_EVAL,
         ),
         "gate_on_lower_bound": Param(
@@ -121,9 +121,6 @@ def build_params() -> dict[str, Any]:
         "dataset_s3_uri": Param("", type="string", pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?)?$",
                                 title="Dataset S3 URI", description="LeRobot dataset. Empty: the bucket's "
                                 "datasets/default/.", section=SECTION_VLA),
-        "approval_timeout_hours": Param(24.0, type="number", exclusiveMinimum=0, maximum=24 * 30,
-                                        title="Approval timeout (h)", section=SECTION_VLA),
-        # ---------------- deployment
         "deploy_to_edge": Param(True, type="boolean", title="Deploy to robots", section=SECTION_DEPLOY),
         "thing_group_name": Param("", type="string", maxLength=128, pattern=r"^[a-zA-Z0-9:_-]*$",
                                   title="Thing group", description="Empty: the environment config's group.",
@@ -133,17 +130,17 @@ def build_params() -> dict[str, Any]:
         "abort_failure_threshold_percent": Param(10.0, type="number", minimum=0, maximum=100,
                                                  title="Abort when this % of devices fail",
                                                  section=SECTION_DEPLOY),
-        "deployment_timeout_minutes": Param(30, type="integer", minimum=1, maximum=24 * 60,
-                                            title="Deployment timeout (min)", section=SECTION_DEPLOY),
-        # ---------------- budget / timeouts
         "runnable_timeout_minutes": Param(
             30, type="integer", minimum=1, maximum=24 * 60, title="Max minutes in RUNNABLE",
             description="Fail (and terminate the job) when the training job waits for capacity longer.",
             section=SECTION_BUDGET,
         ),
-        "training_timeout_hours": Param(12.0, type="number", exclusiveMinimum=0, maximum=24 * 14,
-                                        title="Training timeout (h)", section=SECTION_BUDGET),
-        "eval_timeout_minutes": Param(30, type="integer", minimum=1, maximum=48 * 60,
+        "training_timeout_hours": Param(12.0, type="number", exclusiveMinimum=0, maximum=12,
+                                        title="Training duration bound (h)",
+                                        description="Costs the run when no time budget is set, and must exceed "
+                                        "the time budget. The training task itself gives up after 12 h.",
+                                        section=SECTION_BUDGET),
+        "eval_timeout_minutes": Param(30, type="integer", minimum=1, maximum=110,
                                       title="Evaluation command timeout (min)",
                                       description="SSM executionTimeout (the SSM default would be 1 h).",
                                       section=SECTION_BUDGET),

@@ -121,14 +121,12 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
                 "NumGpus": VLA_INSTANCE_GPUS[params["vla_instance_type"]],
             },
             "images": env["sagemaker"].get("images") or {},
-            "approval_timeout_seconds": float(params["approval_timeout_hours"]) * 3600,
         },
         "deploy": {
             "enabled": bool(params["deploy_to_edge"]) and bool(params["run_vla_finetune"]),
             "thing_group_name": thing_group,
             "components": dict(gg["components"]),
             "deployment_name": f"sim2real-{run_key}",
-            "timeout_seconds": int(params["deployment_timeout_minutes"]) * 60,
             "iot_job_configuration": {
                 "jobExecutionsRolloutConfig": {"maximumPerMinute": int(params["rollout_max_per_minute"])},
                 "abortConfig": {"criteriaList": [{

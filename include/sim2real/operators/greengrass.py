@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import trim_none_values, validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
 from sim2real.hooks.greengrass import GreengrassV2Hook, summarize
 from sim2real.links.greengrass import GreengrassDeploymentLink
 from sim2real.triggers.greengrass import GreengrassDeploymentTrigger
@@ -194,7 +194,10 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         except Exception as error:  # the failure report matters more
             cancelled = f"CancelDeployment failed: {error}"
         what = "timed out" if status == "timeout" else "failed"
-        raise AirflowException(
+        # A device failure is a verdict on this release (the deployment is cancelled and rolled back):
+        # not retried, which would push the same components to the robots again. A timeout is retried.
+        error = AirflowFailException if status != "timeout" else AirflowException
+        raise error(
             f"Greengrass deployment {deployment_id} ({self.deployment_name}) to {base['target_arn']} {what}"
             + (f": {message}" if message else "")
             + (f". Devices: {summarize(reports)}" if reports else "")

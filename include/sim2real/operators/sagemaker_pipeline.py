@@ -18,7 +18,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.operators.sagemaker import SageMakerStartPipelineOperator
 from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
 from sim2real.hooks.sagemaker_pipeline import (
     PIPELINE_SUCCESS_STATES,
     SageMakerPipelineHook,
@@ -193,7 +193,9 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
             if outcome == "success":
                 return {"pipeline_execution_arn": arn, "status": status}
             if outcome == "failure":
-                raise AirflowException(
+                # A terminal failure is a verdict on this execution: not retried (a retry would start
+                # another GPU fine-tune). Infrastructure errors stay AirflowException (retried).
+                raise AirflowFailException(
                     pipeline_failure_message(arn, status, response.get("FailureReason"), self.hook.describe_failure(arn))
                 )
             self.log.info("Pipeline execution %s is %s", arn, status)
@@ -204,6 +206,8 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, str]:  # type: ignore[override]
         event = validate_execute_complete_event(event)
+        if event["status"] == "failure":  # terminal Failed / Stopped / CompletedWithFailures: not retried
+            raise AirflowFailException(event.get("message") or f"Pipeline execution failed: {event}")
         if event["status"] != "success":
             raise AirflowException(event.get("message") or f"Pipeline execution failed: {event}")
         return {"pipeline_execution_arn": event["pipeline_execution_arn"], "status": event["execution_status"]}

@@ -1,0 +1,35 @@
+"""Regression: a terminal failure of a pipeline execution or a Greengrass deployment is a verdict, not an
+infrastructure error — AirflowFailException (no retry: a retry would start another GPU fine-tune or push
+the same release to the robots again); a timeout stays retryable."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+
+from sim2real.operators.greengrass import GreengrassDeploymentOperator
+from sim2real.operators.sagemaker_pipeline import PipelineExecutionOperator
+
+
+def test_pipeline_terminal_failure_is_not_retried(aws_env):
+    op = PipelineExecutionOperator(task_id="finetune", pipeline_name="p", display_name="run-1")
+    with pytest.raises(AirflowFailException, match="CompletedWithFailures"):
+        op.execute_complete({}, {"status": "failure", "pipeline_execution_arn": "arn:x",
+                                 "message": "execution arn:x ended CompletedWithFailures"})
+    with pytest.raises(AirflowException) as err:
+        op.execute_complete({}, {"status": "timeout", "pipeline_execution_arn": "arn:x", "message": "still Executing"})
+    assert not isinstance(err.value, AirflowFailException)
+
+
+def test_deployment_device_failure_is_not_retried_but_timeout_is(aws_env, monkeypatch):
+    op = GreengrassDeploymentOperator(task_id="deploy", thing_group_name="g", deployment_name="d",
+                                      components={"c": {"componentVersion": "1.0.0"}})
+    monkeypatch.setattr(type(op.hook), "conn", property(lambda self: type("C", (), {
+        "cancel_deployment": staticmethod(lambda **kw: {})})()))
+    base = {"deployment_id": "dep-1", "iot_job_id": None, "target_arn": "arn:aws:iot:us-east-1:1:thinggroup/g"}
+    reports = {"robot-1": {"status": "FAILED", "reason": "component BROKEN"}}
+    with pytest.raises(AirflowFailException, match="failed"):
+        op._finish(base, "failure", reports, "robot-1 FAILED")
+    with pytest.raises(AirflowException) as err:
+        op._finish(base, "timeout", {}, "")
+    assert not isinstance(err.value, AirflowFailException)
