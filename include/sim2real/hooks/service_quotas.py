@@ -159,7 +159,9 @@ class CloudWatchUsageHook(AwsBaseHook):
                 {"Name": "Class", "Value": usage_class},
             ],
             StartTime=now - lookback,
-            EndTime=now,
+            # A minute past now: the current minute's datapoint is inside the last period whatever the
+            # alignment of the 60 s periods (without it, a datapoint of the last seconds could fall out).
+            EndTime=now + timedelta(seconds=60),
             Period=60,
             Statistics=["Maximum"],
         )
