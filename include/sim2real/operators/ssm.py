@@ -344,12 +344,13 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
 
 
 class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
-    """Teardown: stop the workstation only if this DAG run started it.
+    """Stop the workstation only if this DAG run started it (run it with ``trigger_rule="all_done"``).
 
     ``started`` decides; when it is ``None`` the operator reads the XCom keys
     ``started_instance`` and ``instance_id`` pushed by ``command_task_id`` (a
     :class:`WorkstationCommandOperator`). A string ``"True"``/``"False"`` (rendered template) is
-    accepted. Use it with ``trigger_rule="all_done"`` / ``as_teardown()``.
+    accepted. When the XCom says no (a retried try), the instance tag ``sim2real:started-by-run``
+    equal to this run's key still says yes.
 
     :param instance_id: the instance to stop; default: the XCom ``instance_id`` of ``command_task_id``.
     :param started: whether this run started it; default: the XCom ``started_instance``.
