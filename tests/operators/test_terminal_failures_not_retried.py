@@ -33,3 +33,15 @@ def test_deployment_device_failure_is_not_retried_but_timeout_is(aws_env, monkey
     with pytest.raises(AirflowException) as err:
         op._finish(base, "timeout", {}, "")
     assert not isinstance(err.value, AirflowFailException)
+
+
+def test_evaluation_command_timeout_is_not_retried(aws_env, monkeypatch):
+    from sim2real.operators.ssm import WorkstationCommandOperator
+
+    op = WorkstationCommandOperator(task_id="run_evaluation", workstation_tag_key="k", workstation_tag_value="v",
+                                    commands=["true"], execution_timeout_seconds=60, output_s3_bucket="b",
+                                    output_s3_key_prefix="p")
+    monkeypatch.setattr(type(op.hook), "read_output", lambda self, *a, **k: "")
+    with pytest.raises(AirflowFailException, match="TimedOut"):
+        op.execute_complete({}, {"status": "failed", "command_id": "c-1", "instance_id": "i-1",
+                                 "command_status": "TimedOut", "exit_code": -1})

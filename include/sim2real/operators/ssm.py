@@ -17,7 +17,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.operators.ssm import SsmRunCommandOperator
 from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
 from sim2real.hooks.workstation import (
     SSM_FAILURE_STATES,
     SSM_INLINE_OUTPUT_LIMIT,
@@ -255,7 +255,7 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
             if status in SSM_SUCCESS_STATES:
                 return
             if status in SSM_FAILURE_STATES:
-                raise AirflowException(self._failure_message(command_id, instance_id, status, inv.get("ResponseCode", -1)))
+                raise AirflowFailException(self._failure_message(command_id, instance_id, status, inv.get("ResponseCode", -1)))
             self.log.info("SSM command %s on %s is %s", command_id, instance_id, status)
         raise AirflowException(
             f"SSM command {command_id} on {instance_id} not finished after "
@@ -270,6 +270,9 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         except Exception as error:  # the failure message matters more than the cancel
             return f" (CancelCommand failed: {error})"
 
+    # A command that ended Failed / TimedOut / Cancelled is a verdict on this evaluation (the evaluator
+    # exits non-zero only when it could not evaluate, e.g. a sha256 mismatch): raised as
+    # AirflowFailException, not retried. Errors reaching SSM stay AirflowException (retried).
     def _failure_message(self, command_id: str, instance_id: str, status: str, exit_code: Any) -> str:
         stderr = None
         try:
@@ -294,7 +297,7 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         inv = self.hook.get_command_invocation(command_id, instance_id)
         status = inv.get("Status", "")
         if status not in SSM_SUCCESS_STATES:
-            raise AirflowException(self._failure_message(command_id, instance_id, status, inv.get("ResponseCode", -1)))
+            raise AirflowFailException(self._failure_message(command_id, instance_id, status, inv.get("ResponseCode", -1)))
         key = ssm_output_key(self.output_s3_key_prefix, command_id, instance_id, "stdout")
         stdout = self.hook.read_output(self.output_s3_bucket, self.output_s3_key_prefix, command_id, instance_id)
         if stdout is None:
@@ -324,7 +327,7 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         command_id = event["command_id"]
         if event["status"] == "failed":
             status, code = event.get("command_status", "Failed"), event.get("exit_code", -1)
-            raise AirflowException(self._failure_message(command_id, event["instance_id"], status, code))
+            raise AirflowFailException(self._failure_message(command_id, event["instance_id"], status, code))
         if event["status"] == "success":
             instance_id = event.get("instance_ids", [None])[0]
         else:
