@@ -79,7 +79,7 @@ def orchestration_run(out: Path, poll_seconds: int = 2) -> dict[str, Any]:
 
     os.environ["SIM2REAL_POLL_SECONDS"] = str(poll_seconds)
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
-    from sim2real.demo import prepare_airflow_home
+    from sim2real.demo import load_dag, prepare_airflow_home
     from sim2real.sandbox import Approver, Sandbox
 
     home = Path(tempfile.mkdtemp(prefix="sim2real-bench-"))
@@ -91,8 +91,6 @@ def orchestration_run(out: Path, poll_seconds: int = 2) -> dict[str, Any]:
         prepare_airflow_home(home, sandbox.airflow_env())
         import airflow.sdk.definitions.dag as dag_module
         import airflow.sdk.execution_time.supervisor as supervisor
-        from airflow.dag_processing.dagbag import DagBag
-
         original_run, original_trigger = supervisor.run_task_in_process, dag_module._run_inline_trigger
 
         def run_task_in_process(*args, **kwargs):
@@ -112,7 +110,7 @@ def orchestration_run(out: Path, poll_seconds: int = 2) -> dict[str, Any]:
 
         supervisor.run_task_in_process = run_task_in_process
         dag_module._run_inline_trigger = run_inline_trigger
-        dag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real.py")).dags["sim_to_real"]
+        dag = load_dag()
         approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
                             decision="Approved", description="approved by the benchmark's emulated reviewer")
         approver.start()

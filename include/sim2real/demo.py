@@ -70,15 +70,22 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
     return env
 
 
-def run_dag(run_conf: dict[str, Any]):
-    """Parse ``dags/sim_to_real.py`` with a DagBag (as the scheduler would) and ``dag.test()`` it."""
+def load_dag():
+    """Parse ``dags/sim_to_real.py`` with a DagBag, as the scheduler would, and return the DAG.
+
+    :raises SystemExit: naming the import errors when the file does not parse.
+    """
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real.py"))
     if bag.import_errors:
         raise SystemExit(f"DAG import errors: {bag.import_errors}")
-    dag = bag.dags["sim_to_real"]
-    return dag.test(run_conf=run_conf)
+    return bag.dags["sim_to_real"]
+
+
+def run_dag(run_conf: dict[str, Any]):
+    """``dag.test()`` the parsed ``sim_to_real`` DAG (:func:`load_dag`) with ``run_conf``."""
+    return load_dag().test(run_conf=run_conf)
 
 
 def task_table(dag_run) -> list[tuple[str, str, float | None]]:

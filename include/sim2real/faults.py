@@ -412,7 +412,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
         raise SystemExit(f"unknown scenario(s): {', '.join(sorted(unknown))}; known: {', '.join(SCENARIO_NAMES)}")
     own_home = home is None
     home = Path(home or tempfile.mkdtemp(prefix="sim2real-faults-"))
-    from sim2real.demo import prepare_airflow_home
+    from sim2real.demo import load_dag, prepare_airflow_home
     from sim2real.sandbox import Approver, Sandbox
 
     results: list[dict[str, Any]] = []
@@ -421,12 +421,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
             env_config = sandbox.provision()
             default_limits = dict(sandbox.quotas.limits)
             prepare_airflow_home(home, sandbox.airflow_env())
-            from airflow.dag_processing.dagbag import DagBag
-
-            bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real.py"))
-            if bag.import_errors:
-                raise SystemExit(f"DAG import errors: {bag.import_errors}")
-            dag = bag.dags["sim_to_real"]
+            dag = load_dag()
             # dag.test() keeps a run's conf in the DAG's params: every run gets every param explicitly
             defaults = dag.params.dump()
             listener = FailureListener()
