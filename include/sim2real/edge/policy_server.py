@@ -30,7 +30,6 @@ dtypes, non-finite values) is answered with ``{"error": "<message>"}``; the serv
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import signal
@@ -44,6 +43,7 @@ import numpy as np
 import zmq
 
 from sim2real.edge.codec import DEFAULT_MAX_REQUEST_BYTES, CodecError, packb, unpackb
+from sim2real.workloads.storage import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +65,6 @@ class PolicyServerTimeout(TimeoutError):
 
 class RequestError(ValueError):
     """A request the server refuses (answered as ``{"error": str(exc)}``)."""
-
-
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def select_providers(requested: Sequence[Any] | None = None) -> list[Any]:
@@ -130,7 +121,7 @@ class OnnxPolicy:
         if int(action_horizon) < 1:
             raise ValueError(f"action_horizon must be >= 1, got {action_horizon}")
         self.action_horizon = int(action_horizon)
-        self.sha256 = file_sha256(self.model_path)
+        self.sha256 = sha256_file(str(self.model_path))
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(str(self.model_path), sess_options=opts,

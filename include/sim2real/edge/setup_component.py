@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from sim2real.edge.policy_server import file_sha256
+from sim2real.workloads.storage import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ def run_setup(model_uri: str, expected_sha256: str, work_dir: str | Path, *, exp
             same = (marker.get("source_uri") == model_uri and marker.get("sha256") == expected
                     and marker.get("engine_precision") == engine_precision
                     and Path(marker["model_path"]).is_file()
-                    and file_sha256(marker["model_path"]) == marker.get("onnx_sha256"))
+                    and sha256_file(marker["model_path"]) == marker.get("onnx_sha256"))
         except (ValueError, KeyError, TypeError, OSError):
             same = False
         if same:
@@ -283,7 +283,7 @@ def run_setup(model_uri: str, expected_sha256: str, work_dir: str | Path, *, exp
 
     log.info("fetching %s", model_uri)
     source = fetch(model_uri, work / "source", s3_client=s3_client)
-    actual = file_sha256(source)
+    actual = sha256_file(str(source))
     if actual != expected:
         source.unlink(missing_ok=True)
         raise ModelIntegrityError(
@@ -295,7 +295,7 @@ def run_setup(model_uri: str, expected_sha256: str, work_dir: str | Path, *, exp
     engine = build_engine(onnx_path, work, engine_precision) if build_trt else {
         "engine_path": None, "trt_cache_dir": None, "engine_builder": None}
     marker = {"schema_version": 1, "source_uri": model_uri, "sha256": expected, "model_path": str(onnx_path),
-              "onnx_sha256": file_sha256(onnx_path), **engine, "engine_precision": engine_precision,
+              "onnx_sha256": sha256_file(str(onnx_path)), **engine, "engine_precision": engine_precision,
               "model_package_arn": model_package_arn or None, "created_at": _now()}
     _atomic_write_json(marker_path, marker)
     log.info("ready: %s", marker_path)
