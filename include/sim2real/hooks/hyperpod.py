@@ -9,11 +9,9 @@ ClusterInstanceGroupSpecification), ListClusterNodes (``InstanceStatus.Status``)
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import Any
 
-from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-from sim2real.hooks.sagemaker_pipeline import SAGEMAKER_EXT_WAITERS
+from sim2real.hooks.sagemaker_pipeline import SageMakerExtHook
 from sim2real.hooks.waiter_rounds import classify_response
 
 #: Describe-output field → spec field, where the names differ.
@@ -102,16 +100,8 @@ def scale_state(
     return "retry", text
 
 
-class HyperPodHook(AwsBaseHook):
-    """Thin SageMaker hook (``client_type="sagemaker"``) with waiters from ``sagemaker_ext.json``."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs["client_type"] = "sagemaker"
-        super().__init__(*args, **kwargs)
-
-    @cached_property
-    def waiter_path(self):
-        return SAGEMAKER_EXT_WAITERS
+class HyperPodHook(SageMakerExtHook):
+    """SageMaker HyperPod calls (thin SageMaker hook with waiters from ``sagemaker_ext.json``)."""
 
     def list_group_nodes(self, cluster_name: str, group: str) -> list[dict[str, Any]]:
         """ListClusterNodes of one instance group (paginated)."""

@@ -9,12 +9,10 @@ Sources: Amazon SageMaker API Reference — ListModelPackages (``ModelPackageGro
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import Any
 
-from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from sim2real.config import RUN_KEY_TAG
-from sim2real.hooks.sagemaker_pipeline import SAGEMAKER_EXT_WAITERS
+from sim2real.hooks.sagemaker_pipeline import SageMakerExtHook
 
 #: CustomerMetadataProperties key the pipeline's RegisterModel step sets to the execution ARN.
 PIPELINE_EXECUTION_KEY = "sim2real:pipeline-execution-arn"
@@ -56,16 +54,8 @@ def approve_command(model_package_arn: str) -> str:
     )
 
 
-class ModelRegistryHook(AwsBaseHook):
-    """Thin SageMaker hook (``client_type="sagemaker"``) with waiters from ``sagemaker_ext.json``."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs["client_type"] = "sagemaker"
-        super().__init__(*args, **kwargs)
-
-    @cached_property
-    def waiter_path(self):
-        return SAGEMAKER_EXT_WAITERS
+class ModelRegistryHook(SageMakerExtHook):
+    """SageMaker Model Registry calls (thin SageMaker hook with waiters from ``sagemaker_ext.json``)."""
 
     def find_model_package(
         self, group_name: str, run_key: str, pipeline_execution_arn: str | None = None

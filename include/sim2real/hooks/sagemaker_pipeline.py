@@ -16,6 +16,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
 
 SAGEMAKER_EXT_WAITERS = Path(__file__).resolve().parents[1] / "waiters" / "sagemaker_ext.json"
@@ -40,6 +41,19 @@ def canonical_definition(definition: dict | str) -> str:
     if not isinstance(definition, dict):
         raise ValueError(f"pipeline definition must be a JSON object, got {type(definition).__name__}")
     return json.dumps(definition, sort_keys=True, separators=(",", ":"))
+
+
+class SageMakerExtHook(AwsBaseHook):
+    """Thin SageMaker hook (``client_type="sagemaker"``) whose custom waiters come from
+    ``sim2real/waiters/sagemaker_ext.json``; base of the HyperPod and Model Registry hooks."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["client_type"] = "sagemaker"
+        super().__init__(*args, **kwargs)
+
+    @cached_property
+    def waiter_path(self):
+        return SAGEMAKER_EXT_WAITERS
 
 
 class SageMakerPipelineHook(SageMakerHook):
