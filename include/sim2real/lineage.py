@@ -52,20 +52,6 @@ def validate_lineage(lineage: Mapping[str, Any]) -> None:
     if errors:
         raise LineageSchemaError(errors)
 
-#: Stage order of DESIGN §2, with the lineage key each stage fills.
-STAGES = (
-    ("build", "image"),
-    ("preflight", "preflight"),
-    ("train", "training"),
-    ("checkpoint", "checkpoint"),
-    ("evaluate", "evaluation"),
-    ("quality_gate", "quality_gate"),
-    ("vla", "vla"),
-    ("approval", "model_package"),
-    ("deploy", "deployment"),
-)
-
-
 def _get(mapping: Mapping[str, Any] | None, *keys: str) -> Any:
     cur: Any = mapping
     for key in keys:

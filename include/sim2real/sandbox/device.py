@@ -54,15 +54,10 @@ class PolicyDeviceCheck:
         uri, sha = config.get("PolicyCheckpointUri"), config.get("PolicyCheckpointSha256")
         if not uri or not sha:
             return False, "configuration merge has no PolicyCheckpointUri/PolicyCheckpointSha256: nothing to serve"
-        export_info: dict[str, Any] = {}
-
-        def exporter(checkpoint: str, onnx_path: str) -> None:
-            export_info.update(export_onnx(checkpoint, onnx_path))
-
         try:
             with self._lock:
                 marker = run_setup(uri, sha, self.work_dir / thing / "com.sim2real.PolicySetup",
-                                   exporter=exporter, build_trt=False,
+                                   exporter=export_onnx, build_trt=False,
                                    model_package_arn=config.get("ModelPackageArn"),
                                    s3_client=self.sandbox.client("s3", internal=True))
         except Exception as err:  # noqa: BLE001 - a device reports, it does not raise

@@ -27,7 +27,7 @@ import json
 import sys
 from typing import Any
 
-from sim2real.stats import Z95, wilson_interval  # noqa: F401 - Z95 re-exported for callers
+from sim2real.stats import wilson_interval
 from sim2real.workloads import storage
 from sim2real.workloads.tasks import get_task
 
