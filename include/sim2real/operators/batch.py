@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.links.batch import BatchJobDetailsLink
+from airflow.providers.amazon.aws.links.logs import CloudWatchEventsLink
 from airflow.providers.amazon.aws.operators.batch import BatchOperator
 from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.waiter_with_logging import RETRIABLE_ERROR_CODES
@@ -185,12 +186,13 @@ class BatchTrainingOperator(BatchOperator):
         return self._settle(context, job)
 
     def _reserve_node_links(self, context: Context) -> None:
-        """Push an empty value for every node-log link key, so the UI (and the task runner, which
-        renders links when the task defers) finds "no link yet" instead of a missing XCom.
-        ``_success`` overwrites the keys of the nodes the job has."""
+        """Push an empty value for every link key persisted only once the job ended (each node's
+        log stream, the provider's CloudWatch link), so the UI and the task runner, which renders
+        links when the task defers, find "no link yet" instead of logging a missing XCom as an error.
+        ``_success`` overwrites the keys of the links the job has."""
         if not self.do_xcom_push:
             return
-        for link in NODE_LOG_LINKS:
+        for link in (CloudWatchEventsLink(), *NODE_LOG_LINKS):
             try:
                 context["ti"].xcom_push(key=link.key, value=None)
             except Exception as err:  # noqa: BLE001 - links never change the outcome
