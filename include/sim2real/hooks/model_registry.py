@@ -79,3 +79,42 @@ class ModelRegistryHook(SageMakerExtHook):
             if not page.get("NextToken"):
                 return None
             kwargs["NextToken"] = page["NextToken"]
+
+    def describe_model_package(self, model_package_name: str) -> dict[str, Any]:
+        """DescribeModelPackage of one package (ARN or name).
+
+        :param model_package_name: the model package ARN (``.../model-package/<group>/<version>``) or name.
+        :return: the DescribeModelPackage response (``ModelPackageArn``, ``ModelPackageGroupName``,
+            ``ModelPackageVersion``, ``ModelApprovalStatus``, ``InferenceSpecification``, ``CreationTime``, ...).
+        :raises botocore.exceptions.ClientError: the package does not exist (``ValidationException``)
+            or the call is refused.
+        """
+        return self.conn.describe_model_package(ModelPackageName=model_package_name)
+
+    def latest_approved_model_package(self, group_name: str) -> dict[str, Any] | None:
+        """The newest **Approved** package of ``group_name`` (DescribeModelPackage response), or ``None``.
+
+        Lists the group with ``ModelApprovalStatus=Approved``, ``SortBy=CreationTime``,
+        ``SortOrder=Descending`` (every page), keeps the summary with the latest ``CreationTime``
+        (ties: the higher ``ModelPackageVersion``) and describes it; the description's status is the
+        one the caller checks (a package may change between the two calls).
+
+        :raises botocore.exceptions.ClientError: the group does not exist or the call is refused.
+        """
+        kwargs: dict[str, Any] = {
+            "ModelPackageGroupName": group_name,
+            "ModelApprovalStatus": "Approved",
+            "SortBy": "CreationTime",
+            "SortOrder": "Descending",
+        }
+        summaries: list[dict[str, Any]] = []
+        while True:
+            page = self.conn.list_model_packages(**kwargs)
+            summaries += [s for s in page.get("ModelPackageSummaryList", []) if s.get("ModelApprovalStatus") == "Approved"]
+            if not page.get("NextToken"):
+                break
+            kwargs["NextToken"] = page["NextToken"]
+        if not summaries:
+            return None
+        newest = max(summaries, key=lambda s: (s.get("CreationTime"), s.get("ModelPackageVersion") or 0))
+        return self.describe_model_package(newest["ModelPackageArn"])
