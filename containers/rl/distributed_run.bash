@@ -8,6 +8,16 @@
 # With --dry-run the torchrun command line is printed on stdout (one line, shell-quoted with printf %q)
 # instead of being executed; diagnostics always go to stderr.
 #
+# Scheduler: AWS Batch (AWS_BATCH_JOB_NUM_NODES set) or Slurm (SLURM_JOB_ID set, e.g. SageMaker HyperPod, one
+# `srun` task per node: include/sim2real/slurm/train_rl.sbatch); neither = a single local node.
+#
+# Slurm environment (srun sets the SLURM_* ones; the batch script sets MASTER_ADDR):
+#   SLURM_NNODES / SLURM_JOB_NUM_NODES  nodes in the job
+#   SLURM_NODEID                   this node's index in the allocation (0 = first host of SLURM_JOB_NODELIST)
+#   MASTER_ADDR                    the first host of the allocation (required when the job has > 1 node);
+#                                  node 0 hosts the rendezvous there
+#   SLURM_JOB_ID                   rendezvous id
+#
 # Environment (AWS Batch sets the AWS_BATCH_* ones; see the Batch "multi-node parallel jobs" guide):
 #   AWS_BATCH_JOB_NUM_NODES        nodes in the job (default 1)
 #   AWS_BATCH_JOB_NODE_INDEX       this node's index (default 0)
@@ -65,8 +75,18 @@ if [[ "${1:-}" == "--dry-run" ]]; then
   shift
 fi
 
-NNODES="${AWS_BATCH_JOB_NUM_NODES:-1}"
-NODE_RANK="${AWS_BATCH_JOB_NODE_INDEX:-0}"
+SCHEDULER=batch
+if [[ -z "${AWS_BATCH_JOB_NUM_NODES:-}" && -n "${SLURM_JOB_ID:-}" ]]; then SCHEDULER=slurm; fi
+if [[ "$SCHEDULER" == "slurm" ]]; then
+  NNODES="${SLURM_NNODES:-${SLURM_JOB_NUM_NODES:-1}}"
+  NODE_RANK="${SLURM_NODEID:-0}"
+  is_uint "$NNODES" && (( NNODES >= 1 )) || die "SLURM_NNODES must be an integer >= 1, got '${NNODES}'"
+  is_uint "$NODE_RANK" || die "SLURM_NODEID must be an integer >= 0, got '${NODE_RANK}'"
+  (( NODE_RANK < NNODES )) || die "SLURM_NODEID=${NODE_RANK} is not below SLURM_NNODES=${NNODES}"
+else
+  NNODES="${AWS_BATCH_JOB_NUM_NODES:-1}"
+  NODE_RANK="${AWS_BATCH_JOB_NODE_INDEX:-0}"
+fi
 RDZV_PORT="${RDZV_PORT:-5555}"
 RDZV_JOIN_TIMEOUT="${RDZV_JOIN_TIMEOUT:-600}"
 MAX_RESTARTS="${MAX_RESTARTS:-0}"
@@ -97,7 +117,12 @@ own_address() {
   echo "${ip:-127.0.0.1}"
 }
 
-if (( NNODES > 1 )); then
+if [[ "$SCHEDULER" == "slurm" ]] && (( NNODES > 1 )); then
+  [[ -n "${MASTER_ADDR:-}" ]] || die "SLURM_NNODES=${NNODES} needs MASTER_ADDR (the first host of \`scontrol show hostnames \$SLURM_JOB_NODELIST\`; the batch script sets it)"
+  MAIN_ADDR="$MASTER_ADDR"
+  if (( NODE_RANK == 0 )); then ROLE=main; IS_HOST=1; else ROLE=worker; IS_HOST=0; fi
+  RDZV_ID="slurm-${SLURM_JOB_ID}"
+elif (( NNODES > 1 )); then
   missing=()
   [[ -n "${AWS_BATCH_JOB_NODE_INDEX:-}" ]] || missing+=(AWS_BATCH_JOB_NODE_INDEX)
   [[ -n "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-}" ]] || missing+=(AWS_BATCH_JOB_MAIN_NODE_INDEX)
@@ -123,9 +148,13 @@ else
   ROLE=single
   IS_HOST=1
   MAIN_ADDR=127.0.0.1
-  RDZV_ID="${AWS_BATCH_JOB_ID:-sim2real-local}"
-  RDZV_ID="${RDZV_ID%%#*}"
-  RDZV_ID="${RDZV_ID:-sim2real-local}"
+  if [[ "$SCHEDULER" == "slurm" ]]; then
+    RDZV_ID="slurm-${SLURM_JOB_ID}"
+  else
+    RDZV_ID="${AWS_BATCH_JOB_ID:-sim2real-local}"
+    RDZV_ID="${RDZV_ID%%#*}"
+    RDZV_ID="${RDZV_ID:-sim2real-local}"
+  fi
 fi
 
 if [[ -n "${PYTHON:-}" ]]; then
@@ -210,7 +239,7 @@ CMD=("${LAUNCHER[@]}"
   "--max_restarts=${MAX_RESTARTS}"
   "${ENTRY[@]}" "${EXTRA[@]}" "$@")
 
-log "role=${ROLE} node=${NODE_RANK}/${NNODES} proc_per_node=${PROC_PER_NODE} rdzv=${MAIN_ADDR}:${RDZV_PORT} id=${RDZV_ID} task=${TASK:-} max_iterations=${MAX_ITERATIONS:-}"
+log "scheduler=${SCHEDULER} role=${ROLE} node=${NODE_RANK}/${NNODES} proc_per_node=${PROC_PER_NODE} rdzv=${MAIN_ADDR}:${RDZV_PORT} id=${RDZV_ID} task=${TASK:-} max_iterations=${MAX_ITERATIONS:-}"
 for var in NCCL_SOCKET_IFNAME NCCL_DEBUG NCCL_IB_DISABLE GLOO_SOCKET_IFNAME FI_PROVIDER; do
   if [[ -n "${!var:-}" ]]; then log "${var}=${!var}"; fi
 done
