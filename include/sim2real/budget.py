@@ -16,11 +16,21 @@ Formula (instance-hours × on-demand USD/hour):
 
 Not counted: the evaluation workstation (usually running for people anyway), the pipeline's
 CPU processing steps, S3 and data transfer.
+
+While training runs, the Batch operator and its trigger stop the job (``TerminateJob``) when its
+elapsed cost would exceed :func:`training_cost_limit` (``max_budget_usd`` minus the estimate of the
+other stages) by the next status poll (:func:`budget_verdict`). After the run,
+:func:`actual_run_cost` gives the actual figures in the estimate's shape, from the Batch job's
+``startedAt``/``stoppedAt`` and, when known, the fine-tune's billable time.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import math
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 #: On-demand USD per instance-hour (Linux). Source: AWS on-demand list price, us-east-1, May 2025
@@ -149,3 +159,282 @@ def check_budget(estimate: Mapping[str, Any]) -> None:
         raise BudgetExceeded(
             f"estimated cost ${estimate['total_usd']:.2f} is above max_budget_usd ${limit:.2f}: {describe(estimate)}. "
             "Lower num_nodes / the training time / vla_max_steps, or raise max_budget_usd.")
+
+
+# -- while training: the cost limit of the Batch job -------------------------------------------------
+def _stage_item(estimate: Mapping[str, Any], stage: str) -> Mapping[str, Any] | None:
+    return next((i for i in estimate.get("items") or [] if i.get("stage") == stage), None)
+
+
+def training_usd_per_node_hour(estimate: Mapping[str, Any]) -> float | None:
+    """On-demand USD per node-hour of the Batch instance type, as used by the estimate.
+
+    :param estimate: :func:`estimate_run_cost`'s result (the plan's ``budget``).
+    :return: the training item's ``usd_per_hour`` (USD per instance-hour), or None when the
+        instance type has no price in the table.
+    """
+    item = _stage_item(estimate, "training")
+    return None if item is None or item.get("usd_per_hour") is None else float(item["usd_per_hour"])
+
+
+def training_cost_limit(estimate: Mapping[str, Any]) -> float | None:
+    """USD the training job may spend: ``max_budget_usd`` minus the estimate of every other stage.
+
+    :param estimate: :func:`estimate_run_cost`'s result (the plan's ``budget``).
+    :return: the limit in USD (>= 0; 0 when the other stages alone use the whole budget), or None
+        (no check) when ``max_budget_usd`` is 0 (no limit), the training instance type has no
+        price, or another stage's estimate is unknown (``check_budget`` refuses such a run under a
+        budget anyway).
+    """
+    budget = float(estimate.get("max_budget_usd") or 0)
+    if budget <= 0 or training_usd_per_node_hour(estimate) is None:
+        return None
+    others = [i for i in estimate.get("items") or [] if i.get("stage") != "training"]
+    if any(i.get("usd") is None for i in others):
+        return None
+    return round(max(budget - sum(float(i["usd"]) for i in others), 0.0), 2)
+
+
+def optional_usd(field: str, value: Any) -> float | None:
+    """A templated USD argument as a float >= 0, or None when unset (``None``, ``""``, ``"None"``).
+
+    :raises ValueError: naming ``field`` when ``value`` is not a number >= 0.
+    """
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field} must be a number of USD >= 0 or None (no check), got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{field} must be a number of USD >= 0 or None (no check), got {value!r}")
+    return number
+
+
+def elapsed_cost_usd(started_at: float, now: float, instances: int, usd_per_hour: float) -> float:
+    """Cost of ``instances`` instances running from ``started_at`` to ``now``.
+
+    :param started_at: start, epoch seconds.
+    :param now: end, epoch seconds (an end before the start counts as 0 s).
+    :param instances: number of instances (Batch nodes), >= 1.
+    :param usd_per_hour: on-demand USD per instance-hour, >= 0.
+    :return: USD (not rounded).
+    :raises ValueError: ``instances`` < 1 or a negative price.
+    """
+    if int(instances) < 1:
+        raise ValueError(f"instances must be >= 1, got {instances!r}")
+    if usd_per_hour < 0:
+        raise ValueError(f"usd_per_hour must be >= 0, got {usd_per_hour!r}")
+    return int(instances) * float(usd_per_hour) * max(float(now) - float(started_at), 0.0) / 3600.0
+
+
+def batch_job_run_seconds(job: Mapping[str, Any], now: float) -> float | None:
+    """Seconds the Batch job's containers have run (instance-seconds per node), from ``DescribeJobs``.
+
+    Sums the finished earlier attempts (``attempts[].startedAt``/``stoppedAt``, epoch ms, those started
+    before the job's ``startedAt``) and the current or last one: ``stoppedAt`` (or ``now`` while it runs)
+    minus ``startedAt``. Time before ``startedAt`` (RUNNABLE, STARTING: instance boot and image pull)
+    is not counted, so this is a slight underestimate of the instances' billed time.
+
+    :param job: a ``DescribeJobs`` ``jobs[]`` entry (times in epoch milliseconds).
+    :param now: epoch seconds, used while the job has no ``stoppedAt``.
+    :return: seconds, or None when the job never started (no ``startedAt`` in it or its attempts).
+    """
+    started = job.get("startedAt")
+    total = 0.0
+    seen = False
+    for attempt in job.get("attempts") or []:
+        a_start, a_stop = attempt.get("startedAt"), attempt.get("stoppedAt")
+        if a_start and a_stop and (not started or a_start < started):
+            total += max(a_stop - a_start, 0) / 1000.0
+            seen = True
+    if started:
+        stopped = job.get("stoppedAt")
+        end = stopped / 1000.0 if stopped else float(now)
+        total += max(end - started / 1000.0, 0.0)
+        seen = True
+    return total if seen else None
+
+
+@dataclass(frozen=True)
+class BudgetVerdict:
+    """The training job's cost at one status poll, against its limit (all money in USD).
+
+    :ivar elapsed_s: seconds the job has run.
+    :ivar instances: Batch nodes.
+    :ivar usd_per_hour: on-demand USD per node-hour.
+    :ivar cost_usd: cost so far.
+    :ivar next_poll_cost_usd: cost at the next poll (``elapsed_s + poll_interval_s``).
+    :ivar limit_usd: the limit.
+    :ivar poll_interval_s: seconds between polls.
+    :ivar over_budget: ``next_poll_cost_usd > limit_usd``: stop the job now, before it crosses the limit.
+    """
+
+    elapsed_s: float
+    instances: int
+    usd_per_hour: float
+    cost_usd: float
+    next_poll_cost_usd: float
+    limit_usd: float
+    poll_interval_s: float
+    over_budget: bool
+
+    def describe(self) -> str:
+        """E.g. ``elapsed cost $1.23 of limit $5.00 (2 nodes x $4.60/h x 0.134 h)``."""
+        return (f"elapsed cost ${self.cost_usd:.2f} of limit ${self.limit_usd:.2f} ({self.instances} node(s) x "
+                f"${self.usd_per_hour:.4g}/h x {self.elapsed_s / 3600:.3g} h)")
+
+
+def budget_verdict(*, elapsed_s: float, instances: int, usd_per_hour: float | None, limit_usd: float | None,
+                   poll_interval_s: float) -> BudgetVerdict | None:
+    """Decide whether the running job must be stopped to stay within ``limit_usd``.
+
+    "Would exceed" is judged at the next poll: the job is stopped when its cost after another
+    ``poll_interval_s`` seconds is above the limit, so it is stopped before it crosses the limit
+    rather than one poll after. A limit already spent at the first poll stops it at once.
+
+    :param elapsed_s: seconds the job has run (:func:`batch_job_run_seconds`).
+    :param instances: Batch nodes (>= 1).
+    :param usd_per_hour: on-demand USD per node-hour; None = unknown price (no check).
+    :param limit_usd: USD the job may spend (:func:`training_cost_limit`); None = no limit (no check).
+    :param poll_interval_s: seconds until the next status poll (>= 0).
+    :return: the verdict, or None when there is nothing to check (no limit or no price).
+    """
+    if limit_usd is None or usd_per_hour is None:
+        return None
+    poll = max(float(poll_interval_s), 0.0)
+    cost = elapsed_cost_usd(0.0, elapsed_s, instances, usd_per_hour)
+    next_cost = elapsed_cost_usd(0.0, elapsed_s + poll, instances, usd_per_hour)
+    return BudgetVerdict(elapsed_s=float(elapsed_s), instances=int(instances), usd_per_hour=float(usd_per_hour),
+                         cost_usd=cost, next_poll_cost_usd=next_cost, limit_usd=float(limit_usd),
+                         poll_interval_s=poll, over_budget=next_cost > float(limit_usd))
+
+
+# -- after the run: the actual figures -------------------------------------------------------------
+def _epoch_s(value: Any) -> float | None:
+    """Epoch seconds from epoch seconds, a ``datetime`` or an ISO 8601 string; None when absent."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, _dt.datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)).timestamp()
+    if isinstance(value, str):
+        try:
+            return _epoch_s(_dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            return float(value)
+    return float(value)
+
+
+def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None, now: float,
+                     prices: Mapping[str, float]) -> dict[str, Any]:
+    estimate = plan.get("budget") or {}
+    batch = plan.get("batch") or {}
+    est_item = _stage_item(estimate, "training") or {}
+    instance_type = batch.get("instance_type") or est_item.get("instance_type") or "unknown"
+    price = est_item.get("usd_per_hour")
+    price = prices.get(instance_type) if price is None else float(price)
+    nodes = int(batch.get("num_nodes") or est_item.get("instances") or 1)
+    seconds: float | None = None
+    if not training:
+        basis = "no training result: the job did not start or its result was not handed on"
+    else:
+        job_id = training.get("job_id") or training.get("jobId") or "?"
+        nodes = int(training.get("num_nodes") or (training.get("nodeProperties") or {}).get("numNodes") or nodes)
+        if "startedAt" in training or "attempts" in training:  # a DescribeJobs entry (epoch ms)
+            seconds = batch_job_run_seconds(training, now)
+            end = "stoppedAt" if training.get("stoppedAt") else "now (running)"
+            basis = f"Batch job {job_id} startedAt..{end} (DescribeJobs)"
+        elif training.get("started_at") is not None:  # the operator's result or job_cost XCom (epoch s)
+            stop = training.get("stopped_at")
+            seconds = max((now if stop is None else float(stop)) - float(training["started_at"]), 0.0)
+            basis = f"Batch job {job_id} started_at..{'now (no stopped_at)' if stop is None else 'stopped_at'}"
+            if training.get("stopped_by_budget"):
+                basis += ", stopped at the cost limit"
+        else:
+            basis = f"Batch job {job_id}: no start time in the training result"
+        if seconds is None and "startedAt" in basis:  # terminated or failed before RUNNING: no node ran it
+            seconds, basis = 0.0, f"Batch job {job_id} never started (no startedAt)"
+    hours = None if seconds is None else seconds / 3600
+    return _item("training", instance_type, nodes, hours, {instance_type: price} if price is not None else {},
+                 basis + (f" ({seconds:.0f} s)" if seconds is not None else ""))
+
+
+def _finetune_actual(plan: Mapping[str, Any], vla: Mapping[str, Any] | None, now: float,
+                     prices: Mapping[str, float]) -> dict[str, Any]:
+    estimate = plan.get("budget") or {}
+    est_item = _stage_item(estimate, "vla_finetune") or {}
+    vla = vla or {}
+    params = (plan.get("vla") or {}).get("parameters") or {}
+    instance_type = (vla.get("instance_type") or params.get("InstanceType") or est_item.get("instance_type")
+                     or "unknown")
+    instances = int(vla.get("instance_count") or 1)
+    hours: float | None = None
+    billable = vla.get("billable_seconds", vla.get("BillableTimeInSeconds"))
+    start = _epoch_s(vla.get("started_at", vla.get("CreationTime")))
+    stop = _epoch_s(vla.get("stopped_at", vla.get("LastModifiedTime")))
+    if billable is not None:
+        hours = float(billable) / 3600
+        basis = f"BillableTimeInSeconds {float(billable):.0f} s of the training job (per instance)"
+    elif start is not None:
+        hours = max((stop if stop is not None else now) - start, 0.0) / 3600
+        basis = ("pipeline execution start..end (includes the CPU steps: an upper bound)" if stop is not None
+                 else "pipeline execution start..now (running)")
+    elif vla:
+        basis = (f"pipeline execution {vla.get('pipeline_execution_arn', '?')}: no timing in its result "
+                 "(pass the training step's BillableTimeInSeconds)")
+    else:
+        basis = "no fine-tune result: not run, or failed before handing on its result"
+    return _item("vla_finetune", instance_type, instances, hours, prices, basis)
+
+
+def actual_run_cost(plan: Mapping[str, Any], training_result: Mapping[str, Any] | None,
+                    vla_result: Mapping[str, Any] | None = None, now: float | None = None,
+                    prices: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The run's actual GPU cost, in the estimate's shape, at the same prices.
+
+    * **training** = nodes x USD/node-hour x run time. ``training_result`` is either the
+      training task's result (``started_at``/``stopped_at`` epoch seconds, ``num_nodes``; also the
+      ``job_cost`` XCom pushed when the job was stopped at the cost limit) or a ``DescribeJobs``
+      entry (``startedAt``/``stoppedAt`` epoch ms, see :func:`batch_job_run_seconds`). A job still
+      running is counted up to ``now``. The price is the estimate's (the plan's ``budget``), else
+      the table's.
+    * **fine-tune** (only when the plan's ``vla.enabled``) = instances x USD/hour x hours, hours from
+      ``vla_result``: ``billable_seconds`` (or ``BillableTimeInSeconds``, per instance, from
+      ``DescribeTrainingJob``) when given, else ``started_at``/``stopped_at`` (or the pipeline
+      execution's ``CreationTime``/``LastModifiedTime``: epoch s, datetime or ISO 8601), an upper
+      bound. The fine-tune operator's result (execution ARN and status only) gives "unknown".
+
+    :param plan: the run's plan (``budget``, ``batch.instance_type``, ``batch.num_nodes``, ``vla``).
+    :param training_result: see above; None = the job never handed on a result (cost unknown).
+    :param vla_result: see above; None = no fine-tune result.
+    :param now: epoch seconds for running stages (default: the current time).
+    :param prices: price table override (default :data:`ON_DEMAND_USD_PER_HOUR`).
+    :return: ``{"currency": "USD", "price_source", "total_usd" (sum of the known items, rounded to
+        cents), "max_budget_usd", "unknown": [stages whose cost is unknown: total_usd is then a lower
+        bound], "within_budget": True | False | None (None: no budget, or below it with unknown
+        stages), "items": [{"stage", "instance_type", "instances", "hours", "usd_per_hour", "usd",
+        "basis"}, ...]}``.
+    """
+    prices = ON_DEMAND_USD_PER_HOUR if prices is None else prices
+    now = time.time() if now is None else float(now)
+    items = [_training_actual(plan, training_result, now, prices)]
+    if (plan.get("vla") or {}).get("enabled") or vla_result:
+        items.append(_finetune_actual(plan, vla_result, now, prices))
+    unknown = [i["stage"] for i in items if i["usd"] is None]
+    total = round(sum(i["usd"] for i in items if i["usd"] is not None), 2)
+    budget = float((plan.get("budget") or {}).get("max_budget_usd") or 0)
+    if budget <= 0:
+        within: bool | None = None
+    elif total > budget:
+        within = False
+    else:
+        within = None if unknown else True
+    return {
+        "currency": "USD",
+        "price_source": (plan.get("budget") or {}).get("price_source") or PRICE_SOURCE,
+        "total_usd": total,
+        "max_budget_usd": budget,
+        "unknown": unknown,
+        "within_budget": within,
+        "items": items,
+    }
