@@ -20,6 +20,7 @@ from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
 from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
 from airflow.providers.common.compat.sdk import AirflowException
 
+from sim2real.budget import BudgetVerdict, batch_job_run_seconds, budget_verdict, elapsed_cost_usd
 from sim2real.config import RUN_KEY_TAG
 
 WAITERS_DIR = Path(__file__).resolve().parents[1] / "waiters"
@@ -131,6 +132,102 @@ def format_runnable_timeout(
         + ("the job was terminated." if terminated else "terminating the job FAILED, terminate it by hand.")
         + " Check the EC2 vCPU quota, the compute environment's instance types, subnets and maxvCpus."
     )
+
+
+def job_num_nodes(job: dict[str, Any], default: int = 1) -> int:
+    """Nodes of a ``DescribeJobs`` entry (``nodeProperties.numNodes``), else ``default`` (container jobs: 1)."""
+    return int((job.get("nodeProperties") or {}).get("numNodes") or default)
+
+
+def job_cost_verdict(
+    job: dict[str, Any],
+    now: float,
+    *,
+    cost_limit_usd: float | None,
+    usd_per_node_hour: float | None,
+    poll_interval_s: float,
+    default_nodes: int = 1,
+) -> BudgetVerdict | None:
+    """The running job's cost against its limit (:func:`sim2real.budget.budget_verdict`).
+
+    Run time from ``startedAt`` (and earlier attempts), nodes from ``nodeProperties.numNodes``.
+
+    :param job: a ``DescribeJobs`` entry.
+    :param now: epoch seconds.
+    :param cost_limit_usd: USD the job may spend; None = no check.
+    :param usd_per_node_hour: on-demand USD per node-hour; None = no check.
+    :param poll_interval_s: seconds until the next poll.
+    :param default_nodes: nodes when the description has no ``nodeProperties``.
+    :return: the verdict, or None (no check, or the job has not started).
+    """
+    if cost_limit_usd is None or usd_per_node_hour is None:
+        return None
+    seconds = batch_job_run_seconds(job, now)
+    if seconds is None:
+        return None
+    return budget_verdict(
+        elapsed_s=seconds,
+        instances=job_num_nodes(job, default_nodes),
+        usd_per_hour=usd_per_node_hour,
+        limit_usd=cost_limit_usd,
+        poll_interval_s=poll_interval_s,
+    )
+
+
+def cost_limit_reason(verdict: BudgetVerdict) -> str:
+    """The ``TerminateJob`` reason for a job stopped at its cost limit."""
+    return (
+        f"sim2real: cost limit ${verdict.limit_usd:.2f} reached (${verdict.cost_usd:.2f} after "
+        f"{verdict.elapsed_s / 3600:.2f} h on {verdict.instances} node(s))"
+    )
+
+
+def format_cost_limit(job: dict[str, Any], verdict: BudgetVerdict, terminated: bool) -> str:
+    """The failure message for a job stopped at its cost limit: the numbers and what to change."""
+    return (
+        f"AWS Batch job {job.get('jobId')} ({job.get('jobName')}) stopped at the training cost limit: it ran "
+        f"{verdict.elapsed_s:.0f} s ({verdict.elapsed_s / 3600:.2f} h) on {verdict.instances} node(s) at "
+        f"${verdict.usd_per_hour:.4g} per node-hour = ${verdict.cost_usd:.2f}; at the next poll "
+        f"(+{verdict.poll_interval_s:.0f} s) it would cost ${verdict.next_poll_cost_usd:.2f}, above the limit "
+        f"${verdict.limit_usd:.2f} (max_budget_usd minus the estimate of the other stages). "
+        + ("The job was terminated." if terminated else "Terminating the job FAILED: terminate it by hand.")
+        + " Raise max_budget_usd, or lower num_nodes or train_time_budget_seconds (the trainer then stops "
+        "and checkpoints within the budget)."
+    )
+
+
+def job_cost_record(
+    job: dict[str, Any],
+    now: float,
+    usd_per_node_hour: float | None,
+    default_nodes: int = 1,
+    stopped_by_budget: bool = False,
+) -> dict[str, Any]:
+    """What the job ran and cost, for the task's result and the ``job_cost`` XCom.
+
+    :return: ``{"job_id", "num_nodes", "started_at", "stopped_at" (epoch seconds; ``now`` for a job
+        stopped at the cost limit, whose ``stoppedAt`` is not set yet; None when unknown),
+        "run_seconds", "usd_per_node_hour", "cost_usd" (None without a price or a start),
+        "stopped_by_budget"}``.
+    """
+    started = job.get("startedAt")
+    stopped = job.get("stoppedAt")
+    stopped_at = stopped / 1000.0 if stopped else (float(now) if stopped_by_budget else None)
+    seconds = batch_job_run_seconds({**job, "stoppedAt": stopped_at * 1000} if stopped_at else job, now)
+    nodes = job_num_nodes(job, default_nodes)
+    cost = None
+    if usd_per_node_hour is not None and seconds is not None:
+        cost = round(elapsed_cost_usd(0.0, seconds, nodes, usd_per_node_hour), 2)
+    return {
+        "job_id": job.get("jobId"),
+        "num_nodes": nodes,
+        "started_at": started / 1000.0 if started else None,
+        "stopped_at": stopped_at,
+        "run_seconds": None if seconds is None else round(seconds, 3),
+        "usd_per_node_hour": usd_per_node_hour,
+        "cost_usd": cost,
+        "stopped_by_budget": stopped_by_budget,
+    }
 
 
 def exit_code_of(job: dict[str, Any]) -> int | None:

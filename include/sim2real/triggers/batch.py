@@ -1,4 +1,4 @@
-"""Trigger waiting for a Batch training job, with a RUNNABLE budget, progress logging and kill."""
+"""Trigger waiting for a Batch training job, with a RUNNABLE budget, a cost limit, progress logging and kill."""
 
 from __future__ import annotations
 
@@ -17,7 +17,11 @@ from sim2real.hooks.batch import (
     DEFAULT_LOG_GROUP,
     PROGRESS_RE,
     BatchTrainingHook,
+    cost_limit_reason,
+    format_cost_limit,
     format_runnable_timeout,
+    job_cost_record,
+    job_cost_verdict,
     runnable_elapsed,
 )
 
@@ -32,8 +36,14 @@ class BatchTrainingJobTrigger(AwsBaseWaiterTrigger):
     job (``TerminateJob``) and yields ``{"status": "failure", "job_id", "job_status": "RUNNABLE",
     "reason": "runnable_timeout", "message"}`` (message: statusReason, each compute environment's
     state / status / statusReason / desiredvCpus); RUNNING -> logs the latest ``[sim2real] iteration=``
-    line of the main node's log stream (``GetLogEvents``, errors ignored). Throttling and 5xx are
-    retried without counting an attempt; other API errors and max attempts -> ``{"status": "error"}``.
+    line of the main node's log stream (``GetLogEvents``, errors ignored) with the elapsed cost and,
+    when ``cost_limit_usd`` and ``usd_per_node_hour`` are set, checks the cost: when the cost at the
+    next poll (run time from ``startedAt`` + ``waiter_delay``, x nodes x price) would be above the
+    limit, terminates the job (``TerminateJob``, reason ``sim2real: cost limit ... reached``) and
+    yields ``{"status": "failure", "job_id", "job_status": "RUNNING", "reason": "cost_limit",
+    "message", "job_cost": {...}}`` (``job_cost``: :func:`~sim2real.hooks.batch.job_cost_record`).
+    Throttling and 5xx are retried without counting an attempt; other API errors and max attempts
+    -> ``{"status": "error"}``.
 
     ``on_kill`` (Airflow 3.3+ ``BaseTrigger.on_kill``: user marks the deferred task failed/success or
     clears it) terminates the job when ``terminate_on_kill``.
@@ -41,6 +51,9 @@ class BatchTrainingJobTrigger(AwsBaseWaiterTrigger):
     :param job_id: the Batch job id.
     :param runnable_timeout_seconds: budget for RUNNABLE (seconds); None = no budget.
     :param log_group: CloudWatch log group of the job's streams (for progress lines).
+    :param cost_limit_usd: USD the job may spend; None = no cost check.
+    :param usd_per_node_hour: on-demand USD per node-hour; None = no cost check.
+    :param num_nodes: nodes when ``DescribeJobs`` has no ``nodeProperties`` (container jobs: 1).
     :param progress: read progress lines while RUNNING.
     :param terminate_on_kill: terminate the job on a user kill.
     :param waiter_delay: seconds between polls.
@@ -66,6 +79,9 @@ class BatchTrainingJobTrigger(AwsBaseWaiterTrigger):
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
+        cost_limit_usd: float | None = None,
+        usd_per_node_hour: float | None = None,
+        num_nodes: int = 1,
     ) -> None:
         super().__init__(
             serialized_fields={
@@ -74,6 +90,9 @@ class BatchTrainingJobTrigger(AwsBaseWaiterTrigger):
                 "log_group": log_group,
                 "progress": progress,
                 "terminate_on_kill": terminate_on_kill,
+                "cost_limit_usd": cost_limit_usd,
+                "usd_per_node_hour": usd_per_node_hour,
+                "num_nodes": num_nodes,
             },
             waiter_name="training_job_complete",
             waiter_args={"jobs": [job_id]},
@@ -94,6 +113,9 @@ class BatchTrainingJobTrigger(AwsBaseWaiterTrigger):
         self.log_group = log_group
         self.progress = progress
         self.terminate_on_kill = terminate_on_kill
+        self.cost_limit_usd = cost_limit_usd
+        self.usd_per_node_hour = usd_per_node_hour
+        self.num_nodes = num_nodes
         self._progress_stream: str | None = None
 
     def _event(self, status: str, **fields: Any) -> TriggerEvent:
@@ -148,8 +170,32 @@ class BatchTrainingJobTrigger(AwsBaseWaiterTrigger):
                             return
                     else:
                         first_runnable = None
-                    if status == "RUNNING" and self.progress:
-                        await self._log_progress(client, job)
+                    if status == "RUNNING":
+                        now = time.time()
+                        verdict = job_cost_verdict(
+                            job,
+                            now,
+                            cost_limit_usd=self.cost_limit_usd,
+                            usd_per_node_hour=self.usd_per_node_hour,
+                            poll_interval_s=self.waiter_delay,
+                            default_nodes=self.num_nodes,
+                        )
+                        if self.progress:
+                            await self._log_progress(client, job, verdict.describe() if verdict else None)
+                        elif verdict is not None:
+                            self.log.info("AWS Batch job %s: %s", self.job_id, verdict.describe())
+                        if verdict is not None and verdict.over_budget:
+                            message = await self._cost_limit(client, job, verdict)
+                            yield self._event(
+                                "failure",
+                                job_status="RUNNING",
+                                reason="cost_limit",
+                                message=message,
+                                job_cost=job_cost_record(
+                                    job, now, self.usd_per_node_hour, self.num_nodes, stopped_by_budget=True
+                                ),
+                            )
+                            return
                 else:
                     yield self._event("success")
                     return
@@ -182,7 +228,19 @@ class BatchTrainingJobTrigger(AwsBaseWaiterTrigger):
         self.log.error(message)
         return message
 
-    async def _log_progress(self, client, job: dict[str, Any]) -> None:
+    async def _cost_limit(self, client, job: dict[str, Any], verdict) -> str:
+        terminated = True
+        try:
+            await client.terminate_job(jobId=self.job_id, reason=cost_limit_reason(verdict))
+        except Exception as err:  # noqa: BLE001
+            terminated = False
+            self.log.error("TerminateJob %s failed: %s", self.job_id, err)
+        message = format_cost_limit(job, verdict, terminated)
+        self.log.error(message)
+        return message
+
+    async def _log_progress(self, client, job: dict[str, Any], cost: str | None = None) -> None:
+        line = None
         try:
             if self._progress_stream is None:
                 main = (job.get("nodeProperties") or {}).get("mainNode")
@@ -191,22 +249,27 @@ class BatchTrainingJobTrigger(AwsBaseWaiterTrigger):
                     children = (await client.describe_jobs(jobs=[f"{self.job_id}#{main}"])).get("jobs") or []
                     source = children[0] if children else job
                 self._progress_stream = (source.get("container") or {}).get("logStreamName")
-            if not self._progress_stream:
-                return
-            logs_hook = AwsLogsHook(**self._hook_parameters)
-            async with await logs_hook.get_async_conn() as logs:
-                events = (
-                    await logs.get_log_events(
-                        logGroupName=self.log_group, logStreamName=self._progress_stream, limit=20, startFromHead=False
-                    )
-                ).get("events") or []
-            for event in reversed(events):
-                match = PROGRESS_RE.search(event.get("message", ""))
-                if match:
-                    self.log.info("AWS Batch job %s progress: %s", self.job_id, match.group(0))
-                    return
+            if self._progress_stream:
+                line = await self._latest_progress()
         except Exception as err:  # noqa: BLE001 - progress is informational only
             self.log.debug("No progress line for job %s: %s", self.job_id, err)
+        if line or cost:
+            self.log.info("AWS Batch job %s progress: %s", self.job_id, "; ".join(p for p in (line, cost) if p))
+
+    async def _latest_progress(self) -> str | None:
+        """The last ``[sim2real] iteration=`` line of the main node's stream (``GetLogEvents``), or None."""
+        logs_hook = AwsLogsHook(**self._hook_parameters)
+        async with await logs_hook.get_async_conn() as logs:
+            events = (
+                await logs.get_log_events(
+                    logGroupName=self.log_group, logStreamName=self._progress_stream, limit=20, startFromHead=False
+                )
+            ).get("events") or []
+        for event in reversed(events):
+            match = PROGRESS_RE.search(event.get("message", ""))
+            if match:
+                return match.group(0)
+        return None
 
     async def on_kill(self) -> None:
         """Terminate the job (``TerminateJob``) when the user kills the deferred task (Airflow 3.3+)."""
