@@ -1,0 +1,138 @@
+"""
+### Sim-to-Real release: deploy an approved model package to the robots
+
+Releases a model package that was approved **outside** a `sim_to_real` run (in SageMaker Studio, an
+older approved version, a rollback), without training: resolve the package in the SageMaker Model
+Registry (the given ARN, or the latest **Approved** version of the group) → refuse anything that is
+not Approved → optionally re-verify an RL checkpoint manifest whose policy ships with it → deploy to
+the robots' thing group with AWS IoT Greengrass v2 (same components and configuration as the main
+DAG) → write `runs/<run_key>/release.json` and `release.md` in the artifacts bucket (a teardown:
+written whatever happened to the deployment).
+
+Account-specific names come from the Airflow Variable `sim2real_environment`, read at run time.
+Logic: `sim2real.release`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+from airflow.sdk import Asset, dag, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from sim2real import notifications as notify
+from sim2real.operators.greengrass import GreengrassDeploymentOperator
+from sim2real.release import build_release_params
+
+#: The release's outlet: one event per successful deployment (package, deployment id, devices).
+DEPLOYED_MODEL_PACKAGE_ASSET = Asset(name="sim2real_deployed_model_package",
+                                     uri="sim2real://edge/deployed-model-package")
+
+#: Seconds between status polls (30 s on AWS; the local sandbox sets 1-2), as in the main DAG.
+POLL = int(os.environ.get("SIM2REAL_POLL_SECONDS", "30"))
+#: First retry delay of every task (seconds, doubled per try up to 10 min).
+RETRY_DELAY = int(os.environ.get("SIM2REAL_RETRY_DELAY_SECONDS", "20"))
+
+DEFAULT_ARGS = {
+    "owner": "mlops",
+    "retries": 2,
+    "retry_delay": dt.timedelta(seconds=RETRY_DELAY),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": dt.timedelta(minutes=10),
+    "execution_timeout": dt.timedelta(hours=1),
+    # Throttling and transient 5xx are retried with adaptive backoff, not turned into task failures.
+    "botocore_config": {"retries": {"mode": "adaptive", "max_attempts": 10}},
+}
+
+
+def _deployed_post_execute(context, result=None) -> None:
+    """``post_execute`` of the deployment: package, deployment id and devices on the asset event."""
+    from sim2real.release import deployed_asset_extra
+
+    ti = context["ti"]
+    extra = deployed_asset_extra(ti.xcom_pull(task_ids="prepare_release", key="plan") or {},
+                                 ti.xcom_pull(task_ids="resolve_model_package"), result)
+    for asset in context["task"].outlets or []:
+        context["outlet_events"][asset].extra.update(extra)
+
+
+@dag(
+    dag_id="sim_to_real_release",
+    dag_display_name="Sim-to-Real: release an approved model package",
+    description="Approved SageMaker model package → Greengrass deployment to the robots (no training)",
+    doc_md=__doc__,
+    schedule=None,  # manual trigger only
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=dt.timedelta(hours=4),
+    default_args=DEFAULT_ARGS,
+    params=build_release_params(),
+    tags=["sim2real", "robotics", "vla", "release"],
+    on_failure_callback=notify.run_failed(),
+)
+def sim_to_real_release():
+    @task(retries=0, execution_timeout=dt.timedelta(minutes=2))
+    def prepare_release(params=None, dag_run=None, dag=None) -> dict:
+        """Validate params (cross-field rules), load the environment config, derive the run key and names."""
+        from sim2real.config import load_environment
+        from sim2real.params import ParamRuleError
+        from sim2real.release import plan_release
+
+        try:
+            plan = plan_release(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params),
+                                env=load_environment())
+        except (ParamRuleError, ValueError) as err:
+            raise AirflowFailException(str(err)) from err
+        flat = {"plan": plan, "run_key": plan["run_key"]}
+        flat.update({f"deploy_{key}": value for key, value in plan["deploy"].items()})
+        return flat
+
+    @task(execution_timeout=dt.timedelta(minutes=10))
+    def resolve_model_package(plan: dict) -> dict:
+        """The package (ARN or latest Approved); refuse one that is not Approved; re-verify the manifest."""
+        from botocore.config import Config
+
+        from sim2real.hooks.model_registry import ModelRegistryHook
+        from sim2real.release import resolve_release
+
+        hook = ModelRegistryHook(aws_conn_id="aws_default", config=Config(**DEFAULT_ARGS["botocore_config"]))
+        return resolve_release(hook, plan)
+
+    @task(execution_timeout=dt.timedelta(minutes=1))
+    def deployment_components(plan: dict, resolved: dict) -> dict:
+        from sim2real.release import release_components
+
+        return release_components(plan, resolved, resolved.get("manifest"))
+
+    @task(retries=1, execution_timeout=dt.timedelta(minutes=5))
+    def write_release_record(plan: dict, dag_run=None, ti=None) -> dict:
+        """Write runs/<run_key>/release.json and release.md, whatever happened to the deployment."""
+        from sim2real.release import write_release_record as write
+
+        return write(plan=plan, dag_run=dag_run, ti=ti)
+
+    prepared = prepare_release()
+    resolved = resolve_model_package(prepared["plan"])
+    components = deployment_components(prepared["plan"], resolved)
+    deployment = GreengrassDeploymentOperator(
+        task_id="deploy_to_robots",
+        deferrable=True,
+        thing_group_name=prepared["deploy_thing_group_name"],
+        components=components,
+        deployment_name=prepared["deploy_deployment_name"],
+        iot_job_configuration=prepared["deploy_iot_job_configuration"],
+        waiter_delay=POLL,
+        execution_timeout=dt.timedelta(hours=2),
+        outlets=[DEPLOYED_MODEL_PACKAGE_ASSET],
+        post_execute=_deployed_post_execute,
+        on_success_callback=notify.deployed(),
+    )
+    # The record is the run's teardown: written whatever failed after prepare_release, without masking
+    # the failure in the run's final state.
+    record = write_release_record(prepared["plan"]).as_teardown(setups=prepared)
+    deployment >> record
+
+
+sim_to_real_release()
