@@ -43,8 +43,18 @@ Shape (JSON object; every key below is required unless marked optional)::
           "com.sim2real.PolicyBenchmark": "1.0.0"
         }
       },
-      "hyperpod": {                            # optional
-        "cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu", "head_instance_group": "head"
+      "hyperpod": {                            # optional; needed by training_backend "hyperpod"
+        "cluster_name": "sim2real-hyperpod",
+        "gpu_instance_group": "gpu",           # the group scaled up for training and back down after
+        "head_instance_group": "head",
+        "min_count": 0,                        # optional (default 0): the gpu group's size between runs
+        "submit_host_tag_key": "sim2real:role",     # EC2 tag of the head/login node with the Slurm
+        "submit_host_tag_value": "hyperpod-head",   # client, managed by SSM (sbatch/sacct/scancel run there)
+        "partition": "dev",                    # optional; HyperPod managed Slurm's partition
+        "shared_dir": "/fsx/sim2real",         # optional; batch scripts and job logs (shared storage)
+        "launcher": "/workspace/distributed_run.bash",   # optional; the launcher on the nodes / in the image
+        "use_container_image": true,           # optional; run in the build's image with pyxis/enroot
+        "container_mounts": "/fsx:/fsx"        # optional; pyxis --container-mounts
       },
       "notifications": {"sns_topic_arn": "arn:aws:sns:..."},   # optional; no topic = notifications skipped
       "run_defaults": {                        # optional; params of SCHEDULED (nightly) runs, over the
@@ -108,13 +118,68 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
         for key in keys:
             if scope.get(key) in (None, ""):
                 missing.append(f"{section}.{key}" if section else key)
-    if missing:
+    problems = _hyperpod_problems(env.get("hyperpod"))
+    if missing or problems:
         raise EnvironmentConfigError(
-            "environment config is missing: " + ", ".join(missing)
+            "; ".join(
+                (["environment config is missing: " + ", ".join(missing)] if missing else [])
+                + [f"environment config {p}" for p in problems]
+            )
             + f" (set the Airflow Variable {ENV_VARIABLE!r} from the SSM parameter {ENV_SSM_PARAMETER!r} "
             "that infra/ writes)"
         )
     return json.loads(json.dumps(dict(env)))
+
+
+#: Optional ``hyperpod`` keys and their defaults (:func:`hyperpod_settings`).
+HYPERPOD_DEFAULTS: dict[str, Any] = {
+    "cluster_name": "",
+    "gpu_instance_group": "gpu",
+    "head_instance_group": "head",
+    "min_count": 0,
+    "submit_host_tag_key": "",
+    "submit_host_tag_value": "",
+    "partition": "dev",
+    "shared_dir": "/fsx/sim2real",
+    "launcher": "/workspace/distributed_run.bash",
+    "use_container_image": True,
+    "container_mounts": "/fsx:/fsx",
+}
+
+
+def _hyperpod_problems(section: Any) -> list[str]:
+    """Type problems of the optional ``hyperpod`` section (each names the key and the fix)."""
+    if section is None:
+        return []
+    if not isinstance(section, Mapping):
+        return [f"hyperpod must be an object, got {type(section).__name__}"]
+    problems = []
+    for key, value in section.items():
+        if key not in HYPERPOD_DEFAULTS:
+            continue
+        default = HYPERPOD_DEFAULTS[key]
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                problems.append(f"hyperpod.{key} must be true or false, got {value!r}")
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                problems.append(f"hyperpod.{key} must be an integer >= 0, got {value!r}")
+        elif not isinstance(value, str):
+            problems.append(f"hyperpod.{key} must be a string, got {value!r}")
+    tag_key, tag_value = section.get("submit_host_tag_key"), section.get("submit_host_tag_value")
+    if bool(tag_key) != bool(tag_value):
+        problems.append("hyperpod.submit_host_tag_key and hyperpod.submit_host_tag_value go together "
+                        "(the EC2 tag of the head/login node): set both or neither")
+    shared = section.get("shared_dir")
+    if isinstance(shared, str) and shared and not shared.startswith("/"):
+        problems.append(f"hyperpod.shared_dir must be an absolute path on the cluster, got {shared!r}")
+    return problems
+
+
+def hyperpod_settings(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The environment config's ``hyperpod`` section with :data:`HYPERPOD_DEFAULTS` filled in."""
+    section = env.get("hyperpod") or {}
+    return {**HYPERPOD_DEFAULTS, **{k: v for k, v in section.items() if v is not None}}
 
 
 def load_environment() -> dict[str, Any]:

@@ -47,9 +47,10 @@ def build_params() -> dict[str, Any]:
     return {
         # ---------------- training
         "training_backend": Param(
-            "batch", type="string", enum=["batch"], title="Training backend",
-            description="AWS Batch multi-node job. (The SageMaker HyperPod backend is not wired into "
-            "this DAG yet.)",
+            "batch", type="string", enum=["batch", "hyperpod"], title="Training backend",
+            description="batch: an AWS Batch multi-node job. hyperpod: a Slurm job (sbatch through SSM on "
+            "the head node) on a SageMaker HyperPod cluster whose GPU instance group is scaled up for the "
+            "run and back to its minimum afterwards.",
             section=SECTION_TRAINING,
         ),
         "task": Param(
@@ -169,9 +170,14 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
     backend = params.get("training_backend", "batch")
     task = params.get("task", "")
     hyperpod_cfg = env.get("hyperpod") or {}
-    if backend == "hyperpod" and not (params.get("hyperpod_cluster_name") or hyperpod_cfg.get("cluster_name")):
-        errors.append("training_backend 'hyperpod' needs hyperpod_cluster_name (none in the form or the "
-                      "environment config)")
+    if backend == "hyperpod":
+        if not (params.get("hyperpod_cluster_name") or hyperpod_cfg.get("cluster_name")):
+            errors.append("training_backend 'hyperpod' needs a cluster: set hyperpod_cluster_name in the form "
+                          "or hyperpod.cluster_name in the environment config")
+        if not (hyperpod_cfg.get("submit_host_tag_key") and hyperpod_cfg.get("submit_host_tag_value")):
+            errors.append("training_backend 'hyperpod' needs the head/login node that submits the Slurm job: set "
+                          "hyperpod.submit_host_tag_key and hyperpod.submit_host_tag_value (its EC2 tag; the "
+                          "instance runs the SSM agent and the Slurm client) in the environment config")
     if task in ISAACLAB_TASKS and env.get("sandbox"):
         errors.append(f"task {task!r} needs the Isaac Lab GPU image; the local sandbox runs only "
                       f"MuJoCo tasks {list(MUJOCO_TASKS)}")

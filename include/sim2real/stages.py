@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim2real.budget import check_budget, estimate_run_cost
-from sim2real.config import DEFAULT_EVAL_COMMAND, RUN_KEY_TAG
+from sim2real.config import DEFAULT_EVAL_COMMAND, RUN_KEY_TAG, hyperpod_settings
 from sim2real.params import VLA_INSTANCE_GPUS, apply_run_defaults, check_params
 from sim2real.run_key import make_run_key, run_prefix
 from sim2real.stats import wilson_interval
@@ -61,6 +61,7 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
     thing_group = params.get("thing_group_name") or gg["thing_group_name"]
     return {
         "run_key": run_key,
+        "backend": params.get("training_backend", "batch"),
         "bucket": bucket,
         "run_prefix": prefix,
         "run_uri": run_uri,
@@ -87,6 +88,7 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
             "environment": training_env,
             "runnable_timeout_seconds": int(params["runnable_timeout_minutes"]) * 60,
         },
+        "hyperpod": hyperpod_plan(run_key, params, env, training_env),
         "checkpoint": {
             "output_uri": ckpt_uri,
             "manifest_uri": f"{ckpt_uri}manifest.json",
@@ -137,6 +139,53 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
             },
         },
     }
+
+
+def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any],
+                  training_env: Mapping[str, str]) -> dict[str, Any]:
+    """The HyperPod (Slurm) training settings of a run (also planned for a Batch run: names only, no calls).
+
+    :return: ``cluster_name`` (the form's ``hyperpod_cluster_name``, else the config's), ``instance_group_name``,
+        ``target_count`` (= ``num_nodes``), ``min_count``, ``submit_host_tag_key``/``_value``, ``job_name``
+        (from the run key: a retry finds the job by it), ``log_path`` (``--output``, ``%j`` = job id),
+        ``script_path``, ``submit_commands`` (``AWS-RunShellScript`` lines: write the rendered
+        ``train_rl.sbatch``, then ``sbatch --parsable`` unless the job is already queued), ``environment``
+        (the Batch job's training env) and ``use_container_image``. Empty strings where the config has no
+        HyperPod section (``check_params`` refuses the hyperpod backend then).
+    """
+    from sim2real import slurm
+
+    hp = hyperpod_settings(env)
+    name = slurm.job_name(run_key)
+    shared = str(hp["shared_dir"]).rstrip("/") or "/"
+    log_dir = f"{shared}/logs"
+    log_path = f"{log_dir}/{name}-%j.out"
+    script_path = f"{shared}/jobs/{name}.sbatch"
+    nodes = int(params["num_nodes"])
+    section: dict[str, Any] = {
+        "cluster_name": params.get("hyperpod_cluster_name") or hp["cluster_name"],
+        "instance_group_name": hp["gpu_instance_group"],
+        "target_count": nodes,
+        "min_count": int(hp["min_count"]),
+        "submit_host_tag_key": hp["submit_host_tag_key"],
+        "submit_host_tag_value": hp["submit_host_tag_value"],
+        "partition": hp["partition"],
+        "job_name": name,
+        "log_path": log_path,
+        "script_path": script_path,
+        "environment": dict(training_env),
+        "use_container_image": bool(hp["use_container_image"]),
+        "submit_commands": [],
+    }
+    if params.get("training_backend") == "hyperpod":
+        script = slurm.render_script(
+            job_name=name, num_nodes=nodes, log_path=log_path, environment=training_env,
+            launcher=hp["launcher"], partition=hp["partition"],
+            use_container_image=bool(hp["use_container_image"]), container_mounts=hp["container_mounts"],
+        )
+        section["submit_commands"] = slurm.submit_commands(
+            script_path=script_path, script_text=script, job_name=name, log_dir=log_dir)
+    return section
 
 
 def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[str]:

@@ -39,3 +39,34 @@ def test_load_environment_missing_says_where_to_set_it(monkeypatch):
     monkeypatch.delenv("SIM2REAL_ENVIRONMENT_FILE", raising=False)
     with pytest.raises(EnvironmentConfigError, match="sim2real_environment"):
         load_environment()
+
+
+HYPERPOD = {"cluster_name": "c", "gpu_instance_group": "gpu", "submit_host_tag_key": "role",
+            "submit_host_tag_value": "head"}
+
+
+def test_hyperpod_section_defaults_filled_in():
+    from sim2real.config import hyperpod_settings
+
+    settings = hyperpod_settings(validate_environment({**GOOD, "hyperpod": HYPERPOD}))
+    assert settings["min_count"] == 0 and settings["partition"] == "dev"
+    assert settings["use_container_image"] is True and settings["cluster_name"] == "c"
+    assert hyperpod_settings(GOOD)["cluster_name"] == ""
+
+
+@pytest.mark.parametrize("override, needle", [
+    ({"min_count": -1}, "hyperpod.min_count must be an integer >= 0"),
+    ({"min_count": "0"}, "hyperpod.min_count must be an integer >= 0"),
+    ({"use_container_image": "yes"}, "hyperpod.use_container_image must be true or false"),
+    ({"submit_host_tag_value": ""}, "go together"),
+    ({"shared_dir": "fsx/sim2real"}, "absolute path"),
+    ({"cluster_name": 3}, "hyperpod.cluster_name must be a string"),
+])
+def test_hyperpod_section_bad_values_named(override, needle):
+    with pytest.raises(EnvironmentConfigError, match=needle):
+        validate_environment({**GOOD, "hyperpod": {**HYPERPOD, **override}})
+
+
+def test_hyperpod_section_must_be_an_object():
+    with pytest.raises(EnvironmentConfigError, match="hyperpod must be an object"):
+        validate_environment({**GOOD, "hyperpod": ["c"]})

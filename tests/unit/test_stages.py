@@ -47,6 +47,7 @@ def test_zero_time_budget_means_no_budget_for_the_trainer():
 
 @pytest.mark.parametrize("override, reason", [
     ({"training_backend": "hyperpod"}, "hyperpod_cluster_name"),
+    ({"training_backend": "hyperpod", "hyperpod_cluster_name": "c"}, "submit_host_tag_key"),
     ({"num_nodes": 2}, "num_nodes > 1"),
     ({"deploy_to_edge": True, "run_vla_finetune": False}, "deploy_to_edge needs run_vla_finetune"),
     ({"train_time_budget_seconds": 7200, "training_timeout_hours": 1.0}, "train_time_budget_seconds"),
@@ -121,3 +122,53 @@ def test_deployment_components_merge_the_model_uri():
     assert comps["c"]["componentVersion"] == "1.0.0"
     assert merge["ModelS3Uri"] == "s3://b/m.tar.gz" and merge["ModelPackageArn"] == "arn:pkg"
     assert merge["PolicyCheckpointSha256"] == "ff" and merge["RunKey"] == plan["run_key"]
+
+
+HYPERPOD_ENV = {**GOOD, "hyperpod": {"cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu", "min_count": 1,
+                                      "submit_host_tag_key": "sim2real:role", "submit_host_tag_value": "hyperpod-head",
+                                      "shared_dir": "/fsx/sim2real"}}
+
+
+@pytest.mark.parametrize("override, env, reason", [
+    ({"training_backend": "hyperpod"}, {**GOOD, "hyperpod": {"submit_host_tag_key": "k", "submit_host_tag_value": "v"}},
+     "needs a cluster"),
+    ({"training_backend": "hyperpod"}, {**GOOD, "hyperpod": {"cluster_name": "c"}}, "submit_host_tag_value"),
+])
+def test_hyperpod_rules_name_the_missing_setting(override, env, reason):
+    with pytest.raises(ParamRuleError, match=reason):
+        check_params({**PARAMS, **override}, env)
+
+
+def test_hyperpod_backend_valid_with_the_config_or_the_form_cluster():
+    check_params({**PARAMS, "training_backend": "hyperpod"}, HYPERPOD_ENV)
+    env = {**GOOD, "hyperpod": {**HYPERPOD_ENV["hyperpod"], "cluster_name": ""}}
+    check_params({**PARAMS, "training_backend": "hyperpod", "hyperpod_cluster_name": "other"}, env)
+
+
+def test_hyperpod_plan_submits_the_batch_training_env_under_the_run_key():
+    import shlex
+
+    params = {**PARAMS, "training_backend": "hyperpod", "task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2,
+              "hyperpod_cluster_name": ""}
+    plan = plan_run(dag_id="sim_to_real", run_id="manual__x", params=params, env=HYPERPOD_ENV)
+    hp, key = plan["hyperpod"], plan["run_key"]
+    assert plan["backend"] == "hyperpod"
+    assert hp["cluster_name"] == "sim2real-hyperpod" and hp["instance_group_name"] == "gpu"
+    assert hp["target_count"] == 2 and hp["min_count"] == 1
+    assert hp["job_name"] == f"sim2real-train-{key}"
+    assert hp["log_path"] == f"/fsx/sim2real/logs/sim2real-train-{key}-%j.out"
+    assert hp["environment"] == plan["batch"]["environment"]
+    text = "\n".join(hp["submit_commands"])
+    assert f"#SBATCH --job-name=sim2real-train-{key}" in text and "#SBATCH --nodes=2" in text
+    assert "#SBATCH --partition=dev" in text and "#SBATCH --exclusive" in text
+    assert f"export OUTPUT_URI={shlex.quote(plan['checkpoint']['output_uri'])}" in text
+    assert "sbatch --parsable /fsx/sim2real/jobs/" in text and f"squeue -h -n sim2real-train-{key}" in text
+    json.dumps(plan)
+    # A form cluster name wins over the config's.
+    plan = plan_run(dag_id="d", run_id="r", params={**params, "hyperpod_cluster_name": "other"}, env=HYPERPOD_ENV)
+    assert plan["hyperpod"]["cluster_name"] == "other"
+
+
+def test_batch_plan_has_no_slurm_commands():
+    plan = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)
+    assert plan["backend"] == "batch" and plan["hyperpod"]["submit_commands"] == []

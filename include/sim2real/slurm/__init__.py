@@ -1,0 +1,199 @@
+"""Slurm on SageMaker HyperPod: the training batch script and the shell lines sent to the submit host.
+
+Everything here is plain text processing (no AWS call): :func:`render_script` fills
+``train_rl.sbatch``; :func:`submit_commands`, :func:`status_commands` and :func:`cancel_commands`
+return ``AWS-RunShellScript`` lines for the cluster's head/login node (the host with the Slurm
+client), which :class:`~sim2real.operators.hyperpod.HyperPodSlurmJobOperator` sends through SSM;
+:func:`parse_submit_output` and :func:`parse_status_output` read what those lines print.
+
+Sources: Slurm documentation — ``sbatch`` (``--parsable`` prints ``jobid[;cluster]``), ``squeue``
+(``-h -n <name> -t <states> -o %i``), ``sacct`` (``-X -n -P -o State,ExitCode``: ``ExitCode`` is
+``<exit>:<signal>``), ``scontrol show job -o`` (``JobState=``, ``ExitCode=``), ``scancel``, the job
+state codes; SageMaker HyperPod developer guide (managed Slurm creates the partition ``dev``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: The batch script template (``@NAME@`` fields).
+TEMPLATE = Path(__file__).with_name("train_rl.sbatch")
+#: Partition HyperPod's managed Slurm puts the worker nodes in.
+DEFAULT_PARTITION = "dev"
+
+#: Slurm job states (``sacct``/``scontrol`` ``JobState``), every one mapped.
+SLURM_SUCCESS_STATES = frozenset({"COMPLETED"})
+SLURM_FAILURE_STATES = frozenset({
+    "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+    "REVOKED",
+})
+SLURM_ACTIVE_STATES = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+    "RESIZING", "RESV_DEL_HOLD", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "POWER_UP_NODE",
+    "UPDATE_DB",
+})
+#: States ``squeue`` lists for a job that a retry should wait for instead of submitting again.
+REATTACH_STATES = "PENDING,CONFIGURING,RUNNING,COMPLETING,SUSPENDED,REQUEUED"
+
+#: Marker line the submit command prints (parsed by :func:`parse_submit_output`).
+SUBMIT_MARKER = "sim2real-slurm-job-id="
+_HEREDOC = "SIM2REAL_SBATCH_EOF"
+_SBATCH_VALUE = re.compile(r"^[A-Za-z0-9._/%:+@=-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+
+def job_name(run_key: str) -> str:
+    """The Slurm job name of a run (``--job-name``; also how a retry finds the job): ``sim2real-train-<run_key>``."""
+    return f"sim2real-train-{run_key}"[:128]
+
+
+def _sbatch_value(field: str, value: Any) -> str:
+    text = str(value)
+    if not _SBATCH_VALUE.match(text):
+        raise ValueError(f"{field} {text!r} cannot go in an #SBATCH line: use letters, digits and ._/%:+@=- only")
+    return text
+
+
+def render_script(
+    *,
+    job_name: str,
+    num_nodes: int,
+    log_path: str,
+    environment: Mapping[str, str],
+    launcher: str,
+    partition: str = DEFAULT_PARTITION,
+    use_container_image: bool = True,
+    container_mounts: str = "",
+    template: str | None = None,
+) -> str:
+    """Fill ``train_rl.sbatch``.
+
+    :param job_name: ``--job-name`` (letters, digits, ``._-``...).
+    :param num_nodes: ``--nodes`` (>= 1): one srun task per node.
+    :param log_path: ``--output`` (``%j`` = job id), a path on storage the head node can read.
+    :param environment: training env (``TASK``, ``MAX_ITERATIONS``, ``OUTPUT_URI``, ...), exported by the script.
+    :param launcher: path of ``distributed_run.bash`` on the nodes (or in the image).
+    :param partition: Slurm partition (default ``dev``).
+    :param use_container_image: run each task in ``$SIM2REAL_CONTAINER_IMAGE`` with pyxis ``--container-image``.
+    :param container_mounts: pyxis ``--container-mounts`` (e.g. ``/fsx:/fsx``), empty for none.
+    :return: the script text.
+    :raises ValueError: a value that cannot be placed safely (names the field), ``num_nodes < 1``.
+    """
+    nodes = int(num_nodes)
+    if nodes < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {num_nodes!r}")
+    lines = []
+    for name, value in environment.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"environment variable name {name!r} is not a valid shell name")
+        lines.append(f"export {name}={shlex.quote(str(value))}")
+    fields = {
+        "JOB_NAME": _sbatch_value("job_name", job_name),
+        "NUM_NODES": str(nodes),
+        "PARTITION": _sbatch_value("partition", partition),
+        "LOG_PATH": _sbatch_value("log_path", log_path),
+        "ENVIRONMENT": "\n".join(lines),
+        "LAUNCHER": shlex.quote(launcher),
+        "USE_CONTAINER_IMAGE": "1" if use_container_image else "0",
+        "CONTAINER_MOUNTS": shlex.quote(container_mounts or ""),
+    }
+    text = template if template is not None else TEMPLATE.read_text(encoding="utf-8")
+    for key, value in fields.items():
+        text = text.replace(f"@{key}@", value)
+    left = re.findall(r"@[A-Z_]+@", text)
+    if left:
+        raise ValueError(f"template fields not filled: {sorted(set(left))}")
+    if _HEREDOC in text:
+        raise ValueError(f"the script must not contain the line {_HEREDOC}")
+    return text
+
+
+def submit_commands(*, script_path: str, script_text: str, job_name: str, log_dir: str) -> list[str]:
+    """``AWS-RunShellScript`` lines that submit the script, or find the run's job already queued.
+
+    Writes ``script_text`` to ``script_path`` (quoted here-document: no expansion), then, unless
+    ``squeue -n <job_name>`` lists a job in :data:`REATTACH_STATES` (a retried task waits for that
+    one instead of submitting twice), ``sbatch --parsable``. Prints one line
+    ``sim2real-slurm-job-id=<id> reattached=<0|1>``.
+    """
+    q = shlex.quote
+    return [
+        "set -euo pipefail",
+        f"mkdir -p {q(str(Path(script_path).parent))} {q(log_dir)}",
+        f"existing=\"$(squeue -h -n {q(job_name)} -t {REATTACH_STATES} -o %i | head -n 1)\"",
+        f"if [ -n \"$existing\" ]; then echo \"{SUBMIT_MARKER}$existing reattached=1\"; exit 0; fi",
+        f"cat > {q(script_path)} <<'{_HEREDOC}'\n{script_text.rstrip(chr(10))}\n{_HEREDOC}",
+        f"job_id=\"$(sbatch --parsable {q(script_path)})\"",
+        f"echo \"{SUBMIT_MARKER}${{job_id%%;*}} reattached=0\"",
+    ]
+
+
+def parse_submit_output(stdout: str) -> tuple[str, bool]:
+    """``(job_id, reattached)`` from the output of :func:`submit_commands`.
+
+    :raises ValueError: no marker line or a malformed job id (the message quotes the output's end).
+    """
+    for line in reversed((stdout or "").splitlines()):
+        line = line.strip()
+        if line.startswith(SUBMIT_MARKER):
+            head, _, flag = line[len(SUBMIT_MARKER):].partition(" reattached=")
+            if _JOB_ID.match(head):
+                return head, flag.strip() == "1"
+    raise ValueError(f"no Slurm job id in the submit output: {(stdout or '')[-500:]!r}")
+
+
+def _job_id(job_id: str) -> str:
+    if not _JOB_ID.match(str(job_id)):
+        raise ValueError(f"Slurm job id must be digits, got {job_id!r}")
+    return str(job_id)
+
+
+def status_commands(job_id: str) -> list[str]:
+    """Lines printing the job's state: ``sacct|<State>|<ExitCode>`` (accounting), else
+    ``scontrol|<scontrol show job -o line>``, else ``unknown|``."""
+    jid = _job_id(job_id)
+    return [
+        f"out=\"$(sacct -j {jid} -X -n -P -o State,ExitCode 2>/dev/null | head -n 1 || true)\"",
+        "if [ -n \"$out\" ]; then echo \"sacct|$out\"; exit 0; fi",
+        f"if line=\"$(scontrol show job -o {jid} 2>/dev/null)\" && [ -n \"$line\" ]; then echo \"scontrol|$line\"; exit 0; fi",
+        "echo 'unknown|'",
+    ]
+
+
+def cancel_commands(job_id: str) -> list[str]:
+    """Lines cancelling the job (``scancel``)."""
+    return [f"scancel {_job_id(job_id)}"]
+
+
+def log_tail_commands(log_path: str, lines: int = 40) -> list[str]:
+    """Lines printing the last ``lines`` lines of the job's log (nothing when it is absent)."""
+    return [f"tail -n {int(lines)} {shlex.quote(log_path)} 2>/dev/null || true"]
+
+
+def parse_status_output(stdout: str) -> tuple[str, str]:
+    """``(state, exit_code)`` from the output of :func:`status_commands`.
+
+    ``state`` is the Slurm state code (``"CANCELLED by 0"`` -> ``CANCELLED``) or ``UNKNOWN`` when
+    neither ``sacct`` nor ``scontrol`` knows the job; ``exit_code`` is ``<exit>:<signal>`` or ``""``.
+    """
+    for line in (stdout or "").splitlines():
+        source, _, rest = line.strip().partition("|")
+        if source == "sacct" and rest:
+            state, _, code = rest.partition("|")
+            return (state.split() or ["UNKNOWN"])[0].rstrip("+"), code.strip()
+        if source == "scontrol" and rest:
+            state = re.search(r"\bJobState=(\S+)", rest)
+            code = re.search(r"\bExitCode=(\S+)", rest)
+            return (state.group(1) if state else "UNKNOWN"), (code.group(1) if code else "")
+    return "UNKNOWN", ""
+
+
+def log_path_for(log_path: str, job_id: str, name: str | None = None) -> str:
+    """The ``--output`` pattern with ``%j`` (job id) and ``%x`` (job name) filled in."""
+    path = log_path.replace("%j", str(job_id))
+    return path.replace("%x", name) if name else path
