@@ -1,5 +1,5 @@
 """Multi-node GPU training on AWS Batch: pinned image, reattach on retry, RUNNABLE budget,
-per-node logs and classified failures."""
+cost limit, per-node logs and classified failures."""
 
 from __future__ import annotations
 
@@ -15,14 +15,19 @@ from airflow.providers.amazon.aws.utils.waiter_with_logging import RETRIABLE_ERR
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
 from botocore.exceptions import WaiterError
 
+from sim2real.budget import optional_usd
 from sim2real.config import RUN_KEY_TAG
 from sim2real.failures import FailureClass, classify_failure
 from sim2real.hooks.batch import (
     DEFAULT_LOG_GROUP,
     BatchTrainingHook,
+    cost_limit_reason,
     exit_code_of,
+    format_cost_limit,
     format_runnable_timeout,
     image_digest_of,
+    job_cost_record,
+    job_cost_verdict,
     runnable_elapsed,
 )
 from sim2real.links.batch import NODE_LOG_LINKS
@@ -51,6 +56,12 @@ class BatchTrainingOperator(BatchOperator):
     * waits (deferrable by default, :class:`~sim2real.triggers.batch.BatchTrainingJobTrigger`; sync:
       the same waiter with the same RUNNABLE budget) and fails when the job stays RUNNABLE longer than
       ``runnable_timeout_seconds``, terminating it;
+    * at each poll while RUNNING, logs the elapsed cost (nodes x ``usd_per_node_hour`` x time since
+      ``startedAt``) next to the progress line and, when both ``cost_limit_usd`` and
+      ``usd_per_node_hour`` are set, terminates the job (reason ``sim2real: cost limit ... reached``) and
+      fails the task, not retried, when the cost at the next poll would be above ``cost_limit_usd``
+      (:func:`sim2real.budget.budget_verdict`); the figures of the stopped job are pushed as XCom
+      ``job_cost`` (:func:`~sim2real.hooks.batch.job_cost_record`) for the run's actual cost;
     * ``on_kill`` (sync) / trigger ``on_kill`` (deferred) terminate the job.
 
     :param image_uri: ``<registry>/<repo>@sha256:<hex>`` to run (templated).
@@ -58,6 +69,10 @@ class BatchTrainingOperator(BatchOperator):
     :param run_key: the run key (``sim2real.run_key``), also the default ``job_name`` (templated).
     :param environment: env vars for every node, name -> value (values cast to str) (templated).
     :param runnable_timeout_seconds: seconds a job may stay RUNNABLE (default 3600); None = no budget (templated).
+    :param cost_limit_usd: USD the job may spend (``sim2real.budget.training_cost_limit``); None = no
+        cost check (templated; number or numeric string).
+    :param usd_per_node_hour: on-demand USD per node-hour of the compute environment's instance type
+        (``sim2real.budget.training_usd_per_node_hour``); None = no cost check and no ``cost_usd`` (templated).
     :param log_group: CloudWatch log group of the job's streams (default ``/aws/batch/job``).
     :param job_name: Batch job name; default ``run_key``.
     :param job_definition: job definition name (no revision) to pin (``BatchOperator``).
@@ -68,20 +83,32 @@ class BatchTrainingOperator(BatchOperator):
     :return: ``{"job_id", "job_name", "job_definition_arn", "status": "SUCCEEDED", "attempts": int
         (number of job attempts), "log_streams": [{"node_index", "job_id", "log_group",
         "log_stream_name", "region", "exit_code"}, ... one per node], "num_nodes": int, "reattached": bool,
-        "job_definition_reused": bool}``. Log-stream lookup errors give an empty list, never a failure.
+        "job_definition_reused": bool, "started_at", "stopped_at" (the job's startedAt/stoppedAt, epoch
+        seconds, None when absent), "cost_usd" (nodes x usd_per_node_hour x run time, USD; None without
+        a price)}``. Log-stream lookup errors give an empty list, never a failure.
     :raises AirflowFailException: job FAILED with a fail-fast class (CAPACITY, OUT_OF_MEMORY,
         USER_CODE) or stuck RUNNABLE past the budget; message has the job, status, statusReason,
-        exit code and ``failure class <CLASS>``.
+        exit code and ``failure class <CLASS>``. Also when stopped at the cost limit: message has the
+        run time, cost, limit, nodes, price and what to change.
     :raises AirflowException: job FAILED with a retry class (SPOT_RECLAIM, NCCL_RENDEZVOUS, UNKNOWN):
         Airflow retries and the retry submits a new job that resumes from the last checkpoint.
-    :raises ValueError: bad input (num_nodes < 1, invalid run_key, non-mapping environment).
+    :raises ValueError: bad input (num_nodes < 1, invalid run_key, non-mapping environment, negative or
+        non-numeric cost_limit_usd / usd_per_node_hour).
     """
 
     aws_hook_class = BatchTrainingHook  # type: ignore[assignment]
     template_fields: Sequence[str] = tuple(
         sorted(
             set(BatchOperator.template_fields)
-            | {"image_uri", "num_nodes", "run_key", "environment", "runnable_timeout_seconds"}
+            | {
+                "image_uri",
+                "num_nodes",
+                "run_key",
+                "environment",
+                "runnable_timeout_seconds",
+                "cost_limit_usd",
+                "usd_per_node_hour",
+            }
         )
     )
     template_fields_renderers = {**BatchOperator.template_fields_renderers, "environment": "json"}
@@ -95,6 +122,8 @@ class BatchTrainingOperator(BatchOperator):
         run_key: str,
         environment: dict[str, str] | None = None,
         runnable_timeout_seconds: float | None = 3600,
+        cost_limit_usd: float | str | None = None,
+        usd_per_node_hour: float | str | None = None,
         log_group: str = DEFAULT_LOG_GROUP,
         job_name: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
@@ -107,6 +136,8 @@ class BatchTrainingOperator(BatchOperator):
         self.run_key = run_key
         self.environment = environment
         self.runnable_timeout_seconds = runnable_timeout_seconds
+        self.cost_limit_usd = cost_limit_usd
+        self.usd_per_node_hour = usd_per_node_hour
         self.log_group = log_group
         self.job_definition_arn: str | None = None
         self.job_definition_reused = False
@@ -124,6 +155,16 @@ class BatchTrainingOperator(BatchOperator):
             raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes}")
         return num_nodes
 
+    def _validate_cost_args(self) -> None:
+        """Rendered ``cost_limit_usd`` / ``usd_per_node_hour`` as floats (or None); ValueError naming the field."""
+        self.cost_limit_usd = optional_usd("cost_limit_usd", self.cost_limit_usd)
+        self.usd_per_node_hour = optional_usd("usd_per_node_hour", self.usd_per_node_hour)
+        if self.cost_limit_usd is not None and self.usd_per_node_hour is None:
+            self.log.warning(
+                "cost_limit_usd %.2f is set but usd_per_node_hour is not: the job's cost is not checked",
+                self.cost_limit_usd,
+            )
+
     def _environment_list(self) -> list[dict[str, str]]:
         env = self.environment or {}
         if not isinstance(env, dict):
@@ -140,6 +181,7 @@ class BatchTrainingOperator(BatchOperator):
         num_nodes = self._validated_num_nodes()
         if not is_valid_run_key(str(self.run_key)):
             raise ValueError(f"run_key {self.run_key!r} is not a valid run key (see sim2real.run_key)")
+        self._validate_cost_args()
         if not image_digest_of(self.image_uri):
             self.log.warning("image_uri %s is not pinned to a digest (<repo>@sha256:...)", self.image_uri)
 
@@ -211,6 +253,9 @@ class BatchTrainingOperator(BatchOperator):
                     job_id=self.job_id,
                     runnable_timeout_seconds=self.runnable_timeout_seconds,
                     log_group=self.log_group,
+                    cost_limit_usd=self.cost_limit_usd,
+                    usd_per_node_hour=self.usd_per_node_hour,
+                    num_nodes=self._validated_num_nodes(),
                     waiter_delay=self.poll_interval,
                     waiter_max_attempts=self.max_retries,
                     aws_conn_id=self.aws_conn_id,
@@ -220,14 +265,15 @@ class BatchTrainingOperator(BatchOperator):
                 ),
                 method_name="execute_complete",
             )
-        self._wait_sync()
+        self._wait_sync(context)
         job = self.hook.get_job_description(self.job_id)
         if job.get("status") == self.hook.SUCCESS_STATE:
             return self._success(context, job)
         raise self._failure(job)
 
-    def _wait_sync(self) -> None:
-        """Same poll as the trigger, blocking: returns on SUCCEEDED/FAILED, raises on the RUNNABLE budget."""
+    def _wait_sync(self, context: Context | None = None) -> None:
+        """Same poll as the trigger, blocking: returns on SUCCEEDED/FAILED, raises on the RUNNABLE budget
+        and the cost limit."""
         waiter = self.hook.get_waiter("training_job_complete")
         first_runnable: float | None = None
         attempt = 0
@@ -261,7 +307,18 @@ class BatchTrainingOperator(BatchOperator):
                 else:
                     first_runnable = None
                 if status == "RUNNING":
-                    self._log_progress(job)
+                    now = time.time()
+                    verdict = job_cost_verdict(
+                        job,
+                        now,
+                        cost_limit_usd=self.cost_limit_usd,
+                        usd_per_node_hour=self.usd_per_node_hour,
+                        poll_interval_s=self.poll_interval,
+                        default_nodes=self._validated_num_nodes(),
+                    )
+                    self._log_progress(job, verdict.describe() if verdict else None)
+                    if verdict is not None and verdict.over_budget:
+                        raise AirflowFailException(self._cost_limit(context, job, verdict, now)) from None
             attempt += 1
         raise AirflowException(f"AWS Batch job {self.job_id}: status checks exceeded max_retries ({self.max_retries})")
 
@@ -282,7 +339,33 @@ class BatchTrainingOperator(BatchOperator):
         message = format_runnable_timeout(job, elapsed, float(self.runnable_timeout_seconds), ces, terminated)
         return f"{message} {classify_failure(job.get('statusReason'), job_status='RUNNABLE').describe()}"
 
-    def _log_progress(self, job: dict[str, Any]) -> None:
+    def _cost_limit(self, context: Context | None, job: dict[str, Any], verdict, now: float) -> str:
+        """Terminate the job stopped at its cost limit, push its figures (XCom ``job_cost``), build the message."""
+        terminated = True
+        try:
+            self.hook.terminate_job(self.job_id, cost_limit_reason(verdict))
+        except Exception as err:  # noqa: BLE001
+            terminated = False
+            self.log.error("TerminateJob %s failed: %s", self.job_id, err)
+        self._push_job_cost(
+            context,
+            job_cost_record(job, now, self.usd_per_node_hour, self._validated_num_nodes(), stopped_by_budget=True),
+        )
+        message = format_cost_limit(job, verdict, terminated)
+        self.log.error(message)
+        return message
+
+    def _push_job_cost(self, context: Context | None, record: dict[str, Any] | None) -> None:
+        """XCom ``job_cost`` of a job that failed the task (the task has no return value to carry it)."""
+        if not (record and context and self.do_xcom_push):
+            return
+        try:
+            context["ti"].xcom_push(key="job_cost", value=record)
+        except Exception as err:  # noqa: BLE001 - the record never changes the outcome
+            self.log.warning("Could not push the job's cost figures: %s", err)
+
+    def _log_progress(self, job: dict[str, Any], cost: str | None = None) -> None:
+        line = None
         try:
             main = (job.get("nodeProperties") or {}).get("mainNode")
             source = job
@@ -292,10 +375,10 @@ class BatchTrainingOperator(BatchOperator):
             stream = (source.get("container") or {}).get("logStreamName")
             if stream:
                 line = self.hook.latest_progress(self.hook.log_tail(self.log_group, stream, limit=20))
-                if line:
-                    self.log.info("AWS Batch job %s progress: %s", self.job_id, line)
         except Exception as err:  # noqa: BLE001 - progress is informational only
             self.log.debug("No progress line for job %s: %s", self.job_id, err)
+        if line or cost:
+            self.log.info("AWS Batch job %s progress: %s", self.job_id, "; ".join(p for p in (line, cost) if p))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:  # type: ignore[override]
         event = validate_execute_complete_event(event)
@@ -306,6 +389,9 @@ class BatchTrainingOperator(BatchOperator):
             if job.get("status") != self.hook.SUCCESS_STATE:
                 raise self._failure(job)
             return self._success(context, job)
+        if event.get("reason") == "cost_limit":
+            self._push_job_cost(context, event.get("job_cost"))
+            raise AirflowFailException(event.get("message") or f"AWS Batch job {self.job_id} stopped at its cost limit")
         if event.get("reason") == "runnable_timeout":
             raise AirflowFailException(
                 f"{event.get('message')} {classify_failure(None, job_status='RUNNABLE').describe()}"
@@ -354,7 +440,21 @@ class BatchTrainingOperator(BatchOperator):
             "num_nodes": int(num_nodes),
             "reattached": self.reattached,
             "job_definition_reused": self.job_definition_reused,
+            **self._cost_fields(job, int(num_nodes)),
         }
+
+    def _cost_fields(self, job: dict[str, Any], num_nodes: int) -> dict[str, Any]:
+        try:
+            price = optional_usd("usd_per_node_hour", self.usd_per_node_hour)
+        except ValueError:
+            price = None
+        record = job_cost_record(job, time.time(), price, num_nodes)
+        if record["cost_usd"] is not None:
+            self.log.info(
+                "AWS Batch job %s cost $%.2f (%s node(s) x $%.4g/h x %.0f s)",
+                self.job_id, record["cost_usd"], record["num_nodes"], price, record["run_seconds"],
+            )
+        return {k: record[k] for k in ("started_at", "stopped_at", "cost_usd")}
 
     def _failure(self, job: dict[str, Any]) -> AirflowException:
         """Build (not raise) the exception for a job that did not succeed, with its failure class."""
