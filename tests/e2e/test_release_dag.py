@@ -1,0 +1,159 @@
+"""End to end: the real ``sim_to_real_release`` DAG on a real Airflow (SQLite, ``dag.test()``) against the sandbox.
+
+One subprocess (Airflow reads its config at import) starts the sandbox, provisions it, registers model
+packages in the provisioned model package group (CreateModelPackage; approved with UpdateModelPackage)
+and runs the release DAG twice:
+
+- ``latest``: no ARN → the latest Approved version (v2: v1 is Approved but older, v3 is still
+  PendingManualApproval) is deployed to the emulated robots together with an RL checkpoint manifest
+  whose sha256 is verified again; release.json validates against its schema;
+- ``pending``: the ARN of v3 (PendingManualApproval) → refused before any CreateDeployment, and the
+  record still says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _register(sm, s3, group: str, bucket: str, version_tag: str, status: str) -> str:
+    key = f"models/release-test/{version_tag}/model.tar.gz"
+    s3.put_object(Bucket=bucket, Key=key, Body=f"model {version_tag}".encode())
+    arn = sm.create_model_package(
+        ModelPackageGroupName=group,
+        ModelPackageDescription=f"GR00T fine-tune {version_tag} (approved outside a run)",
+        InferenceSpecification={"Containers": [{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/groot:1",
+                                                "ModelDataUrl": f"s3://{bucket}/{key}"}],
+                                "SupportedContentTypes": ["application/json"],
+                                "SupportedResponseMIMETypes": ["application/json"]},
+        ModelApprovalStatus="PendingManualApproval",
+    )["ModelPackageArn"]
+    if status != "PendingManualApproval":
+        sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus=status,
+                                ApprovalDescription=f"{status} in SageMaker Studio")
+    return arn
+
+
+def drive(home: str, out: str) -> None:
+    """Subprocess body: sandbox, packages, two release runs; writes the facts the tests check to ``out``."""
+    os.environ.setdefault("SIM2REAL_POLL_SECONDS", "1")
+    os.environ.setdefault("SIM2REAL_RETRY_DELAY_SECONDS", "1")
+    from sim2real.demo import prepare_airflow_home, task_table
+    from sim2real.run_key import make_run_key
+    from sim2real.sandbox import Sandbox
+
+    result: dict = {}
+    with Sandbox(repo_root=REPO_ROOT, step_seconds=0.05) as sandbox:
+        env = sandbox.provision(hyperpod=False)
+        prepare_airflow_home(Path(home), sandbox.airflow_env())
+        bucket, group = env["artifacts_bucket"], env["sagemaker"]["model_package_group"]
+        sm, s3 = sandbox.client("sagemaker", internal=True), sandbox.client("s3", internal=True)
+        arns = {tag: _register(sm, s3, group, bucket, tag, status)
+                for tag, status in (("v1", "Approved"), ("v2", "Approved"), ("v3", "PendingManualApproval"))}
+        checkpoint = b"toy policy checkpoint bytes"
+        s3.put_object(Bucket=bucket, Key="runs/older-run/checkpoints/agent_000010.pt", Body=checkpoint)
+        manifest = {"schema_version": 1, "run_key": "older-run", "task": "Reacher-v5", "iteration": 10,
+                    "checkpoint_uri": f"s3://{bucket}/runs/older-run/checkpoints/agent_000010.pt",
+                    "sha256": hashlib.sha256(checkpoint).hexdigest()}
+        s3.put_object(Bucket=bucket, Key="runs/older-run/checkpoints/manifest.json", Body=json.dumps(manifest))
+        result.update(arns=arns, checkpoint_sha256=manifest["sha256"], bucket=bucket)
+
+        from airflow.dag_processing.dagbag import DagBag
+
+        bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real_release.py"))
+        assert not bag.import_errors, bag.import_errors
+        dag = bag.dags["sim_to_real_release"]
+        cases = {
+            "latest": {"policy_checkpoint_manifest_uri": f"s3://{bucket}/runs/older-run/checkpoints/manifest.json"},
+            "pending": {"model_package_arn": arns["v3"]},
+        }
+        for name, conf in cases.items():
+            before = sandbox.requests.count("CreateDeployment")
+            dag_run = dag.test(run_conf=conf)
+            run_key = make_run_key(dag_run.dag_id, dag_run.run_id)
+            try:
+                record = json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{run_key}/release.json")["Body"].read())
+                markdown = s3.get_object(Bucket=bucket, Key=f"runs/{run_key}/release.md")["Body"].read().decode()
+            except Exception as err:  # noqa: BLE001 - reported to the test
+                record, markdown = {"error": str(err)}, ""
+            deployments = sandbox.client("greengrassv2", internal=True).list_deployments(
+                historyFilter="ALL").get("deployments", [])
+            result[name] = {
+                "state": str(getattr(dag_run.state, "value", dag_run.state)),
+                "tasks": {t: s for t, s, _ in task_table(dag_run)},
+                "create_deployment_calls": sandbox.requests.count("CreateDeployment") - before,
+                "record": record, "markdown": markdown, "run_key": run_key,
+                "deployments": [{k: d.get(k) for k in ("deploymentId", "deploymentName", "deploymentStatus")}
+                                for d in deployments],
+            }
+    Path(out).write_text(json.dumps(result, indent=2, default=str))
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("release")
+    out, log = folder / "release.json", folder / "release.log"
+    code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); from tests.e2e.test_release_dag import drive; "
+            f"drive({str(folder / 'airflow')!r}, {str(out)!r})")
+    with log.open("w") as fh:
+        proc = subprocess.run([sys.executable, "-c", code], stdout=fh, stderr=subprocess.STDOUT, timeout=600,
+                              cwd=REPO_ROOT)
+    assert proc.returncode == 0 and out.exists(), log.read_text()[-8000:]
+    return {**json.loads(out.read_text()), "log": log.read_text()}
+
+
+def test_latest_approved_version_is_deployed_and_recorded(release):
+    from sim2real.release import release_errors
+
+    case = release["latest"]
+    assert case["state"] == "success", case["tasks"]
+    assert set(case["tasks"].values()) == {"success"}, case["tasks"]
+    record = case["record"]
+    assert release_errors(record) == [], record
+    # v2: the newest Approved version (v3 is newer but still PendingManualApproval, v1 is older).
+    assert record["model_package"]["model_package_arn"] == release["arns"]["v2"]
+    assert record["model_package"]["version"] == 2 and record["model_package"]["selected_by"] == "latest_approved"
+    assert record["outcome"] == "deployed" and case["create_deployment_calls"] == 1
+    deployment = record["deployment"]
+    assert deployment["devices"] and set(deployment["devices"].values()) == {"SUCCEEDED"}
+    assert deployment["deployment_name"] == f"sim2real-{case['run_key']}"
+    # The configuration merge the robots got names the package and the re-verified RL policy.
+    merge = json.loads(record["components"]["com.sim2real.PolicySetup"]["configurationUpdate"]["merge"])
+    assert merge["ModelPackageArn"] == release["arns"]["v2"]
+    assert merge["PolicyCheckpointSha256"] == release["checkpoint_sha256"] == record["policy"]["sha256"]
+    assert record["policy"]["verified_sha256"] is True
+    assert record["tasks"]["deploy"]["state"] == "success" and record["durations"]["deploy_s"] > 0
+    assert deployment["deployment_id"] in case["markdown"]
+
+
+def test_pending_package_is_refused_before_any_deployment(release):
+    from sim2real.release import release_errors
+
+    case = release["pending"]
+    assert case["state"] == "failed"
+    assert case["tasks"]["prepare_release"] == "success"
+    assert case["tasks"]["resolve_model_package"] == "failed"
+    assert case["tasks"]["deploy_to_robots"] in ("upstream_failed", "skipped")
+    assert case["create_deployment_calls"] == 0
+    assert not [d for d in case["deployments"] if d["deploymentName"] == f"sim2real-{case['run_key']}"]
+    # The teardown still wrote a valid record of the refusal.
+    record = case["record"]
+    assert release_errors(record) == [], record
+    assert record["outcome"] == "not_deployed" and record["model_package"] is None and record["deployment"] is None
+    assert record["requested"]["model_package_arn"] == release["arns"]["v3"]
+    assert record["tasks"]["resolve"]["state"] == "failed"
+    # The refusal names the ARN, its status and how to approve it.
+    arn = release["arns"]["v3"]
+    assert f"Model package {arn} is PendingManualApproval" in release["log"]
+    assert f"--model-package-arn {arn} --model-approval-status Approved" in release["log"]
