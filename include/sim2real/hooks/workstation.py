@@ -157,3 +157,59 @@ class WorkstationHook(SsmHook):
         if instance_ids:
             kwargs["InstanceIds"] = instance_ids
         self.conn.cancel_command(**kwargs)
+
+    def run_shell_script(
+        self,
+        instance_id: str,
+        commands: list[str],
+        *,
+        execution_timeout_seconds: int = 300,
+        poll_seconds: float = 1.0,
+        comment: str = "",
+    ) -> dict[str, Any]:
+        """Run ``commands`` with ``AWS-RunShellScript`` on one managed instance and wait for the result.
+
+        For short commands whose output fits GetCommandInvocation's inline content (24,000 characters
+        of stdout, 8,000 of stderr), e.g. Slurm's ``sbatch``/``sacct``/``scancel`` on a cluster's head node.
+
+        :param execution_timeout_seconds: the document's ``executionTimeout`` (seconds); the wait ends
+            60 s after it.
+        :param poll_seconds: seconds between GetCommandInvocation calls.
+        :return: ``{"command_id", "status", "response_code", "stdout", "stderr"}`` once the invocation is
+            terminal (``status`` in :data:`SSM_SUCCESS_STATES` or :data:`SSM_FAILURE_STATES`).
+        :raises TimeoutError: the invocation is not terminal 60 s after ``executionTimeout`` (it is cancelled).
+        """
+        from botocore.exceptions import ClientError
+
+        response = self.conn.send_command(
+            DocumentName="AWS-RunShellScript",
+            InstanceIds=[instance_id],
+            Parameters={"commands": list(commands), "executionTimeout": [str(int(execution_timeout_seconds))]},
+            Comment=comment[:100],
+        )
+        command_id = response["Command"]["CommandId"]
+        deadline = time.monotonic() + int(execution_timeout_seconds) + 60
+        status = "Pending"
+        while True:
+            time.sleep(poll_seconds)
+            try:
+                inv = self.get_command_invocation(command_id, instance_id)
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "InvocationDoesNotExist":
+                    raise
+                inv = {}
+            status = inv.get("Status") or status
+            if status in SSM_SUCCESS_STATES or status in SSM_FAILURE_STATES - {"Cancelling"}:
+                return {
+                    "command_id": command_id,
+                    "status": status,
+                    "response_code": inv.get("ResponseCode", -1),
+                    "stdout": inv.get("StandardOutputContent", ""),
+                    "stderr": inv.get("StandardErrorContent", ""),
+                }
+            if time.monotonic() >= deadline:
+                self.cancel_command(command_id, [instance_id])
+                raise TimeoutError(
+                    f"SSM command {command_id} on {instance_id} is still {status} "
+                    f"{int(execution_timeout_seconds) + 60} s after it was sent; it was cancelled."
+                )

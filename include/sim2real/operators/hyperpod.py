@@ -1,11 +1,14 @@
-"""Scale one SageMaker HyperPod instance group (whole instance-group list sent to UpdateCluster).
+"""SageMaker HyperPod: scale one instance group, run a Slurm training job through the head node.
 
 Sources: Amazon SageMaker API Reference — DescribeCluster, UpdateCluster ("instance groups not
-listed are deleted" semantics: the request carries the full list), ListClusterNodes.
+listed are deleted" semantics: the request carries the full list), ListClusterNodes; AWS Systems
+Manager API Reference — SendCommand (``AWS-RunShellScript``), GetCommandInvocation; Slurm's
+``sbatch``, ``squeue``, ``sacct``, ``scontrol``, ``scancel`` (see :mod:`sim2real.slurm`).
 """
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -14,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from sim2real import slurm
 from sim2real.hooks.hyperpod import HyperPodHook, instance_group_specs, scale_state
+from sim2real.hooks.workstation import WorkstationHook
 from sim2real.links.sagemaker import HyperPodClusterLink
-from sim2real.triggers.hyperpod import HyperPodScaleTrigger
+from sim2real.triggers.hyperpod import HyperPodScaleTrigger, HyperPodSlurmJobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -154,3 +159,232 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         if event["status"] != "success":
             raise AirflowException(self._failure(event.get("message", str(event))))
         return {**(result or {}), "current_count": event.get("current_count")}
+
+
+#: XCom keys pushed before waiting (a retry or the UI can find the job and its submit host).
+XCOM_SLURM_JOB_ID = "slurm_job_id"
+XCOM_SUBMIT_HOST = "submit_host_instance_id"
+#: Slurm end states that say the infrastructure failed (a retry submits again); the others are the
+#: job's own outcome (not retried).
+SLURM_RETRYABLE_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
+
+
+class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
+    """Submit a Slurm batch job on a HyperPod cluster through SSM on its head node and wait for it.
+
+    Steps: DescribeInstances by tag (the head/login node with the Slurm client: exactly one
+    non-terminated instance, which must be running with its SSM agent Online); SendCommand
+    ``AWS-RunShellScript`` with ``submit_commands`` (:func:`sim2real.slurm.submit_commands`: write the
+    batch script, then ``sbatch --parsable`` unless ``squeue -n <job_name>`` already lists a pending or
+    running job of this run, which a retried try waits for instead of submitting twice); the Slurm job
+    id is parsed from the output; then poll the job's state with ``sacct -X -n -P -o State,ExitCode``
+    (else ``scontrol show job -o``) through SSM, deferred
+    (:class:`~sim2real.triggers.hyperpod.HyperPodSlurmJobTrigger`) until COMPLETED or a failure state
+    (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, BOOT_FAIL, DEADLINE).
+    ``on_kill`` (sync) and the trigger's ``on_kill`` (deferred) run ``scancel <job id>``.
+
+    :param cluster_name: HyperPod cluster name (messages and the cluster link).
+    :param submit_host_tag_key: EC2 tag key of the head/login node.
+    :param submit_host_tag_value: EC2 tag value of the head/login node.
+    :param job_name: the Slurm ``--job-name`` (from the run key).
+    :param submit_commands: shell lines that print ``sim2real-slurm-job-id=<id> reattached=<0|1>``.
+    :param log_path: the job's ``--output`` pattern (``%j`` = job id), named in failure messages.
+    :param container_image: image URI exported to the job as ``SIM2REAL_CONTAINER_IMAGE`` (the batch
+        script uses it with pyxis when its ``USE_CONTAINER_IMAGE`` is 1); ``None``/empty: not exported.
+    :param poll_interval: seconds between job-state polls (default 30).
+    :param max_attempts: polls before failing (default: 12 h of polls).
+    :param agent_online_timeout_seconds: how long to wait for the submit host's SSM agent (seconds).
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
+    :return: ``{"cluster_name", "job_id", "job_name", "state": "COMPLETED", "exit_code", "log_path",
+        "submit_host_instance_id", "reattached": bool}``. XCom keys ``slurm_job_id`` and
+        ``submit_host_instance_id`` are pushed before the wait.
+    :raises ValueError: bad arguments; no or several instances carry the tag.
+    :raises AirflowFailException: (not retried) the job ended FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY
+        or DEADLINE; the message names the cluster, job id, state, exit code, log path and the log's end.
+    :raises AirflowException: (retried) submission failed, the job ended NODE_FAIL / PREEMPTED /
+        BOOT_FAIL, the state could not be read, or the wait timed out.
+    """
+
+    aws_hook_class = WorkstationHook
+    template_fields: Sequence[str] = aws_template_fields(
+        "cluster_name", "submit_host_tag_key", "submit_host_tag_value", "job_name", "submit_commands",
+        "log_path", "container_image",
+    )
+    template_fields_renderers = {"submit_commands": "json"}
+    operator_extra_links = (HyperPodClusterLink(),)
+
+    def __init__(
+        self,
+        *,
+        cluster_name: str,
+        submit_host_tag_key: str,
+        submit_host_tag_value: str,
+        job_name: str,
+        submit_commands: list[str],
+        log_path: str = "",
+        container_image: str | None = None,
+        poll_interval: int = 30,
+        max_attempts: int | None = None,
+        agent_online_timeout_seconds: int = 300,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.cluster_name = cluster_name
+        self.submit_host_tag_key = submit_host_tag_key
+        self.submit_host_tag_value = submit_host_tag_value
+        self.job_name = job_name
+        self.submit_commands = submit_commands
+        self.log_path = log_path
+        self.container_image = container_image
+        self.poll_interval = poll_interval
+        self.max_attempts = max_attempts
+        self.agent_online_timeout_seconds = agent_online_timeout_seconds
+        self.deferrable = deferrable
+        self._job_id: str | None = None
+        self._instance_id: str | None = None
+
+    def _attempts(self) -> int:
+        return int(self.max_attempts or max(1, 12 * 3600 // max(1, int(self.poll_interval))))
+
+    def _submit_host(self) -> str:
+        if not (self.submit_host_tag_key and self.submit_host_tag_value):
+            raise ValueError("submit_host_tag_key and submit_host_tag_value are required: the EC2 tag of the "
+                             "cluster's head/login node (environment config hyperpod.submit_host_tag_key/value)")
+        instance = self.hook.find_instance_by_tag(self.submit_host_tag_key, self.submit_host_tag_value)
+        instance_id, state = instance["InstanceId"], instance["State"]["Name"]
+        if state != "running":
+            raise AirflowException(
+                f"The Slurm submit host {instance_id} ({self.submit_host_tag_key}={self.submit_host_tag_value}) of "
+                f"HyperPod cluster {self.cluster_name} is {state}; it must be running with its SSM agent Online."
+            )
+        self.hook.wait_for_agent_online(instance_id, timeout_seconds=self.agent_online_timeout_seconds)
+        return instance_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if not self.submit_commands or isinstance(self.submit_commands, str):
+            raise ValueError("submit_commands must be a non-empty list of shell lines (plan hyperpod.submit_commands)")
+        instance_id = self._submit_host()
+        self._instance_id = instance_id
+        context["ti"].xcom_push(key=XCOM_SUBMIT_HOST, value=instance_id)
+        commands = list(self.submit_commands)
+        if self.container_image:
+            commands.insert(0, f"export SIM2REAL_CONTAINER_IMAGE={shlex.quote(str(self.container_image))}")
+        result = self.hook.run_shell_script(
+            instance_id, commands, execution_timeout_seconds=300, poll_seconds=min(2.0, float(self.poll_interval)),
+            comment=f"sbatch {self.job_name}",
+        )
+        if result["status"] != "Success":
+            raise AirflowException(
+                f"Submitting Slurm job {self.job_name} on HyperPod cluster {self.cluster_name} through SSM on "
+                f"{instance_id} ended {result['status']} (exit code {result['response_code']}): "
+                f"{(result['stderr'] or result['stdout'])[-1500:]}"
+            )
+        job_id, reattached = slurm.parse_submit_output(result["stdout"])
+        self._job_id = job_id
+        context["ti"].xcom_push(key=XCOM_SLURM_JOB_ID, value=job_id)
+        region, partition = self.hook.conn_region_name, self.hook.conn_partition
+        HyperPodClusterLink.persist(context=context, operator=self, region_name=region, aws_partition=partition,
+                                    cluster_name=self.cluster_name)
+        self.log.info("%s Slurm job %s (%s) on HyperPod cluster %s via %s; log %s",
+                      "Reattached to" if reattached else "Submitted", job_id, self.job_name, self.cluster_name,
+                      instance_id, slurm.log_path_for(self.log_path, job_id, self.job_name))
+        base = {"cluster_name": self.cluster_name, "job_id": job_id, "job_name": self.job_name,
+                "log_path": slurm.log_path_for(self.log_path, job_id, self.job_name),
+                "submit_host_instance_id": instance_id, "reattached": reattached}
+        if self.deferrable:
+            self.defer(
+                trigger=HyperPodSlurmJobTrigger(
+                    cluster_name=self.cluster_name,
+                    instance_id=instance_id,
+                    job_id=job_id,
+                    waiter_delay=self.poll_interval,
+                    waiter_max_attempts=self._attempts(),
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region_name,
+                    verify=self.verify,
+                    botocore_config=self.botocore_config,
+                ),
+                method_name="execute_complete",
+                kwargs={"result": base},
+                timeout=timedelta(seconds=self.poll_interval * self._attempts() + 600),
+            )
+        return self._wait_sync(base)
+
+    def _wait_sync(self, base: dict[str, Any]) -> dict[str, Any]:
+        state, exit_code, unknown = "UNKNOWN", "", 0
+        for attempt in range(self._attempts()):
+            if attempt:
+                time.sleep(self.poll_interval)
+            result = self.hook.run_shell_script(base["submit_host_instance_id"], slurm.status_commands(base["job_id"]),
+                                                execution_timeout_seconds=120, poll_seconds=1.0)
+            state, exit_code = (slurm.parse_status_output(result["stdout"]) if result["status"] == "Success"
+                                else ("UNKNOWN", ""))
+            if state in slurm.SLURM_SUCCESS_STATES:
+                return {**base, "state": state, "exit_code": exit_code}
+            if state in slurm.SLURM_FAILURE_STATES:
+                raise self._job_failed(base, state, exit_code)
+            unknown = unknown + 1 if state == "UNKNOWN" else 0
+            if unknown >= 10:
+                raise AirflowException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name}: state "
+                                       "unknown to sacct and scontrol 10 polls in a row")
+            self.log.info("Slurm job %s on %s: %s", base["job_id"], self.cluster_name, state)
+        raise AirflowException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name} still {state} "
+                               f"after {self._attempts()} polls; it was cancelled." + self._cancel())
+
+    def _log_tail(self, instance_id: str, log_path: str) -> str:
+        try:
+            result = self.hook.run_shell_script(instance_id, slurm.log_tail_commands(log_path),
+                                                execution_timeout_seconds=60, poll_seconds=1.0)
+            return result["stdout"] if result["status"] == "Success" else ""
+        except Exception as error:  # the failure message matters more than the log's end
+            self.log.warning("Could not read the end of %s: %s", log_path, error)
+            return ""
+
+    def _job_failed(self, base: dict[str, Any], state: str, exit_code: str) -> Exception:
+        tail = self._log_tail(base["submit_host_instance_id"], base["log_path"])
+        message = (
+            f"Slurm job {base['job_id']} ({base['job_name']}) on HyperPod cluster {base['cluster_name']} ended "
+            f"{state}, exit code {exit_code or 'unknown'} (exit:signal). Log: {base['log_path']} on the head "
+            f"node {base['submit_host_instance_id']}"
+            + (f"\n--- end of the job log ---\n{tail[-2000:]}" if tail else "")
+        )
+        return AirflowException(message) if state in SLURM_RETRYABLE_STATES else AirflowFailException(message)
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, result: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resume after the trigger: the job's end state."""
+        event = validate_execute_complete_event(event)
+        base = dict(result or {})
+        self._job_id, self._instance_id = base.get("job_id"), base.get("submit_host_instance_id")
+        state, exit_code = event.get("state", "UNKNOWN"), event.get("exit_code", "")
+        if event["status"] == "success":
+            self.log.info("Slurm job %s on %s %s (exit code %s)", base.get("job_id"), self.cluster_name, state, exit_code)
+            return {**base, "state": state, "exit_code": exit_code}
+        if event["status"] == "failure":
+            raise self._job_failed(base, state, exit_code)
+        raise AirflowException(
+            f"Slurm job {base.get('job_id')} on HyperPod cluster {self.cluster_name}: {event.get('message')} "
+            f"(last state {state}); log: {base.get('log_path')}" + (self._cancel() if event["status"] == "timeout" else "")
+        )
+
+    def _cancel(self) -> str:
+        if not (self._job_id and self._instance_id):
+            return ""
+        try:
+            self.hook.run_shell_script(self._instance_id, slurm.cancel_commands(self._job_id),
+                                       execution_timeout_seconds=60, poll_seconds=1.0,
+                                       comment=f"scancel {self._job_id}")
+            return ""
+        except Exception as error:  # the failure message matters more than the cancel
+            return f" (scancel failed: {error})"
+
+    def on_kill(self) -> None:
+        """``scancel`` the job this task submitted (or reattached to)."""
+        if self._job_id and self._instance_id:
+            self.log.info("Cancelling Slurm job %s on %s (scancel via SSM on %s)", self._job_id, self.cluster_name,
+                          self._instance_id)
+            note = self._cancel()
+            if note:
+                self.log.warning("%s", note.strip())
