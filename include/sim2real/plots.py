@@ -169,7 +169,13 @@ def _figure(size: tuple[int, int]):
 
 def plot_training_curve(scalars: Mapping[str, ScalarSeries], *, run_key: str, task: str | None,
                         rollouts: int | None = None, num_envs: int | None = None) -> bytes:
-    """PNG (:data:`TRAINING_CURVE_SIZE` pixels) of the mean episode return per iteration.
+    """PNG (:data:`TRAINING_CURVE_SIZE` pixels) of :func:`training_curve_figure`."""
+    return _png(training_curve_figure(scalars, run_key=run_key, task=task, rollouts=rollouts, num_envs=num_envs))
+
+
+def training_curve_figure(scalars: Mapping[str, ScalarSeries], *, run_key: str, task: str | None,
+                          rollouts: int | None = None, num_envs: int | None = None):
+    """The matplotlib ``Figure`` of the mean episode return per iteration (first line of its one axes).
 
     :param scalars: :func:`read_scalars`' result; must hold :data:`REWARD_TAG`.
     :param rollouts: environment steps per PPO iteration (the manifest's ``rollouts``): the x axis is
@@ -208,7 +214,7 @@ def plot_training_curve(scalars: Mapping[str, ScalarSeries], *, run_key: str, ta
     ax.annotate(f"last {last:.3f}", xy=(series.steps[-1] / scale, last), xytext=(-4, 6),
                 textcoords="offset points", ha="right", fontsize=8)
     ax.legend(loc="lower right", fontsize=8)
-    return _png(fig)
+    return fig
 
 
 def training_curve_png(events: str | os.PathLike[str], *, run_key: str, task: str | None,
@@ -253,7 +259,14 @@ def eval_summary(report: Mapping[str, Any]) -> dict[str, Any]:
 
 def eval_outcome_png(report: Mapping[str, Any], *, run_key: str, threshold: float | None,
                      gate_metric: str = "success_rate", task: str | None = None) -> bytes:
-    """PNG (:data:`EVAL_OUTCOME_SIZE` pixels) of an evaluation report (``runs/<run_key>/eval/report.json``).
+    """PNG (:data:`EVAL_OUTCOME_SIZE` pixels) of :func:`eval_outcome_figure`."""
+    return _png(eval_outcome_figure(report, run_key=run_key, threshold=threshold, gate_metric=gate_metric,
+                                    task=task))
+
+
+def eval_outcome_figure(report: Mapping[str, Any], *, run_key: str, threshold: float | None,
+                        gate_metric: str = "success_rate", task: str | None = None):
+    """The matplotlib ``Figure`` of an evaluation report (``runs/<run_key>/eval/report.json``).
 
     Left: the success rate with its Wilson 95 % interval and the gate threshold (dashed), green when
     the gate's metric reaches it. Right: each episode's return, green for a success, red for a failure
@@ -318,4 +331,4 @@ def eval_outcome_png(report: Mapping[str, Any], *, run_key: str, threshold: floa
                              "(the report has no per-episode returns)", ha="center", va="center")
     fig.suptitle(f"Evaluation outcome — {task or report.get('task') or 'unknown task'}\nrun {run_key}",
                  fontsize=10)
-    return _png(fig)
+    return fig
