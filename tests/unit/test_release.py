@@ -365,3 +365,31 @@ def test_no_deployment_when_none_was_created():
         iot.add_response("describe_thing_group", {"thingGroupArn": group_arn}, {"thingGroupName": "sim2real-robots"})
         gg.add_response("list_deployments", {"deployments": []}, {"targetArn": group_arn, "historyFilter": "ALL"})
         assert r.deployment_state(hook, p, None) is None
+
+
+# ---------------------------------------------------------------- MWAA bundle
+
+
+def test_mwaa_bundle_ships_the_release_dag_and_its_schema(tmp_path):
+    """scripts/package_mwaa.py: the release DAG in dags/, its module and schema in plugins.zip, importable."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    import zipfile
+
+    from tests.conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("package_mwaa", REPO_ROOT / "scripts" / "package_mwaa.py")
+    package_mwaa = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(package_mwaa)
+    bundle = package_mwaa.build(tmp_path / "mwaa")
+    assert (bundle / "dags" / "sim_to_real_release.py").read_bytes() == \
+        (REPO_ROOT / "dags" / "sim_to_real_release.py").read_bytes()
+    names = zipfile.ZipFile(bundle / "plugins.zip").namelist()
+    assert {"sim2real/release.py", "sim2real/schemas/release.schema.json"} <= set(names)
+    code = "import sim2real.release as r; print(r.__file__); print(sorted(r.build_release_params()))"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(bundle / "plugins.zip")},
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "plugins.zip" in out.stdout and "model_package_arn" in out.stdout
