@@ -347,6 +347,8 @@ def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None
         elif training.get("started_at") is not None:  # the operator's result or job_cost XCom (epoch s)
             stop = training.get("stopped_at")
             seconds = max((now if stop is None else float(stop)) - float(training["started_at"]), 0.0)
+            if training.get("run_seconds") is not None:  # job_cost: counts earlier Batch attempts too
+                seconds = float(training["run_seconds"])
             basis = f"Batch job {job_id} started_at..{'now (no stopped_at)' if stop is None else 'stopped_at'}"
             if training.get("stopped_by_budget"):
                 basis += ", stopped at the cost limit"
@@ -384,6 +386,8 @@ def _finetune_actual(plan: Mapping[str, Any], vla: Mapping[str, Any] | None, now
                  "(pass the training step's BillableTimeInSeconds)")
     else:
         basis = "no fine-tune result: not run, or failed before handing on its result"
+    if est_item.get("instance_type") == instance_type and est_item.get("usd_per_hour") is not None:
+        prices = {instance_type: float(est_item["usd_per_hour"])}  # the estimate's price, as for training
     return _item("vla_finetune", instance_type, instances, hours, prices, basis)
 
 
@@ -403,6 +407,8 @@ def actual_run_cost(plan: Mapping[str, Any], training_result: Mapping[str, Any] 
       ``DescribeTrainingJob``) when given, else ``started_at``/``stopped_at`` (or the pipeline
       execution's ``CreationTime``/``LastModifiedTime``: epoch s, datetime or ISO 8601), an upper
       bound. The fine-tune operator's result (execution ARN and status only) gives "unknown".
+
+    Prices are the estimate's (the plan's ``budget``) for the same instance type, else the table's.
 
     :param plan: the run's plan (``budget``, ``batch.instance_type``, ``batch.num_nodes``, ``vla``).
     :param training_result: see above; None = the job never handed on a result (cost unknown).

@@ -77,3 +77,147 @@ def test_the_estimate_goes_into_the_lineage_and_matches_its_schema():
     assert lineage_errors(doc) == []
     row = dict(chain_rows(doc))["estimated cost"]
     assert row.startswith(f"${plan['budget']['total_usd']:.2f} of max $500.00 (AWS on-demand list price")
+
+
+# -- while training: the cost limit ---------------------------------------------------------------
+from sim2real.budget import (actual_run_cost, batch_job_run_seconds, budget_verdict,  # noqa: E402
+                             elapsed_cost_usd, optional_usd, training_cost_limit, training_usd_per_node_hour)
+
+T0 = 1_700_000_000.0  # epoch seconds
+
+
+def _estimate(max_budget, train_price=4.0, vla_usd=30.0, vla=True):
+    items = [{"stage": "training", "instance_type": "g6.12xlarge", "instances": 2, "hours": 1.0,
+              "usd_per_hour": train_price, "usd": None if train_price is None else 2 * train_price, "basis": "b"}]
+    if vla:
+        items.append({"stage": "vla_finetune", "instance_type": "ml.p4d.24xlarge", "instances": 1, "hours": 1.0,
+                      "usd_per_hour": 30.0 if vla_usd is not None else None, "usd": vla_usd, "basis": "b"})
+    return {"currency": "USD", "price_source": PRICE_SOURCE, "total_usd": None, "max_budget_usd": max_budget,
+            "missing_prices": [], "items": items}
+
+
+def test_training_cost_limit_is_the_budget_minus_the_other_stages():
+    assert training_cost_limit(_estimate(100.0)) == 70.0
+    assert training_cost_limit(_estimate(100.0, vla=False)) == 100.0
+    assert training_usd_per_node_hour(_estimate(100.0)) == 4.0
+
+
+def test_training_cost_limit_none_without_budget_or_price_and_zero_when_others_use_it_all():
+    assert training_cost_limit(_estimate(0)) is None  # 0 = no limit
+    assert training_cost_limit(_estimate(100.0, train_price=None)) is None
+    assert training_usd_per_node_hour(_estimate(100.0, train_price=None)) is None
+    assert training_cost_limit(_estimate(100.0, vla_usd=None)) is None
+    assert training_cost_limit(_estimate(20.0)) == 0.0
+
+
+def test_training_cost_limit_of_a_real_plan():
+    plan = plan_run(dag_id="sim_to_real", run_id="manual__1", params=PARAMS, env=GOOD)
+    vla = plan["budget"]["items"][1]["usd"]
+    assert training_cost_limit(plan["budget"]) == pytest.approx(plan["budget"]["max_budget_usd"] - vla, abs=0.01)
+    assert training_usd_per_node_hour(plan["budget"]) == ON_DEMAND_USD_PER_HOUR[GOOD["batch"]["instance_type"]]
+
+
+def test_elapsed_cost_is_nodes_times_price_times_hours():
+    assert elapsed_cost_usd(T0, T0 + 1800, 4, 10.0) == pytest.approx(20.0)
+    assert elapsed_cost_usd(T0, T0 - 5, 4, 10.0) == 0.0  # clock skew: never negative
+    with pytest.raises(ValueError, match="instances must be >= 1"):
+        elapsed_cost_usd(T0, T0 + 1, 0, 10.0)
+    with pytest.raises(ValueError, match="usd_per_hour must be >= 0"):
+        elapsed_cost_usd(T0, T0 + 1, 1, -1.0)
+
+
+def test_verdict_stops_when_the_next_poll_would_exceed_the_limit():
+    # 2 nodes x $3.60/h: $0.002/s; after 3600 s $7.20, 600 s later $8.40
+    kw = dict(elapsed_s=3600, instances=2, usd_per_hour=3.6)
+    assert budget_verdict(**kw, limit_usd=8.0, poll_interval_s=0).over_budget is False
+    stop = budget_verdict(**kw, limit_usd=8.0, poll_interval_s=600)
+    assert stop.over_budget is True and stop.cost_usd == pytest.approx(7.2) and stop.next_poll_cost_usd == pytest.approx(8.4)
+    assert budget_verdict(**kw, limit_usd=8.4, poll_interval_s=600).over_budget is False  # exactly at: not above
+    assert budget_verdict(**kw, limit_usd=9.0, poll_interval_s=600).over_budget is False
+    assert stop.describe() == "elapsed cost $7.20 of limit $8.00 (2 node(s) x $3.6/h x 1 h)"
+
+
+def test_verdict_limit_already_spent_at_first_poll_and_no_check_without_limit_or_price():
+    assert budget_verdict(elapsed_s=60, instances=1, usd_per_hour=3.6, limit_usd=0.0, poll_interval_s=0).over_budget
+    assert budget_verdict(elapsed_s=7200, instances=8, usd_per_hour=98.32, limit_usd=50.0,
+                          poll_interval_s=30).over_budget
+    assert budget_verdict(elapsed_s=1e6, instances=8, usd_per_hour=9.0, limit_usd=None, poll_interval_s=30) is None
+    assert budget_verdict(elapsed_s=1e6, instances=8, usd_per_hour=None, limit_usd=1.0, poll_interval_s=30) is None
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, None), ("", None), ("None", None), ("12.5", 12.5), (0, 0.0)])
+def test_optional_usd_accepts_rendered_values(value, expected):
+    assert optional_usd("cost_limit_usd", value) == expected
+
+
+@pytest.mark.parametrize("value", ["abc", -0.01, float("nan")])
+def test_optional_usd_names_the_field(value):
+    with pytest.raises(ValueError, match="cost_limit_usd must be a number of USD >= 0 or None"):
+        optional_usd("cost_limit_usd", value)
+
+
+def test_batch_job_run_seconds_from_describe_jobs():
+    ms = lambda s: int(s * 1000)  # noqa: E731
+    assert batch_job_run_seconds({"status": "RUNNABLE"}, T0) is None
+    assert batch_job_run_seconds({"startedAt": ms(T0 - 90)}, T0) == pytest.approx(90)
+    assert batch_job_run_seconds({"startedAt": ms(T0 - 90), "stoppedAt": ms(T0 - 30)}, T0) == pytest.approx(60)
+    # an earlier attempt (Batch retryStrategy) is counted; the current one (same startedAt) only once
+    job = {"startedAt": ms(T0 - 100), "stoppedAt": ms(T0),
+           "attempts": [{"startedAt": ms(T0 - 500), "stoppedAt": ms(T0 - 400)},
+                        {"startedAt": ms(T0 - 100), "stoppedAt": ms(T0)}]}
+    assert batch_job_run_seconds(job, T0 + 999) == pytest.approx(200)
+
+
+def _plan(vla=True, max_budget=100.0):
+    return {"budget": _estimate(max_budget, vla=vla), "batch": {"instance_type": "g6.12xlarge", "num_nodes": 2},
+            "vla": {"enabled": vla, "parameters": {"InstanceType": "ml.p4d.24xlarge"}}}
+
+
+def test_actual_cost_from_the_operator_result_and_describe_jobs():
+    result = {"job_id": "j-1", "num_nodes": 2, "started_at": T0, "stopped_at": T0 + 1800, "cost_usd": 4.0}
+    actual = actual_run_cost(_plan(vla=False), result, now=T0 + 9999)
+    [train] = actual["items"]
+    assert (train["stage"], train["instances"], train["hours"], train["usd_per_hour"], train["usd"]) == \
+        ("training", 2, 0.5, 4.0, 4.0)
+    assert "j-1" in train["basis"] and "1800 s" in train["basis"]
+    assert actual["total_usd"] == 4.0 and actual["within_budget"] is True and actual["unknown"] == []
+    assert actual["currency"] == "USD" and actual["price_source"] == PRICE_SOURCE
+    described = {"jobId": "j-1", "startedAt": int(T0 * 1000), "stoppedAt": int((T0 + 1800) * 1000),
+                 "nodeProperties": {"numNodes": 2}}
+    assert actual_run_cost(_plan(vla=False), described, now=T0)["items"][0]["usd"] == 4.0
+    running = actual_run_cost(_plan(vla=False), {**described, "stoppedAt": None}, now=T0 + 3600)
+    assert running["items"][0]["usd"] == 8.0 and "now (running)" in running["items"][0]["basis"]
+    never = actual_run_cost(_plan(vla=False), {"jobId": "j-2", "status": "FAILED", "attempts": []}, now=T0)
+    assert never["items"][0]["usd"] == 0.0 and "never started" in never["items"][0]["basis"]
+
+
+def test_actual_cost_of_a_job_stopped_at_the_limit_is_over_budget():
+    record = {"job_id": "j-1", "num_nodes": 2, "started_at": T0, "stopped_at": T0 + 36000, "run_seconds": 36000,
+              "stopped_by_budget": True}
+    actual = actual_run_cost(_plan(vla=False, max_budget=50.0), record, now=T0)
+    assert actual["total_usd"] == 80.0 and actual["within_budget"] is False
+    assert "stopped at the cost limit" in actual["items"][0]["basis"]
+
+
+def test_actual_fine_tune_from_billable_seconds_or_the_execution_window_else_unknown():
+    train = {"job_id": "j-1", "num_nodes": 2, "started_at": T0, "stopped_at": T0 + 1800}
+    billed = actual_run_cost(_plan(), train, {"pipeline_execution_arn": "arn:x", "billable_seconds": 7200},
+                             now=T0)
+    vla = billed["items"][1]
+    assert vla["stage"] == "vla_finetune" and vla["hours"] == 2.0
+    assert vla["usd_per_hour"] == 30.0 and vla["usd"] == 60.0  # the estimate's price for the type
+    assert "BillableTimeInSeconds" in vla["basis"] and billed["unknown"] == []
+    assert billed["total_usd"] == 64.0 and billed["within_budget"] is True
+    other_type = actual_run_cost(_plan(), train, {"instance_type": "ml.p5.48xlarge", "billable_seconds": 3600},
+                                 now=T0)
+    assert other_type["items"][1]["usd"] == ON_DEMAND_USD_PER_HOUR["ml.p5.48xlarge"]
+    assert other_type["within_budget"] is False
+    window = actual_run_cost(_plan(), train, {"CreationTime": "2023-11-14T22:13:20+00:00",
+                                              "LastModifiedTime": "2023-11-14T23:13:20Z"}, now=T0)
+    assert window["items"][1]["hours"] == 1.0 and "upper bound" in window["items"][1]["basis"]
+    # the fine-tune operator's own result has no timing: unknown, total is a lower bound
+    unknown = actual_run_cost(_plan(), train, {"pipeline_execution_arn": "arn:x", "status": "Succeeded"}, now=T0)
+    assert unknown["items"][1]["usd"] is None and unknown["unknown"] == ["vla_finetune"]
+    assert unknown["total_usd"] == 4.0 and unknown["within_budget"] is None
+    no_budget = actual_run_cost(_plan(max_budget=0), train, None, now=T0)
+    assert no_budget["within_budget"] is None and "no fine-tune result" in no_budget["items"][1]["basis"]
