@@ -444,3 +444,48 @@ def actual_run_cost(plan: Mapping[str, Any], training_result: Mapping[str, Any] 
         "within_budget": within,
         "items": items,
     }
+
+
+def finetune_billing(sagemaker_client: Any, pipeline_execution_arn: str) -> dict[str, Any]:
+    """The fine-tune's billed time, for :func:`actual_run_cost`'s ``vla_result``.
+
+    ``ListPipelineExecutionSteps`` gives the training step's job (``Metadata.TrainingJob.Arn``);
+    ``DescribeTrainingJob`` its ``BillableTimeInSeconds`` (per instance; Managed Spot: the time
+    billed) and ``ResourceConfig`` (instance type and count). Without a training job that reports
+    it (not started, or the step failed before), ``DescribePipelineExecution``'s ``CreationTime`` and
+    ``LastModifiedTime`` (an upper bound: includes the CPU steps).
+
+    :param sagemaker_client: a boto3 SageMaker client (e.g. ``SageMakerHook().conn``).
+    :param pipeline_execution_arn: the fine-tune task's ``pipeline_execution_arn``.
+    :return: ``{"pipeline_execution_arn", "billable_seconds" (instance-seconds of all the training
+        jobs), "instance_type", "instance_count": 1, "training_jobs": [names]}``, or
+        ``{"pipeline_execution_arn", "started_at", "stopped_at"}`` (epoch seconds).
+    :raises botocore.exceptions.ClientError: from the SageMaker API.
+    """
+    jobs: list[str] = []
+    kwargs: dict[str, Any] = {"PipelineExecutionArn": pipeline_execution_arn}
+    while True:
+        page = sagemaker_client.list_pipeline_execution_steps(**kwargs)
+        for step in page.get("PipelineExecutionSteps") or []:
+            arn = ((step.get("Metadata") or {}).get("TrainingJob") or {}).get("Arn")
+            if arn:
+                jobs.append(arn.rsplit("/", 1)[-1])
+        if not page.get("NextToken"):
+            break
+        kwargs["NextToken"] = page["NextToken"]
+    billable, instance_type, names = 0.0, None, []
+    for name in jobs:
+        job = sagemaker_client.describe_training_job(TrainingJobName=name)
+        if job.get("BillableTimeInSeconds") is None:
+            continue
+        config = job.get("ResourceConfig") or {}
+        billable += float(job["BillableTimeInSeconds"]) * int(config.get("InstanceCount") or 1)
+        instance_type = instance_type or config.get("InstanceType")
+        names.append(name)
+    if names:
+        return {"pipeline_execution_arn": pipeline_execution_arn, "billable_seconds": billable,
+                "instance_type": instance_type, "instance_count": 1, "training_jobs": names}
+    execution = sagemaker_client.describe_pipeline_execution(PipelineExecutionArn=pipeline_execution_arn)
+    running = execution.get("PipelineExecutionStatus") in ("Executing", "Stopping")
+    return {"pipeline_execution_arn": pipeline_execution_arn, "started_at": _epoch_s(execution.get("CreationTime")),
+            "stopped_at": None if running else _epoch_s(execution.get("LastModifiedTime"))}

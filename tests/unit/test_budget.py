@@ -221,3 +221,92 @@ def test_actual_fine_tune_from_billable_seconds_or_the_execution_window_else_unk
     assert unknown["total_usd"] == 4.0 and unknown["within_budget"] is None
     no_budget = actual_run_cost(_plan(max_budget=0), train, None, now=T0)
     assert no_budget["within_budget"] is None and "no fine-tune result" in no_budget["items"][1]["basis"]
+
+
+EXEC_ARN = "arn:aws:sagemaker:us-east-1:123456789012:pipeline/groot/execution/abc123"
+
+
+def test_finetune_billing_from_the_training_step_and_into_the_actual_cost():
+    import boto3
+    from botocore.stub import Stubber
+
+    from sim2real.budget import finetune_billing
+
+    client = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(client) as stub:
+        stub.add_response("list_pipeline_execution_steps", {"PipelineExecutionSteps": [
+            {"StepName": "Preprocess", "StepStatus": "Succeeded"},
+            {"StepName": "FineTune", "StepStatus": "Succeeded", "Metadata": {"TrainingJob": {
+                "Arn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/pipelines-ft-1"}}}]},
+            {"PipelineExecutionArn": EXEC_ARN})
+        stub.add_response("describe_training_job", {
+            "TrainingJobName": "pipelines-ft-1", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/pipelines-ft-1",
+            "ModelArtifacts": {"S3ModelArtifacts": "s3://b/m.tar.gz"}, "TrainingJobStatus": "Completed",
+            "SecondaryStatus": "Completed", "AlgorithmSpecification": {"TrainingInputMode": "File"},
+            "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
+            "StoppingCondition": {}, "CreationTime": T0, "BillableTimeInSeconds": 1800},
+            {"TrainingJobName": "pipelines-ft-1"})
+        billing = finetune_billing(client, EXEC_ARN)
+    assert billing["billable_seconds"] == 3600 and billing["instance_type"] == "ml.p4d.24xlarge"
+    assert billing["training_jobs"] == ["pipelines-ft-1"]
+    vla = actual_run_cost(_plan(), None, billing, now=T0)["items"][1]
+    assert vla["hours"] == 1.0 and vla["usd"] == 30.0
+
+
+def test_finetune_billing_falls_back_to_the_execution_window():
+    import datetime as dt
+
+    import boto3
+    from botocore.stub import Stubber
+
+    from sim2real.budget import finetune_billing
+
+    client = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    start = dt.datetime.fromtimestamp(T0, dt.timezone.utc)
+    with Stubber(client) as stub:
+        stub.add_response("list_pipeline_execution_steps", {"PipelineExecutionSteps": [
+            {"StepName": "Preprocess", "StepStatus": "Failed"}]}, {"PipelineExecutionArn": EXEC_ARN})
+        stub.add_response("describe_pipeline_execution", {
+            "PipelineExecutionArn": EXEC_ARN, "PipelineExecutionStatus": "Failed", "CreationTime": start,
+            "LastModifiedTime": start + dt.timedelta(minutes=30)}, {"PipelineExecutionArn": EXEC_ARN})
+        billing = finetune_billing(client, EXEC_ARN)
+    assert billing == {"pipeline_execution_arn": EXEC_ARN, "started_at": T0, "stopped_at": T0 + 1800}
+    vla = actual_run_cost(_plan(), None, billing, now=T0)["items"][1]
+    assert vla["hours"] == 0.5 and "upper bound" in vla["basis"]
+
+
+#: Fragment for lineage.schema.json's "cost_actual" property (see actual_run_cost).
+COST_ACTUAL_SCHEMA = {
+    "oneOf": [
+        {"type": "null"},
+        {"type": "object",
+         "required": ["currency", "price_source", "total_usd", "max_budget_usd", "unknown", "within_budget", "items"],
+         "properties": {
+             "currency": {"const": "USD"}, "price_source": {"type": "string"},
+             "total_usd": {"type": "number", "minimum": 0}, "max_budget_usd": {"type": "number", "minimum": 0},
+             "unknown": {"type": "array", "items": {"enum": ["training", "vla_finetune"]}},
+             "within_budget": {"type": ["boolean", "null"]},
+             "items": {"type": "array", "items": {
+                 "type": "object",
+                 "required": ["stage", "instance_type", "instances", "hours", "usd_per_hour", "usd", "basis"],
+                 "properties": {
+                     "stage": {"enum": ["training", "vla_finetune"]}, "instance_type": {"type": "string"},
+                     "instances": {"type": "integer", "minimum": 1},
+                     "hours": {"type": ["number", "null"], "minimum": 0},
+                     "usd_per_hour": {"type": ["number", "null"], "minimum": 0},
+                     "usd": {"type": ["number", "null"], "minimum": 0}, "basis": {"type": "string"}}}}}},
+    ],
+}
+
+
+def test_actual_cost_matches_the_lineage_fragment_for_a_real_plan():
+    import json
+
+    import jsonschema
+
+    plan = plan_run(dag_id="sim_to_real", run_id="manual__1", params=PARAMS, env=GOOD)
+    train = {"job_id": "j", "num_nodes": plan["batch"]["num_nodes"], "started_at": T0, "stopped_at": T0 + 120}
+    for vla in (None, {"pipeline_execution_arn": EXEC_ARN, "status": "Succeeded"}, {"billable_seconds": 900}):
+        doc = json.loads(json.dumps(actual_run_cost(plan, train, vla, now=T0 + 200)))
+        jsonschema.validate(doc, COST_ACTUAL_SCHEMA)
+        assert doc["items"][0]["usd"] == round(train["num_nodes"] * doc["items"][0]["usd_per_hour"] / 30, 2)
