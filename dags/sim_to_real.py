@@ -2,7 +2,7 @@
 ### Sim-to-Real loop
 
 Build the training image → check GPU capacity → train a policy with RL on AWS Batch (multi-node)
-→ wait for the checkpoint → evaluate it in closed-loop simulation on the workstation (SSM)
+or on a SageMaker HyperPod cluster (scale up, Slurm job via SSM, scale down) → wait for the checkpoint → evaluate it in closed-loop simulation on the workstation (SSM)
 → quality gate → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
 Registry → deploy to robots with AWS IoT Greengrass → write the lineage report.
 
@@ -26,7 +26,8 @@ from sim2real.links.s3 import S3RunFolderLink
 from sim2real.operators.batch import BatchTrainingOperator
 from sim2real.operators.codebuild import CodeBuildImageOperator
 from sim2real.operators.greengrass import GreengrassDeploymentOperator
-from sim2real.operators.quota import GpuCapacityPreflightOperator
+from sim2real.operators.hyperpod import HyperPodScaleOperator, HyperPodSlurmJobOperator
+from sim2real.operators.quota import GpuCapacityPreflightOperator, HyperPodCapacityPreflightOperator
 from sim2real.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator, PipelineExecutionOperator
 from sim2real.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
 from sim2real.params import build_params
@@ -59,7 +60,7 @@ DEFAULT_ARGS = {
 @dag(
     dag_id="sim_to_real",
     dag_display_name="Sim-to-Real: train, evaluate, fine-tune, release",
-    description="RL training on AWS Batch → closed-loop eval → GR00T fine-tune → approval → Greengrass",
+    description="RL training on AWS Batch or SageMaker HyperPod → closed-loop eval → GR00T fine-tune → approval → Greengrass",
     doc_md=__doc__,
     # Nightly at 02:00 UTC (one run at a time, no backfill of missed nights). Scheduled runs take their
     # params from the environment config's run_defaults (production-sized), manual runs from the form.
@@ -113,6 +114,13 @@ def sim_to_real():
             doc_md=docs.BUILD,
         )
 
+    @task.branch(retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=docs.TRAINING_BACKEND)
+    def training_backend(plan: dict) -> str:
+        """AWS Batch (preflight.check_capacity) or SageMaker HyperPod (hyperpod.check_capacity)."""
+        return "hyperpod.check_capacity" if plan["backend"] == "hyperpod" else "preflight.check_capacity"
+
+    backend = training_backend(plan["plan"])
+
     with TaskGroup("preflight", tooltip="GPU quota and compute environment, before any spend",
                    doc_md=docs.PREFLIGHT):
         preflight = GpuCapacityPreflightOperator(
@@ -143,14 +151,83 @@ def sim_to_real():
             doc_md=docs.TRAIN,
         )
         preflight >> training  # no spend before the capacity check passed
+    backend >> preflight
+
+    with TaskGroup("hyperpod", tooltip="SageMaker HyperPod: scale up, Slurm job via SSM, scale down",
+                   doc_md=docs.HYPERPOD):
+        hyperpod_preflight = HyperPodCapacityPreflightOperator(
+            task_id="check_capacity",
+            cluster_name=plan["hyperpod.cluster_name"],
+            instance_group_name=plan["hyperpod.instance_group_name"],
+            target_count=plan["hyperpod.target_count"],
+            retries=1,
+            execution_timeout=dt.timedelta(minutes=5),
+            doc_md=docs.HYPERPOD,
+        )
+        scale_up = HyperPodScaleOperator(
+            task_id="scale_up",
+            deferrable=True,
+            cluster_name=plan["hyperpod.cluster_name"],
+            instance_group_name=plan["hyperpod.instance_group_name"],
+            target_count=plan["hyperpod.target_count"],
+            waiter_delay=POLL,
+            waiter_max_attempts=max(1, 3600 // max(1, POLL)),
+            execution_timeout=dt.timedelta(hours=2),
+            doc_md=docs.HYPERPOD,
+        )
+        slurm_job = HyperPodSlurmJobOperator(
+            task_id="train_policy",
+            deferrable=True,
+            cluster_name=plan["hyperpod.cluster_name"],
+            submit_host_tag_key=plan["hyperpod.submit_host_tag_key"],
+            submit_host_tag_value=plan["hyperpod.submit_host_tag_value"],
+            job_name=plan["hyperpod.job_name"],
+            submit_commands=plan["hyperpod.submit_commands"],
+            log_path=plan["hyperpod.log_path"],
+            container_image=image.output["image_uri"],
+            poll_interval=POLL,
+            execution_timeout=dt.timedelta(hours=12),
+            doc_md=docs.HYPERPOD,
+        )
+        # Teardown: runs once scale_up succeeded, whatever the Slurm job did (failed, killed, timed out).
+        scale_down = HyperPodScaleOperator(
+            task_id="scale_down",
+            deferrable=True,
+            cluster_name=plan["hyperpod.cluster_name"],
+            instance_group_name=plan["hyperpod.instance_group_name"],
+            target_count=plan["hyperpod.min_count"],
+            waiter_delay=POLL,
+            waiter_max_attempts=max(1, 3600 // max(1, POLL)),
+            execution_timeout=dt.timedelta(hours=2),
+            doc_md=docs.HYPERPOD,
+        ).as_teardown(setups=scale_up)
+        backend >> hyperpod_preflight >> scale_up >> slurm_job >> scale_down
 
     with TaskGroup("checkpoint", tooltip="manifest.json written last by the trainer", doc_md=docs.CHECKPOINT):
+
+        # Joins the two backends (the other one is skipped). A task of its own: the sensor also reads the
+        # plan, and a task right after prepare_run (the lineage's setup) must keep trigger rule all_success.
+        @task(trigger_rule="none_failed_min_one_success", multiple_outputs=True,
+              execution_timeout=dt.timedelta(minutes=1), doc_md=docs.TRAINING_JOB)
+        def training_job(batch: dict | None = None, hyperpod: dict | None = None) -> dict:
+            """Which backend trained and its job: ``backend``, ``batch_job_id`` or the Slurm job's facts."""
+            if batch:
+                return {"backend": "batch", "batch_job_id": batch.get("job_id"), "slurm_job_id": None,
+                        "hyperpod_cluster_name": None, "slurm_log_path": None}
+            if hyperpod:
+                return {"backend": "hyperpod", "batch_job_id": None, "slurm_job_id": hyperpod.get("job_id"),
+                        "hyperpod_cluster_name": hyperpod.get("cluster_name"),
+                        "slurm_log_path": hyperpod.get("log_path")}
+            raise AirflowFailException("neither train.train_policy nor hyperpod.train_policy handed on a job")
+
+        trained = training_job(training.output, slurm_job.output)
         manifest = CheckpointManifestSensor(
             task_id="wait_for_checkpoint",
             deferrable=True,
             manifest_uri=plan["checkpoint.manifest_uri"],
             expected_task=plan["checkpoint.task"],
-            batch_job_id=training.output["job_id"],
+            # None on a HyperPod run (its Slurm job has ended before this sensor starts).
+            batch_job_id=trained["batch_job_id"],
             poke_interval=POLL,
             timeout=30 * 60,
             execution_timeout=dt.timedelta(minutes=40),

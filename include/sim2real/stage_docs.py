@@ -25,6 +25,12 @@ Waits (deferred) for the build to reach SUCCEEDED; skipped when ECR already has 
 Hands on the image URI pinned by **digest**, never a mutable tag.
 """
 
+TRAINING_BACKEND = """\
+**Training backend.** Calls no AWS API: follows the form's `training_backend` — `batch` goes on with
+`preflight.check_capacity` and the AWS Batch job, `hyperpod` with the `hyperpod` group (the other path is
+skipped). Waits for nothing. Hands on the task id of the path taken.
+"""
+
 PREFLIGHT = """\
 **Capacity preflight.** Calls EC2 `DescribeInstanceTypes`, Service Quotas `GetServiceQuota`, CloudWatch
 `AWS/Usage` and Batch `DescribeComputeEnvironments`. Waits for nothing: it fails fast, before any GPU is
@@ -40,8 +46,29 @@ budget; CloudWatch Logs for progress. Waits (deferred) for SUCCEEDED; failures a
 retryable classes are retried. Hands on the job id, its attempts and every node's log stream (extra links).
 """
 
+HYPERPOD = """\
+**Train the policy (SageMaker HyperPod, Slurm).** `check_capacity` calls SageMaker `DescribeCluster` /
+`ListClusters` and Service Quotas (`<type> for cluster usage`) and fails before any spend when the quota
+cannot hold the GPU group at `num_nodes`. `scale_up` (setup) calls `UpdateCluster` with every instance group
+(only the GPU group's count changed) and waits (deferred) until the group's nodes are Running
+(`DescribeCluster`, `ListClusterNodes`). `train_policy` finds the cluster's head/login node by EC2 tag, sends
+SSM `SendCommand` (`AWS-RunShellScript`) that writes the run's `train_rl.sbatch` and runs `sbatch --parsable`
+(unless `squeue` already lists this run's job name: a retry waits for that job), then waits (deferred) on the
+job's state (`sacct`, else `scontrol show job`, each through SSM) until COMPLETED; FAILED, CANCELLED,
+TIMEOUT, OUT_OF_MEMORY, NODE_FAIL fail with the cluster, job id, state, exit code and the end of the job's
+log; `scancel` when killed. Every node runs the same launcher as the Batch job, so the trainer writes the same
+checkpoints and `manifest.json`. `scale_down` (teardown) sets the GPU group back to `hyperpod.min_count` once
+`scale_up` succeeded, whatever the job did. Hands on the Slurm job id, its state, exit code and log path.
+"""
+
+TRAINING_JOB = """\
+**Training job.** Calls no AWS API: runs after whichever backend trained (the other one is skipped) and
+waits for nothing. Hands on `backend` and that backend's job: `batch_job_id`, or `slurm_job_id`,
+`hyperpod_cluster_name` and `slurm_log_path`.
+"""
+
 CHECKPOINT = """\
-**Wait for the checkpoint.** Calls S3 `HeadObject`/`GetObject` (or reads a mounted EFS path). Waits
+**Wait for the checkpoint.** Runs after whichever backend trained (Batch or HyperPod). Calls S3 `HeadObject`/`GetObject` (or reads a mounted EFS path). Waits
 (deferred) for `manifest.json`, which the trainer writes last. Hands on the manifest: checkpoint URI, its sha256
 (re-verified against the object), iteration, timesteps and mean reward; emits the checkpoint asset event.
 """

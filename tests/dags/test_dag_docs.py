@@ -19,10 +19,12 @@ def serialized_dag():
     return DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["sim_to_real"]))
 
 
-GROUPS = ("build", "preflight", "train", "checkpoint", "evaluate", "vla", "deploy")
+GROUPS = ("build", "preflight", "train", "hyperpod", "checkpoint", "evaluate", "vla", "deploy")
 STAGE_TASKS = ("prepare_run", "build.build_image", "preflight.check_capacity", "train.train_policy",
                "checkpoint.wait_for_checkpoint", "evaluate.run_evaluation", "quality_gate",
-               "vla.finetune_groot", "vla.wait_for_approval", "deploy.deploy_to_robots", "write_lineage")
+               "vla.finetune_groot", "vla.wait_for_approval", "deploy.deploy_to_robots", "write_lineage",
+               "training_backend", "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.train_policy",
+               "hyperpod.scale_down", "checkpoint.training_job")
 
 
 @pytest.mark.parametrize("group_id", GROUPS)

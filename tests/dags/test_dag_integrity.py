@@ -66,6 +66,7 @@ def test_every_task_has_a_timeout_and_retries(dagbag):
 def test_long_waits_are_deferrable(dagbag):
     dag = dagbag.dags["sim_to_real"]
     for task_id in ("build.build_image", "train.train_policy", "checkpoint.wait_for_checkpoint",
+                    "hyperpod.scale_up", "hyperpod.train_policy", "hyperpod.scale_down",
                     "evaluate.run_evaluation", "vla.finetune_groot", "vla.wait_for_approval",
                     "deploy.deploy_to_robots"):
         assert dag.get_task(task_id).deferrable is True, task_id
@@ -77,12 +78,28 @@ def test_stages_match_the_design(dagbag):
     for expected in ("prepare_run", "build.build_image", "preflight.check_capacity", "train.train_policy",
                      "checkpoint.wait_for_checkpoint", "evaluate.run_evaluation", "evaluate.read_eval_report",
                      "evaluate.stop_workstation", "quality_gate", "vla.upsert_pipeline", "vla.finetune_groot",
-                     "vla.wait_for_approval", "deploy.deploy_to_robots", "write_lineage"):
+                     "vla.wait_for_approval", "deploy.deploy_to_robots", "write_lineage", "training_backend",
+                     "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.train_policy", "hyperpod.scale_down"):
         assert expected in ids, expected
     # The workstation is stopped whatever the evaluation did; training waits for the capacity check.
     assert dag.get_task("evaluate.stop_workstation").trigger_rule == "all_done"
     assert "evaluate.run_evaluation" in dag.get_task("evaluate.stop_workstation").upstream_task_ids
     assert "preflight.check_capacity" in dag.get_task("train.train_policy").upstream_task_ids
+    # One branch picks the backend before any capacity check; each path checks capacity before spending.
+    assert dag.get_task("training_backend").upstream_task_ids == {"prepare_run"}
+    assert dag.get_task("training_backend").downstream_task_ids == {"preflight.check_capacity",
+                                                                   "hyperpod.check_capacity"}
+    assert "hyperpod.check_capacity" in dag.get_task("hyperpod.scale_up").upstream_task_ids
+    assert "hyperpod.scale_up" in dag.get_task("hyperpod.train_policy").upstream_task_ids
+    # HyperPod: the scale-down is the scale-up's teardown (runs whatever the Slurm job did).
+    scale_up, scale_down = dag.get_task("hyperpod.scale_up"), dag.get_task("hyperpod.scale_down")
+    assert scale_up.is_setup and scale_down.is_teardown
+    assert {"hyperpod.scale_up", "hyperpod.train_policy"} <= scale_down.upstream_task_ids
+    # The checkpoint sensor runs after whichever backend trained (the other one is skipped).
+    join = dag.get_task("checkpoint.training_job")
+    assert join.upstream_task_ids == {"train.train_policy", "hyperpod.train_policy"}
+    assert join.trigger_rule == "none_failed_min_one_success"
+    assert "checkpoint.training_job" in dag.get_task("checkpoint.wait_for_checkpoint").upstream_task_ids
     # The report runs whatever failed upstream, without masking the failure in the run state.
     assert dag.get_task("write_lineage").is_teardown and dag.get_task("prepare_run").is_setup
     assert dag.max_active_runs == 1 and dag.catchup is False
@@ -97,6 +114,7 @@ def test_stages_match_the_design(dagbag):
     ({"task": "CartPole-v1"}, "task"),
     ({"min_success_rate": 1.5}, "min_success_rate"),
     ({"eval_episodes": "twenty"}, "eval_episodes"),
+    ({"training_backend": "slurm"}, "training_backend"),
 ])
 def test_bad_params_are_refused_before_a_run_exists(serialized_dag, conf, message):
     """The same check the API server runs on a trigger (SerializedDAG.create_dagrun → params.validate)."""
@@ -109,6 +127,11 @@ def test_bad_params_are_refused_before_a_run_exists(serialized_dag, conf, messag
 def test_default_params_are_valid(serialized_dag):
     resolved = serialized_dag.params.deep_merge({}).validate()
     assert resolved["num_nodes"] == 1 and resolved["training_backend"] == "batch"
+
+
+def test_hyperpod_backend_is_offered(serialized_dag):
+    resolved = serialized_dag.params.deep_merge({"training_backend": "hyperpod"}).validate()
+    assert resolved["training_backend"] == "hyperpod"
 
 
 def test_aws_clients_retry_throttling_with_adaptive_backoff(dagbag):

@@ -101,7 +101,8 @@ def provision(
     :param max_vcpus: compute environment maxvCpus (default 96 = two g6.12xlarge nodes).
     :param workstation_instance_type: EC2 type of the evaluation workstation.
     :param robots: number of emulated robots (IoT things + Greengrass core devices), 1..10.
-    :param hyperpod: also create the HyperPod cluster (groups ``head`` and ``gpu``).
+    :param hyperpod: also create the HyperPod cluster (groups ``head`` and ``gpu``) and its head/login node
+        (EC2 instance tagged ``sim2real:role=hyperpod-head``, SSM-managed, emulated Slurm client).
     :param job_environment: extra/overriding container environment of the job definition.
     :return: the environment config dict (validated by :func:`sim2real.config.validate_environment`).
     :raises ValueError: on ``robots`` outside 1..10.
@@ -261,8 +262,24 @@ def provision(
             {"InstanceGroupName": "gpu", "InstanceType": "ml.g6.12xlarge", "InstanceCount": 0,
              "LifeCycleConfig": lifecycle, "ExecutionRole": hyperpod_role, "ThreadsPerCore": 1},
         ])
+        # The head/login node that submits Slurm jobs: an SSM-managed EC2 instance whose commands have the
+        # emulated Slurm client on PATH (HyperPod's own nodes take no SSM Run Command).
+        head = ec2.run_instances(
+            ImageId=_ami(ec2), InstanceType="m5.xlarge", MinCount=1, MaxCount=1, SubnetId=subnet,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                {"Key": "sim2real:role", "Value": "hyperpod-head"}, {"Key": "Name", "Value": "sim2real-hyperpod-head"}]}],
+        )["Instances"][0]["InstanceId"]
+        sandbox.ssm.register_instance(head, "sim2real-hyperpod-head",
+                                      env=lambda: sandbox.slurm.head_node_env("sim2real-hyperpod", "gpu"))
+        sandbox.events.emit("ssm", "managed-instance", f"HyperPod head node {head} runs an emulated SSM agent and an "
+                            "emulated Slurm client (sbatch/srun/squeue/sacct/scontrol/scancel); jobs run on this "
+                            "machine", instance_id=head)
         config["hyperpod"] = {"cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu",
-                              "head_instance_group": "head"}
+                              "head_instance_group": "head", "min_count": 0,
+                              "submit_host_tag_key": "sim2real:role", "submit_host_tag_value": "hyperpod-head",
+                              "partition": "dev", "shared_dir": sandbox.slurm.shared_dir,
+                              "launcher": str(root / "containers" / "rl" / "distributed_run.bash"),
+                              "use_container_image": False, "container_mounts": ""}
     config = validate_environment(config)
     sandbox.config = config
     sandbox.events.emit(

@@ -9,7 +9,8 @@ Usage::
         for event in sandbox.events: print(event.line())
 
 Everything here runs in this process: moto's server thread, the responder threads that play what
-AWS would do (Batch job → local subprocess, SSM command → local bash, pipeline execution → played
+AWS would do (Batch job → local subprocess, SSM command → local bash, Slurm job on the HyperPod head
+node → emulated sbatch/srun running the launcher locally, pipeline execution → played
 steps, CodeBuild → manifest pushed to ECR, Greengrass core devices), and the subprocesses they
 start. moto keeps its state per process, so only one Sandbox may run at a time in a process.
 Every emulation step is recorded in :attr:`Sandbox.events` and logged as ``[sandbox:emulated] ...``.
@@ -41,6 +42,8 @@ Faults (``Sandbox(faults={...})`` or ``sandbox.faults[...] = ...`` at any time):
   s seconds in the past (as a job that had already waited s seconds for capacity).
 * ``checkpoint_bad_sha256``: True — after training succeeds, ``manifest.json`` is rewritten with a
   wrong sha256 before the job is reported SUCCEEDED.
+* ``slurm_job_fail``: True — a Slurm job submitted (``sbatch`` on the HyperPod head node) while it is
+  set ends FAILED with exit code 1 instead of running its script.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from sim2real.sandbox.responders.codebuild import CodeBuildResponder
 from sim2real.sandbox.responders.greengrass import DeviceCheck, GreengrassResponder
 from sim2real.sandbox.responders.quotas import QuotaResponder
 from sim2real.sandbox.responders.sagemaker import SageMakerResponder
+from sim2real.sandbox.responders.slurm import SlurmResponder
 from sim2real.sandbox.responders.ssm import SsmResponder
 
 FAKE_ACCESS_KEY = "testing"
@@ -162,6 +166,7 @@ class Sandbox:
         self.step_seconds = step_seconds
         self.batch = BatchResponder(self, batch_launcher, step_seconds)
         self.ssm = SsmResponder(self)
+        self.slurm = SlurmResponder(self)
         self.sagemaker = SageMakerResponder(self, step_seconds)
         self.codebuild = CodeBuildResponder(self, step_seconds)
         self.quotas = QuotaResponder(self, quota_limits, quota_usage)
@@ -199,7 +204,8 @@ class Sandbox:
         return self
 
     def stop(self) -> None:
-        for responder in (self.batch, self.ssm, self.sagemaker, self.codebuild, self.greengrass, self.quotas):
+        for responder in (self.batch, self.ssm, self.slurm, self.sagemaker, self.codebuild, self.greengrass,
+                          self.quotas):
             try:
                 responder.shutdown()
             except Exception:  # noqa: BLE001

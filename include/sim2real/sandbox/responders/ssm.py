@@ -12,6 +12,8 @@ ListCommandInvocations, CancelCommand and DescribeInstanceInformation. Here:
   awsrunShellScript/0.awsrunShellScript/stdout|stderr`` (AWS's layout) in full, while
   GetCommandInvocation's ``StandardOutputContent`` keeps the first 24,000 characters and
   ``StandardErrorContent`` the first 8,000 (AWS API reference, GetCommandInvocation).
+* An instance registered with ``env`` (the HyperPod head node) runs its commands with that extra
+  environment: the emulated Slurm client (:mod:`~sim2real.sandbox.responders.slurm`) first on PATH.
 * DescribeInstanceInformation reports ``Online`` for running instances registered as managed
   (the provisioned workstation), ``ConnectionLost`` when stopped.
 """
@@ -26,6 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from moto.core.exceptions import ServiceException
@@ -61,10 +64,19 @@ class SsmResponder:
         self.cancelled: set[str] = set()
         self.plugins: dict[tuple[str, str], dict[str, Any]] = {}
         self._threads: list[threading.Thread] = []
+        self.instance_env: dict[str, Callable[[], dict[str, str]]] = {}
 
-    def register_instance(self, instance_id: str, computer_name: str = "workstation") -> None:
-        """Mark an EC2 instance as SSM-managed (agent installed) so it reports Online while running."""
+    def register_instance(self, instance_id: str, computer_name: str = "workstation",
+                          env: Callable[[], dict[str, str]] | None = None) -> None:
+        """Mark an EC2 instance as SSM-managed (agent installed) so it reports Online while running.
+
+        :param env: called for each command sent to this instance; its variables are added to the
+            command's environment (``SIM2REAL_SLURM_BIN`` is put first on PATH): what is installed on
+            that host only, e.g. the HyperPod head node's Slurm client.
+        """
         self.managed[instance_id] = {"ComputerName": computer_name}
+        if env is not None:
+            self.instance_env[instance_id] = env
 
     # -- patches ---------------------------------------------------------------------------
     def install(self, patcher: Patcher) -> None:
@@ -165,6 +177,11 @@ class SsmResponder:
             script.write_text("\n".join(commands) + "\n", encoding="utf-8")
             out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
             env = self.sandbox.process_env()
+            if instance_id in self.instance_env:
+                extra = self.instance_env[instance_id]()
+                env.update(extra)
+                if extra.get("SIM2REAL_SLURM_BIN"):
+                    env["PATH"] = extra["SIM2REAL_SLURM_BIN"] + os.pathsep + env.get("PATH", "")
             if self.sandbox.faults.get("ssm_timeout"):
                 script.write_text("sleep 30\n", encoding="utf-8")
             with open(out_path, "wb") as out, open(err_path, "wb") as err:
