@@ -49,7 +49,7 @@ def drive(home: str, out: str) -> None:
     """Subprocess body: sandbox, packages, two release runs; writes the facts the tests check to ``out``."""
     os.environ.setdefault("SIM2REAL_POLL_SECONDS", "1")
     os.environ.setdefault("SIM2REAL_RETRY_DELAY_SECONDS", "1")
-    from sim2real.demo import prepare_airflow_home, task_table
+    from sim2real.demo import asset_events, prepare_airflow_home, read_notifications, subscribe_notifications, task_table
     from sim2real.run_key import make_run_key
     from sim2real.sandbox import Sandbox
 
@@ -57,6 +57,7 @@ def drive(home: str, out: str) -> None:
     with Sandbox(repo_root=REPO_ROOT, step_seconds=0.05) as sandbox:
         env = sandbox.provision(hyperpod=False)
         prepare_airflow_home(Path(home), sandbox.airflow_env())
+        inbox = subscribe_notifications(sandbox, env)
         bucket, group = env["artifacts_bucket"], env["sagemaker"]["model_package_group"]
         sm, s3 = sandbox.client("sagemaker", internal=True), sandbox.client("s3", internal=True)
         arns = {tag: _register(sm, s3, group, bucket, tag, status)
@@ -94,6 +95,7 @@ def drive(home: str, out: str) -> None:
                 "tasks": {t: s for t, s, _ in task_table(dag_run)},
                 "create_deployment_calls": sandbox.requests.count("CreateDeployment") - before,
                 "record": record, "markdown": markdown, "run_key": run_key,
+                "notifications": read_notifications(sandbox, inbox), "asset_events": asset_events(dag_run),
                 "deployments": [{k: d.get(k) for k in ("deploymentId", "deploymentName", "deploymentStatus")}
                                 for d in deployments],
             }
@@ -135,6 +137,14 @@ def test_latest_approved_version_is_deployed_and_recorded(release):
     assert record["policy"]["verified_sha256"] is True
     assert record["tasks"]["deploy"]["state"] == "success" and record["durations"]["deploy_s"] > 0
     assert deployment["deployment_id"] in case["markdown"]
+    # SNS: the deployed notification (and no failure); the deployment is an asset event.
+    assert [n["event"] for n in case["notifications"]] == ["deployed"]
+    assert deployment["deployment_id"] in case["notifications"][0]["message"]
+    [event] = case["asset_events"]
+    assert event["asset"] == "sim2real_deployed_model_package" and event["task_id"] == "deploy_to_robots"
+    assert event["extra"]["model_package_arn"] == release["arns"]["v2"]
+    assert event["extra"]["deployment_id"] == deployment["deployment_id"]
+    assert event["extra"]["run_key"] == case["run_key"]
 
 
 def test_pending_package_is_refused_before_any_deployment(release):
@@ -153,6 +163,7 @@ def test_pending_package_is_refused_before_any_deployment(release):
     assert record["outcome"] == "not_deployed" and record["model_package"] is None and record["deployment"] is None
     assert record["requested"]["model_package_arn"] == release["arns"]["v3"]
     assert record["tasks"]["resolve"]["state"] == "failed"
+    assert [n["event"] for n in case["notifications"]] == ["run_failed"] and not case["asset_events"]
     # The refusal names the ARN, its status and how to approve it.
     arn = release["arns"]["v3"]
     assert f"Model package {arn} is PendingManualApproval" in release["log"]
