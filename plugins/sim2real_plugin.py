@@ -12,14 +12,15 @@ from airflow.plugins_manager import AirflowPlugin
 from sim2real.links.batch import BatchNodeLogsLink
 from sim2real.links.codebuild import CodeBuildBuildLink
 from sim2real.links.greengrass import GreengrassDeploymentLink
-from sim2real.links.s3 import S3RunFolderLink
+from sim2real.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
 from sim2real.links.sagemaker import HyperPodClusterLink, SageMakerModelPackageLink, SageMakerPipelineExecutionLink
 from sim2real.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
 
 
 class Sim2RealPlugin(AirflowPlugin):
     """Extra links: CodeBuild build, Batch node log streams, SSM command, workstation, pipeline
-    execution, model package, HyperPod cluster, Greengrass deployment, the run's S3 folder."""
+    execution, model package, HyperPod cluster, Greengrass deployment, the run's S3 folder, the run
+    report's training curve and evaluation outcome PNGs."""
 
     name = "sim2real"
     operator_extra_links = [
@@ -32,4 +33,6 @@ class Sim2RealPlugin(AirflowPlugin):
         HyperPodClusterLink(),
         GreengrassDeploymentLink(),
         S3RunFolderLink(),
+        S3TrainingCurveLink(),
+        S3EvalOutcomeLink(),
     ]

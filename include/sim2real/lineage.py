@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sim2real.run_key import run_prefix
+
 SCHEMA_VERSION = 1
 
 #: JSON schema (draft 2020-12) of ``lineage.json``, kept in the repository beside this module.
@@ -68,7 +70,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   quality_gate: Mapping[str, Any] | None = None, vla: Mapping[str, Any] | None = None,
                   model_package: Mapping[str, Any] | None = None, deployment: Mapping[str, Any] | None = None,
                   task_states: Mapping[str, Mapping[str, Any]] | None = None,
-                  cost_estimate: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  cost_estimate: Mapping[str, Any] | None = None,
+                  figures: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -76,8 +79,10 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
 
     :param cost_estimate: the run's cost estimate (``sim2real.budget.estimate_run_cost``); default: the
         plan's ``budget``.
+    :param figures: the report's pictures, ``{"training_curve": FIGURE, "eval_outcome": FIGURE}`` with
+        ``FIGURE = {"uri", "source", "points", "skipped_reason"}`` (:func:`figure_entry`); ``None``: not drawn.
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
-        "cost_estimate", "stages": {...}, "tasks": {...}}`` where ``chain`` is the one-line lineage
+        "cost_estimate", "stages": {...}, "tasks": {...}, "figures"}`` where ``chain`` is the one-line lineage
         (image digest → job → checkpoint sha256 → success rate → execution → package → deployment).
     """
     chain = {
@@ -116,7 +121,24 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
             "deployment": dict(deployment) if deployment else None,
         },
         "tasks": {k: dict(v) for k, v in (task_states or {}).items()},
+        "figures": {name: dict(fig) for name, fig in figures.items()} if figures is not None else None,
     }
+
+
+#: The report's pictures: lineage ``figures`` key → title (Markdown, links).
+FIGURES = {"training_curve": "Training curve", "eval_outcome": "Evaluation outcome"}
+
+
+def figure_entry(*, uri: str | None = None, source: str | None = None, points: int | None = None,
+                 skipped_reason: str | None = None) -> dict[str, Any]:
+    """One ``figures`` entry: a drawn picture (``uri`` + ``points``) or a skipped one (``skipped_reason``).
+
+    :raises ValueError: when both or neither of ``uri`` and ``skipped_reason`` are given.
+    """
+    if (uri is None) == (skipped_reason is None):
+        raise ValueError("a figure entry needs exactly one of uri (drawn) and skipped_reason (not drawn)")
+    return {"uri": uri, "source": source, "points": points if uri is not None else None,
+            "skipped_reason": skipped_reason}
 
 
 def _fmt(value: Any) -> str:
@@ -162,8 +184,15 @@ def _cost(estimate: Mapping[str, Any] | None) -> str:
     return f"{text} ({estimate.get('price_source')})"
 
 
+def _relative_to_run_folder(uri: str, run_key: Any) -> str:
+    """``s3://b/runs/<run_key>/report/x.png`` → ``report/x.png`` (else ``uri`` unchanged)."""
+    marker = f"/{run_prefix(str(run_key))}"
+    return uri.split(marker, 1)[1] if run_key and marker in uri else uri
+
+
 def render_markdown(lineage: Mapping[str, Any]) -> str:
-    """Markdown summary of a lineage document: the chain, then each task's state and duration."""
+    """Markdown summary of a lineage document: the chain, the report's pictures (embedded with a link
+    relative to ``lineage.md``, or why each is missing), then each task's state and duration."""
     lines = [f"# Sim-to-Real run `{lineage.get('run_key')}`", "",
              f"DAG `{lineage.get('dag_id')}`, run `{lineage.get('run_id')}`, written {lineage.get('created_at')}.",
              "", "## Lineage", "", "| | |", "|---|---|"]
@@ -171,6 +200,18 @@ def render_markdown(lineage: Mapping[str, Any]) -> str:
     gate = _get(lineage, "stages", "quality_gate")
     if gate:
         lines += ["", f"Quality gate: **{'passed' if gate.get('passed') else 'failed'}** — {gate.get('reason', '')}"]
+    figures = lineage.get("figures")
+    if figures:
+        lines += ["", "## Figures", ""]
+        for name, title in FIGURES.items():
+            fig = figures.get(name) or {}
+            if fig.get("uri"):
+                # relative to lineage.md (runs/<run_key>/): works on a copy of the run folder too
+                rel = _relative_to_run_folder(fig["uri"], lineage.get("run_key"))
+                lines += [f"![{title}]({rel})", "", f"{title}: `{fig['uri']}` (from `{fig.get('source')}`)", ""]
+            else:
+                lines += [f"{title}: not drawn — {fig.get('skipped_reason') or 'unknown reason'}", ""]
+        lines.pop()
     tasks = lineage.get("tasks") or {}
     if tasks:
         lines += ["", "## Tasks", "", "| task | state | duration (s) |", "|---|---|---|"]

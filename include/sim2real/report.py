@@ -1,17 +1,28 @@
 """The report stage: collect what every stage handed on and write the run's lineage to S3.
 
-Writes ``s3://<bucket>/runs/<run_key>/lineage.json`` and ``lineage.md``. Runs whatever
-happened upstream (``trigger_rule=all_done``): a failed or stopped run still gets its record.
+Writes, under ``s3://<bucket>/runs/<run_key>/``:
+
+* ``report/training_curve.png`` — mean episode return per PPO iteration, from the trainer's TensorBoard
+  event files (the checkpoint manifest's ``tensorboard_uri``, else the plan's ``checkpoints/tensorboard/``);
+* ``report/eval_outcome.png`` — the evaluation report's success rate, Wilson 95 % interval and gate
+  threshold, and each episode's return and outcome;
+* ``lineage.json`` (with the pictures' URIs, or why one was not drawn, under ``figures``) and ``lineage.md``
+  (which embeds them).
+
+Runs whatever happened upstream (``trigger_rule=all_done``): a failed or stopped run still gets its
+record; a picture whose data is missing (training never ran, no evaluation) or cannot be drawn is
+skipped with its reason logged and recorded, never failing the report.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from sim2real.lineage import build_lineage, lineage_errors, render_markdown
+from sim2real.lineage import build_lineage, figure_entry, lineage_errors, render_markdown
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +38,122 @@ SOURCES = {
     "model_package": "vla.wait_for_approval",
     "deployment": "deploy.deploy_to_robots",
 }
+
+
+#: The report's pictures: lineage ``figures`` key → object key under the run prefix (beside lineage.json).
+FIGURE_KEYS = {
+    "training_curve": "report/training_curve.png",
+    "eval_outcome": "report/eval_outcome.png",
+}
+
+
+class FigureSkipped(Exception):
+    """A picture's data is not there; the message is the reason recorded in ``lineage.json``."""
+
+
+def _get(mapping: Any, *keys: str) -> Any:
+    for key in keys:
+        mapping = mapping.get(key) if isinstance(mapping, Mapping) else None
+    return mapping
+
+
+def draw_training_curve(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any) -> tuple[bytes, str, int]:
+    """The training curve of the run: ``(png, events prefix, reward points)``.
+
+    Events come from the checkpoint manifest's ``tensorboard_uri``; without a manifest (the checkpoint
+    never arrived) from the plan's ``<checkpoint output>/tensorboard/``, where a failed or stopped
+    training leaves the events of its last checkpoint.
+
+    :raises FigureSkipped: no events prefix, no event files, or no reward value in them.
+    """
+    from sim2real import plots
+
+    manifest = parts.get("checkpoint") or {}
+    output_uri = _get(plan, "checkpoint", "output_uri")
+    source = manifest.get("tensorboard_uri") or (f"{output_uri.rstrip('/')}/tensorboard/" if output_uri else None)
+    ran = "training did not run (no output from train.train_policy)" if parts.get("training") is None \
+        else "training ran"
+    if not source:
+        raise FigureSkipped(f"{ran}; the plan has no checkpoint output URI to look for TensorBoard events in")
+    try:
+        scalars = plots.read_scalars(source, (plots.REWARD_TAG, plots.REWARD_MIN_TAG, plots.REWARD_MAX_TAG),
+                                     s3_hook=hook)
+        series = plots.reward_series(scalars, source=source)
+    except plots.PlotDataMissing as err:
+        raise FigureSkipped(f"{ran}; {err}") from err
+    png = plots.plot_training_curve(scalars, run_key=plan["run_key"],
+                                    task=manifest.get("task") or _get(plan, "checkpoint", "task"),
+                                    rollouts=manifest.get("rollouts"), num_envs=manifest.get("num_envs"))
+    return png, source, len(series.steps)
+
+
+def draw_eval_outcome(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any) -> tuple[bytes, str, int]:
+    """The evaluation outcome of the run: ``(png, report URI, episodes)``. The threshold is the one the
+    quality gate used (its output), else the plan's ``quality_gate``.
+
+    :raises FigureSkipped: no evaluation report (the evaluation did not run or its report was refused).
+    """
+    from sim2real import plots
+
+    report = parts.get("evaluation")
+    if not report:
+        raise FigureSkipped("evaluation did not run or its report was refused (no output from "
+                            "evaluate.read_eval_report)")
+    gate = parts.get("quality_gate") or {}
+    threshold = gate.get("threshold", _get(plan, "quality_gate", "min_success_rate"))
+    metric = gate.get("metric") or ("ci95_lower" if _get(plan, "quality_gate", "on_lower_bound") else "success_rate")
+    png = plots.eval_outcome_png(report, run_key=plan["run_key"], threshold=threshold, gate_metric=metric,
+                                 task=report.get("task") or _get(plan, "checkpoint", "task"))
+    source = report.get("report_uri") or _get(plan, "evaluation", "report_uri") or "evaluate.read_eval_report"
+    return png, source, int(report["episodes"])
+
+
+#: lineage ``figures`` key → function ``(plan, parts, s3_hook) -> (png, source, points)``.
+FIGURE_DRAWERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any], Any], tuple[bytes, str, int]]] = {
+    "training_curve": draw_training_curve,
+    "eval_outcome": draw_eval_outcome,
+}
+
+
+def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any,
+                  ti: Any = None) -> dict[str, dict[str, Any]]:
+    """Draw each of :data:`FIGURE_DRAWERS` and upload it as ``image/png`` to ``runs/<run_key>/report/``.
+
+    A picture that is skipped (:class:`FigureSkipped`) or fails to draw is logged and recorded with its
+    reason; the others are still written. With ``ti`` (the running task instance) the console link of
+    each written picture is persisted (:mod:`sim2real.links.s3`).
+
+    :param parts: the stages' outputs by lineage key (:data:`SOURCES`).
+    :param hook: the ``S3Hook`` used to read the events and write the PNGs.
+    :return: the lineage ``figures`` entries (:func:`sim2real.lineage.figure_entry`); raises nothing for a
+        picture (an upload error is recorded as its reason like any other).
+    """
+    from sim2real.links.s3 import FIGURE_LINKS
+
+    bucket, prefix = plan["bucket"], plan["run_prefix"]
+    figures: dict[str, dict[str, Any]] = {}
+    for name, draw in FIGURE_DRAWERS.items():
+        key = f"{prefix}{FIGURE_KEYS[name]}"
+        try:
+            png, source, points = draw(plan, parts, hook)
+            hook.get_conn().upload_fileobj(io.BytesIO(png), bucket, key,
+                                           ExtraArgs={**hook.extra_args, "ContentType": "image/png"})
+        except FigureSkipped as err:
+            log.warning("%s not drawn: %s", name, err)
+            figures[name] = figure_entry(skipped_reason=str(err))
+            continue
+        except Exception as err:  # noqa: BLE001 - a picture must not cost the run its lineage record
+            log.exception("%s could not be drawn or stored", name)
+            figures[name] = figure_entry(skipped_reason=f"could not be drawn or stored at s3://{bucket}/{key}: "
+                                                        f"{type(err).__name__}: {err}")
+            continue
+        uri = f"s3://{bucket}/{key}"
+        log.info("%s (%d points from %s) written to %s (%d bytes)", name, points, source, uri, len(png))
+        figures[name] = figure_entry(uri=uri, source=source, points=points)
+        link = FIGURE_LINKS.get(name)
+        if ti is not None and link is not None:
+            link.persist_for_object(ti, plan, key)
+    return figures
 
 
 def collect_task_states(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
@@ -49,12 +176,14 @@ def collect_task_states(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
 
 
 def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_run: Any, ti: Any) -> dict[str, Any]:
-    """Build the lineage from the run's XComs and write it (JSON + Markdown) under the run prefix.
+    """Build the lineage from the run's XComs and write it (JSON + Markdown) under the run prefix, after
+    the report's pictures (:func:`write_figures`).
 
     The document is checked against ``sim2real/schemas/lineage.schema.json``; it is written even
     when it does not match (the record of the run is kept), and the task then fails with the list.
 
-    :return: ``{"lineage_uri", "markdown_uri", "chain"}``.
+    :return: ``{"lineage_uri", "markdown_uri", "chain", "figures"}`` (``figures``: the PNG URIs by name,
+        ``None`` for one that was skipped).
     :raises botocore.exceptions.ClientError: when the artifacts bucket cannot be written.
     :raises sim2real.lineage.LineageSchemaError: when the document does not match the schema.
     """
@@ -67,13 +196,14 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
         except Exception as err:  # noqa: BLE001 - a stage that never ran has no XCom
             log.info("no output from %s: %s", task_id, err)
             parts[key] = None
-    lineage = build_lineage(
-        run_key=plan["run_key"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, params=params, plan=plan,
-        task_states=collect_task_states(dag_run.dag_id, dag_run.run_id), **parts,
-    )
-    errors = lineage_errors(lineage)
     bucket, prefix = plan["bucket"], plan["run_prefix"]
     hook = S3Hook()
+    figures = write_figures(plan=plan, parts=parts, hook=hook, ti=ti)
+    lineage = build_lineage(
+        run_key=plan["run_key"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, params=params, plan=plan,
+        task_states=collect_task_states(dag_run.dag_id, dag_run.run_id), figures=figures, **parts,
+    )
+    errors = lineage_errors(lineage)
     hook.load_string(json.dumps(lineage, indent=2, sort_keys=True, default=str), key=f"{prefix}lineage.json",
                      bucket_name=bucket, replace=True)
     hook.load_string(render_markdown(lineage), key=f"{prefix}lineage.md", bucket_name=bucket, replace=True)
@@ -84,4 +214,5 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
 
         raise LineageSchemaError(errors)
     log.info("lineage matches lineage.schema.json")
-    return {"lineage_uri": uri, "markdown_uri": f"s3://{bucket}/{prefix}lineage.md", "chain": lineage["chain"]}
+    return {"lineage_uri": uri, "markdown_uri": f"s3://{bucket}/{prefix}lineage.md", "chain": lineage["chain"],
+            "figures": {name: fig["uri"] for name, fig in figures.items()}}

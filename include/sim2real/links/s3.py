@@ -36,3 +36,46 @@ class S3RunFolderLink(BaseAwsLink):
         """Persist the link of ``plan``'s run folder for the running task (``plan``: ``plan_run``'s output)."""
         cls.persist(context=context, operator=context["task"], region_name=plan["region"],
                     aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], prefix=plan["run_prefix"])
+
+
+class S3ObjectLink(BaseAwsLink):
+    """Link to one object of the artifacts bucket in the S3 console (its overview page, with Open and
+    Download). S3 console URL layout: ``/s3/object/<bucket>?region=<region>&prefix=<key>``.
+
+    Subclasses name the object; the operator persists ``bucket`` and ``key`` (no link when it did not).
+    """
+
+    format_str = BASE_AWS_CONSOLE_LINK + "/s3/object/{bucket}?region={region_name}&prefix={key}"
+
+    def format_link(self, **kwargs) -> str:
+        if "key" in kwargs:
+            kwargs["key"] = quote(kwargs["key"], safe="")
+        return super().format_link(**kwargs)
+
+    @classmethod
+    def persist_for_object(cls, ti: Any, plan: Mapping[str, Any], key: str) -> None:
+        """Persist the link of ``s3://<plan bucket>/<key>`` for the running task instance ``ti``
+        (``plan``: ``prepare_run``'s output, for the bucket and region)."""
+        cls.persist(context={"ti": ti}, operator=ti.task, region_name=plan["region"],
+                    aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], key=key)
+
+
+class S3TrainingCurveLink(S3ObjectLink):
+    """The run report's training curve PNG (``runs/<run_key>/report/training_curve.png``)."""
+
+    name = "Training curve"
+    key = "sim2real_s3_training_curve"
+
+
+class S3EvalOutcomeLink(S3ObjectLink):
+    """The run report's evaluation outcome PNG (``runs/<run_key>/report/eval_outcome.png``)."""
+
+    name = "Evaluation outcome"
+    key = "sim2real_s3_eval_outcome"
+
+
+#: lineage ``figures`` key → the extra link of that picture (write_lineage persists them).
+FIGURE_LINKS: dict[str, type[S3ObjectLink]] = {
+    "training_curve": S3TrainingCurveLink,
+    "eval_outcome": S3EvalOutcomeLink,
+}
