@@ -42,3 +42,60 @@ def test_pipeline_definition_has_five_stages_and_is_canonical():
     assert d["Steps"][0]["CacheConfig"] == {"Enabled": True, "ExpireAfter": "P30D"}
     assert "CheckpointConfig" in d["Steps"][1]["Arguments"]
     assert pipeline_definition_json(**kw) == pipeline_definition_json(**kw)
+
+
+def _figures(**overrides):
+    from sim2real.lineage import figure_entry
+
+    figs = {
+        "training_curve": figure_entry(uri="s3://b-1/runs/k-1/report/training_curve.png",
+                                       source="s3://b-1/runs/k-1/checkpoints/tensorboard/", points=40),
+        "eval_outcome": figure_entry(skipped_reason="evaluation did not run"),
+    }
+    figs.update(overrides)
+    return figs
+
+
+def test_figures_are_recorded_embedded_relative_and_skipped_with_reason():
+    from sim2real.lineage import lineage_errors
+
+    lin = build_lineage(run_key="k-1", dag_id="sim_to_real", run_id="r", params={}, figures=_figures())
+    assert lineage_errors(lin) == []
+    md = render_markdown(lin)
+    assert "![Training curve](report/training_curve.png)" in md
+    assert "Training curve: `s3://b-1/runs/k-1/report/training_curve.png`" in md
+    assert "Evaluation outcome: not drawn — evaluation did not run" in md
+    # built without drawing (not by the report task): null, and no Figures section
+    bare = build_lineage(run_key="k-1", dag_id="sim_to_real", run_id="r", params={})
+    assert bare["figures"] is None and lineage_errors(bare) == [] and "## Figures" not in render_markdown(bare)
+
+
+def test_figure_entry_needs_exactly_one_of_uri_and_reason():
+    import pytest
+
+    from sim2real.lineage import figure_entry
+
+    with pytest.raises(ValueError, match="exactly one of uri"):
+        figure_entry(uri="s3://b/x.png", skipped_reason="why")
+    with pytest.raises(ValueError, match="exactly one of uri"):
+        figure_entry()
+
+
+def test_the_schema_refuses_a_figure_that_is_both_or_neither_or_not_a_png():
+    from sim2real.lineage import lineage_errors
+
+    cases = [
+        {"uri": "s3://b-1/runs/k-1/report/x.png", "source": None, "points": 3, "skipped_reason": "why"},
+        {"uri": None, "source": None, "points": None, "skipped_reason": None},
+        {"uri": "s3://b-1/runs/k-1/report/x.jpg", "source": None, "points": 3, "skipped_reason": None},
+        {"uri": "s3://b-1/runs/k-1/report/x.png", "source": None, "points": 3, "skipped_reason": None, "x": 1},
+    ]
+    for bad in cases:
+        lin = build_lineage(run_key="k-1", dag_id="sim_to_real", run_id="r", params={},
+                            figures=_figures(eval_outcome=bad))
+        assert any(e.startswith("$.figures") for e in lineage_errors(lin)), bad
+    lin = build_lineage(run_key="k-1", dag_id="sim_to_real", run_id="r", params={}, figures=_figures())
+    del lin["figures"]["eval_outcome"]
+    assert any(e.startswith("$.figures") for e in lineage_errors(lin))
+    del lin["figures"]
+    assert "$: 'figures' is a required property" in lineage_errors(lin)
