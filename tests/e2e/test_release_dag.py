@@ -8,7 +8,9 @@ and runs the release DAG twice:
   PendingManualApproval) is deployed to the emulated robots together with an RL checkpoint manifest
   whose sha256 is verified again; release.json validates against its schema;
 - ``pending``: the ARN of v3 (PendingManualApproval) → refused before any CreateDeployment, and the
-  record still says so.
+  record still says so;
+- ``device_fails``: a rollback to v1 by ARN that one robot cannot apply → the deployment is cancelled,
+  the run fails, and the record (written by the teardown) has each robot's status and reason.
 """
 
 from __future__ import annotations
@@ -78,8 +80,13 @@ def drive(home: str, out: str) -> None:
         cases = {
             "latest": {"policy_checkpoint_manifest_uri": f"s3://{bucket}/runs/older-run/checkpoints/manifest.json"},
             "pending": {"model_package_arn": arns["v3"]},
+            "device_fails": {"model_package_arn": arns["v1"]},
         }
         for name, conf in cases.items():
+            if name == "device_fails":  # robot 2 cannot apply the rollback to v1
+                sandbox.greengrass.device_check = lambda deployment, thing: (
+                    (False, "com.sim2real.PolicySetup failed: model download refused") if thing.endswith("-2")
+                    else (True, "applied"))
             before = sandbox.requests.count("CreateDeployment")
             dag_run = dag.test(run_conf=conf)
             run_key = make_run_key(dag_run.dag_id, dag_run.run_id)
@@ -168,3 +175,23 @@ def test_pending_package_is_refused_before_any_deployment(release):
     arn = release["arns"]["v3"]
     assert f"Model package {arn} is PendingManualApproval" in release["log"]
     assert f"--model-package-arn {arn} --model-approval-status Approved" in release["log"]
+
+
+def test_failed_deployment_is_recorded_by_the_teardown(release):
+    from sim2real.release import release_errors
+
+    case = release["device_fails"]
+    assert case["state"] == "failed"
+    assert case["tasks"]["deploy_to_robots"] == "failed" and case["tasks"]["write_release_record"] == "success"
+    assert case["create_deployment_calls"] == 1  # a device failure is a verdict: not retried
+    record = case["record"]
+    assert release_errors(record) == [], record
+    assert record["outcome"] == "deployment_failed"
+    assert record["model_package"]["model_package_arn"] == release["arns"]["v1"]
+    assert record["model_package"]["selected_by"] == "arn"
+    deployment = record["deployment"]
+    assert deployment["deployment_name"] == f"sim2real-{case['run_key']}"
+    assert deployment["deployment_status"] == "CANCELED"
+    assert deployment["devices"]["sim2real-robot-2"] == "FAILED"
+    assert "model download refused" in deployment["device_reasons"]["sim2real-robot-2"]
+    assert [n["event"] for n in case["notifications"]] == ["run_failed"] and not case["asset_events"]
