@@ -10,7 +10,9 @@ What it does, in order:
    is polling, as a person in SageMaker Studio would);
 4. runs the DAG with ``dag.test()`` (real operators, real triggers run inline);
 5. prints one table of stages (state, duration) and the lineage chain, checks the checkpoint
-   sha256 in the lineage against the object in sandbox S3, and exits 0 only if the run succeeded.
+   sha256 in the lineage against the object in sandbox S3, prints the report's pictures (their S3
+   URIs, a local copy under ``<Airflow home>/report/<run_key>/`` and their console links), and exits 0
+   only if the run succeeded.
 
 Nothing leaves 127.0.0.1. Everything the sandbox plays instead of AWS is logged with
 ``[sandbox:emulated]``.
@@ -119,23 +121,36 @@ def asset_events(dag_run) -> list[dict[str, Any]]:
     return [{"asset": name, "task_id": task_id, "extra": dict(extra or {})} for name, task_id, extra in rows]
 
 
-def run_folder_link(dag_run) -> str | None:
-    """The "S3 run folder" extra link of ``prepare_run`` as the UI would render it (from its XCom)."""
+def _persisted_link(dag_run, task_id: str, link) -> str | None:
+    """The extra link ``link`` of ``task_id`` as the UI would render it (from the XCom the task persisted)."""
     import json as _json
 
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from sim2real.links.s3 import S3RunFolderLink
-
     with create_session() as session:
         value = session.scalar(select(XComModel.value).where(
             XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id,
-            XComModel.task_id == "prepare_run", XComModel.key == S3RunFolderLink.key))
+            XComModel.task_id == task_id, XComModel.key == link.key))
     if isinstance(value, str):
         value = _json.loads(value)
-    return S3RunFolderLink().format_link(**value) if value else None
+    return link.format_link(**value) if value else None
+
+
+def run_folder_link(dag_run) -> str | None:
+    """The "S3 run folder" extra link of ``prepare_run`` as the UI would render it (from its XCom)."""
+    from sim2real.links.s3 import S3RunFolderLink
+
+    return _persisted_link(dag_run, "prepare_run", S3RunFolderLink())
+
+
+def figure_links(dag_run) -> dict[str, str | None]:
+    """The "Training curve" / "Evaluation outcome" extra links of ``write_lineage`` (lineage ``figures`` key →
+    S3 console URL, ``None`` when the picture was not written)."""
+    from sim2real.links.s3 import FIGURE_LINKS
+
+    return {name: _persisted_link(dag_run, "write_lineage", link()) for name, link in FIGURE_LINKS.items()}
 
 
 def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
@@ -188,10 +203,11 @@ def main(argv: list[str] | None = None) -> int:
             approver.cancel()
         state = str(getattr(dag_run.state, "value", dag_run.state))
         rows = task_table(dag_run)
-        summary = summarise(sandbox, env_config, dag_run, rows)
+        summary = summarise(sandbox, env_config, dag_run, rows, figures_dir=home / "report")
         summary["notifications"] = read_notifications(sandbox, inbox)
         summary["asset_events"] = asset_events(dag_run)
         summary["run_folder_link"] = run_folder_link(dag_run)
+        summary["figure_links"] = figure_links(dag_run)
     elapsed = time.monotonic() - started
 
     _print_table(f"sim_to_real run {dag_run.run_id}: {state.upper()}", ("task", "state", "duration (s)"),
@@ -204,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[demo] SNS notification ({note['event']}): {note['subject']}")
     if summary.get("run_folder_link"):
         print(f"[demo] extra link 'S3 run folder' (the run's folder in the S3 console): {summary['run_folder_link']}")
+    for name, fig in (summary.get("figures") or {}).items():
+        if fig.get("uri"):
+            print(f"[demo] report picture {name}: {fig['uri']} (copy: {fig.get('local_path')}); "
+                  f"extra link: {(summary.get('figure_links') or {}).get(name)}")
+        else:
+            print(f"[demo] report picture {name}: not drawn — {fig.get('skipped_reason')}")
     for event in summary.get("asset_events", []):
         print(f"[demo] asset event {event['asset']} from {event['task_id']}: {json.dumps(event['extra'], sort_keys=True)}")
     print("[demo] emulated by the sandbox: CodeBuild build (image pushed with a real digest), Batch compute "
@@ -251,8 +273,12 @@ def read_notifications(sandbox, queue_url: str | None) -> list[dict[str, Any]]:
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=msg["ReceiptHandle"])
 
 
-def summarise(sandbox, env_config: dict[str, Any], dag_run, rows) -> dict[str, Any]:
-    """Read the lineage the run wrote and cross-check it against sandbox S3."""
+def summarise(sandbox, env_config: dict[str, Any], dag_run, rows, figures_dir: Path | None = None) -> dict[str, Any]:
+    """Read the lineage the run wrote and cross-check it against sandbox S3.
+
+    With ``figures_dir``, the report's PNGs are copied there (the sandbox's S3 is gone once the demo
+    exits): ``summary["figures"][name]`` is the lineage entry plus ``local_path``.
+    """
     import boto3
 
     from sim2real.lineage import chain_rows
@@ -294,6 +320,16 @@ def summarise(sandbox, env_config: dict[str, Any], dag_run, rows) -> dict[str, A
         out["checks"].append(f"{'ok' if same else 'FAILED'}: success rate {report.get('success_rate')} "
                              f"({report.get('successes')}/{report.get('episodes')} episodes, seeds "
                              f"{report.get('seeds', [None])[0]}..) computed by the evaluation in {report_uri}")
+    out["figures"] = {}
+    for name, fig in (lineage.get("figures") or {}).items():
+        entry = dict(fig)
+        if fig.get("uri") and figures_dir is not None:
+            b, _, k = fig["uri"][len("s3://"):].partition("/")
+            local = figures_dir / run_key / k.rsplit("/", 1)[-1]
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(s3.get_object(Bucket=b, Key=k)["Body"].read())
+            entry["local_path"] = str(local)
+        out["figures"][name] = entry
     out["checks_ok"] = bool(ok)
     return out
 
