@@ -158,7 +158,11 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         event = validate_execute_complete_event(event)
         if event["status"] != "success":
             raise AirflowException(self._failure(event.get("message", str(event))))
-        return {**(result or {}), "current_count": event.get("current_count")}
+        # The deferral kwargs are not handed back by every runner (dag.test passes only the event).
+        fallback = {"cluster_name": self.cluster_name, "cluster_arn": None,
+                    "instance_group_name": self.instance_group_name, "previous_count": None,
+                    "target_count": int(self.target_count), "updated": None}
+        return {**fallback, **(result or {}), "current_count": event.get("current_count")}
 
 
 #: XCom keys pushed before waiting (a retry or the UI can find the job and its submit host).
@@ -300,13 +304,13 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
                     job_id=job_id,
                     waiter_delay=self.poll_interval,
                     waiter_max_attempts=self._attempts(),
+                    reattached=reattached,
                     aws_conn_id=self.aws_conn_id,
                     region_name=self.region_name,
                     verify=self.verify,
                     botocore_config=self.botocore_config,
                 ),
                 method_name="execute_complete",
-                kwargs={"result": base},
                 timeout=timedelta(seconds=self.poll_interval * self._attempts() + 600),
             )
         return self._wait_sync(base)
@@ -351,12 +355,13 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         )
         return AirflowException(message) if state in SLURM_RETRYABLE_STATES else AirflowFailException(message)
 
-    def execute_complete(
-        self, context: Context, event: dict[str, Any] | None = None, result: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """Resume after the trigger: the job's end state."""
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the trigger: the job's end state (everything from the event and the task's fields)."""
         event = validate_execute_complete_event(event)
-        base = dict(result or {})
+        job_id = event.get("job_id")
+        base = {"cluster_name": self.cluster_name, "job_id": job_id, "job_name": self.job_name,
+                "log_path": slurm.log_path_for(self.log_path, job_id, self.job_name),
+                "submit_host_instance_id": event.get("instance_id"), "reattached": bool(event.get("reattached"))}
         self._job_id, self._instance_id = base.get("job_id"), base.get("submit_host_instance_id")
         state, exit_code = event.get("state", "UNKNOWN"), event.get("exit_code", "")
         if event["status"] == "success":

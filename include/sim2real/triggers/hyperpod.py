@@ -120,7 +120,8 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
     :param cancel_on_kill: ``scancel`` the job when the deferred task is killed (Airflow 3.3 ``on_kill``).
 
     Events: ``{"status": "success" | "failure" | "timeout" | "error", "cluster_name", "job_id",
-    "state", "exit_code", "message"}``; ``failure`` for any state of
+    "instance_id", "reattached", "state", "exit_code", "message"}`` (self-contained: the resumed task
+    needs nothing else); ``failure`` for any state of
     :data:`~sim2real.slurm.SLURM_FAILURE_STATES`.
     """
 
@@ -135,6 +136,7 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
         waiter_delay: int = 30,
         waiter_max_attempts: int = 1440,
         max_failed_queries: int = 10,
+        reattached: bool = False,
         cancel_on_kill: bool = True,
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
@@ -147,6 +149,7 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
                 "instance_id": instance_id,
                 "job_id": job_id,
                 "max_failed_queries": max_failed_queries,
+                "reattached": reattached,
                 "cancel_on_kill": cancel_on_kill,
             },
             waiter_name="command_executed",
@@ -167,6 +170,7 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
         self.instance_id = instance_id
         self.job_id = job_id
         self.max_failed_queries = max_failed_queries
+        self.reattached = reattached
         self.cancel_on_kill = cancel_on_kill
 
     async def _run_script(self, client, commands: list[str]) -> dict[str, Any]:
@@ -192,6 +196,7 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
 
     def _event(self, status: str, state: str, exit_code: str, message: str) -> TriggerEvent:
         return TriggerEvent({"status": status, "cluster_name": self.cluster_name, "job_id": self.job_id,
+                             "instance_id": self.instance_id, "reattached": self.reattached,
                              "state": state, "exit_code": exit_code, "message": message})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -1,10 +1,12 @@
-"""EC2 service quotas and their CloudWatch usage metric.
+"""EC2 service quotas and their CloudWatch usage metric; SageMaker HyperPod cluster-usage quotas.
 
 moto 5.2.5's Service Quotas knows only ``vpc``. The sandbox answers GetServiceQuota,
 GetAWSDefaultServiceQuota, ListServiceQuotas and ListAWSDefaultServiceQuotas for ``ec2`` with the
 configured vCPU limits, and publishes the in-use vCPU count the way AWS does: metric
 ``AWS/Usage`` ``ResourceCount`` with dimensions Service=EC2, Type=Resource, Resource=vCPU,
 Class=<G|P|Standard>/OnDemand (refreshed every 30 s so "the last N minutes" always has data).
+For ``sagemaker`` it lists the HyperPod ``"<instance type> for cluster usage"`` quotas
+(:data:`SAGEMAKER_CLUSTER_QUOTAS`, instances).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ EC2_QUOTAS: dict[str, tuple[str, str]] = {
     "L-1216C47A": ("Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances", "Standard"),
 }
 DEFAULT_LIMITS = {"L-DB2E81BA": 96.0, "L-417A185B": 0.0, "L-1216C47A": 256.0}
+#: SageMaker HyperPod "<instance type> for cluster usage" quotas (instances) the sandbox answers for
+#: (the codes are made up: AWS does not document them per type; the preflight finds the quota by name).
+SAGEMAKER_CLUSTER_QUOTAS: dict[str, float] = {"ml.m5.xlarge": 4.0, "ml.g6.12xlarge": 4.0, "ml.g5.12xlarge": 4.0}
 
 
 class QuotaResponder:
@@ -39,6 +44,19 @@ class QuotaResponder:
         self.usage = {"G": 0.0, "P": 0.0, "Standard": 0.0, **(usage or {})}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def sagemaker_quotas(self) -> list[dict[str, Any]]:
+        """HyperPod cluster-usage quotas (:data:`SAGEMAKER_CLUSTER_QUOTAS`)."""
+        out = []
+        for i, (instance_type, limit) in enumerate(sorted(SAGEMAKER_CLUSTER_QUOTAS.items())):
+            code = f"L-5A1D{i:04d}"
+            out.append({
+                "ServiceCode": "sagemaker", "ServiceName": "Amazon SageMaker",
+                "QuotaArn": f"arn:aws:servicequotas:{self.sandbox.region}:{self.sandbox.account_id}:sagemaker/{code}",
+                "QuotaCode": code, "QuotaName": f"{instance_type} for cluster usage", "Value": float(limit),
+                "Unit": "None", "Adjustable": True, "GlobalQuota": False, "QuotaAppliedAtLevel": "ACCOUNT",
+            })
+        return out
 
     def quota(self, code: str) -> dict[str, Any]:
         if code not in EC2_QUOTAS:
@@ -69,6 +87,8 @@ class QuotaResponder:
         def list_defaults(backend: ServiceQuotasBackend, service_code: str) -> list[dict[str, Any]]:
             if service_code == "ec2":
                 return [active().quotas.quota(c) for c in EC2_QUOTAS]
+            if service_code == "sagemaker":
+                return active().quotas.sagemaker_quotas()
             return original_defaults(backend, service_code)
 
         def list_service_quotas(resp: ServiceQuotasResponse) -> str:
