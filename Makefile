@@ -20,8 +20,8 @@ install: $(STAMP)
 demo: install
 	$(BIN)/python -m sim2real.demo $(DEMO_ARGS)
 
-## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end).
-test: install
+## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
+test: install browser-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## Everything but the end-to-end DAG runs.
@@ -36,6 +36,23 @@ bench: install
 ## Fault replay (DESIGN §5): every injected fault in one sandbox run; results in .sandbox/faults-results.json.
 faults: install
 	$(BIN)/python -m sim2real.faults --json-out .sandbox/faults-results.json --markdown
+
+## The Airflow UI (airflow standalone: scheduler, dag-processor, triggerer, API server) against the local
+## AWS sandbox, at http://127.0.0.1:8080 (no login: local sandbox, every visitor is admin). Ctrl-C stops it.
+ui: install
+	$(BIN)/python -m sim2real.ui $(UI_ARGS)
+
+## Chromium from Debian for the browser test (tests/ui/), installed only when `chromium` is not on PATH.
+.PHONY: browser-deps
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; else \
+	  echo "browser-deps: chromium is not on PATH and installing it needs root or sudo: the browser test will be skipped"; exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "browser-deps: chromium is not on PATH and there is no apt-get: install chromium yourself, or the browser test will be skipped"; exit 0; fi; \
+	echo "browser-deps: installing chromium (Debian package)"; \
+	{ $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
+	  || echo "browser-deps: could not install chromium (see above): the browser test will be skipped"
 
 clean:
 	rm -rf $(VENV) .sandbox .pytest_cache
