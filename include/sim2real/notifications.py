@@ -1,4 +1,4 @@
-"""Notifications of the ``sim_to_real`` DAG, through Airflow notifiers (Amazon SNS).
+"""Notifications of the ``sim_to_real`` and ``sim_to_real_release`` DAGs, through Airflow notifiers (Amazon SNS).
 
 :class:`Sim2RealSnsNotifier` subclasses the Amazon provider's
 :class:`~airflow.providers.amazon.aws.notifications.sns.SnsNotifier`. The topic is not a DAG
@@ -142,8 +142,11 @@ def compose(event: str, context: Mapping[str, Any], env: Mapping[str, Any] | Non
         body = [f"Reason: {context.get('reason') or 'failed'}"]
         if ti is not None:
             body.append(f"Failed task: {_ti_value(ti, 'task_id')} (try {_ti_value(ti, 'try_number')})")
-        if folder:
-            body.append(f"Lineage: {folder}lineage.json (written by the run's teardown)")
+        if folder:  # the run's record, written by its teardown task
+            if dag_id == "sim_to_real_release":
+                body.append(f"Record: {folder}release.json (written by the run's teardown)")
+            else:
+                body.append(f"Lineage: {folder}lineage.json (written by the run's teardown)")
     elif event == GATE_FAILED:
         title = "quality gate FAILED"
         reason = str(context.get("exception") or "the quality gate failed")

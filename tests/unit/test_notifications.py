@@ -68,6 +68,18 @@ def test_dag_run_failure_publishes_to_the_configured_topic(topic):
     assert msg["MessageAttributes"]["run_key"]["Value"] == run_key
 
 
+def test_release_dag_failure_points_at_its_release_record(topic):
+    # The release DAG writes runs/<run_key>/release.json, not lineage.json.
+    ti = SimpleNamespace(task_id="resolve_model_package", try_number=1, dag_id="sim_to_real_release",
+                         run_id=RUN_ID, xcom_pull=lambda **kw: None)
+    n.run_failed()({"dag": SimpleNamespace(dag_id="sim_to_real_release"), "run_id": RUN_ID,
+                    "reason": "task_failure", "ti": ti})
+    [msg] = topic.received()
+    run_key = make_run_key("sim_to_real_release", RUN_ID)
+    assert f"Record: s3://sim2real-artifacts-123456789012/runs/{run_key}/release.json" in msg["Message"]
+    assert "lineage.json" not in msg["Message"]
+
+
 def test_gate_failure_carries_the_reason(topic):
     report = {"report_uri": "s3://b/runs/k/eval/report.json"}
     ti = SimpleNamespace(task_id="quality_gate", try_number=1, dag_id="sim_to_real", run_id=RUN_ID,
