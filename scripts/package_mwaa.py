@@ -46,7 +46,10 @@ EXCLUDED = ("sandbox/", "demo.py", "bench.py")
 #: The Airflow-side runtime packages (from the project's requirements.txt). Versions come from the
 #: constraints file, which pins every one of them for the Airflow version (so MWAA resolves them
 #: without conflicts against the packages its image already has).
-RUNTIME = ("apache-airflow-providers-amazon[aiobotocore]", "boto3", "pendulum", "jsonschema", "s3fs")
+#: The runtime's packages (versions from the constraints file); tensorboard + matplotlib draw the run
+#: report's training curve and evaluation outcome (sim2real.plots).
+RUNTIME = ("apache-airflow-providers-amazon[aiobotocore]", "boto3", "pendulum", "jsonschema", "s3fs",
+           "tensorboard", "matplotlib")
 BUNDLE_FILES = ("plugins.zip", "requirements.txt", "startup.sh")
 
 STARTUP = """\

@@ -47,6 +47,8 @@ def test_requirements_have_mwaa_constraint_line_for_the_environment_version(bund
     assert lines[0] == (f'--constraint "https://raw.githubusercontent.com/apache/airflow/constraints-{version}/'
                         'constraints-3.12.txt"')
     assert "apache-airflow-providers-amazon[aiobotocore]" in lines and "s3fs" in lines
+    # write_lineage draws the run report's figures (sim2real.plots) on the workers.
+    assert "tensorboard" in lines and "matplotlib" in lines
     assert not any(ln.startswith("apache-airflow==") for ln in lines)  # MWAA's image provides Airflow
 
 
