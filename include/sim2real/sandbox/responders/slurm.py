@@ -427,8 +427,9 @@ def scontrol(argv: list[str]) -> int:
     words = [w for w in argv if w not in ("-o", "--oneliner")]
     if words[:2] == ["show", "hostnames"]:
         nodelist = words[2] if len(words) > 2 else os.environ.get("SLURM_JOB_NODELIST", "")
-        for host in _expand(nodelist):
-            print(host)
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.write("".join(f"{host}\n" for host in _expand(nodelist)))
+            sys.stdout.flush()
         return 0
     if words[:2] == ["show", "job"] and len(words) > 2:
         job = _load(words[2])

@@ -12,6 +12,8 @@ ListCommandInvocations, CancelCommand and DescribeInstanceInformation. Here:
   awsrunShellScript/0.awsrunShellScript/stdout|stderr`` (AWS's layout) in full, while
   GetCommandInvocation's ``StandardOutputContent`` keeps the first 24,000 characters and
   ``StandardErrorContent`` the first 8,000 (AWS API reference, GetCommandInvocation).
+* SendCommand by ``InstanceIds`` reaches those instances only (moto sends a command without
+  ``Targets`` to every EC2 instance).
 * An instance registered with ``env`` (the HyperPod head node) runs its commands with that extra
   environment: the emulated Slurm client (:mod:`~sim2real.sandbox.responders.slurm`) first on PATH.
 * DescribeInstanceInformation reports ``Online`` for running instances registered as managed
@@ -98,6 +100,14 @@ class SsmResponder:
         def describe_instance_information(resp: SimpleSystemManagerResponse) -> ActionResult:
             return ActionResult(active().ssm._instance_information(resp))
 
+        original_targets = Command._get_instance_ids_from_targets
+
+        def instance_ids_from_targets(command: Command) -> list[str]:
+            # moto 5.2.5 filters EC2 with {} when there are no Targets, which matches EVERY instance: a
+            # command sent by InstanceIds went to all of them (the workstation and the HyperPod head node).
+            return original_targets(command) if command.targets else []
+
+        patcher.setattr(Command, "_get_instance_ids_from_targets", instance_ids_from_targets)
         patcher.setattr(SimpleSystemManagerBackend, "send_command", send_command)
         patcher.setattr(SimpleSystemManagerResponse, "list_command_invocations", list_command_invocations)
         patcher.setattr(SimpleSystemManagerResponse, "cancel_command", cancel_command)

@@ -1,0 +1,79 @@
+"""End to end: sim_to_real with training_backend=hyperpod on a real Airflow (dag.test) against the sandbox.
+
+One subprocess (``tests/e2e/hyperpod_run.py``) runs two DAG runs in one sandbox: a good run (scale up →
+Slurm job → scale down, then checkpoint and evaluation), and one whose Slurm job is forced to fail.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+SCRIPT = Path(__file__).with_name("hyperpod_run.py")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, dict]:
+    folder = tmp_path_factory.mktemp("hyperpod")
+    out, log = folder / "out.json", folder / "run.log"
+    with log.open("w") as fh:
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--home", str(folder / "airflow"), "--json-out", str(out)],
+                              stdout=fh, stderr=subprocess.STDOUT, timeout=900)
+    assert proc.returncode == 0 and out.exists(), log.read_text()[-8000:]
+    return {run["name"]: run for run in json.loads(out.read_text())["runs"]}
+
+
+def _states(run: dict) -> dict[str, str]:
+    return {task: state for task, state, _ in run["tasks"]}
+
+
+def _order(run: dict) -> list[str]:
+    return [task for task, _, _ in run["tasks"]]
+
+
+def test_hyperpod_run_scales_up_trains_scales_down_and_evaluates(runs):
+    run = runs["success"]
+    states = _states(run)
+    assert run["state"] == "success", states
+    for task in ("training_backend", "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.train_policy",
+                 "hyperpod.scale_down", "checkpoint.training_job", "checkpoint.wait_for_checkpoint",
+                 "evaluate.run_evaluation", "evaluate.read_eval_report", "quality_gate", "write_lineage"):
+        assert states[task] == "success", (task, states)
+    assert states["preflight.check_capacity"] == "skipped" and states["train.train_policy"] == "skipped"
+    order = _order(run)
+    assert order.index("hyperpod.scale_up") < order.index("hyperpod.train_policy") < order.index("hyperpod.scale_down")
+    # One UpdateCluster up to num_nodes, one back to min_count (0); the group ends empty.
+    assert run["cluster_updates"] == ["UpdateCluster sim2real-hyperpod: head=1, gpu=1",
+                                      "UpdateCluster sim2real-hyperpod: head=1, gpu=0"]
+    assert run["groups"]["gpu"] == {"current": 0, "target": 0} and run["gpu_nodes"] == 0
+    assert run["groups"]["head"] == {"current": 1, "target": 1}
+    # Exactly one Slurm job, completed, named after the run key; the trainer wrote the manifest it reads.
+    jobs = run["slurm_jobs"]
+    assert [(j["state"], j["exit_code"]) for j in jobs] == [("COMPLETED", "0:0")]
+    assert jobs[0]["name"] == f"sim2real-train-{run['run_key']}" and jobs[0]["nodes"] == 1
+    manifest = run["manifest"]
+    assert manifest["task"] == "Reacher-v5" and manifest["run_key"] == run["run_key"]
+    assert manifest["checkpoint_uri"].startswith(f"s3://sim2real-artifacts-123456789012/runs/{run['run_key']}/checkpoints/")
+    assert run["report"]["checkpoint_sha256"] == manifest["sha256"] and run["report"]["episodes"] == 3
+
+
+def test_failed_slurm_job_still_scales_down_and_fails_the_run(runs):
+    run = runs["slurm_job_fail"]
+    states = _states(run)
+    assert run["state"] == "failed", states
+    assert states["hyperpod.scale_up"] == "success"
+    assert states["hyperpod.train_policy"] == "failed"
+    assert states["hyperpod.scale_down"] == "success"  # the teardown ran
+    assert states["checkpoint.wait_for_checkpoint"] == "upstream_failed"
+    assert states["write_lineage"] == "success"
+    assert run["cluster_updates"][-1] == "UpdateCluster sim2real-hyperpod: head=1, gpu=0"
+    assert run["groups"]["gpu"] == {"current": 0, "target": 0} and run["gpu_nodes"] == 0
+    # A FAILED job is the job's verdict: not retried, so exactly one more job was submitted.
+    new = [j for j in run["slurm_jobs"] if j["name"] == f"sim2real-train-{run['run_key']}"]
+    assert [(j["state"], j["exit_code"]) for j in new] == [("FAILED", "1:0")]
+    assert run["manifest"] is None

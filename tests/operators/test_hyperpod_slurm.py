@@ -1,0 +1,199 @@
+"""HyperPodSlurmJobOperator / HyperPodSlurmJobTrigger against the sandbox's HyperPod head node (SSM Run
+Command running the emulated Slurm client), plus the Slurm text helpers of ``sim2real.slurm``.
+
+The batch step runs a tiny launcher (prints its node, sleeps, exits with a chosen code) instead of the trainer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import TaskDeferred
+from sim2real import slurm
+from sim2real.hooks.hyperpod import instance_group_specs
+from sim2real.operators.hyperpod import HyperPodSlurmJobOperator
+from sim2real.sandbox import Sandbox
+from sim2real.triggers.hyperpod import HyperPodSlurmJobTrigger
+
+from operator_helpers import first_event
+
+LAUNCHER = """#!/bin/bash
+echo "task node=$SLURM_NODEID of $SLURM_NNODES master=$MASTER_ADDR rank=$NODE_RANK marker=$MARKER"
+sleep "${SLEEP_SECONDS:-0}"
+exit "${EXIT_CODE:-0}"
+"""
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    with Sandbox(step_seconds=0.05) as sb:
+        sb.provision()
+        for key, value in sb.airflow_env().items():
+            mp.setenv(key, value)
+        sm = sb.client("sagemaker", internal=True)
+        describe = sm.describe_cluster(ClusterName="sim2real-hyperpod")
+        specs, _ = instance_group_specs(sm, describe, "gpu", 2)
+        sm.update_cluster(ClusterName="sim2real-hyperpod", InstanceGroups=specs)
+        deadline = time.monotonic() + 30
+        while len(sm.list_cluster_nodes(ClusterName="sim2real-hyperpod", InstanceGroupNameContains="gpu")
+                  ["ClusterNodeSummaries"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        launcher = tmp_path_factory.mktemp("slurm") / "launcher.sh"
+        launcher.write_text(LAUNCHER)
+        sb.test_launcher = str(launcher)
+        yield sb
+    mp.undo()
+
+
+@pytest.fixture
+def context():
+    from operator_helpers import FakeTI
+
+    return {"ti": FakeTI("hyperpod.train_policy")}
+
+
+def make_operator(sb, name: str, nodes: int = 2, **env: str) -> HyperPodSlurmJobOperator:
+    hp = sb.config["hyperpod"]
+    log_path = f"{hp['shared_dir']}/logs/{name}-%j.out"
+    script = slurm.render_script(job_name=name, num_nodes=nodes, log_path=log_path, launcher=sb.test_launcher,
+                                 environment={"MARKER": "it's a test", **env}, use_container_image=False)
+    commands = slurm.submit_commands(script_path=f"{hp['shared_dir']}/jobs/{name}.sbatch", script_text=script,
+                                     job_name=name, log_dir=f"{hp['shared_dir']}/logs")
+    return HyperPodSlurmJobOperator(
+        task_id="train_policy", cluster_name="sim2real-hyperpod", submit_host_tag_key=hp["submit_host_tag_key"],
+        submit_host_tag_value=hp["submit_host_tag_value"], job_name=name, submit_commands=commands,
+        log_path=log_path, poll_interval=1, agent_online_timeout_seconds=10, deferrable=True,
+    )
+
+
+def defer(op, context) -> tuple[HyperPodSlurmJobTrigger, dict]:
+    with pytest.raises(TaskDeferred) as info:
+        op.execute(context)
+    return info.value.trigger, info.value.kwargs or {}
+
+
+def job(sb, job_id: str) -> dict:
+    return next(j for j in sb.slurm.jobs() if j["job_id"] == job_id)
+
+
+def test_two_node_job_completes(sandbox, context):
+    op = make_operator(sandbox, "t-success")
+    trigger, _ = defer(op, context)
+    assert context["ti"].xcom["slurm_job_id"] == trigger.job_id
+    event = first_event(trigger)
+    assert event["status"] == "success" and event["state"] == "COMPLETED" and event["exit_code"] == "0:0"
+    result = op.execute_complete(context, event=event)
+    assert result["job_id"] == trigger.job_id and result["state"] == "COMPLETED" and result["reattached"] is False
+    log = open(result["log_path"]).read()
+    # srun ran one task per node; node 0 = the first host of the nodelist = MASTER_ADDR.
+    assert "task node=0 of 2 master=127.0.0.1 rank=0 marker=it's a test" in log
+    assert "task node=1 of 2 master=127.0.0.1 rank=1" in log
+
+
+def test_failed_job_names_cluster_job_state_exit_code_and_log(sandbox, context):
+    op = make_operator(sandbox, "t-failed", EXIT_CODE="3")
+    trigger, _ = defer(op, context)
+    event = first_event(trigger)
+    assert event["status"] == "failure" and event["state"] == "FAILED" and event["exit_code"] == "3:0"
+    with pytest.raises(AirflowFailException) as err:
+        op.execute_complete(context, event=event)
+    message = str(err.value)
+    for needle in ("sim2real-hyperpod", f"Slurm job {trigger.job_id}", "FAILED", "exit code 3:0",
+                   f"t-failed-{trigger.job_id}.out", "task node=0 of 2"):
+        assert needle in message, (needle, message)
+
+
+def test_fault_fails_the_job_and_sync_mode_raises(sandbox, context):
+    sandbox.faults["slurm_job_fail"] = True
+    try:
+        op = make_operator(sandbox, "t-fault", nodes=1)
+        op.deferrable = False
+        with pytest.raises(AirflowFailException, match=r"ended FAILED, exit code 1:0"):
+            op.execute(context)
+    finally:
+        sandbox.faults.clear()
+
+
+def test_on_kill_scancels_and_the_job_ends_cancelled(sandbox, context):
+    op = make_operator(sandbox, "t-kill", SLEEP_SECONDS="60")
+    trigger, _ = defer(op, context)
+    deadline = time.monotonic() + 20
+    while job(sandbox, trigger.job_id)["state"] != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert job(sandbox, trigger.job_id)["state"] == "RUNNING", open(job(sandbox, trigger.job_id)["output"]).read()
+    op.on_kill()
+    assert job(sandbox, trigger.job_id)["state"] == "CANCELLED"
+    event = first_event(trigger)
+    assert event["status"] == "failure" and event["state"] == "CANCELLED"
+    with pytest.raises(AirflowFailException, match="CANCELLED"):
+        op.execute_complete(context, event=event)
+
+
+def test_trigger_on_kill_scancels(sandbox, context):
+    op = make_operator(sandbox, "t-trigger-kill", SLEEP_SECONDS="60")
+    trigger, _ = defer(op, context)
+    deadline = time.monotonic() + 20
+    while job(sandbox, trigger.job_id)["state"] != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    asyncio.run(trigger.on_kill())
+    deadline = time.monotonic() + 20
+    while job(sandbox, trigger.job_id)["state"] != "CANCELLED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert job(sandbox, trigger.job_id)["state"] == "CANCELLED", (job(sandbox, trigger.job_id),
+                                                                   open(job(sandbox, trigger.job_id)["output"]).read())
+
+
+def test_retry_reattaches_to_the_running_job_instead_of_submitting_again(sandbox, context):
+    first, _ = defer(make_operator(sandbox, "t-reattach", SLEEP_SECONDS="3"), context)
+    second_op = make_operator(sandbox, "t-reattach", SLEEP_SECONDS="3")
+    second, _ = defer(second_op, context)
+    assert second.job_id == first.job_id and second.reattached is True
+    assert [j["job_id"] for j in sandbox.slurm.jobs() if j["name"] == "t-reattach"] == [first.job_id]
+    result = second_op.execute_complete(context, event=first_event(second))
+    assert result["reattached"] is True and result["state"] == "COMPLETED"
+
+
+def test_no_submit_host_is_a_clear_error(sandbox, context):
+    op = make_operator(sandbox, "t-nohost")
+    op.submit_host_tag_value = "no-such-head"
+    with pytest.raises(ValueError, match="No EC2 instance .* tagged sim2real:role=no-such-head"):
+        op.execute(context)
+
+
+# -- sim2real.slurm text helpers --------------------------------------------------------------
+
+@pytest.mark.parametrize("stdout, expected", [
+    ("sacct|COMPLETED|0:0\n", ("COMPLETED", "0:0")),
+    ("sacct|CANCELLED by 0|0:15\n", ("CANCELLED", "0:15")),
+    ("sacct|OUT_OF_MEMORY|0:125\n", ("OUT_OF_MEMORY", "0:125")),
+    ("scontrol|JobId=7 JobName=x JobState=PENDING Reason=Resources ExitCode=0:0\n", ("PENDING", "0:0")),
+    ("unknown|\n", ("UNKNOWN", "")),
+])
+def test_parse_status_output(stdout, expected):
+    assert slurm.parse_status_output(stdout) == expected
+
+
+def test_parse_submit_output_and_refusals():
+    assert slurm.parse_submit_output("noise\nsim2real-slurm-job-id=42 reattached=0\n") == ("42", False)
+    assert slurm.parse_submit_output("sim2real-slurm-job-id=7 reattached=1") == ("7", True)
+    with pytest.raises(ValueError, match="no Slurm job id"):
+        slurm.parse_submit_output("sbatch: error: Batch job submission failed")
+    with pytest.raises(ValueError, match="digits"):
+        slurm.status_commands("1; rm -rf /")
+
+
+def test_render_script_refuses_unsafe_sbatch_values():
+    with pytest.raises(ValueError, match="log_path"):
+        slurm.render_script(job_name="j", num_nodes=1, log_path="/fsx/a b.out", environment={}, launcher="/l")
+    with pytest.raises(ValueError, match="num_nodes"):
+        slurm.render_script(job_name="j", num_nodes=0, log_path="/fsx/a.out", environment={}, launcher="/l")
+    text = slurm.render_script(job_name="j", num_nodes=3, log_path="/fsx/%x-%j.out", launcher="/l",
+                               environment={"OUTPUT_URI": "s3://b/x y;rm"}, use_container_image=True,
+                               container_mounts="/fsx:/fsx")
+    assert "#SBATCH --nodes=3" in text and "export OUTPUT_URI='s3://b/x y;rm'" in text
+    assert "USE_CONTAINER_IMAGE=1" in text and "--container-image" in text
