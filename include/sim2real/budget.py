@@ -6,7 +6,9 @@ is part of the plan and of ``runs/<run_key>/lineage.json`` (``cost_estimate``).
 
 Formula (instance-hours × on-demand USD/hour):
 
-- **training** = ``num_nodes`` × price(Batch instance type) × hours, where hours is
+- **training** = ``num_nodes`` × price(instance type) × hours — the Batch compute environment's
+  ``batch.instance_type``, or for ``training_backend: hyperpod`` the GPU group's ``hyperpod.instance_type``
+  (HyperPod bills the ml.* instance types; an empty type has no price) — where hours is
   ``train_time_budget_seconds`` / 3600 when a time budget is set, else ``training_timeout_hours``
   (the longest the stage may run). Time spent RUNNABLE is not billed (no instance runs).
 - **fine-tune** (only when ``run_vla_finetune``) = price(``vla_instance_type``) ×
@@ -77,7 +79,8 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
     """Estimate the run's GPU cost (formula in the module docstring).
 
     :param params: the run's resolved params.
-    :param env: the environment config (``batch.instance_type``).
+    :param env: the environment config (``batch.instance_type``; ``hyperpod.instance_type`` for the
+        hyperpod backend).
     :param prices: price table override (default :data:`ON_DEMAND_USD_PER_HOUR`).
     :return: ``{"currency": "USD", "price_source", "total_usd" (None when a price is missing),
         "max_budget_usd", "missing_prices": [...], "items": [{"stage", "instance_type", "instances",
@@ -85,7 +88,10 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
     """
     prices = ON_DEMAND_USD_PER_HOUR if prices is None else prices
     items: list[dict[str, Any]] = []
-    batch_type = env["batch"]["instance_type"]
+    if params.get("training_backend") == "hyperpod":
+        train_type = (env.get("hyperpod") or {}).get("instance_type") or "hyperpod.instance_type (not set)"
+    else:
+        train_type = env["batch"]["instance_type"]
     nodes = int(params.get("num_nodes", 1))
     budget_s = int(params.get("train_time_budget_seconds") or 0)
     timeout_h = float(params.get("training_timeout_hours", 0))
@@ -93,7 +99,7 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
         train_hours, basis = budget_s / 3600, f"train_time_budget_seconds {budget_s}"
     else:
         train_hours, basis = timeout_h, f"training_timeout_hours {timeout_h:g} (no time budget)"
-    items.append(_item("training", batch_type, nodes, train_hours, prices, basis))
+    items.append(_item("training", train_type, nodes, train_hours, prices, basis))
     if params.get("run_vla_finetune"):
         vla_type = params["vla_instance_type"]
         steps = int(params.get("vla_max_steps", 0))
@@ -330,7 +336,7 @@ def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None
     estimate = plan.get("budget") or {}
     batch = plan.get("batch") or {}
     est_item = _stage_item(estimate, "training") or {}
-    instance_type = batch.get("instance_type") or est_item.get("instance_type") or "unknown"
+    instance_type = est_item.get("instance_type") or batch.get("instance_type") or "unknown"
     price = est_item.get("usd_per_hour")
     price = prices.get(instance_type) if price is None else float(price)
     nodes = int(batch.get("num_nodes") or est_item.get("instances") or 1)
@@ -352,6 +358,9 @@ def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None
             basis = f"Batch job {job_id} started_at..{'now (no stopped_at)' if stop is None else 'stopped_at'}"
             if training.get("stopped_by_budget"):
                 basis += ", stopped at the cost limit"
+        elif training.get("cluster_name"):  # the HyperPod Slurm job's result: no timing in it
+            basis = (f"Slurm job {job_id} on HyperPod cluster {training['cluster_name']}: no start/end time in "
+                     "the result (see sacct Elapsed)")
         else:
             basis = f"Batch job {job_id}: no start time in the training result"
         if seconds is None and "startedAt" in basis:  # terminated or failed before RUNNING: no node ran it

@@ -46,6 +46,7 @@ Shape (JSON object; every key below is required unless marked optional)::
       "hyperpod": {                            # optional; needed by training_backend "hyperpod"
         "cluster_name": "sim2real-hyperpod",
         "gpu_instance_group": "gpu",           # the group scaled up for training and back down after
+        "instance_type": "ml.g5.12xlarge",     # optional; the gpu group's type, for the cost estimate
         "head_instance_group": "head",
         "min_count": 0,                        # optional (default 0): the gpu group's size between runs
         "submit_host_tag_key": "sim2real:role",     # EC2 tag of the head/login node with the Slurm
@@ -135,6 +136,9 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
 HYPERPOD_DEFAULTS: dict[str, Any] = {
     "cluster_name": "",
     "gpu_instance_group": "gpu",
+    # The GPU group's instance type (e.g. "ml.g5.12xlarge"), for the run's cost estimate only: the
+    # scaling itself reads the group from DescribeCluster. "" = unknown (a run under a budget is refused).
+    "instance_type": "",
     "head_instance_group": "head",
     "min_count": 0,
     "submit_host_tag_key": "",

@@ -98,7 +98,7 @@ def environment_config(settings: Settings, stacks: dict[str, Any]) -> dict[str, 
     }
     if stacks.get("hyperpod") is not None:
         config["hyperpod"] = {"cluster_name": stacks["hyperpod"].cluster_name, "gpu_instance_group": "gpu",
-                              "head_instance_group": "head"}
+                              "instance_type": stacks["hyperpod"].GPU_INSTANCE_TYPE, "head_instance_group": "head"}
     return config
 
 

@@ -23,6 +23,9 @@ class HyperPodStack(cdk.Stack):
     ``UpdateCluster`` must list every instance group, which the DAG's HyperPod operator does.
     """
 
+    #: The GPU group's instance type (the environment config's hyperpod.instance_type prices it).
+    GPU_INSTANCE_TYPE = "ml.g6.12xlarge"
+
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc,
                  artifacts: s3.IBucket | str, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -40,7 +43,7 @@ class HyperPodStack(cdk.Stack):
         subnets = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnet_ids[:1]
         lifecycle = sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
             on_create="on_create.sh", source_s3_uri=f"s3://{artifacts.bucket_name}/{LIFECYCLE_PREFIX}/")
-        groups = [("head", "ml.m5.xlarge", 1), ("gpu", "ml.g6.12xlarge", 0)]
+        groups = [("head", "ml.m5.xlarge", 1), ("gpu", self.GPU_INSTANCE_TYPE, 0)]
         self.cluster = sagemaker.CfnCluster(
             self, "Cluster",
             cluster_name=self.cluster_name,

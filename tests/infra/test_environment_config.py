@@ -79,7 +79,7 @@ def test_same_shape_as_the_sandbox(synth: Synth, sandbox_config: dict[str, Any])
 def test_hyperpod_section_when_enabled(synth_full: Synth) -> None:
     config = _parameters(synth_full)[ENV_SSM_PARAMETER]
     assert config["hyperpod"] == {"cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu",
-                                  "head_instance_group": "head"}
+                                  "instance_type": "ml.g6.12xlarge", "head_instance_group": "head"}
     validate_environment(config)
 
 

@@ -125,6 +125,7 @@ def test_deployment_components_merge_the_model_uri():
 
 
 HYPERPOD_ENV = {**GOOD, "hyperpod": {"cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu", "min_count": 1,
+                                      "instance_type": "ml.g5.12xlarge",
                                       "submit_host_tag_key": "sim2real:role", "submit_host_tag_value": "hyperpod-head",
                                       "shared_dir": "/fsx/sim2real"}}
 

@@ -259,7 +259,7 @@ def provision(
         sm.create_cluster(ClusterName="sim2real-hyperpod", InstanceGroups=[
             {"InstanceGroupName": "head", "InstanceType": "ml.m5.xlarge", "InstanceCount": 1,
              "LifeCycleConfig": lifecycle, "ExecutionRole": hyperpod_role, "ThreadsPerCore": 1},
-            {"InstanceGroupName": "gpu", "InstanceType": "ml.g6.12xlarge", "InstanceCount": 0,
+            {"InstanceGroupName": "gpu", "InstanceType": "ml.g5.12xlarge", "InstanceCount": 0,
              "LifeCycleConfig": lifecycle, "ExecutionRole": hyperpod_role, "ThreadsPerCore": 1},
         ])
         # The head/login node that submits Slurm jobs: an SSM-managed EC2 instance whose commands have the
@@ -275,6 +275,7 @@ def provision(
                             "emulated Slurm client (sbatch/srun/squeue/sacct/scontrol/scancel); jobs run on this "
                             "machine", instance_id=head)
         config["hyperpod"] = {"cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu",
+                              "instance_type": "ml.g5.12xlarge",
                               "head_instance_group": "head", "min_count": 0,
                               "submit_host_tag_key": "sim2real:role", "submit_host_tag_value": "hyperpod-head",
                               "partition": "dev", "shared_dir": sandbox.slurm.shared_dir,
