@@ -22,7 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from sim2real import assets
 from sim2real import notifications as notify
 from sim2real import stage_docs as docs
-from sim2real.links.s3 import S3RunFolderLink
+from sim2real.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
 from sim2real.operators.batch import BatchTrainingOperator
 from sim2real.operators.codebuild import CodeBuildImageOperator
 from sim2real.operators.greengrass import GreengrassDeploymentOperator
@@ -145,6 +145,8 @@ def sim_to_real():
             run_key=plan["run_key"],
             environment=plan["batch.environment"],
             runnable_timeout_seconds=plan["batch.runnable_timeout_seconds"],
+            cost_limit_usd=plan["batch.cost_limit_usd"],  # stop the job before it passes the budget
+            usd_per_node_hour=plan["batch.usd_per_node_hour"],
             poll_interval=POLL,
             multiple_outputs=True,
             execution_timeout=dt.timedelta(hours=12),
@@ -412,7 +414,7 @@ def sim_to_real():
     # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded)
     # and, being a teardown, does not mask a failed stage in the run's final state.
     lineage = write_lineage(plan["plan"]).as_teardown(setups=plan)
-    lineage.operator.operator_extra_links = (S3RunFolderLink(),)
+    lineage.operator.operator_extra_links = (S3RunFolderLink(), S3TrainingCurveLink(), S3EvalOutcomeLink())
     [deployment, gate, stop_workstation] >> lineage
 
 

@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from sim2real.budget import check_budget, estimate_run_cost
+from sim2real.budget import check_budget, estimate_run_cost, training_cost_limit, training_usd_per_node_hour
 from sim2real.config import DEFAULT_EVAL_COMMAND, RUN_KEY_TAG, hyperpod_settings
 from sim2real.params import VLA_INSTANCE_GPUS, apply_run_defaults, check_params
 from sim2real.run_key import make_run_key, run_prefix
@@ -87,6 +87,10 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
             "num_nodes": int(params["num_nodes"]),
             "environment": training_env,
             "runnable_timeout_seconds": int(params["runnable_timeout_minutes"]) * 60,
+            # Checked at each poll while the job runs (None = no check): the job is stopped before its
+            # elapsed cost would pass max_budget_usd less the other stages' estimate.
+            "cost_limit_usd": training_cost_limit(budget),
+            "usd_per_node_hour": training_usd_per_node_hour(budget),
         },
         "hyperpod": hyperpod_plan(run_key, params, env, training_env),
         "checkpoint": {

@@ -115,6 +115,23 @@ def test_training_cost_limit_of_a_real_plan():
     vla = plan["budget"]["items"][1]["usd"]
     assert training_cost_limit(plan["budget"]) == pytest.approx(plan["budget"]["max_budget_usd"] - vla, abs=0.01)
     assert training_usd_per_node_hour(plan["budget"]) == ON_DEMAND_USD_PER_HOUR[GOOD["batch"]["instance_type"]]
+    # The plan hands both to the Batch training operator (checked at each poll).
+    assert plan["batch"]["cost_limit_usd"] == training_cost_limit(plan["budget"])
+    assert plan["batch"]["usd_per_node_hour"] == training_usd_per_node_hour(plan["budget"])
+
+
+def test_hyperpod_training_is_priced_by_the_gpu_group_instance_type():
+    from .test_stages import HYPERPOD_ENV
+
+    params = {**PARAMS, "training_backend": "hyperpod", "task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2,
+              "train_time_budget_seconds": 3600}
+    train = estimate_run_cost(params, HYPERPOD_ENV)["items"][0]
+    assert train["instance_type"] == "ml.g5.12xlarge" and train["instances"] == 2
+    assert train["usd"] == pytest.approx(round(2 * ON_DEMAND_USD_PER_HOUR["ml.g5.12xlarge"], 2))
+    # Without the group's type in the config the run cannot be priced: refused under a budget, with the key to set.
+    env = {**HYPERPOD_ENV, "hyperpod": {k: v for k, v in HYPERPOD_ENV["hyperpod"].items() if k != "instance_type"}}
+    with pytest.raises(BudgetExceeded, match=r"hyperpod\.instance_type"):
+        plan_run(dag_id="sim_to_real", run_id="manual__1", params={**params, "max_budget_usd": 100}, env=env)
 
 
 def test_elapsed_cost_is_nodes_times_price_times_hours():
