@@ -71,7 +71,9 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   model_package: Mapping[str, Any] | None = None, deployment: Mapping[str, Any] | None = None,
                   task_states: Mapping[str, Mapping[str, Any]] | None = None,
                   cost_estimate: Mapping[str, Any] | None = None,
-                  figures: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  figures: Mapping[str, Mapping[str, Any]] | None = None,
+                  hyperpod_scaling: Mapping[str, Any] | None = None,
+                  cost_actual: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -81,14 +83,23 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         plan's ``budget``.
     :param figures: the report's pictures, ``{"training_curve": FIGURE, "eval_outcome": FIGURE}`` with
         ``FIGURE = {"uri", "source", "points", "skipped_reason"}`` (:func:`figure_entry`); ``None``: not drawn.
+    :param hyperpod_scaling: HyperPod runs: ``{"scale_up": ..., "scale_down": ...}`` (the scale tasks' results).
+    :param cost_actual: the run's actual GPU cost (:func:`sim2real.budget.actual_run_cost`); ``None``: unknown.
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
-        "cost_estimate", "stages": {...}, "tasks": {...}, "figures"}`` where ``chain`` is the one-line lineage
-        (image digest → job → checkpoint sha256 → success rate → execution → package → deployment).
+        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures"}`` where ``chain`` is the
+        one-line lineage (image digest → training job (Batch job, or Slurm job on the HyperPod cluster) →
+        checkpoint sha256 → success rate → execution → package → deployment).
     """
+    backend = _get(plan, "backend") or "batch"
+    on_hyperpod = backend == "hyperpod"
     chain = {
         "image_digest": _get(image, "image_digest"),
         "image_uri": _get(image, "image_uri"),
-        "batch_job_id": _get(training, "job_id"),
+        "training_backend": backend,
+        "batch_job_id": None if on_hyperpod else _get(training, "job_id"),
+        "slurm_job_id": _get(training, "job_id") if on_hyperpod else None,
+        "hyperpod_cluster_name": (_get(training, "cluster_name") or _get(plan, "hyperpod", "cluster_name"))
+        if on_hyperpod else None,
         "checkpoint_uri": _get(checkpoint, "checkpoint_uri"),
         "checkpoint_sha256": _get(checkpoint, "sha256"),
         "success_rate": _get(evaluation, "success_rate"),
@@ -108,11 +119,13 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "params": dict(params),
         "chain": chain,
         "cost_estimate": dict(cost_estimate) if cost_estimate else (dict(plan["budget"]) if plan and plan.get("budget") else None),
+        "cost_actual": dict(cost_actual) if cost_actual else None,
         "stages": {
             "plan": dict(plan) if plan else None,
             "image": dict(image) if image else None,
             "preflight": dict(preflight) if preflight else None,
             "training": dict(training) if training else None,
+            "hyperpod_scaling": dict(hyperpod_scaling) if hyperpod_scaling else None,
             "checkpoint": dict(checkpoint) if checkpoint else None,
             "evaluation": dict(evaluation) if evaluation else None,
             "quality_gate": dict(quality_gate) if quality_gate else None,
@@ -161,7 +174,8 @@ def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
     rate = "—" if sr is None else (f"{sr:.3f} {_fmt(ci)}" if ci else f"{sr:.3f}")
     return [
         ("image digest", _fmt(c.get("image_digest"))),
-        ("Batch job", _fmt(c.get("batch_job_id"))),
+        *([("Slurm job (HyperPod)", f"{_fmt(c.get('slurm_job_id'))} on {_fmt(c.get('hyperpod_cluster_name'))}")]
+          if c.get("training_backend") == "hyperpod" else [("Batch job", _fmt(c.get("batch_job_id")))]),
         ("checkpoint", _fmt(c.get("checkpoint_uri"))),
         ("checkpoint sha256", _fmt(c.get("checkpoint_sha256"))),
         ("success rate [95% CI]", rate),
@@ -170,7 +184,18 @@ def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("deployment", _fmt(c.get("deployment_id"))),
         ("device status", _fmt(c.get("device_statuses"))),
         ("estimated cost", _cost(lineage.get("cost_estimate"))),
+        ("actual cost", _actual_cost(lineage.get("cost_actual"))),
     ]
+
+
+def _actual_cost(actual: Mapping[str, Any] | None) -> str:
+    if not actual:
+        return "—"
+    text = f"${actual['total_usd']:.2f}"
+    if actual.get("unknown"):
+        text = f"at least {text} (unknown: {', '.join(actual['unknown'])})"
+    verdict = {True: "within budget", False: "OVER BUDGET", None: None}[actual.get("within_budget")]
+    return text + (f", {verdict}" if verdict else "")
 
 
 def _cost(estimate: Mapping[str, Any] | None) -> str:

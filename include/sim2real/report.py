@@ -39,6 +39,55 @@ SOURCES = {
     "deployment": "deploy.deploy_to_robots",
 }
 
+#: What differs for a ``training_backend: hyperpod`` run (the plan's ``backend``): its capacity check
+#: and training are the ``hyperpod`` group's tasks (the Slurm job's result is the ``training`` stage).
+HYPERPOD_SOURCES = {
+    "preflight": "hyperpod.check_capacity",
+    "training": "hyperpod.train_policy",
+}
+#: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
+HYPERPOD_SCALING_SOURCES = {"scale_up": "hyperpod.scale_up", "scale_down": "hyperpod.scale_down"}
+
+
+def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
+    try:
+        return ti.xcom_pull(task_ids=task_id, **({"key": key} if key else {}))
+    except Exception as err:  # noqa: BLE001 - a stage that never ran has no XCom
+        log.info("no output%s from %s: %s", f" {key!r}" if key else "", task_id, err)
+        return None
+
+
+def stage_sources(plan: Mapping[str, Any]) -> dict[str, str]:
+    """lineage key → task id for this run's backend (:data:`SOURCES`, with :data:`HYPERPOD_SOURCES`)."""
+    return {**SOURCES, **(HYPERPOD_SOURCES if plan.get("backend") == "hyperpod" else {})}
+
+
+def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
+                    sagemaker_client: Any = None) -> dict[str, Any] | None:
+    """The run's actual GPU cost (:func:`sim2real.budget.actual_run_cost`) from the stages' outputs.
+
+    Training: the training task's result; a Batch job stopped at the cost limit fails its task, whose
+    figures are then in its ``job_cost`` XCom. Fine-tune: the billed time of the pipeline's training
+    step (:func:`sim2real.budget.finetune_billing`, one DescribeTrainingJob) when a client is given.
+    Never raises: ``None`` when the figure cannot be made (logged).
+    """
+    from sim2real.budget import actual_run_cost, finetune_billing
+
+    try:
+        training = parts.get("training")
+        if not training and plan.get("backend", "batch") == "batch":
+            training = _pull(ti, SOURCES["training"], key="job_cost")
+        vla = parts.get("vla")
+        if vla and vla.get("pipeline_execution_arn") and sagemaker_client is not None:
+            try:
+                vla = {**vla, **finetune_billing(sagemaker_client, vla["pipeline_execution_arn"])}
+            except Exception as err:  # noqa: BLE001 - the report never fails for want of a figure
+                log.warning("could not read the fine-tune's billed time: %s", err)
+        return actual_run_cost(plan, training, vla)
+    except Exception:  # noqa: BLE001
+        log.exception("could not compute the run's actual cost")
+        return None
+
 
 #: The report's pictures: lineage ``figures`` key → object key under the run prefix (beside lineage.json).
 FIGURE_KEYS = {
@@ -189,19 +238,24 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     """
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    parts: dict[str, Any] = {}
-    for key, task_id in SOURCES.items():
-        try:
-            parts[key] = ti.xcom_pull(task_ids=task_id)
-        except Exception as err:  # noqa: BLE001 - a stage that never ran has no XCom
-            log.info("no output from %s: %s", task_id, err)
-            parts[key] = None
+    from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
+
+    parts: dict[str, Any] = {key: _pull(ti, task_id) for key, task_id in stage_sources(plan).items()}
+    scaling = None
+    if plan.get("backend") == "hyperpod":
+        scaling = {key: _pull(ti, task_id) for key, task_id in HYPERPOD_SCALING_SOURCES.items()}
     bucket, prefix = plan["bucket"], plan["run_prefix"]
     hook = S3Hook()
     figures = write_figures(plan=plan, parts=parts, hook=hook, ti=ti)
+    try:
+        sagemaker = SageMakerHook().conn if parts.get("vla") else None
+    except Exception as err:  # noqa: BLE001 - no client: the fine-tune's cost is reported unknown
+        log.warning("no SageMaker client for the fine-tune's billed time: %s", err)
+        sagemaker = None
     lineage = build_lineage(
         run_key=plan["run_key"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, params=params, plan=plan,
-        task_states=collect_task_states(dag_run.dag_id, dag_run.run_id), figures=figures, **parts,
+        task_states=collect_task_states(dag_run.dag_id, dag_run.run_id), figures=figures,
+        hyperpod_scaling=scaling, cost_actual=run_actual_cost(plan, parts, ti, sagemaker), **parts,
     )
     errors = lineage_errors(lineage)
     hook.load_string(json.dumps(lineage, indent=2, sort_keys=True, default=str), key=f"{prefix}lineage.json",
