@@ -326,10 +326,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
 
-    def _on_sigterm(_signum: int, _frame: Any) -> None:
+    def _interrupt(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    # Explicit handlers: a process started in the background may inherit SIGINT ignored, and its
+    # children would too (an ignored signal survives exec; a Python handler does not).
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     stack = UiStack(args.home, api_port=args.port, poll_seconds=args.poll_seconds, decision=args.decision)
     started = time.monotonic()
     print(f"[ui] starting the local AWS sandbox and airflow standalone (logs: {stack.home / 'logs'}) ...", flush=True)

@@ -287,6 +287,8 @@ def test_run_from_the_form_succeeds_with_the_typed_values(page, stack, tmp_path,
     dialog = open_trigger_form(page, stack)
     fill_form(dialog, values)
     open_section(dialog, SECTIONS[0])
+    page.set_viewport_size({"width": 1400, "height": 2000})  # the whole modal in view for its screenshot
+    page.wait_for_timeout(300)  # the modal re-centres after the resize; nothing to wait for in the DOM
     dialog.screenshot(path=str(shots / "trigger-form.png"))
     trigger = dialog.get_by_role("button", name="Trigger", exact=True)
     assert trigger.is_enabled(), diagnose(page, stack, tmp_path, "Trigger is disabled after filling the form")
@@ -308,15 +310,16 @@ def test_run_from_the_form_succeeds_with_the_typed_values(page, stack, tmp_path,
     # The finished run's graph, as a person would look at it.
     from urllib.parse import quote
 
+    page.set_viewport_size({"width": 1700, "height": 650})
     page.goto(f"{stack.dag_url}/runs/{quote(run_id, safe='')}")
     page.get_by_role("button", name="Show Graph (Press g)").click()
-    nodes = page.locator(".react-flow__node")
     try:
-        nodes.first.wait_for(state="visible")
-        page.get_by_role("button", name="Expand all task groups").click()
-        page.locator(".react-flow__node", has_text="write_lineage").first.wait_for(state="visible")
+        page.locator(".react-flow__node").first.wait_for(state="visible")
+        page.get_by_role("button", name="Collapse Details Panel").click()
+        page.wait_for_load_state("networkidle")
+        page.get_by_role("button", name="Fit View").click()
     except sync_api.TimeoutError:
         pytest.fail(diagnose(page, stack, tmp_path, "the run's graph did not render"))
-    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(500)  # Fit View animates the viewport; the DOM has no end-of-animation marker
     page.screenshot(path=str(shots / "run-graph.png"))
     print(f"browser test: form filled, run {run_id} succeeded, graph captured in {time.monotonic() - started:.0f} s")
