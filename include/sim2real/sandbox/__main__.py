@@ -37,7 +37,13 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def write_env_file(path: Path, env: dict[str, str]) -> None:
-    """Write ``env`` as ``KEY='value'`` lines (shell-quoted), atomically (temp file + rename)."""
+    """Write ``env`` as ``KEY='value'`` lines (shell-quoted), atomically (temp file + rename).
+
+    :raises ValueError: naming the variable whose value has a line break (one line per variable).
+    """
+    broken = sorted(key for key, value in env.items() if "\n" in value or "\r" in value)
+    if broken:
+        raise ValueError(f"env file values must be single lines: {broken} contain line breaks")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(f"{key}={shlex.quote(value)}\n" for key, value in sorted(env.items())))

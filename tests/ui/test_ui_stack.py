@@ -1,0 +1,79 @@
+"""The pieces of ``make ui`` that need no browser: the served sandbox process and the stack's guards."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import boto3
+import pytest
+
+from sim2real.sandbox.__main__ import read_env_file, write_env_file
+from sim2real.ui import UiStack, UiStackError
+
+
+def test_env_file_round_trips_json_and_quotes(tmp_path):
+    env = {"AIRFLOW_VAR_X": json.dumps({"name": "it's", "list": [1, "a b"]}), "EMPTY": "", "PLAIN": "v"}
+    path = tmp_path / "sandbox.env"
+    write_env_file(path, env)
+    assert read_env_file(path) == env
+    # The file is also what a shell loads: `set -a; . FILE`.
+    out = subprocess.run(["bash", "-c", f'set -a; . "{path}"; printf %s "$AIRFLOW_VAR_X"'],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == {"name": "it's", "list": [1, "a b"]}
+
+
+def test_env_file_refuses_multi_line_values(tmp_path):
+    with pytest.raises(ValueError, match="MULTI"):
+        write_env_file(tmp_path / "e.env", {"MULTI": "a\nb", "OK": "c"})
+    (tmp_path / "bad.env").write_text("JUST_A_WORD\n")
+    with pytest.raises(ValueError, match="bad.env:1"):
+        read_env_file(tmp_path / "bad.env")
+
+
+def test_served_sandbox_writes_the_airflow_env_and_stops_on_sigterm(tmp_path):
+    env_file = tmp_path / "sandbox.env"
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real.sandbox", "serve", "--env-file", str(env_file),
+                             "--work-dir", str(tmp_path / "work"), "--poll-seconds", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not env_file.exists():
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "the served sandbox wrote no env file in 120 s"
+            time.sleep(0.2)
+        env = read_env_file(env_file)
+        connection = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])
+        config = json.loads(env["AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"])
+        assert connection["extra"]["endpoint_url"] == env["AWS_ENDPOINT_URL"]
+        assert env["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+        assert env["SIM2REAL_POLL_SECONDS"] == "3" and env["AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE"] == "True"
+        # The provisioned resources are there, answered by the served process.
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        s3.head_bucket(Bucket=config["artifacts_bucket"])
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "SIGTERM received" in out and "[sandbox] stopped" in out
+    assert "[sandbox:emulated]" in out
+    assert not env_file.exists(), "the env file outlived the sandbox it points at"
+
+
+def test_ui_stack_refuses_a_port_in_use_before_starting_anything(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        stack = UiStack(tmp_path, api_port=port)
+        with pytest.raises(UiStackError, match=f"port {port} .* in use"):
+            stack.start(timeout=10)
+    assert not (tmp_path / "logs").exists()
