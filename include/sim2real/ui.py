@@ -121,7 +121,7 @@ class UiStack:
         deadline = time.monotonic() + timeout
         if _port_in_use(self.api_port):
             raise UiStackError(f"port {self.api_port} on 127.0.0.1 is in use: stop what listens there or pick "
-                               "another one (python -m sim2real.ui --port N)")
+                               "another one (make ui UI_ARGS=\"--port N\", or SIM2REAL_UI_PORT=N)")
         try:
             self._start_sandbox(deadline)
             self._start_airflow()
