@@ -214,6 +214,11 @@ def fill_form(dialog, values: dict[str, Any]) -> None:
             fill(dialog, key, values[key])
 
 
+def is_trigger_request(response) -> bool:
+    """The form's POST /api/v2/dags/<dag>/dagRuns."""
+    return response.request.method == "POST" and response.url.endswith(f"/dags/{DAG_ID}/dagRuns")
+
+
 def dag_run_ids(stack: UiStack) -> set[str]:
     runs = stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100")["dag_runs"]
     return {run["dag_run_id"] for run in runs}
@@ -237,7 +242,7 @@ def test_invalid_value_shows_the_error_and_creates_no_run(page, stack, tmp_path)
     # A value against the field's pattern is refused by Airflow's param validation, shown in the form.
     open_section(dialog, PARAMS["embodiment_tag"].schema["section"])
     field(dialog, "embodiment_tag").fill("Bad Tag!")
-    with page.expect_response(lambda r: r.url.endswith(f"/dags/{DAG_ID}/dagRuns") and r.request.method == "POST") as resp:
+    with page.expect_response(is_trigger_request) as resp:
         dialog.get_by_role("button", name="Trigger", exact=True).click()
     assert resp.value.status == 400, diagnose(page, stack, tmp_path, f"expected 400, got {resp.value.status}")
     error = dialog.get_by_text("Invalid input for param embodiment_tag")
@@ -270,7 +275,8 @@ def failed_task_logs(stack: UiStack, run_id: str) -> str:
     for ti in tis:
         if ti["state"] in ("failed", "upstream_failed") and ti.get("try_number"):
             try:
-                log = stack.api("GET", f"{base}/taskInstances/{ti['task_id']}/logs/{ti['try_number']}?full_content=true")
+                log = stack.api("GET", f"{base}/taskInstances/{ti['task_id']}/logs/{ti['try_number']}"
+                                "?full_content=true")
                 content = log.get("content")
                 text = "\n".join(str(c.get("event", c)) if isinstance(c, dict) else str(c) for c in content) \
                     if isinstance(content, list) else str(content)
@@ -292,7 +298,7 @@ def test_run_from_the_form_succeeds_with_the_typed_values(page, stack, tmp_path,
     dialog.screenshot(path=str(shots / "trigger-form.png"))
     trigger = dialog.get_by_role("button", name="Trigger", exact=True)
     assert trigger.is_enabled(), diagnose(page, stack, tmp_path, "Trigger is disabled after filling the form")
-    with page.expect_response(lambda r: r.url.endswith(f"/dags/{DAG_ID}/dagRuns") and r.request.method == "POST") as resp:
+    with page.expect_response(is_trigger_request) as resp:
         trigger.click()
     assert resp.value.status in (200, 201), diagnose(page, stack, tmp_path, f"trigger answered {resp.value.status}: "
                                                      f"{resp.value.text()[:2000]}")
@@ -306,6 +312,10 @@ def test_run_from_the_form_succeeds_with_the_typed_values(page, stack, tmp_path,
     wrong = {k: (conf.get(k), v) for k, v in values.items() if conf.get(k) != v}
     assert not wrong, f"run conf differs from the typed values (conf, typed): {wrong}"
     assert conf["num_nodes"] == PARAMS["num_nodes"].value  # untouched fields keep their defaults
+    # The waits deferred and their triggers ran in the standalone triggerer (one log per trigger).
+    run_logs = stack.airflow_home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
+    trigger_logs = list(run_logs.glob("task_id=*/attempt=*.log.trigger.*.log"))
+    assert trigger_logs, f"no task of run {run_id} ran a trigger in the triggerer"
 
     # The finished run's graph, as a person would look at it.
     from urllib.parse import quote
