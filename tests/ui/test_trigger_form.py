@@ -10,6 +10,7 @@ Screenshots (the filled form, the finished run's graph) go to the test's tmp dir
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from sim2real.params import build_params
+from sim2real.sandbox.__main__ import read_env_file
 from sim2real.ui import DAG_ID, REPO_ROOT, UiStack, free_port
 
 CHROMIUM = shutil.which("chromium")
@@ -172,9 +174,6 @@ def test_form_has_every_section_and_its_defaults_can_be_triggered(page, stack, t
 #: Keys missing from the DAG's params are left out (the DAG may change); strings whose default is ''
 #: are given explicitly so the form can be submitted whatever their default.
 def form_values(stack: UiStack) -> dict[str, Any]:
-    from sim2real.sandbox.__main__ import read_env_file
-    import json
-
     env = json.loads(read_env_file(stack.env_file)["AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"])
     values: dict[str, Any] = {
         "training_backend": "batch",                      # enum
