@@ -80,14 +80,16 @@ def build_params() -> dict[str, Any]:
             "and manifest. 0 = no budget (runs max_iterations).",
             section=SECTION_TRAINING,
         ),
+        # Optional text fields are nullable: the trigger form sends an empty field as null, and a field
+        # whose type does not allow null is required there (its Trigger button stays disabled).
         "image_source_version": Param(
-            "", type="string", maxLength=128, pattern=r"^[A-Za-z0-9._/-]*$",
+            None, type=["null", "string"], maxLength=128, pattern=r"^[A-Za-z0-9._/-]*$",
             title="Training image source version",
             description="Git ref / commit CodeBuild builds. Empty: the environment config's source_version.",
             section=SECTION_TRAINING,
         ),
         "hyperpod_cluster_name": Param(
-            "", type="string", maxLength=63, pattern=r"^([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})?$",
+            None, type=["null", "string"], maxLength=63, pattern=r"^([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})?$",
             title="HyperPod cluster", description="Needed when the backend is hyperpod "
             "(empty: the environment config's cluster).", section=SECTION_TRAINING,
         ),
@@ -119,11 +121,11 @@ def build_params() -> dict[str, Any]:
                                section=SECTION_VLA),
         "vla_global_batch_size": Param(32, type="integer", minimum=1, maximum=4096,
                                        title="Global batch size", section=SECTION_VLA),
-        "dataset_s3_uri": Param("", type="string", pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?)?$",
+        "dataset_s3_uri": Param(None, type=["null", "string"], pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?)?$",
                                 title="Dataset S3 URI", description="LeRobot dataset. Empty: the bucket's "
                                 "datasets/default/.", section=SECTION_VLA),
         "deploy_to_edge": Param(True, type="boolean", title="Deploy to robots", section=SECTION_DEPLOY),
-        "thing_group_name": Param("", type="string", maxLength=128, pattern=r"^[a-zA-Z0-9:_-]*$",
+        "thing_group_name": Param(None, type=["null", "string"], maxLength=128, pattern=r"^[a-zA-Z0-9:_-]*$",
                                   title="Thing group", description="Empty: the environment config's group.",
                                   section=SECTION_DEPLOY),
         "rollout_max_per_minute": Param(10, type="integer", minimum=1, maximum=1000,

@@ -79,15 +79,16 @@ def build_release_params() -> dict[str, Any]:
         return Param(spec.value, description=spec.description, **spec.schema)
 
     return {
+        # Optional text fields are nullable: the trigger form sends an empty field as null.
         "model_package_arn": Param(
-            "", type="string", maxLength=2048, pattern=f"^({ARN_PATTERN})?$", title="Model package ARN",
+            None, type=["null", "string"], maxLength=2048, pattern=f"^({ARN_PATTERN})?$", title="Model package ARN",
             description="The versioned package to release (arn:aws:sagemaker:<region>:<account>:model-package/"
             "<group>/<version>); it must be Approved. Empty: the latest Approved version of the model package "
             "group.",
             section=SECTION_PACKAGE,
         ),
         "model_package_group_name": Param(
-            "", type="string", maxLength=63, pattern=f"^({GROUP_PATTERN})?$", title="Model package group",
+            None, type=["null", "string"], maxLength=63, pattern=f"^({GROUP_PATTERN})?$", title="Model package group",
             description="Empty: the ARN's group, else the environment config's sagemaker.model_package_group. "
             "When an ARN is given too, it must belong to this group.",
             section=SECTION_PACKAGE,
@@ -96,7 +97,7 @@ def build_release_params() -> dict[str, Any]:
         "rollout_max_per_minute": same_as_main("rollout_max_per_minute"),
         "abort_failure_threshold_percent": same_as_main("abort_failure_threshold_percent"),
         "policy_checkpoint_manifest_uri": Param(
-            "", type="string", maxLength=1024, pattern=f"^({MANIFEST_PATTERN})?$",
+            None, type=["null", "string"], maxLength=1024, pattern=f"^({MANIFEST_PATTERN})?$",
             title="RL checkpoint manifest",
             description="Optional s3://.../manifest.json written by an RL training run: its checkpoint "
             "(and ONNX export, when the manifest names one) ships with the package, after its sha256 is "

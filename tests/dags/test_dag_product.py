@@ -89,3 +89,23 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     assert out["plan"]["params"]["num_nodes"] == nodes
     expected_gate = 0.6 if run_type == "scheduled" else form["min_success_rate"]
     assert out["quality_gate.min_success_rate"] == expected_gate
+
+
+@pytest.mark.parametrize("build", ["sim2real.params:build_params", "sim2real.release:build_release_params"])
+def test_optional_text_fields_of_both_forms_accept_the_forms_empty_value(build):
+    """The trigger form sends an empty text field as null and marks a field required unless its type allows
+    null: an optional field defaulting to "" with type "string" kept the Trigger button disabled."""
+    import importlib
+
+    from airflow.sdk import Param
+
+    module, name = build.split(":")
+    params = getattr(importlib.import_module(module), name)()
+    optional = {key: p for key, p in params.items() if p.value in (None, "")}
+    assert optional, "expected optional text fields"
+    for key, spec in optional.items():
+        assert spec.value is None and "null" in spec.schema["type"], (key, spec.value, spec.schema["type"])
+        Param(None, **spec.schema).resolve()  # the form's empty value is valid
+    # Their patterns still refuse a wrong value.
+    with pytest.raises(Exception, match="does not match"):
+        Param("bad value!", **optional[next(iter(optional))].schema).resolve()

@@ -160,12 +160,6 @@ def test_form_has_every_section_and_its_defaults_can_be_triggered(page, stack, t
     # section's fields are in the DOM, collapsed or not).
     required = {key: dialog.locator(f'input[name="element_{key}"][required]') for key in PARAMS}
     empty_required = sorted(key for key, box in required.items() if box.count() and box.input_value() == "")
-    non_nullable_empty = sorted(key for key, p in PARAMS.items()
-                                if p.value == "" and "null" not in (p.schema.get("type") or []))
-    if empty_required and empty_required == non_nullable_empty:
-        pytest.xfail(f"the form cannot be triggered with its defaults: params {non_nullable_empty} default to '' "
-                     "with type 'string'; the UI sends an empty field as null and marks a typed field required "
-                     "unless its type allows null (fix in params.py: Param(None, type=['null', 'string'], ...))")
     pytest.fail(diagnose(page, stack, tmp_path, "the Trigger button is disabled with the form's defaults; empty "
                          f"required fields: {empty_required}"))
 
