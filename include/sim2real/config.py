@@ -53,7 +53,7 @@ Shape (JSON object; every key below is required unless marked optional)::
         "submit_host_tag_value": "hyperpod-head",   # client, managed by SSM (sbatch/sacct/scancel run there)
         "partition": "dev",                    # optional; HyperPod managed Slurm's partition
         "shared_dir": "/fsx/sim2real",         # optional; batch scripts and job logs (shared storage)
-        "launcher": "/workspace/distributed_run.bash",   # optional; the launcher on the nodes / in the image
+        "launcher": "/usr/local/bin/distributed_run.bash",   # optional; the launcher in the image (both images)
         "use_container_image": true,           # optional; run in the build's image with pyxis/enroot
         "container_mounts": "/fsx:/fsx"        # optional; pyxis --container-mounts
       },
@@ -145,7 +145,8 @@ HYPERPOD_DEFAULTS: dict[str, Any] = {
     "submit_host_tag_value": "",
     "partition": "dev",
     "shared_dir": "/fsx/sim2real",
-    "launcher": "/workspace/distributed_run.bash",
+    # Where containers/rl and containers/isaaclab install the launcher (the image CodeBuild builds).
+    "launcher": "/usr/local/bin/distributed_run.bash",
     "use_container_image": True,
     "container_mounts": "/fsx:/fsx",
 }

@@ -24,6 +24,9 @@ EFS_MOUNT = "/mnt/efs"
 
 #: Container environment of every node. NCCL: sockets over the ENA interface (no EFA on g6),
 #: loopback/docker bridges excluded; torch surfaces NCCL errors instead of hanging.
+#: The training launcher's path in both training images (their CMD).
+LAUNCHER = "/usr/local/bin/distributed_run.bash"
+
 JOB_ENVIRONMENT = {
     "TASK": "Isaac-Velocity-Rough-H1-v0",
     "MAX_ITERATIONS": "1000",
@@ -117,7 +120,7 @@ class BatchStack(cdk.Stack):
         container = batch.EcsEc2ContainerDefinition(
             self, "TrainContainer",
             image=ecs.ContainerImage.from_ecr_repository(repository, "bootstrap"),
-            command=["/workspace/distributed_run.bash"],
+            command=[LAUNCHER],  # the images' CMD (containers/rl, containers/isaaclab)
             gpu=settings.gpus_per_node,
             cpu=settings.vcpus_per_node,
             memory=cdk.Size.mebibytes(settings.memory_mib_per_node),

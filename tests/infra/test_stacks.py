@@ -27,7 +27,7 @@ def test_multinode_job_definition(synth: Synth) -> None:
                 # one open range, so SubmitJob's nodeOverrides.numNodes can resize the job
                 "TargetNodes": "0:",
                 "Container": Match.object_like({
-                    "Command": ["/workspace/distributed_run.bash"],
+                    "Command": ["/usr/local/bin/distributed_run.bash"],
                     "ResourceRequirements": Match.array_with([{"Type": "MEMORY", "Value": "180000"},
                                                               {"Type": "VCPU", "Value": "48"},
                                                               {"Type": "GPU", "Value": "4"}]),

@@ -9,10 +9,21 @@ import pytest
 
 from tests.workloads.conftest import LAUNCHER, REPO_ROOT
 
+#: Where both training images install the launcher (their CMD).
+IMAGE_LAUNCHER = "/usr/local/bin/distributed_run.bash"
+
 DOCKERFILES = {
     "rl": REPO_ROOT / "containers" / "rl" / "Dockerfile",
     "isaaclab": REPO_ROOT / "containers" / "isaaclab" / "Dockerfile",
 }
+
+
+def test_the_launcher_path_is_the_same_in_the_job_definition_and_hyperpods_default():
+    from sim2real.config import HYPERPOD_DEFAULTS
+
+    assert HYPERPOD_DEFAULTS["launcher"] == IMAGE_LAUNCHER
+    batch_stack = (REPO_ROOT / "infra" / "sim2real_infra" / "batch.py").read_text()
+    assert f'LAUNCHER = "{IMAGE_LAUNCHER}"' in batch_stack and "command=[LAUNCHER]" in batch_stack
 
 
 def instructions(path):
@@ -30,8 +41,11 @@ def test_dockerfile_structure(name):
         assert not image.endswith(":latest"), f"'latest' base image {image}"
     copies = [line for line in lines if line.upper().startswith("COPY ")]
     assert any("containers/rl/distributed_run.bash" in line for line in copies), "launcher not copied"
-    entry = [line for line in lines if line.upper().startswith("ENTRYPOINT ")]
-    assert len(entry) == 1 and "distributed_run.bash" in entry[0]
+    # The launcher is the image's CMD, at the path the Batch job definition's command and HyperPod's srun
+    # name: no ENTRYPOINT, which would receive that command as arguments and run the launcher twice over.
+    assert not [line for line in lines if line.upper().startswith("ENTRYPOINT ")]
+    assert [line for line in lines if line.upper().startswith("CMD ")] == [f'CMD ["{IMAGE_LAUNCHER}"]']
+    assert f"COPY containers/rl/distributed_run.bash {IMAGE_LAUNCHER}" in lines
 
 
 def test_rl_image_installs_pinned_workload_requirements():

@@ -174,7 +174,7 @@ def provision(
                 "targetNodes": "0:",
                 "container": {
                     "image": f"{acct}.dkr.ecr.{region}.amazonaws.com/{repo_name}:latest",
-                    "command": ["/workspace/distributed_run.bash"],
+                    "command": ["/usr/local/bin/distributed_run.bash"],  # the images' CMD
                     "jobRoleArn": job_role,
                     "resourceRequirements": [
                         {"type": "GPU", "value": str(gpus or 4)},
