@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -236,14 +237,28 @@ class UiStack:
     def stop(self) -> None:
         """Stop Airflow (SIGINT to standalone, which terminates its components), then the sandbox
         (SIGTERM: it terminates the jobs and commands it started); anything left in either process
-        group after a grace period is killed."""
-        if self._airflow is not None:
-            _stop_group(self._airflow, signal.SIGINT, grace=30)
-            self._airflow = None
-        if self._sandbox is not None:
-            _stop_group(self._sandbox, signal.SIGTERM, grace=30)
-            self._sandbox = None
-        self._token = None
+        group after a grace period is killed.
+
+        A second Ctrl-C (or SIGTERM) while stopping is ignored: the children run in their own sessions,
+        so an interrupted stop would leave them running with no terminal to reach them."""
+        held = {}
+        if threading.current_thread() is threading.main_thread():
+            held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            try:
+                if self._airflow is not None:
+                    _stop_group(self._airflow, signal.SIGINT, grace=30)
+            finally:
+                self._airflow = None
+                if self._sandbox is not None:
+                    try:
+                        _stop_group(self._sandbox, signal.SIGTERM, grace=30)
+                    finally:
+                        self._sandbox = None
+            self._token = None
+        finally:
+            for sig, handler in held.items():
+                signal.signal(sig, handler)
 
     def __enter__(self) -> UiStack:
         return self.start()

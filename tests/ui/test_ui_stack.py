@@ -77,3 +77,32 @@ def test_ui_stack_refuses_a_port_in_use_before_starting_anything(tmp_path):
         with pytest.raises(UiStackError, match=f"port {port} .* in use"):
             stack.start(timeout=10)
     assert not (tmp_path / "logs").exists()
+
+
+def test_a_second_ctrl_c_while_stopping_still_stops_both_process_groups(tmp_path, monkeypatch):
+    """Ctrl-C during stop() must not abort it: the children run in their own sessions and would be left."""
+    import os
+
+    from sim2real import ui
+
+    stack = UiStack(tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+             for _ in range(2)]
+    stack._airflow, stack._sandbox = procs
+    real_stop_group = ui._stop_group
+
+    def impatient_stop_group(proc, sig, grace):
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C again while we wait
+        real_stop_group(proc, signal.SIGTERM, grace=5)
+
+    monkeypatch.setattr(ui, "_stop_group", impatient_stop_group)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        stack.stop()  # raised KeyboardInterrupt before the sandbox's group was stopped
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert [proc.wait(timeout=10) is not None for proc in procs] == [True, True]
+    assert stack._airflow is None and stack._sandbox is None
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is given back
