@@ -42,12 +42,11 @@ PACKAGE = REPO_ROOT / "include" / "sim2real"
 AIRFLOW_VERSION = "3.3.1"
 PYTHON_VERSION = "3.12"
 #: Parts of the package MWAA does not need: the local AWS emulator (moto) and what drives it.
-EXCLUDED = ("sandbox/", "demo.py", "bench.py")
-#: The Airflow-side runtime packages (from the project's requirements.txt). Versions come from the
+EXCLUDED = ("sandbox/", "demo.py", "bench.py", "ui.py", "faults.py")
+#: The Airflow-side runtime packages (from the project's requirements.txt; tensorboard + matplotlib draw
+#: the run report's training curve and evaluation outcome, sim2real.plots). Versions come from the
 #: constraints file, which pins every one of them for the Airflow version (so MWAA resolves them
 #: without conflicts against the packages its image already has).
-#: The runtime's packages (versions from the constraints file); tensorboard + matplotlib draw the run
-#: report's training curve and evaluation outcome (sim2real.plots).
 RUNTIME = ("apache-airflow-providers-amazon[aiobotocore]", "boto3", "pendulum", "jsonschema", "s3fs",
            "tensorboard", "matplotlib")
 BUNDLE_FILES = ("plugins.zip", "requirements.txt", "startup.sh")

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sim2real.lineage import build_lineage, figure_entry, lineage_errors, render_markdown
+from sim2real.lineage import _get, build_lineage, figure_entry, lineage_errors, render_markdown
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,8 @@ HYPERPOD_SOURCES = {
     "training": "hyperpod.train_policy",
 }
 #: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
-HYPERPOD_SCALING_SOURCES = {"scale_up": "hyperpod.scale_up", "scale_down": "hyperpod.scale_down"}
+HYPERPOD_SCALING_SOURCES = {"scale_up": "hyperpod.scale_up", "wait_for_nodes": "hyperpod.wait_for_nodes",
+                            "scale_down": "hyperpod.scale_down"}
 
 
 def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
@@ -100,12 +101,6 @@ class FigureSkipped(Exception):
     """A picture's data is not there; the message is the reason recorded in ``lineage.json``."""
 
 
-def _get(mapping: Any, *keys: str) -> Any:
-    for key in keys:
-        mapping = mapping.get(key) if isinstance(mapping, Mapping) else None
-    return mapping
-
-
 def draw_training_curve(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any) -> tuple[bytes, str, int]:
     """The training curve of the run: ``(png, events prefix, reward points)``.
 
@@ -120,8 +115,8 @@ def draw_training_curve(plan: Mapping[str, Any], parts: Mapping[str, Any], hook:
     manifest = parts.get("checkpoint") or {}
     output_uri = _get(plan, "checkpoint", "output_uri")
     source = manifest.get("tensorboard_uri") or (f"{output_uri.rstrip('/')}/tensorboard/" if output_uri else None)
-    ran = "training did not run (no output from train.train_policy)" if parts.get("training") is None \
-        else "training ran"
+    ran = (f"training did not run (no output from {stage_sources(plan)['training']})"
+           if parts.get("training") is None else "training ran")
     if not source:
         raise FigureSkipped(f"{ran}; the plan has no checkpoint output URI to look for TensorBoard events in")
     try:
