@@ -165,8 +165,11 @@ def test_form_has_every_section_and_its_defaults_can_be_triggered(page, stack, t
 
 
 #: Values typed in the form: small ones that make the run fast, one per widget kind at least.
-#: Keys missing from the DAG's params are left out (the DAG may change); strings whose default is ''
-#: are given explicitly so the form can be submitted whatever their default.
+#: Keys missing from the DAG's params are left out (the DAG may change). Optional text fields are
+#: nullable: two are typed, two (EMPTY_OPTIONAL) are left empty and must reach the run as null.
+EMPTY_OPTIONAL = ("hyperpod_cluster_name", "dataset_s3_uri")
+
+
 def form_values(stack: UiStack) -> dict[str, Any]:
     env = json.loads(read_env_file(stack.env_file)["AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"])
     values: dict[str, Any] = {
@@ -176,8 +179,7 @@ def form_values(stack: UiStack) -> dict[str, Any]:
         "num_envs": 4,
         "seed": 7,
         "train_time_budget_seconds": 6,
-        "image_source_version": env["image_build"]["source_version"],   # string (same as the default '')
-        "hyperpod_cluster_name": (env.get("hyperpod") or {}).get("cluster_name", ""),
+        "image_source_version": env["image_build"]["source_version"],   # optional string, typed
         "eval_episodes": 5,
         "eval_seed": 2024,
         "min_success_rate": 0,                            # number: the gate passes whatever the toy policy does
@@ -186,7 +188,6 @@ def form_values(stack: UiStack) -> dict[str, Any]:
         "vla_instance_type": "ml.g6e.12xlarge",           # enum
         "vla_max_steps": 100,
         "vla_global_batch_size": 16,
-        "dataset_s3_uri": f"s3://{env['artifacts_bucket']}/datasets/default/",
         "thing_group_name": env["greengrass"]["thing_group_name"],
         "rollout_max_per_minute": 20,
         "abort_failure_threshold_percent": 50.5,          # number with a fraction
@@ -305,6 +306,8 @@ def test_run_from_the_form_succeeds_with_the_typed_values(page, stack, tmp_path,
     wrong = {k: (conf.get(k), v) for k, v in values.items() if conf.get(k) != v}
     assert not wrong, f"run conf differs from the typed values (conf, typed): {wrong}"
     assert conf["num_nodes"] == PARAMS["num_nodes"].value  # untouched fields keep their defaults
+    # Optional text fields left empty reach the run as null (the run used the config's values).
+    assert {k: conf.get(k) for k in EMPTY_OPTIONAL if k in PARAMS} == {k: None for k in EMPTY_OPTIONAL if k in PARAMS}
     # The waits deferred and their triggers ran in the standalone triggerer (one log per trigger).
     run_logs = stack.airflow_home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
     trigger_logs = list(run_logs.glob("task_id=*/attempt=*.log.trigger.*.log"))
