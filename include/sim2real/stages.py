@@ -152,11 +152,15 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
     :return: ``cluster_name`` (the form's ``hyperpod_cluster_name``, else the config's), ``instance_group_name``,
         ``target_count`` (= ``num_nodes``), ``min_count``, ``submit_host_tag_key``/``_value``, ``job_name``
         (from the run key: a retry finds the job by it), ``log_path`` (``--output``, ``%j`` = job id),
-        ``script_path``, ``submit_commands`` (``AWS-RunShellScript`` lines: write the rendered
-        ``train_rl.sbatch``, then ``sbatch --parsable`` unless the job is already queued), ``environment``
+        ``script_path``, ``time_limit_minutes`` (``#SBATCH --time``: ``training_timeout_hours`` in minutes,
+        rounded up), ``submit_commands`` (``AWS-RunShellScript`` lines: write the rendered
+        ``train_rl.sbatch``, then ``sbatch --parsable`` unless the job is already queued or COMPLETED; run
+        with bash), ``environment``
         (the Batch job's training env) and ``use_container_image``. Empty strings where the config has no
         HyperPod section (``check_params`` refuses the hyperpod backend then).
     """
+    import math
+
     from sim2real import slurm
 
     hp = hyperpod_settings(env)
@@ -179,12 +183,14 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
         "script_path": script_path,
         "environment": dict(training_env),
         "use_container_image": bool(hp["use_container_image"]),
+        # Slurm's --time: the run's training_timeout_hours (the trainer's time budget is below it).
+        "time_limit_minutes": max(1, math.ceil(float(params.get("training_timeout_hours") or 12) * 60)),
         "submit_commands": [],
     }
     if params.get("training_backend") == "hyperpod":
         script = slurm.render_script(
             job_name=name, num_nodes=nodes, log_path=log_path, environment=training_env,
-            launcher=hp["launcher"], partition=hp["partition"],
+            launcher=hp["launcher"], partition=hp["partition"], time_limit_minutes=section["time_limit_minutes"],
             use_container_image=bool(hp["use_container_image"]), container_mounts=hp["container_mounts"],
         )
         section["submit_commands"] = slurm.submit_commands(
@@ -197,8 +203,11 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[
 
     :param plan: ``plan_run``'s output.
     :param manifest: the validated checkpoint manifest (``checkpoint_uri``, ``task``).
-    :return: one-element list: the evaluation command with every value shell-quoted.
+    :return: one-element list: the evaluation command with every value shell-quoted, run with
+        ``bash -euo pipefail`` (:func:`sim2real.slurm.bash_commands`: AWS-RunShellScript uses ``sh``).
     """
+    from sim2real.slurm import bash_commands
+
     ev = plan["evaluation"]
     fields = {
         "manifest_uri": plan["checkpoint"]["manifest_uri"],
@@ -209,7 +218,7 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[
         "task": manifest.get("task") or plan["checkpoint"]["task"],
     }
     quoted = {k: shlex.quote(str(v)) for k, v in fields.items()}
-    return ["set -euo pipefail", ev["command_template"].format(**quoted)]
+    return bash_commands([ev["command_template"].format(**quoted)])
 
 
 def check_report(report: Mapping[str, Any], *, expected_sha256: str, expected_episodes: int) -> None:

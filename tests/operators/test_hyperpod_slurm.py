@@ -61,7 +61,8 @@ def make_operator(sb, name: str, nodes: int = 2, **env: str) -> HyperPodSlurmJob
     hp = sb.config["hyperpod"]
     log_path = f"{hp['shared_dir']}/logs/{name}-%j.out"
     script = slurm.render_script(job_name=name, num_nodes=nodes, log_path=log_path, launcher=sb.test_launcher,
-                                 environment={"MARKER": "it's a test", **env}, use_container_image=False)
+                                 environment={"MARKER": "it's a test", **env}, use_container_image=False,
+                                 time_limit_minutes=30)
     commands = slurm.submit_commands(script_path=f"{hp['shared_dir']}/jobs/{name}.sbatch", script_text=script,
                                      job_name=name, log_dir=f"{hp['shared_dir']}/logs")
     return HyperPodSlurmJobOperator(
@@ -158,6 +159,70 @@ def test_retry_reattaches_to_the_running_job_instead_of_submitting_again(sandbox
     assert result["reattached"] is True and result["state"] == "COMPLETED"
 
 
+def test_retry_after_the_job_completed_reports_it_instead_of_submitting_again(sandbox, context):
+    first_op = make_operator(sandbox, "t-done")
+    first, _ = defer(first_op, context)
+    assert first_event(first)["state"] == "COMPLETED"  # e.g. the task then failed while resuming
+    second_op = make_operator(sandbox, "t-done")
+    second, _ = defer(second_op, context)
+    assert second.job_id == first.job_id and second.reattached is True
+    assert [j["job_id"] for j in sandbox.slurm.jobs() if j["name"] == "t-done"] == [first.job_id]
+    result = second_op.execute_complete(context, event=first_event(second))
+    assert result["reattached"] is True and result["state"] == "COMPLETED"
+
+
+def test_a_failed_job_is_not_reattached_a_retry_submits_again(sandbox, context):
+    first, _ = defer(make_operator(sandbox, "t-refail", nodes=1, EXIT_CODE="2"), context)
+    assert first_event(first)["state"] == "FAILED"
+    second, _ = defer(make_operator(sandbox, "t-refail", nodes=1), context)
+    assert second.job_id != first.job_id and second.reattached is False
+
+
+def test_wait_timeout_cancels_the_job_and_fails_without_retry(sandbox, context):
+    op = make_operator(sandbox, "t-timeout", nodes=1, SLEEP_SECONDS="60")
+    op.max_attempts = 2
+    trigger, _ = defer(op, context)
+    event = first_event(trigger)
+    assert event["status"] == "timeout"
+    with pytest.raises(AirflowFailException, match="cancelled"):
+        op.execute_complete(context, event=event)
+    assert job(sandbox, trigger.job_id)["state"] == "CANCELLED"
+
+
+def test_default_wait_ends_before_the_task_execution_timeout():
+    import datetime as dt
+
+    op = HyperPodSlurmJobOperator(
+        task_id="train_policy", cluster_name="c", submit_host_tag_key="k", submit_host_tag_value="v", job_name="j",
+        submit_commands=["true"], poll_interval=30, execution_timeout=dt.timedelta(hours=12))
+    total = op._attempts() * (op.poll_interval + 1)  # each status query takes at least a second
+    assert 0.75 * 12 * 3600 < total < op._attempts() * (op.poll_interval + 5) < 12 * 3600
+
+
+def test_submit_commands_run_under_sh(tmp_path):
+    """AWS-RunShellScript uses sh (dash): the generated lines must still run with bash semantics."""
+    import shutil
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"squeue": "", "sacct": "", "sbatch": "echo 77"}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    script = "#!/bin/bash\necho \"it's ${HOME:-x} $(date)\"\n[[ -n x ]] && echo ok\n"
+    commands = slurm.submit_commands(script_path=str(tmp_path / "jobs/j.sbatch"), script_text=script, job_name="j",
+                                     log_dir=str(tmp_path / "logs"))
+    sh = shutil.which("dash") or "sh"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    out = subprocess.run([sh, "-c", "\n".join(commands)], capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert slurm.parse_submit_output(out.stdout) == ("77", False)
+    assert (tmp_path / "jobs/j.sbatch").read_text() == script
+    (bin_dir / "sacct").write_text("#!/bin/sh\nprintf '5|FAILED\\n6|COMPLETED\\n6.batch|COMPLETED\\n'\n")
+    out = subprocess.run([sh, "-c", "\n".join(commands)], capture_output=True, text=True, env=env, check=False)
+    assert slurm.parse_submit_output(out.stdout) == ("6", True), out.stderr
+
+
 def test_no_submit_host_is_a_clear_error(sandbox, context):
     op = make_operator(sandbox, "t-nohost")
     op.submit_host_tag_value = "no-such-head"
@@ -189,11 +254,18 @@ def test_parse_submit_output_and_refusals():
 
 def test_render_script_refuses_unsafe_sbatch_values():
     with pytest.raises(ValueError, match="log_path"):
-        slurm.render_script(job_name="j", num_nodes=1, log_path="/fsx/a b.out", environment={}, launcher="/l")
+        slurm.render_script(job_name="j", num_nodes=1, log_path="/fsx/a b.out", environment={}, launcher="/l",
+                            time_limit_minutes=60)
     with pytest.raises(ValueError, match="num_nodes"):
-        slurm.render_script(job_name="j", num_nodes=0, log_path="/fsx/a.out", environment={}, launcher="/l")
+        slurm.render_script(job_name="j", num_nodes=0, log_path="/fsx/a.out", environment={}, launcher="/l",
+                            time_limit_minutes=60)
+    with pytest.raises(ValueError, match="time_limit_minutes"):
+        slurm.render_script(job_name="j", num_nodes=1, log_path="/fsx/a.out", environment={}, launcher="/l",
+                            time_limit_minutes=0)
     text = slurm.render_script(job_name="j", num_nodes=3, log_path="/fsx/%x-%j.out", launcher="/l",
+                               time_limit_minutes=90,
                                environment={"OUTPUT_URI": "s3://b/x y;rm"}, use_container_image=True,
                                container_mounts="/fsx:/fsx")
+    assert "#SBATCH --time=90" in text
     assert "#SBATCH --nodes=3" in text and "export OUTPUT_URI='s3://b/x y;rm'" in text
     assert "USE_CONTAINER_IMAGE=1" in text and "--container-image" in text

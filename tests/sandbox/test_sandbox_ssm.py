@@ -106,3 +106,16 @@ def test_stopped_instance_is_offline_and_refused(sb: Sandbox) -> None:
                    ["State"]["Name"] == "running")
     info = ssm.describe_instance_information(Filters=[{"Key": "InstanceIds", "Values": [instance]}])
     assert [i["PingStatus"] for i in info["InstanceInformationList"]] == ["Online"]
+
+
+def test_commands_run_with_sh_like_aws_run_shell_script(sb: Sandbox) -> None:
+    """AWS-RunShellScript uses sh (dash on Ubuntu): bash syntax fails unless the lines start bash."""
+    from sim2real.slurm import bash_commands
+
+    command_id, instance = _send(sb, ["[[ -n x ]] && echo bash-syntax"])
+    inv = _finished(sb, command_id, instance)
+    assert inv["Status"] == "Failed" and "bash-syntax" not in inv["StandardOutputContent"]
+    lines = ["export GREETING=hi", *bash_commands(["cat <<'EOF'\nit's $GREETING\nEOF", "[[ -n x ]] && echo $GREETING"])]
+    command_id, instance = _send(sb, lines)
+    inv = _finished(sb, command_id, instance)
+    assert (inv["Status"], inv["StandardOutputContent"]) == ("Success", "it's $GREETING\nhi\n"), inv

@@ -76,6 +76,27 @@ def test_eval_command_is_shell_quoted():
     assert "--episodes 20" in cmds[-1] and "--seed 1000" in cmds[-1]
 
 
+def test_eval_command_runs_with_bash_under_sh():
+    """AWS-RunShellScript runs the lines with sh (dash): the command must not depend on sh being bash."""
+    import shutil
+    import subprocess
+
+    plan = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)
+    plan["evaluation"]["command_template"] = (
+        "[[ {task} == Reacher-v5 ]] && echo \"ok $BASH_VERSION\" | cat && echo {checkpoint_uri}")
+    cmds = eval_commands(plan, {"checkpoint_uri": "s3://b/it's;x.pt", "task": "Reacher-v5"})
+    out = subprocess.run([shutil.which("dash") or "sh", "-c", "\n".join(cmds)], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("ok ") and len(lines[0]) > 3 and lines[1] == "s3://b/it's;x.pt"
+    # pipefail and -e hold inside: a failing first stage of a pipeline fails the command.
+    plan["evaluation"]["command_template"] = "false | cat; echo not-reached {task}"
+    out = subprocess.run(["sh", "-c", "\n".join(eval_commands(plan, {"checkpoint_uri": "s3://b/c.pt"}))],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and "not-reached" not in out.stdout
+
+
 def _report(k, n, sha="abc"):
     lo, hi = wilson_interval(k, n)
     return {"checkpoint_sha256": sha, "episodes": n, "successes": k, "success_rate": k / n, "ci95": [lo, hi]}
@@ -164,6 +185,12 @@ def test_hyperpod_plan_submits_the_batch_training_env_under_the_run_key():
     assert "#SBATCH --partition=dev" in text and "#SBATCH --exclusive" in text
     assert f"export OUTPUT_URI={shlex.quote(plan['checkpoint']['output_uri'])}" in text
     assert "sbatch --parsable /fsx/sim2real/jobs/" in text and f"squeue -h -n sim2real-train-{key}" in text
+    assert f"sacct -X -n -P --name sim2real-train-{key} -S now-7days -o JobID,State" in text
+    assert hp["submit_commands"][0].startswith("exec bash -euo pipefail -c ")
+    # Slurm's --time is the run's training_timeout_hours.
+    assert hp["time_limit_minutes"] == 720 and "#SBATCH --time=720" in text
+    short = plan_run(dag_id="d", run_id="r", params={**params, "training_timeout_hours": 1.5}, env=HYPERPOD_ENV)
+    assert "#SBATCH --time=90" in "\n".join(short["hyperpod"]["submit_commands"])
     json.dumps(plan)
     # A form cluster name wins over the config's.
     plan = plan_run(dag_id="d", run_id="r", params={**params, "hyperpod_cluster_name": "other"}, env=HYPERPOD_ENV)

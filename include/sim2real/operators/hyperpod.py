@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
@@ -28,10 +30,16 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
+#: ClusterStatus values in which UpdateCluster can never succeed (DescribeCluster, API reference).
+CLUSTER_FAILED_STATES = frozenset({"Failed", "RollingBack", "Deleting"})
+
+
 class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
     """Set ``instance_group_name``'s instance count to ``target_count`` and wait for the nodes.
 
-    DescribeCluster → UpdateCluster with EVERY instance group (each spec copied from the
+    DescribeCluster (polled every ``waiter_delay`` until the cluster is InService: UpdateCluster on an
+    ``Updating`` cluster raises ConflictException, which is also waited out and retried) → UpdateCluster
+    with EVERY instance group (each spec copied from the
     describe output, only the target group's ``InstanceCount`` changed; skipped when the group
     already targets ``target_count``) → wait until the cluster is InService, the group's
     CurrentCount == target_count and that many of its nodes are Running (ListClusterNodes).
@@ -47,7 +55,8 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
     :return: ``{"cluster_name", "cluster_arn", "instance_group_name", "previous_count",
         "target_count", "current_count", "updated": bool}``.
     :raises ValueError: negative/non-integer count, unknown group (message lists the groups).
-    :raises AirflowException: the cluster failed or the nodes did not come up in time.
+    :raises AirflowException: the cluster failed or is being deleted, it was not InService for an update
+        within ``waiter_max_attempts`` polls, or the nodes did not come up in time.
     """
 
     aws_hook_class = HyperPodHook
@@ -82,18 +91,8 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
             raise ValueError(f"target_count must be an integer, got {self.target_count!r}") from None
         if target < 0:
             raise ValueError(f"target_count must be >= 0, got {target}")
-        describe = self.hook.conn.describe_cluster(ClusterName=self.cluster_name)
-        specs, previous = instance_group_specs(self.hook.conn, describe, self.instance_group_name, target)
+        describe, previous, updated = self._update(target)
         name = describe.get("ClusterName", self.cluster_name)
-        updated = previous != target
-        if updated:
-            self.log.info(
-                "UpdateCluster %s: group %s %s -> %s (sending all %d groups)",
-                name, self.instance_group_name, previous, target, len(specs),
-            )
-            self.hook.conn.update_cluster(ClusterName=self.cluster_name, InstanceGroups=specs)
-        else:
-            self.log.info("Group %s of %s already targets %s instances", self.instance_group_name, name, target)
         HyperPodClusterLink.persist(
             context=context, operator=self, region_name=self.hook.conn_region_name,
             aws_partition=self.hook.conn_partition, cluster_name=name,
@@ -144,6 +143,47 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
             self.log.info("HyperPod %s: %s", name, text)
         raise AirflowException(self._failure(f"timed out after {self.waiter_max_attempts} polls; {text}"))
 
+    def _update(self, target: int) -> tuple[dict[str, Any], int, bool]:
+        """UpdateCluster once the cluster is InService (``(describe, previous_target, updated)``).
+
+        Skipped when the group already targets ``target``. Polls DescribeCluster every ``waiter_delay``
+        (at most ``waiter_max_attempts`` times) while the cluster is Creating/Updating/SystemUpdating, and
+        retries after ConflictException (another update still running).
+        """
+        status = "unknown"
+        for attempt in range(max(1, int(self.waiter_max_attempts))):
+            if attempt:
+                time.sleep(self.waiter_delay)
+            describe = self.hook.conn.describe_cluster(ClusterName=self.cluster_name)
+            specs, previous = instance_group_specs(self.hook.conn, describe, self.instance_group_name, target)
+            name = describe.get("ClusterName", self.cluster_name)
+            status = describe.get("ClusterStatus", "unknown")
+            if previous == target:
+                self.log.info("Group %s of %s already targets %s instances", self.instance_group_name, name, target)
+                return describe, previous, False
+            if status in CLUSTER_FAILED_STATES:
+                raise AirflowException(self._failure(f"the cluster is {status}; it cannot be updated"))
+            if status != "InService":
+                self.log.info("HyperPod %s is %s: waiting %s s for InService before UpdateCluster", name, status,
+                              self.waiter_delay)
+                continue
+            self.log.info(
+                "UpdateCluster %s: group %s %s -> %s (sending all %d groups)",
+                name, self.instance_group_name, previous, target, len(specs),
+            )
+            try:
+                self.hook.conn.update_cluster(ClusterName=self.cluster_name, InstanceGroups=specs)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") != "ConflictException":
+                    raise
+                status = f"ConflictException: {error.response['Error'].get('Message', '')}"
+                self.log.info("UpdateCluster %s: %s; retrying in %s s", name, status, self.waiter_delay)
+                continue
+            return describe, previous, True
+        raise AirflowException(self._failure(
+            f"the cluster was not InService for an UpdateCluster within {self.waiter_max_attempts} polls "
+            f"{self.waiter_delay} s apart (last: {status})"))
+
     def _failure(self, text: str) -> str:
         return (
             f"Scaling HyperPod cluster {self.cluster_name} group {self.instance_group_name} to "
@@ -171,6 +211,8 @@ XCOM_SUBMIT_HOST = "submit_host_instance_id"
 #: Slurm end states that say the infrastructure failed (a retry submits again); the others are the
 #: job's own outcome (not retried).
 SLURM_RETRYABLE_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
+#: Seconds one status query (SendCommand + GetCommandInvocation polls) is counted as, besides the poll interval.
+STATUS_QUERY_SECONDS = 5
 
 
 class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
@@ -180,7 +222,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     non-terminated instance, which must be running with its SSM agent Online); SendCommand
     ``AWS-RunShellScript`` with ``submit_commands`` (:func:`sim2real.slurm.submit_commands`: write the
     batch script, then ``sbatch --parsable`` unless ``squeue -n <job_name>`` already lists a pending or
-    running job of this run, which a retried try waits for instead of submitting twice); the Slurm job
+    running job of this run, or ``sacct --name <job_name>`` one that COMPLETED, which a retried try waits
+    for or reports instead of submitting twice); the Slurm job
     id is parsed from the output; then poll the job's state with ``sacct -X -n -P -o State,ExitCode``
     (else ``scontrol show job -o``) through SSM, deferred
     (:class:`~sim2real.triggers.hyperpod.HyperPodSlurmJobTrigger`) until COMPLETED or a failure state
@@ -196,7 +239,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     :param container_image: image URI exported to the job as ``SIM2REAL_CONTAINER_IMAGE`` (the batch
         script uses it with pyxis when its ``USE_CONTAINER_IMAGE`` is 1); ``None``/empty: not exported.
     :param poll_interval: seconds between job-state polls (default 30).
-    :param max_attempts: polls before failing (default: 12 h of polls).
+    :param max_attempts: polls before failing (default: as many as fit in 90 % of the task's
+        ``execution_timeout``, 12 h when unset, counting ``poll_interval`` plus
+        :data:`STATUS_QUERY_SECONDS` per poll), so the wait ends, and the job is cancelled, before Airflow
+        would time the deferred task out without a ``scancel``.
     :param agent_online_timeout_seconds: how long to wait for the submit host's SSM agent (seconds).
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
     :return: ``{"cluster_name", "job_id", "job_name", "state": "COMPLETED", "exit_code", "log_path",
@@ -204,9 +250,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         ``submit_host_instance_id`` are pushed before the wait.
     :raises ValueError: bad arguments; no or several instances carry the tag.
     :raises AirflowFailException: (not retried) the job ended FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY
-        or DEADLINE; the message names the cluster, job id, state, exit code, log path and the log's end.
+        or DEADLINE, or was still running after ``max_attempts`` polls (then it is cancelled); the message names the cluster, job id, state, exit code, log path and the log's end.
     :raises AirflowException: (retried) submission failed, the job ended NODE_FAIL / PREEMPTED /
-        BOOT_FAIL, the state could not be read, or the wait timed out.
+        BOOT_FAIL, or the state could not be read.
     """
 
     aws_hook_class = WorkstationHook
@@ -249,7 +295,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         self._instance_id: str | None = None
 
     def _attempts(self) -> int:
-        return int(self.max_attempts or max(1, 12 * 3600 // max(1, int(self.poll_interval))))
+        if self.max_attempts:
+            return int(self.max_attempts)
+        limit = self.execution_timeout.total_seconds() if self.execution_timeout else 12 * 3600
+        return max(1, int(0.9 * limit) // (max(1, int(self.poll_interval)) + STATUS_QUERY_SECONDS))
 
     def _submit_host(self) -> str:
         if not (self.submit_host_tag_key and self.submit_host_tag_value):
@@ -333,8 +382,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
                 raise AirflowException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name}: state "
                                        "unknown to sacct and scontrol 10 polls in a row")
             self.log.info("Slurm job %s on %s: %s", base["job_id"], self.cluster_name, state)
-        raise AirflowException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name} still {state} "
-                               f"after {self._attempts()} polls; it was cancelled." + self._cancel())
+        raise AirflowFailException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name} still "
+                                   f"{state} after {self._attempts()} polls; it was cancelled." + self._cancel())
 
     def _log_tail(self, instance_id: str, log_path: str) -> str:
         try:
@@ -369,10 +418,12 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
             return {**base, "state": state, "exit_code": exit_code}
         if event["status"] == "failure":
             raise self._job_failed(base, state, exit_code)
-        raise AirflowException(
-            f"Slurm job {base.get('job_id')} on HyperPod cluster {self.cluster_name}: {event.get('message')} "
-            f"(last state {state}); log: {base.get('log_path')}" + (self._cancel() if event["status"] == "timeout" else "")
-        )
+        message = (f"Slurm job {base.get('job_id')} on HyperPod cluster {self.cluster_name}: {event.get('message')} "
+                   f"(last state {state}); log: {base.get('log_path')}")
+        if event["status"] == "timeout":
+            # The wait window is spent: a retry would only wait for (or pay for) the same job again.
+            raise AirflowFailException(f"{message}; it was cancelled (scancel).{self._cancel()}")
+        raise AirflowException(message)
 
     def _cancel(self) -> str:
         if not (self._job_id and self._instance_id):

@@ -25,19 +25,17 @@ TEMPLATE = Path(__file__).with_name("train_rl.sbatch")
 #: Partition HyperPod's managed Slurm puts the worker nodes in.
 DEFAULT_PARTITION = "dev"
 
-#: Slurm job states (``sacct``/``scontrol`` ``JobState``), every one mapped.
+#: Slurm end states (``sacct``/``scontrol`` ``JobState``); any other state is still active.
 SLURM_SUCCESS_STATES = frozenset({"COMPLETED"})
 SLURM_FAILURE_STATES = frozenset({
     "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
     "REVOKED",
 })
-SLURM_ACTIVE_STATES = frozenset({
-    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
-    "RESIZING", "RESV_DEL_HOLD", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "POWER_UP_NODE",
-    "UPDATE_DB",
-})
 #: States ``squeue`` lists for a job that a retry should wait for instead of submitting again.
 REATTACH_STATES = "PENDING,CONFIGURING,RUNNING,COMPLETING,SUSPENDED,REQUEUED"
+
+#: How far back ``sacct`` looks for a COMPLETED job of the run (a retry reports it instead of submitting).
+COMPLETED_LOOKBACK = "now-7days"
 
 #: Marker line the submit command prints (parsed by :func:`parse_submit_output`).
 SUBMIT_MARKER = "sim2real-slurm-job-id="
@@ -67,6 +65,7 @@ def render_script(
     environment: Mapping[str, str],
     launcher: str,
     partition: str = DEFAULT_PARTITION,
+    time_limit_minutes: int,
     use_container_image: bool = True,
     container_mounts: str = "",
     template: str | None = None,
@@ -79,14 +78,20 @@ def render_script(
     :param environment: training env (``TASK``, ``MAX_ITERATIONS``, ``OUTPUT_URI``, ...), exported by the script.
     :param launcher: path of ``distributed_run.bash`` on the nodes (or in the image).
     :param partition: Slurm partition (default ``dev``).
+    :param time_limit_minutes: ``--time`` in minutes (>= 1): Slurm ends the job TIMEOUT after it (the
+        run's ``training_timeout_hours``).
     :param use_container_image: run each task in ``$SIM2REAL_CONTAINER_IMAGE`` with pyxis ``--container-image``.
     :param container_mounts: pyxis ``--container-mounts`` (e.g. ``/fsx:/fsx``), empty for none.
     :return: the script text.
-    :raises ValueError: a value that cannot be placed safely (names the field), ``num_nodes < 1``.
+    :raises ValueError: a value that cannot be placed safely (names the field), ``num_nodes < 1``,
+        ``time_limit_minutes < 1``.
     """
     nodes = int(num_nodes)
     if nodes < 1:
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes!r}")
+    minutes = int(time_limit_minutes)
+    if minutes < 1:
+        raise ValueError(f"time_limit_minutes must be >= 1 (the job's #SBATCH --time), got {time_limit_minutes!r}")
     lines = []
     for name, value in environment.items():
         if not _ENV_NAME.match(name):
@@ -96,6 +101,7 @@ def render_script(
         "JOB_NAME": _sbatch_value("job_name", job_name),
         "NUM_NODES": str(nodes),
         "PARTITION": _sbatch_value("partition", partition),
+        "TIME_LIMIT_MINUTES": str(minutes),
         "LOG_PATH": _sbatch_value("log_path", log_path),
         "ENVIRONMENT": "\n".join(lines),
         "LAUNCHER": shlex.quote(launcher),
@@ -113,24 +119,43 @@ def render_script(
     return text
 
 
-def submit_commands(*, script_path: str, script_text: str, job_name: str, log_dir: str) -> list[str]:
-    """``AWS-RunShellScript`` lines that submit the script, or find the run's job already queued.
+def bash_commands(lines: list[str]) -> list[str]:
+    """``lines`` as one ``AWS-RunShellScript`` command that runs them with ``bash -euo pipefail``.
 
-    Writes ``script_text`` to ``script_path`` (quoted here-document: no expansion), then, unless
-    ``squeue -n <job_name>`` lists a job in :data:`REATTACH_STATES` (a retried task waits for that
-    one instead of submitting twice), ``sbatch --parsable``. Prints one line
-    ``sim2real-slurm-job-id=<id> reattached=<0|1>``.
+    AWS-RunShellScript runs its commands with ``sh`` (dash on Ubuntu, where ``set -o pipefail`` may
+    fail and bash syntax does not parse); the lines are handed to ``bash -c`` as one single-quoted
+    argument, so here-documents and quotes inside them stay as written. The script's environment
+    (``export`` lines sent before it) is inherited; its exit status is the command's.
+
+    :return: a one-element list: ``exec bash -euo pipefail -c '<lines joined by newlines>'``.
+    """
+    return [f"exec bash -euo pipefail -c {shlex.quote(chr(10).join(lines))}"]
+
+
+def submit_commands(*, script_path: str, script_text: str, job_name: str, log_dir: str) -> list[str]:
+    """``AWS-RunShellScript`` lines that submit the script, or find the run's job already there.
+
+    Run with bash (:func:`bash_commands`). Unless ``squeue -n <job_name>`` lists a job in
+    :data:`REATTACH_STATES`, or ``sacct --name <job_name>`` (since :data:`COMPLETED_LOOKBACK`) lists
+    one that ended COMPLETED (a retried task reports that job instead of paying for a second
+    training), writes ``script_text`` to ``script_path`` (quoted here-document: no expansion) and runs
+    ``sbatch --parsable``. Prints one line ``sim2real-slurm-job-id=<id> reattached=<0|1>``.
     """
     q = shlex.quote
-    return [
-        "set -euo pipefail",
+    name = q(job_name)
+    completed = (
+        f"sacct -X -n -P --name {name} -S {COMPLETED_LOOKBACK} -o JobID,State 2>/dev/null"
+        " | awk -F'|' '$2 == \"COMPLETED\" && $1 ~ /^[0-9]+$/ { id = $1 } END { print id }'"
+    )
+    return bash_commands([
         f"mkdir -p {q(str(Path(script_path).parent))} {q(log_dir)}",
-        f"existing=\"$(squeue -h -n {q(job_name)} -t {REATTACH_STATES} -o %i | head -n 1)\"",
+        f"existing=\"$(squeue -h -n {name} -t {REATTACH_STATES} -o %i | head -n 1)\"",
+        f"if [ -z \"$existing\" ]; then existing=\"$({completed} || true)\"; fi",
         f"if [ -n \"$existing\" ]; then echo \"{SUBMIT_MARKER}$existing reattached=1\"; exit 0; fi",
         f"cat > {q(script_path)} <<'{_HEREDOC}'\n{script_text.rstrip(chr(10))}\n{_HEREDOC}",
         f"job_id=\"$(sbatch --parsable {q(script_path)})\"",
         f"echo \"{SUBMIT_MARKER}${{job_id%%;*}} reattached=0\"",
-    ]
+    ])
 
 
 def parse_submit_output(stdout: str) -> tuple[str, bool]:

@@ -117,7 +117,9 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
     :param waiter_max_attempts: polls before a ``timeout`` event.
     :param max_failed_queries: consecutive status queries that fail (SSM command not Success, or the
         job unknown to both sacct and scontrol) before an ``error`` event.
-    :param cancel_on_kill: ``scancel`` the job when the deferred task is killed (Airflow 3.3 ``on_kill``).
+
+    ``on_kill`` (the deferred task killed, Airflow 3.3+) always runs ``scancel``: a job nobody waits
+    for would keep the GPU nodes busy.
 
     Events: ``{"status": "success" | "failure" | "timeout" | "error", "cluster_name", "job_id",
     "instance_id", "reattached", "state", "exit_code", "message"}`` (self-contained: the resumed task
@@ -137,7 +139,6 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
         waiter_max_attempts: int = 1440,
         max_failed_queries: int = 10,
         reattached: bool = False,
-        cancel_on_kill: bool = True,
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
         verify: bool | str | None = None,
@@ -150,7 +151,6 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
                 "job_id": job_id,
                 "max_failed_queries": max_failed_queries,
                 "reattached": reattached,
-                "cancel_on_kill": cancel_on_kill,
             },
             waiter_name="command_executed",
             waiter_args={},
@@ -171,7 +171,6 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
         self.job_id = job_id
         self.max_failed_queries = max_failed_queries
         self.reattached = reattached
-        self.cancel_on_kill = cancel_on_kill
 
     async def _run_script(self, client, commands: list[str]) -> dict[str, Any]:
         """Send ``commands`` and wait for the invocation (1 s polls, up to 5 min)."""
@@ -236,8 +235,6 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
 
     async def on_kill(self) -> None:
         """``scancel`` the job on the submit host when the deferred task is killed (Airflow 3.3+)."""
-        if not self.cancel_on_kill:
-            return
         self.log.info("Cancelling Slurm job %s on %s (scancel via SSM on %s)", self.job_id, self.cluster_name,
                       self.instance_id)
         async with await self.hook().get_async_conn() as client:

@@ -18,6 +18,7 @@ folder of one JSON file per job:
   ``SLURM_NTASKS``); ``--kill-on-bad-exit`` stops the others when one fails; ``--container-image``
   is logged and ignored (the tasks run on this machine, not in enroot).
 * ``squeue -h [-n name] [-t states] [-o "%i %T %j"]``, ``sacct -j id -X -n -P -o State,ExitCode``,
+  ``sacct -X -n -P --name name -S now-7days -o JobID,State`` (every recorded job of that name),
   ``scontrol show hostnames [list]`` / ``scontrol show job [-o] id``, ``scancel id`` (→ CANCELLED,
   exit code ``0:15``, the batch step's process group killed).
 
@@ -407,19 +408,37 @@ def _state_text(job: dict[str, Any]) -> str:
     return "CANCELLED by 0" if job["state"] == "CANCELLED" else job["state"]
 
 
-def sacct(argv: list[str]) -> int:
-    job_id = _job_arg(argv)
-    job = _load(job_id) if job_id else None
-    if job is None:
-        return 0  # sacct prints nothing for an unknown job
-    fields = "State,ExitCode"
+def _option_value(argv: list[str], *names: str) -> str | None:
+    """The value of the first of ``names`` (``-x v``, ``--long v`` or ``--long=v``) in ``argv``."""
     for i, word in enumerate(argv):
-        if word in ("-o", "--format") and i + 1 < len(argv):
-            fields = argv[i + 1]
-    values = {"state": _state_text(job), "exitcode": job["exit_code"], "jobid": job["job_id"],
-              "jobname": job["name"]}
+        if word in names and i + 1 < len(argv):
+            return argv[i + 1]
+        for name in names:
+            if name.startswith("--") and word.startswith(name + "="):
+                return word.split("=", 1)[1]
+    return None
+
+
+def sacct(argv: list[str]) -> int:
+    """``sacct -j id`` or ``sacct --name name[,name]`` (``-S``/``--starttime`` accepted, every recorded job
+    counts) with ``-X -n -P -o <fields>`` (State, ExitCode, JobID, JobName): one line per job, oldest first."""
+    job_id = _job_arg(argv)
+    names = _option_value(argv, "--name", "--jobname")
+    if job_id:
+        job = _load(job_id)
+        jobs = [job] if job else []  # sacct prints nothing for an unknown job
+    elif names:
+        wanted = set(names.split(","))
+        jobs = sorted((_read(p) for p in _state_dir().glob("*.json")), key=lambda j: int(j["job_id"]))
+        jobs = [j for j in jobs if j["name"] in wanted]
+    else:
+        _die("sacct: emulation needs -j <job id> or --name <job name>")
+    fields = _option_value(argv, "-o", "--format") or "State,ExitCode"
     sep = "|" if "-P" in argv or "--parsable2" in argv else " "
-    print(sep.join(values.get(f.strip().lower(), "") for f in fields.split(",")))
+    for job in jobs:
+        values = {"state": _state_text(job), "exitcode": job["exit_code"], "jobid": job["job_id"],
+                  "jobname": job["name"]}
+        print(sep.join(values.get(f.strip().lower(), "") for f in fields.split(",")))
     return 0
 
 

@@ -1,10 +1,12 @@
-"""SSM Run Command responder: SendCommand runs the ``commands`` in bash on this machine.
+"""SSM Run Command responder: SendCommand runs the ``commands`` with ``sh`` on this machine.
 
 moto 5.2.5 marks every command ``Success`` at once with empty output and lacks
 ListCommandInvocations, CancelCommand and DescribeInstanceInformation. Here:
 
 * SendCommand → command and invocations ``Pending``, then ``InProgress`` while a thread runs the
-  ``commands`` parameter as one bash script (env: ``AWS_ENDPOINT_URL`` + fake credentials, PATH with
+  ``commands`` parameter as one script with ``sh`` like AWS-RunShellScript on Linux (``/bin/sh`` is
+  dash on Debian/Ubuntu: bash syntax fails here as it does on the node; commands that need bash run it
+  themselves, see :func:`sim2real.slurm.bash_commands`) (env: ``AWS_ENDPOINT_URL`` + fake credentials, PATH with
   the venv's bin first), honouring the ``executionTimeout`` parameter (default 3600 s, like
   AWS-RunShellScript) → ``TimedOut``; exit 0 → ``Success``, otherwise ``Failed`` with ResponseCode.
   ``TimeoutSeconds`` is the *delivery* timeout in AWS; delivery here is immediate, so it never fires.
@@ -196,12 +198,12 @@ class SsmResponder:
                 script.write_text("sleep 30\n", encoding="utf-8")
             with open(out_path, "wb") as out, open(err_path, "wb") as err:
                 process = subprocess.Popen(
-                    ["bash", str(script)], cwd=workdir if Path(workdir).is_dir() else None, env=env,
+                    ["sh", str(script)], cwd=workdir if Path(workdir).is_dir() else None, env=env,
                     stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
                 )
                 self.processes[(command.command_id, instance_id)] = process
                 self.sandbox.events.emit(
-                    "ssm", "process", f"command {command.command_id} runs {len(commands)} line(s) in bash locally "
+                    "ssm", "process", f"command {command.command_id} runs {len(commands)} line(s) with sh locally "
                     f"on behalf of {instance_id} (timeout {timeout}s)",
                     command_id=command.command_id, instance_id=instance_id,
                 )
