@@ -198,6 +198,7 @@ def sim_to_real():
             cluster_name=plan["hyperpod.cluster_name"],
             instance_group_name=plan["hyperpod.instance_group_name"],
             target_count=plan["hyperpod.min_count"],
+            retries=5,  # nodes left up cost money: outlast a slow scale-up or a transient error
             waiter_delay=POLL,
             waiter_max_attempts=max(1, 3600 // max(1, POLL)),
             execution_timeout=dt.timedelta(hours=2),

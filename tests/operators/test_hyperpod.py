@@ -189,3 +189,43 @@ def test_trigger_serializes_round_trip():
     path, kwargs = t.serialize()
     assert path == "sim2real.triggers.hyperpod.HyperPodScaleTrigger"
     assert HyperPodScaleTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def test_update_waits_for_in_service_and_retries_a_conflict(sm, cluster, context):
+    """A scale-down while the scale-up is still Updating: wait, and treat ConflictException as 'wait again'."""
+    describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
+                               deferrable=False, wait_for_completion=False, waiter_delay=0, waiter_max_attempts=5)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 2), {"ClusterName": cluster})
+        stub.add_client_error("update_cluster", service_error_code="ConflictException",
+                              service_message="Cluster is being updated", http_status_code=400)
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 2), {"ClusterName": cluster})
+        stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+        result = op.execute(context)
+        stub.assert_no_pending_responses()
+    assert result["updated"] is True and result["previous_count"] == 2 and result["target_count"] == 0
+
+
+@pytest.mark.parametrize("status", ["Failed", "RollingBack", "Deleting"])
+def test_update_refused_on_a_failed_cluster(sm, cluster, context, status):
+    describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
+                               deferrable=False, waiter_delay=0, waiter_max_attempts=5)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status=status), {"ClusterName": cluster})
+        with pytest.raises(AirflowException, match=f"the cluster is {status}"):
+            op.execute(context)
+
+
+def test_update_gives_up_when_the_cluster_stays_updating(sm, cluster, context):
+    describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
+                               deferrable=False, waiter_delay=0, waiter_max_attempts=2)
+    with Stubber(op.hook.conn) as stub:
+        for _ in range(2):
+            stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
+        with pytest.raises(AirflowException, match="not InService for an UpdateCluster within 2 polls"):
+            op.execute(context)
+        stub.assert_no_pending_responses()
