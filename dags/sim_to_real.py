@@ -166,8 +166,21 @@ def sim_to_real():
             execution_timeout=dt.timedelta(minutes=5),
             doc_md=docs.HYPERPOD,
         )
+        # The setup only sends UpdateCluster: once it succeeded the scale-down teardown always runs, also
+        # when the nodes then fail to come up (a setup that failed while waiting would skip its teardown
+        # and leave the requested nodes running).
         scale_up = HyperPodScaleOperator(
             task_id="scale_up",
+            cluster_name=plan["hyperpod.cluster_name"],
+            instance_group_name=plan["hyperpod.instance_group_name"],
+            target_count=plan["hyperpod.target_count"],
+            wait_for_completion=False,
+            execution_timeout=dt.timedelta(minutes=10),
+            doc_md=docs.HYPERPOD,
+        )
+        # Same target: no second UpdateCluster, waits until the group's nodes are Running.
+        wait_for_nodes = HyperPodScaleOperator(
+            task_id="wait_for_nodes",
             deferrable=True,
             cluster_name=plan["hyperpod.cluster_name"],
             instance_group_name=plan["hyperpod.instance_group_name"],
@@ -203,8 +216,8 @@ def sim_to_real():
             waiter_max_attempts=max(1, 3600 // max(1, POLL)),
             execution_timeout=dt.timedelta(hours=2),
             doc_md=docs.HYPERPOD,
-        ).as_teardown(setups=scale_up)
-        backend >> hyperpod_preflight >> scale_up >> slurm_job >> scale_down
+        ).as_teardown(setups=scale_up, on_failure_fail_dagrun=True)  # nodes left up: the run must say so
+        backend >> hyperpod_preflight >> scale_up >> wait_for_nodes >> slurm_job >> scale_down
 
     with TaskGroup("checkpoint", tooltip="manifest.json written last by the trainer", doc_md=docs.CHECKPOINT):
 

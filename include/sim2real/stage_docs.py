@@ -50,7 +50,7 @@ HYPERPOD = """\
 **Train the policy (SageMaker HyperPod, Slurm).** `check_capacity` calls SageMaker `DescribeCluster` /
 `ListClusters` and Service Quotas (`<type> for cluster usage`) and fails before any spend when the quota
 cannot hold the GPU group at `num_nodes`. `scale_up` (setup) calls `UpdateCluster` with every instance group
-(only the GPU group's count changed) and waits (deferred) until the group's nodes are Running
+(only the GPU group's count changed); `wait_for_nodes` waits (deferred) until the group's nodes are Running
 (`DescribeCluster`, `ListClusterNodes`). `train_policy` finds the cluster's head/login node by EC2 tag, sends
 SSM `SendCommand` (`AWS-RunShellScript`) that writes the run's `train_rl.sbatch` and runs `sbatch --parsable`
 (unless `squeue` already lists this run's job name: a retry waits for that job), then waits (deferred) on the
@@ -58,7 +58,8 @@ job's state (`sacct`, else `scontrol show job`, each through SSM) until COMPLETE
 TIMEOUT, OUT_OF_MEMORY, NODE_FAIL fail with the cluster, job id, state, exit code and the end of the job's
 log; `scancel` when killed. Every node runs the same launcher as the Batch job, so the trainer writes the same
 checkpoints and `manifest.json`. `scale_down` (teardown) sets the GPU group back to `hyperpod.min_count` once
-`scale_up` succeeded, whatever the job did. Hands on the Slurm job id, its state, exit code and log path.
+`scale_up` sent its request, whatever happened after (nodes that never came up, a failed or killed job);
+a failed scale-down fails the run. Hands on the Slurm job id, its state, exit code and log path.
 """
 
 TRAINING_JOB = """\

@@ -23,7 +23,7 @@ GROUPS = ("build", "preflight", "train", "hyperpod", "checkpoint", "evaluate", "
 STAGE_TASKS = ("prepare_run", "build.build_image", "preflight.check_capacity", "train.train_policy",
                "checkpoint.wait_for_checkpoint", "evaluate.run_evaluation", "quality_gate",
                "vla.finetune_groot", "vla.wait_for_approval", "deploy.deploy_to_robots", "write_lineage",
-               "training_backend", "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.train_policy",
+               "training_backend", "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.wait_for_nodes", "hyperpod.train_policy",
                "hyperpod.scale_down", "checkpoint.training_job")
 
 

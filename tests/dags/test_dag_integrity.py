@@ -66,7 +66,7 @@ def test_every_task_has_a_timeout_and_retries(dagbag):
 def test_long_waits_are_deferrable(dagbag):
     dag = dagbag.dags["sim_to_real"]
     for task_id in ("build.build_image", "train.train_policy", "checkpoint.wait_for_checkpoint",
-                    "hyperpod.scale_up", "hyperpod.train_policy", "hyperpod.scale_down",
+                    "hyperpod.wait_for_nodes", "hyperpod.train_policy", "hyperpod.scale_down",
                     "evaluate.run_evaluation", "vla.finetune_groot", "vla.wait_for_approval",
                     "deploy.deploy_to_robots"):
         assert dag.get_task(task_id).deferrable is True, task_id
@@ -79,7 +79,8 @@ def test_stages_match_the_design(dagbag):
                      "checkpoint.wait_for_checkpoint", "evaluate.run_evaluation", "evaluate.read_eval_report",
                      "evaluate.stop_workstation", "quality_gate", "vla.upsert_pipeline", "vla.finetune_groot",
                      "vla.wait_for_approval", "deploy.deploy_to_robots", "write_lineage", "training_backend",
-                     "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.train_policy", "hyperpod.scale_down"):
+                     "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.wait_for_nodes", "hyperpod.train_policy",
+                     "hyperpod.scale_down"):
         assert expected in ids, expected
     # The workstation is stopped whatever the evaluation did; training waits for the capacity check.
     assert dag.get_task("evaluate.stop_workstation").trigger_rule == "all_done"
@@ -90,10 +91,14 @@ def test_stages_match_the_design(dagbag):
     assert dag.get_task("training_backend").downstream_task_ids == {"preflight.check_capacity",
                                                                    "hyperpod.check_capacity"}
     assert "hyperpod.check_capacity" in dag.get_task("hyperpod.scale_up").upstream_task_ids
-    assert "hyperpod.scale_up" in dag.get_task("hyperpod.train_policy").upstream_task_ids
-    # HyperPod: the scale-down is the scale-up's teardown (runs whatever the Slurm job did).
+    assert "hyperpod.scale_up" in dag.get_task("hyperpod.wait_for_nodes").upstream_task_ids
+    assert "hyperpod.wait_for_nodes" in dag.get_task("hyperpod.train_policy").upstream_task_ids
+    # HyperPod: the scale-down is the scale-up's teardown (runs whatever the Slurm job did). The setup only
+    # sends UpdateCluster (the wait is a task of its own): nodes that fail to come up still get scaled down.
     scale_up, scale_down = dag.get_task("hyperpod.scale_up"), dag.get_task("hyperpod.scale_down")
     assert scale_up.is_setup and scale_down.is_teardown
+    assert scale_up.wait_for_completion is False and dag.get_task("hyperpod.wait_for_nodes").wait_for_completion
+    assert scale_down.on_failure_fail_dagrun is True  # nodes left running must fail the run
     assert {"hyperpod.scale_up", "hyperpod.train_policy"} <= scale_down.upstream_task_ids
     # The checkpoint sensor runs after whichever backend trained (the other one is skipped).
     join = dag.get_task("checkpoint.training_job")

@@ -40,13 +40,15 @@ def test_hyperpod_run_scales_up_trains_scales_down_and_evaluates(runs):
     run = runs["success"]
     states = _states(run)
     assert run["state"] == "success", states
-    for task in ("training_backend", "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.train_policy",
+    for task in ("training_backend", "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.wait_for_nodes",
+                 "hyperpod.train_policy",
                  "hyperpod.scale_down", "checkpoint.training_job", "checkpoint.wait_for_checkpoint",
                  "evaluate.run_evaluation", "evaluate.read_eval_report", "quality_gate", "write_lineage"):
         assert states[task] == "success", (task, states)
     assert states["preflight.check_capacity"] == "skipped" and states["train.train_policy"] == "skipped"
     order = _order(run)
-    assert order.index("hyperpod.scale_up") < order.index("hyperpod.train_policy") < order.index("hyperpod.scale_down")
+    assert (order.index("hyperpod.scale_up") < order.index("hyperpod.wait_for_nodes")
+            < order.index("hyperpod.train_policy") < order.index("hyperpod.scale_down"))
     # One UpdateCluster up to num_nodes, one back to min_count (0); the group ends empty.
     assert run["cluster_updates"] == ["UpdateCluster sim2real-hyperpod: head=1, gpu=1",
                                       "UpdateCluster sim2real-hyperpod: head=1, gpu=0"]
