@@ -21,12 +21,14 @@ demo: install
 	$(BIN)/python -m sim2real.demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
+## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures).
+PYTEST_WORKERS ?= 2
 test: install browser-deps
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## Everything but the end-to-end DAG runs.
 test-fast: install
-	$(BIN)/python -m pytest -m "not e2e" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not e2e" $(PYTEST_ARGS)
 
 ## Benchmarks: printed as a table, written to bench-results.json (DAG parse vs a plain-provider DAG,
 ## orchestration latency / worker-slot seconds / API calls from one sandbox run, trainer, policy server).
