@@ -14,13 +14,13 @@ artifacts bucket); account-specific names come from the Airflow Variable `sim2re
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 from airflow.sdk import Asset, CronTriggerTimetable, TaskGroup, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sim2real import assets
 from sim2real import notifications as notify
+from sim2real.dag_defaults import DEFAULT_ARGS, POLL
 from sim2real import stage_docs as docs
 from sim2real.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
 from sim2real.operators.batch import BatchTrainingOperator
@@ -37,24 +37,6 @@ from sim2real.sensors.model_package import ModelPackageApprovalSensor
 CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
 EVAL_REPORT_ASSET = Asset(name="sim2real_eval_report", uri="sim2real://rl/eval-report")
 MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
-
-#: Seconds between status polls of every waiting task (deployment setting, read from the process
-#: environment like any Airflow config: 30 s on AWS; the local sandbox sets 2).
-POLL = int(os.environ.get("SIM2REAL_POLL_SECONDS", "30"))
-#: First retry delay of every task (seconds, doubled per try up to 10 min); the fault replay sets 1.
-RETRY_DELAY = int(os.environ.get("SIM2REAL_RETRY_DELAY_SECONDS", "20"))
-
-DEFAULT_ARGS = {
-    "owner": "mlops",
-    "retries": 2,
-    "retry_delay": dt.timedelta(seconds=RETRY_DELAY),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": dt.timedelta(minutes=10),
-    "execution_timeout": dt.timedelta(hours=1),
-    # Every AWS operator's client: throttling and transient 5xx are retried with adaptive backoff
-    # (botocore retry mode "adaptive"), not turned into task failures.
-    "botocore_config": {"retries": {"mode": "adaptive", "max_attempts": 10}},
-}
 
 
 @dag(

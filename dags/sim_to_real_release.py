@@ -16,34 +16,18 @@ Logic: `sim2real.release`.
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 from airflow.sdk import Asset, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sim2real import notifications as notify
+from sim2real.dag_defaults import DEFAULT_ARGS, POLL
 from sim2real.operators.greengrass import GreengrassDeploymentOperator
 from sim2real.release import build_release_params
 
 #: The release's outlet: one event per successful deployment (package, deployment id, devices).
 DEPLOYED_MODEL_PACKAGE_ASSET = Asset(name="sim2real_deployed_model_package",
                                      uri="sim2real://edge/deployed-model-package")
-
-#: Seconds between status polls (30 s on AWS; the local sandbox sets 1-2), as in the main DAG.
-POLL = int(os.environ.get("SIM2REAL_POLL_SECONDS", "30"))
-#: First retry delay of every task (seconds, doubled per try up to 10 min).
-RETRY_DELAY = int(os.environ.get("SIM2REAL_RETRY_DELAY_SECONDS", "20"))
-
-DEFAULT_ARGS = {
-    "owner": "mlops",
-    "retries": 2,
-    "retry_delay": dt.timedelta(seconds=RETRY_DELAY),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": dt.timedelta(minutes=10),
-    "execution_timeout": dt.timedelta(hours=1),
-    # Throttling and transient 5xx are retried with adaptive backoff, not turned into task failures.
-    "botocore_config": {"retries": {"mode": "adaptive", "max_attempts": 10}},
-}
 
 
 def _deployed_post_execute(context, result=None) -> None:

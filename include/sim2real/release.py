@@ -31,6 +31,7 @@ from typing import Any
 
 from sim2real.params import ParamRuleError
 from sim2real.run_key import make_run_key, run_prefix
+from sim2real.stages import iot_job_configuration
 
 log = logging.getLogger(__name__)
 
@@ -180,14 +181,7 @@ def plan_release(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Ma
             "thing_group_name": (params.get("thing_group_name") or "").strip() or gg["thing_group_name"],
             "components": dict(gg["components"]),
             "deployment_name": f"sim2real-{run_key}",
-            "iot_job_configuration": {
-                "jobExecutionsRolloutConfig": {"maximumPerMinute": int(params["rollout_max_per_minute"])},
-                "abortConfig": {"criteriaList": [{
-                    "failureType": "ALL", "action": "CANCEL",
-                    "thresholdPercentage": float(params["abort_failure_threshold_percent"]),
-                    "minNumberOfExecutedThings": 1,
-                }]},
-            },
+            "iot_job_configuration": iot_job_configuration(params),
         },
     }
 

@@ -133,14 +133,7 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
             "thing_group_name": thing_group,
             "components": dict(gg["components"]),
             "deployment_name": f"sim2real-{run_key}",
-            "iot_job_configuration": {
-                "jobExecutionsRolloutConfig": {"maximumPerMinute": int(params["rollout_max_per_minute"])},
-                "abortConfig": {"criteriaList": [{
-                    "failureType": "ALL", "action": "CANCEL",
-                    "thresholdPercentage": float(params["abort_failure_threshold_percent"]),
-                    "minNumberOfExecutedThings": 1,
-                }]},
-            },
+            "iot_job_configuration": iot_job_configuration(params),
         },
     }
 
@@ -196,6 +189,22 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
         section["submit_commands"] = slurm.submit_commands(
             script_path=script_path, script_text=script, job_name=name, log_dir=log_dir)
     return section
+
+
+def iot_job_configuration(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Greengrass ``CreateDeployment`` ``iotJobConfiguration`` from the form's rollout fields.
+
+    :param params: ``rollout_max_per_minute`` (devices per minute) and ``abort_failure_threshold_percent``
+        (cancel the rollout once this percentage of devices failed, after at least one).
+    """
+    return {
+        "jobExecutionsRolloutConfig": {"maximumPerMinute": int(params["rollout_max_per_minute"])},
+        "abortConfig": {"criteriaList": [{
+            "failureType": "ALL", "action": "CANCEL",
+            "thresholdPercentage": float(params["abort_failure_threshold_percent"]),
+            "minNumberOfExecutedThings": 1,
+        }]},
+    }
 
 
 def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[str]:
