@@ -53,7 +53,9 @@ cannot hold the GPU group at `num_nodes`. `scale_up` (setup) calls `UpdateCluste
 (only the GPU group's count changed); `wait_for_nodes` waits (deferred) until the group's nodes are Running
 (`DescribeCluster`, `ListClusterNodes`). `train_policy` finds the cluster's head/login node by EC2 tag, sends
 SSM `SendCommand` (`AWS-RunShellScript`) that writes the run's `train_rl.sbatch` and runs `sbatch --parsable`
-(unless `squeue` already lists this run's job name: a retry waits for that job), then waits (deferred) on the
+under bash (unless `squeue` lists this run's job name as active, or `sacct` shows it COMPLETED: a retry
+waits for or reports that job instead of paying for a second one; the script has `#SBATCH --time` from
+`training_timeout_hours`), then waits (deferred) on the
 job's state (`sacct`, else `scontrol show job`, each through SSM) until COMPLETED; FAILED, CANCELLED,
 TIMEOUT, OUT_OF_MEMORY, NODE_FAIL fail with the cluster, job id, state, exit code and the end of the job's
 log; `scancel` when killed. Every node runs the same launcher as the Batch job, so the trainer writes the same
