@@ -189,6 +189,96 @@ def test_wait_timeout_cancels_the_job_and_fails_without_retry(sandbox, context):
     assert job(sandbox, trigger.job_id)["state"] == "CANCELLED"
 
 
+# -- cost limit: nodes x USD/node-hour x time since the job's Slurm Start ----------------------
+#: $1 per node-second: a 2-node job costs $2 per second of run time.
+PRICE = 3600.0
+
+
+def wait_for(sb, job_id: str, state: str, seconds: float = 20) -> dict:
+    deadline = time.monotonic() + seconds
+    while job(sb, job_id)["state"] != state and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return job(sb, job_id)
+
+
+def assert_stopped_at_the_limit(sb, context, job_id: str, message: str, limit: float) -> None:
+    assert wait_for(sb, job_id, "CANCELLED")["state"] == "CANCELLED"
+    for needle in (f"Slurm job {job_id}", "sim2real-hyperpod", "stopped at the training cost limit",
+                   "on 2 node(s) at $3600 per node-hour", f"above the limit ${limit:.2f}", "cancelled (scancel)",
+                   "Raise max_budget_usd"):
+        assert needle in message, (needle, message)
+    record = context["ti"].xcom["job_cost"]
+    assert record["stopped_by_budget"] is True and record["num_nodes"] == 2 and record["usd_per_node_hour"] == PRICE
+    assert record["cluster_name"] == "sim2real-hyperpod" and record["job_id"] == job_id
+    # Stopped before the cost crossed the limit, after it had run (the figures are the job's Slurm Start..now).
+    assert 0 < record["cost_usd"] <= limit and record["stopped_at"] > record["started_at"]
+    assert record["cost_usd"] == pytest.approx(2 * PRICE * record["run_seconds"] / 3600, abs=0.01)
+    assert f"= ${record['cost_usd']:.2f}" in message
+
+
+def test_running_job_over_the_cost_limit_is_scancelled_and_fails_without_retry(sandbox, context):
+    op = make_operator(sandbox, "t-cost", SLEEP_SECONDS="60")
+    op.num_nodes, op.cost_limit_usd, op.usd_per_node_hour = "2", "5", str(PRICE)  # templated: strings
+    trigger, _ = defer(op, context)
+    assert (trigger.num_nodes, trigger.cost_limit_usd, trigger.usd_per_node_hour) == (2, 5.0, PRICE)
+    event = first_event(trigger)
+    assert event["status"] == "failure" and event["reason"] == "cost_limit" and event["state"] == "RUNNING"
+    with pytest.raises(AirflowFailException) as err:
+        op.execute_complete(context, event=event)
+    assert_stopped_at_the_limit(sandbox, context, trigger.job_id, str(err.value), 5.0)
+
+
+def test_sync_mode_stops_a_running_job_at_the_cost_limit(sandbox, context):
+    op = make_operator(sandbox, "t-cost-sync", SLEEP_SECONDS="60")
+    op.deferrable = False
+    op.num_nodes, op.cost_limit_usd, op.usd_per_node_hour = 2, 5.0, PRICE
+    with pytest.raises(AirflowFailException) as err:
+        op.execute(context)
+    assert_stopped_at_the_limit(sandbox, context, context["ti"].xcom["slurm_job_id"], str(err.value), 5.0)
+
+
+@pytest.mark.parametrize("deferrable", [True, False])
+@pytest.mark.parametrize("limit", [10_000.0, None], ids=["below-the-limit", "no-limit"])
+def test_job_within_the_limit_or_without_one_completes_with_its_run_window_and_cost(sandbox, context, deferrable,
+                                                                                      limit):
+    name = f"t-cost-ok-{deferrable}-{limit}".replace(".", "-")
+    op = make_operator(sandbox, name, SLEEP_SECONDS="2")
+    op.deferrable = deferrable
+    op.num_nodes, op.cost_limit_usd, op.usd_per_node_hour = 2, limit, PRICE
+    if deferrable:
+        trigger, _ = defer(op, context)
+        result = op.execute_complete(context, event=first_event(trigger))
+    else:
+        result = op.execute(context)
+    assert result["state"] == "COMPLETED" and "job_cost" not in context["ti"].xcom
+    slurm_job = job(sandbox, result["job_id"])
+    # started_at/stopped_at: the job's Slurm Start/End (whole seconds), not the submit time.
+    assert result["started_at"] == pytest.approx(int(slurm_job["start_time"]), abs=1)
+    assert result["stopped_at"] == pytest.approx(int(slurm_job["end_time"]), abs=1)
+    assert result["stopped_at"] - result["started_at"] >= 1
+    assert result["num_nodes"] == 2 and result["usd_per_node_hour"] == PRICE
+    assert result["cost_usd"] == pytest.approx(2 * PRICE * (result["stopped_at"] - result["started_at"]) / 3600)
+
+
+def test_without_a_price_there_is_no_cost_but_the_run_window_is_reported(sandbox, context):
+    op = make_operator(sandbox, "t-cost-noprice", nodes=1)
+    op.num_nodes, op.cost_limit_usd = 1, 0.0  # a limit of $0 without a price: not checked
+    trigger, _ = defer(op, context)
+    result = op.execute_complete(context, event=first_event(trigger))
+    assert result["state"] == "COMPLETED" and result["cost_usd"] is None and result["started_at"] is not None
+
+
+def test_cost_arguments_are_validated_with_the_field_name(sandbox, context):
+    op = make_operator(sandbox, "t-cost-bad")
+    op.cost_limit_usd = "lots"
+    with pytest.raises(ValueError, match="cost_limit_usd"):
+        op.execute(context)
+    op = make_operator(sandbox, "t-cost-bad")
+    op.num_nodes = 0
+    with pytest.raises(ValueError, match="num_nodes must be >= 1"):
+        op.execute(context)
+
+
 def test_default_wait_ends_before_the_task_execution_timeout():
     import datetime as dt
 
@@ -238,9 +328,46 @@ def test_no_submit_host_is_a_clear_error(sandbox, context):
     ("sacct|OUT_OF_MEMORY|0:125\n", ("OUT_OF_MEMORY", "0:125")),
     ("scontrol|JobId=7 JobName=x JobState=PENDING Reason=Resources ExitCode=0:0\n", ("PENDING", "0:0")),
     ("unknown|\n", ("UNKNOWN", "")),
+    ("sacct|RUNNING|0:0|2026-11-30T03:50:33|Unknown\nstart|1796010633\nclock|1796010712\n", ("RUNNING", "0:0")),
 ])
 def test_parse_status_output(stdout, expected):
     assert slurm.parse_status_output(stdout) == expected
+
+
+def test_run_window_from_slurm_start_else_first_seen_running():
+    times = slurm.parse_status_times("sacct|RUNNING|0:0|x|Unknown\nstart|1000\nclock|1090\n")
+    assert times == {"start": 1000.0, "end": None, "clock": 1090.0}
+    # Elapsed on the head node's clock (the Airflow worker's `now` may differ).
+    assert slurm.run_window(times, None, now=5000.0) == (1000.0, None, 90.0)
+    assert slurm.run_window({**times, "end": 1060.0}, None, now=5000.0) == (1000.0, 1060.0, 60.0)
+    # scontrol's EndTime of a running job is its time limit, in the future: not an end.
+    assert slurm.run_window({**times, "end": 99999.0}, None, now=5000.0) == (1000.0, None, 90.0)
+    # No Slurm Start (e.g. accounting off): from when the job was first seen RUNNING; PENDING: nothing.
+    assert slurm.run_window(slurm.parse_status_times("scontrol|JobState=RUNNING\n"), 4900.0, 5000.0) == \
+        (4900.0, None, 100.0)
+    assert slurm.run_window(slurm.parse_status_times("scontrol|JobState=PENDING\n"), None, 5000.0) == \
+        (None, None, None)
+    assert slurm.run_window(times, None, 5000.0, ended=True) == (1000.0, 1090.0, 90.0)
+
+
+def test_status_commands_convert_slurm_times_on_the_head_node(tmp_path):
+    """Start/End (local time, as Slurm prints them) become epoch seconds with the head node's ``date``."""
+    import shutil
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text("#!/bin/sh\necho 'RUNNING|0:0|2026-01-02T03:04:05|Unknown'\n")
+    (bin_dir / "sacct").chmod(0o755)
+    sh = shutil.which("dash") or "sh"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TZ": "UTC"}
+    out = subprocess.run([sh, "-c", "\n".join(slurm.status_commands("12"))], capture_output=True, text=True,
+                         env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    times = slurm.parse_status_times(out.stdout)
+    assert slurm.parse_status_output(out.stdout) == ("RUNNING", "0:0")
+    assert times["start"] == 1767323045.0 and times["end"] is None  # 2026-01-02T03:04:05Z
+    assert abs(times["clock"] - time.time()) < 60
 
 
 def test_parse_submit_output_and_refusals():

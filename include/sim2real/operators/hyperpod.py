@@ -21,6 +21,7 @@ from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
 from sim2real import slurm
+from sim2real.budget import budget_verdict, optional_usd
 from sim2real.hooks.hyperpod import HyperPodHook, instance_group_specs, scale_state
 from sim2real.hooks.workstation import WorkstationHook
 from sim2real.links.sagemaker import HyperPodClusterLink
@@ -230,6 +231,15 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, BOOT_FAIL, DEADLINE).
     ``on_kill`` (sync) and the trigger's ``on_kill`` (deferred) run ``scancel <job id>``.
 
+    Cost limit (as for the Batch training job): at each poll while the job runs, its elapsed cost is
+    ``num_nodes`` x ``usd_per_node_hour`` x the time since the job's Slurm ``Start`` (``sacct``; else
+    since the job was first seen RUNNING: time PENDING is not counted, see :func:`sim2real.slurm.run_window`).
+    When ``cost_limit_usd``, ``usd_per_node_hour`` and ``num_nodes`` are set and the cost at the next poll
+    would be above ``cost_limit_usd`` (:func:`sim2real.budget.budget_verdict`), the job is cancelled
+    (``scancel``) and the task fails, not retried; the job's figures are pushed as XCom ``job_cost``
+    (:func:`sim2real.slurm.job_cost_record`) for the run's actual cost. The HyperPod nodes are billed
+    from the scale-up to the scale-down; the Slurm run time is the part this task controls.
+
     :param cluster_name: HyperPod cluster name (messages and the cluster link).
     :param submit_host_tag_key: EC2 tag key of the head/login node.
     :param submit_host_tag_value: EC2 tag value of the head/login node.
@@ -244,13 +254,24 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         :data:`STATUS_QUERY_SECONDS` per poll), so the wait ends, and the job is cancelled, before Airflow
         would time the deferred task out without a ``scancel``.
     :param agent_online_timeout_seconds: how long to wait for the submit host's SSM agent (seconds).
+    :param num_nodes: nodes the job is billed for (the instance group's target count, templated); None =
+        no cost figure and no cost check.
+    :param cost_limit_usd: USD the job may spend (``sim2real.budget.training_cost_limit``); None = no cost
+        check (templated; number or numeric string).
+    :param usd_per_node_hour: on-demand USD per node-hour of the GPU group's instance type
+        (``sim2real.budget.training_usd_per_node_hour``); None = no cost check and no ``cost_usd`` (templated).
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
     :return: ``{"cluster_name", "job_id", "job_name", "state": "COMPLETED", "exit_code", "log_path",
-        "submit_host_instance_id", "reattached": bool}``. XCom keys ``slurm_job_id`` and
+        "submit_host_instance_id", "reattached": bool, "num_nodes", "started_at", "stopped_at" (the job's
+        Slurm Start/End, epoch seconds, None when unknown), "run_seconds", "usd_per_node_hour",
+        "cost_usd" (USD, None without a price, a node count or a start)}``. XCom keys ``slurm_job_id`` and
         ``submit_host_instance_id`` are pushed before the wait.
-    :raises ValueError: bad arguments; no or several instances carry the tag.
+    :raises ValueError: bad arguments (e.g. a non-numeric ``cost_limit_usd``, ``num_nodes`` < 1); no or
+        several instances carry the tag.
     :raises AirflowFailException: (not retried) the job ended FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY
         or DEADLINE, or was still running after ``max_attempts`` polls (then it is cancelled); the message names the cluster, job id, state, exit code, log path and the log's end.
+        Also when stopped at the cost limit: the message has the run time, cost, limit, nodes, price and
+        what to change.
     :raises AirflowException: (retried) submission failed, the job ended NODE_FAIL / PREEMPTED /
         BOOT_FAIL, or the state could not be read.
     """
@@ -258,7 +279,7 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     aws_hook_class = WorkstationHook
     template_fields: Sequence[str] = aws_template_fields(
         "cluster_name", "submit_host_tag_key", "submit_host_tag_value", "job_name", "submit_commands",
-        "log_path", "container_image",
+        "log_path", "container_image", "num_nodes", "cost_limit_usd", "usd_per_node_hour",
     )
     template_fields_renderers = {"submit_commands": "json"}
     operator_extra_links = (HyperPodClusterLink(),)
@@ -276,10 +297,16 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         poll_interval: int = 30,
         max_attempts: int | None = None,
         agent_online_timeout_seconds: int = 300,
+        num_nodes: int | str | None = None,
+        cost_limit_usd: float | str | None = None,
+        usd_per_node_hour: float | str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.num_nodes = num_nodes
+        self.cost_limit_usd = cost_limit_usd
+        self.usd_per_node_hour = usd_per_node_hour
         self.cluster_name = cluster_name
         self.submit_host_tag_key = submit_host_tag_key
         self.submit_host_tag_value = submit_host_tag_value
@@ -293,6 +320,25 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         self.deferrable = deferrable
         self._job_id: str | None = None
         self._instance_id: str | None = None
+
+    def _validate_cost_args(self) -> None:
+        """Rendered ``num_nodes`` / ``cost_limit_usd`` / ``usd_per_node_hour`` as numbers (or None)."""
+        self.cost_limit_usd = optional_usd("cost_limit_usd", self.cost_limit_usd)
+        self.usd_per_node_hour = optional_usd("usd_per_node_hour", self.usd_per_node_hour)
+        nodes = self.num_nodes
+        if nodes is None or (isinstance(nodes, str) and nodes.strip() in ("", "None", "null")):
+            self.num_nodes = None
+        else:
+            try:
+                self.num_nodes = int(nodes)
+            except (TypeError, ValueError):
+                raise ValueError(f"num_nodes must be an integer >= 1 (plan hyperpod.target_count), got {nodes!r}") \
+                    from None
+            if self.num_nodes < 1:
+                raise ValueError(f"num_nodes must be >= 1 (plan hyperpod.target_count), got {nodes!r}")
+        if self.cost_limit_usd is not None and (self.usd_per_node_hour is None or self.num_nodes is None):
+            self.log.warning("cost_limit_usd %.2f is set but usd_per_node_hour or num_nodes is not: the Slurm "
+                             "job's cost is not checked", self.cost_limit_usd)
 
     def _attempts(self) -> int:
         if self.max_attempts:
@@ -317,6 +363,7 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     def execute(self, context: Context) -> dict[str, Any]:
         if not self.submit_commands or isinstance(self.submit_commands, str):
             raise ValueError("submit_commands must be a non-empty list of shell lines (plan hyperpod.submit_commands)")
+        self._validate_cost_args()
         instance_id = self._submit_host()
         self._instance_id = instance_id
         context["ti"].xcom_push(key=XCOM_SUBMIT_HOST, value=instance_id)
@@ -354,6 +401,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
                     waiter_delay=self.poll_interval,
                     waiter_max_attempts=self._attempts(),
                     reattached=reattached,
+                    job_name=self.job_name,
+                    num_nodes=self.num_nodes,
+                    cost_limit_usd=self.cost_limit_usd,
+                    usd_per_node_hour=self.usd_per_node_hour,
                     aws_conn_id=self.aws_conn_id,
                     region_name=self.region_name,
                     verify=self.verify,
@@ -362,28 +413,77 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.poll_interval * self._attempts() + 600),
             )
-        return self._wait_sync(base)
+        return self._wait_sync(context, base)
 
-    def _wait_sync(self, base: dict[str, Any]) -> dict[str, Any]:
+    def _record(self, job_id: str, window: tuple[float | None, float | None, float | None],
+                stopped_by_budget: bool = False) -> dict[str, Any]:
+        started_at, stopped_at, elapsed = window
+        return slurm.job_cost_record(job_id=job_id, cluster_name=self.cluster_name, started_at=started_at,
+                                     stopped_at=stopped_at, elapsed_s=elapsed, num_nodes=self.num_nodes,
+                                     usd_per_node_hour=self.usd_per_node_hour, stopped_by_budget=stopped_by_budget)
+
+    def _wait_sync(self, context: Context, base: dict[str, Any]) -> dict[str, Any]:
         state, exit_code, unknown = "UNKNOWN", "", 0
+        first_running_at: float | None = None
+        window: tuple[float | None, float | None, float | None] = (None, None, None)
         for attempt in range(self._attempts()):
             if attempt:
                 time.sleep(self.poll_interval)
             result = self.hook.run_shell_script(base["submit_host_instance_id"], slurm.status_commands(base["job_id"]),
                                                 execution_timeout_seconds=120, poll_seconds=1.0)
-            state, exit_code = (slurm.parse_status_output(result["stdout"]) if result["status"] == "Success"
-                                else ("UNKNOWN", ""))
+            ok = result["status"] == "Success"
+            state, exit_code = slurm.parse_status_output(result["stdout"]) if ok else ("UNKNOWN", "")
+            now = time.time()
+            if state == "RUNNING" and first_running_at is None:
+                first_running_at = now
+            if ok:
+                window = slurm.run_window(slurm.parse_status_times(result["stdout"]), first_running_at, now,
+                                          ended=state in slurm.SLURM_SUCCESS_STATES | slurm.SLURM_FAILURE_STATES)
             if state in slurm.SLURM_SUCCESS_STATES:
-                return {**base, "state": state, "exit_code": exit_code}
+                return self._result(base, state, exit_code, self._record(base["job_id"], window))
             if state in slurm.SLURM_FAILURE_STATES:
+                self._push_job_cost(context, self._record(base["job_id"], window))
                 raise self._job_failed(base, state, exit_code)
             unknown = unknown + 1 if state == "UNKNOWN" else 0
             if unknown >= 10:
                 raise AirflowException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name}: state "
                                        "unknown to sacct and scontrol 10 polls in a row")
-            self.log.info("Slurm job %s on %s: %s", base["job_id"], self.cluster_name, state)
+            verdict = None
+            if window[2] is not None and self.num_nodes:
+                verdict = budget_verdict(elapsed_s=window[2], instances=int(self.num_nodes),
+                                         usd_per_hour=self.usd_per_node_hour, limit_usd=self.cost_limit_usd,
+                                         poll_interval_s=self.poll_interval)
+            if verdict is not None and verdict.over_budget:
+                note = self._cancel()
+                self._push_job_cost(context, self._record(
+                    base["job_id"], (window[0], (window[0] or 0.0) + verdict.elapsed_s, verdict.elapsed_s),
+                    stopped_by_budget=True))
+                raise AirflowFailException(slurm.cost_limit_message(
+                    job_id=base["job_id"], job_name=self.job_name, cluster_name=self.cluster_name, verdict=verdict,
+                    cancelled=not note, cancel_error=note.strip()))
+            self.log.info("Slurm job %s on %s: %s%s", base["job_id"], self.cluster_name, state,
+                          f" ({verdict.describe()})" if verdict else "")
         raise AirflowFailException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name} still "
                                    f"{state} after {self._attempts()} polls; it was cancelled." + self._cancel())
+
+    def _result(self, base: dict[str, Any], state: str, exit_code: str, record: dict[str, Any] | None) -> dict[str, Any]:
+        """The task's result: ``base``, the end state and the job's run window and cost."""
+        record = record or {}
+        if record.get("cost_usd") is not None:
+            self.log.info("Slurm job %s cost $%.2f (%s node(s) x $%.4g/h x %.0f s)", base.get("job_id"),
+                          record["cost_usd"], record["num_nodes"], record["usd_per_node_hour"], record["run_seconds"])
+        fields = ("num_nodes", "started_at", "stopped_at", "run_seconds", "usd_per_node_hour", "cost_usd")
+        return {**base, "state": state, "exit_code": exit_code,
+                **{k: record.get(k) for k in fields}, "num_nodes": record.get("num_nodes", self.num_nodes)}
+
+    def _push_job_cost(self, context: Context | None, record: dict[str, Any] | None) -> None:
+        """XCom ``job_cost`` of a job that failed the task (the task has no return value to carry it)."""
+        if not record or context is None or record.get("started_at") is None:
+            return
+        try:
+            context["ti"].xcom_push(key="job_cost", value=record)
+        except Exception as err:  # noqa: BLE001 - the failure message matters more
+            self.log.warning("Could not push the Slurm job's cost figures: %s", err)
 
     def _log_tail(self, instance_id: str, log_path: str) -> str:
         try:
@@ -415,7 +515,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         state, exit_code = event.get("state", "UNKNOWN"), event.get("exit_code", "")
         if event["status"] == "success":
             self.log.info("Slurm job %s on %s %s (exit code %s)", base.get("job_id"), self.cluster_name, state, exit_code)
-            return {**base, "state": state, "exit_code": exit_code}
+            return self._result(base, state, exit_code, event.get("job_cost"))
+        self._push_job_cost(context, event.get("job_cost"))
+        if event.get("reason") == "cost_limit":
+            raise AirflowFailException(event.get("message") or f"Slurm job {job_id} stopped at its cost limit")
         if event["status"] == "failure":
             raise self._job_failed(base, state, exit_code)
         message = (f"Slurm job {base.get('job_id')} on HyperPod cluster {self.cluster_name}: {event.get('message')} "

@@ -4,11 +4,13 @@ Everything here is plain text processing (no AWS call): :func:`render_script` fi
 ``train_rl.sbatch``; :func:`submit_commands`, :func:`status_commands` and :func:`cancel_commands`
 return ``AWS-RunShellScript`` lines for the cluster's head/login node (the host with the Slurm
 client), which :class:`~sim2real.operators.hyperpod.HyperPodSlurmJobOperator` sends through SSM;
-:func:`parse_submit_output` and :func:`parse_status_output` read what those lines print.
+:func:`parse_submit_output`, :func:`parse_status_output` and :func:`parse_status_times` read what those
+lines print; :func:`run_window`, :func:`job_cost_record` and :func:`cost_limit_message` turn a running
+job's times into its cost-limit figures.
 
 Sources: Slurm documentation — ``sbatch`` (``--parsable`` prints ``jobid[;cluster]``), ``squeue``
-(``-h -n <name> -t <states> -o %i``), ``sacct`` (``-X -n -P -o State,ExitCode``: ``ExitCode`` is
-``<exit>:<signal>``), ``scontrol show job -o`` (``JobState=``, ``ExitCode=``), ``scancel``, the job
+(``-h -n <name> -t <states> -o %i``), ``sacct`` (``-X -n -P -o State,ExitCode,Start,End``: ``ExitCode`` is
+``<exit>:<signal>``, ``Start``/``End`` local time or ``Unknown``/``None``), ``scontrol show job -o`` (``JobState=``, ``ExitCode=``), ``scancel``, the job
 state codes; SageMaker HyperPod developer guide (managed Slurm creates the partition ``dev``).
 """
 
@@ -179,13 +181,29 @@ def _job_id(job_id: str) -> str:
 
 
 def status_commands(job_id: str) -> list[str]:
-    """Lines printing the job's state: ``sacct|<State>|<ExitCode>`` (accounting), else
-    ``scontrol|<scontrol show job -o line>``, else ``unknown|``."""
+    """Lines printing the job's state and run window.
+
+    First line: ``sacct|<State>|<ExitCode>|<Start>|<End>`` (accounting, ``-o State,ExitCode,Start,End``),
+    else ``scontrol|<scontrol show job -o line>``, else ``unknown|``. With a known job, also
+    ``start|<epoch s>`` / ``end|<epoch s>`` (``Start``/``End`` or ``StartTime``/``EndTime`` converted with
+    ``date -d`` on the head node, whose local time zone is the one Slurm prints in; only values that are
+    dates: ``Unknown``/``None`` print nothing) and ``clock|<epoch s>`` (the head node's clock, the one
+    Slurm's times are on). Runs under ``sh`` (POSIX lines, GNU ``date``).
+    """
     jid = _job_id(job_id)
+    epoch = ('epoch() { case "$2" in [0-9][0-9][0-9][0-9]-*) '
+             't="$(date -d "$2" +%s 2>/dev/null)" && echo "$1|$t" || true;; esac; }')
     return [
-        f"out=\"$(sacct -j {jid} -X -n -P -o State,ExitCode 2>/dev/null | head -n 1 || true)\"",
-        "if [ -n \"$out\" ]; then echo \"sacct|$out\"; exit 0; fi",
-        f"if line=\"$(scontrol show job -o {jid} 2>/dev/null)\" && [ -n \"$line\" ]; then echo \"scontrol|$line\"; exit 0; fi",
+        epoch,
+        f"out=\"$(sacct -j {jid} -X -n -P -o State,ExitCode,Start,End 2>/dev/null | head -n 1 || true)\"",
+        "if [ -n \"$out\" ]; then echo \"sacct|$out\"; "
+        "epoch start \"$(echo \"$out\" | cut -d'|' -f3)\"; epoch end \"$(echo \"$out\" | cut -d'|' -f4)\"; "
+        "echo \"clock|$(date +%s)\"; exit 0; fi",
+        f"if line=\"$(scontrol show job -o {jid} 2>/dev/null)\" && [ -n \"$line\" ]; then echo \"scontrol|$line\"; "
+        "case \"$line\" in *JobState=PENDING*) ;; *) "
+        "epoch start \"$(echo \"$line\" | sed -n 's/.*StartTime=\\([^ ]*\\).*/\\1/p')\"; "
+        "epoch end \"$(echo \"$line\" | sed -n 's/.*EndTime=\\([^ ]*\\).*/\\1/p')\";; esac; "
+        "echo \"clock|$(date +%s)\"; exit 0; fi",
         "echo 'unknown|'",
     ]
 
@@ -209,8 +227,9 @@ def parse_status_output(stdout: str) -> tuple[str, str]:
     for line in (stdout or "").splitlines():
         source, _, rest = line.strip().partition("|")
         if source == "sacct" and rest:
-            state, _, code = rest.partition("|")
-            return (state.split() or ["UNKNOWN"])[0].rstrip("+"), code.strip()
+            fields = rest.split("|")
+            code = fields[1].strip() if len(fields) > 1 else ""
+            return (fields[0].split() or ["UNKNOWN"])[0].rstrip("+"), code
         if source == "scontrol" and rest:
             state = re.search(r"\bJobState=(\S+)", rest)
             code = re.search(r"\bExitCode=(\S+)", rest)
@@ -222,3 +241,93 @@ def log_path_for(log_path: str, job_id: str, name: str | None = None) -> str:
     """The ``--output`` pattern with ``%j`` (job id) and ``%x`` (job name) filled in."""
     path = log_path.replace("%j", str(job_id))
     return path.replace("%x", name) if name else path
+
+
+def parse_status_times(stdout: str) -> dict[str, float | None]:
+    """The job's run window from the output of :func:`status_commands`.
+
+    :return: ``{"start", "end", "clock"}`` in epoch seconds, each None when not printed: ``start``/``end``
+        the job's ``Start``/``End`` (None before it runs / while it runs), ``clock`` the head node's time
+        at the query (Slurm's clock: elapsed time is ``clock - start``).
+    """
+    times: dict[str, float | None] = {"start": None, "end": None, "clock": None}
+    for line in (stdout or "").splitlines():
+        key, _, value = line.strip().partition("|")
+        if key in times and times[key] is None:
+            try:
+                times[key] = float(value)
+            except ValueError:
+                continue
+    return times
+
+
+def run_window(times: dict[str, float | None], first_running_at: float | None, now: float,
+               ended: bool = False) -> tuple[float | None, float | None, float | None]:
+    """``(started_at, stopped_at, elapsed_s)`` of a Slurm job (epoch seconds, seconds).
+
+    The start is ``sacct``'s ``Start`` (``times["start"]``, :func:`parse_status_times`), else
+    ``first_running_at`` (when the waiter first saw the job RUNNING, on its own clock ``now``); the
+    end is ``End`` (None while the job runs). Elapsed time is measured on the start's clock: the head
+    node's (``times["clock"]``) for a Slurm start, ``now`` otherwise. Time PENDING is not counted.
+    ``ended``: the job is in an end state; without an ``End`` it is taken as ended at the query.
+
+    :return: all None when the job has not started (no Start, never seen RUNNING).
+    """
+    if times.get("start") is not None:
+        start = float(times["start"])
+        end = times.get("end")
+        current = float(times["clock"]) if times.get("clock") is not None else float(now)
+    elif first_running_at is not None:
+        start, end, current = float(first_running_at), None, float(now)
+    else:
+        return None, None, None
+    if end is not None and float(end) > current:  # scontrol's EndTime of a running job: its time limit
+        end = None
+    if end is None and ended:
+        end = current
+    elapsed = max((float(end) if end is not None else current) - start, 0.0)
+    return start, (None if end is None else float(end)), elapsed
+
+
+def job_cost_record(*, job_id: str, cluster_name: str, started_at: float | None, stopped_at: float | None,
+                    elapsed_s: float | None, num_nodes: int | None, usd_per_node_hour: float | None,
+                    stopped_by_budget: bool = False) -> dict[str, Any]:
+    """What a Slurm job ran and cost, for the task's result and the ``job_cost`` XCom.
+
+    Cost = nodes x ``usd_per_node_hour`` x run time (:func:`sim2real.budget.elapsed_cost_usd`).
+
+    :return: ``{"job_id", "cluster_name", "num_nodes", "started_at", "stopped_at" (epoch seconds, None when unknown),
+        "run_seconds", "usd_per_node_hour", "cost_usd" (USD, None without a start, a price or a node
+        count), "stopped_by_budget"}``.
+    """
+    from sim2real.budget import elapsed_cost_usd
+
+    cost = None
+    if elapsed_s is not None and usd_per_node_hour is not None and num_nodes:
+        cost = round(elapsed_cost_usd(0.0, elapsed_s, int(num_nodes), float(usd_per_node_hour)), 2)
+    return {
+        "job_id": job_id, "cluster_name": cluster_name, "num_nodes": num_nodes, "started_at": started_at, "stopped_at": stopped_at,
+        "run_seconds": None if elapsed_s is None else round(elapsed_s, 3), "usd_per_node_hour": usd_per_node_hour,
+        "cost_usd": cost, "stopped_by_budget": stopped_by_budget,
+    }
+
+
+def cost_limit_message(*, job_id: str, job_name: str, cluster_name: str, verdict: Any, cancelled: bool,
+                       cancel_error: str = "") -> str:
+    """The failure message of a Slurm job stopped at its cost limit: the numbers and what to change.
+
+    :param verdict: the :class:`sim2real.budget.BudgetVerdict` that stopped it.
+    :param cancelled: whether ``scancel`` succeeded.
+    """
+    return (
+        f"Slurm job {job_id} ({job_name}) on HyperPod cluster {cluster_name} stopped at the training cost limit: "
+        f"it ran {verdict.elapsed_s:.0f} s ({verdict.elapsed_s / 3600:.2f} h) on {verdict.instances} node(s) at "
+        f"${verdict.usd_per_hour:.4g} per node-hour = ${verdict.cost_usd:.2f}; at the next poll "
+        f"(+{verdict.poll_interval_s:.0f} s) it would cost ${verdict.next_poll_cost_usd:.2f}, above the limit "
+        f"${verdict.limit_usd:.2f} (max_budget_usd minus the estimate of the other stages). "
+        + ("The job was cancelled (scancel)." if cancelled
+           else f"scancel FAILED ({cancel_error}): run 'scancel {job_id}' on the head node by hand.")
+        + " Raise max_budget_usd, or lower num_nodes or train_time_budget_seconds (the trainer then stops "
+        "and checkpoints within the budget). Run time counts from the job's Slurm Start (time PENDING is not "
+        "counted); the scale-down teardown releases the nodes."
+    )

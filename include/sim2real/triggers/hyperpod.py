@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,13 +11,18 @@ from botocore.exceptions import ClientError
 
 from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
 from airflow.triggers.base import TriggerEvent
+from sim2real.budget import budget_verdict
 from sim2real.hooks.hyperpod import HyperPodHook, scale_state
 from sim2real.hooks.workstation import SSM_FAILURE_STATES, SSM_SUCCESS_STATES, WorkstationHook
 from sim2real.slurm import (
     SLURM_FAILURE_STATES,
     SLURM_SUCCESS_STATES,
     cancel_commands,
+    cost_limit_message,
+    job_cost_record,
     parse_status_output,
+    parse_status_times,
+    run_window,
     status_commands,
 )
 
@@ -110,6 +116,13 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
     Each poll sends :func:`sim2real.slurm.status_commands` (``sacct``, else ``scontrol show job``) with
     ``AWS-RunShellScript`` to ``instance_id``, waits for that short command and parses its output.
 
+    Cost limit: while the job runs, its cost is ``num_nodes`` x ``usd_per_node_hour`` x the time since
+    its Slurm ``Start`` (else since this trigger first saw it RUNNING; :func:`sim2real.slurm.run_window`).
+    When ``cost_limit_usd``, ``usd_per_node_hour`` and ``num_nodes`` are all set and the cost at the next
+    poll would be above ``cost_limit_usd`` (:func:`sim2real.budget.budget_verdict`), the trigger runs
+    ``scancel`` and yields ``{"status": "failure", "reason": "cost_limit", "message", "job_cost": {...},
+    ...}`` (``job_cost``: :func:`sim2real.slurm.job_cost_record`).
+
     :param cluster_name: the HyperPod cluster (for messages).
     :param instance_id: the submit host (head/login node, SSM-managed).
     :param job_id: the Slurm job id.
@@ -117,14 +130,19 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
     :param waiter_max_attempts: polls before a ``timeout`` event.
     :param max_failed_queries: consecutive status queries that fail (SSM command not Success, or the
         job unknown to both sacct and scontrol) before an ``error`` event.
+    :param job_name: the Slurm job name (messages).
+    :param num_nodes: nodes the job is billed for (the instance group's target count); None = no cost.
+    :param cost_limit_usd: USD the job may spend; None = no cost check.
+    :param usd_per_node_hour: on-demand USD per node-hour; None = no cost check and no cost figure.
 
     ``on_kill`` (the deferred task killed, Airflow 3.3+) always runs ``scancel``: a job nobody waits
     for would keep the GPU nodes busy.
 
     Events: ``{"status": "success" | "failure" | "timeout" | "error", "cluster_name", "job_id",
-    "instance_id", "reattached", "state", "exit_code", "message"}`` (self-contained: the resumed task
-    needs nothing else); ``failure`` for any state of
-    :data:`~sim2real.slurm.SLURM_FAILURE_STATES`.
+    "instance_id", "reattached", "state", "exit_code", "message", "job_cost"}`` (self-contained: the
+    resumed task needs nothing else; ``job_cost`` has ``started_at``/``stopped_at`` epoch seconds and
+    ``cost_usd``); ``failure`` for any state of :data:`~sim2real.slurm.SLURM_FAILURE_STATES`, and with
+    ``"reason": "cost_limit"`` for a job stopped at its cost limit.
     """
 
     aws_hook_class = WorkstationHook
@@ -139,6 +157,10 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
         waiter_max_attempts: int = 1440,
         max_failed_queries: int = 10,
         reattached: bool = False,
+        job_name: str = "",
+        num_nodes: int | None = None,
+        cost_limit_usd: float | None = None,
+        usd_per_node_hour: float | None = None,
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
         verify: bool | str | None = None,
@@ -151,6 +173,10 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
                 "job_id": job_id,
                 "max_failed_queries": max_failed_queries,
                 "reattached": reattached,
+                "job_name": job_name,
+                "num_nodes": num_nodes,
+                "cost_limit_usd": cost_limit_usd,
+                "usd_per_node_hour": usd_per_node_hour,
             },
             waiter_name="command_executed",
             waiter_args={},
@@ -171,6 +197,10 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
         self.job_id = job_id
         self.max_failed_queries = max_failed_queries
         self.reattached = reattached
+        self.job_name = job_name
+        self.num_nodes = num_nodes
+        self.cost_limit_usd = cost_limit_usd
+        self.usd_per_node_hour = usd_per_node_hour
 
     async def _run_script(self, client, commands: list[str]) -> dict[str, Any]:
         """Send ``commands`` and wait for the invocation (1 s polls, up to 5 min)."""
@@ -193,14 +223,23 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
                 return inv
         return {"Status": "TimedOut", "StandardOutputContent": "", "StandardErrorContent": "no answer in 300 s"}
 
-    def _event(self, status: str, state: str, exit_code: str, message: str) -> TriggerEvent:
+    def _event(self, status: str, state: str, exit_code: str, message: str,
+               job_cost: dict[str, Any] | None = None, **extra: Any) -> TriggerEvent:
         return TriggerEvent({"status": status, "cluster_name": self.cluster_name, "job_id": self.job_id,
                              "instance_id": self.instance_id, "reattached": self.reattached,
-                             "state": state, "exit_code": exit_code, "message": message})
+                             "state": state, "exit_code": exit_code, "message": message,
+                             "job_cost": job_cost, **extra})
+
+    def _record(self, window: tuple[float | None, float | None, float | None], **kwargs: Any) -> dict[str, Any]:
+        started_at, stopped_at, elapsed = window
+        return job_cost_record(job_id=self.job_id, cluster_name=self.cluster_name, started_at=started_at,
+                               stopped_at=stopped_at, elapsed_s=elapsed, num_nodes=self.num_nodes, usd_per_node_hour=self.usd_per_node_hour, **kwargs)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         failed_queries = 0
         state, exit_code, note = "UNKNOWN", "", ""
+        first_running_at: float | None = None
+        window: tuple[float | None, float | None, float | None] = (None, None, None)
         async with await self.hook().get_async_conn() as client:
             for attempt in range(self.attempts):
                 if attempt:
@@ -211,12 +250,20 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
                     note = (f"status query on {self.instance_id} ended {inv.get('Status')}: "
                             f"{(inv.get('StandardErrorContent') or '')[-300:]}")
                 else:
-                    state, exit_code = parse_status_output(inv.get("StandardOutputContent", ""))
+                    stdout = inv.get("StandardOutputContent", "")
+                    state, exit_code = parse_status_output(stdout)
+                    now = time.time()
+                    if state == "RUNNING" and first_running_at is None:
+                        first_running_at = now
+                    window = run_window(parse_status_times(stdout), first_running_at, now,
+                                        ended=state in SLURM_SUCCESS_STATES | SLURM_FAILURE_STATES)
                     if state in SLURM_SUCCESS_STATES:
-                        yield self._event("success", state, exit_code, f"Slurm job {self.job_id} {state}")
+                        yield self._event("success", state, exit_code, f"Slurm job {self.job_id} {state}",
+                                          self._record(window))
                         return
                     if state in SLURM_FAILURE_STATES:
-                        yield self._event("failure", state, exit_code, f"Slurm job {self.job_id} {state}")
+                        yield self._event("failure", state, exit_code, f"Slurm job {self.job_id} {state}",
+                                          self._record(window))
                         return
                     if state == "UNKNOWN":
                         failed_queries += 1
@@ -224,6 +271,24 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
                     else:
                         failed_queries = 0
                         note = ""
+                    verdict = None
+                    if window[2] is not None and self.num_nodes:
+                        verdict = budget_verdict(elapsed_s=window[2], instances=int(self.num_nodes),
+                                                 usd_per_hour=self.usd_per_node_hour, limit_usd=self.cost_limit_usd,
+                                                 poll_interval_s=self.waiter_delay)
+                    if verdict is not None:
+                        note = verdict.describe()
+                    if verdict is not None and verdict.over_budget:
+                        cancel_error = await self._scancel(client)
+                        record = self._record((window[0], window[0] + verdict.elapsed_s, verdict.elapsed_s),
+                                              stopped_by_budget=True)
+                        yield self._event(
+                            "failure", state, exit_code,
+                            cost_limit_message(job_id=self.job_id, job_name=self.job_name or "?",
+                                               cluster_name=self.cluster_name, verdict=verdict,
+                                               cancelled=not cancel_error, cancel_error=cancel_error),
+                            record, reason="cost_limit")
+                        return
                 if failed_queries >= self.max_failed_queries:
                     yield self._event("error", state, exit_code,
                                       f"{failed_queries} status queries in a row failed; last: {note}")
@@ -231,7 +296,18 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
                 self.log.info("Slurm job %s on %s: %s%s", self.job_id, self.cluster_name, state,
                               f" ({note})" if note else "")
         yield self._event("timeout", state, exit_code,
-                          f"still {state} after {self.attempts} polls {self.waiter_delay} s apart")
+                          f"still {state} after {self.attempts} polls {self.waiter_delay} s apart",
+                          self._record(window))
+
+    async def _scancel(self, client) -> str:
+        """``scancel`` the job and wait for the command; "" on success, else what went wrong."""
+        try:
+            inv = await self._run_script(client, cancel_commands(self.job_id))
+        except Exception as error:  # noqa: BLE001 - the cost-limit event must still be sent
+            return str(error)
+        if inv.get("Status") != "Success":
+            return f"{inv.get('Status')}: {(inv.get('StandardErrorContent') or '')[-300:]}"
+        return ""
 
     async def on_kill(self) -> None:
         """``scancel`` the job on the submit host when the deferred task is killed (Airflow 3.3+)."""

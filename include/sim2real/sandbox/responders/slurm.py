@@ -17,7 +17,8 @@ folder of one JSON file per job:
 * ``srun``: one process per node and task (``SLURM_NODEID``, ``SLURM_PROCID``, ``SLURM_LOCALID``,
   ``SLURM_NTASKS``); ``--kill-on-bad-exit`` stops the others when one fails; ``--container-image``
   is logged and ignored (the tasks run on this machine, not in enroot).
-* ``squeue -h [-n name] [-t states] [-o "%i %T %j"]``, ``sacct -j id -X -n -P -o State,ExitCode``,
+* ``squeue -h [-n name] [-t states] [-o "%i %T %j"]``, ``sacct -j id -X -n -P -o State,ExitCode,Start,End``
+  (``Start``/``End``: when the batch step started / the job ended, local time, ``Unknown`` before),
   ``sacct -X -n -P --name name -S now-7days -o JobID,State`` (every recorded job of that name),
   ``scontrol show hostnames [list]`` / ``scontrol show job [-o] id``, ``scancel id`` (→ CANCELLED,
   exit code ``0:15``, the batch step's process group killed).
@@ -419,9 +420,15 @@ def _option_value(argv: list[str], *names: str) -> str | None:
     return None
 
 
+def _slurm_time(epoch: float | None) -> str:
+    """A time as Slurm prints it (``YYYY-MM-DDTHH:MM:SS``, local time, no zone), ``Unknown`` when unset."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(epoch))) if epoch else "Unknown"
+
+
 def sacct(argv: list[str]) -> int:
     """``sacct -j id`` or ``sacct --name name[,name]`` (``-S``/``--starttime`` accepted, every recorded job
-    counts) with ``-X -n -P -o <fields>`` (State, ExitCode, JobID, JobName): one line per job, oldest first."""
+    counts) with ``-X -n -P -o <fields>`` (State, ExitCode, JobID, JobName, Start, End, NNodes): one line per
+    job, oldest first. ``Start``/``End`` are local time, ``Unknown`` before the job starts / ends."""
     job_id = _job_arg(argv)
     names = _option_value(argv, "--name", "--jobname")
     if job_id:
@@ -437,7 +444,8 @@ def sacct(argv: list[str]) -> int:
     sep = "|" if "-P" in argv or "--parsable2" in argv else " "
     for job in jobs:
         values = {"state": _state_text(job), "exitcode": job["exit_code"], "jobid": job["job_id"],
-                  "jobname": job["name"]}
+                  "jobname": job["name"], "start": _slurm_time(job.get("start_time")),
+                  "end": _slurm_time(job.get("end_time")), "nnodes": str(job["nodes"])}
         print(sep.join(values.get(f.strip().lower(), "") for f in fields.split(",")))
     return 0
 
@@ -456,7 +464,9 @@ def scontrol(argv: list[str]) -> int:
             print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
             return 1
         print(f"JobId={job['job_id']} JobName={job['name']} JobState={job['state']} Reason={job.get('reason', 'None')} "
-              f"ExitCode={job['exit_code']} NumNodes={job['nodes']} NodeList={job.get('nodelist', '(null)')} "
+              f"ExitCode={job['exit_code']} StartTime={_slurm_time(job.get('start_time'))} "
+              f"EndTime={_slurm_time(job.get('end_time'))} "
+              f"NumNodes={job['nodes']} NodeList={job.get('nodelist', '(null)')} "
               f"Partition={job['partition']} StdOut={job['output']}")
         return 0
     _die(f"scontrol: emulation knows only 'show hostnames' and 'show job', got {' '.join(argv)!r}")
