@@ -183,6 +183,9 @@ def sim_to_real():
             log_path=plan["hyperpod.log_path"],
             container_image=image.output["image_uri"],
             poll_interval=POLL,
+            num_nodes=plan["hyperpod.target_count"],
+            cost_limit_usd=plan["hyperpod.cost_limit_usd"],
+            usd_per_node_hour=plan["hyperpod.usd_per_node_hour"],
             execution_timeout=dt.timedelta(hours=12),
             doc_md=docs.HYPERPOD,
         )

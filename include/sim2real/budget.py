@@ -346,7 +346,19 @@ def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None
     else:
         job_id = training.get("job_id") or training.get("jobId") or "?"
         nodes = int(training.get("num_nodes") or (training.get("nodeProperties") or {}).get("numNodes") or nodes)
-        if "startedAt" in training or "attempts" in training:  # a DescribeJobs entry (epoch ms)
+        if training.get("cluster_name"):  # the HyperPod Slurm job's result or job_cost XCom (epoch s)
+            start, stop = training.get("started_at"), training.get("stopped_at")
+            where = f"Slurm job {job_id} on HyperPod cluster {training['cluster_name']}"
+            if start is not None:
+                seconds = max((now if stop is None else float(stop)) - float(start), 0.0)
+                if training.get("run_seconds") is not None:
+                    seconds = float(training["run_seconds"])
+                basis = f"{where}: Slurm Start..{'now (no end time)' if stop is None else 'End'}"
+                if training.get("stopped_by_budget"):
+                    basis += ", stopped at the cost limit"
+            else:
+                basis = f"{where}: no start time in the result (the job never ran, or see sacct Elapsed)"
+        elif "startedAt" in training or "attempts" in training:  # a DescribeJobs entry (epoch ms)
             seconds = batch_job_run_seconds(training, now)
             end = "stoppedAt" if training.get("stoppedAt") else "now (running)"
             basis = f"Batch job {job_id} startedAt..{end} (DescribeJobs)"
@@ -358,9 +370,6 @@ def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None
             basis = f"Batch job {job_id} started_at..{'now (no stopped_at)' if stop is None else 'stopped_at'}"
             if training.get("stopped_by_budget"):
                 basis += ", stopped at the cost limit"
-        elif training.get("cluster_name"):  # the HyperPod Slurm job's result: no timing in it
-            basis = (f"Slurm job {job_id} on HyperPod cluster {training['cluster_name']}: no start/end time in "
-                     "the result (see sacct Elapsed)")
         else:
             basis = f"Batch job {job_id}: no start time in the training result"
         if seconds is None and "startedAt" in basis:  # terminated or failed before RUNNING: no node ran it

@@ -139,7 +139,7 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
 
 
 def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any],
-                  training_env: Mapping[str, str]) -> dict[str, Any]:
+                  training_env: Mapping[str, str], budget: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The HyperPod (Slurm) training settings of a run (also planned for a Batch run: names only, no calls).
 
     :return: ``cluster_name`` (the form's ``hyperpod_cluster_name``, else the config's), ``instance_group_name``,
@@ -149,8 +149,14 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
         rounded up), ``submit_commands`` (``AWS-RunShellScript`` lines: write the rendered
         ``train_rl.sbatch``, then ``sbatch --parsable`` unless the job is already queued or COMPLETED; run
         with bash), ``environment``
-        (the Batch job's training env) and ``use_container_image``. Empty strings where the config has no
-        HyperPod section (``check_params`` refuses the hyperpod backend then).
+        (the Batch job's training env), ``use_container_image``, and for a hyperpod run ``cost_limit_usd``
+        (:func:`~sim2real.budget.training_cost_limit`) and ``usd_per_node_hour``
+        (:func:`~sim2real.budget.training_usd_per_node_hour`, the price of ``hyperpod.instance_type``): the
+        Slurm job is cancelled before its elapsed cost would pass the limit (None = no check; always None
+        for a Batch run). Empty strings where the config has no HyperPod section (``check_params`` refuses
+        the hyperpod backend then).
+    :param budget: the run's cost estimate (plan ``budget``); default: :func:`~sim2real.budget.estimate_run_cost`
+        of ``params`` and ``env``, the same figure.
     """
     import math
 
@@ -179,8 +185,15 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
         # Slurm's --time: the run's training_timeout_hours (the trainer's time budget is below it).
         "time_limit_minutes": max(1, math.ceil(float(params.get("training_timeout_hours") or 12) * 60)),
         "submit_commands": [],
+        "cost_limit_usd": None,
+        "usd_per_node_hour": None,
     }
     if params.get("training_backend") == "hyperpod":
+        budget = estimate_run_cost(params, env) if budget is None else budget
+        # Checked at each poll while the Slurm job runs (None = no check): the job is cancelled before its
+        # elapsed cost (target nodes x price x time since its Slurm Start) would pass the limit.
+        section["cost_limit_usd"] = training_cost_limit(budget)
+        section["usd_per_node_hour"] = training_usd_per_node_hour(budget)
         script = slurm.render_script(
             job_name=name, num_nodes=nodes, log_path=log_path, environment=training_env,
             launcher=hp["launcher"], partition=hp["partition"], time_limit_minutes=section["time_limit_minutes"],

@@ -327,3 +327,34 @@ def test_actual_cost_matches_the_lineage_fragment_for_a_real_plan():
         doc = json.loads(json.dumps(actual_run_cost(plan, train, vla, now=T0 + 200)))
         jsonschema.validate(doc, COST_ACTUAL_SCHEMA)
         assert doc["items"][0]["usd"] == round(train["num_nodes"] * doc["items"][0]["usd_per_hour"] / 30, 2)
+
+
+def test_actual_cost_of_a_hyperpod_slurm_job_from_its_start_and_end():
+    from sim2real import slurm
+
+    from .test_stages import HYPERPOD_ENV
+
+    params = {**PARAMS, "training_backend": "hyperpod", "task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2,
+              "run_vla_finetune": False, "deploy_to_edge": False}
+    plan = plan_run(dag_id="sim_to_real", run_id="manual__1", params=params, env=HYPERPOD_ENV)
+    price = ON_DEMAND_USD_PER_HOUR["ml.g5.12xlarge"]
+    # The HyperPod operator's result: the job's Slurm Start/End (epoch s) and its node count.
+    result = {"cluster_name": "sim2real-hyperpod", "job_id": "1001", "job_name": "sim2real-train-x",
+              "state": "COMPLETED", "exit_code": "0:0", "num_nodes": 2, "started_at": T0, "stopped_at": T0 + 1800,
+              "cost_usd": round(2 * 0.5 * price, 2)}
+    [train] = actual_run_cost(plan, result, now=T0 + 9999)["items"]
+    assert (train["instance_type"], train["instances"], train["hours"], train["usd_per_hour"]) == \
+        ("ml.g5.12xlarge", 2, 0.5, price)
+    assert train["usd"] == result["cost_usd"] == round(2 * 0.5 * price, 2)
+    assert "Slurm job 1001 on HyperPod cluster sim2real-hyperpod" in train["basis"] and "Start..End" in train["basis"]
+    assert "1800 s" in train["basis"] and "Batch" not in train["basis"]
+    # The job_cost XCom of a job cancelled at the cost limit (the task failed: no result).
+    record = slurm.job_cost_record(job_id="1002", cluster_name="sim2real-hyperpod", started_at=T0,
+                                   stopped_at=T0 + 3600, elapsed_s=3600, num_nodes=2, usd_per_node_hour=price,
+                                   stopped_by_budget=True)
+    [train] = actual_run_cost(plan, record, now=T0)["items"]
+    assert train["usd"] == record["cost_usd"] == round(2 * price, 2)
+    assert "stopped at the cost limit" in train["basis"]
+    # A job that never started (no Start): unknown, said so.
+    [train] = actual_run_cost(plan, {**result, "started_at": None, "stopped_at": None}, now=T0)["items"]
+    assert train["usd"] is None and "no start time" in train["basis"]

@@ -197,6 +197,24 @@ def test_hyperpod_plan_submits_the_batch_training_env_under_the_run_key():
     assert plan["hyperpod"]["cluster_name"] == "other"
 
 
+def test_hyperpod_plan_carries_the_training_cost_limit_priced_by_the_gpu_group():
+    from sim2real.budget import ON_DEMAND_USD_PER_HOUR, training_cost_limit, training_usd_per_node_hour
+
+    params = {**PARAMS, "training_backend": "hyperpod", "task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2,
+              "max_budget_usd": 500}
+    plan = plan_run(dag_id="sim_to_real", run_id="manual__x", params=params, env=HYPERPOD_ENV)
+    hp = plan["hyperpod"]
+    assert hp["usd_per_node_hour"] == ON_DEMAND_USD_PER_HOUR["ml.g5.12xlarge"]
+    assert hp["usd_per_node_hour"] == training_usd_per_node_hour(plan["budget"])
+    assert hp["cost_limit_usd"] == training_cost_limit(plan["budget"]) and 0 < hp["cost_limit_usd"] <= 500
+    # No budget: no check.
+    plan = plan_run(dag_id="d", run_id="r", params={**params, "max_budget_usd": 0}, env=HYPERPOD_ENV)
+    assert plan["hyperpod"]["cost_limit_usd"] is None
+    # A Batch run plans HyperPod names only: no HyperPod price or limit.
+    plan = plan_run(dag_id="d", run_id="r", params={**PARAMS, "max_budget_usd": 500}, env=HYPERPOD_ENV)
+    assert plan["hyperpod"]["cost_limit_usd"] is None and plan["hyperpod"]["usd_per_node_hour"] is None
+
+
 def test_batch_plan_has_no_slurm_commands():
     plan = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)
     assert plan["backend"] == "batch" and plan["hyperpod"]["submit_commands"] == []
