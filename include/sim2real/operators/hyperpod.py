@@ -235,7 +235,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     ``num_nodes`` x ``usd_per_node_hour`` x the time since the job's Slurm ``Start`` (``sacct``; else
     since the job was first seen RUNNING: time PENDING is not counted, see :func:`sim2real.slurm.run_window`).
     When ``cost_limit_usd``, ``usd_per_node_hour`` and ``num_nodes`` are set and the cost at the next poll
-    would be above ``cost_limit_usd`` (:func:`sim2real.budget.budget_verdict`), the job is cancelled
+    (``poll_interval`` + the last status query's duration + 1 s of Slurm time resolution) would be above
+    ``cost_limit_usd`` (:func:`sim2real.budget.budget_verdict`), the job is cancelled
     (``scancel``) and the task fails, not retried; the job's figures are pushed as XCom ``job_cost``
     (:func:`sim2real.slurm.job_cost_record`) for the run's actual cost. The HyperPod nodes are billed
     from the scale-up to the scale-down; the Slurm run time is the part this task controls.
@@ -429,8 +430,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         for attempt in range(self._attempts()):
             if attempt:
                 time.sleep(self.poll_interval)
+            asked = time.monotonic()
             result = self.hook.run_shell_script(base["submit_host_instance_id"], slurm.status_commands(base["job_id"]),
                                                 execution_timeout_seconds=120, poll_seconds=1.0)
+            query_s = time.monotonic() - asked
             ok = result["status"] == "Success"
             state, exit_code = slurm.parse_status_output(result["stdout"]) if ok else ("UNKNOWN", "")
             now = time.time()
@@ -452,7 +455,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
             if window[2] is not None and self.num_nodes:
                 verdict = budget_verdict(elapsed_s=window[2], instances=int(self.num_nodes),
                                          usd_per_hour=self.usd_per_node_hour, limit_usd=self.cost_limit_usd,
-                                         poll_interval_s=self.poll_interval)
+                                         # the next poll: the delay, a query as long as this one, and
+                                         # Slurm's whole-second Start
+                                         poll_interval_s=float(self.poll_interval) + query_s
+                                         + slurm.TIME_RESOLUTION_SECONDS)
             if verdict is not None and verdict.over_budget:
                 note = self._cancel()
                 self._push_job_cost(context, self._record(

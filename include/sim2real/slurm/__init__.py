@@ -39,6 +39,9 @@ REATTACH_STATES = "PENDING,CONFIGURING,RUNNING,COMPLETING,SUSPENDED,REQUEUED"
 #: How far back ``sacct`` looks for a COMPLETED job of the run (a retry reports it instead of submitting).
 COMPLETED_LOOKBACK = "now-7days"
 
+#: Slurm prints Start/End in whole seconds: added to the time until the next poll in the cost check.
+TIME_RESOLUTION_SECONDS = 1.0
+
 #: Marker line the submit command prints (parsed by :func:`parse_submit_output`).
 SUBMIT_MARKER = "sim2real-slurm-job-id="
 _HEREDOC = "SIM2REAL_SBATCH_EOF"

@@ -17,6 +17,7 @@ from sim2real.hooks.workstation import SSM_FAILURE_STATES, SSM_SUCCESS_STATES, W
 from sim2real.slurm import (
     SLURM_FAILURE_STATES,
     SLURM_SUCCESS_STATES,
+    TIME_RESOLUTION_SECONDS,
     cancel_commands,
     cost_limit_message,
     job_cost_record,
@@ -119,7 +120,8 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
     Cost limit: while the job runs, its cost is ``num_nodes`` x ``usd_per_node_hour`` x the time since
     its Slurm ``Start`` (else since this trigger first saw it RUNNING; :func:`sim2real.slurm.run_window`).
     When ``cost_limit_usd``, ``usd_per_node_hour`` and ``num_nodes`` are all set and the cost at the next
-    poll would be above ``cost_limit_usd`` (:func:`sim2real.budget.budget_verdict`), the trigger runs
+    poll (``waiter_delay`` + the last status query's duration + 1 s of Slurm time resolution) would be
+    above ``cost_limit_usd`` (:func:`sim2real.budget.budget_verdict`), the trigger runs
     ``scancel`` and yields ``{"status": "failure", "reason": "cost_limit", "message", "job_cost": {...},
     ...}`` (``job_cost``: :func:`sim2real.slurm.job_cost_record`).
 
@@ -244,7 +246,9 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
             for attempt in range(self.attempts):
                 if attempt:
                     await asyncio.sleep(self.waiter_delay)
+                asked = time.monotonic()
                 inv = await self._run_script(client, status_commands(self.job_id))
+                query_s = time.monotonic() - asked
                 if inv.get("Status") != "Success":
                     failed_queries += 1
                     note = (f"status query on {self.instance_id} ended {inv.get('Status')}: "
@@ -275,7 +279,7 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
                     if window[2] is not None and self.num_nodes:
                         verdict = budget_verdict(elapsed_s=window[2], instances=int(self.num_nodes),
                                                  usd_per_hour=self.usd_per_node_hour, limit_usd=self.cost_limit_usd,
-                                                 poll_interval_s=self.waiter_delay)
+                                                 poll_interval_s=self._next_poll_s(query_s))
                     if verdict is not None:
                         note = verdict.describe()
                     if verdict is not None and verdict.over_budget:
@@ -298,6 +302,11 @@ class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
         yield self._event("timeout", state, exit_code,
                           f"still {state} after {self.attempts} polls {self.waiter_delay} s apart",
                           self._record(window))
+
+    def _next_poll_s(self, query_s: float) -> float:
+        """Seconds until the next poll sees the job: the delay, a status query as long as this one, and
+        Slurm's time resolution (the cost check judges the job's cost then)."""
+        return float(self.waiter_delay) + query_s + TIME_RESOLUTION_SECONDS
 
     async def _scancel(self, client) -> str:
         """``scancel`` the job and wait for the command; "" on success, else what went wrong."""
