@@ -193,6 +193,7 @@ def sim_to_real():
         scale_down = HyperPodScaleOperator(
             task_id="scale_down",
             deferrable=True,
+            only_after_task_id="hyperpod.scale_up",  # a Batch run never resizes the cluster
             cluster_name=plan["hyperpod.cluster_name"],
             instance_group_name=plan["hyperpod.instance_group_name"],
             target_count=plan["hyperpod.min_count"],

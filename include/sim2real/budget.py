@@ -358,7 +358,7 @@ def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None
                     basis += ", stopped at the cost limit"
             else:
                 basis = f"{where}: no start time in the result (the job never ran, or see sacct Elapsed)"
-        elif "startedAt" in training or "attempts" in training:  # a DescribeJobs entry (epoch ms)
+        elif "startedAt" in training or isinstance(training.get("attempts"), list):  # a DescribeJobs entry (ms)
             seconds = batch_job_run_seconds(training, now)
             end = "stoppedAt" if training.get("stoppedAt") else "now (running)"
             basis = f"Batch job {job_id} startedAt..{end} (DescribeJobs)"

@@ -76,8 +76,8 @@ def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
 
     try:
         training = parts.get("training")
-        if not training and plan.get("backend", "batch") == "batch":
-            training = _pull(ti, SOURCES["training"], key="job_cost")
+        if not training:  # stopped at the cost limit (task failed): its figures are in XCom job_cost
+            training = _pull(ti, stage_sources(plan)["training"], key="job_cost")
         vla = parts.get("vla")
         if vla and vla.get("pipeline_execution_arn") and sagemaker_client is not None:
             try:

@@ -38,7 +38,12 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     assert summary["state"] == "success"
     tasks = states(summary)
     # The training_backend branch skips the HyperPod path on the default (Batch) backend.
-    assert all(s == "success" or (t.startswith("hyperpod.") and s == "skipped") for t, s in tasks.items()), tasks
+    # The HyperPod branch is skipped whole, its scale-down teardown included (it must not resize a cluster
+    # this Batch run never scaled up).
+    assert all(s == ("skipped" if t.startswith("hyperpod.") else "success") for t, s in tasks.items()), tasks
+    # The actual cost is known: the Batch job's run time at the estimate's price.
+    actual = summary["lineage"]["cost_actual"]
+    assert actual and actual["unknown"] == [] and actual["items"][0]["hours"] > 0, actual
     chain = summary["lineage"]["chain"]
     assert chain["image_digest"].startswith("sha256:") and "@sha256:" in chain["image_uri"]
     assert chain["batch_job_id"]

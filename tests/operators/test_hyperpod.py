@@ -229,3 +229,22 @@ def test_update_gives_up_when_the_cluster_stays_updating(sm, cluster, context):
         with pytest.raises(AirflowException, match="not InService for an UpdateCluster within 2 polls"):
             op.execute(context)
         stub.assert_no_pending_responses()
+
+
+def test_scale_down_skips_without_any_call_when_its_scale_up_did_not_run():
+    """A teardown whose scale-up handed nothing on (e.g. a run on the Batch backend) must not resize the
+    cluster: skipped before DescribeCluster (the operator's hook is never touched)."""
+    from types import SimpleNamespace
+
+    from airflow.providers.common.compat.sdk import AirflowSkipException
+
+    from sim2real.operators.hyperpod import HyperPodScaleOperator
+
+    op = HyperPodScaleOperator(task_id="scale_down", cluster_name="sim2real-hyperpod", instance_group_name="gpu",
+                               target_count=0, only_after_task_id="hyperpod.scale_up")
+    pulled = []
+    ti = SimpleNamespace(xcom_pull=lambda task_ids: pulled.append(task_ids))
+    op.__dict__["hook"] = None  # any AWS call would fail on this
+    with pytest.raises(AirflowSkipException, match="hyperpod.scale_up did not scale sim2real-hyperpod"):
+        op.execute({"ti": ti})
+    assert pulled == ["hyperpod.scale_up"]

@@ -191,7 +191,9 @@ def _plan(vla=True, max_budget=100.0):
 
 
 def test_actual_cost_from_the_operator_result_and_describe_jobs():
-    result = {"job_id": "j-1", "num_nodes": 2, "started_at": T0, "stopped_at": T0 + 1800, "cost_usd": 4.0}
+    # The operator's result as the DAG hands it on: "attempts" is a count there, not DescribeJobs' list.
+    result = {"job_id": "j-1", "num_nodes": 2, "started_at": T0, "stopped_at": T0 + 1800, "cost_usd": 4.0,
+              "attempts": 1, "status": "SUCCEEDED"}
     actual = actual_run_cost(_plan(vla=False), result, now=T0 + 9999)
     [train] = actual["items"]
     assert (train["stage"], train["instances"], train["hours"], train["usd_per_hour"], train["usd"]) == \

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException, conf
 from sim2real import slurm
 from sim2real.budget import budget_verdict, optional_usd
 from sim2real.hooks.hyperpod import HyperPodHook, instance_group_specs, scale_state
@@ -53,6 +53,9 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
     :param waiter_delay: seconds between polls (default 60).
     :param waiter_max_attempts: polls before failing (default 120).
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
+    :param only_after_task_id: scale only if that task of the run handed on a result (the scale-up a
+        scale-down undoes); otherwise skip without any AWS call, so a teardown never resizes a cluster
+        its run did not scale (e.g. a run on the other training backend).
     :return: ``{"cluster_name", "cluster_arn", "instance_group_name", "previous_count",
         "target_count", "current_count", "updated": bool}``.
     :raises ValueError: negative/non-integer count, unknown group (message lists the groups).
@@ -74,6 +77,7 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         waiter_delay: int = 60,
         waiter_max_attempts: int = 120,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        only_after_task_id: str | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -81,11 +85,16 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         self.instance_group_name = instance_group_name
         self.target_count = target_count
         self.wait_for_completion = wait_for_completion
+        self.only_after_task_id = only_after_task_id
         self.waiter_delay = waiter_delay
         self.waiter_max_attempts = waiter_max_attempts
         self.deferrable = deferrable
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if self.only_after_task_id and context["ti"].xcom_pull(task_ids=self.only_after_task_id) is None:
+            raise AirflowSkipException(
+                f"{self.only_after_task_id} did not scale {self.cluster_name or 'the cluster'} in this run: "
+                f"nothing to undo on group {self.instance_group_name}")
         try:
             target = int(self.target_count)
         except (TypeError, ValueError):
