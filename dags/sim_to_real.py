@@ -211,8 +211,13 @@ def sim_to_real():
         # plan, and a task right after prepare_run (the lineage's setup) must keep trigger rule all_success.
         @task(trigger_rule="none_failed_min_one_success", multiple_outputs=True,
               execution_timeout=dt.timedelta(minutes=1), doc_md=docs.TRAINING_JOB)
-        def training_job(batch: dict | None = None, hyperpod: dict | None = None) -> dict:
+        def training_job(ti=None) -> dict:
             """Which backend trained and its job: ``backend``, ``batch_job_id`` or the Slurm job's facts."""
+            # Only the backend that ran is read (pulling the skipped one's XCom logs a 404 at error level).
+            # The plan is pulled, not passed: a task right after prepare_run (a setup) must be all_success.
+            backend = (ti.xcom_pull(task_ids="prepare_run") or {}).get("plan", {}).get("backend", "batch")
+            result = ti.xcom_pull(task_ids="hyperpod.train_policy" if backend == "hyperpod" else "train.train_policy")
+            batch, hyperpod = (None, result) if backend == "hyperpod" else (result, None)
             if batch:
                 return {"backend": "batch", "batch_job_id": batch.get("job_id"), "slurm_job_id": None,
                         "hyperpod_cluster_name": None, "slurm_log_path": None}
@@ -222,7 +227,8 @@ def sim_to_real():
                         "slurm_log_path": hyperpod.get("log_path")}
             raise AirflowFailException("neither train.train_policy nor hyperpod.train_policy handed on a job")
 
-        trained = training_job(training.output, slurm_job.output)
+        trained = training_job()
+        [training, slurm_job] >> trained
         manifest = CheckpointManifestSensor(
             task_id="wait_for_checkpoint",
             deferrable=True,
