@@ -241,10 +241,13 @@ def test_scale_down_skips_without_any_call_when_its_scale_up_did_not_run():
     from sim2real.operators.hyperpod import HyperPodScaleOperator
 
     op = HyperPodScaleOperator(task_id="scale_down", cluster_name="sim2real-hyperpod", instance_group_name="gpu",
-                               target_count=0, only_after_task_id="hyperpod.scale_up")
-    pulled = []
-    ti = SimpleNamespace(xcom_pull=lambda task_ids: pulled.append(task_ids))
+                               target_count=0, only_after_task_id="hyperpod.scale_up", region_name="us-east-1")
+    pulled, pushed = [], {}
+    ti = SimpleNamespace(xcom_pull=lambda task_ids: pulled.append(task_ids),
+                         xcom_push=lambda key, value: pushed.__setitem__(key, value))
     op.__dict__["hook"] = None  # any AWS call would fail on this
     with pytest.raises(AirflowSkipException, match="hyperpod.scale_up did not scale sim2real-hyperpod"):
         op.execute({"ti": ti})
     assert pulled == ["hyperpod.scale_up"]
+    # The cluster link's key is written anyway: a skipped task's links are rendered too.
+    assert pushed["sim2real_hyperpod_cluster"]["cluster_name"] == "sim2real-hyperpod"

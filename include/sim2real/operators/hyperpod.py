@@ -92,6 +92,11 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
 
     def execute(self, context: Context) -> dict[str, Any]:
         if self.only_after_task_id and context["ti"].xcom_pull(task_ids=self.only_after_task_id) is None:
+            # The cluster link's key is still written (links are rendered for a skipped task too; a missing
+            # key is logged as an error-level XCom 404). Reading the region reads no AWS API.
+            HyperPodClusterLink.persist(context=context, operator=self,
+                                        region_name=self.region_name or self.hook.conn_region_name,
+                                        aws_partition="aws", cluster_name=self.cluster_name)
             raise AirflowSkipException(
                 f"{self.only_after_task_id} did not scale {self.cluster_name or 'the cluster'} in this run: "
                 f"nothing to undo on group {self.instance_group_name}")
