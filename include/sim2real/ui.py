@@ -39,6 +39,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from sim2real.sandbox._core import free_port  # noqa: F401 - re-exported for callers of this module
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DAG_ID = "sim_to_real"
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
@@ -46,13 +48,6 @@ SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_mana
 
 class UiStackError(RuntimeError):
     """The stack did not start (or died); the message carries the tail of the logs."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _port_in_use(port: int) -> bool:

@@ -8,6 +8,7 @@ tests never passes emulation off as AWS.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections import Counter
@@ -210,3 +211,11 @@ def safe_thread(target: Callable[..., None], name: str, *args: Any) -> threading
     thread = threading.Thread(target=run, name=f"sandbox-{name}", daemon=True)
     thread.start()
     return thread
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it): rendezvous ports of emulated training
+    jobs, the local UI's log servers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

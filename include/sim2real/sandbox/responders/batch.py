@@ -21,7 +21,6 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -36,7 +35,7 @@ from moto.batch.responses import BatchResponse
 from moto.core.utils import utcnow
 from moto.logs.models import logs_backends
 
-from sim2real.sandbox._core import PREFIX, Patcher, active, log, safe_thread
+from sim2real.sandbox._core import PREFIX, Patcher, active, free_port, log, safe_thread
 
 if TYPE_CHECKING:
     from sim2real.sandbox.server import Sandbox
@@ -56,12 +55,6 @@ def _covers(target_nodes: str, index: int) -> bool:
         return text.isdigit() and int(text) == index
     lo, hi = text.split(":", 1)
     return (int(lo) if lo else 0) <= index <= (int(hi) if hi else 1 << 30)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SandboxJob(Job):
@@ -447,7 +440,7 @@ class BatchResponder:
         })
         env["PROC_PER_NODE"] = job_env.get("PROC_PER_NODE", "1")  # one worker on a CPU machine
         if "RDZV_PORT" not in job_env:
-            env["RDZV_PORT"] = str(_free_port())
+            env["RDZV_PORT"] = str(free_port())
         return env
 
     def _log(self, job: SandboxJob, node: int, lines: list[str]) -> None:

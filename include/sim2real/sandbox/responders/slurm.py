@@ -35,13 +35,14 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sim2real.sandbox._core import free_port
 
 if TYPE_CHECKING:
     from sim2real.sandbox.server import Sandbox
@@ -269,12 +270,6 @@ def _running_nodes() -> int | None:
         kwargs["NextToken"] = page["NextToken"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _run(job_id: str) -> int:
     """The job's life: PENDING until the nodes exist, RUNNING the batch step, then its end state."""
     job = _load(job_id) or {}
@@ -312,7 +307,7 @@ def _run(job_id: str) -> int:
             "SLURM_JOB_NUM_NODES": str(job["nodes"]), "SLURM_JOB_PARTITION": job["partition"],
             "SLURM_SUBMIT_DIR": job["cwd"], "SLURMD_NODENAME": "127.0.0.1",
         })
-        env.setdefault("RDZV_PORT", str(_free_port()))
+        env.setdefault("RDZV_PORT", str(free_port()))
         process = subprocess.Popen(["bash", job["script"], *job.get("script_args", [])], cwd=job["cwd"], env=env,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         _update(job_id, script_pid=process.pid)
