@@ -234,6 +234,29 @@ def elapsed_cost_usd(started_at: float, now: float, instances: int, usd_per_hour
     return int(instances) * float(usd_per_hour) * max(float(now) - float(started_at), 0.0) / 3600.0
 
 
+def job_cost_record(*, job_id: str | None, num_nodes: int | None, started_at: float | None,
+                    stopped_at: float | None, run_seconds: float | None, usd_per_node_hour: float | None,
+                    stopped_by_budget: bool = False, **extra: Any) -> dict[str, Any]:
+    """What a training job (Batch or Slurm) ran and cost, for the task's result and its ``job_cost`` XCom.
+
+    Cost = ``num_nodes`` x ``usd_per_node_hour`` x ``run_seconds`` (:func:`elapsed_cost_usd`), rounded to cents.
+
+    :param extra: backend fields added as they are (e.g. ``cluster_name``).
+    :return: ``{"job_id", "num_nodes", "started_at", "stopped_at" (epoch seconds, None when unknown),
+        "run_seconds", "usd_per_node_hour", "cost_usd" (USD, None without a run time, a price or a node
+        count), "stopped_by_budget", **extra}``.
+    """
+    cost = None
+    if run_seconds is not None and usd_per_node_hour is not None and num_nodes:
+        cost = round(elapsed_cost_usd(0.0, run_seconds, int(num_nodes), float(usd_per_node_hour)), 2)
+    return {
+        "job_id": job_id, "num_nodes": num_nodes, "started_at": started_at, "stopped_at": stopped_at,
+        "run_seconds": None if run_seconds is None else round(run_seconds, 3),
+        "usd_per_node_hour": usd_per_node_hour, "cost_usd": cost, "stopped_by_budget": stopped_by_budget,
+        **extra,
+    }
+
+
 def batch_job_run_seconds(job: Mapping[str, Any], now: float) -> float | None:
     """Seconds the Batch job's containers have run (instance-seconds per node), from ``DescribeJobs``.
 

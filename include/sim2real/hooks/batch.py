@@ -20,7 +20,8 @@ from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
 from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
 from airflow.providers.common.compat.sdk import AirflowException
 
-from sim2real.budget import BudgetVerdict, batch_job_run_seconds, budget_verdict, elapsed_cost_usd
+from sim2real.budget import BudgetVerdict, batch_job_run_seconds, budget_verdict
+from sim2real.budget import job_cost_record as cost_record
 from sim2real.config import RUN_KEY_TAG
 
 WAITERS_DIR = Path(__file__).resolve().parents[1] / "waiters"
@@ -214,20 +215,9 @@ def job_cost_record(
     stopped = job.get("stoppedAt")
     stopped_at = stopped / 1000.0 if stopped else (float(now) if stopped_by_budget else None)
     seconds = batch_job_run_seconds({**job, "stoppedAt": stopped_at * 1000} if stopped_at else job, now)
-    nodes = job_num_nodes(job, default_nodes)
-    cost = None
-    if usd_per_node_hour is not None and seconds is not None:
-        cost = round(elapsed_cost_usd(0.0, seconds, nodes, usd_per_node_hour), 2)
-    return {
-        "job_id": job.get("jobId"),
-        "num_nodes": nodes,
-        "started_at": started / 1000.0 if started else None,
-        "stopped_at": stopped_at,
-        "run_seconds": None if seconds is None else round(seconds, 3),
-        "usd_per_node_hour": usd_per_node_hour,
-        "cost_usd": cost,
-        "stopped_by_budget": stopped_by_budget,
-    }
+    return cost_record(job_id=job.get("jobId"), num_nodes=job_num_nodes(job, default_nodes),
+                       started_at=started / 1000.0 if started else None, stopped_at=stopped_at,
+                       run_seconds=seconds, usd_per_node_hour=usd_per_node_hour, stopped_by_budget=stopped_by_budget)
 
 
 def exit_code_of(job: dict[str, Any]) -> int | None:

@@ -297,22 +297,17 @@ def job_cost_record(*, job_id: str, cluster_name: str, started_at: float | None,
                     stopped_by_budget: bool = False) -> dict[str, Any]:
     """What a Slurm job ran and cost, for the task's result and the ``job_cost`` XCom.
 
-    Cost = nodes x ``usd_per_node_hour`` x run time (:func:`sim2real.budget.elapsed_cost_usd`).
+    Cost and shape: :func:`sim2real.budget.job_cost_record` (with ``cluster_name`` added).
 
     :return: ``{"job_id", "cluster_name", "num_nodes", "started_at", "stopped_at" (epoch seconds, None when unknown),
         "run_seconds", "usd_per_node_hour", "cost_usd" (USD, None without a start, a price or a node
         count), "stopped_by_budget"}``.
     """
-    from sim2real.budget import elapsed_cost_usd
+    from sim2real.budget import job_cost_record as cost_record
 
-    cost = None
-    if elapsed_s is not None and usd_per_node_hour is not None and num_nodes:
-        cost = round(elapsed_cost_usd(0.0, elapsed_s, int(num_nodes), float(usd_per_node_hour)), 2)
-    return {
-        "job_id": job_id, "cluster_name": cluster_name, "num_nodes": num_nodes, "started_at": started_at, "stopped_at": stopped_at,
-        "run_seconds": None if elapsed_s is None else round(elapsed_s, 3), "usd_per_node_hour": usd_per_node_hour,
-        "cost_usd": cost, "stopped_by_budget": stopped_by_budget,
-    }
+    return cost_record(job_id=job_id, num_nodes=num_nodes, started_at=started_at, stopped_at=stopped_at,
+                       run_seconds=elapsed_s, usd_per_node_hour=usd_per_node_hour,
+                       stopped_by_budget=stopped_by_budget, cluster_name=cluster_name)
 
 
 def cost_limit_message(*, job_id: str, job_name: str, cluster_name: str, verdict: Any, cancelled: bool,
