@@ -42,12 +42,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim2real.sandbox._core import free_port
+from sim2real.sandbox._core import PREFIX, free_port
 
 if TYPE_CHECKING:
     from sim2real.sandbox.server import Sandbox
 
-PREFIX = "[sandbox:emulated]"
 COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scontrol", "scancel")
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
 
