@@ -1,16 +1,22 @@
 # Quick start: `make demo` (the whole loop in the local sandbox) and `make test`.
-# Both create .venv with Python 3.11+ and install the pinned dependencies (constraints.txt).
+# Both create .venv with Python 3.11+ and install the pinned dependencies: the Amazon MWAA 3.3.1 image's packages
+# (constraints/mwaa-3.3.1.txt, taken first) and the workload/infra/dev pins (constraints.txt).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-workload.txt requirements-infra.txt constraints.txt pyproject.toml | sha256sum | cut -c1-12)
+MWAA_VERSION ?= 3.3.1
+MWAA_CONSTRAINTS := constraints/mwaa-$(MWAA_VERSION).txt
+CONSTRAINTS := -c $(MWAA_CONSTRAINTS) -c constraints.txt
+CDK_CLI := infra/node_modules/.bin/cdk
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-workload.txt requirements-infra.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: install demo test test-fast bench faults ui lint clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
-	$(BIN)/python -m pip install -q -r requirements-dev.txt -c constraints.txt
+	$(BIN)/python -m pip install -q -r requirements-dev.txt $(CONSTRAINTS)
+	$(BIN)/python -m pip check
 	$(BIN)/python -m pip install -q --no-deps -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
@@ -23,12 +29,12 @@ demo: install
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
 ## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures).
 PYTEST_WORKERS ?= 2
-test: install browser-deps
+test: install browser-deps $(CDK_CLI)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-## Everything but the end-to-end DAG runs.
+## Everything but the end-to-end DAG runs and the MWAA bundle install check.
 test-fast: install
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not e2e" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not e2e and not package_check" $(PYTEST_ARGS)
 
 ## Benchmarks: printed as a table, written to bench-results.json (DAG parse vs a plain-provider DAG,
 ## orchestration latency / worker-slot seconds / API calls from one sandbox run, trainer, policy server).
