@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
-from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+from sim2real.triggers.base import AwsHookWaiterTrigger
 from airflow.providers.amazon.aws.utils.waiter_with_logging import RETRIABLE_ERROR_CODES
 from airflow.triggers.base import TriggerEvent
 from botocore.exceptions import WaiterError
@@ -26,7 +26,7 @@ from sim2real.hooks.batch import (
 )
 
 
-class BatchTrainingJobTrigger(AwsBaseWaiterTrigger):
+class BatchTrainingJobTrigger(AwsHookWaiterTrigger):
     """
     Poll a Batch job (custom waiter ``training_job_complete`` on ``DescribeJobs``, one attempt per poll).
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+from sim2real.triggers.base import AwsHookWaiterTrigger
 
 from sim2real.hooks.codebuild import CodeBuildHook
 
 
-class CodeBuildBuildCompleteTrigger(AwsBaseWaiterTrigger):
+class CodeBuildBuildCompleteTrigger(AwsHookWaiterTrigger):
     """
     Poll a CodeBuild build until it reaches a terminal status.
 

@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+from sim2real.triggers.base import AwsHookWaiterTrigger
 from airflow.triggers.base import TriggerEvent
 from sim2real.hooks.greengrass import GreengrassV2Hook, device_report
 
 
-class GreengrassDeploymentTrigger(AwsBaseWaiterTrigger):
+class GreengrassDeploymentTrigger(AwsHookWaiterTrigger):
     """Poll ListEffectiveDeployments of each core device until all are terminal or one failed.
 
     Per-device states come from waiter ``core_device_deployment_complete``

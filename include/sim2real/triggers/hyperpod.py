@@ -9,7 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+from sim2real.triggers.base import AwsHookWaiterTrigger
 from airflow.triggers.base import TriggerEvent
 from sim2real.budget import budget_verdict
 from sim2real.hooks.hyperpod import HyperPodHook, scale_state
@@ -28,7 +28,7 @@ from sim2real.slurm import (
 )
 
 
-class HyperPodScaleTrigger(AwsBaseWaiterTrigger):
+class HyperPodScaleTrigger(AwsHookWaiterTrigger):
     """Poll DescribeCluster + ListClusterNodes until :func:`~sim2real.hooks.hyperpod.scale_state` decides.
 
     :param cluster_name: the HyperPod cluster.
@@ -111,7 +111,7 @@ class HyperPodScaleTrigger(AwsBaseWaiterTrigger):
         yield TriggerEvent({"status": "timeout", "cluster_name": self.cluster_name, "message": text, "current_count": current})
 
 
-class HyperPodSlurmJobTrigger(AwsBaseWaiterTrigger):
+class HyperPodSlurmJobTrigger(AwsHookWaiterTrigger):
     """Poll a Slurm job's state through SSM Run Command on the cluster's head/login node.
 
     Each poll sends :func:`sim2real.slurm.status_commands` (``sacct``, else ``scontrol show job``) with

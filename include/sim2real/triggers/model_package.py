@@ -11,13 +11,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+from sim2real.triggers.base import AwsHookWaiterTrigger
 from airflow.triggers.base import TriggerEvent
 from sim2real.hooks.model_registry import ModelRegistryHook, approval_result, package_matches
 from sim2real.hooks.waiter_rounds import classify_response
 
 
-class ModelPackageApprovalTrigger(AwsBaseWaiterTrigger):
+class ModelPackageApprovalTrigger(AwsHookWaiterTrigger):
     """Poll the model registry until this run's package is Approved or Rejected.
 
     :param model_package_group_name: the model package group.

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+from sim2real.triggers.base import AwsHookWaiterTrigger
 from airflow.triggers.base import TriggerEvent
 from sim2real.hooks.sagemaker_pipeline import SageMakerPipelineHook, pipeline_failure_message
 from sim2real.hooks.waiter_rounds import classify_response
 
 
-class PipelineExecutionTrigger(AwsBaseWaiterTrigger):
+class PipelineExecutionTrigger(AwsHookWaiterTrigger):
     """Poll DescribePipelineExecution until a terminal status.
 
     :param pipeline_execution_arn: the execution to watch.

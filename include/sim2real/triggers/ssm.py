@@ -13,7 +13,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+from sim2real.triggers.base import AwsHookWaiterTrigger
 from airflow.triggers.base import TriggerEvent
 from sim2real.hooks.workstation import (
     SSM_FAILURE_STATES,
@@ -22,7 +22,7 @@ from sim2real.hooks.workstation import (
 )
 
 
-class WorkstationCommandTrigger(AwsBaseWaiterTrigger):
+class WorkstationCommandTrigger(AwsHookWaiterTrigger):
     """Poll GetCommandInvocation for every instance until each one is terminal.
 
     :param command_id: the SendCommand ``CommandId``.

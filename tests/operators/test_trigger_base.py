@@ -1,0 +1,52 @@
+"""Every AWS waiter trigger of the project can be built and builds its hook on the installed provider.
+
+On apache-airflow-providers-amazon 9.34.0 (Amazon MWAA 3.3.1) ``AwsBaseWaiterTrigger.hook`` is abstract, so a
+trigger that only names ``aws_hook_class`` cannot be instantiated and every deferred wait fails in the
+triggerer. ``AwsHookWaiterTrigger`` implements it for every provider version.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+
+import sim2real.triggers
+from sim2real.triggers.base import AwsHookWaiterTrigger
+
+
+def waiter_triggers() -> list[type]:
+    found = []
+    for info in pkgutil.iter_modules(sim2real.triggers.__path__, "sim2real.triggers."):
+        module = importlib.import_module(info.name)
+        found += [obj for obj in vars(module).values() if inspect.isclass(obj) and obj.__module__ == info.name
+                  and issubclass(obj, AwsBaseWaiterTrigger) and obj is not AwsHookWaiterTrigger]
+    return sorted(found, key=lambda c: c.__name__)
+
+
+def test_all_eight_waiter_triggers_use_the_base() -> None:
+    names = [c.__name__ for c in waiter_triggers()]
+    assert names == sorted(["BatchTrainingJobTrigger", "CodeBuildBuildCompleteTrigger", "GreengrassDeploymentTrigger",
+                            "HyperPodScaleTrigger", "HyperPodSlurmJobTrigger", "ModelPackageApprovalTrigger",
+                            "PipelineExecutionTrigger", "WorkstationCommandTrigger"])
+    assert all(issubclass(c, AwsHookWaiterTrigger) for c in waiter_triggers())
+
+
+@pytest.mark.parametrize("trigger_class", waiter_triggers(), ids=lambda c: c.__name__)
+def test_instantiates_round_trips_and_builds_its_hook(trigger_class: type) -> None:
+    assert not inspect.isabstract(trigger_class), sorted(trigger_class.__abstractmethods__)
+    required = {name: "x" for name, p in inspect.signature(trigger_class.__init__).parameters.items()
+                if name != "self" and p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    trigger = trigger_class(**required, aws_conn_id="aws_sim2real", region_name="eu-west-1", verify=False,
+                            botocore_config={"retries": {"max_attempts": 7}})
+    classpath, kwargs = trigger.serialize()
+    module, _, name = classpath.rpartition(".")
+    again = getattr(importlib.import_module(module), name)(**kwargs)
+    hook = again.hook()
+    assert isinstance(hook, trigger_class.aws_hook_class)
+    assert (hook.aws_conn_id, hook.region_name, hook.verify) == ("aws_sim2real", "eu-west-1", False)
+    assert hook.config.retries == {"max_attempts": 7}
