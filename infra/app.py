@@ -20,9 +20,15 @@ from sim2real_infra.app import build_app  # noqa: E402
 
 
 def main() -> None:
-    """Build every stack, attach the cdk-nag AwsSolutions checks and synthesize ``cdk.out``."""
-    # Under the CDK CLI, CDK_OUTDIR names the output folder; run directly (`make synth`), cdk.out/.
-    app = cdk.App() if os.environ.get("CDK_OUTDIR") else cdk.App(outdir="cdk.out")
+    """Build every stack, attach the cdk-nag AwsSolutions checks and synthesize into the CLI's output folder.
+
+    Only the CDK CLI (``make synth``, ``cdk synth``, ``cdk deploy``) passes cdk.json's context (settings and
+    feature flags) to the app; run directly, the app would silently use defaults, so it refuses.
+    """
+    if not os.environ.get("CDK_OUTDIR"):
+        sys.exit("infra/app.py is run by the CDK CLI, which reads cdk.json's context: use `make synth` "
+                 "(or `npx cdk synth` in infra/)")
+    app = cdk.App()
     build_app(app)
     app.synth()
 

@@ -146,8 +146,10 @@ class MwaaStack(cdk.Stack):
                 for kind in ("dag_processing_logs", "scheduler_logs", "task_logs", "webserver_logs", "worker_logs")
             }),
         )
-        # MWAA checks the role's permissions when it creates the environment: attach them first.
-        self.airflow.node.add_dependency(self.role, *self.policies)
+        # MWAA checks the role's permissions when it creates the environment: attach them first (the role
+        # itself is already a dependency through ExecutionRoleArn's GetAtt; naming it again is cfn-lint W3005).
+        default_policy = self.role.node.try_find_child("DefaultPolicy")
+        self.airflow.node.add_dependency(*self.policies, *([default_policy] if default_policy else []))
         if not all(versions.get(k) for k in ("plugins.zip", "requirements.txt", "startup.sh")):
             cdk.Annotations.of(self).add_warning_v2(
                 "sim2real:mwaa-versions",

@@ -53,7 +53,10 @@ class StorageStack(cdk.Stack):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             versioned=True,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            # Log delivery is granted by a bucket policy (logging.s3.amazonaws.com, scoped to the source
+            # buckets and this account; cdk.json's @aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy), not by the
+            # legacy LogDeliveryWrite ACL, so ACLs stay disabled on every bucket.
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365),
                                               noncurrent_version_expiration=cdk.Duration.days(30))],
             removal_policy=cdk.RemovalPolicy.RETAIN,

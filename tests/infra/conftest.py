@@ -30,6 +30,10 @@ from sim2real_infra.settings import Settings  # noqa: E402
 PSEUDO = {"AWS::AccountId": "123456789012", "AWS::Region": "us-east-1", "AWS::Partition": "aws",
           "AWS::URLSuffix": "amazonaws.com"}
 MWAA_VERSIONS = {"plugins.zip": "pv-1", "requirements.txt": "rv-1", "startup.sh": "sv-1"}
+#: cdk.json's context: the tests give the app its feature flags (keys without the ``sim2real:`` prefix) as the
+#: CDK CLI does; the settings come from explicit ``Settings`` here (test_cdk_cli.py runs the CLI itself).
+CDK_JSON_CONTEXT = json.loads((REPO_ROOT / "infra" / "cdk.json").read_text())["context"]
+FEATURE_FLAGS = {k: v for k, v in CDK_JSON_CONTEXT.items() if not k.startswith("sim2real:")}
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Synth:
     report: dict[str, Any]
     seconds: float
     max_rss_mb: float
+    outdir: Path
 
     def template(self, stack: cdk.Stack) -> Template:
         """``aws_cdk.assertions.Template`` of ``stack`` (from the already synthesized assembly)."""
@@ -50,7 +55,7 @@ class Synth:
 def synthesize(tmp: Path, settings: Settings) -> Synth:
     """Build and synthesize the app into ``tmp`` (raises ``ValidationFailed`` on a nag finding)."""
     start = time.perf_counter()
-    app = cdk.App(outdir=str(tmp))
+    app = cdk.App(outdir=str(tmp), context=dict(FEATURE_FLAGS))
     stacks = build_app(app, settings)
     assembly = app.synth()
     seconds = time.perf_counter() - start
@@ -58,7 +63,7 @@ def synthesize(tmp: Path, settings: Settings) -> Synth:
     report_path = tmp / "validation-report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {"pluginReports": []}
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return Synth(stacks, templates, report, seconds, rss)
+    return Synth(stacks, templates, report, seconds, rss, tmp)
 
 
 @pytest.fixture(scope="session")
