@@ -58,7 +58,7 @@ MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2rea
     on_failure_callback=notify.run_failed(),
 )
 def sim_to_real():
-    @task(retries=0, execution_timeout=dt.timedelta(minutes=2), doc_md=docs.PREPARE_RUN)
+    @task(multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2), doc_md=docs.PREPARE_RUN)
     def prepare_run(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
         from sim2real.config import load_environment
@@ -268,7 +268,7 @@ def sim_to_real():
             doc_md=docs.EVALUATE,
         )
 
-        @task(outlets=[EVAL_REPORT_ASSET], execution_timeout=dt.timedelta(minutes=5))
+        @task(multiple_outputs=True, outlets=[EVAL_REPORT_ASSET], execution_timeout=dt.timedelta(minutes=5))
         def read_eval_report(plan: dict, manifest: dict, evaluation: dict, outlet_events=None) -> dict:
             """Read eval/report.json from S3 and check it belongs to this checkpoint."""
             import json
@@ -299,7 +299,7 @@ def sim_to_real():
         # failed would be skipped.)
         [evaluation, report] >> stop_workstation
 
-    @task(retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=docs.QUALITY_GATE,
+    @task(multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=docs.QUALITY_GATE,
           on_failure_callback=notify.gate_failed())
     def quality_gate(report: dict, plan: dict) -> dict:
         """Pass → the release goes on. Fail → the run stops here with the reason (not an infra failure)."""
@@ -388,7 +388,7 @@ def sim_to_real():
         def deploy_enabled(plan: dict) -> bool:
             return bool(plan["deploy"]["enabled"])
 
-        @task(execution_timeout=dt.timedelta(minutes=1))
+        @task(multiple_outputs=True, execution_timeout=dt.timedelta(minutes=1))
         def deployment_components(plan: dict, approval: dict, manifest: dict) -> dict:
             from sim2real.stages import deployment_components as build
 
@@ -409,7 +409,7 @@ def sim_to_real():
         )
         approval >> deploy_enabled(plan["plan"]) >> components >> deployment
 
-    @task(retries=1, execution_timeout=dt.timedelta(minutes=5), doc_md=docs.WRITE_LINEAGE)
+    @task(multiple_outputs=True, retries=1, execution_timeout=dt.timedelta(minutes=5), doc_md=docs.WRITE_LINEAGE)
     def write_lineage(plan: dict, dag_run=None, ti=None) -> dict:
         """Write runs/<run_key>/lineage.json and lineage.md, whatever happened upstream."""
         from sim2real.report import write_run_report

@@ -57,7 +57,7 @@ def _deployed_post_execute(context, result=None) -> None:
     on_failure_callback=notify.run_failed(),
 )
 def sim_to_real_release():
-    @task(retries=0, execution_timeout=dt.timedelta(minutes=2))
+    @task(multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2))
     def prepare_release(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and names."""
         from sim2real.config import load_environment
@@ -73,7 +73,7 @@ def sim_to_real_release():
         flat.update({f"deploy_{key}": value for key, value in plan["deploy"].items()})
         return flat
 
-    @task(execution_timeout=dt.timedelta(minutes=10))
+    @task(multiple_outputs=True, execution_timeout=dt.timedelta(minutes=10))
     def resolve_model_package(plan: dict) -> dict:
         """The package (ARN or latest Approved); refuse one that is not Approved; re-verify the manifest."""
         from botocore.config import Config
@@ -84,13 +84,13 @@ def sim_to_real_release():
         hook = ModelRegistryHook(aws_conn_id="aws_default", config=Config(**DEFAULT_ARGS["botocore_config"]))
         return resolve_release(hook, plan)
 
-    @task(execution_timeout=dt.timedelta(minutes=1))
+    @task(multiple_outputs=True, execution_timeout=dt.timedelta(minutes=1))
     def deployment_components(plan: dict, resolved: dict) -> dict:
         from sim2real.release import release_components
 
         return release_components(plan, resolved, resolved.get("manifest"))
 
-    @task(retries=1, execution_timeout=dt.timedelta(minutes=5))
+    @task(multiple_outputs=True, retries=1, execution_timeout=dt.timedelta(minutes=5))
     def write_release_record(plan: dict, dag_run=None, ti=None) -> dict:
         """Write runs/<run_key>/release.json and release.md, whatever happened to the deployment."""
         from sim2real.release import write_release_record as write
