@@ -3,10 +3,12 @@
 # `make package` instead. Build from the repository root:  docker build -t sim2real-airflow .
 FROM apache/airflow:3.3.1-python3.12
 
-# Runtime pins (requirements.txt pins apache-airflow itself to the image's version, so pip
-# never up- or downgrades Airflow while resolving the Amazon provider and s3fs).
+# The runtime resolved against the Amazon MWAA 3.3.1 set, the versions the project is tested on (the MWAA
+# image's packages, then Airflow's constraints for the rest); apache-airflow stays the image's version.
 COPY --chown=airflow:0 requirements.txt /opt/sim2real/requirements.txt
-RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r /opt/sim2real/requirements.txt
+COPY --chown=airflow:0 constraints/ /opt/sim2real/constraints/
+RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r /opt/sim2real/requirements.txt \
+        -c /opt/sim2real/constraints/mwaa-3.3.1.txt -c /opt/sim2real/constraints/mwaa-3.3.1-airflow.txt
 
 # The project's package (operators, hooks, triggers, waiters, links, config), without dependencies:
 # they are the runtime pins above.

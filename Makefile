@@ -62,6 +62,10 @@ browser-deps:
 	{ $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
 	  || echo "browser-deps: could not install chromium (see above): the browser test will be skipped"
 
+## Lint: ruff's Airflow rules (AIR, preview) over the DAGs, the package and the plugin.
+lint: install
+	$(BIN)/ruff check --select AIR --preview dags include plugins
+
 clean:
 	rm -rf $(VENV) .sandbox .pytest_cache
 
@@ -95,15 +99,23 @@ package: install
 	$(BIN)/python scripts/package_mwaa.py build --out dist/mwaa
 	$(BIN)/python scripts/package_mwaa.py check --out dist/mwaa --workdir dist/mwaa-check
 
-## Synthesize the CDK app offline into infra/cdk.out (cdk-nag AwsSolutions checks fail it on any finding).
-synth: install
-	cd infra && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 ../$(BIN)/python app.py
+## The AWS CDK CLI pinned in infra/package.json (npm ci; Node.js 20+). Only the CLI reads infra/cdk.json's context.
+$(CDK_CLI): infra/package.json infra/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "cdk-cli: npm is not on PATH: install Node.js 20+ (the CDK CLI tests are skipped)"; exit 0; }; \
+	cd infra && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.bin/cdk
+
+## Synthesize the CDK app offline into infra/cdk.out through the CDK CLI (cdk.json's context and feature flags;
+## cdk-nag AwsSolutions checks fail it on any finding), then cfn-lint every template.
+synth: install $(CDK_CLI)
+	cd infra && CDK_DISABLE_VERSION_CHECK=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
+	  node_modules/.bin/cdk synth --app "../$(BIN)/python app.py" --no-notices --no-version-reporting -q
+	$(BIN)/cfn-lint infra/cdk.out/*.template.json
 
 ## Deploy to the account of the current AWS credentials (needs the AWS CLI and the CDK CLI via npx;
 ## bootstrapped account). Order: buckets first, then the bundles they must hold, then everything.
-CDK := cd infra && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2 --app "../$(BIN)/python app.py"
+CDK := cd infra && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 node_modules/.bin/cdk --app "../$(BIN)/python app.py"
 ACCOUNT = $(shell aws sts get-caller-identity --query Account --output text)
-deploy: package
+deploy: package $(CDK_CLI)
 	$(CDK) deploy --require-approval broadening Sim2realNetwork Sim2realStorage
 	$(BIN)/python -m pip wheel -q --no-deps -w dist/wheel .
 	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheel

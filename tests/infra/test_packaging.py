@@ -46,9 +46,9 @@ def test_requirements_have_mwaa_constraint_line_for_the_environment_version(bund
     assert version == package_mwaa.AIRFLOW_VERSION
     assert lines[0] == (f'--constraint "https://raw.githubusercontent.com/apache/airflow/constraints-{version}/'
                         'constraints-3.12.txt"')
-    assert "apache-airflow-providers-amazon[aiobotocore]" in lines and "s3fs" in lines
+    assert "apache-airflow-providers-amazon[aiobotocore]" in lines and "s3fs==2026.7.0" in lines
     # write_lineage draws the run report's figures (sim2real.plots) on the workers.
-    assert "tensorboard" in lines and "matplotlib" in lines
+    assert "tensorboard==2.21.0" in lines and "matplotlib==3.11.2" in lines
     assert not any(ln.startswith("apache-airflow==") for ln in lines)  # MWAA's image provides Airflow
 
 
@@ -99,10 +99,11 @@ def test_dockerfile_structure() -> None:
     assert lines[0] == "FROM apache/airflow:3.3.1-python3.12"
     assert sum(ln.upper().startswith("FROM ") for ln in lines) == 1
     runs = [ln for ln in lines if ln.upper().startswith("RUN ")]
-    assert any("-r /opt/sim2real/requirements.txt" in r and 'apache-airflow==${AIRFLOW_VERSION}' in r for r in runs)
+    assert any("-r /opt/sim2real/requirements.txt" in r and 'apache-airflow==${AIRFLOW_VERSION}' in r
+               and "-c /opt/sim2real/constraints/mwaa-3.3.1.txt" in r for r in runs)
     assert any("pip install" in r and "--no-deps /opt/sim2real" in r for r in runs)
     copies = " ".join(ln for ln in lines if ln.upper().startswith("COPY "))
-    for src in ("requirements.txt", "include/", "dags/", "plugins/", "pyproject.toml"):
+    for src in ("requirements.txt", "constraints/", "include/", "dags/", "plugins/", "pyproject.toml"):
         assert src in copies, src
     # the last step is the build check: the DAGs parse, with no import error
     assert "airflow dags list" in runs[-1] and "sim_to_real" in runs[-1] and "list-import-errors" in runs[-1]
