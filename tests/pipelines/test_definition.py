@@ -117,10 +117,11 @@ def test_finetune_step_gpu_checkpoints_and_export(definition):
         f"s3://{BUCKET}/runs", {"Get": "Parameters.RunKey"}, "vla/checkpoints", {"Get": "Execution.PipelineExecutionId"}]}}}
     assert args["OutputDataConfig"]["S3OutputPath"] == {"Std:Join": {"On": "", "Values": [
         {"Get": "Parameters.OutputS3Uri"}, "model"]}}
+    # HyperParameters are strings on the wire: Integer parameters go in as a one-value Join
+    as_text = lambda name: {"Std:Join": {"On": "", "Values": [{"Get": f"Parameters.{name}"}]}}  # noqa: E731
     assert args["HyperParameters"] == {
-        "embodiment_tag": {"Get": "Parameters.EmbodimentTag"}, "max_steps": {"Get": "Parameters.MaxSteps"},
-        "global_batch_size": {"Get": "Parameters.GlobalBatchSize"}, "num_gpus": {"Get": "Parameters.NumGpus"},
-        "save_steps": "2000"}
+        "embodiment_tag": {"Get": "Parameters.EmbodimentTag"}, "max_steps": as_text("MaxSteps"),
+        "global_batch_size": as_text("GlobalBatchSize"), "num_gpus": as_text("NumGpus"), "save_steps": "2000"}
     assert args["Environment"]["HF_TOKEN_SSM_PARAMETER"] == "/groot/hf-token"
     assert "HF_TOKEN" not in args["Environment"]
     # a capacity/internal error reruns the job; it resumes from the same execution's checkpoints
@@ -221,8 +222,6 @@ def test_step_arguments_are_valid_api_requests(definition, step, operation, extr
 
     params = {p["Name"]: p["DefaultValue"] for p in definition["Parameters"]}
     request = dict(_resolve(_steps(definition)[step]["Arguments"], params), **extra)
-    if operation == "CreateTrainingJob":  # hyperparameters are strings on the wire
-        request["HyperParameters"] = {k: str(v) for k, v in request["HyperParameters"].items()}
     model = botocore.session.get_session().get_service_model("sagemaker").operation_model(operation)
     report = ParamValidator().validate(request, model.input_shape)
     assert not report.has_errors(), report.generate_report()

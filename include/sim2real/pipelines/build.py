@@ -204,8 +204,11 @@ def build_pipeline() -> Any:
         stopping_condition=StoppingCondition(max_runtime_in_seconds=86400),
         output_data_config=OutputDataConfig(s3_output_path=Join(on="", values=[output, "model"])),
         checkpoint_config=CheckpointConfig(s3_uri=checkpoint_s3, local_path=CHECKPOINT_LOCAL_PATH),
-        hyperparameters={"embodiment_tag": embodiment, "max_steps": max_steps, "global_batch_size": batch,
-                         "num_gpus": num_gpus, "save_steps": 2000},
+        # CreateTrainingJob's HyperParameters map holds strings only: Integer parameters go in as a Join
+        # (``Std:Join``), which the service renders as text (a bare ``Get`` would send the number).
+        hyperparameters={"embodiment_tag": embodiment, "max_steps": max_steps.to_string(),
+                         "global_batch_size": batch.to_string(), "num_gpus": num_gpus.to_string(),
+                         "save_steps": "2000"},
         environment={"SIM2REAL_RUN_KEY": run_key, "HF_TOKEN_SSM_PARAMETER": "/groot/hf-token"},
     )
     finetune = TrainingStep(
