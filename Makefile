@@ -36,6 +36,22 @@ test: install browser-deps $(CDK_CLI)
 test-fast: install
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not e2e and not package_check" $(PYTEST_ARGS)
 
+## Forward compatibility: tests/operators and tests/dags on the newest Amazon and standard provider releases, in
+## their own venv (.venv-latest: the workload/infra/dev pins, the Airflow side resolved to the newest releases).
+LATEST_VENV := .venv-latest
+.PHONY: test-latest
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(PY) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
+	$(LATEST_VENV)/bin/python -m pip install -q -r requirements-dev.txt -c constraints.txt
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade "apache-airflow-providers-amazon[aiobotocore]" \
+	  apache-airflow-providers-standard -c constraints.txt
+	$(LATEST_VENV)/bin/python -m pip check
+	$(LATEST_VENV)/bin/python -m pip install -q --no-deps -e .
+	@$(LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -E "^(apache-airflow-providers-(amazon|standard)|boto3|aiobotocore) "
+	$(LATEST_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests/operators tests/dags $(PYTEST_ARGS)
+
 ## Benchmarks: printed as a table, written to bench-results.json (DAG parse vs a plain-provider DAG,
 ## orchestration latency / worker-slot seconds / API calls from one sandbox run, trainer, policy server).
 bench: install
@@ -67,7 +83,7 @@ lint: install
 	$(BIN)/ruff check --select AIR --preview dags include plugins
 
 clean:
-	rm -rf $(VENV) .sandbox .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) .sandbox .pytest_cache
 
 # ---------------------------------------------------------------------------------------------
 # GR00T pipeline definition (SageMaker Python SDK v3, about 1 GB: its own venv .venv/pipeline, never the Airflow
