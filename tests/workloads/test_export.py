@@ -30,3 +30,35 @@ def test_export_parity_and_io(trained_dir, tmp_path):
 def test_export_rejects_wrong_task(trained_dir, tmp_path):
     with pytest.raises(ValueError, match="InvertedPendulum-v5"):
         export_onnx(str(trained_dir / "agent_000002.pt"), str(tmp_path / "p.onnx"), "InvertedPendulum-v5")
+
+
+def test_malicious_pickle_checkpoint_refused(tmp_path):
+    """A checkpoint whose pickle stream calls a function is refused before anything in it runs."""
+    import os
+
+    from sim2real.workloads.policy import UnsafeCheckpointError
+
+    proof = tmp_path / "code-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.makedirs, (str(proof),))
+
+    evil = tmp_path / "agent_000001.pt"
+    torch.save({"policy": {}, "sim2real": {"task": "Reacher-v5"}, "payload": Payload()}, evil)
+    torch.load(evil, weights_only=False)  # the file is really malicious: a plain unpickle runs the payload
+    assert proof.is_dir()
+    proof.rmdir()
+    with pytest.raises(UnsafeCheckpointError, match=r"references os.makedirs, which is outside the weights-only "
+                                                    r"allow-list .* unpickling it could run arbitrary code"):
+        load_checkpoint(str(evil))
+    with pytest.raises(UnsafeCheckpointError):
+        export_onnx(str(evil), str(tmp_path / "p.onnx"))
+    assert not proof.exists()
+
+
+def test_garbage_checkpoint_refused(tmp_path):
+    bad = tmp_path / "agent_000001.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(ValueError, match="is not a valid torch checkpoint"):
+        load_checkpoint(str(bad))
