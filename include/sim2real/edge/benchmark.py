@@ -4,6 +4,10 @@ Every measurement runs ``n`` sequential requests of one zero-mean random observa
 ``warmup`` untimed ones and reports, in milliseconds per request, ``p50_ms``, ``p99_ms``, ``mean_ms``,
 plus ``throughput_rps`` (= n / wall seconds, sequential, one request in flight). Numbers depend on the
 machine; they belong in ``make bench`` output, never in test assertions.
+
+The ZMQ measurement is a client of the public protocol only: it reads the modality layout with
+``get_metadata``, builds a GR00T N1.6 observation from it (camera frames of ``image_size``) and times
+``get_action`` round trips, with the server's api token when it has one.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from sim2real.edge.policy_server import OnnxPolicy, PolicyClient, PolicyServer, wait_for_server
+from sim2real.edge.codec import packb
+from sim2real.edge.modality import ModalityLayout
+from sim2real.edge.policy_server import OnnxPolicy, PolicyClient, PolicyServer, layout_observation, wait_for_server
+from sim2real.edge.security import read_api_token_file
 
 
 def _measure(fn: Callable[[], Any], n: int, warmup: int) -> dict[str, float]:
@@ -56,34 +63,38 @@ def bench_onnxruntime(model_path: str | Path, n: int = 500, batch: int = 1, prov
                       warmup: int = 20) -> dict[str, Any]:
     """Time ``session.run`` of the ONNX policy (the server's own path, without transport)."""
     pol = OnnxPolicy(model_path, providers=providers)
-    if pol.state_dim is None:
-        raise ValueError(f"{model_path}: input width is dynamic; cannot make an observation")
-    x = np.random.default_rng(0).standard_normal((batch, pol.state_dim)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((batch, pol.layout.state_dim)).astype(np.float32)
     return {"provider": pol.provider, **_measure(lambda: pol.run(x), n, warmup)}
 
 
 def bench_zmq(host: str, port: int, n: int = 500, batch: int = 1, warmup: int = 20,
-              timeout_ms: int = 5000) -> dict[str, Any]:
-    """Time full ``get_action`` round trips (encode, ZMQ, decode, inference) against a running server.
+              timeout_ms: int = 5000, api_token: str | None = None,
+              image_size: tuple[int, int] = (224, 224)) -> dict[str, Any]:
+    """Time full ``get_action`` round trips (encode, ZMQ, decode, checks, inference) against a running server.
+
+    Args:
+        host, port: the server. n, batch, warmup: see the module docstring.
+        timeout_ms: client timeout per request. api_token: the server's token, if it has one.
+        image_size: (H, W) of the camera frames sent when the layout has cameras.
 
     Raises:
         PolicyServerTimeout / PolicyServerError: the server is not answering or refuses the request.
     """
-    with PolicyClient(host, port, timeout_ms=timeout_ms) as client:
+    with PolicyClient(host, port, timeout_ms=timeout_ms, api_token=api_token) as client:
         meta = client.metadata()
-        keys, dim = meta.get("state_keys") or ["state"], meta.get("state_dim")
-        if len(keys) != 1 or not isinstance(dim, int):
-            raise ValueError(f"cannot build an observation for state keys {keys} / width {dim}")
-        obs = {"state": {keys[0]: np.random.default_rng(0).standard_normal((batch, 1, dim)).astype(np.float32)}}
+        layout = ModalityLayout.from_dict(meta["modality_layout"])
+        obs = layout_observation(layout, batch=batch, image_size=image_size)
         res = _measure(lambda: client.get_action(obs), n, warmup)
-    return {"provider": meta.get("provider"), "model_sha256": meta.get("model_sha256"), **res}
+    return {"provider": meta.get("provider"), "model_sha256": meta.get("model_sha256"),
+            "request_bytes": len(packb({"endpoint": "get_action", "data": {"observation": obs, "options": None}})),
+            **res}
 
 
 def policy_server_latency(model_path: str | Path, n: int = 500, batch: int = 1) -> dict[str, Any]:
     """End-to-end latency of a fresh server on a free loopback port (for ``make bench``).
 
     Returns:
-        ``{"p50_ms", "p99_ms", "mean_ms", "throughput_rps", "n", "provider", "model_sha256"}``.
+        ``{"p50_ms", "p99_ms", "mean_ms", "throughput_rps", "n", "provider", "model_sha256", "request_bytes"}``.
     """
     handle = PolicyServer(model_path, host="127.0.0.1", port=0).start_in_thread()
     try:
@@ -101,8 +112,8 @@ def run_benchmark(model_path: str | Path, n: int = 500, batch: int = 1, torch_mo
     report: dict[str, Any] = {"model_path": str(model_path), "batch": batch, "host": platform.node(),
                               "machine": platform.machine(), "onnxruntime": ort.__version__, "results": {}}
     pol = OnnxPolicy(model_path, providers=["CPUExecutionProvider"])
-    if torch_module is not None and pol.state_dim is not None:
-        report["results"]["torch_cpu"] = bench_torch(torch_module, pol.state_dim, n=n, batch=batch)
+    if torch_module is not None:
+        report["results"]["torch_cpu"] = bench_torch(torch_module, pol.layout.state_dim, n=n, batch=batch)
     for prov in ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"):
         if prov in ort.get_available_providers():
             report["results"][f"onnxruntime_{prov.removesuffix('ExecutionProvider').lower()}"] = \
@@ -111,6 +122,16 @@ def run_benchmark(model_path: str | Path, n: int = 500, batch: int = 1, torch_mo
     if output:
         Path(output).write_text(json.dumps(report, indent=2))
     return report
+
+
+def _image_size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HxW (e.g. 224x224), got {text!r}") from None
+    if h < 1 or w < 1:
+        raise argparse.ArgumentTypeError(f"expected positive HxW, got {text!r}")
+    return h, w
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,15 +143,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=500)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--wait-s", type=float, default=0.0, help="wait this long for the server to answer ping")
+    p.add_argument("--api-token-file", help="file holding the server's api token (mode 600; empty = none)")
+    p.add_argument("--image-size", default="224x224", type=_image_size,
+                   help="HxW of the camera frames sent when the model's layout has cameras")
     p.add_argument("--output", help="write the JSON report here")
     args = p.parse_args(argv)
     if args.model_path:
         report = run_benchmark(args.model_path, n=args.requests, batch=args.batch, output=args.output)
     elif args.port:
+        token = read_api_token_file(args.api_token_file) if args.api_token_file else None
         if args.wait_s:
-            wait_for_server(args.host, args.port, timeout_s=args.wait_s)
+            wait_for_server(args.host, args.port, timeout_s=args.wait_s, api_token=token)
         report = {"endpoint": f"tcp://{args.host}:{args.port}", "batch": args.batch,
-                  "results": {"zmq_end_to_end": bench_zmq(args.host, args.port, n=args.requests, batch=args.batch)}}
+                  "results": {"zmq_end_to_end": bench_zmq(args.host, args.port, n=args.requests, batch=args.batch,
+                                                          api_token=token, image_size=args.image_size)}}
         if args.output:
             Path(args.output).write_text(json.dumps(report, indent=2))
     else:

@@ -1,10 +1,11 @@
 """msgpack wire codec for the policy server, with numpy arrays (never pickle).
 
-Wire format (the GR00T policy server convention, seed-repo.md §4.1, from
-``training/hyperpod/examples/vla/policy_server.py`` L48-62): a numpy array travels as the map
-``{"__ndarray_class__": True, "as_npy": <bytes of np.save(array, allow_pickle=False)>}``; every
-other value is plain msgpack (maps, lists, str, bytes, int, float, bool, nil). Tuples decode as
-lists. numpy scalars are encoded as Python scalars.
+Wire format (the GR00T policy server's, NVIDIA Isaac-GR00T ``MsgSerializer``): a numpy array travels
+as the map ``{"__ndarray_class__": True, "as_npy": <bytes of np.save(array, allow_pickle=False)>}``; a
+GR00T ``ModalityConfig`` as ``{"__ModalityConfig_class__": True, "as_json": <its fields>}`` (a map in
+GR00T N1.6, a JSON string in N1.5; see :func:`modality_config_wire`); every other value is plain
+msgpack (maps, lists, str, bytes, int, float, bool, nil). Tuples decode as lists. numpy scalars are
+encoded as Python scalars. ModalityConfig maps are decoded as plain maps (this side has no class).
 
 Decoding never unpickles: ``np.load(..., allow_pickle=False)`` refuses object arrays, and the
 payload size is checked *before* msgpack touches it (``max_bytes``).
@@ -13,6 +14,7 @@ payload size is checked *before* msgpack touches it (``max_bytes``).
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 import msgpack
@@ -20,6 +22,8 @@ import numpy as np
 
 NDARRAY_KEY = "__ndarray_class__"
 NPY_KEY = "as_npy"
+MODALITY_CONFIG_KEY = "__ModalityConfig_class__"
+MODALITY_CONFIG_JSON_KEY = "as_json"
 
 #: Default upper bound of one request, in bytes (16 MiB: a few camera frames at 256x256x3).
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
@@ -51,6 +55,18 @@ def _object_hook(obj: dict) -> Any:
         except Exception as exc:  # ValueError for object arrays / bad headers
             raise CodecError(f"invalid .npy payload: {exc}") from exc
     return obj
+
+
+def modality_config_wire(fields: dict[str, Any], as_json_string: bool = False) -> dict[str, Any]:
+    """The wire map of a GR00T ``ModalityConfig`` with ``fields`` (``delta_indices``, ``modality_keys``, ...).
+
+    Args:
+        fields: the dataclass/pydantic fields, JSON-ready.
+        as_json_string: True for GR00T N1.5 (its decoder runs ``json.loads`` on ``as_json``); False for
+            N1.6 (its decoder calls ``ModalityConfig(**as_json)``).
+    """
+    return {MODALITY_CONFIG_KEY: True,
+            MODALITY_CONFIG_JSON_KEY: json.dumps(fields) if as_json_string else dict(fields)}
 
 
 def packb(obj: Any) -> bytes:
