@@ -56,7 +56,7 @@ def test_export_records_the_modality_layout(trained_dir, tmp_path):
     assert info["modality_layout"] == layout.to_dict()
 
     wrong = {**reacher, "state": reacher["state"][:4]}
-    with pytest.raises(ValueError, match=r"layout widths \(state 8, action 2\) do not match the policy \(observation 10"):
+    with pytest.raises(ValueError, match=r"widths \(state 8, action 2\) do not match the policy \(observation 10"):
         export_onnx(ckpt_path, str(tmp_path / "wrong.onnx"), modality_layout=wrong)
 
 

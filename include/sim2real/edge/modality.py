@@ -152,7 +152,8 @@ class ModalityLayout:
         if unknown:
             raise LayoutError(f"unknown modality layout fields {unknown} (known: {sorted(known)})")
         if doc.get("version", LAYOUT_VERSION) != LAYOUT_VERSION:
-            raise LayoutError(f"modality layout version {doc.get('version')!r} is not supported (only {LAYOUT_VERSION})")
+            raise LayoutError(f"modality layout version {doc.get('version')!r} is not supported "
+                              f"(only {LAYOUT_VERSION})")
         for name in ("state", "action", "video", "language"):
             if not isinstance(doc.get(name, []), list):
                 raise LayoutError(f"{name} must be a list")
