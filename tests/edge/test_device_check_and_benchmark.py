@@ -37,7 +37,9 @@ def test_device_check_failures_are_reported(onnx_model, tmp_path):
 
 def test_policy_server_latency_keys(onnx_model):
     res = policy_server_latency(onnx_model, n=20)
-    assert {"p50_ms", "p99_ms", "throughput_rps", "n", "request_bytes"} <= set(res) and res["n"] == 20
+    assert {"p50_ms", "p99_ms", "throughput_rps", "n", "request_bytes", "reply_bytes"} <= set(res)
+    assert res["n"] == 20
+    assert {"p50_ms", "p99_ms", "throughput_rps"} <= set(res["transport"]) and res["transport"]["n"] == 20
     assert res["request_bytes"] > 2 * 224 * 224 * 3  # two 224x224 camera frames travel with each request
 
 

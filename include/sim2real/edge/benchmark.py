@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import zmq
 
 from sim2real.edge.codec import packb
 from sim2real.edge.modality import ModalityLayout
@@ -84,23 +86,68 @@ def bench_zmq(host: str, port: int, n: int = 500, batch: int = 1, warmup: int = 
         meta = client.metadata()
         layout = ModalityLayout.from_dict(meta["modality_layout"])
         obs = layout_observation(layout, batch=batch, image_size=image_size)
+        request: dict[str, Any] = {"endpoint": "get_action", "data": {"observation": obs, "options": None}}
+        if api_token:
+            request["api_token"] = api_token
+        reply_bytes = len(client.request_raw(packb(request)))
         res = _measure(lambda: client.get_action(obs), n, warmup)
     return {"provider": meta.get("provider"), "model_sha256": meta.get("model_sha256"),
-            "request_bytes": len(packb({"endpoint": "get_action", "data": {"observation": obs, "options": None}})),
-            **res}
+            "request_bytes": len(packb(request)), "reply_bytes": reply_bytes, **res}
+
+
+def zmq_round_trip(request_bytes: int, reply_bytes: int, n: int = 500, warmup: int = 20) -> dict[str, float]:
+    """The transport floor under the server's numbers: REQ/REP round trips on a free loopback port of
+    messages of the given sizes, the REP thread answering a fixed reply without decoding anything.
+
+    Returns:
+        ``{"n", "p50_ms", "p99_ms", "mean_ms", "throughput_rps"}`` (see the module docstring).
+    """
+    ctx = zmq.Context()
+    rep, req = ctx.socket(zmq.REP), ctx.socket(zmq.REQ)
+    for sock in (rep, req):
+        sock.setsockopt(zmq.LINGER, 0)
+    port = rep.bind_to_random_port("tcp://127.0.0.1")
+    req.setsockopt(zmq.RCVTIMEO, 5000)
+    req.connect(f"tcp://127.0.0.1:{port}")
+    reply, payload, stop = b"\x00" * reply_bytes, b"\x00" * request_bytes, threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            if rep.poll(50):
+                rep.recv()
+                rep.send(reply)
+
+    thread = threading.Thread(target=serve, name="zmq-round-trip", daemon=True)
+    thread.start()
+    try:
+        def step() -> None:
+            req.send(payload)
+            req.recv()
+
+        return _measure(step, n, warmup)
+    finally:
+        stop.set()
+        thread.join(5)
+        rep.close(0)
+        req.close(0)
+        ctx.term()
 
 
 def policy_server_latency(model_path: str | Path, n: int = 500, batch: int = 1) -> dict[str, Any]:
-    """End-to-end latency of a fresh server on a free loopback port (for ``make bench``).
+    """End-to-end latency of a fresh server on a free loopback port (for ``make bench``), with the
+    transport floor (:func:`zmq_round_trip` of the same message sizes) measured right after, as anchor.
 
     Returns:
-        ``{"p50_ms", "p99_ms", "mean_ms", "throughput_rps", "n", "provider", "model_sha256", "request_bytes"}``.
+        ``{"p50_ms", "p99_ms", "mean_ms", "throughput_rps", "n", "provider", "model_sha256", "request_bytes",
+        "reply_bytes", "transport": {"p50_ms", "p99_ms", "mean_ms", "throughput_rps", "n"}}``.
     """
     handle = PolicyServer(model_path, host="127.0.0.1", port=0).start_in_thread()
     try:
-        return bench_zmq("127.0.0.1", handle.port, n=n, batch=batch)
+        result = bench_zmq("127.0.0.1", handle.port, n=n, batch=batch)
     finally:
         handle.stop()
+    result["transport"] = zmq_round_trip(result["request_bytes"], result["reply_bytes"], n=n)
+    return result
 
 
 def run_benchmark(model_path: str | Path, n: int = 500, batch: int = 1, torch_module: Any = None,
