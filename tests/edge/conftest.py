@@ -6,12 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from edge_helpers import FLAT_ACTION_DIM, FLAT_STATE_DIM, export_onnx, make_mlp
+from edge_helpers import FLAT_ACTION_DIM, FLAT_STATE_DIM, MAX_REQUEST_BYTES, TOKEN, export_onnx, make_mlp
 
 from sim2real.edge.policy_server import PolicyServer
-
-TOKEN = "test-token-0123456789abcdef"
-MAX_REQUEST_BYTES = 64 * 1024
 
 
 @pytest.fixture(scope="session")

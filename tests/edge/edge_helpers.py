@@ -17,6 +17,9 @@ SO101 = ModalityLayout(state=(("single_arm", 5), ("gripper", 1)), action=(("sing
 STATE_DIM, ACTION_DIM = SO101.state_dim, SO101.action_dim
 #: A model exported without a layout (an older export or a foreign ONNX file).
 FLAT_STATE_DIM, FLAT_ACTION_DIM = 10, 4
+#: The api token and request limit of the ``server`` fixture.
+TOKEN = "test-token-0123456789abcdef"
+MAX_REQUEST_BYTES = 64 * 1024
 
 
 def make_mlp(seed: int = 0, state_dim: int = STATE_DIM, action_dim: int = ACTION_DIM) -> torch.nn.Module:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import TOKEN
-from edge_helpers import FLAT_ACTION_DIM, export_onnx, make_mlp
+from edge_helpers import FLAT_ACTION_DIM, TOKEN, export_onnx, make_mlp
 
 from sim2real.edge.benchmark import main as bench_main
 from sim2real.edge.benchmark import policy_server_latency, run_benchmark

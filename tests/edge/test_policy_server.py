@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 import zmq
-from conftest import MAX_REQUEST_BYTES, TOKEN
-from edge_helpers import ACTION_DIM, FLAT_ACTION_DIM, FLAT_STATE_DIM, SO101, STATE_DIM, export_onnx, make_mlp
+from edge_helpers import (ACTION_DIM, FLAT_ACTION_DIM, FLAT_STATE_DIM, MAX_REQUEST_BYTES, SO101, STATE_DIM, TOKEN,
+                          export_onnx, make_mlp)
 from gr00t_clients import N15RobotClient, N16PolicyClient
 
 from sim2real.edge.codec import CodecError, packb, unpackb
