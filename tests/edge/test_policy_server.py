@@ -478,3 +478,13 @@ def test_cli_refuses_missing_model_open_bind_and_loose_token_file(tmp_path, onnx
     monkeypatch.setenv("SIM2REAL_POLICY_API_TOKEN", "short")
     with pytest.raises(ValueError, match="at least 16 characters"):
         main(["--model-path", str(onnx_model), "--port", "0"])
+
+
+def test_cli_boolean_flags_take_greengrass_values():
+    """The recipe passes --enable-kill '{configuration:/EnableKill}', which Greengrass renders as true/false."""
+    from sim2real.edge.policy_server import _bool
+
+    assert _bool("true") is True and _bool("True") is True and _bool("1") is True
+    assert _bool("false") is False and _bool("") is False
+    with pytest.raises(Exception, match="expected true or false"):
+        _bool("maybe")
