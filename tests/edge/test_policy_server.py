@@ -16,7 +16,7 @@ from edge_helpers import (ACTION_DIM, FLAT_ACTION_DIM, FLAT_STATE_DIM, MAX_REQUE
                           export_onnx, make_mlp)
 from gr00t_clients import N15RobotClient, N16PolicyClient
 
-from sim2real.edge.codec import CodecError, packb, unpackb
+from sim2real.edge.codec import CodecError, load_npy, packb, unpackb
 from sim2real.edge.modality import LAYOUT_PROPERTY
 from sim2real.edge.policy_server import (HARD_LIMIT_FACTOR, UNAUTHORIZED, PolicyClient, PolicyServer,
                                          PolicyServerError, PolicyServerTimeout, layout_observation, main,
@@ -94,6 +94,36 @@ def test_codec_roundtrip_arrays_and_refuses_pickle():
         unpackb(evil)
     with pytest.raises(CodecError, match="exceeds the limit"):
         unpackb(b"\x00" * 11, max_bytes=10)
+
+
+NPY_CASES = [np.zeros((1, 1, 10), np.float32), np.arange(5), np.ones(()), np.zeros((0, 3)), np.ones((2, 3), ">f8"),
+             np.array([True, False]), np.zeros((1, 1, 4, 4, 3), np.uint8), np.array(["ab", "c"]),
+             np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")])]
+
+
+@pytest.mark.parametrize("array", NPY_CASES, ids=lambda a: f"{a.dtype}{a.shape}")
+def test_load_npy_matches_np_load(array):
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    got, ref = load_npy(buf.getvalue()), np.load(io.BytesIO(buf.getvalue()))
+    assert got.dtype == ref.dtype and got.shape == ref.shape and np.array_equal(got, ref)
+    assert got.flags.writeable  # a client may edit the action chunk it received
+
+
+def test_load_npy_refuses_bad_payloads():
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(10, np.float32), allow_pickle=False)
+    raw = buf.getvalue()
+    with pytest.raises(CodecError, match=r"36 data bytes for shape \(10,\) of float32 \(40 expected\)"):
+        load_npy(raw[:-4])
+    with pytest.raises(CodecError, match="42 data bytes"):
+        load_npy(raw + b"xx")
+    with pytest.raises(CodecError, match="does not start with the .npy magic"):
+        load_npy(b"junk")
+    evil = io.BytesIO()
+    np.save(evil, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(CodecError, match="object arrays cannot be loaded"):
+        load_npy(evil.getvalue())
 
 
 # -- GR00T N1.6 client ----------------------------------------------------------------------------------
