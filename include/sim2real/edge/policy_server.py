@@ -81,6 +81,8 @@ MODALITY_CONFIG_FORMATS = ("n1.6", "n1.5")
 API_TOKEN_ENV = "SIM2REAL_POLICY_API_TOKEN"
 REJECTION_LOG_INTERVAL_S = 10.0
 _MODALITIES = ("video", "state", "language")
+_MODALITY_SET = frozenset(_MODALITIES)
+_GET_ACTION_KEYS = frozenset(("observation", "options"))
 
 
 class PolicyServerError(RuntimeError):
@@ -119,6 +121,10 @@ def select_providers(requested: Sequence[Any] | None = None) -> list[Any]:
     if "CPUExecutionProvider" not in names and "CPUExecutionProvider" in available:
         chosen.append("CPUExecutionProvider")
     return chosen
+
+
+def _is_map(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # msgpack gives dicts: skip the ABC check
 
 
 def _dim(d: Any) -> int | str | None:
@@ -189,6 +195,7 @@ class OnnxPolicy:
             start += width
         self.ignored_modalities = [m for m, keys in (("video", self.layout.video), ("language", self.layout.language))
                                    if keys]
+        self._prepare_checks()
 
     def _read_layout(self, action_horizon: int | None) -> ModalityLayout:
         meta = self.session.get_modelmeta().custom_metadata_map or {}
@@ -221,48 +228,60 @@ class OnnxPolicy:
             return {self._splits[0][0]: actions}
         return {key: np.ascontiguousarray(actions[..., a:b]) for key, a, b in self._splits}
 
-    # -- observation checks ----------------------------------------------------------------------
+    # -- observation checks (hot path: labels and key sets are prepared once, messages built on failure) ---
+    def _prepare_checks(self) -> None:
+        lay = self.layout
+        self._keysets = {"state": frozenset(lay.state_keys), "video": frozenset(lay.video),
+                         "language": frozenset(lay.language)}
+        self._nested_state = [(k, w, f"state[{k!r}]") for k, w in lay.state]
+        self._nested_video = [(c, f"video[{c!r}]") for c in lay.video]
+        self._flat_state = [(f"state.{k}", w, f"observation['state.{k}']") for k, w in lay.state]
+        self._flat_video = [(f"video.{c}", f"observation['video.{c}']") for c in lay.video]
+        self._flat_expected = [f"video.{c}" for c in lay.video] + [f"state.{k}" for k in lay.state_keys] + list(
+            lay.language)
+        self._flat_keyset = frozenset(self._flat_expected)
+
     def _state_part(self, where: str, arr: Any, width: int, batched: bool, any_float: bool) -> np.ndarray:
-        if not isinstance(arr, np.ndarray):
+        if type(arr) is not np.ndarray and not isinstance(arr, np.ndarray):
             raise RequestError(f"{where} must be a numpy array, got {type(arr).__name__}")
+        dtype = arr.dtype
         if any_float:
-            if arr.dtype.kind != "f":
-                raise RequestError(f"{where} must be a float array (float32 or float64), got {arr.dtype}")
-        elif arr.dtype != np.float32:
-            raise RequestError(f"{where} must be float32, got {arr.dtype}")
-        horizon = self.layout.state_horizon
-        want = "(B, T, D)" if batched else "(T, D)"
-        if arr.ndim != (3 if batched else 2):
-            raise RequestError(f"{where} must have shape {want} with T={horizon}, D={width}; got {arr.shape}")
-        if arr.shape[-2] != horizon or arr.shape[-1] != width:
-            raise RequestError(f"{where} must have shape {want} with T={horizon}, D={width}; got {arr.shape}")
+            if dtype.kind != "f":
+                raise RequestError(f"{where} must be a float array (float32 or float64), got {dtype}")
+        elif dtype != np.float32:
+            raise RequestError(f"{where} must be float32, got {dtype}")
+        shape, horizon = arr.shape, self.layout.state_horizon
+        if len(shape) != (3 if batched else 2) or shape[-2] != horizon or shape[-1] != width:
+            want = "(B, T, D)" if batched else "(T, D)"
+            raise RequestError(f"{where} must have shape {want} with T={horizon}, D={width}; got {shape}")
         last = arr[:, -1, :] if batched else arr[-1:, :]
-        return last if last.dtype == np.float32 else last.astype(np.float32)
+        return last if dtype == np.float32 else last.astype(np.float32)
 
     def _video_part(self, where: str, arr: Any, batched: bool) -> int:
         if not isinstance(arr, np.ndarray):
             raise RequestError(f"{where} must be a numpy array, got {type(arr).__name__}")
         if arr.dtype != np.uint8:
             raise RequestError(f"{where} must be uint8, got {arr.dtype}")
-        want = "(B, T, H, W, 3)" if batched else "(T, H, W, 3)"
         horizon = self.layout.video_horizon
         if arr.ndim != (5 if batched else 4) or arr.shape[-4] != horizon or arr.shape[-1] != 3:
+            want = "(B, T, H, W, 3)" if batched else "(T, H, W, 3)"
             raise RequestError(f"{where} must have shape {want} with T={horizon}; got {arr.shape}")
         return arr.shape[0] if batched else 1
 
     @staticmethod
-    def _exact_keys(where: str, got: Mapping[str, Any], expected: Sequence[str]) -> None:
-        if len(got) != len(expected) or any(k not in got for k in expected):
-            missing = [k for k in expected if k not in got]
-            unexpected = sorted(str(k) for k in got if k not in expected)
-            raise RequestError(f"{where} keys must be exactly {list(expected)} (the model's layout); "
-                               f"missing {missing}, unexpected {unexpected}")
+    def _exact_keys(where: str, got: Mapping[str, Any], expected: Sequence[str], keyset: frozenset) -> None:
+        if got.keys() == keyset:
+            return
+        missing = [k for k in expected if k not in got]
+        unexpected = sorted(str(k) for k in got if k not in keyset)
+        raise RequestError(f"{where} keys must be exactly {list(expected)} (the model's layout); "
+                           f"missing {missing}, unexpected {unexpected}")
 
-    def _finish(self, parts: list[np.ndarray], batches: dict[str, int]) -> np.ndarray:
-        sizes = set(batches.values())
-        if len(sizes) > 1:
-            raise RequestError(f"batch sizes differ across the observation: {batches}")
-        if sizes == {0}:
+    @staticmethod
+    def _finish(parts: list[np.ndarray], sizes: list[int], labels: list[str]) -> np.ndarray:
+        if sizes.count(sizes[0]) != len(sizes):
+            raise RequestError(f"batch sizes differ across the observation: {dict(zip(labels, sizes))}")
+        if sizes[0] == 0:
             raise RequestError("batch size must be >= 1")
         flat = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         flat = np.ascontiguousarray(flat)
@@ -277,39 +296,42 @@ class OnnxPolicy:
             RequestError: unknown modality, keys other than the layout's, wrong dtype/rank/horizon/width,
                 batch sizes that differ, language not ``[[str]]``, non-finite state.
         """
-        if not isinstance(obs, Mapping):
+        if not _is_map(obs):
             raise RequestError("observation must be a map {'video': {...}, 'state': {...}, 'language': {...}}")
-        unknown = sorted(str(k) for k in obs if k not in _MODALITIES)
-        if unknown:
+        if not obs.keys() <= _MODALITY_SET:
+            unknown = sorted(str(k) for k in obs if k not in _MODALITY_SET)
             raise RequestError(f"unknown observation modalities {unknown}; expected {list(_MODALITIES)}")
-        batches: dict[str, int] = {}
+        lay = self.layout
         state = obs.get("state")
-        if not isinstance(state, Mapping):
+        if not _is_map(state):
             raise RequestError("observation['state'] must be a map of key -> float32 (B, T, D) array")
-        self._exact_keys("observation['state']", state, self.layout.state_keys)
-        parts = []
-        for key, width in self.layout.state:
-            part = self._state_part(f"state[{key!r}]", state[key], width, batched=True, any_float=False)
-            batches[f"state.{key}"] = part.shape[0]
+        self._exact_keys("observation['state']", state, lay.state_keys, self._keysets["state"])
+        parts, sizes, labels = [], [], []
+        for key, width, where in self._nested_state:
+            part = self._state_part(where, state[key], width, True, False)
             parts.append(part)
+            sizes.append(part.shape[0])
+            labels.append(where)
         video = obs.get("video") or {}
-        if not isinstance(video, Mapping):
+        if not _is_map(video):
             raise RequestError("observation['video'] must be a map of camera -> uint8 (B, T, H, W, 3) array")
-        self._exact_keys("observation['video']", video, self.layout.video)
-        for cam in self.layout.video:
-            batches[f"video.{cam}"] = self._video_part(f"video[{cam!r}]", video[cam], batched=True)
+        self._exact_keys("observation['video']", video, lay.video, self._keysets["video"])
+        for cam, where in self._nested_video:
+            sizes.append(self._video_part(where, video[cam], True))
+            labels.append(where)
         language = obs.get("language") or {}
-        if not isinstance(language, Mapping):
+        if not _is_map(language):
             raise RequestError("observation['language'] must be a map of key -> [[str]]")
-        self._exact_keys("observation['language']", language, self.layout.language)
-        for key in self.layout.language:
+        self._exact_keys("observation['language']", language, lay.language, self._keysets["language"])
+        for key in lay.language:
             items = language[key]
             if not isinstance(items, list) or not all(
                     isinstance(i, list) and len(i) == 1 and isinstance(i[0], str) for i in items):
                 raise RequestError(f"language[{key!r}] must be a list of B lists of one string ([[str]]), "
                                    f"got {type(items).__name__}")
-            batches[f"language.{key}"] = len(items)
-        return self._finish(parts, batches)
+            sizes.append(len(items))
+            labels.append(f"language[{key!r}]")
+        return self._finish(parts, sizes, labels)
 
     def flat_state(self, obs: Mapping[str, Any]) -> tuple[np.ndarray, bool]:
         """Check a GR00T N1.5 flat observation against the layout.
@@ -322,22 +344,20 @@ class OnnxPolicy:
             RequestError: keys other than ``video.<cam>``/``state.<key>``/language keys of the layout,
                 mixed batched/unbatched arrays, wrong dtype/rank/horizon/width, bad language values.
         """
-        expected = ([f"video.{c}" for c in self.layout.video] + [f"state.{k}" for k in self.layout.state_keys]
-                    + list(self.layout.language))
-        self._exact_keys("flat observation (GR00T N1.5 form)", obs, expected)
-        ranks = {obs[f"state.{k}"].ndim for k in self.layout.state_keys if isinstance(obs[f"state.{k}"], np.ndarray)}
+        self._exact_keys("flat observation (GR00T N1.5 form)", obs, self._flat_expected, self._flat_keyset)
+        ranks = {obs[k].ndim for k, _, _ in self._flat_state if isinstance(obs[k], np.ndarray)}
         if len(ranks) > 1:
             raise RequestError("state arrays must all be batched (B, T, D) or all unbatched (T, D)")
         batched = ranks == {3}
-        batches: dict[str, int] = {}
-        parts = []
-        for key, width in self.layout.state:
-            part = self._state_part(f"observation['state.{key}']", obs[f"state.{key}"], width, batched=batched,
-                                    any_float=True)
-            batches[f"state.{key}"] = part.shape[0]
+        parts, sizes, labels = [], [], []
+        for key, width, where in self._flat_state:
+            part = self._state_part(where, obs[key], width, batched, True)
             parts.append(part)
-        for cam in self.layout.video:
-            batches[f"video.{cam}"] = self._video_part(f"observation['video.{cam}']", obs[f"video.{cam}"], batched)
+            sizes.append(part.shape[0])
+            labels.append(where)
+        for key, where in self._flat_video:
+            sizes.append(self._video_part(where, obs[key], batched))
+            labels.append(where)
         for key in self.layout.language:
             value = obs[key]
             if isinstance(value, str):
@@ -350,8 +370,9 @@ class OnnxPolicy:
             if not batched and len(value) != 1:
                 raise RequestError(f"observation[{key!r}] must hold one string for an unbatched observation, "
                                    f"got {len(value)}")
-            batches[key] = len(value)
-        return self._finish(parts, batches), batched
+            sizes.append(len(value))
+            labels.append(f"observation[{key!r}]")
+        return self._finish(parts, sizes, labels), batched
 
     def describe(self) -> dict[str, Any]:
         """Model facts for ``get_metadata`` (JSON/msgpack-safe)."""
@@ -550,16 +571,16 @@ class PolicyServer:
 
     def _get_action(self, data: Any) -> Any:
         t0 = time.perf_counter()
-        if not isinstance(data, Mapping) or not data:
+        if not _is_map(data) or not data:
             raise RequestError("get_action data must be {'observation': {'video': ..., 'state': ..., 'language': ...}, "
                                "'options': ...} (GR00T N1.6) or a flat observation {'state.<key>': array, "
                                "'video.<camera>': array, '<language key>': str} (GR00T N1.5)")
         if "observation" in data:
-            extra = sorted(str(k) for k in data if k not in ("observation", "options"))
-            if extra:
+            if not data.keys() <= _GET_ACTION_KEYS:
+                extra = sorted(str(k) for k in data if k not in _GET_ACTION_KEYS)
                 raise RequestError(f"get_action data takes 'observation' and 'options'; unexpected {extra}")
             options = data.get("options")
-            if options is not None and not isinstance(options, Mapping):
+            if options is not None and not _is_map(options):
                 raise RequestError("get_action options must be a map or nil")
             state, nested, batched = self.policy.nested_state(data["observation"]), True, True
         else:
