@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         ("policy server p50 / p99 (ZMQ, onnxruntime CPU)",
          f"{results['policy_server']['p50_ms']:.2f} / {results['policy_server']['p99_ms']:.2f} ms"),
         ("policy server throughput", f"{results['policy_server']['throughput_rps']:.0f} req/s"),
+        ("anchor: ZMQ REQ/REP round trip of the same message sizes, no server work (p50 / p99)",
+         "{p50_ms:.2f} / {p99_ms:.2f} ms".format(**results["policy_server"]["transport"])),
     ]
     results["table"] = rows
     width = max(len(r[0]) for r in rows)

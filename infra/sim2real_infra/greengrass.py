@@ -44,7 +44,8 @@ def inline_recipe(recipe: dict, bucket_name: str) -> str:
 class GreengrassStack(cdk.Stack):
     """Thing group ``<prefix>-robots``, one ``CfnComponentVersion`` per recipe in
     ``containers/greengrass/recipes``, and the core devices' token exchange role (role alias
-    ``<prefix>-robots-tes``) that may read only the artifact and run prefixes of the bucket.
+    ``<prefix>-robots-tes``) that may read only the artifact and run prefixes of the bucket, and the
+    policy server's api token (secrets ``<prefix>-robots/*``, SecureString parameters ``/<prefix>/robots/*``).
 
     :ivar components: ``{component name: version}`` (the environment config's ``greengrass.components``).
     """
@@ -76,6 +77,21 @@ class GreengrassStack(cdk.Stack):
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
             resources=[self.format_arn(service="logs", resource="log-group", resource_name="/aws/greengrass/*",
                                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)],
+        ))
+        # The inference component's install resolves the policy server's api token from a secret named
+        # <prefix>-robots/... or a SecureString parameter under /<prefix>/robots/ (sim2real.edge.api_token).
+        self.token_exchange_role.add_to_policy(iam.PolicyStatement(
+            sid="PolicyServerApiToken",
+            actions=["secretsmanager:GetSecretValue"],
+            resources=[self.format_arn(service="secretsmanager", resource="secret",
+                                       resource_name=f"{settings.name('robots')}/*",
+                                       arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)],
+        ))
+        self.token_exchange_role.add_to_policy(iam.PolicyStatement(
+            sid="PolicyServerApiTokenParameter",
+            actions=["ssm:GetParameter"],
+            resources=[self.format_arn(service="ssm", resource="parameter",
+                                       resource_name=f"{settings.prefix}/robots/*")],
         ))
         self.role_alias_name = settings.name("robots-tes")
         alias = iot.CfnRoleAlias(self, "TokenExchangeRoleAlias", role_alias=self.role_alias_name,

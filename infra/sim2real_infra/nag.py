@@ -46,6 +46,13 @@ IAM5_REASONS: list[tuple[str, str]] = [
     (rf"Resource::{_ARN}:logs:<AWS::Region>:{_ACCOUNT}:log-group:(/aws/batch/job|/aws/sagemaker/\*|/aws/greengrass/\*|airflow-[a-z0-9-]+-\*|\*|/aws/codebuild/.+)(:\*|:log-stream:.+)?",
      "Log streams are created per job/build/device/task with generated names; scoped to the service's "
      "log group (DescribeLogGroups needs the log-group:* form)."),
+    # --- the robots' policy-server api token (read at component install by the token exchange role)
+    (rf"Resource::{_ARN}:secretsmanager:<AWS::Region>:{_ACCOUNT}:secret:[a-z0-9-]+-robots/\*",
+     "Secrets under the fleet's <prefix>-robots/ path only; Secrets Manager appends a random suffix to "
+     "every secret ARN, so even one named secret needs a trailing wildcard."),
+    (rf"Resource::{_ARN}:ssm:<AWS::Region>:{_ACCOUNT}:parameter/[a-z0-9-]+/robots/\*",
+     "SecureString parameters under the fleet's /<prefix>/robots/ path only; the operator chooses the "
+     "token parameter's name when configuring the inference component."),
     # --- per-execution resources with generated ids
     (rf"Resource::{_ARN}:batch:<AWS::Region>:{_ACCOUNT}:job-definition/[a-z0-9-]+-train:\*",
      "Every revision of the training job definition: the DAG registers a revision pinned to each image digest."),

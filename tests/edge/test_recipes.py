@@ -103,3 +103,46 @@ def test_load_errors(tmp_path):
     (tmp_path / "a.json").write_text("{not json")
     with pytest.raises(RecipeError, match="not valid JSON"):
         load_recipes(tmp_path)
+
+
+def test_inference_defaults_bind_loopback_and_resolve_the_token_at_install(recipes):
+    inference = recipes["com.sim2real.PolicyInference"]
+    conf = inference["ComponentConfiguration"]["DefaultConfiguration"]
+    assert conf["Host"] == "127.0.0.1" and conf["EnableKill"] is False
+    assert conf["ApiTokenSecretId"] == "" and conf["ApiTokenSsmParameter"] == ""
+    assert inference["ComponentDependencies"]["aws.greengrass.TokenExchangeService"]["DependencyType"] == "HARD"
+    for manifest in inference["Manifests"]:
+        install, run = manifest["Lifecycle"]["Install"]["Script"], manifest["Lifecycle"]["Run"]["Script"]
+        assert ("-m sim2real.edge.api_token --secret-id '{configuration:/ApiTokenSecretId}' --ssm-parameter "
+                "'{configuration:/ApiTokenSsmParameter}' --out '{work:path}/api_token'") in install
+        assert "--api-token-file '{work:path}/api_token'" in run and "--host '{configuration:/Host}'" in run
+    for manifest in recipes["com.sim2real.PolicyBenchmark"]["Manifests"]:
+        run = manifest["Lifecycle"]["Run"]["Script"]
+        assert "--api-token-file '{com.sim2real.PolicyInference:work:path}/api_token'" in run
+
+
+def _set_default(r, **values):
+    r["ComponentConfiguration"]["DefaultConfiguration"].update(values)
+
+
+def _edit_run(r, old, new):
+    for m in r["Manifests"]:
+        m["Lifecycle"]["Run"]["Script"] = m["Lifecycle"]["Run"]["Script"].replace(old, new)
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda r: _set_default(r, Host="0.0.0.0"),
+     r"sim2real-policy-server binds '0.0.0.0' by default, which is not a loopback address, and no default "
+     r"ApiTokenSecretId / ApiTokenSsmParameter names a token"),
+    (lambda r: _edit_run(r, "'{configuration:/Host}'", "*"), r"binds '\*' by default"),
+    (lambda r: _edit_run(r, " --api-token-file '{work:path}/api_token'", ""), "without --api-token-file"),
+])
+def test_open_policy_server_recipes_refused(recipes, mutate, match):
+    with pytest.raises(RecipeError, match=match):
+        validate_recipe(_broken(recipes, "com.sim2real.PolicyInference", mutate), others=recipes)
+
+
+def test_open_bind_with_a_token_source_is_valid(recipes):
+    r = _broken(recipes, "com.sim2real.PolicyInference",
+                lambda r: _set_default(r, Host="0.0.0.0", ApiTokenSsmParameter="/sim2real/robots/policy-token"))
+    assert validate_recipe(r, others=recipes) == []

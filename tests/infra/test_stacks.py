@@ -195,6 +195,21 @@ def test_token_exchange_role_reads_only_artifact_and_run_prefixes(synth: Synth) 
     assert actions == {"s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket"}
 
 
+def test_token_exchange_role_reads_only_the_robots_api_token(synth: Synth) -> None:
+    t = synth.template(synth.stacks.greengrass).to_json()
+    role_id = next(k for k, r in resources(t, "AWS::IAM::Role").items()
+                   if "credentials.iot.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"]))
+    (policy,) = [p for p in resources(t, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]]
+    grants = {s["Sid"]: (s["Action"], render(s["Resource"])) for s in policy["Properties"]["PolicyDocument"]["Statement"]
+              if s.get("Sid", "").startswith("PolicyServerApiToken")}
+    assert grants == {
+        "PolicyServerApiToken": ("secretsmanager:GetSecretValue",
+                                 "arn:aws:secretsmanager:us-east-1:123456789012:secret:sim2real-robots/*"),
+        "PolicyServerApiTokenParameter": ("ssm:GetParameter",
+                                          "arn:aws:ssm:us-east-1:123456789012:parameter/sim2real/robots/*"),
+    }
+
+
 def test_hyperpod_stack_is_optional(synth: Synth, synth_full: Synth) -> None:
     assert synth.stacks.hyperpod is None
     t = synth_full.template(synth_full.stacks.hyperpod)

@@ -1,5 +1,5 @@
 """The emulated core device runs the real setup component (fetch, sha256, ONNX export) and the real
-policy server, and reports SUCCEEDED only when ping + get_action work."""
+policy server, and reports SUCCEEDED only when ping, get_modality_config and get_action work."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_device_serves_the_deployed_policy(sb: Sandbox, checkpoint: bytes, tmp_p
     uri = f"s3://{BUCKET}/runs/dev/checkpoints/agent_000001.pt"
     ok, reason = check(_deployment(uri, hashlib.sha256(checkpoint).hexdigest()), "robot-1")
     assert ok, reason
-    assert "ping and get_action" in reason
+    assert "ping, get_modality_config and get_action" in reason
     # A tampered artifact (sha256 mismatch) fails the device, as the real setup component would.
     ok, reason = check(_deployment(uri, "0" * 64), "robot-2")
     assert not ok and "sha256" in reason.lower()

@@ -30,3 +30,63 @@ def test_export_parity_and_io(trained_dir, tmp_path):
 def test_export_rejects_wrong_task(trained_dir, tmp_path):
     with pytest.raises(ValueError, match="InvertedPendulum-v5"):
         export_onnx(str(trained_dir / "agent_000002.pt"), str(tmp_path / "p.onnx"), "InvertedPendulum-v5")
+
+
+def test_export_records_the_modality_layout(trained_dir, tmp_path):
+    import onnx
+
+    from sim2real.edge.modality import LAYOUT_PROPERTY, ModalityLayout
+
+    ckpt_path = str(trained_dir / "agent_000002.pt")
+    info = export_onnx(ckpt_path, str(tmp_path / "flat.onnx"))
+    flat = ModalityLayout.flat(10, 2)
+    assert info["modality_layout"] == flat.to_dict()
+    props = {p.key: p.value for p in onnx.load(str(tmp_path / "flat.onnx")).metadata_props}
+    assert ModalityLayout.from_json(props[LAYOUT_PROPERTY]) == flat
+
+    reacher = {"state": [{"key": "joint_cos", "width": 2}, {"key": "joint_sin", "width": 2},
+                         {"key": "target_position", "width": 2}, {"key": "joint_velocity", "width": 2},
+                         {"key": "fingertip_to_target", "width": 2}],
+               "action": [{"key": "joint_torque", "width": 2}], "action_horizon": 8}
+    out = tmp_path / "named.onnx"
+    info = export_onnx(ckpt_path, str(out), modality_layout=reacher)
+    layout = ModalityLayout.from_json({p.key: p.value for p in onnx.load(str(out)).metadata_props}[LAYOUT_PROPERTY])
+    assert layout.state_keys == ["joint_cos", "joint_sin", "target_position", "joint_velocity", "fingertip_to_target"]
+    assert layout.action == (("joint_torque", 2),) and layout.action_horizon == 8
+    assert info["modality_layout"] == layout.to_dict()
+
+    wrong = {**reacher, "state": reacher["state"][:4]}
+    with pytest.raises(ValueError, match=r"widths \(state 8, action 2\) do not match the policy \(observation 10"):
+        export_onnx(ckpt_path, str(tmp_path / "wrong.onnx"), modality_layout=wrong)
+
+
+def test_malicious_pickle_checkpoint_refused(tmp_path):
+    """A checkpoint whose pickle stream calls a function is refused before anything in it runs."""
+    import os
+
+    from sim2real.workloads.policy import UnsafeCheckpointError
+
+    proof = tmp_path / "code-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.makedirs, (str(proof),))
+
+    evil = tmp_path / "agent_000001.pt"
+    torch.save({"policy": {}, "sim2real": {"task": "Reacher-v5"}, "payload": Payload()}, evil)
+    torch.load(evil, weights_only=False)  # the file is really malicious: a plain unpickle runs the payload
+    assert proof.is_dir()
+    proof.rmdir()
+    with pytest.raises(UnsafeCheckpointError, match=r"references os.makedirs, which is outside the weights-only "
+                                                    r"allow-list .* unpickling it could run arbitrary code"):
+        load_checkpoint(str(evil))
+    with pytest.raises(UnsafeCheckpointError):
+        export_onnx(str(evil), str(tmp_path / "p.onnx"))
+    assert not proof.exists()
+
+
+def test_garbage_checkpoint_refused(tmp_path):
+    bad = tmp_path / "agent_000001.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(ValueError, match="is not a valid torch checkpoint"):
+        load_checkpoint(str(bad))

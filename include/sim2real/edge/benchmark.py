@@ -4,6 +4,10 @@ Every measurement runs ``n`` sequential requests of one zero-mean random observa
 ``warmup`` untimed ones and reports, in milliseconds per request, ``p50_ms``, ``p99_ms``, ``mean_ms``,
 plus ``throughput_rps`` (= n / wall seconds, sequential, one request in flight). Numbers depend on the
 machine; they belong in ``make bench`` output, never in test assertions.
+
+The ZMQ measurement is a client of the public protocol only: it reads the modality layout with
+``get_metadata``, builds a GR00T N1.6 observation from it (camera frames of ``image_size``) and times
+``get_action`` round trips, with the server's api token when it has one.
 """
 
 from __future__ import annotations
@@ -11,14 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import zmq
 
-from sim2real.edge.policy_server import OnnxPolicy, PolicyClient, PolicyServer, wait_for_server
+from sim2real.edge.codec import packb
+from sim2real.edge.modality import ModalityLayout
+from sim2real.edge.policy_server import OnnxPolicy, PolicyClient, PolicyServer, layout_observation, wait_for_server
+from sim2real.edge.security import read_api_token_file
 
 
 def _measure(fn: Callable[[], Any], n: int, warmup: int) -> dict[str, float]:
@@ -56,40 +65,89 @@ def bench_onnxruntime(model_path: str | Path, n: int = 500, batch: int = 1, prov
                       warmup: int = 20) -> dict[str, Any]:
     """Time ``session.run`` of the ONNX policy (the server's own path, without transport)."""
     pol = OnnxPolicy(model_path, providers=providers)
-    if pol.state_dim is None:
-        raise ValueError(f"{model_path}: input width is dynamic; cannot make an observation")
-    x = np.random.default_rng(0).standard_normal((batch, pol.state_dim)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((batch, pol.layout.state_dim)).astype(np.float32)
     return {"provider": pol.provider, **_measure(lambda: pol.run(x), n, warmup)}
 
 
 def bench_zmq(host: str, port: int, n: int = 500, batch: int = 1, warmup: int = 20,
-              timeout_ms: int = 5000) -> dict[str, Any]:
-    """Time full ``get_action`` round trips (encode, ZMQ, decode, inference) against a running server.
+              timeout_ms: int = 5000, api_token: str | None = None,
+              image_size: tuple[int, int] = (224, 224)) -> dict[str, Any]:
+    """Time full ``get_action`` round trips (encode, ZMQ, decode, checks, inference) against a running server.
+
+    Args:
+        host, port: the server. n, batch, warmup: see the module docstring.
+        timeout_ms: client timeout per request. api_token: the server's token, if it has one.
+        image_size: (H, W) of the camera frames sent when the layout has cameras.
 
     Raises:
         PolicyServerTimeout / PolicyServerError: the server is not answering or refuses the request.
     """
-    with PolicyClient(host, port, timeout_ms=timeout_ms) as client:
+    with PolicyClient(host, port, timeout_ms=timeout_ms, api_token=api_token) as client:
         meta = client.metadata()
-        keys, dim = meta.get("state_keys") or ["state"], meta.get("state_dim")
-        if len(keys) != 1 or not isinstance(dim, int):
-            raise ValueError(f"cannot build an observation for state keys {keys} / width {dim}")
-        obs = {"state": {keys[0]: np.random.default_rng(0).standard_normal((batch, 1, dim)).astype(np.float32)}}
+        layout = ModalityLayout.from_dict(meta["modality_layout"])
+        obs = layout_observation(layout, batch=batch, image_size=image_size)
+        request: dict[str, Any] = {"endpoint": "get_action", "data": {"observation": obs, "options": None}}
+        if api_token:
+            request["api_token"] = api_token
+        reply_bytes = len(client.request_raw(packb(request)))
         res = _measure(lambda: client.get_action(obs), n, warmup)
-    return {"provider": meta.get("provider"), "model_sha256": meta.get("model_sha256"), **res}
+    return {"provider": meta.get("provider"), "model_sha256": meta.get("model_sha256"),
+            "request_bytes": len(packb(request)), "reply_bytes": reply_bytes, **res}
+
+
+def zmq_round_trip(request_bytes: int, reply_bytes: int, n: int = 500, warmup: int = 20) -> dict[str, float]:
+    """The transport floor under the server's numbers: REQ/REP round trips on a free loopback port of
+    messages of the given sizes, the REP thread answering a fixed reply without decoding anything.
+
+    Returns:
+        ``{"n", "p50_ms", "p99_ms", "mean_ms", "throughput_rps"}`` (see the module docstring).
+    """
+    ctx = zmq.Context()
+    rep, req = ctx.socket(zmq.REP), ctx.socket(zmq.REQ)
+    for sock in (rep, req):
+        sock.setsockopt(zmq.LINGER, 0)
+    port = rep.bind_to_random_port("tcp://127.0.0.1")
+    req.setsockopt(zmq.RCVTIMEO, 5000)
+    req.connect(f"tcp://127.0.0.1:{port}")
+    reply, payload, stop = b"\x00" * reply_bytes, b"\x00" * request_bytes, threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            if rep.poll(50):
+                rep.recv()
+                rep.send(reply)
+
+    thread = threading.Thread(target=serve, name="zmq-round-trip", daemon=True)
+    thread.start()
+    try:
+        def step() -> None:
+            req.send(payload)
+            req.recv()
+
+        return _measure(step, n, warmup)
+    finally:
+        stop.set()
+        thread.join(5)
+        rep.close(0)
+        req.close(0)
+        ctx.term()
 
 
 def policy_server_latency(model_path: str | Path, n: int = 500, batch: int = 1) -> dict[str, Any]:
-    """End-to-end latency of a fresh server on a free loopback port (for ``make bench``).
+    """End-to-end latency of a fresh server on a free loopback port (for ``make bench``), with the
+    transport floor (:func:`zmq_round_trip` of the same message sizes) measured right after, as anchor.
 
     Returns:
-        ``{"p50_ms", "p99_ms", "mean_ms", "throughput_rps", "n", "provider", "model_sha256"}``.
+        ``{"p50_ms", "p99_ms", "mean_ms", "throughput_rps", "n", "provider", "model_sha256", "request_bytes",
+        "reply_bytes", "transport": {"p50_ms", "p99_ms", "mean_ms", "throughput_rps", "n"}}``.
     """
     handle = PolicyServer(model_path, host="127.0.0.1", port=0).start_in_thread()
     try:
-        return bench_zmq("127.0.0.1", handle.port, n=n, batch=batch)
+        result = bench_zmq("127.0.0.1", handle.port, n=n, batch=batch)
     finally:
         handle.stop()
+    result["transport"] = zmq_round_trip(result["request_bytes"], result["reply_bytes"], n=n)
+    return result
 
 
 def run_benchmark(model_path: str | Path, n: int = 500, batch: int = 1, torch_module: Any = None,
@@ -101,8 +159,8 @@ def run_benchmark(model_path: str | Path, n: int = 500, batch: int = 1, torch_mo
     report: dict[str, Any] = {"model_path": str(model_path), "batch": batch, "host": platform.node(),
                               "machine": platform.machine(), "onnxruntime": ort.__version__, "results": {}}
     pol = OnnxPolicy(model_path, providers=["CPUExecutionProvider"])
-    if torch_module is not None and pol.state_dim is not None:
-        report["results"]["torch_cpu"] = bench_torch(torch_module, pol.state_dim, n=n, batch=batch)
+    if torch_module is not None:
+        report["results"]["torch_cpu"] = bench_torch(torch_module, pol.layout.state_dim, n=n, batch=batch)
     for prov in ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"):
         if prov in ort.get_available_providers():
             report["results"][f"onnxruntime_{prov.removesuffix('ExecutionProvider').lower()}"] = \
@@ -111,6 +169,16 @@ def run_benchmark(model_path: str | Path, n: int = 500, batch: int = 1, torch_mo
     if output:
         Path(output).write_text(json.dumps(report, indent=2))
     return report
+
+
+def _image_size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HxW (e.g. 224x224), got {text!r}") from None
+    if h < 1 or w < 1:
+        raise argparse.ArgumentTypeError(f"expected positive HxW, got {text!r}")
+    return h, w
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,15 +190,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=500)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--wait-s", type=float, default=0.0, help="wait this long for the server to answer ping")
+    p.add_argument("--api-token-file", help="file holding the server's api token (mode 600; empty = none)")
+    p.add_argument("--image-size", default="224x224", type=_image_size,
+                   help="HxW of the camera frames sent when the model's layout has cameras")
     p.add_argument("--output", help="write the JSON report here")
     args = p.parse_args(argv)
     if args.model_path:
         report = run_benchmark(args.model_path, n=args.requests, batch=args.batch, output=args.output)
     elif args.port:
+        token = read_api_token_file(args.api_token_file) if args.api_token_file else None
         if args.wait_s:
-            wait_for_server(args.host, args.port, timeout_s=args.wait_s)
+            wait_for_server(args.host, args.port, timeout_s=args.wait_s, api_token=token)
         report = {"endpoint": f"tcp://{args.host}:{args.port}", "batch": args.batch,
-                  "results": {"zmq_end_to_end": bench_zmq(args.host, args.port, n=args.requests, batch=args.batch)}}
+                  "results": {"zmq_end_to_end": bench_zmq(args.host, args.port, n=args.requests, batch=args.batch,
+                                                          api_token=token, image_size=args.image_size)}}
         if args.output:
             Path(args.output).write_text(json.dumps(report, indent=2))
     else:

@@ -1,8 +1,10 @@
 """Health check of a policy model as an edge device would run it (used by the emulated core device).
 
 :func:`check_policy_endpoint` starts :class:`~sim2real.edge.policy_server.PolicyServer` on a free
-loopback port, pings it, sends one ``get_action`` with a zero observation of the right width, checks
-the reply, and stops the server. The sandbox maps ``ok`` to the device's SUCCEEDED/FAILED status.
+loopback port and then talks to it only over the wire, as a robot's client would: ``ping``,
+``get_metadata`` (the modality layout with widths), ``get_modality_config``, one GR00T N1.6
+``get_action`` built from the layout, checks the reply (one float32 ``(1, H, width)`` array per action
+key), and stops the server. The sandbox maps ``ok`` to the device's SUCCEEDED/FAILED status.
 """
 
 from __future__ import annotations
@@ -12,55 +14,60 @@ from typing import Any
 
 import numpy as np
 
-from sim2real.edge.policy_server import PolicyClient, PolicyServer
+from sim2real.edge.modality import ModalityLayout
+from sim2real.edge.policy_server import PolicyClient, PolicyServer, layout_observation
 
 
-def check_policy_endpoint(model_path: str | Path, observation_dim: int, action_horizon: int = 16,
+def check_policy_endpoint(model_path: str | Path, action_horizon: int | None = None,
                           timeout_ms: int = 5000) -> tuple[bool, str, dict[str, Any]]:
-    """Serve ``model_path`` briefly on 127.0.0.1 and check ping + one ``get_action``.
+    """Serve ``model_path`` briefly on 127.0.0.1 and check it over the protocol.
 
     Args:
-        model_path: the ``.onnx`` policy.
-        observation_dim: D, the flat state width the policy expects.
-        action_horizon: H of the chunk the server must return.
+        model_path: the ``.onnx`` policy (its modality layout is in its metadata).
+        action_horizon: H the chunks must have; None = whatever the model's layout declares.
         timeout_ms: client timeout per request, milliseconds.
 
     Returns:
-        ``(ok, reason, details)``: ``ok`` True when the action is float32 ``(1, H, A)`` and finite;
-        ``reason`` says what failed (or "policy server answered ping and get_action");
-        ``details`` has ``port``, ``provider``, ``model_sha256``, ``action_shape``, ``latency_ms``
-        where known. Never raises: every failure (model missing or invalid, bind error, timeout,
-        error reply, wrong shape) is returned as ``ok=False``.
+        ``(ok, reason, details)``: ``ok`` True when every action key of the layout comes back float32
+        ``(1, H, width)`` and finite, and ``get_modality_config`` lists the layout's keys; ``reason``
+        says what failed (or "policy server answered ping, get_modality_config and get_action");
+        ``details`` has ``port``, ``provider``, ``model_sha256``, ``modality_layout``,
+        ``action_shapes``, ``latency_ms`` where known. Never raises: every failure (model missing or
+        invalid, bind error, timeout, error reply, wrong shape) is returned as ``ok=False``.
     """
-    details: dict[str, Any] = {"model_path": str(model_path), "observation_dim": observation_dim}
+    details: dict[str, Any] = {"model_path": str(model_path)}
     try:
-        server = PolicyServer(model_path, host="127.0.0.1", port=0, action_horizon=action_horizon)
-        handle = server.start_in_thread()
+        handle = PolicyServer(model_path, host="127.0.0.1", port=0, action_horizon=action_horizon).start_in_thread()
     except Exception as exc:
         return False, f"policy server did not start: {type(exc).__name__}: {exc}", details
-    details.update(port=handle.port, provider=server.policy.provider, model_sha256=server.policy.sha256)
+    details["port"] = handle.port
     try:
         with PolicyClient("127.0.0.1", handle.port, timeout_ms=timeout_ms) as client:
             ping = client.ping()
             if ping.get("status") != "ok":
                 return False, f"unexpected ping reply {ping!r}", details
-            keys = server.policy.state_keys or ["state"]
-            if len(keys) != 1:
-                return False, f"model declares several state keys {keys}; give per-key widths", details
-            obs = {"state": {keys[0]: np.zeros((1, 1, int(observation_dim)), np.float32)}}
-            actions, info = client.get_action(obs)
-        action = actions.get("action") if isinstance(actions, dict) else None
-        if not isinstance(action, np.ndarray):
-            return False, "get_action reply has no 'action' array", details
-        details.update(action_shape=list(action.shape), action_dtype=str(action.dtype),
+            meta = client.metadata()
+            layout = ModalityLayout.from_dict(meta["modality_layout"])
+            details.update(provider=meta.get("provider"), model_sha256=meta.get("model_sha256"),
+                           modality_layout=layout.to_dict())
+            config = client.modality_config()
+            if config.get("state", {}).get("modality_keys") != layout.state_keys or \
+                    config.get("action", {}).get("modality_keys") != layout.action_keys:
+                return False, f"get_modality_config {config!r} does not list the layout's keys", details
+            actions, info = client.get_action(layout_observation(layout, batch=1, seed=None))
+        horizon = layout.action_horizon
+        details.update(action_shapes={k: list(getattr(v, "shape", ())) for k, v in actions.items()},
                        latency_ms=info.get("latency_ms"))
-        a_dim = server.policy.action_dim
-        if action.dtype != np.float32 or action.ndim != 3 or action.shape[:2] != (1, action_horizon) or (
-                a_dim is not None and action.shape[2] != a_dim):
-            return False, f"action has shape {action.shape} {action.dtype}, expected (1, {action_horizon}, {a_dim}) float32", details
-        if not np.isfinite(action).all():
-            return False, "action contains NaN or Inf", details
-        return True, "policy server answered ping and get_action", details
+        if set(actions) != set(layout.action_keys):
+            return False, f"get_action answered keys {sorted(actions)}, expected {layout.action_keys}", details
+        for key, width in layout.action:
+            arr = actions[key]
+            if not isinstance(arr, np.ndarray) or arr.dtype != np.float32 or arr.shape != (1, horizon, width):
+                return False, (f"action {key!r} is {getattr(arr, 'shape', type(arr).__name__)} "
+                               f"{getattr(arr, 'dtype', '')}, expected (1, {horizon}, {width}) float32"), details
+            if not np.isfinite(arr).all():
+                return False, f"action {key!r} contains NaN or Inf", details
+        return True, "policy server answered ping, get_modality_config and get_action", details
     except Exception as exc:
         return False, f"{type(exc).__name__}: {exc}", details
     finally:

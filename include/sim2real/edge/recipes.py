@@ -13,6 +13,11 @@ Bootstrap; Run and Startup exclusive), lifecycle step keys, artifact keys, depen
 ``HARD``/``SOFT``, and recipe variables: ``{configuration:/X}`` must name a key of
 ``DefaultConfiguration``; ``{dep:...}`` must name a declared dependency (and, when the dependency's
 recipe is given, a key of its configuration).
+
+For a component that runs ``sim2real-policy-server`` it also checks the server's exposure: the Run
+step passes ``--api-token-file`` (so a token resolved at install is used), and the default ``Host`` is
+a loopback address unless a token source (``ApiTokenSecretId`` or ``ApiTokenSsmParameter``) is set
+by default — the server itself refuses to start on any other address without a token.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from sim2real.edge.security import is_loopback
 
 RECIPE_FORMAT_VERSION = "2020-01-25"
 BUCKET_PLACEHOLDER = "${ARTIFACTS_BUCKET}"
@@ -43,6 +50,10 @@ COMPONENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 VARIABLE = re.compile(r"(?<!\$)\{(?:(?P<comp>[A-Za-z0-9._-]+):)?(?P<ns>configuration|artifacts|work|kernel|iot):(?P<key>[^{}]*)\}")
 NS_KEYS = {"artifacts": {"path", "decompressedPath"}, "work": {"path"}, "kernel": {"rootPath"}, "iot": {"thingName"}}
 DEP_NAMESPACES = {"configuration", "artifacts", "work"}
+POLICY_SERVER_COMMAND = "sim2real-policy-server"
+#: Configuration keys naming where the policy server's api token is (Secrets Manager / SSM SecureString).
+TOKEN_SOURCE_KEYS = ("ApiTokenSecretId", "ApiTokenSsmParameter")
+_HOST_ARG = re.compile(r"--host(?:=|\s+)'?([^'\s]+)'?")
 
 
 class RecipeError(ValueError):
@@ -299,6 +310,27 @@ def validate_recipe(recipe: Any, others: Mapping[str, Mapping[str, Any]] | None 
                     dep_conf = (others[comp].get("ComponentConfiguration") or {}).get("DefaultConfiguration", {})
                     if not _json_pointer_exists(dep_conf, key):
                         errors.append(f"{path}: {mv.group(0)} names no key of {comp}'s DefaultConfiguration")
+    _check_policy_server(lifecycles, config if isinstance(config, Mapping) else {}, errors)
     if errors:
         raise RecipeError(f"recipe {label}: " + "; ".join(errors))
     return []
+
+
+def _check_policy_server(lifecycles: list[tuple[str, Any]], config: Mapping[str, Any], errors: list[str]) -> None:
+    token_source = any(str(config.get(k) or "").strip() for k in TOKEN_SOURCE_KEYS)
+    for where, lc in lifecycles:
+        for path, text in _strings(lc, where):
+            if POLICY_SERVER_COMMAND not in text:
+                continue
+            if "--api-token-file" not in text:
+                errors.append(f"{path}: runs {POLICY_SERVER_COMMAND} without --api-token-file, so a token configured "
+                              f"with {' / '.join(TOKEN_SOURCE_KEYS)} would not be used")
+            found = _HOST_ARG.search(text)
+            host = found.group(1) if found else "127.0.0.1"
+            ref = re.fullmatch(r"\{configuration:/([^{}]+)\}", host)
+            if ref:
+                host = str(config.get(ref.group(1), ""))
+            if not is_loopback(host) and not token_source:
+                errors.append(f"{path}: {POLICY_SERVER_COMMAND} binds {host!r} by default, which is not a loopback "
+                              f"address, and no default {' / '.join(TOKEN_SOURCE_KEYS)} names a token: the server "
+                              "would refuse to start (use Host 127.0.0.1 or name a token source)")

@@ -63,16 +63,8 @@ class PolicyDeviceCheck:
         except Exception as err:  # noqa: BLE001 - a device reports, it does not raise
             return False, f"com.sim2real.PolicySetup failed: {err}"
         onnx_path = marker["model_path"]
-        obs_dim = _observation_dim(onnx_path)
-        ok, reason, details = check_policy_endpoint(onnx_path, obs_dim)
+        ok, reason, details = check_policy_endpoint(onnx_path)
         log.info("%s greengrass: device %s served the RL policy %s (stand-in for the GR00T model %s): %s %s",
-                 PREFIX, thing, onnx_path, config.get("ModelS3Uri"), reason, details.get("action_shape"))
+                 PREFIX, thing, onnx_path, config.get("ModelS3Uri"), reason, details.get("action_shapes"))
         return ok, ("com.sim2real.PolicyInference: " + reason)
 
-
-def _observation_dim(onnx_path: str) -> int:
-    import onnx
-
-    model = onnx.load(onnx_path, load_external_data=False)
-    dims = model.graph.input[0].type.tensor_type.shape.dim
-    return int(dims[-1].dim_value)

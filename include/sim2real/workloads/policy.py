@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from typing import Any, Mapping
 
 import torch
@@ -122,16 +123,52 @@ def state_digest(modules: Mapping[str, Any]) -> str:
     return digest.hexdigest()
 
 
+#: Globals the checkpoint format needs beyond what ``torch.load(weights_only=True)`` already allows
+#: (tensors, storages, dtypes, ``OrderedDict`` and plain containers/scalars). skrl's module, optimizer and
+#: preprocessor state dicts and the ``sim2real`` metadata dict are made of those only, so none is added:
+#: anything else in the pickle stream (a class, a function such as ``os.system``) is refused.
+CHECKPOINT_SAFE_GLOBALS: tuple[Any, ...] = ()
+
+
+class UnsafeCheckpointError(ValueError):
+    """The checkpoint's pickle stream references objects outside the weights-only allow-list."""
+
+
 def load_checkpoint(path_or_uri: str) -> dict[str, Any]:
-    """Load a checkpoint dict from a local path or ``s3://`` URI (CPU tensors).
+    """Load a checkpoint dict from a local path or ``s3://`` URI (CPU tensors), without running its code.
+
+    The file is unpickled with ``torch.load(..., weights_only=True)``: only tensors, ``OrderedDict`` and
+    plain containers/scalars (plus :data:`CHECKPOINT_SAFE_GLOBALS`) can be rebuilt, so a checkpoint that
+    tries to import or call anything else fails before any of it runs.
 
     :raises FileNotFoundError: when it does not exist.
-    :raises ValueError: when it is not a sim2real checkpoint (no ``sim2real`` metadata entry).
+    :raises UnsafeCheckpointError: when the pickle stream references a global outside the allow-list
+        (a tampered or foreign file); the message names the global torch refused.
+    :raises ValueError: when it is not a sim2real checkpoint (no ``sim2real`` metadata entry) or not a
+        torch checkpoint at all (corrupt or truncated bytes).
     """
+    import pickle
+
     from sim2real.workloads import storage
 
     data = storage.read_bytes(path_or_uri)
-    ckpt = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    try:
+        with torch.serialization.safe_globals(list(CHECKPOINT_SAFE_GLOBALS)):
+            ckpt = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        text = " ".join(str(exc).split())
+        found = re.search(r"(?:unsupported GLOBAL|Unsupported global: GLOBAL) ([\w.]+)", text)
+        if found:
+            raise UnsafeCheckpointError(
+                f"{path_or_uri}: refused to load the checkpoint: its pickle stream references {found.group(1)}, which "
+                "is outside the weights-only allow-list of a sim2real checkpoint (tensors, state dicts, plain "
+                "containers). It was not written by the trainer or it was tampered with; unpickling it could run "
+                "arbitrary code, so it is not loaded") from exc
+        opcode = re.search(r"WeightsUnpickler error: (.*?)(?: Check the documentation|\.|$)", text)
+        raise ValueError(f"{path_or_uri} is not a valid torch checkpoint (corrupt, truncated or not written by "
+                         f"torch.save): {opcode.group(1) if opcode else text[:200]}") from exc
+    except (RuntimeError, EOFError, ValueError) as exc:
+        raise ValueError(f"{path_or_uri} is not a torch checkpoint: {type(exc).__name__}: {exc}") from exc
     if not isinstance(ckpt, dict) or "sim2real" not in ckpt or "policy" not in ckpt:
         raise ValueError(f"{path_or_uri} is not a sim2real checkpoint (expected a dict with 'policy' and 'sim2real')")
     return ckpt

@@ -1,0 +1,172 @@
+"""The modality layout of a policy: its observation and action keys, in order, with their widths.
+
+A GR00T-style policy reads an observation made of named parts — camera frames (``video``), proprioceptive
+vectors (``state``) and instructions (``language``) — and answers one array per named action part over an
+H-step chunk. A flat network (the exported MLP) sees one concatenated state vector and emits one
+concatenated action vector; the layout says how the named parts map onto those vectors:
+
+- ``state``: ``[(key, width), ...]`` in concatenation order (the model input is ``concat(state[k][:, -1])``);
+- ``action``: ``[(key, width), ...]`` in split order (the model output's last axis is split in that order);
+- ``action_horizon``: H, the steps of every action chunk;
+- ``video``: camera names (each frame uint8 ``(B, T, H, W, 3)``); ``language``: instruction keys;
+- ``state_horizon`` / ``video_horizon``: T, the stacked steps a request carries (1 = the current one).
+
+The layout travels with the model as the ONNX metadata property :data:`LAYOUT_PROPERTY` (JSON from
+:meth:`ModalityLayout.to_json`), and the policy server checks every request against it.
+
+Stdlib only: the edge device and the export import it without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: ONNX ``metadata_props`` key holding :meth:`ModalityLayout.to_json`.
+LAYOUT_PROPERTY = "sim2real:modality_layout"
+LAYOUT_VERSION = 1
+DEFAULT_ACTION_HORIZON = 16
+#: Key names: letters, digits, ``_ . -``; the GR00T convention (``single_arm``,
+#: ``annotation.human.task_description``) fits.
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+MAX_HORIZON = 1024
+
+
+class LayoutError(ValueError):
+    """A modality layout that is malformed or inconsistent; the message names the field at fault."""
+
+
+def _keys(name: str, values: Iterable[Any]) -> tuple[str, ...]:
+    out = tuple(values)
+    for key in out:
+        if not isinstance(key, str) or not KEY_PATTERN.match(key):
+            raise LayoutError(f"{name}: key {key!r} must be 1-128 characters of letters, digits, '_', '.', '-'")
+    dupes = sorted({k for k in out if out.count(k) > 1})
+    if dupes:
+        raise LayoutError(f"{name}: duplicate keys {dupes}")
+    return out
+
+
+def _widths(name: str, values: Iterable[Any]) -> tuple[tuple[str, int], ...]:
+    pairs = []
+    for item in values:
+        if isinstance(item, Mapping):
+            key, width = item.get("key"), item.get("width")
+        elif isinstance(item, (list, tuple)) and len(item) == 2:
+            key, width = item
+        else:
+            raise LayoutError(f"{name}: each entry must be {{'key': str, 'width': int}}, got {item!r}")
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise LayoutError(f"{name}: width of {key!r} must be a positive integer, got {width!r}")
+        pairs.append((key, width))
+    if not pairs:
+        raise LayoutError(f"{name}: at least one key is needed")
+    _keys(name, (k for k, _ in pairs))
+    return tuple(pairs)
+
+
+def _horizon(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HORIZON:
+        raise LayoutError(f"{name} must be an integer in [1, {MAX_HORIZON}], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ModalityLayout:
+    """Keys, widths and horizons of a policy's observation and action (see the module docstring).
+
+    Raises:
+        LayoutError: on construction, for empty ``state``/``action``, non-positive widths, bad or
+            duplicate keys, horizons outside ``[1, 1024]``.
+    """
+
+    state: tuple[tuple[str, int], ...]
+    action: tuple[tuple[str, int], ...]
+    action_horizon: int = DEFAULT_ACTION_HORIZON
+    video: tuple[str, ...] = ()
+    language: tuple[str, ...] = ()
+    state_horizon: int = 1
+    video_horizon: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", _widths("state", self.state))
+        object.__setattr__(self, "action", _widths("action", self.action))
+        object.__setattr__(self, "video", _keys("video", self.video))
+        object.__setattr__(self, "language", _keys("language", self.language))
+        for name in ("action_horizon", "state_horizon", "video_horizon"):
+            _horizon(name, getattr(self, name))
+
+    @property
+    def state_dim(self) -> int:
+        """Width of the concatenated state vector (sum of the state widths)."""
+        return sum(w for _, w in self.state)
+
+    @property
+    def action_dim(self) -> int:
+        """Width of the concatenated action vector (sum of the action widths)."""
+        return sum(w for _, w in self.action)
+
+    @property
+    def state_keys(self) -> list[str]:
+        return [k for k, _ in self.state]
+
+    @property
+    def action_keys(self) -> list[str]:
+        return [k for k, _ in self.action]
+
+    @classmethod
+    def flat(cls, state_dim: int, action_dim: int, action_horizon: int = DEFAULT_ACTION_HORIZON) -> ModalityLayout:
+        """The layout of a policy with one state vector ``observation`` and one action vector ``action``
+        (gymnasium's terms), no cameras and no instruction."""
+        return cls(state=(("observation", int(state_dim)),), action=(("action", int(action_dim)),),
+                   action_horizon=int(action_horizon))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: ``{"version", "state": [{"key","width"}], "action": [...], "action_horizon",
+        "state_horizon", "video": [str], "video_horizon", "language": [str]}``."""
+        return {
+            "version": LAYOUT_VERSION,
+            "state": [{"key": k, "width": w} for k, w in self.state],
+            "action": [{"key": k, "width": w} for k, w in self.action],
+            "action_horizon": self.action_horizon, "state_horizon": self.state_horizon,
+            "video": list(self.video), "video_horizon": self.video_horizon, "language": list(self.language),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> ModalityLayout:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            LayoutError: not a map, unknown keys, unsupported ``version``, or any field invalid.
+        """
+        if not isinstance(doc, Mapping):
+            raise LayoutError(f"a modality layout must be a JSON object, got {type(doc).__name__}")
+        known = {"version", "state", "action", "action_horizon", "state_horizon", "video", "video_horizon", "language"}
+        unknown = sorted(set(doc) - known)
+        if unknown:
+            raise LayoutError(f"unknown modality layout fields {unknown} (known: {sorted(known)})")
+        if doc.get("version", LAYOUT_VERSION) != LAYOUT_VERSION:
+            raise LayoutError(f"modality layout version {doc.get('version')!r} is not supported "
+                              f"(only {LAYOUT_VERSION})")
+        for name in ("state", "action", "video", "language"):
+            if not isinstance(doc.get(name, []), list):
+                raise LayoutError(f"{name} must be a list")
+        return cls(state=doc.get("state", ()), action=doc.get("action", ()),
+                   action_horizon=doc.get("action_horizon", DEFAULT_ACTION_HORIZON),
+                   video=doc.get("video", ()), language=doc.get("language", ()),
+                   state_horizon=doc.get("state_horizon", 1), video_horizon=doc.get("video_horizon", 1))
+
+    @classmethod
+    def from_json(cls, text: str) -> ModalityLayout:
+        """Parse :meth:`to_json` output. Raises LayoutError (also for invalid JSON)."""
+        try:
+            doc = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise LayoutError(f"modality layout is not valid JSON: {exc}") from exc
+        return cls.from_dict(doc)
