@@ -1,5 +1,8 @@
 """``sim2real-train``: PPO (skrl 2.1.1) on vectorised gymnasium MuJoCo environments.
 
+Time-limit truncations are bootstrapped from the real final observation of the episode
+(:class:`sim2real.workloads.ppo.TimeLimitBootstrapPPO`; the envs autoreset in gymnasium's ``SAME_STEP`` mode).
+
 Run as ``sim2real-train`` or ``python -m sim2real.workloads.train`` (what ``distributed_run.bash``
 launches under torchrun). Arguments come from the environment, so AWS Batch
 ``containerOverrides``/``nodeOverrides`` drive it; CLI flags of the same name in kebab case override:
@@ -286,17 +289,22 @@ def wrap_for_device(vec_env, device):
 
 
 def build_agent(spec, env, device, tb_dir: str, write_tb: bool):
-    """Create skrl's PPO agent (RandomMemory, Gaussian policy, value MLP, running standardisers) for ``env``.
+    """Create the PPO agent (RandomMemory, Gaussian policy, value MLP, running standardisers) for ``env``.
+
+    The agent is :class:`sim2real.workloads.ppo.TimeLimitBootstrapPPO`: skrl's PPO whose value targets bootstrap
+    time-limit truncations from the real final observation (``env`` must come from :func:`_make_env`, gymnasium's
+    ``SAME_STEP`` autoreset).
 
     :param env: a skrl-wrapped vectorised env.
     :param tb_dir: directory for TensorBoard events (skrl's experiment directory).
     :return: the (un-initialised) PPO agent.
     """
-    from skrl.agents.torch.ppo import PPO, PPO_CFG
+    from skrl.agents.torch.ppo import PPO_CFG
     from skrl.memories.torch import RandomMemory
     from skrl.resources.preprocessors.torch import RunningStandardScaler
 
     from sim2real.workloads.policy import build_models
+    from sim2real.workloads.ppo import TimeLimitBootstrapPPO
 
     ppo = dict(spec.ppo)
     rollouts = int(ppo["rollouts"])
@@ -313,7 +321,7 @@ def build_agent(spec, env, device, tb_dir: str, write_tb: bool):
     cfg.experiment.experiment_name = os.path.basename(tb_dir)
     cfg.experiment.write_interval = rollouts if write_tb else 0
     cfg.experiment.checkpoint_interval = 0  # checkpoints are written here (sidecars, upload, manifest)
-    return PPO(models=models, memory=memory, observation_space=env.observation_space,
+    return TimeLimitBootstrapPPO(models=models, memory=memory, observation_space=env.observation_space,
                action_space=env.action_space, device=device, cfg=cfg)
 
 
