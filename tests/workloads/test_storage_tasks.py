@@ -74,6 +74,35 @@ def test_pendulum_success_is_surviving_the_time_limit():
     assert not spec.success(observation=None, info={}, terminated=True, truncated=False, length=37)
 
 
+def test_pusher_success_is_the_object_on_the_goal_disc_at_the_last_step():
+    from sim2real.workloads.tasks import PUSHER_SUCCESS_DISTANCE_M
+
+    spec = get_task("Pusher-v5", kind="gymnasium")
+    env = gymnasium.make("Pusher-v5")
+    try:
+        obs, _ = env.reset(seed=3)
+        data = env.unwrapped.data
+        object_xy = env.unwrapped.get_body_com("object")[:2]
+        goal_xy = env.unwrapped.get_body_com("goal")[:2]
+        assert np.allclose(obs[17:19], object_xy) and np.allclose(obs[20:22], goal_xy)  # the layout the check reads
+        start = float(np.hypot(*(object_xy - goal_xy)))
+        assert start > 0.17  # reset_model: the object starts off the goal
+        assert not spec.success(observation=obs, info={}, terminated=False, truncated=True, length=100)
+        # move the object onto the goal (planar offset 0.05 m < 0.08 m disc radius; heights differ by design)
+        qpos, qvel = data.qpos.copy(), data.qvel.copy()
+        qpos[-4:-2] = qpos[-2:] + np.array([0.05, 0.0])
+        env.unwrapped.set_state(qpos, qvel)
+        obs, *_ = env.step(np.zeros(7, dtype=np.float32))
+        assert abs(float(obs[19]) - float(obs[22])) > 0.04  # a 3-D distance would not see it on the disc
+        assert spec.success(observation=obs, info={}, terminated=False, truncated=True, length=100)
+        qpos[-4:-2] = qpos[-2:] + np.array([PUSHER_SUCCESS_DISTANCE_M + 0.01, 0.0])
+        env.unwrapped.set_state(qpos, qvel)
+        obs, *_ = env.step(np.zeros(7, dtype=np.float32))
+        assert not spec.success(observation=obs, info={}, terminated=False, truncated=True, length=100)
+    finally:
+        env.close()
+
+
 def test_isaaclab_tasks_are_known_but_refused_by_the_cpu_trainer():
     for task_id in ("Isaac-Velocity-Rough-H1-v0", "Workshop-SO101-Reach-v0", "Workshop-SO101-Lift-v0"):
         assert TASKS[task_id].kind == "isaaclab" and TASKS[task_id].source

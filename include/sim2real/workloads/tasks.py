@@ -55,6 +55,29 @@ def pendulum_success(*, observation: Any, info: dict[str, Any], terminated: bool
     return (not terminated) and truncated and length >= 1000
 
 
+# Pusher-v5 geometry (gymnasium/envs/mujoco/assets/pusher.xml): the goal is a flat disc of radius 0.08 m
+# (geom size "0.08 0.001 0.1"), the object a cylinder of radius 0.05 m; reset_model puts the goal at (0, 0)
+# and the object's centre uniformly in x in [-0.3, 0], y in [-0.2, 0.2] at more than 0.17 m from the goal.
+PUSHER_SUCCESS_DISTANCE_M = 0.08
+
+
+def _pusher_planar_distance(observation: Any) -> float:
+    # pusher_v5.py _get_obs: [..., tips_arm xyz (14:17), object xyz (17:20), goal xyz (20:23)]. The planar
+    # distance is used: the object's and the goal's centres sit at different heights (-0.275 vs -0.323 m), which
+    # info["reward_dist"] (a 3-D distance) includes.
+    return float(math.hypot(float(observation[17]) - float(observation[20]),
+                            float(observation[18]) - float(observation[21])))
+
+
+def pusher_success(*, observation: Any, info: dict[str, Any], terminated: bool, truncated: bool, length: int) -> bool:
+    """Pusher-v5 success: at the episode's last step the object's centre lies on the goal disc.
+
+    :param observation: the last observation (23 floats, gymnasium Pusher-v5 layout).
+    :return: True when the planar object-to-goal distance is below :data:`PUSHER_SUCCESS_DISTANCE_M`.
+    """
+    return _pusher_planar_distance(observation) < PUSHER_SUCCESS_DISTANCE_M
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
     """One task the workloads know.
@@ -111,7 +134,9 @@ TASKS: dict[str, TaskSpec] = {
             "assets/reacher.xml (geom sizes), envs/__init__.py (max_episode_steps=50)"
         ),
         success=reacher_success,
-        ppo=_REACH_PPO,
+        # 10 epochs per update instead of 5: more learning per environment step (2 cores, 32 envs: success
+        # >= 0.95 after 30 s of training for 5 of 5 seeds, against 0.85-0.94 with 5 epochs)
+        ppo={**_REACH_PPO, "learning_epochs": 10},
         initial_log_std=-0.5,
     ),
     "InvertedPendulum-v5": TaskSpec(
@@ -124,6 +149,24 @@ TASKS: dict[str, TaskSpec] = {
         source="gymnasium 1.4 gymnasium/envs/mujoco/inverted_pendulum_v5.py (step), envs/__init__.py (max_episode_steps=1000)",
         success=pendulum_success,
         ppo={**_REACH_PPO, "rollouts": 32, "learning_rate": 3e-4},
+    ),
+    "Pusher-v5": TaskSpec(
+        task_id="Pusher-v5",
+        kind="gymnasium",
+        success_definition=(
+            f"planar distance from the object's centre to the goal's centre at the last step of the episode "
+            f"(step 100) < {PUSHER_SUCCESS_DISTANCE_M} m, i.e. the object ends on the goal disc (radius 0.08 m); "
+            "it starts more than 0.17 m away, so the arm must push it there. Read from the observation "
+            "(object xyz at 17:20, goal xyz at 20:23)"
+        ),
+        source=(
+            "gymnasium 1.4 gymnasium/envs/mujoco/pusher_v5.py (_get_obs, reset_model), assets/pusher.xml "
+            "(goal geom size 0.08), envs/__init__.py (max_episode_steps=100)"
+        ),
+        success=pusher_success,
+        ppo={**_REACH_PPO, "discount_factor": 0.99},
+        hidden=(128, 128),
+        initial_log_std=-0.5,
     ),
     "Isaac-Velocity-Rough-H1-v0": TaskSpec(
         task_id="Isaac-Velocity-Rough-H1-v0",
