@@ -53,9 +53,11 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests/operators tests/dags $(PYTEST_ARGS)
 
 ## Benchmarks: printed as a table, written to bench-results.json (DAG parse vs a plain-provider DAG,
-## orchestration latency / worker-slot seconds / API calls from one sandbox run, trainer, policy server).
+## orchestration latency / worker-slot seconds / API calls from one sandbox run, trainer, policy server, and
+## policy quality after 60 s / 120 s of training, ours vs Stable-Baselines3 PPO, 3 seeds each: ~15 minutes).
+## BENCH_ARGS="--only rl --rl-budgets 30,60 --rl-seeds 3" for a shorter policy-quality run alone.
 bench: install
-	$(BIN)/python -m sim2real.bench
+	$(BIN)/python -m sim2real.bench $(BENCH_ARGS)
 
 ## Fault replay (DESIGN §5): every injected fault in one sandbox run; results in .sandbox/faults-results.json.
 faults: install

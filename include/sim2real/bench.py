@@ -13,6 +13,12 @@ Rows:
   poke mode (the whole wait); AWS API calls per hour of waiting (calls to that stage's service while
   its trigger waited);
 * trainer env-steps/s with 1 and 8 vectorised environments (Reacher-v5, the trainer's env loop);
+* policy quality after a wall-time budget (default 60 s and 120 s of training), ours (``sim2real-train``,
+  NUM_ENVS 32) against Stable-Baselines3 PPO with rl-baselines3-zoo's Reacher hyper-parameters (8 envs), each
+  run one after the other on this machine for the same wall time, seeds 3, 4, 5: the median success rate over
+  seeds, the Wilson 95 % interval of all seeds' episodes pooled (100 evaluation episodes per seed, seeds
+  2000..2099), each seed's rate and the median env-steps/s (:mod:`sim2real.workloads.bench`). ``--rl-budgets``,
+  ``--rl-seeds`` and ``--only rl`` make it shorter;
 * policy server latency p50/p99 (ms) and throughput (requests/s) over real ZMQ on loopback,
   onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy.
 
@@ -206,19 +212,88 @@ def _machine() -> str:
     return f"{os.cpu_count()} CPU ({cpu}), Python {platform.python_version()}, {platform.system()}"
 
 
+#: (label, trainer, NUM_ENVS) of the policy-quality rows.
+RL_TRAINERS = (("ours (skrl PPO)", "ours", 32), ("Stable-Baselines3 PPO, rl-zoo hyper-parameters", "sb3", 8))
+
+
+def policy_quality(*, task: str = "Reacher-v5", budgets: list[float], seeds: list[int]) -> dict[str, Any]:
+    """Train each of :data:`RL_TRAINERS` once per seed for ``max(budgets)`` seconds; success at every budget.
+
+    :return: ``{"task", "budgets", "seeds", "runs": [per-run results], "summary": {trainer: {budget: {...}}}}``;
+        a summary entry holds ``median``, ``per_seed``, the pooled ``successes``/``episodes`` and ``ci95``
+        (Wilson) and the median ``env_steps_per_s``.
+    """
+    from sim2real.stats import wilson_interval
+    from sim2real.workloads.bench import EVAL_EPISODES, EVAL_SEED, train_ours, train_sb3
+
+    eval_seeds = list(range(EVAL_SEED, EVAL_SEED + EVAL_EPISODES))
+    runs, summary = [], {}
+    for label, trainer, num_envs in RL_TRAINERS:
+        train = train_ours if trainer == "ours" else train_sb3
+        mine = [train(task=task, num_envs=num_envs, seed=seed, seconds=max(budgets), snapshots=budgets,
+                      eval_seeds=eval_seeds) for seed in seeds]
+        runs += mine
+        per_budget = {}
+        for budget in budgets:
+            snaps = [next(s for s in r["snapshots"] if s["at_s"] == budget) for r in mine]
+            k, n = sum(s["successes"] for s in snaps), sum(s["episodes"] for s in snaps)
+            per_budget[str(budget)] = {"median": statistics.median(s["success_rate"] for s in snaps),
+                                       "per_seed": [s["success_rate"] for s in snaps], "successes": k,
+                                       "episodes": n, "ci95": list(wilson_interval(k, n))}
+        summary[trainer] = {"label": label, "num_envs": num_envs, "budgets": per_budget,
+                            "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in mine)}
+    return {"task": task, "budgets": budgets, "seeds": seeds, "runs": runs, "summary": summary}
+
+
+def _quality_rows(quality: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    seeds = "/".join(str(s) for s in quality["seeds"])
+    for trainer, entry in quality["summary"].items():
+        for budget, b in entry["budgets"].items():
+            rows.append((f"{quality['task']} success after {float(budget):g} s of training, {entry['label']}, "
+                         f"{entry['num_envs']} envs: median [pooled Wilson 95%]; seeds {seeds}",
+                         f"{b['median']:.2f} [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]; "
+                         + " / ".join(f"{x:.2f}" for x in b["per_seed"])))
+        rows.append((f"{quality['task']} env-steps/s while training, {entry['label']}, {entry['num_envs']} envs "
+                     "(median of seeds)", f"{entry['env_steps_per_s']:.0f}"))
+    return rows
+
+
+def _parse_main(argv: list[str]):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m sim2real.bench", description="make bench")
+    ap.add_argument("--only", choices=("all", "rl"), default="all",
+                    help="rl: only the policy-quality rows (ours vs Stable-Baselines3)")
+    ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
+    ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
+    args = ap.parse_args(argv)
+    args.rl_budgets = [float(x) for x in args.rl_budgets.split(",") if x.strip()]
+    args.rl_seeds = [int(x) for x in args.rl_seeds.split(",") if x.strip()]
+    if not args.rl_budgets or min(args.rl_budgets) <= 0 or not args.rl_seeds:
+        ap.error("--rl-budgets needs positive seconds and --rl-seeds at least one seed")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--orchestration-run"]:
         orchestration_run(Path(argv[1]))
         return 0
+    args = _parse_main(argv)
     from sim2real.workloads.bench import env_steps_per_second
 
     results: dict[str, Any] = {"machine": _machine()}
+    if args.only == "rl":
+        results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
+        rows = _quality_rows(results["policy_quality"])
+        return _print_and_write(results, rows, "policy quality only")
     results["dag_parse"] = dag_parse_seconds(REPO_ROOT / "dags" / "sim_to_real.py")
     results["provider_dag_parse"] = dag_parse_seconds(REPO_ROOT / "bench" / "provider_dag.py")
     results["orchestration"] = _orchestration_subprocess()
     results["env_steps_per_s"] = {str(n): env_steps_per_second(n, seconds=5.0) for n in (1, 8)}
     results["policy_server"] = policy_latency()
+    results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
     orch = results["orchestration"]
     rows = [
         ("DAG parse, dags/sim_to_real.py (19 tasks; fresh interpreter, median of 5)",
@@ -249,9 +324,14 @@ def main(argv: list[str] | None = None) -> int:
         ("anchor: ZMQ REQ/REP round trip of the same message sizes, no server work (p50 / p99)",
          "{p50_ms:.2f} / {p99_ms:.2f} ms".format(**results["policy_server"]["transport"])),
     ]
+    rows += _quality_rows(results["policy_quality"])
+    return _print_and_write(results, rows, f"sandbox run: {orch['state']}")
+
+
+def _print_and_write(results: dict[str, Any], rows: list[tuple[str, str]], note: str) -> int:
     results["table"] = rows
     width = max(len(r[0]) for r in rows)
-    print(f"\nmachine: {results['machine']}; sandbox run: {orch['state']}")
+    print(f"\nmachine: {results['machine']}; {note}")
     print(f"| {'benchmark'.ljust(width)} | result |\n|{'-' * (width + 2)}|--------|")
     for name, value in rows:
         print(f"| {name.ljust(width)} | {value} |")
