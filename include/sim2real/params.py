@@ -69,13 +69,13 @@ def build_params() -> dict[str, Any]:
             section=SECTION_TRAINING,
         ),
         "num_envs": Param(
-            8, type="integer", minimum=1, maximum=65_536, title="Vectorised environments per process",
+            32, type="integer", minimum=1, maximum=65_536, title="Vectorised environments per process",
             section=SECTION_TRAINING,
         ),
         "seed": Param(0, type="integer", minimum=0, maximum=2**31 - 1, title="Training seed",
                       section=SECTION_TRAINING),
         "train_time_budget_seconds": Param(
-            120, type="integer", minimum=0, maximum=7 * 24 * 3600, title="Training time budget (s)",
+            60, type="integer", minimum=0, maximum=7 * 24 * 3600, title="Training time budget (s)",
             description="The trainer stops after this many seconds and still writes its final checkpoint "
             "and manifest. 0 = no budget (runs max_iterations).",
             section=SECTION_TRAINING,
@@ -94,19 +94,21 @@ def build_params() -> dict[str, Any]:
             "(empty: the environment config's cluster).", section=SECTION_TRAINING,
         ),
         # ---------------- evaluation
-        "eval_episodes": Param(50, type="integer", minimum=1, maximum=10_000, title="Episodes",
+        "eval_episodes": Param(100, type="integer", minimum=1, maximum=10_000, title="Episodes",
                                section=SECTION_EVAL),
         "eval_seed": Param(1000, type="integer", minimum=0, maximum=2**31 - 1, title="First episode seed",
                            description="Episode i uses seed eval_seed + i.", section=SECTION_EVAL),
         "min_success_rate": Param(
-            0.15, type="number", minimum=0, maximum=1, title="Quality gate: minimum success rate",
-            description="The release stops unless the evaluated success rate reaches this value. "
-            "Reference for the default task (Reacher-v5, success = fingertip within 0.05 m of the target at "
-            "the last step): a uniform random policy scores about 0.10, a 60 s sandbox training 0.20-0.35.",
+            0.8, type="number", minimum=0, maximum=1, title="Quality gate: minimum success rate",
+            description="The release stops unless the evaluated success rate (by default its 95% interval's "
+            "lower bound) reaches this value. Reference for the default task (Reacher-v5, success = fingertip "
+            "within 0.05 m of the target at the last step): a uniform random policy scores about 0.10; 60 s of "
+            "training with 32 environments on 2 cores 0.98-1.00 (lower bound 0.93-0.96 over 100 episodes). "
+            "Set it per task: Pusher-v5 reaches about 0.2 in 300 s.",
             section=SECTION_EVAL,
         ),
         "gate_on_lower_bound": Param(
-            False, type="boolean", title="Gate on the 95% interval's lower bound",
+            True, type="boolean", title="Gate on the 95% interval's lower bound",
             description="Stricter: compare the Wilson lower bound instead of the point estimate.",
             section=SECTION_EVAL,
         ),
