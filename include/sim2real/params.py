@@ -17,7 +17,7 @@ from typing import Any
 
 #: Tasks the training image can run. MuJoCo tasks run on CPU nodes and in the sandbox;
 #: Isaac Lab tasks need the Isaac Lab GPU image (containers/isaaclab/).
-MUJOCO_TASKS = ("Reacher-v5", "InvertedPendulum-v5")
+MUJOCO_TASKS = ("Reacher-v5", "InvertedPendulum-v5", "Pusher-v5")
 ISAACLAB_TASKS = ("Isaac-Velocity-Rough-H1-v0", "Isaac-Reach-SO101-v0", "Isaac-Lift-SO101-v0")
 TASKS = MUJOCO_TASKS + ISAACLAB_TASKS
 

@@ -49,6 +49,7 @@ def test_zero_time_budget_means_no_budget_for_the_trainer():
     ({"training_backend": "hyperpod"}, "hyperpod_cluster_name"),
     ({"training_backend": "hyperpod", "hyperpod_cluster_name": "c"}, "submit_host_tag_key"),
     ({"num_nodes": 2}, "num_nodes > 1"),
+    ({"num_nodes": 2, "task": "Pusher-v5"}, "num_nodes > 1"),
     ({"deploy_to_edge": True, "run_vla_finetune": False}, "deploy_to_edge needs run_vla_finetune"),
     ({"train_time_budget_seconds": 7200, "training_timeout_hours": 1.0}, "train_time_budget_seconds"),
 ])
@@ -61,6 +62,14 @@ def test_isaaclab_task_refused_in_the_sandbox_only():
     check_params({**PARAMS, "task": "Isaac-Velocity-Rough-H1-v0"}, GOOD)
     with pytest.raises(ParamRuleError, match="Isaac Lab GPU image"):
         check_params({**PARAMS, "task": "Isaac-Velocity-Rough-H1-v0"}, {**GOOD, "sandbox": True})
+
+
+def test_every_cpu_trainer_task_is_a_sandbox_task_of_the_form():
+    from sim2real.params import MUJOCO_TASKS
+    from sim2real.workloads.tasks import TASKS as REGISTRY
+
+    assert set(MUJOCO_TASKS) == {k for k, v in REGISTRY.items() if v.kind == "gymnasium"}
+    check_params({**PARAMS, "task": "Pusher-v5"}, {**GOOD, "sandbox": True})
 
 
 def test_all_broken_rules_listed_together():
