@@ -183,7 +183,7 @@ def form_values(stack: UiStack) -> dict[str, Any]:
         "eval_episodes": 5,
         "eval_seed": 2024,
         "min_success_rate": 0,                            # number: the gate passes whatever the toy policy does
-        "gate_on_lower_bound": True,                      # boolean switch
+        "gate_on_lower_bound": False,                     # boolean switch (default on: typed off, so it is clicked)
         "embodiment_tag": "so101_arm",                    # string with a pattern
         "vla_instance_type": "ml.g6e.12xlarge",           # enum
         "vla_max_steps": 100,
