@@ -248,14 +248,14 @@ def policy_quality(*, task: str = "Reacher-v5", budgets: list[float], seeds: lis
 def _quality_rows(quality: dict[str, Any]) -> list[tuple[str, str]]:
     rows = []
     seeds = "/".join(str(s) for s in quality["seeds"])
-    for trainer, entry in quality["summary"].items():
+    for entry in quality["summary"].values():
         for budget, b in entry["budgets"].items():
-            rows.append((f"{quality['task']} success after {float(budget):g} s of training, {entry['label']}, "
-                         f"{entry['num_envs']} envs: median [pooled Wilson 95%]; seeds {seeds}",
-                         f"{b['median']:.2f} [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]; "
-                         + " / ".join(f"{x:.2f}" for x in b["per_seed"])))
-        rows.append((f"{quality['task']} env-steps/s while training, {entry['label']}, {entry['num_envs']} envs "
-                     "(median of seeds)", f"{entry['env_steps_per_s']:.0f}"))
+            rows.append(((f"{quality['task']} success after {float(budget):g} s of training, {entry['label']}, "
+                          f"{entry['num_envs']} envs: median [pooled Wilson 95%]; seeds {seeds}"),
+                         (f"{b['median']:.2f} [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]; "
+                          + " / ".join(f"{x:.2f}" for x in b["per_seed"]))))
+        rows.append(((f"{quality['task']} env-steps/s while training, {entry['label']}, {entry['num_envs']} envs "
+                      "(median of seeds)"), f"{entry['env_steps_per_s']:.0f}"))
     return rows
 
 

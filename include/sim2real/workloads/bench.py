@@ -105,10 +105,11 @@ def train_ours(*, task: str, num_envs: int, seed: int, seconds: float, snapshots
                "TIME_BUDGET_SECONDS": str(seconds), "DEVICE": "cpu"}
         env.pop("AWS_ENDPOINT_URL", None)
         cmd = train_command or [sys.executable, "-m", "sim2real.workloads.train"]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not os.path.exists(os.path.join(tmp, "manifest.json")):
             raise RuntimeError(f"trainer failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        manifest = json.loads(open(os.path.join(tmp, "manifest.json")).read())
+        with open(os.path.join(tmp, "manifest.json")) as fh:
+            manifest = json.load(fh)
         progress = [(int(m.group(1)), int(m.group(2)), float(m.group(3)))
                     for m in map(_ITER_RE.match, proc.stdout.splitlines()) if m]
         rate = next(m for m in map(_RATE_RE.match, proc.stdout.splitlines()) if m)
@@ -138,11 +139,12 @@ def train_sb3(*, task: str, num_envs: int, seed: int, seconds: float, snapshots:
                "--num-envs", str(num_envs), "--seconds", str(seconds),
                "--snapshots", ",".join(str(s) for s in snapshots), "--eval-seed", str(eval_seeds[0]),
                "--episodes", str(len(eval_seeds)), "--json-out", out]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not os.path.exists(out):
             raise RuntimeError(f"SB3 baseline failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}"
                                f"{proc.stderr[-2000:]}")
-        return json.loads(open(out).read())
+        with open(out) as fh:
+            return json.load(fh)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                  eval_seeds=seeds)
     with open(args.json_out, "w") as fh:
         json.dump(result, fh, indent=2)
-    print(json.dumps({k: v for k, v in result.items()}, indent=None))
+    print(json.dumps(result))
     return 0
 
 
