@@ -118,3 +118,11 @@ WRITE_LINEAGE = """\
 `sim2real/schemas/lineage.schema.json`) and `lineage.md`: image digest → Batch job → checkpoint sha256 →
 success rate → pipeline execution → model package → deployment.
 """
+
+RUN_OUTCOME = """\
+**Run outcome (the last teardown).** Calls no AWS API: reads the state of every task of this run through
+the Task Execution API. Waits for nothing; runs after the report whatever happened, also when the run was
+marked failed from the UI or the API. Fails, naming each failed task, when any task failed or was
+upstream-failed: the run's final state is this verdict (a report that succeeded never turns a failed run
+into a success). Hands on the number of tasks it checked.
+"""
