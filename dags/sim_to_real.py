@@ -71,6 +71,11 @@ def sim_to_real():
         except (ParamRuleError, ValueError) as err:
             raise AirflowFailException(str(err)) from err
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        # Record this run (runs/<run_key>/run.json) and stop what earlier, dead runs left running.
+        from sim2real.sweeper import sweep_before_run
+
+        sweep_before_run(get_current_context()["ti"], plan, dag_id=dag.dag_id, run_id=dag_run.run_id,
+                         env=load_environment(), max_active_runs=dag.max_active_runs)
         # One XCom per "section.key" so operators get native values (XComArg["key"] pulls that key),
         # plus the nested plan for the Python tasks.
         flat = {"plan": plan, "run_key": plan["run_key"]}

@@ -69,6 +69,12 @@ def sim_to_real_release():
                                 env=load_environment())
         except (ParamRuleError, ValueError) as err:
             raise AirflowFailException(str(err)) from err
+        # The run record (runs/<run_key>/run.json): lets the orphan sweeper tell whose deployment it finds.
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        from sim2real.sweeper import register_run
+
+        register_run(S3Hook(), plan["bucket"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, run_key=plan["run_key"])
         flat = {"plan": plan, "run_key": plan["run_key"]}
         flat.update({f"deploy_{key}": value for key, value in plan["deploy"].items()})
         return flat
