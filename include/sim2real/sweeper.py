@@ -100,9 +100,13 @@ def register_run(s3_hook: Any, bucket: str, *, dag_id: str, run_id: str, run_key
 
 
 def read_run_record(s3_hook: Any, bucket: str, run_key: str) -> dict[str, Any] | None:
-    """The run record of ``run_key``, or ``None`` when there is none."""
+    """The run record of ``run_key``, or ``None`` when there is none.
+
+    Looked up with ListObjectsV2 under the record's own key (the MWAA role may list ``runs/*`` only; a
+    HeadObject of a missing key would then answer 403, not 404).
+    """
     key = run_record_key(run_key)
-    if not s3_hook.check_for_key(key, bucket_name=bucket):
+    if key not in (s3_hook.list_keys(bucket_name=bucket, prefix=key) or []):
         return None
     record = json.loads(s3_hook.read_key(key, bucket_name=bucket))
     return record if record.get("dag_id") and record.get("run_id") else None
@@ -180,10 +184,19 @@ def find_slurm_jobs(workstation_hook: Any, hyperpod: Mapping[str, Any]) -> tuple
 
 def find_pipeline_executions(sagemaker: Any, pipeline_name: str) -> list[Found]:
     """Executing runs of the pipeline whose display name is a run key (ListPipelineExecutions)."""
+    from botocore.exceptions import ClientError
+
     found = []
     kwargs: dict[str, Any] = {"PipelineName": pipeline_name, "SortBy": "CreationTime", "SortOrder": "Descending"}
     while True:
-        page = sagemaker.list_pipeline_executions(**kwargs)
+        try:
+            page = sagemaker.list_pipeline_executions(**kwargs)
+        except ClientError as err:  # the first run creates the pipeline: none yet, no execution
+            if err.response.get("Error", {}).get("Code") in ("ResourceNotFound", "ValidationException") \
+                    and "does not exist" in str(err):
+                log.info("SageMaker pipeline %s does not exist yet: no execution", pipeline_name)
+                return found
+            raise
         for item in page.get("PipelineExecutionSummaries", []):
             key = item.get("PipelineExecutionDisplayName") or ""
             if item.get("PipelineExecutionStatus") in PIPELINE_ACTIVE and is_valid_run_key(key):

@@ -274,6 +274,8 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     ) -> dict[str, Any]:
         """Resume after the trigger: return the device statuses or cancel and fail."""
         event = validate_execute_complete_event(event)
-        base = base or {"deployment_id": event["deployment_id"], "iot_job_id": None, "target_arn": None,
-                        "thing_group_name": self.thing_group_name}
+        if base is None:  # resumed without the deferral's kwargs (dag.test hands on the event only)
+            check = context["ti"].xcom_pull(task_ids=self.task_id, key="model_package_check") or {}
+            base = {"deployment_id": event["deployment_id"], "iot_job_id": None, "target_arn": None,
+                    "thing_group_name": self.thing_group_name, **check}
         return self._finish(base, event["status"], event.get("devices") or {}, event.get("message") or "")
