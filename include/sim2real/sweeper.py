@@ -262,13 +262,13 @@ def verdict(found: Found, record: Mapping[str, Any] | None, state: str | None,
     if record is None:
         return "unregistered", f"no run record runs/{found.run_key}/{RUN_RECORD}: not stopped"
     who = f"DAG run {record['dag_id']} / {record['run_id']}"
-    if current and current.single_active_run and record["dag_id"] == current.dag_id:
-        return "orphan", (f"{who} is another run of {current.dag_id} (max_active_runs=1: it cannot be active "
-                          f"while {current.run_id} runs; its process died)")
     if state is None:
         return "orphan", f"{who} no longer exists (deleted)"
     if state != "active":
         return "orphan", f"{who} is finished"
+    if current and current.single_active_run and record["dag_id"] == current.dag_id:
+        return "orphan", (f"{who} still says running but is another run of {current.dag_id} (max_active_runs=1: "
+                          f"it cannot be active while {current.run_id} runs; its process died)")
     return "watched", f"{who} is active"
 
 
