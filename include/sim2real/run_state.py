@@ -53,11 +53,10 @@ def outcome_message(dag_id: str, run_id: str, failed: Mapping[str, str]) -> str:
     """The ``run_outcome`` failure: each failed task first (the cause), then the upstream-failed ones."""
     causes = sorted(t for t, s in failed.items() if s == "failed")
     followers = sorted(t for t, s in failed.items() if s != "failed")
-    return (f"run {dag_id} / {run_id} failed: "
-            + (f"failed: {', '.join(causes)}" if causes else "no task failed itself")
+    return ("failed: " + (", ".join(causes) if causes else "none itself")
             + (f"; not run because of them (upstream_failed): {', '.join(followers)}" if followers else "")
-            + ". Each failed task's log has the reason (a task marked failed from the UI or the API shows here "
-              "too); the run's lineage/release record was written by the report task.")
+            + f" (run {dag_id} / {run_id}; each failed task's log has its reason, a task marked failed from "
+              "the UI or the API included)")
 
 
 def check_run_outcome(dag_id: str, run_id: str, *, own_task_id: str, breadcrumbs: Iterable[Mapping[str, Any]] | None = None
