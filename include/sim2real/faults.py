@@ -358,7 +358,8 @@ SCENARIOS: list[Scenario] = [
         "greengrass_device_stuck", "one robot (sim2real-robot-2) stays IN_PROGRESS; deployment_timeout_minutes=1",
         "§5.8", "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
         "cancelled; no retry",
-        all_of(fails_with("deploy.deploy_to_robots", "timed out", "unfinished devices: sim2real-robot-2: IN_PROGRESS"),
+        all_of(fails_with("deploy.deploy_to_robots", "timed out", "within the deployment timeout of 60 s",
+                          "unfinished devices: sim2real-robot-2: IN_PROGRESS"),
                custom("no retry", lambda o: (o.tries("deploy.deploy_to_robots") == 1, o.tries("deploy.deploy_to_robots"))),
                custom("exactly one deployment, CANCELED",
                       lambda o: (len(o.deployments) == 1 and o.deployments[0]["status"] == "CANCELED", o.deployments))),

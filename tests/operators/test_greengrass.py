@@ -203,6 +203,7 @@ def test_timeout_is_one_bound_from_the_form_and_names_the_unfinished_devices(mot
     assert sleeps == [30, 30] and op.waiter_max_attempts == 3
     text = str(err.value)
     assert "timed out" in text and "unfinished devices: robot-b: IN_PROGRESS" in text
+    assert "within the deployment timeout of 90 s" in text
     assert "robot-a: SUCCEEDED" not in text.split("unfinished devices:")[1].split(".")[0]
     assert "cancelled" in text and "deployment_timeout_minutes" in text
 

@@ -246,7 +246,8 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
             return {**base, "devices": {t: r["status"] for t, r in sorted(reports.items())}}
         if status == "timeout":
             unfinished = {t: r for t, r in reports.items() if r.get("outcome") != "success"}
-            message = (f"not finished within the deployment timeout ({message}); "
+            bound = int(self.waiter_delay) * int(self.waiter_max_attempts)
+            message = (f"the robots did not all finish within the deployment timeout of {bound} s ({message}); "
                        f"unfinished devices: {summarize(unfinished) or 'none listed'}")
         deployment_id = base["deployment_id"]
         try:
@@ -274,6 +275,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     ) -> dict[str, Any]:
         """Resume after the trigger: return the device statuses or cancel and fail."""
         event = validate_execute_complete_event(event)
+        self._apply_timeout()  # a resumed task is a fresh operator: the bound in the message is the form's
         if base is None:  # resumed without the deferral's kwargs (dag.test hands on the event only)
             check = context["ti"].xcom_pull(task_ids=self.task_id, key="model_package_check") or {}
             base = {"deployment_id": event["deployment_id"], "iot_job_id": None, "target_arn": None,
