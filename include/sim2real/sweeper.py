@@ -170,8 +170,10 @@ def find_slurm_jobs(workstation_hook: Any, hyperpod: Mapping[str, Any]) -> tuple
         log.info("HyperPod head node %s is %s: no Slurm job can be running", instance["InstanceId"],
                  instance["State"]["Name"])
         return [], None
+    # A head node whose agent is not Online would hold the command Pending until its deadline: ask once.
+    workstation_hook.wait_for_agent_online(instance["InstanceId"], timeout_seconds=0, delay=0)
     result = workstation_hook.run_shell_script(instance["InstanceId"], slurm_list_commands(),
-                                               execution_timeout_seconds=60, poll_seconds=1.0,
+                                               execution_timeout_seconds=30, poll_seconds=1.0,
                                                comment="sim2real sweeper: squeue")
     if result["status"] != "Success":
         raise RuntimeError(f"squeue on HyperPod head node {instance['InstanceId']} ended {result['status']}: "

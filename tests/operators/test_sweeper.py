@@ -180,13 +180,17 @@ def test_slurm_jobs_are_listed_and_cancelled_through_ssm(s3):
     ssm = Stubber(ws.conn)
     ec2.add_response("describe_instances", {"Reservations": [{"Instances": [
         {"InstanceId": "i-0123456789abcdef0", "State": {"Name": "running", "Code": 16}}]}]}, {"Filters": ANY})
+    ssm.add_response("describe_instance_information", {"InstanceInformationList": [
+        {"InstanceId": "i-0123456789abcdef0", "PingStatus": "Online"}]},
+        {"Filters": [{"Key": "InstanceIds", "Values": ["i-0123456789abcdef0"]}]})
     for command_id, stdout, lines in (("11111111-1111-1111-1111-111111111111",
                                        f"41 RUNNING sim2real-train-{DEAD}\n42 PENDING someone-elses-job\n",
                                        slurm_list_commands()),
                                       ("22222222-2222-2222-2222-222222222222", "", ["scancel 41"])):
         ssm.add_response("send_command", {"Command": {"CommandId": command_id}}, {
             "DocumentName": "AWS-RunShellScript", "InstanceIds": ["i-0123456789abcdef0"],
-            "Parameters": {"commands": lines, "executionTimeout": ["60"]}, "Comment": ANY})
+            "Parameters": {"commands": lines, "executionTimeout": ["30" if command_id.startswith("1") else "60"]},
+            "Comment": ANY})
         ssm.add_response("get_command_invocation", {"CommandId": command_id, "InstanceId": "i-0123456789abcdef0",
                                                     "Status": "Success", "ResponseCode": 0,
                                                     "StandardOutputContent": stdout, "StandardErrorContent": ""},
