@@ -121,6 +121,7 @@ def sim_to_real_release():
         post_execute=_deployed_post_execute,
         on_success_callback=notify.deployed(),
     )
+
     @task(multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2))
     def run_outcome(dag_run=None, ti=None) -> dict:
         """Fail when any task of the run failed (the run's state is this verdict: sim2real.run_state)."""
