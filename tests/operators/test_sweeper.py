@@ -218,3 +218,23 @@ def test_squeue_parsing_and_verdict_without_record():
     found = Found("batch_job", "j", "n", DEAD, "RUNNING", "q")
     assert verdict(found, None, None)[0] == "unregistered"
     assert verdict(found, {"dag_id": "d", "run_id": "r"}, "active")[0] == "watched"
+
+
+def test_sweep_before_run_records_the_run_and_never_fails_it(s3, context, caplog):
+    """prepare_run's check: the run record is written first; services that cannot be listed (here moto has no
+    Greengrass v2 and no such job queue) are warnings in XCom orphan_sweep, not a failed run."""
+    from sim2real.sweeper import read_run_record, sweep_before_run
+
+    key = make_run_key("sim_to_real", "manual__2026-11-07T00:00:00+00:00")
+    plan = {"bucket": BUCKET, "run_key": key}
+    report = sweep_before_run(context["ti"], plan, dag_id="sim_to_real", run_id="manual__2026-11-07T00:00:00+00:00",
+                              env=ENV, max_active_runs=1)
+    assert read_run_record(s3, BUCKET, key) == {"dag_id": "sim_to_real", "run_id": "manual__2026-11-07T00:00:00+00:00",
+                                                "run_key": key}
+    assert report is not None and report["errors"] and report["stopped"] == []
+    assert context["ti"].xcom["orphan_sweep"]["errors"] == report["errors"]
+    assert "orphan sweep: error: could not list" in caplog.text
+    # A bucket that cannot be written: no record, so no sweep (nothing could be told apart later); still no error.
+    assert sweep_before_run(context["ti"], {"bucket": "no-such-bucket-here", "run_key": key}, dag_id="sim_to_real",
+                            run_id="r", env=ENV, max_active_runs=1) is None
+    assert "could not write the run record" in caplog.text
