@@ -47,6 +47,7 @@ NO_RELEASE = {"run_vla_finetune": False, "deploy_to_edge": False}
 LINEAGE = "write_lineage"
 STOP_WS = "evaluate.stop_workstation"
 TRAIN = "train.train_policy"
+OUTCOME = "run_outcome"
 
 Check = Callable[["Outcome"], list[tuple[str, bool, str]]]
 
@@ -142,7 +143,10 @@ def nothing_running(o: Outcome) -> list[tuple[str, bool, str]]:
 
 def teardowns_ran(o: Outcome) -> list[tuple[str, bool, str]]:
     out = [_c("write_lineage ran (teardown)", o.state_of(LINEAGE) == "success", o.state_of(LINEAGE)),
-           _c("lineage.json written", o.lineage is not None, "")]
+           _c("lineage.json written", o.lineage is not None, ""),
+           _c("run_outcome ran (last teardown) and agrees with the run's state",
+              o.state_of(OUTCOME) == o.state and o.state in ("success", "failed"),
+              f"run_outcome {o.state_of(OUTCOME)}, run {o.state}")]
     if o.state_of("evaluate.run_evaluation") in ("success", "failed", "up_for_retry"):
         out.append(_c("stop_workstation ran (teardown)", o.state_of(STOP_WS) == "success", o.state_of(STOP_WS)))
     return out
@@ -573,7 +577,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                     "submit_job_calls": outcome.requests.get("SubmitJob", 0),
                     "jobs": outcome.jobs, "commands": outcome.commands, "executions": outcome.executions,
                     "deployments": outcome.deployments,
-                    "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE)},
+                    "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE, OUTCOME)},
                     "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
                     "elapsed_s": round(outcome.elapsed_s, 1),
                 })
