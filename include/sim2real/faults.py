@@ -567,7 +567,9 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                     outcome.probe = scenario.probe(sandbox, env_config, setup_state)
                 checks = scenario.check(outcome)
                 passed = all(ok for _, ok, _ in checks)
-                failed = sorted(t for t, v in outcome.tasks.items() if v["state"] == "failed")
+                # the stage that failed first, run_outcome (which only repeats it) last
+                failed = sorted((t for t, v in outcome.tasks.items() if v["state"] == "failed"),
+                                key=lambda t: (t == OUTCOME, t))
                 results.append({
                     "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
                     "expected": scenario.expected, "passed": passed, "state": outcome.state,
@@ -604,7 +606,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
     lines = ["| fault injected | DESIGN | run | failed task: message | what was left running | teardowns | result |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
-        failed = "; ".join(f"`{t}`: {_short(r['messages'].get(t, ''))}" for t in r["failed_tasks"]) or "—"
+        failed = "; ".join(f"`{t}`: {_short(r['messages'].get(t, ''))}"
+                           for t in sorted(r["failed_tasks"], key=lambda t: (t == OUTCOME, t))) or "—"
         failed = failed.replace("|", "\\|")
         left = []
         if r["jobs"]:
