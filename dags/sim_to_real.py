@@ -71,6 +71,11 @@ def sim_to_real():
         except (ParamRuleError, ValueError) as err:
             raise AirflowFailException(str(err)) from err
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        # Record this run (runs/<run_key>/run.json) and stop what earlier, dead runs left running.
+        from sim2real.sweeper import sweep_before_run
+
+        sweep_before_run(get_current_context()["ti"], plan, dag_id=dag.dag_id, run_id=dag_run.run_id,
+                         env=load_environment(), max_active_runs=dag.max_active_runs)
         # One XCom per "section.key" so operators get native values (XComArg["key"] pulls that key),
         # plus the nested plan for the Python tasks.
         flat = {"plan": plan, "run_key": plan["run_key"]}
@@ -375,6 +380,7 @@ def sim_to_real():
             timeout=24 * 3600,
             execution_timeout=dt.timedelta(days=2),
             outlets=[MODEL_PACKAGE_ASSET],
+            multiple_outputs=True,  # approval.output["model_package_arn"] for the deploy-time check
             post_execute=assets.model_package_post_execute,  # package ARN on the asset event
             doc_md=docs.VLA,
             on_execute_callback=notify.approval_needed(),
@@ -402,6 +408,8 @@ def sim_to_real():
             components=components,
             deployment_name=plan["deploy.deployment_name"],
             iot_job_configuration=plan["deploy.iot_job_configuration"],
+            deployment_timeout_seconds=plan["deploy.timeout_seconds"],  # the form's deployment_timeout_minutes
+            model_package_arn=approval.output["model_package_arn"],  # read again: deployed only if still Approved
             waiter_delay=POLL,
             execution_timeout=dt.timedelta(hours=2),
             doc_md=docs.DEPLOY,
@@ -417,11 +425,22 @@ def sim_to_real():
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
         return write_run_report(plan=plan, params=plan["params"], dag_run=dag_run, ti=ti)
 
-    # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded)
-    # and, being a teardown, does not mask a failed stage in the run's final state.
-    lineage = write_lineage(plan["plan"]).as_teardown(setups=plan)
+    # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded), also
+    # when the run is marked failed (teardowns are left to run); a report that cannot be written fails the run.
+    lineage = write_lineage(plan["plan"]).as_teardown(setups=plan, on_failure_fail_dagrun=True)
     lineage.operator.operator_extra_links = (S3RunFolderLink(), S3TrainingCurveLink(), S3EvalOutcomeLink())
     [deployment, gate, stop_workstation] >> lineage
+
+    @task(multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2), doc_md=docs.RUN_OUTCOME)
+    def run_outcome(dag_run=None, ti=None) -> dict:
+        """Fail when any task of the run failed (the run's state is this verdict: sim2real.run_state)."""
+        from sim2real.run_state import check_run_outcome
+
+        return check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
+
+    # Last teardown, the run's only effective leaf with scale_down: the leaves before the report no longer
+    # decide the run's state (sim2real.run_state says why), this task does, from every task's state.
+    [lineage, scale_down] >> run_outcome().as_teardown(setups=plan, on_failure_fail_dagrun=True)
 
 
 sim_to_real()

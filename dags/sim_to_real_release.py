@@ -69,6 +69,12 @@ def sim_to_real_release():
                                 env=load_environment())
         except (ParamRuleError, ValueError) as err:
             raise AirflowFailException(str(err)) from err
+        # The run record (runs/<run_key>/run.json): lets the orphan sweeper tell whose deployment it finds.
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        from sim2real.sweeper import register_run
+
+        register_run(S3Hook(), plan["bucket"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, run_key=plan["run_key"])
         flat = {"plan": plan, "run_key": plan["run_key"]}
         flat.update({f"deploy_{key}": value for key, value in plan["deploy"].items()})
         return flat
@@ -107,16 +113,27 @@ def sim_to_real_release():
         components=components,
         deployment_name=prepared["deploy_deployment_name"],
         iot_job_configuration=prepared["deploy_iot_job_configuration"],
+        deployment_timeout_seconds=prepared["deploy_timeout_seconds"],  # the form's deployment_timeout_minutes
+        model_package_arn=resolved["model_package_arn"],  # read again: deployed only if still Approved
         waiter_delay=POLL,
         execution_timeout=dt.timedelta(hours=2),
         outlets=[DEPLOYED_MODEL_PACKAGE_ASSET],
         post_execute=_deployed_post_execute,
         on_success_callback=notify.deployed(),
     )
-    # The record is the run's teardown: written whatever failed after prepare_release, without masking
-    # the failure in the run's final state.
-    record = write_release_record(prepared["plan"]).as_teardown(setups=prepared)
-    deployment >> record
+
+    @task(multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2))
+    def run_outcome(dag_run=None, ti=None) -> dict:
+        """Fail when any task of the run failed (the run's state is this verdict: sim2real.run_state)."""
+        from sim2real.run_state import check_run_outcome
+
+        return check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
+
+    # The record is the run's teardown: written whatever failed after prepare_release, also when the run is
+    # marked failed; a record that cannot be written fails the run. run_outcome, the last teardown, gives the
+    # run its state from every task's state (sim2real.run_state).
+    record = write_release_record(prepared["plan"]).as_teardown(setups=prepared, on_failure_fail_dagrun=True)
+    deployment >> record >> run_outcome().as_teardown(setups=prepared, on_failure_fail_dagrun=True)
 
 
 sim_to_real_release()

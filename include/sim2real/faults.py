@@ -47,6 +47,7 @@ NO_RELEASE = {"run_vla_finetune": False, "deploy_to_edge": False}
 LINEAGE = "write_lineage"
 STOP_WS = "evaluate.stop_workstation"
 TRAIN = "train.train_policy"
+OUTCOME = "run_outcome"
 
 Check = Callable[["Outcome"], list[tuple[str, bool, str]]]
 
@@ -62,6 +63,12 @@ class Scenario:
     conf: dict[str, Any] = field(default_factory=dict)
     decision: str = "Approved"
     quota_limits: dict[str, float] = field(default_factory=dict)
+    #: ``(sandbox, env_config) -> state``, before the run (what a dead earlier run left behind, ...).
+    setup: Callable[[Any, dict[str, Any]], Any] | None = None
+    #: task id -> ``(sandbox, env_config)``, called when that task starts running (a change between stages).
+    on_task_start: dict[str, Callable[[Any, dict[str, Any]], None]] = field(default_factory=dict)
+    #: ``(sandbox, env_config, setup state) -> dict``, after the run: what the checks read as ``Outcome.probe``.
+    probe: Callable[[Any, dict[str, Any], Any], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -82,6 +89,7 @@ class Outcome:
     lineage: dict[str, Any] | None
     faults_left: dict[str, Any]
     elapsed_s: float
+    probe: dict[str, Any] = field(default_factory=dict)  # Scenario.probe's answer
 
     def state_of(self, task_id: str) -> str | None:
         return (self.tasks.get(task_id) or {}).get("state")
@@ -135,7 +143,10 @@ def nothing_running(o: Outcome) -> list[tuple[str, bool, str]]:
 
 def teardowns_ran(o: Outcome) -> list[tuple[str, bool, str]]:
     out = [_c("write_lineage ran (teardown)", o.state_of(LINEAGE) == "success", o.state_of(LINEAGE)),
-           _c("lineage.json written", o.lineage is not None, "")]
+           _c("lineage.json written", o.lineage is not None, ""),
+           _c("run_outcome ran (last teardown) and agrees with the run's state",
+              o.state_of(OUTCOME) == o.state and o.state in ("success", "failed"),
+              f"run_outcome {o.state_of(OUTCOME)}, run {o.state}")]
     if o.state_of("evaluate.run_evaluation") in ("success", "failed", "up_for_retry"):
         out.append(_c("stop_workstation ran (teardown)", o.state_of(STOP_WS) == "success", o.state_of(STOP_WS)))
     return out
@@ -183,6 +194,53 @@ def custom(name: str, fn: Callable[[Outcome], tuple[bool, Any]]) -> Check:
 def _job_terminated(o: Outcome) -> tuple[bool, Any]:
     return (bool(o.jobs) and all(j["status"] == "FAILED" and "budget" in (j.get("reason") or "") for j in o.jobs),
             [(j["status"], j.get("reason")) for j in o.jobs])
+
+
+def _reject_package(sandbox, env_config) -> None:
+    """The reviewer changes their mind after the approval wait returned: the newest package goes Rejected."""
+    sm = sandbox.client("sagemaker", internal=True)
+    group = env_config["sagemaker"]["model_package_group"]
+    newest = sm.list_model_packages(ModelPackageGroupName=group, SortBy="CreationTime",
+                                    SortOrder="Descending")["ModelPackageSummaryList"][0]
+    sm.update_model_package(ModelPackageArn=newest["ModelPackageArn"], ModelApprovalStatus="Rejected",
+                            ApprovalDescription="revoked by the fault replay's reviewer before the deploy")
+
+
+EMPTY_GROUP = "sim2real-robots-empty"
+
+
+def _empty_thing_group(sandbox, env_config) -> None:
+    iot = sandbox.client("iot", internal=True)
+    if EMPTY_GROUP not in [g["groupName"] for g in iot.list_thing_groups()["thingGroups"]]:
+        iot.create_thing_group(thingGroupName=EMPTY_GROUP)
+
+
+#: A run that a dead process left behind: its record says sim_to_real / this run id, which is not in the DB
+#: (deleted in the UI); its Batch job is held RUNNABLE until terminated.
+ORPHAN_RUN_ID = "manual__2026-01-01T00:00:00+00:00"
+
+
+def _orphan_job(sandbox, env_config) -> dict[str, Any]:
+    from sim2real.config import RUN_KEY_TAG
+    from sim2real.run_key import make_run_key
+    from sim2real.sweeper import run_record_key
+
+    key = make_run_key("sim_to_real", ORPHAN_RUN_ID)
+    name = f"sim2real-train-{key}"
+    sandbox.client("s3", internal=True).put_object(
+        Bucket=env_config["artifacts_bucket"], Key=run_record_key(key),
+        Body=json.dumps({"dag_id": "sim_to_real", "run_id": ORPHAN_RUN_ID, "run_key": key}).encode())
+    sandbox.faults["batch_hold_job_names"] = [name]
+    batch = sandbox.client("batch", internal=True)
+    job_id = batch.submit_job(jobName=name, jobQueue=env_config["batch"]["job_queue"],
+                              jobDefinition=env_config["batch"]["job_definition"],
+                              tags={RUN_KEY_TAG: key})["jobId"]
+    return {"job_id": job_id, "run_key": key}
+
+
+def _orphan_probe(sandbox, env_config, state) -> dict[str, Any]:
+    job = sandbox.client("batch", internal=True).describe_jobs(jobs=[state["job_id"]])["jobs"][0]
+    return {"status": job["status"], "reason": job.get("statusReason", "")}
 
 
 THROTTLE = {"SubmitJob": 2, "DescribeJobs": 3, "ListJobs": 1, "SendCommand": 2, "GetCommandInvocation": 2,
@@ -286,6 +344,50 @@ SCENARIOS: list[Scenario] = [
                submits(1), not_run("evaluate.run_evaluation")),
         faults={"checkpoint_bad_sha256": True}, conf=NO_RELEASE,
     ),
+    Scenario(
+        "package_rejected_before_deploy", "the model package is approved, then rejected by the reviewer after "
+        "the approval wait returned and before the deploy stage", "§2 (approval)",
+        "deploy_to_robots refuses it (status read again before CreateDeployment): no deployment, run failed, "
+        "lineage says Rejected",
+        all_of(fails_with("deploy.deploy_to_robots", "is Rejected", "no Greengrass deployment was created"),
+               custom("no deployment created", lambda o: (not o.deployments and o.requests.get("CreateDeployment", 0) == 0,
+                                                          o.deployments)),
+               custom("lineage records Rejected at deploy time",
+                      lambda o: (bool(o.lineage) and o.lineage["chain"].get("model_approval_status") == "Rejected"
+                                 and o.lineage["chain"].get("model_approval_checked_at") == "deploy",
+                                 (o.lineage or {}).get("chain")))),
+        on_task_start={"deploy.deploy_to_robots": _reject_package},
+    ),
+    Scenario(
+        "greengrass_device_stuck", "one robot (sim2real-robot-2) stays IN_PROGRESS; deployment_timeout_minutes=1",
+        "§5.8", "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
+        "cancelled; no retry",
+        all_of(fails_with("deploy.deploy_to_robots", "timed out", "within the deployment timeout of 60 s",
+                          "unfinished devices: sim2real-robot-2: IN_PROGRESS"),
+               custom("no retry", lambda o: (o.tries("deploy.deploy_to_robots") == 1, o.tries("deploy.deploy_to_robots"))),
+               custom("exactly one deployment, CANCELED",
+                      lambda o: (len(o.deployments) == 1 and o.deployments[0]["status"] == "CANCELED", o.deployments))),
+        faults={"greengrass_stuck": "sim2real-robot-2"}, conf={"deployment_timeout_minutes": 1},
+    ),
+    Scenario(
+        "thing_group_without_devices", f"the run deploys to thing group {EMPTY_GROUP}, which has no core devices",
+        "§5.8", "deploy_to_robots fails naming the group before any deployment is created; no retry",
+        all_of(fails_with("deploy.deploy_to_robots", f"'{EMPTY_GROUP}'", "has no Greengrass core devices"),
+               custom("no deployment created", lambda o: (o.requests.get("CreateDeployment", 0) == 0 and not o.deployments,
+                                                          o.deployments)),
+               custom("no retry", lambda o: (o.tries("deploy.deploy_to_robots") == 1, o.tries("deploy.deploy_to_robots")))),
+        setup=_empty_thing_group, conf={"thing_group_name": EMPTY_GROUP},
+    ),
+    Scenario(
+        "orphan_of_a_deleted_run", "a Batch job of an earlier run whose DAG run no longer exists (deleted; its "
+        "process died) is still RUNNABLE when a new run starts", "§5.3",
+        "prepare_run's sweep terminates it (reason names the sweeper and the run); the new run succeeds",
+        all_of(succeeds,
+               custom("orphan terminated by the sweep", lambda o: (
+                   o.probe.get("status") == "FAILED" and "sim2real sweeper" in o.probe.get("reason", "")
+                   and "no longer exists" in o.probe.get("reason", ""), o.probe))),
+        setup=_orphan_job, probe=_orphan_probe, conf=NO_RELEASE,
+    ),
 ]
 for _s in SCENARIOS:  # every scenario also checks the invariants
     _s.check = all_of(_s.check, nothing_running, teardowns_ran)
@@ -301,6 +403,8 @@ class FailureListener:
     def __init__(self) -> None:
         self.errors: dict[tuple[str, str], list[str]] = {}
         self.lock = threading.Lock()
+        #: task id -> callable(), run when that task starts (the current scenario's ``on_task_start``).
+        self.on_start: dict[str, Callable[[], None]] = {}
 
     def install(self) -> None:
         from airflow.sdk._shared.listeners import hookimpl
@@ -309,6 +413,12 @@ class FailureListener:
         listener = self
 
         class _Hooks:
+            @hookimpl
+            def on_task_instance_running(self, previous_state, task_instance):  # noqa: ARG002
+                action = listener.on_start.pop(task_instance.task_id, None)
+                if action is not None:
+                    action()
+
             @hookimpl
             def on_task_instance_failed(self, previous_state, task_instance, error):  # noqa: ARG002
                 with listener.lock:
@@ -436,6 +546,9 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                 ids = [i for i, st in _instances(sandbox).items() if st == "running"]
                 if ids:
                     ec2.stop_instances(InstanceIds=ids)
+                setup_state = scenario.setup(sandbox, env_config) if scenario.setup else None
+                listener.on_start = {task_id: (lambda fn=fn: fn(sandbox, env_config))
+                                     for task_id, fn in scenario.on_task_start.items()}
                 before = _snapshot(sandbox)
                 echo(f"[faults] {scenario.name}: {scenario.fault}")
                 approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
@@ -450,9 +563,13 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                 _settle(sandbox, before)
                 outcome = _collect(sandbox, env_config, dag_run, before, listener, t0, sandbox.faults)
                 outcome.elapsed_s = time.monotonic() - m0
+                if scenario.probe:
+                    outcome.probe = scenario.probe(sandbox, env_config, setup_state)
                 checks = scenario.check(outcome)
                 passed = all(ok for _, ok, _ in checks)
-                failed = sorted(t for t, v in outcome.tasks.items() if v["state"] == "failed")
+                # the stage that failed first, run_outcome (which only repeats it) last
+                failed = sorted((t for t, v in outcome.tasks.items() if v["state"] == "failed"),
+                                key=lambda t: (t == OUTCOME, t))
                 results.append({
                     "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
                     "expected": scenario.expected, "passed": passed, "state": outcome.state,
@@ -462,7 +579,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                     "submit_job_calls": outcome.requests.get("SubmitJob", 0),
                     "jobs": outcome.jobs, "commands": outcome.commands, "executions": outcome.executions,
                     "deployments": outcome.deployments,
-                    "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE)},
+                    "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE, OUTCOME)},
                     "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
                     "elapsed_s": round(outcome.elapsed_s, 1),
                 })
@@ -489,7 +606,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
     lines = ["| fault injected | DESIGN | run | failed task: message | what was left running | teardowns | result |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
-        failed = "; ".join(f"`{t}`: {_short(r['messages'].get(t, ''))}" for t in r["failed_tasks"]) or "—"
+        failed = "; ".join(f"`{t}`: {_short(r['messages'].get(t, ''))}"
+                           for t in sorted(r["failed_tasks"], key=lambda t: (t == OUTCOME, t))) or "—"
         failed = failed.replace("|", "\\|")
         left = []
         if r["jobs"]:

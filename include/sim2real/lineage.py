@@ -73,7 +73,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   cost_estimate: Mapping[str, Any] | None = None,
                   figures: Mapping[str, Mapping[str, Any]] | None = None,
                   hyperpod_scaling: Mapping[str, Any] | None = None,
-                  cost_actual: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  cost_actual: Mapping[str, Any] | None = None,
+                  deploy_check: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -85,6 +86,10 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         ``FIGURE = {"uri", "source", "points", "skipped_reason"}`` (:func:`figure_entry`); ``None``: not drawn.
     :param hyperpod_scaling: HyperPod runs: ``{"scale_up": ..., "scale_down": ...}`` (the scale tasks' results).
     :param cost_actual: the run's actual GPU cost (:func:`sim2real.budget.actual_run_cost`); ``None``: unknown.
+    :param deploy_check: the deploy stage's reading of the model package right before CreateDeployment
+        (``{"model_package_arn", "model_approval_status"}``, XCom ``model_package_check``). When present, the
+        chain's ``model_approval_status`` is that status (``model_approval_checked_at: "deploy"``), not the
+        one the approval sensor saw earlier (``"approval"``): a package rejected in between shows as Rejected.
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
         "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures"}`` where ``chain`` is the
         one-line lineage (image digest → training job (Batch job, or Slurm job on the HyperPod cluster) →
@@ -106,7 +111,9 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "success_rate_ci95": _get(evaluation, "ci95"),
         "pipeline_execution_arn": _get(vla, "pipeline_execution_arn"),
         "model_package_arn": _get(model_package, "model_package_arn"),
-        "model_approval_status": _get(model_package, "approval_status"),
+        "model_approval_status": (_get(deploy_check, "model_approval_status") if deploy_check
+                                  else _get(model_package, "approval_status")),
+        "model_approval_checked_at": ("deploy" if deploy_check else "approval" if model_package else None),
         "deployment_id": _get(deployment, "deployment_id"),
         "device_statuses": _get(deployment, "devices"),
     }

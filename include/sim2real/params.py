@@ -135,6 +135,12 @@ def build_params() -> dict[str, Any]:
         "abort_failure_threshold_percent": Param(10.0, type="number", minimum=0, maximum=100,
                                                  title="Abort when this % of devices fail",
                                                  section=SECTION_DEPLOY),
+        "deployment_timeout_minutes": Param(
+            60, type="integer", minimum=1, maximum=110, title="Deployment timeout (min)",
+            description="Cancel the Greengrass deployment and fail (no retry), naming each robot that has not "
+            "finished, when the robots have not all finished after this long (below the stage's 2 h limit).",
+            section=SECTION_DEPLOY,
+        ),
         "runnable_timeout_minutes": Param(
             30, type="integer", minimum=1, maximum=24 * 60, title="Max minutes in RUNNABLE",
             description="Fail (and terminate the job) when the training job waits for capacity longer.",

@@ -31,7 +31,7 @@ from typing import Any
 
 from sim2real.params import ParamRuleError
 from sim2real.run_key import make_run_key, run_prefix
-from sim2real.stages import iot_job_configuration
+from sim2real.stages import deployment_timeout_seconds, iot_job_configuration
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,7 @@ def build_release_params() -> dict[str, Any]:
         "thing_group_name": same_as_main("thing_group_name"),
         "rollout_max_per_minute": same_as_main("rollout_max_per_minute"),
         "abort_failure_threshold_percent": same_as_main("abort_failure_threshold_percent"),
+        "deployment_timeout_minutes": same_as_main("deployment_timeout_minutes"),
         "policy_checkpoint_manifest_uri": Param(
             None, type=["null", "string"], maxLength=1024, pattern=f"^({MANIFEST_PATTERN})?$",
             title="RL checkpoint manifest",
@@ -182,6 +183,7 @@ def plan_release(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Ma
             "components": dict(gg["components"]),
             "deployment_name": f"sim2real-{run_key}",
             "iot_job_configuration": iot_job_configuration(params),
+            "timeout_seconds": deployment_timeout_seconds(params),
         },
     }
 
@@ -369,8 +371,12 @@ def build_release_record(*, plan: Mapping[str, Any], dag_id: str, run_id: str,
                          package: Mapping[str, Any] | None, manifest: Mapping[str, Any] | None,
                          components: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None,
                          task_states: Mapping[str, Mapping[str, Any]] | None = None,
-                         started_at: dt.datetime | None = None, now: dt.datetime | None = None) -> dict[str, Any]:
+                         started_at: dt.datetime | None = None, now: dt.datetime | None = None,
+                         deploy_check: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``release.json`` document (shape: ``schemas/release.schema.json``).
+
+    :param deploy_check: the deploy task's reading of the package right before CreateDeployment (XCom
+        ``model_package_check``: ``model_approval_status``) → ``model_package.approval_status_at_deploy``.
 
     :param task_states: ``{task_id: {"state", "duration_s"}}`` (:func:`sim2real.report.collect_task_states`).
     :param started_at: the DAG run's start (for ``elapsed_s``), optional.
@@ -391,6 +397,7 @@ def build_release_record(*, plan: Mapping[str, Any], dag_id: str, run_id: str,
         pkg = {k: package.get(k) for k in ("model_package_arn", "model_package_group_name", "version",
                                            "approval_status", "approval_description", "model_data_url",
                                            "creation_time", "selected_by")}
+        pkg["approval_status_at_deploy"] = (deploy_check or {}).get("model_approval_status")
     elapsed = (now - started_at).total_seconds() if started_at else None
     return {
         "schema_version": SCHEMA_VERSION,
@@ -501,6 +508,7 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
         components=outputs["components"], deployment=deployment,
         task_states=collect_task_states(dag_run.dag_id, dag_run.run_id),
         started_at=getattr(dag_run, "start_date", None),
+        deploy_check=_deploy_check(ti),
     )
     errors = release_errors(record)
     if errors:
@@ -513,6 +521,15 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
     log.info("release record written to %s (outcome %s)", plan["release_uri"], record["outcome"])
     return {"release_uri": plan["release_uri"], "markdown_uri": plan["markdown_uri"], "outcome": record["outcome"],
             "deployment_id": (deployment or {}).get("deployment_id")}
+
+
+def _deploy_check(ti: Any) -> dict[str, Any] | None:
+    """The deploy task's XCom ``model_package_check`` (``None`` when it did not get that far)."""
+    try:
+        return ti.xcom_pull(task_ids=TASKS["deploy"], key="model_package_check")
+    except Exception as err:  # noqa: BLE001 - a task that never ran has no XCom
+        log.info("no model_package_check from %s: %s", TASKS["deploy"], err)
+        return None
 
 
 def deployed_asset_extra(plan: Mapping[str, Any], package: Mapping[str, Any] | None,

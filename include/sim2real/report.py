@@ -200,8 +200,28 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
     return figures
 
 
+def task_duration_s(duration: Any) -> float | None:
+    """A task's duration in seconds for the lineage: ``None`` (unknown) when Airflow's is missing or negative.
+
+    Airflow stores ``end_date - start_date`` of the latest try. A task that was cleared and run again can
+    carry a start date of the new try with an end date of an earlier one (seen: ``-61.77``); that figure
+    is not a duration at all, so the lineage records ``null`` (unknown) rather than clamping it to 0, which
+    would claim the task took no time.
+    """
+    if duration is None:
+        return None
+    try:
+        value = float(duration)
+    except (TypeError, ValueError):
+        return None
+    if value < 0 or value != value:  # negative or NaN
+        return None
+    return value
+
+
 def collect_task_states(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
-    """State and duration (s) of every finished task of the run, from the Task Execution API.
+    """State and duration (s, :func:`task_duration_s`) of every finished task of the run, from the Task
+    Execution API.
 
     Returns ``{}`` outside a task runner (unit tests) instead of failing the report.
     """
@@ -215,7 +235,7 @@ def collect_task_states(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for crumb in crumbs:
         state = crumb.get("state")
-        out[crumb["task_id"]] = {"state": getattr(state, "value", state), "duration_s": crumb.get("duration")}
+        out[crumb["task_id"]] = {"state": getattr(state, "value", state), "duration_s": task_duration_s(crumb.get("duration"))}
     return out
 
 
@@ -250,7 +270,8 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     lineage = build_lineage(
         run_key=plan["run_key"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, params=params, plan=plan,
         task_states=collect_task_states(dag_run.dag_id, dag_run.run_id), figures=figures,
-        hyperpod_scaling=scaling, cost_actual=run_actual_cost(plan, parts, ti, sagemaker), **parts,
+        hyperpod_scaling=scaling, cost_actual=run_actual_cost(plan, parts, ti, sagemaker),
+        deploy_check=_pull(ti, SOURCES["deployment"], key="model_package_check"), **parts,
     )
     errors = lineage_errors(lineage)
     hook.load_string(json.dumps(lineage, indent=2, sort_keys=True, default=str), key=f"{prefix}lineage.json",

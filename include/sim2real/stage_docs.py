@@ -8,8 +8,10 @@ hands on (the README's stage table, in words). Plain strings: imported at DAG pa
 from __future__ import annotations
 
 PREPARE_RUN = """\
-**Prepare the run.** Calls no AWS API: reads the environment config (Airflow Variable
-`sim2real_environment`, written by infra/). Waits for nothing. Checks the rules that span several form fields (for example `num_nodes > 1` on a
+**Prepare the run.** Reads the environment config (Airflow Variable `sim2real_environment`, written by
+infra/), writes the run record `runs/<run_key>/run.json` and stops what earlier, dead runs left running
+(the orphan sweep: Batch, Slurm, pipeline executions, Greengrass deployments; see `sim_to_real_sweeper`).
+Waits for nothing. Checks the rules that span several form fields (for example `num_nodes > 1` on a
 CPU MuJoCo task, deploying without the fine-tune, a training time budget longer than the stage timeout),
 listing every broken rule at once, then estimates the run's GPU cost (on-demand price table × instance-hours)
 and refuses to start above `max_budget_usd` — all before any spend. A scheduled (nightly) run takes the
@@ -105,16 +107,28 @@ the model package ARN and its model data URI.
 """
 
 DEPLOY = """\
-**Deploy to the robots (AWS IoT Greengrass v2).** Calls IoT `DescribeThingGroup`, Greengrass
-`CreateDeployment` (configuration merge with the model URI, ROLLBACK on failure, rollout and abort
-config), `ListCoreDevices`, `ListEffectiveDeployments`; `CancelDeployment` on failure or kill. Waits
-(deferred) until every core device of the thing group reports SUCCEEDED. Hands on the deployment id and
-each device's status; a "deployed" SNS notification lists them.
+**Deploy to the robots (AWS IoT Greengrass v2).** Calls IoT `DescribeThingGroup`, SageMaker
+`DescribeModelPackage` (read again: a package no longer Approved is refused, nothing deployed), Greengrass
+`ListCoreDevices` (a group without core devices is refused before any deployment), `CreateDeployment`
+(configuration merge with the model URI, ROLLBACK on failure, rollout, abort and timeout config),
+`ListEffectiveDeployments`; `CancelDeployment` on failure, timeout or kill. Waits (deferred) until every
+core device of the thing group reports SUCCEEDED, at most the form's `deployment_timeout_minutes` (then
+cancelled and failed without retry, naming each unfinished robot). Hands on the deployment id, each
+device's status and the package's status at deploy time; a "deployed" SNS notification lists them.
 """
 
 WRITE_LINEAGE = """\
 **Write the lineage (the run's teardown).** Calls S3 `PutObject`. Runs whatever failed upstream (once
-`prepare_run` succeeded) and waits for nothing. Hands on `runs/<run_key>/lineage.json` (checked against
+`prepare_run` succeeded, also when the run is marked failed) and waits for nothing; a lineage that cannot be
+written fails the run. Hands on `runs/<run_key>/lineage.json` (checked against
 `sim2real/schemas/lineage.schema.json`) and `lineage.md`: image digest → Batch job → checkpoint sha256 →
 success rate → pipeline execution → model package → deployment.
+"""
+
+RUN_OUTCOME = """\
+**Run outcome (the last teardown).** Calls no AWS API: reads the state of every task of this run through
+the Task Execution API. Waits for nothing; runs after the report whatever happened, also when the run was
+marked failed from the UI or the API. Fails, naming each failed task, when any task failed or was
+upstream-failed: the run's final state is this verdict (a report that succeeded never turns a failed run
+into a success). Hands on the number of tasks it checked.
 """

@@ -134,6 +134,7 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
             "components": dict(gg["components"]),
             "deployment_name": f"sim2real-{run_key}",
             "iot_job_configuration": iot_job_configuration(params),
+            "timeout_seconds": deployment_timeout_seconds(params),
         },
     }
 
@@ -204,14 +205,23 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
     return section
 
 
+def deployment_timeout_seconds(params: Mapping[str, Any]) -> int:
+    """The one bound on the Greengrass deployment wait, in seconds: the form's ``deployment_timeout_minutes``
+    (default 60) × 60. When it passes, the deploy task cancels the deployment and fails without retry."""
+    return int(params.get("deployment_timeout_minutes") or 60) * 60
+
+
 def iot_job_configuration(params: Mapping[str, Any]) -> dict[str, Any]:
     """Greengrass ``CreateDeployment`` ``iotJobConfiguration`` from the form's rollout fields.
 
-    :param params: ``rollout_max_per_minute`` (devices per minute) and ``abort_failure_threshold_percent``
-        (cancel the rollout once this percentage of devices failed, after at least one).
+    :param params: ``rollout_max_per_minute`` (devices per minute), ``abort_failure_threshold_percent``
+        (cancel the rollout once this percentage of devices failed, after at least one) and
+        ``deployment_timeout_minutes`` (``timeoutConfig.inProgressTimeoutInMinutes``: a device still
+        IN_PROGRESS after that long reports TIMED_OUT, the same bound the deploy task waits for).
     """
     return {
         "jobExecutionsRolloutConfig": {"maximumPerMinute": int(params["rollout_max_per_minute"])},
+        "timeoutConfig": {"inProgressTimeoutInMinutes": deployment_timeout_seconds(params) // 60},
         "abortConfig": {"criteriaList": [{
             "failureType": "ALL", "action": "CANCEL",
             "thresholdPercentage": float(params["abort_failure_threshold_percent"]),

@@ -40,7 +40,7 @@ UNSCOPED_ACTIONS: dict[str, str] = {
     "batch:DescribeJobQueues": "train: queue state",
     "batch:DescribeJobDefinitions": "train: current revision before pinning the image digest",
     "batch:DescribeJobs": "train: job status (deferred trigger)",
-    "batch:ListJobs": "train: reattach to the run's job after a retry",
+    "batch:ListJobs": "train: reattach to the run's job after a retry; orphan sweeper: active jobs of the queue",
     "ec2:DescribeInstanceTypes": "preflight: vCPUs/GPUs of the instance type",
     "ec2:DescribeInstances": "evaluate: find the workstation by tag",
     "cloudwatch:GetMetricStatistics": "preflight: AWS/Usage vCPU in use",
@@ -51,7 +51,7 @@ UNSCOPED_ACTIONS: dict[str, str] = {
     "sagemaker:ListModelPackages": "approval: the run's model package in the group",
     "greengrass:ListCoreDevices": "deploy: core devices of the thing group",
     "greengrass:CreateDeployment": "deploy: the target thing group is checked through iot:* on the group",
-    "greengrass:ListDeployments": "deploy: find the run's deployment after a retry",
+    "greengrass:ListDeployments": "deploy: find the run's deployment after a retry; orphan sweeper: deployments of dead runs",
     "ecr:GetAuthorizationToken": "build: registry login is account-wide",
 }
 

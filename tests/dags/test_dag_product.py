@@ -82,6 +82,7 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps({**GOOD, "run_defaults": run_defaults}))
     prepare = dag.get_task("prepare_run").python_callable
     monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: {"ti": None, "task": None})
+    monkeypatch.setattr("sim2real.sweeper.sweep_before_run", lambda *args, **kwargs: None)  # no AWS here
     form = dag.params.validate()
     out = prepare(params=form, dag_run=SimpleNamespace(run_id=f"{run_type}__2026-12-01T02:00:00+00:00",
                                                        run_type=run_type), dag=dag)

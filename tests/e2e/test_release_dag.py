@@ -106,7 +106,46 @@ def drive(home: str, out: str) -> None:
                 "deployments": [{k: d.get(k) for k in ("deploymentId", "deploymentName", "deploymentStatus")}
                                 for d in deployments],
             }
+        result["sweeper"] = sweep_orphans_of_a_dead_run(sandbox, env)
     Path(out).write_text(json.dumps(result, indent=2, default=str))
+
+
+def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
+    """The maintenance DAG ``sim_to_real_sweeper`` (dry, then for real) in the same Airflow and sandbox: a run that
+    was deleted left a Batch job (held RUNNABLE) and a Greengrass deployment still IN_PROGRESS on the robots."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from sim2real.config import RUN_KEY_TAG
+    from sim2real.run_key import make_run_key
+    from sim2real.sweeper import run_record_key
+
+    dead_run_id = "manual__2026-01-01T00:00:00+00:00"
+    dead = make_run_key("sim_to_real", dead_run_id)
+    sandbox.client("s3", internal=True).put_object(
+        Bucket=env["artifacts_bucket"], Key=run_record_key(dead),
+        Body=json.dumps({"dag_id": "sim_to_real", "run_id": dead_run_id, "run_key": dead}).encode())
+    sandbox.faults.update({"greengrass_stuck": True, "batch_hold_job_names": [f"sim2real-train-{dead}"]})
+    batch, gg = sandbox.client("batch", internal=True), sandbox.client("greengrassv2", internal=True)
+    job_id = batch.submit_job(jobName=f"sim2real-train-{dead}", jobQueue=env["batch"]["job_queue"],
+                              jobDefinition=env["batch"]["job_definition"], tags={RUN_KEY_TAG: dead})["jobId"]
+    group_arn = sandbox.client("iot", internal=True).describe_thing_group(
+        thingGroupName=env["greengrass"]["thing_group_name"])["thingGroupArn"]
+    deployment_id = gg.create_deployment(
+        targetArn=group_arn, deploymentName=f"sim2real-{dead}",
+        components={name: {"componentVersion": v} for name, v in env["greengrass"]["components"].items()},
+    )["deploymentId"]
+    bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real_sweeper.py"))
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.dags["sim_to_real_sweeper"]
+    out = {"job_id": job_id, "deployment_id": deployment_id, "run_key": dead}
+    for name, dry in (("dry", True), ("real", False)):
+        dag_run = dag.test(run_conf={"dry_run": dry})
+        job = batch.describe_jobs(jobs=[job_id])["jobs"][0]
+        out[name] = {"state": str(getattr(dag_run.state, "value", dag_run.state)),
+                     "job_status": job["status"], "job_reason": job.get("statusReason", ""),
+                     "deployment_status": gg.get_deployment(deploymentId=deployment_id)["deploymentStatus"]}
+    sandbox.faults.pop("greengrass_stuck", None)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +234,20 @@ def test_failed_deployment_is_recorded_by_the_teardown(release):
     assert deployment["devices"]["sim2real-robot-2"] == "FAILED"
     assert "model download refused" in deployment["device_reasons"]["sim2real-robot-2"]
     assert [n["event"] for n in case["notifications"]] == ["run_failed"] and not case["asset_events"]
+
+
+def test_sweeper_reports_when_dry_and_stops_the_orphans_of_a_deleted_run(release):
+    """sim_to_real_sweeper under dag.test: the run's state comes from the Task Execution API (the deleted run is
+    not found), the dry run only reports, the real one terminates the job and cancels the deployment; the
+    finished release runs' deployments are left alone."""
+    sweep = release["sweeper"]
+    assert sweep["dry"] == {"state": "success", "job_status": "RUNNABLE", "job_reason": sweep["dry"]["job_reason"],
+                            "deployment_status": "ACTIVE"}
+    assert f"DRY RUN: would stop orphan batch_job {sweep['job_id']}" in release["log"]
+    assert f"DRY RUN: would stop orphan greengrass_deployment {sweep['deployment_id']}" in release["log"]
+    real = sweep["real"]
+    assert real["state"] == "success" and real["job_status"] == "FAILED"
+    assert "sim2real sweeper" in real["job_reason"] and "no longer exists (deleted)" in real["job_reason"]
+    assert real["deployment_status"] == "CANCELED"
+    assert f"Stopped orphan batch_job {sweep['job_id']}" in release["log"]
+    assert release["log"].count("Stopped orphan ") == 2  # nothing of the finished release runs

@@ -15,7 +15,7 @@ import pytest
 from aiobotocore.stub import AioStubber
 from botocore.stub import Stubber
 
-from airflow.providers.common.compat.sdk import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.hooks.greengrass import GreengrassV2Hook
@@ -69,7 +69,10 @@ def effective(status, deployment_id=DEP, reason=None, errors=None):
     return {"effectiveDeployments": [entry]}
 
 
-def stub_create(stub, group_arn, reuse=False):
+def stub_create(stub, group_arn, reuse=False, things=("robot-a",)):
+    # The group's core devices are listed before anything is created (an empty group gets no deployment).
+    stub.add_response("list_core_devices", {"coreDevices": [{"coreDeviceThingName": t} for t in things]},
+                      {"thingGroupArn": group_arn})
     if reuse:
         stub.add_response(
             "list_deployments",
@@ -114,7 +117,7 @@ def test_success_statuses(moto_endpoint, group_arn, context, status):
         stub_devices(stub, group_arn, {"robot-a": effective(status), "robot-b": effective("SUCCEEDED")})
         result = op.execute(context)
         stub.assert_no_pending_responses()
-    assert result == {"deployment_id": DEP, "iot_job_id": "job-1", "target_arn": group_arn,
+    assert result == {"deployment_id": DEP, "iot_job_id": "job-1", "target_arn": group_arn, "thing_group_name": GROUP,
                       "devices": {"robot-a": status, "robot-b": "SUCCEEDED"}}
     assert context["ti"].xcom["sim2real_greengrass_deployment"]["deployment_id"] == DEP
 
@@ -166,14 +169,93 @@ def test_retry_reuses_active_deployment(moto_endpoint, group_arn, context):
         assert op.execute(context)["deployment_id"] == DEP
 
 
-def test_no_core_devices_fails(moto_endpoint, group_arn, context):
+def test_no_core_devices_fails_before_any_deployment(moto_endpoint, group_arn, context):
+    """An empty group: refused before CreateDeployment (nothing to cancel), naming the group, not retried."""
     op = operator()
     with Stubber(op.hook.conn) as stub:
-        stub_create(stub, group_arn)
         stub.add_response("list_core_devices", {"coreDevices": []}, {"thingGroupArn": group_arn})
-        stub.add_response("cancel_deployment", {}, {"deploymentId": DEP})
-        with pytest.raises(AirflowException, match="no core devices"):
+        # no list_deployments / create_deployment stubbed: either call would fail the test
+        with pytest.raises(AirflowFailException) as err:
             op.execute(context)
+        stub.assert_no_pending_responses()
+    assert f"thing group {GROUP!r} ({group_arn}) has no Greengrass core devices" in str(err.value)
+    assert "no deployment was created" in str(err.value) and "None" not in str(err.value)
+
+
+def test_timeout_is_one_bound_from_the_form_and_names_the_unfinished_devices(moto_endpoint, group_arn, context,
+                                                                              monkeypatch):
+    """deployment_timeout_seconds (rendered from the run's form) sets the polls; a timeout cancels and fails
+    with AirflowFailException (no retry: a retry would create a second deployment and double the bound)."""
+    op = operator(deployment_timeout_seconds=90)
+    op.waiter_delay = 30  # 90 s / 30 s = 3 polls
+    import sim2real.operators.greengrass as module
+
+    sleeps: list = []
+    monkeypatch.setattr(module.time, "sleep", sleeps.append)
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn, things=("robot-a", "robot-b"))
+        for _ in range(3):
+            stub_devices(stub, group_arn, {"robot-a": effective("SUCCEEDED"), "robot-b": effective("IN_PROGRESS")})
+        stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": DEP})
+        with pytest.raises(AirflowFailException) as err:
+            op.execute(context)
+        stub.assert_no_pending_responses()  # exactly 3 polls, then CancelDeployment
+    assert sleeps == [30, 30] and op.waiter_max_attempts == 3
+    text = str(err.value)
+    assert "timed out" in text and "unfinished devices: robot-b: IN_PROGRESS" in text
+    assert "within the deployment timeout of 90 s" in text
+    assert "robot-a: SUCCEEDED" not in text.split("unfinished devices:")[1].split(".")[0]
+    assert "cancelled" in text and "deployment_timeout_minutes" in text
+
+
+def test_trigger_gets_the_form_timeout(moto_endpoint, group_arn, context):
+    op = operator(deferrable=True, deployment_timeout_seconds=600)
+    op.waiter_delay = 30
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn)
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context)
+    assert deferred.value.trigger.attempts == 20
+    assert deferred.value.timeout.total_seconds() == 600 + 120
+
+
+@pytest.fixture(scope="module")
+def model_package(moto_endpoint):
+    sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=moto_endpoint)
+    sm.create_model_package_group(ModelPackageGroupName="sim2real-groot-models")
+    return sm, sm.create_model_package(
+        ModelPackageGroupName="sim2real-groot-models", ModelApprovalStatus="Approved",
+        InferenceSpecification={"Containers": [{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/g:1",
+                                                "ModelDataUrl": "s3://b/runs/k/vla/model.tar.gz"}],
+                                "SupportedContentTypes": ["application/json"],
+                                "SupportedResponseMIMETypes": ["application/json"]},
+    )["ModelPackageArn"]
+
+
+@pytest.mark.parametrize("status", ["Rejected", "PendingManualApproval"])
+def test_package_no_longer_approved_is_not_deployed(moto_endpoint, group_arn, context, model_package, status):
+    """Approved when the approval wait saw it, then rejected / set back before the deploy stage: refused right
+    before CreateDeployment; the status seen then is recorded (XCom model_package_check)."""
+    sm, arn = model_package
+    sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus=status)
+    op = operator(model_package_arn=arn)
+    with Stubber(op.hook.conn) as stub:  # no Greengrass call stubbed but the device list: nothing is created
+        with pytest.raises(AirflowFailException) as err:
+            op.execute(context)
+    assert f"{arn} is {status}" in str(err.value) and "no Greengrass deployment was created" in str(err.value)
+    assert context["ti"].xcom["model_package_check"] == {"model_package_arn": arn, "model_approval_status": status}
+
+
+def test_package_still_approved_is_deployed_and_recorded(moto_endpoint, group_arn, context, model_package):
+    sm, arn = model_package
+    sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Approved")
+    op = operator(model_package_arn=arn)
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn)
+        stub_devices(stub, group_arn, {"robot-a": effective("SUCCEEDED")})
+        result = op.execute(context)
+    assert (result["model_package_arn"], result["model_approval_status"]) == (arn, "Approved")
+    assert context["ti"].xcom["model_package_check"]["model_approval_status"] == "Approved"
 
 
 def test_unknown_thing_group(moto_endpoint, context):

@@ -1,6 +1,7 @@
 """Regression: a terminal failure of a pipeline execution or a Greengrass deployment is a verdict, not an
 infrastructure error — AirflowFailException (no retry: a retry would start another GPU fine-tune or push
-the same release to the robots again); a timeout stays retryable."""
+the same release to the robots again). A pipeline timeout stays retryable; a deployment timeout is the
+run's one deployment bound and is not retried either."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ def test_pipeline_terminal_failure_is_not_retried(aws_env):
     assert not isinstance(err.value, AirflowFailException)
 
 
-def test_deployment_device_failure_is_not_retried_but_timeout_is(aws_env, monkeypatch):
+def test_deployment_device_failure_and_timeout_are_not_retried(aws_env, monkeypatch):
+    """A deployment timeout is the run's one bound (deployment_timeout_minutes): a retry would create and cancel
+    another deployment and multiply the bound, so it fails without retry like a device failure."""
     op = GreengrassDeploymentOperator(task_id="deploy", thing_group_name="g", deployment_name="d",
                                       components={"c": {"componentVersion": "1.0.0"}})
     monkeypatch.setattr(type(op.hook), "conn", property(lambda self: type("C", (), {
@@ -30,9 +33,11 @@ def test_deployment_device_failure_is_not_retried_but_timeout_is(aws_env, monkey
     reports = {"robot-1": {"status": "FAILED", "reason": "component BROKEN"}}
     with pytest.raises(AirflowFailException, match="failed"):
         op._finish(base, "failure", reports, "robot-1 FAILED")
-    with pytest.raises(AirflowException) as err:
-        op._finish(base, "timeout", {}, "")
-    assert not isinstance(err.value, AirflowFailException)
+    stuck = {"robot-1": {"status": "SUCCEEDED", "outcome": "success", "reason": None},
+             "robot-2": {"status": "IN_PROGRESS", "outcome": "retry", "reason": None}}
+    with pytest.raises(AirflowFailException) as err:
+        op._finish(base, "timeout", stuck, "not finished after 120 polls 30 s apart")
+    assert "thing group 'g'" in str(err.value) and "unfinished devices: robot-2: IN_PROGRESS" in str(err.value)
 
 
 def test_evaluation_command_timeout_is_not_retried(aws_env, monkeypatch):

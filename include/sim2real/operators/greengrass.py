@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import trim_none_values, validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.providers.common.compat.sdk import AirflowFailException, conf
 from sim2real.hooks.greengrass import GreengrassV2Hook, summarize
 from sim2real.links.greengrass import GreengrassDeploymentLink
 from sim2real.triggers.greengrass import GreengrassDeploymentTrigger
@@ -77,16 +77,29 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     :param failure_handling_policy: ``ROLLBACK`` (default) or ``DO_NOTHING``.
     :param iot_job_configuration: CreateDeployment ``iotJobConfiguration`` (rollout, abort, timeout).
     :param waiter_delay: seconds between polls (default 30).
-    :param waiter_max_attempts: polls before cancelling and failing (default 120 = 1 h).
+    :param waiter_max_attempts: polls before cancelling and failing (default 120 = 1 h), when
+        ``deployment_timeout_seconds`` is not given.
+    :param deployment_timeout_seconds: the one bound on the wait, in seconds (templated: a run's form field
+        reaches it at run time); polls = ``ceil(timeout / waiter_delay)``. When it passes, the deployment is
+        cancelled and the task fails **without retry**, naming each device that had not finished.
+    :param model_package_arn: the SageMaker model package the components deploy (templated). Read again
+        (DescribeModelPackage) right before CreateDeployment: a package that is no longer ``Approved``
+        (rejected, set back to PendingManualApproval after its approval) is refused and nothing is deployed.
+        The status seen then is in the result and in XCom ``model_package_check``.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
-    :return: ``{"deployment_id", "iot_job_id", "target_arn", "devices": {thing: status}}``.
+    :return: ``{"deployment_id", "iot_job_id", "target_arn", "devices": {thing: status}}``, plus
+        ``model_package_arn`` and ``model_approval_status`` (the status read before CreateDeployment) when a
+        package was given.
     :raises ValueError: bad components/policy, missing thing group.
-    :raises AirflowException: a device failed, the group has no core devices, or timeout.
+    :raises AirflowFailException: (not retried) a device failed, the deployment timed out, the thing group
+        has no core devices (checked before CreateDeployment: nothing is created), or the model package is
+        not Approved.
     """
 
     aws_hook_class = GreengrassV2Hook
     template_fields: Sequence[str] = aws_template_fields(
-        "thing_group_name", "components", "deployment_name", "failure_handling_policy", "iot_job_configuration"
+        "thing_group_name", "components", "deployment_name", "failure_handling_policy", "iot_job_configuration",
+        "deployment_timeout_seconds", "model_package_arn",
     )
     template_fields_renderers = {"components": "json", "iot_job_configuration": "json"}
     operator_extra_links = (GreengrassDeploymentLink(),)
@@ -101,10 +114,14 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         iot_job_configuration: dict[str, Any] | None = None,
         waiter_delay: int = 30,
         waiter_max_attempts: int = 120,
+        deployment_timeout_seconds: int | None = None,
+        model_package_arn: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.deployment_timeout_seconds = deployment_timeout_seconds
+        self.model_package_arn = model_package_arn
         self.thing_group_name = thing_group_name
         self.components = components
         self.deployment_name = deployment_name
@@ -120,7 +137,16 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         if not self.deployment_name:
             raise ValueError("deployment_name is required (use the run key)")
         components = normalize_components(self.components)
+        self._apply_timeout()
         target_arn = self.hook.thing_group_arn(self.thing_group_name)
+        package = self._check_model_package(context)
+        things = self.hook.list_core_device_names(target_arn)
+        if not things:
+            raise AirflowFailException(
+                f"IoT thing group {self.thing_group_name!r} ({target_arn}) has no Greengrass core devices: no "
+                "deployment was created. Add the robots' core devices to the group (install the Greengrass "
+                "nucleus with --thing-group-name) or deploy to another group (form field thing_group_name)."
+            )
 
         existing = self.hook.find_active_deployment(target_arn, self.deployment_name)
         if existing:
@@ -147,7 +173,8 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
             aws_partition=self.hook.conn_partition,
             deployment_id=deployment_id,
         )
-        base = {"deployment_id": deployment_id, "iot_job_id": iot_job_id, "target_arn": target_arn}
+        base = {"deployment_id": deployment_id, "iot_job_id": iot_job_id, "target_arn": target_arn,
+                "thing_group_name": self.thing_group_name, **package}
 
         if self.deferrable:
             self.defer(
@@ -167,6 +194,36 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
             )
         return self._finish(base, *self._wait_sync(deployment_id, target_arn))
 
+    def _apply_timeout(self) -> None:
+        """``deployment_timeout_seconds`` (rendered) → ``waiter_max_attempts`` polls ``waiter_delay`` s apart."""
+        if self.deployment_timeout_seconds in (None, ""):
+            return
+        timeout = int(self.deployment_timeout_seconds)
+        if timeout <= 0:
+            raise ValueError(f"deployment_timeout_seconds must be positive, got {timeout}")
+        self.waiter_max_attempts = max(1, -(-timeout // max(1, int(self.waiter_delay))))
+
+    def _check_model_package(self, context: Context) -> dict[str, Any]:
+        """DescribeModelPackage of ``model_package_arn`` right before CreateDeployment; refuse a package that
+        is not Approved. Returns ``{"model_package_arn", "model_approval_status"}`` (``{}`` without a package)."""
+        if not self.model_package_arn:
+            return {}
+        from sim2real.hooks.model_registry import ModelRegistryHook
+        from sim2real.release import not_approved_message
+
+        registry = ModelRegistryHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
+                                     verify=self.verify, config=self.botocore_config)
+        package = registry.describe_model_package(self.model_package_arn)
+        status = package.get("ModelApprovalStatus")
+        seen = {"model_package_arn": package.get("ModelPackageArn") or self.model_package_arn,
+                "model_approval_status": status}
+        context["ti"].xcom_push(key="model_package_check", value=seen)
+        self.log.info("Model package %s is %s at deploy time", seen["model_package_arn"], status)
+        if status != "Approved":
+            raise AirflowFailException(
+                "Not deployed (no Greengrass deployment was created): " + not_approved_message(package))
+        return seen
+
     def _wait_sync(self, deployment_id: str, target_arn: str) -> tuple[str, dict[str, dict[str, Any]], str]:
         reports: dict[str, dict[str, Any]] = {}
         for attempt in range(self.waiter_max_attempts):
@@ -174,7 +231,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                 time.sleep(self.waiter_delay)
             things = self.hook.list_core_device_names(target_arn)
             if not things:
-                return "failure", {}, f"thing group {target_arn} has no core devices"
+                return "failure", {}, f"thing group {self.thing_group_name!r} ({target_arn}) has no core devices"
             reports = self.hook.device_reports(deployment_id, things)
             outcomes = {r["outcome"] for r in reports.values()}
             if "failure" in outcomes:
@@ -187,6 +244,11 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     def _finish(self, base: dict[str, Any], status: str, reports: dict[str, dict[str, Any]], message: str) -> dict[str, Any]:
         if status == "success":
             return {**base, "devices": {t: r["status"] for t, r in sorted(reports.items())}}
+        if status == "timeout":
+            unfinished = {t: r for t, r in reports.items() if r.get("outcome") != "success"}
+            bound = int(self.waiter_delay) * int(self.waiter_max_attempts)
+            message = (f"the robots did not all finish within the deployment timeout of {bound} s ({message}); "
+                       f"unfinished devices: {summarize(unfinished) or 'none listed'}")
         deployment_id = base["deployment_id"]
         try:
             self.hook.conn.cancel_deployment(deploymentId=deployment_id)
@@ -194,16 +256,18 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         except Exception as error:  # the failure report matters more
             cancelled = f"CancelDeployment failed: {error}"
         what = "timed out" if status == "timeout" else "failed"
-        # A device failure is a verdict on this release (the deployment is cancelled and rolled back):
-        # not retried, which would push the same components to the robots again. A timeout is retried.
-        error = AirflowFailException if status != "timeout" else AirflowException
-        raise error(
-            f"Greengrass deployment {deployment_id} ({self.deployment_name}) to {base['target_arn']} {what}"
+        # A device failure or a timeout is a verdict on this release (the deployment is cancelled and rolled
+        # back): not retried, which would push the same components to the robots again and multiply the bound.
+        target = base.get("thing_group_name") or self.thing_group_name
+        raise AirflowFailException(
+            f"Greengrass deployment {deployment_id} ({self.deployment_name}) to thing group {target!r}"
+            + (f" ({base['target_arn']})" if base.get("target_arn") else "") + f" {what}"
             + (f": {message}" if message else "")
             + (f". Devices: {summarize(reports)}" if reports else "")
             + f". Deployment {cancelled}"
             + (" (devices roll back)" if self.failure_handling_policy == "ROLLBACK" else "")
-            + ". Check the device logs (/greengrass/v2/logs/greengrass.log and the component logs)."
+            + ". Check the device logs (/greengrass/v2/logs/greengrass.log and the component logs)"
+            + (" or raise deployment_timeout_minutes" if status == "timeout" else "") + "."
         )
 
     def execute_complete(
@@ -211,5 +275,9 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     ) -> dict[str, Any]:
         """Resume after the trigger: return the device statuses or cancel and fail."""
         event = validate_execute_complete_event(event)
-        base = base or {"deployment_id": event["deployment_id"], "iot_job_id": None, "target_arn": None}
+        self._apply_timeout()  # a resumed task is a fresh operator: the bound in the message is the form's
+        if base is None:  # resumed without the deferral's kwargs (dag.test hands on the event only)
+            check = context["ti"].xcom_pull(task_ids=self.task_id, key="model_package_check") or {}
+            base = {"deployment_id": event["deployment_id"], "iot_job_id": None, "target_arn": None,
+                    "thing_group_name": self.thing_group_name, **check}
         return self._finish(base, event["status"], event.get("devices") or {}, event.get("message") or "")

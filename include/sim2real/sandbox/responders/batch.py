@@ -298,6 +298,8 @@ class BatchResponder:
                 return self._finish(job, False)
             self._set(job, status)
         stuck = faults.get("batch_stuck_runnable")
+        if not stuck and job.job_name in set(faults.get("batch_hold_job_names") or []):
+            stuck = True  # only these jobs are held (a job an earlier, dead run left behind)
         if stuck:
             message = stuck if isinstance(stuck, str) else DEFAULT_STUCK_REASON.format(
                 instance_type=self.sandbox.config.get("batch", {}).get("instance_type", "g6.12xlarge"))

@@ -331,7 +331,9 @@ class GreengrassResponder:
                 return
             self._set_device(deployment_id, thing, "IN_PROGRESS")
             faults = self.sandbox.faults
-            if faults.get("greengrass_stuck"):
+            # greengrass_stuck: True (every device) or a thing name / list of them: IN_PROGRESS until cancelled.
+            stuck = faults.get("greengrass_stuck")
+            if stuck is True or thing in ({stuck} if isinstance(stuck, str) else set(stuck or [])):
                 cancel.wait()
                 return
             failing = faults.get("greengrass_device_fail")

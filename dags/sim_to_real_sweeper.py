@@ -1,0 +1,62 @@
+"""
+### Sim-to-Real maintenance: stop what dead runs left running (orphan sweeper)
+
+Every 30 minutes, lists what the `sim_to_real` and `sim_to_real_release` runs start — Batch jobs of the
+training queue, Slurm jobs on the HyperPod cluster (`squeue` through SSM on its head node), executions of
+the GR00T pipeline, Greengrass deployments still rolling out — each carrying a run key (tag, job name,
+display name or deployment name). One whose DAG run was deleted or is no longer running is an orphan: it is
+stopped (`TerminateJob`, `scancel`, `StopPipelineExecution`, `CancelDeployment`) and logged. With the
+`dry_run` param on, it only reports. Which DAG run a run key belongs to is read from
+`runs/<run_key>/run.json` (written by each run's first task); the run's state from the Task Execution API.
+
+The run fails (after stopping what it could) when a service could not be listed or an orphan could not be
+stopped, so the failure is seen. Logic: `sim2real.sweeper`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import CronTriggerTimetable, Param, dag, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from sim2real.dag_defaults import DEFAULT_ARGS
+
+
+@dag(
+    dag_id="sim_to_real_sweeper",
+    dag_display_name="Sim-to-Real: stop orphaned jobs, executions and deployments",
+    description="Batch / Slurm jobs, pipeline executions and Greengrass deployments of dead runs → stopped",
+    doc_md=__doc__,
+    schedule=CronTriggerTimetable("*/30 * * * *", timezone="UTC"),
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=dt.timedelta(minutes=25),
+    default_args={**DEFAULT_ARGS, "retries": 0},
+    params={
+        "dry_run": Param(False, type="boolean", title="Dry run",
+                         description="Only report the orphans found (nothing is stopped)."),
+    },
+    tags=["sim2real", "maintenance"],
+)
+def sim_to_real_sweeper():
+    @task(multiple_outputs=False, execution_timeout=dt.timedelta(minutes=20))
+    def sweep_orphans(params=None) -> dict:
+        """Find and stop (or, dry, report) every orphan; fail when something could not be listed or stopped."""
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        from sim2real.config import load_environment
+        from sim2real.sweeper import aws_clients, summary_lines, sweep
+
+        report = sweep(load_environment(), clients=aws_clients("aws_default", DEFAULT_ARGS["botocore_config"]),
+                       s3_hook=S3Hook(), dry_run=bool(params["dry_run"]))
+        lines = list(summary_lines(report))
+        if report["errors"]:
+            raise AirflowFailException("orphan sweep incomplete:\n" + "\n".join(lines))
+        return {k: report[k] for k in ("dry_run", "found", "orphans", "stopped", "errors")}
+
+    sweep_orphans()
+
+
+sim_to_real_sweeper()

@@ -1,0 +1,170 @@
+"""A run's final state is true: a failed stage, a run marked failed, or a report that cannot be written
+never ends as success; the lineage's task durations are schema-valid for cleared tasks.
+
+The run state is Airflow's own computation (``DagRun._tis_for_dagrun_state``: the effective leaves, with
+teardowns counted only when ``on_failure_fail_dagrun``) over the real, serialized ``sim_to_real`` and
+``sim_to_real_release`` DAGs.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sim2real.run_state import check_run_outcome, failed_tasks
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+TI = namedtuple("TI", "task_id state")
+
+
+def _serialized(name: str, dag_id: str):
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    bag = DagBag(dag_folder=str(DAGS / name))
+    assert bag.import_errors == {}
+    return DagSerialization.from_dict(DagSerialization.to_dict(bag.dags[dag_id]))
+
+
+@pytest.fixture(scope="module")
+def main_dag():
+    return _serialized("sim_to_real.py", "sim_to_real")
+
+
+@pytest.fixture(scope="module")
+def release_dag():
+    return _serialized("sim_to_real_release.py", "sim_to_real_release")
+
+
+def run_state(dag, states: dict[str, str]) -> str:
+    """What ``DagRun.update_state`` decides once every task is finished (its leaf rule, verbatim)."""
+    from airflow.models.dagrun import DagRun
+
+    tis = [TI(t, states[t]) for t in dag.task_ids]
+    leaves = DagRun._tis_for_dagrun_state(None, dag=dag, tis=tis)  # uses no instance state
+    if any(ti.state in ("failed", "upstream_failed") for ti in leaves):
+        return "failed"
+    assert all(ti.state in ("success", "skipped") for ti in leaves), [(t.task_id, t.state) for t in leaves]
+    return "success"
+
+
+def mark_failed(dag, states: dict[str, str | None]) -> dict[str, str | None]:
+    """What marking the run failed from the UI / REST API does to its tasks (Airflow 3.3
+    ``mark_tasks._set_dag_run_terminal_state``): running → failed, unfinished → skipped, teardowns untouched
+    (and the run's state is not written while a teardown is pending)."""
+    out = dict(states)
+    for task_id, state in states.items():
+        if dag.get_task(task_id).is_teardown:
+            continue
+        if state in ("running", "deferred", "up_for_reschedule"):
+            out[task_id] = "failed"
+        elif state not in ("success", "failed", "skipped", "upstream_failed", "removed"):
+            out[task_id] = "skipped"
+    return out
+
+
+def finish_teardowns(dag, states: dict[str, str | None], outcome_task: str | None) -> dict[str, str]:
+    """The scheduler then runs the teardowns: the report succeeds; run_outcome reads the others' states."""
+    out = dict(states)
+    for task_id in dag.task_ids:
+        if dag.get_task(task_id).is_teardown and out.get(task_id) is None and task_id != outcome_task:
+            out[task_id] = "success" if task_id in ("write_lineage", "write_release_record") else "skipped"
+    if outcome_task in dag.task_ids:
+        crumbs = [{"task_id": t, "map_index": -1, "state": s} for t, s in out.items() if t != outcome_task]
+        try:
+            check_run_outcome(dag.dag_id, "r", own_task_id=outcome_task, breadcrumbs=crumbs)
+            out[outcome_task] = "success"
+        except Exception:  # noqa: BLE001 - AirflowFailException: the task fails
+            out[outcome_task] = "failed"
+    return out  # type: ignore[return-value]
+
+
+def test_run_marked_failed_while_training_ends_failed(main_dag):
+    states = {t: None for t in main_dag.task_ids}
+    states.update({"prepare_run": "success", "training_backend": "success", "build.build_image": "success",
+                   "preflight.check_capacity": "success", "train.train_policy": "deferred"})
+    for task_id in main_dag.task_ids:
+        if task_id.startswith("hyperpod."):
+            states[task_id] = "skipped"
+    after = finish_teardowns(main_dag, mark_failed(main_dag, states), "run_outcome")
+    assert after["train.train_policy"] == "failed" and after["write_lineage"] == "success"
+    assert after["run_outcome"] == "failed"
+    assert run_state(main_dag, after) == "failed"
+
+
+def test_failed_stage_with_report_written_ends_failed(main_dag):
+    states = {t: "success" for t in main_dag.task_ids}
+    states.update({t: "skipped" for t in main_dag.task_ids if t.startswith("hyperpod.")})
+    states["vla.wait_for_approval"] = "failed"
+    for task_id in ("deploy.deploy_enabled", "deploy.deployment_components", "deploy.deploy_to_robots"):
+        states[task_id] = "upstream_failed"
+    states["run_outcome"] = None
+    after = finish_teardowns(main_dag, states, "run_outcome")
+    assert run_state(main_dag, after) == "failed"
+
+
+def test_report_that_cannot_be_written_fails_the_run(main_dag, release_dag):
+    for dag, report in ((main_dag, "write_lineage"), (release_dag, "write_release_record")):
+        states = {t: "success" for t in dag.task_ids}
+        states.update({t: "skipped" for t in dag.task_ids if t.startswith("hyperpod.")})
+        states[report] = "failed"
+        assert dag.get_task(report).is_teardown and dag.get_task(report).on_failure_fail_dagrun
+        states["run_outcome"] = None
+        assert run_state(dag, finish_teardowns(dag, states, "run_outcome")) == "failed", dag.dag_id
+
+
+def test_a_clean_run_still_succeeds(main_dag, release_dag):
+    for dag in (main_dag, release_dag):
+        states = {t: "success" for t in dag.task_ids}
+        states.update({t: "skipped" for t in dag.task_ids if t.startswith("hyperpod.")})
+        states["run_outcome"] = None
+        after = finish_teardowns(dag, states, "run_outcome")
+        assert after["run_outcome"] == "success" and run_state(dag, after) == "success"
+
+
+def test_run_outcome_is_the_last_teardown(main_dag, release_dag):
+    for dag, report in ((main_dag, "write_lineage"), (release_dag, "write_release_record")):
+        outcome = dag.get_task("run_outcome")
+        assert outcome.is_teardown and outcome.on_failure_fail_dagrun and outcome.retries == 0
+        assert report in outcome.upstream_task_ids and not outcome.downstream_task_ids
+    assert "hyperpod.scale_down" in main_dag.get_task("run_outcome").upstream_task_ids
+
+
+def test_failed_tasks_and_message():
+    crumbs = [{"task_id": "a", "map_index": -1, "state": "success"},
+              {"task_id": "b", "map_index": -1, "state": "failed"},
+              {"task_id": "c", "map_index": 2, "state": "upstream_failed"},
+              {"task_id": "run_outcome", "map_index": -1, "state": "failed"}]
+    assert failed_tasks(crumbs, exclude=["run_outcome"]) == {"b": "failed", "c[2]": "upstream_failed"}
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match=r"failed: b; not run because of them \(upstream_failed\): c\[2\]"):
+        check_run_outcome("d", "r", own_task_id="run_outcome", breadcrumbs=crumbs)
+    assert check_run_outcome("d", "r", own_task_id="x", breadcrumbs=crumbs[:1]) == {"state": "success", "tasks": 1}
+
+
+@pytest.mark.parametrize("raw, expected", [(12.5, 12.5), (0, 0.0), (-61.77, None), (None, None), ("x", None)])
+def test_task_duration_of_a_cleared_task_is_null(raw, expected):
+    from sim2real.report import task_duration_s
+
+    assert task_duration_s(raw) == expected
+
+
+def test_lineage_of_a_cleared_task_matches_the_schema(monkeypatch):
+    """The breadcrumb of a cleared and rerun task (duration -61.77) gives a schema-valid lineage."""
+    import sys
+
+    from sim2real import report
+    from sim2real.lineage import build_lineage, lineage_errors
+
+    fake = SimpleNamespace(RuntimeTaskInstance=SimpleNamespace(get_task_breadcrumbs=lambda dag_id, run_id: [
+        {"task_id": "train.train_policy", "map_index": -1, "state": "success", "duration": -61.77},
+        {"task_id": "prepare_run", "map_index": -1, "state": "success", "duration": 1.2}]))
+    monkeypatch.setitem(sys.modules, "airflow.sdk.execution_time.task_runner", fake)
+    states = report.collect_task_states("sim_to_real", "r")
+    assert states["train.train_policy"] == {"state": "success", "duration_s": None}
+    lineage = build_lineage(run_key="k-00000000", dag_id="sim_to_real", run_id="r", params={}, task_states=states)
+    assert lineage_errors(lineage) == []
