@@ -27,6 +27,7 @@ from sim2real.operators.batch import BatchTrainingOperator
 from sim2real.operators.codebuild import CodeBuildImageOperator
 from sim2real.operators.greengrass import GreengrassDeploymentOperator
 from sim2real.operators.hyperpod import HyperPodScaleOperator, HyperPodSlurmJobOperator
+from sim2real.operators.preflight import ResourcePreflightOperator
 from sim2real.operators.quota import GpuCapacityPreflightOperator, HyperPodCapacityPreflightOperator
 from sim2real.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator, PipelineExecutionOperator
 from sim2real.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
@@ -62,10 +63,11 @@ def sim_to_real():
     def prepare_run(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
         from sim2real.config import load_environment
-        from sim2real.params import ParamRuleError
+        from sim2real.params import ParamRuleError, check_conf_keys
         from sim2real.stages import plan_run
 
         try:
+            check_conf_keys(dag_run.conf, dag.params)  # a typo'd key would otherwise run on the default
             plan = plan_run(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params), env=load_environment(),
                             run_type=dag_run.run_type)  # scheduled runs: the config's run_defaults
         except (ParamRuleError, ValueError) as err:
@@ -81,6 +83,15 @@ def sim_to_real():
 
     plan = prepare_run()
     plan.operator.operator_extra_links = (S3RunFolderLink(),)  # runs/<run_key>/ in the S3 console
+
+    # Every named resource of the stages this run uses, and the job definition's shape: before the build.
+    resources = ResourcePreflightOperator(
+        task_id="check_resources",
+        plan=plan["plan"],
+        retries=1,
+        execution_timeout=dt.timedelta(minutes=5),
+        doc_md=docs.CHECK_RESOURCES,
+    )
 
     with TaskGroup("build", tooltip="CodeBuild → ECR image digest", doc_md=docs.BUILD):
         image = CodeBuildImageOperator(
@@ -102,6 +113,7 @@ def sim_to_real():
         return "hyperpod.check_capacity" if plan["backend"] == "hyperpod" else "preflight.check_capacity"
 
     backend = training_backend(plan["plan"])
+    resources >> [image, backend]  # no build, no capacity check, no training before it passed
 
     with TaskGroup("preflight", tooltip="GPU quota and compute environment, before any spend",
                    doc_md=docs.PREFLIGHT):
@@ -110,6 +122,7 @@ def sim_to_real():
             instance_type=plan["batch.instance_type"],
             num_nodes=plan["batch.num_nodes"],
             compute_environment=plan["batch.compute_environment"],
+            job_definition=plan["batch.job_definition"],  # its per-node GPU/VCPU/MEMORY must fit one instance
             retries=1,
             execution_timeout=dt.timedelta(minutes=5),
             doc_md=docs.PREFLIGHT,

@@ -18,6 +18,17 @@ Hands on the run key, the cost estimate and every name and URI of the run (`runs
 artifacts bucket, also as the "S3 run folder" extra link).
 """
 
+CHECK_RESOURCES = """\
+**Resource preflight.** Calls only read APIs: S3 `HeadBucket`, CodeBuild `BatchGetProjects`, ECR
+`DescribeRepositories`, Batch `DescribeJobQueues` / `DescribeComputeEnvironments` / `DescribeJobDefinitions`,
+EC2 `DescribeInstanceTypes`, IAM `GetRole`, SageMaker `DescribeModelPackageGroup` / `DescribeCluster`, IoT
+`DescribeThingGroup` and Greengrass `ListCoreDevices` — for the stages this run uses. Waits for nothing: before
+the build and any GPU, it refuses the run listing every problem at once (invalid or unreachable bucket,
+disabled queue or compute environment, missing job definition, a job definition whose per-node GPUs / vCPUs /
+memory exceed the instance type, missing pipeline role or model package group, a thing group without core
+devices, a missing HyperPod cluster or group), each with the resource and what to change. Hands on what it checked.
+"""
+
 BUILD = """\
 **Build the training image.** Calls ECR `DescribeImages` and, when the image for this source version is
 not there yet, CodeBuild `StartBuild` / `BatchGetBuilds` (`StopBuild` when the task is killed).
@@ -33,8 +44,9 @@ skipped). Waits for nothing. Hands on the task id of the path taken.
 
 PREFLIGHT = """\
 **Capacity preflight.** Calls EC2 `DescribeInstanceTypes`, Service Quotas `GetServiceQuota`, CloudWatch
-`AWS/Usage` and Batch `DescribeComputeEnvironments`. Waits for nothing: it fails fast, before any GPU is
-started, when the quota cannot hold the job (with the quota's name, code, limit, usage and the command
+`AWS/Usage` and Batch `DescribeComputeEnvironments` / `DescribeJobDefinitions`. Waits for nothing: it fails
+fast, before any GPU is started, when one node of the job definition needs more GPUs, vCPUs or memory than
+the instance type has (the job would stay RUNNABLE), when the quota cannot hold nodes × vCPUs (with the quota's name, code, limit, usage and the command
 to request more) or the compute environment is not usable. Hands on the verdict: needed / limit / in-use vCPU.
 """
 

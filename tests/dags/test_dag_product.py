@@ -84,7 +84,7 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: {"ti": None, "task": None})
     form = dag.params.validate()
     out = prepare(params=form, dag_run=SimpleNamespace(run_id=f"{run_type}__2026-12-01T02:00:00+00:00",
-                                                       run_type=run_type), dag=dag)
+                                                       run_type=run_type, conf={}), dag=dag)
     assert out["batch.num_nodes"] == nodes and out["checkpoint.task"] == task
     assert out["plan"]["params"]["num_nodes"] == nodes
     expected_gate = 0.6 if run_type == "scheduled" else form["min_success_rate"]
