@@ -213,7 +213,8 @@ class MwaaStack(cdk.Stack):
         # run folders, checkpoints, reports, lineage, SSM command output
         grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/"], write=["runs/"], sid="Artifacts")
         # 1 build
-        self._add("BuildImage", ["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild"],
+        self._add("BuildImage", ["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild",
+                                 "codebuild:BatchGetProjects"],  # check_resources: the project exists
                   [t.codebuild_project_arn])
         self._add("ImageDigest", ["ecr:DescribeImages", "ecr:DescribeRepositories", "ecr:BatchGetImage"],
                   t.ecr_repository_arns)
@@ -251,6 +252,7 @@ class MwaaStack(cdk.Stack):
                                         "sagemaker:StopPipelineExecution"], [f"{pipeline}/execution/*"])
         self._add("PipelinePassRole", ["iam:PassRole"], [t.pipeline_role_arn],
                   {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}})
+        self._add("PipelineRoleExists", ["iam:GetRole"], [t.pipeline_role_arn])  # check_resources
         # 8 approval
         self._add("ModelPackages", ["sagemaker:DescribeModelPackage", "sagemaker:DescribeModelPackageGroup"],
                   [arn("sagemaker", "model-package-group", t.model_package_group_name),
