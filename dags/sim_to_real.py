@@ -99,7 +99,7 @@ def sim_to_real():
             deferrable=True,
             project_name=plan["image.project_name"],
             repository_name=plan["image.repository_name"],
-            image_tag=plan["image.image_tag"],
+            record_bucket=plan["bucket"],  # images/<repository>/<image key>.json: the digest built for a key
             source_version=plan["image.source_version"],
             waiter_delay=POLL,
             multiple_outputs=True,

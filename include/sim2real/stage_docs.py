@@ -19,7 +19,7 @@ artifacts bucket, also as the "S3 run folder" extra link).
 """
 
 CHECK_RESOURCES = """\
-**Resource preflight.** Calls only read APIs: S3 `HeadBucket`, CodeBuild `BatchGetProjects`, ECR
+**Resource preflight.** Calls only read APIs: S3 `ListObjectsV2`, CodeBuild `BatchGetProjects`, ECR
 `DescribeRepositories`, Batch `DescribeJobQueues` / `DescribeComputeEnvironments` / `DescribeJobDefinitions`,
 EC2 `DescribeInstanceTypes`, IAM `GetRole`, SageMaker `DescribeModelPackageGroup` / `DescribeCluster`, IoT
 `DescribeThingGroup` and Greengrass `ListCoreDevices` — for the stages this run uses. Waits for nothing: before
@@ -30,10 +30,13 @@ devices, a missing HyperPod cluster or group), each with the resource and what t
 """
 
 BUILD = """\
-**Build the training image.** Calls ECR `DescribeImages` and, when the image for this source version is
-not there yet, CodeBuild `StartBuild` / `BatchGetBuilds` (`StopBuild` when the task is killed).
-Waits (deferred) for the build to reach SUCCEEDED; skipped when ECR already has the image.
-Hands on the image URI pinned by **digest**, never a mutable tag.
+**Build the training image.** Calls CodeBuild, ECR and S3. Resolves the source version to a commit (a git branch or tag to the commit it
+points at now; an S3 source to its object version), hashes the build context (CodeBuild `BatchGetProjects`:
+buildspec, build environment, overrides) and keys the image on both. Reuses an image only when
+`images/<repository>/<key>.json` in the artifacts bucket records its digest and ECR still has it (`DescribeImages`
+by digest); otherwise CodeBuild `StartBuild` on that commit / `BatchGetBuilds` (`StopBuild` when the task is
+killed). Waits (deferred) for the build to reach SUCCEEDED — not at all when it is already over.
+Hands on the image URI pinned by **digest**, never a tag.
 """
 
 TRAINING_BACKEND = """\

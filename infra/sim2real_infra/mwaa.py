@@ -211,10 +211,13 @@ class MwaaStack(cdk.Stack):
         self._add("EnvironmentConfig", ["ssm:GetParameter", "ssm:GetParameters"],
                   [arn("ssm", "parameter", name.lstrip("/")) for name in t.environment_parameter_names])
         # run folders, checkpoints, reports, lineage, SSM command output
-        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/"], write=["runs/"], sid="Artifacts")
+        # images/: the build's image records (image key -> digest), read and written by build.build_image
+        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/"], write=["runs/", "images/"],
+                       sid="Artifacts")
         # 1 build
         self._add("BuildImage", ["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild",
-                                 "codebuild:BatchGetProjects"],  # check_resources: the project exists
+                                 "codebuild:BatchGetProjects",  # check_resources, build: project and context
+                                 "codebuild:ListBuildsForProject"],  # build: reattach to an earlier try's build
                   [t.codebuild_project_arn])
         self._add("ImageDigest", ["ecr:DescribeImages", "ecr:DescribeRepositories", "ecr:BatchGetImage"],
                   t.ecr_repository_arns)

@@ -13,7 +13,8 @@ backend, the Batch queue/definition only on the batch backend, the fine-tune's r
 =====================  ============================================================================
 resource               check (API)
 =====================  ============================================================================
-artifacts bucket       name follows the S3 general purpose bucket naming rules; reachable (``HeadBucket``)
+artifacts bucket       name follows the S3 general purpose bucket naming rules; reachable (``ListObjectsV2``
+                       under the run's prefix, which the role may list)
 CodeBuild project      exists (``BatchGetProjects``)
 ECR repository         exists (``DescribeRepositories``)
 Batch job queue        exists, ``state`` ENABLED, ``status`` VALID, and lists the configured compute
@@ -219,19 +220,19 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                             + ". Set artifacts_bucket in the environment config to the bucket infra/ created")
             return
         s3 = self._hooks(S3Hook).get_conn()
-        try:
-            s3.head_bucket(Bucket=bucket)
+        try:  # not HeadBucket: the role may list the bucket only under its prefixes (s3:prefix condition)
+            s3.list_objects_v2(Bucket=bucket, Prefix=str(plan.get("run_prefix") or "runs/"), MaxKeys=1)
         except ClientError as err:
             code = _code(err)
             if code in ("404", "NoSuchBucket", "NotFound"):
                 problems.append(f"artifacts bucket {bucket!r} does not exist. Set artifacts_bucket in the "
                                 "environment config to the bucket infra/ created")
             elif code in ("403", "AccessDenied", "Forbidden"):
-                problems.append(f"artifacts bucket {bucket!r} is not reachable with the Airflow role (HeadBucket: "
-                                "403 Forbidden). Grant s3:ListBucket on it to the MWAA execution role, or check "
-                                "that the bucket is in this account")
+                problems.append(f"artifacts bucket {bucket!r} is not reachable with the Airflow role (ListObjectsV2: "
+                                "403 Access Denied). Grant s3:ListBucket on its runs/ prefix to the MWAA execution "
+                                "role, or check that the bucket is in this account")
             else:
-                problems.append(f"artifacts bucket {bucket!r}: HeadBucket failed ({code}: {err})")
+                problems.append(f"artifacts bucket {bucket!r}: ListObjectsV2 failed ({code}: {err})")
 
     def _check_image_build(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
         image = plan["image"]

@@ -4,8 +4,10 @@ moto 5.2.5 flips a build to SUCCEEDED on the first BatchGetBuilds (appending nin
 call) and ignores ``environmentVariablesOverride``. Here StartBuild → ``IN_PROGRESS``; a thread
 moves through the phases (SUBMITTED … COMPLETED); at POST_BUILD it puts an image manifest into the
 ECR repository (``IMAGE_REPO_NAME`` override, else the sandbox config's repository) with tag
-``IMAGE_TAG`` (override, else ``latest``), so DescribeImages returns a real sha256 digest; then
-``SUCCEEDED``. Fault ``codebuild_fail_phase="BUILD"`` fails that phase (buildStatus FAILED).
+``IMAGE_TAG`` (override, else ``latest``), so DescribeImages returns a real sha256 digest, and exports it
+as ``IMAGE_DIGEST`` (``exportedEnvironmentVariables``, as the buildspec's ``env.exported-variables`` does); then
+``SUCCEEDED``. ``resolvedSourceVersion`` is set at DOWNLOAD_SOURCE: the started ``sourceVersion`` (for an S3
+source, the object version the build was started on; CodeBuild API reference, ``Build.resolvedSourceVersion``). Fault ``codebuild_fail_phase="BUILD"`` fails that phase (buildStatus FAILED).
 StopBuild → ``STOPPED``.
 """
 
@@ -137,8 +139,11 @@ class CodeBuildResponder:
                               "contexts": [{"statusCode": "COMMAND_EXECUTION_ERROR", "message": message}]})
                 self._log(build, [f"[Container] Phase {name} failed: {message}"])
                 return self._end(build, "FAILED", message)
+            if name == "DOWNLOAD_SOURCE" and build.get("sourceVersion"):
+                build["resolvedSourceVersion"] = build["sourceVersion"]
             if name == "POST_BUILD":
                 digest, uri = self._push(build, env)
+                build["exportedEnvironmentVariables"] = [{"name": "IMAGE_DIGEST", "value": digest}]
                 self._log(build, [f"[Container] pushed {uri} digest {digest} (emulated)"])
             entry.update({"phaseStatus": "SUCCEEDED", "endTime": _iso(), "durationInSeconds": 1})
         self._end(build, "SUCCEEDED", None)
