@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from sim2real import assets
 from sim2real import notifications as notify
-from sim2real.dag_defaults import DEFAULT_ARGS, POLL
+from sim2real.dag_defaults import DEFAULT_ARGS, POLL, schedule_timezone
 from sim2real import stage_docs as docs
 from sim2real.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
 from sim2real.operators.batch import BatchTrainingOperator
@@ -38,16 +38,18 @@ from sim2real.sensors.model_package import ModelPackageApprovalSensor
 CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
 EVAL_REPORT_ASSET = Asset(name="sim2real_eval_report", uri="sim2real://rl/eval-report")
 MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
+SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone, through the Airflow configuration
 
 
 @dag(
     dag_id="sim_to_real",
     dag_display_name="Sim-to-Real: train, evaluate, fine-tune, release",
-    description="RL training on AWS Batch or SageMaker HyperPod → closed-loop eval → GR00T fine-tune → approval → Greengrass",
+    description="RL training on AWS Batch or SageMaker HyperPod → closed-loop eval → GR00T fine-tune → approval → "
+    f"Greengrass; nightly at 02:00 {SCHEDULE_TZ}",
     doc_md=__doc__,
-    # Nightly at 02:00 UTC (one run at a time, no backfill of missed nights). Scheduled runs take their
-    # params from the environment config's run_defaults (production-sized), manual runs from the form.
-    schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC"),
+    # Nightly at 02:00 in the configured time zone (one run at a time, no backfill of missed nights). Scheduled
+    # runs take their params from the environment config's run_defaults (production-sized), manual runs from the form.
+    schedule=CronTriggerTimetable("0 2 * * *", timezone=SCHEDULE_TZ),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,

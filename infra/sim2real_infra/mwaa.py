@@ -22,9 +22,15 @@ from .settings import Settings
 #: ``AirflowConfigurationOptions``: every wait longer than a minute defers (no worker slot held),
 #: and Airflow Variables are read from SSM (``/sim2real/airflow/variables/sim2real_environment`` holds
 #: the environment config) through the Amazon provider's secrets backend.
-def airflow_configuration(variables_prefix: str) -> dict[str, str]:
-    """MWAA ``AirflowConfigurationOptions`` of the environment."""
+def airflow_configuration(variables_prefix: str, schedule_timezone: str = "UTC") -> dict[str, str]:
+    """MWAA ``AirflowConfigurationOptions`` of the environment.
+
+    ``sim2real.schedule_timezone`` (a custom option: MWAA sets it as ``AIRFLOW__SIM2REAL__SCHEDULE_TIMEZONE``) is
+    the IANA time zone of the nightly schedule, the environment config's ``schedule_timezone``; the DAG file reads
+    it at parse time from the Airflow configuration (no Variable lookup while parsing).
+    """
     return {
+        "sim2real.schedule_timezone": schedule_timezone,
         "operators.default_deferrable": "true",
         "secrets.backend": "airflow.providers.amazon.aws.secrets.systems_manager.SystemsManagerParameterStoreBackend",
         "secrets.backend_kwargs": '{"variables_prefix": "%s", "connections_prefix": null, "config_prefix": null}'
@@ -131,7 +137,7 @@ class MwaaStack(cdk.Stack):
             requirements_s3_object_version=versions.get("requirements.txt"),
             startup_script_s3_path="startup.sh",
             startup_script_s3_object_version=versions.get("startup.sh"),
-            airflow_configuration_options=airflow_configuration(self.variables_prefix),
+            airflow_configuration_options=airflow_configuration(self.variables_prefix, settings.schedule_timezone),
             network_configuration=mwaa.CfnEnvironment.NetworkConfigurationProperty(
                 security_group_ids=[self.security_group.security_group_id],
                 subnet_ids=vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnet_ids[:2],

@@ -254,6 +254,7 @@ def provision(
         "sagemaker": {"pipeline_name": pipeline_name, "pipeline_role_arn": pipeline_role, "model_package_group": group},
         "greengrass": {"thing_group_name": thing_group, "components": versions},
         "notifications": {"sns_topic_arn": topic},
+        "schedule_timezone": "UTC",
         "sandbox": True,
     }
     if hyperpod:
