@@ -101,7 +101,7 @@ def sim_to_real():
             deferrable=True,
             project_name=plan["image.project_name"],
             repository_name=plan["image.repository_name"],
-            record_bucket=plan["bucket"],  # images/<repository>/<image key>.json: the digest built for a key
+            record_bucket=plan["image.record_bucket"],  # images/<repo>/<image key>.json: the digest of a key
             source_version=plan["image.source_version"],
             waiter_delay=POLL,
             multiple_outputs=True,

@@ -75,6 +75,7 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
             "project_name": env["image_build"]["codebuild_project"],
             "repository_name": env["image_build"]["ecr_repository"],
             "source_version": source_version,
+            "record_bucket": bucket,  # images/<repository>/<image key>.json: the digest built for a key
         },
         "batch": {
             "job_name": f"sim2real-train-{run_key}"[:128],
