@@ -241,60 +241,6 @@ def _built_not_stale(o: Outcome) -> tuple[bool, Any]:
 
 SCENARIOS: list[Scenario] = [
     Scenario(
-        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "§2 (input)",
-        "prepare_run refuses the run naming each unknown key with the closest field; nothing is started",
-        all_of(fails_with("prepare_run", "'num_node' is not a field", "did you mean 'num_nodes'",
-                          "'eval_epsiodes' is not a field", "did you mean 'eval_episodes'"),
-               custom("no retry", lambda o: (o.tries("prepare_run") == 1, o.tries("prepare_run"))),
-               nothing_started, not_run("check_resources", "build.build_image", TRAIN)),
-        conf={"num_node": 4, "eval_epsiodes": 7, **NO_RELEASE}, teardowns=False,
-    ),
-    Scenario(
-        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "§2 (input)",
-        "Airflow refuses to create the run, with the reason; no run exists",
-        lambda o: [_c("run creation refused", o.state == "refused", o.state),
-                   _c("the reason names the field and the bound",
-                      "eval_episodes: -5 is less than the minimum of 1" in o.error("dag.test"), o.error("dag.test"))],
-        conf={"eval_episodes": -5, **NO_RELEASE}, refused=True,
-    ),
-    Scenario(
-        "invalid_bucket_name", "environment config artifacts_bucket 'Sim2Real-Artifacts' (upper case)",
-        "§2 (preflight)", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
-        all_of(fails_with("check_resources", "'Sim2Real-Artifacts' is not a valid S3 bucket name",
-                          "upper-case letters"),
-               nothing_started, not_run("build.build_image", TRAIN)),
-        env_patch={"artifacts_bucket": "Sim2Real-Artifacts"}, conf=NO_RELEASE, teardowns=False,
-    ),
-    Scenario(
-        "missing_release_resources", "the model package group and the pipeline role of the config do not exist",
-        "§2 (preflight)", "check_resources lists both problems at once, before the build and the GPU fine-tune",
-        all_of(fails_with("check_resources", "2 problem(s)",
-                          "model package group 'sim2real-missing-models' does not exist",
-                          "role/sim2real-missing-role' does not exist"),
-               nothing_started, not_run("build.build_image", TRAIN, "vla.finetune_groot")),
-        env_patch={"sagemaker": {"model_package_group": "sim2real-missing-models",
-                                 "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-missing-role"}},
-    ),
-    Scenario(
-        "instance_type_too_small", "batch.instance_type g6.xlarge (1 GPU, 4 vCPU) for the 4-GPU, 48-vCPU job "
-        "definition", "§5.9", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
-        all_of(fails_with("check_resources", "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
-               submits(0), nothing_started, not_run(TRAIN)),
-        env_patch={"batch": {"instance_type": "g6.xlarge"}}, conf=NO_RELEASE,
-    ),
-    Scenario(
-        "build_over_at_once", "the image build is over before the task's first read (CodeBuild finishes inside "
-        "StartBuild); ECR holds a stale image under the old branch tag src-main", "§2 (build)",
-        "build_image finishes in its first try without deferring (no trigger race) and the run trains on the "
-        "image it built, not the stale tag",
-        all_of(succeeds,
-               custom("build_image succeeded in one try", lambda o: (
-                   o.state_of("build.build_image") == "success" and o.tries("build.build_image") == 1,
-                   (o.state_of("build.build_image"), o.tries("build.build_image")))),
-               custom("built (one StartBuild), digest is not the stale tag's", _built_not_stale)),
-        faults={"codebuild_instant": True}, conf=NO_RELEASE, setup=_stale_tag,
-    ),
-    Scenario(
         "batch_runnable", "Batch job held RUNNABLE (no capacity); budget runnable_timeout_minutes=1, the job reports "
         "createdAt 57 s in the past", "§5.1",
         "train fails within the budget with the Batch statusReason and the compute environment state; job terminated",
@@ -388,6 +334,61 @@ SCENARIOS: list[Scenario] = [
                                                          o.tries("checkpoint.wait_for_checkpoint"))),
                submits(1), not_run("evaluate.run_evaluation")),
         faults={"checkpoint_bad_sha256": True}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "§2 (input)",
+        "prepare_run refuses the run naming each unknown key with the closest field; nothing is started",
+        all_of(fails_with("prepare_run", "'num_node' is not a field", "did you mean 'num_nodes'",
+                          "'eval_epsiodes' is not a field", "did you mean 'eval_episodes'"),
+               custom("no retry", lambda o: (o.tries("prepare_run") == 1, o.tries("prepare_run"))),
+               nothing_started, not_run("check_resources", "build.build_image", TRAIN)),
+        conf={"num_node": 4, "eval_epsiodes": 7, **NO_RELEASE}, teardowns=False,
+    ),
+    Scenario(
+        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "§2 (input)",
+        "Airflow refuses to create the run, with the reason; no run exists",
+        lambda o: [_c("run creation refused", o.state == "refused", o.state),
+                   _c("the reason names the field and the bound",
+                      "eval_episodes: -5 is less than the minimum of 1" in o.error("dag.test"), o.error("dag.test"))],
+        conf={"eval_episodes": -5, **NO_RELEASE}, refused=True,
+    ),
+    Scenario(
+        "invalid_bucket_name", "environment config artifacts_bucket 'Sim2Real-Artifacts' (upper case)",
+        "§2 (preflight)", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
+        all_of(fails_with("check_resources", "'Sim2Real-Artifacts' is not a valid S3 bucket name",
+                          "upper-case letters"),
+               nothing_started, not_run("build.build_image", TRAIN)),
+        env_patch={"artifacts_bucket": "Sim2Real-Artifacts"}, conf=NO_RELEASE, teardowns=False,
+    ),
+    Scenario(
+        "missing_release_resources", "the model package group and the pipeline role of the config do not exist",
+        "§2 (preflight)", "check_resources lists both problems at once, before the build and the GPU fine-tune",
+        all_of(fails_with("check_resources", "2 problem(s)",
+                          "model package group 'sim2real-missing-models' does not exist",
+                          "role/sim2real-missing-role' does not exist"),
+               nothing_started, not_run("build.build_image", TRAIN, "vla.finetune_groot")),
+        env_patch={"sagemaker": {"model_package_group": "sim2real-missing-models",
+                                 "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-missing-role"}},
+    ),
+    Scenario(
+        "instance_type_too_small", "batch.instance_type g6.xlarge (1 GPU, 4 vCPU) for the 4-GPU, 48-vCPU job "
+        "definition", "§5.9", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
+        all_of(fails_with("check_resources", "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
+               submits(0), nothing_started, not_run(TRAIN)),
+        # max_budget_usd 0: the price table has no g6.xlarge (the budget check would refuse the run first)
+        env_patch={"batch": {"instance_type": "g6.xlarge"}}, conf={**NO_RELEASE, "max_budget_usd": 0},
+    ),
+    Scenario(
+        "build_over_at_once", "the image build is over before the task's first read (CodeBuild finishes inside "
+        "StartBuild); ECR holds a stale image under the old branch tag src-main", "§2 (build)",
+        "build_image finishes in its first try without deferring (no trigger race) and the run trains on the "
+        "image it built, not the stale tag",
+        all_of(succeeds,
+               custom("build_image succeeded in one try", lambda o: (
+                   o.state_of("build.build_image") == "success" and o.tries("build.build_image") == 1,
+                   (o.state_of("build.build_image"), o.tries("build.build_image")))),
+               custom("built (one StartBuild), digest is not the stale tag's", _built_not_stale)),
+        faults={"codebuild_instant": True}, conf=NO_RELEASE, setup=_stale_tag,
     ),
 ]
 for _s in SCENARIOS:  # every scenario also checks the invariants
@@ -556,7 +557,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                 refusal = ""
                 try:
                     dag_run = dag.test(run_conf={**defaults, **BASE_CONF, **scenario.conf})
-                except Exception as err:  # noqa: BLE001 - ParamValidationError: Airflow refused the run
+                except Exception as err:  # ParamValidationError: Airflow refused the run (others re-raised)
                     if not scenario.refused or type(err).__name__ != "ParamValidationError":
                         raise
                     dag_run, refusal = None, f"{type(err).__name__}: {err}"

@@ -7,7 +7,6 @@ import copy
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException
-
 from sim2real.operators.preflight import (
     ResourcePreflightOperator,
     bucket_name_problems,

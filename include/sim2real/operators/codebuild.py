@@ -12,7 +12,11 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.amazon.aws.utils.waiter_with_logging import wait
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.providers.common.compat.sdk import (
+    AirflowException,
+    AirflowFailException,
+    conf,
+)
 
 from sim2real.hooks.codebuild import (
     CODEBUILD_TERMINAL_STATUSES,

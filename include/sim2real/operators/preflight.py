@@ -189,7 +189,7 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
     def execute(self, context: Context) -> dict[str, Any]:
         plan = self.plan
         if not isinstance(plan, Mapping):
-            raise ValueError(f"plan must be the prepare_run plan (a mapping), got {type(plan).__name__}")
+            raise TypeError(f"plan must be the prepare_run plan (a mapping), got {type(plan).__name__}")
         problems: list[str] = []
         checked: list[str] = []
         self._check_bucket(plan, problems, checked)
@@ -206,8 +206,8 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         self.log.info("Resource preflight checked: %s", "; ".join(checked))
         if problems:
             raise AirflowFailException(
-                f"Resource preflight refused the run ({len(problems)} problem(s); nothing was started):\n- "
-                + "\n- ".join(problems))
+                f"Resource preflight refused the run ({len(problems)} problem(s); nothing was started): "
+                + " | ".join(problems))
         return {"ok": True, "checked": checked, "instance_shape": shape}
 
     # -- checks ---------------------------------------------------------------------------------------
