@@ -65,10 +65,10 @@ TERMINAL = ["SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"]
 SOURCE_BUCKET, SOURCE_KEY, RECORDS = "sim2real-source", "source/sim2real.zip", "sim2real-artifacts"
 
 
-def _create_project(cb):
+def _create_project(cb, source=None):
     cb.create_project(
         name=PROJECT,
-        source={"type": "S3", "location": f"{SOURCE_BUCKET}/{SOURCE_KEY}"},
+        source=source or {"type": "S3", "location": f"{SOURCE_BUCKET}/{SOURCE_KEY}"},
         artifacts={"type": "NO_ARTIFACTS"},
         environment={
             "type": "LINUX_CONTAINER",
@@ -84,8 +84,8 @@ def _put_source(body: bytes = b"build context v1") -> str:
         "VersionId"]
 
 
-def _setup():
-    _create_project(boto3.client("codebuild", region_name=REGION))
+def _setup(source=None):
+    _create_project(boto3.client("codebuild", region_name=REGION), source)
     boto3.client("ecr", region_name=REGION).create_repository(repositoryName=REPO)
     s3 = boto3.client("s3", region_name=REGION)
     for bucket in (SOURCE_BUCKET, RECORDS):
@@ -205,6 +205,38 @@ def test_a_changed_build_context_is_another_key(aws_env, build_status):
     other = _op(deferrable=False, environment_variables={"DOCKERFILE": "containers/isaaclab/Dockerfile"}).execute({})
     assert other["source_commit"] == first["source_commit"] and other["context_sha256"] != first["context_sha256"]
     assert other["skipped"] is False
+
+
+@mock_aws
+def test_a_branch_that_cannot_be_resolved_is_built_and_recorded_under_the_built_commit(aws_env, build_status,
+                                                                                       monkeypatch):
+    """A private git repository (its refs not readable before the build): the build always runs, and its
+    resolvedSourceVersion keys the record, so a later run pinned to that commit reuses the image."""
+    from sim2real.hooks import codebuild as hooks
+
+    _setup(source={"type": "GITHUB", "location": "https://github.com/org/private.git"})
+    built = "f" * 40
+    original = CodeBuildBackend.batch_get_builds
+
+    def with_resolved(self, ids):
+        builds = original(self, ids)
+        for build in builds:
+            build["resolvedSourceVersion"] = built  # CodeBuild: the commit it checked out
+        return builds
+
+    monkeypatch.setattr(CodeBuildBackend, "batch_get_builds", with_resolved)
+
+    def private(url, ref):
+        raise OSError("HTTP Error 401: Unauthorized")
+
+    monkeypatch.setattr(hooks, "git_ref_commit", private)
+    first = _op(deferrable=False).execute({})
+    assert first["skipped"] is False and first["image_key"] is None and first["source_commit"] is None
+    pinned = _op(deferrable=False)
+    pinned.source_version = built
+    again = pinned.execute({})
+    assert again["skipped"] is True and again["image_digest"] == first["image_digest"]
+    assert again["image_key"] == hooks.image_key(built, first["context_sha256"])
 
 
 @mock_aws

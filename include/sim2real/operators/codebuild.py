@@ -20,6 +20,7 @@ from airflow.providers.common.compat.sdk import (
 
 from sim2real.hooks.codebuild import (
     CODEBUILD_TERMINAL_STATUSES,
+    COMMIT_ID,
     CodeBuildHook,
     EcrImageHook,
     build_context_sha256,
@@ -259,13 +260,15 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
                   "resolved_source_version": build.get("resolvedSourceVersion"),
                   "recorded_at": datetime.now(timezone.utc).isoformat()}
         keys = {self.key_facts.get("image_key"): self.key_facts.get("source_commit")}
-        resolved = build.get("resolvedSourceVersion")
-        if resolved and self.key_facts.get("context_sha256") and resolved != self.key_facts.get("source_commit"):
-            if self.key_facts.get("source_commit") and not str(self.key_facts["source_commit"]).startswith("s3"):
+        resolved, commit = build.get("resolvedSourceVersion"), self.key_facts.get("source_commit")
+        context_sha = self.key_facts.get("context_sha256")
+        if resolved and context_sha and COMMIT_ID.match(resolved):
+            if commit is None:  # not resolvable before the build: recorded under the commit CodeBuild built
+                keys = {image_key(resolved, context_sha): resolved}
+            elif COMMIT_ID.match(commit) and resolved != commit:
                 self.log.warning("CodeBuild built %s, not the resolved commit %s: recording under the built one",
-                                 resolved, self.key_facts["source_commit"])
-                keys = {}
-            keys[image_key(resolved, self.key_facts["context_sha256"])] = resolved
+                                 resolved, commit)
+                keys = {image_key(resolved, context_sha): resolved}
         for key, commit in keys.items():
             if key:
                 self._write_record(key, {**record, "image_key": key, "source_commit": commit})
