@@ -14,7 +14,7 @@ import pytest
 
 from sim2real.faults import SCENARIO_NAMES
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # the replay fixture waits up to 1200 s itself
 
 #: Scenarios that show a known defect outside this suite's files (strict: they must start passing
 #: once it is fixed, and then the mark goes). None at present.

@@ -310,6 +310,9 @@ def test_deferrable_defers_with_trigger_and_on_kill_stops(aws_env, build_status)
     out = resumed.execute_complete({}, {"status": "success", "build_id": op.build_id}, key_facts)
     assert out["build_id"] == op.build_id and out["image_key"] == key_facts["image_key"]
     assert _op(deferrable=True).execute({})["skipped"] is True  # recorded by the resumed task
+    # resumed without the deferral's kwargs: the key is read back from the build (its source version and tag)
+    assert _op(deferrable=True).execute_complete({}, {"status": "success", "build_id": op.build_id})[
+        "image_key"] == key_facts["image_key"]
     op.on_kill()
     assert build_status["stopped"] == [op.build_id]
 

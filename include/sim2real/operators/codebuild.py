@@ -300,7 +300,27 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
         self.key_facts = dict(key_facts or {})
         if event.get("status") != "success":
             raise AirflowException(self._failure_message(self.build_id, event.get("message", "")))
-        return self._finish(self.hook.get_build(self.build_id))
+        build = self.hook.get_build(self.build_id)
+        if not self.key_facts.get("context_sha256"):  # resumed without the deferral's kwargs
+            self.key_facts = self._facts_from_build(build)
+        return self._finish(build)
+
+    def _facts_from_build(self, build: dict[str, Any]) -> dict[str, Any]:
+        """The image key facts of a build this operator started, read back from the build itself: it was started
+        on the resolved source version (a commit id, or an S3 object version) with ``IMAGE_TAG`` derived from
+        the key; the key is dropped when that tag names another key."""
+        project = self.hook.get_project(self.project_name)
+        context_sha = build_context_sha256(project, self._env())
+        version = build.get("sourceVersion") or ""
+        source_type = (project.get("source") or {}).get("type")
+        commit = version if COMMIT_ID.match(version) else (f"s3:{version}" if source_type == "S3" and version
+                                                           else None)
+        key = image_key(commit, context_sha) if commit else None
+        tag = self._tag_of(build)
+        if key and tag is not None and tag != f"{self.image_tag_prefix}{key[:40]}":
+            key = commit = None  # started with another key (the project changed since): record nothing
+        return {"image_key": key, "source_commit": commit, "context_sha256": context_sha,
+                "source_version": self.source_version, "image_tag": tag, "resolved_by": "the build"}
 
     def _failure_message(self, build_id: str | None, detail: str) -> str:
         try:
