@@ -1,7 +1,8 @@
 """
 ### Sim-to-Real loop
 
-Build the training image → check GPU capacity → train a policy with RL on AWS Batch (multi-node)
+Check every named AWS resource and the job definition's shape → build the training image (keyed on
+source commit + build context) → check GPU capacity → train a policy with RL on AWS Batch (multi-node)
 or on a SageMaker HyperPod cluster (scale up, Slurm job via SSM, scale down) → wait for the checkpoint → evaluate it in closed-loop simulation on the workstation (SSM)
 → quality gate → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
 Registry → deploy to robots with AWS IoT Greengrass → write the lineage report.
@@ -20,13 +21,14 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from sim2real import assets
 from sim2real import notifications as notify
-from sim2real.dag_defaults import DEFAULT_ARGS, POLL
+from sim2real.dag_defaults import DEFAULT_ARGS, POLL, schedule_timezone
 from sim2real import stage_docs as docs
 from sim2real.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
 from sim2real.operators.batch import BatchTrainingOperator
 from sim2real.operators.codebuild import CodeBuildImageOperator
 from sim2real.operators.greengrass import GreengrassDeploymentOperator
 from sim2real.operators.hyperpod import HyperPodScaleOperator, HyperPodSlurmJobOperator
+from sim2real.operators.preflight import ResourcePreflightOperator
 from sim2real.operators.quota import GpuCapacityPreflightOperator, HyperPodCapacityPreflightOperator
 from sim2real.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator, PipelineExecutionOperator
 from sim2real.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
@@ -37,16 +39,18 @@ from sim2real.sensors.model_package import ModelPackageApprovalSensor
 CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
 EVAL_REPORT_ASSET = Asset(name="sim2real_eval_report", uri="sim2real://rl/eval-report")
 MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
+SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone, through the Airflow configuration
 
 
 @dag(
     dag_id="sim_to_real",
     dag_display_name="Sim-to-Real: train, evaluate, fine-tune, release",
-    description="RL training on AWS Batch or SageMaker HyperPod → closed-loop eval → GR00T fine-tune → approval → Greengrass",
+    description="RL training on AWS Batch or SageMaker HyperPod → closed-loop eval → GR00T fine-tune → approval → "
+    f"Greengrass; nightly at 02:00 {SCHEDULE_TZ}",
     doc_md=__doc__,
-    # Nightly at 02:00 UTC (one run at a time, no backfill of missed nights). Scheduled runs take their
-    # params from the environment config's run_defaults (production-sized), manual runs from the form.
-    schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC"),
+    # Nightly at 02:00 in the configured time zone (one run at a time, no backfill of missed nights). Scheduled
+    # runs take their params from the environment config's run_defaults (production-sized), manual runs from the form.
+    schedule=CronTriggerTimetable("0 2 * * *", timezone=SCHEDULE_TZ),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
@@ -62,10 +66,11 @@ def sim_to_real():
     def prepare_run(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
         from sim2real.config import load_environment
-        from sim2real.params import ParamRuleError
+        from sim2real.params import ParamRuleError, check_conf_keys
         from sim2real.stages import plan_run
 
         try:
+            check_conf_keys(dag_run.conf, dag.params)  # a typo'd key would otherwise run on the default
             plan = plan_run(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params), env=load_environment(),
                             run_type=dag_run.run_type)  # scheduled runs: the config's run_defaults
         except (ParamRuleError, ValueError) as err:
@@ -87,13 +92,22 @@ def sim_to_real():
     plan = prepare_run()
     plan.operator.operator_extra_links = (S3RunFolderLink(),)  # runs/<run_key>/ in the S3 console
 
+    # Every named resource of the stages this run uses, and the job definition's shape: before the build.
+    resources = ResourcePreflightOperator(
+        task_id="check_resources",
+        plan=plan["plan"],
+        retries=1,
+        execution_timeout=dt.timedelta(minutes=5),
+        doc_md=docs.CHECK_RESOURCES,
+    )
+
     with TaskGroup("build", tooltip="CodeBuild → ECR image digest", doc_md=docs.BUILD):
         image = CodeBuildImageOperator(
             task_id="build_image",
             deferrable=True,
             project_name=plan["image.project_name"],
             repository_name=plan["image.repository_name"],
-            image_tag=plan["image.image_tag"],
+            record_bucket=plan["image.record_bucket"],  # images/<repo>/<image key>.json: the digest of a key
             source_version=plan["image.source_version"],
             waiter_delay=POLL,
             multiple_outputs=True,
@@ -107,6 +121,7 @@ def sim_to_real():
         return "hyperpod.check_capacity" if plan["backend"] == "hyperpod" else "preflight.check_capacity"
 
     backend = training_backend(plan["plan"])
+    resources >> [image, backend]  # no build, no capacity check, no training before it passed
 
     with TaskGroup("preflight", tooltip="GPU quota and compute environment, before any spend",
                    doc_md=docs.PREFLIGHT):
@@ -115,6 +130,7 @@ def sim_to_real():
             instance_type=plan["batch.instance_type"],
             num_nodes=plan["batch.num_nodes"],
             compute_environment=plan["batch.compute_environment"],
+            job_definition=plan["batch.job_definition"],  # its per-node GPU/VCPU/MEMORY must fit one instance
             retries=1,
             execution_timeout=dt.timedelta(minutes=5),
             doc_md=docs.PREFLIGHT,

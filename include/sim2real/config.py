@@ -58,6 +58,9 @@ Shape (JSON object; every key below is required unless marked optional)::
         "container_mounts": "/fsx:/fsx"        # optional; pyxis --container-mounts
       },
       "notifications": {"sns_topic_arn": "arn:aws:sns:..."},   # optional; no topic = notifications skipped
+      "schedule_timezone": "UTC",              # optional (default UTC); IANA zone of the nightly 02:00 run.
+                                               # The DAG reads it at parse time from the Airflow option
+                                               # [sim2real] schedule_timezone, which infra/ sets to this value
       "run_defaults": {                        # optional; params of SCHEDULED (nightly) runs, over the
         "task": "Isaac-Velocity-Rough-H1-v0",  # form's sandbox-sized defaults (manual runs keep the form)
         "num_nodes": 2, "max_iterations": 3000, "train_time_budget_seconds": 0
@@ -120,6 +123,11 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
             if scope.get(key) in (None, ""):
                 missing.append(f"{section}.{key}" if section else key)
     problems = _hyperpod_problems(env.get("hyperpod"))
+    if env.get("schedule_timezone") is not None:
+        try:
+            check_timezone(env["schedule_timezone"])
+        except ValueError as err:
+            problems.append(f"schedule_timezone: {err}")
     if missing or problems:
         raise EnvironmentConfigError(
             "; ".join(
@@ -179,6 +187,19 @@ def _hyperpod_problems(section: Any) -> list[str]:
     if isinstance(shared, str) and shared and not shared.startswith("/"):
         problems.append(f"hyperpod.shared_dir must be an absolute path on the cluster, got {shared!r}")
     return problems
+
+
+def check_timezone(name: Any) -> str:
+    """``name`` if it is an IANA time zone name (``UTC``, ``Europe/Berlin``), else ValueError saying so."""
+    import zoneinfo
+
+    try:
+        if not isinstance(name, str) or not name:
+            raise ValueError
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{name!r} is not an IANA time zone name (e.g. UTC, Europe/Berlin)") from None
+    return name
 
 
 def hyperpod_settings(env: Mapping[str, Any]) -> dict[str, Any]:

@@ -69,6 +69,13 @@ class Scenario:
     on_task_start: dict[str, Callable[[Any, dict[str, Any]], None]] = field(default_factory=dict)
     #: ``(sandbox, env_config, setup state) -> dict``, after the run: what the checks read as ``Outcome.probe``.
     probe: Callable[[Any, dict[str, Any], Any], dict[str, Any]] | None = None
+    #: merged into the environment config for this run only (a wrong name, a mis-sized instance type)
+    env_patch: dict[str, Any] = field(default_factory=dict)
+    #: the checks every scenario gets include "the teardowns ran" (off where no teardown can: prepare_run
+    #: refused the run, or the artifacts bucket itself is what is wrong)
+    teardowns: bool = True
+    #: Airflow refuses to create the run (ParamValidationError): no run, only the scenario's own check
+    refused: bool = False
 
 
 @dataclass
@@ -248,6 +255,46 @@ THROTTLE = {"SubmitJob": 2, "DescribeJobs": 3, "ListJobs": 1, "SendCommand": 2, 
 SERVER_ERROR = {"DescribeJobs": 2, "SubmitJob": 1, "GetCommandInvocation": 2, "DescribeComputeEnvironments": 1,
                 "DescribeInstanceTypes": 1}
 
+def nothing_started(o: Outcome) -> list[tuple[str, bool, str]]:
+    """No build, no training job, no command, no pipeline execution, no deployment."""
+    spend = {a: o.requests.get(a, 0) for a in ("StartBuild", "SubmitJob", "RegisterJobDefinition", "SendCommand",
+                                               "StartPipelineExecution", "CreateDeployment", "UpdateCluster")}
+    return [_c("nothing was started (no StartBuild, SubmitJob, SendCommand, ...)", not any(spend.values()), spend)]
+
+
+#: The digest of the stale image :func:`_stale_tag` pushed.
+STALE: dict[str, str] = {}
+
+
+def _stale_tag(sandbox, env_config) -> None:
+    """An image pushed under the old branch tag src-main (the old build skip trained on it), and a new version of
+    the build's source archive."""
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                           "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 7,
+                                      "digest": "sha256:" + "5" * 64},
+                           "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 9,
+                                       "digest": "sha256:" + "6" * 64}]}, separators=(",", ":"))
+    ecr = sandbox.client("ecr", internal=True)
+    repo = sandbox.config["image_build"]["ecr_repository"]
+    try:
+        ecr.put_image(repositoryName=repo, imageManifest=manifest, imageTag="src-main")
+    except ecr.exceptions.ImageAlreadyExistsException:
+        pass
+    STALE["digest"] = ecr.describe_images(repositoryName=repo, imageIds=[{"imageTag": "src-main"}])[
+        "imageDetails"][0]["imageDigest"]
+    # a new version of the source archive (a new commit): its image key has no record yet, so it is built
+    s3 = sandbox.client("s3", internal=True)
+    key = sandbox.config["artifacts_bucket"], "source/sim2real.zip"
+    body = s3.get_object(Bucket=key[0], Key=key[1])["Body"].read()
+    s3.put_object(Bucket=key[0], Key=key[1], Body=body + b"\n")
+
+
+def _built_not_stale(o: Outcome) -> tuple[bool, Any]:
+    digest = ((o.tasks.get("build.build_image") or {}).get("xcom") or {}).get("image_digest")
+    return (bool(digest) and digest != STALE.get("digest") and o.requests.get("StartBuild", 0) == 1,
+            {"digest": digest, "stale": STALE.get("digest"), "StartBuild": o.requests.get("StartBuild", 0)})
+
+
 SCENARIOS: list[Scenario] = [
     Scenario(
         "batch_runnable", "Batch job held RUNNABLE (no capacity); budget runnable_timeout_minutes=1, the job reports "
@@ -388,9 +435,65 @@ SCENARIOS: list[Scenario] = [
                    and "no longer exists" in o.probe.get("reason", ""), o.probe))),
         setup=_orphan_job, probe=_orphan_probe, conf=NO_RELEASE,
     ),
+    Scenario(
+        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "§2 (input)",
+        "prepare_run refuses the run naming each unknown key with the closest field; nothing is started",
+        all_of(fails_with("prepare_run", "'num_node' is not a field", "did you mean 'num_nodes'",
+                          "'eval_epsiodes' is not a field", "did you mean 'eval_episodes'"),
+               custom("no retry", lambda o: (o.tries("prepare_run") == 1, o.tries("prepare_run"))),
+               nothing_started, not_run("check_resources", "build.build_image", TRAIN)),
+        conf={"num_node": 4, "eval_epsiodes": 7, **NO_RELEASE}, teardowns=False,
+    ),
+    Scenario(
+        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "§2 (input)",
+        "Airflow refuses to create the run, with the reason; no run exists",
+        lambda o: [_c("run creation refused", o.state == "refused", o.state),
+                   _c("the reason names the field and the bound",
+                      "eval_episodes: -5 is less than the minimum of 1" in o.error("dag.test"), o.error("dag.test"))],
+        conf={"eval_episodes": -5, **NO_RELEASE}, refused=True,
+    ),
+    Scenario(
+        "invalid_bucket_name", "environment config artifacts_bucket 'Sim2Real-Artifacts' (upper case)",
+        "§2 (preflight)", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
+        all_of(fails_with("check_resources", "'Sim2Real-Artifacts' is not a valid S3 bucket name",
+                          "upper-case letters"),
+               nothing_started, not_run("build.build_image", TRAIN)),
+        env_patch={"artifacts_bucket": "Sim2Real-Artifacts"}, conf=NO_RELEASE, teardowns=False,
+    ),
+    Scenario(
+        "missing_release_resources", "the model package group and the pipeline role of the config do not exist",
+        "§2 (preflight)", "check_resources lists both problems at once, before the build and the GPU fine-tune",
+        all_of(fails_with("check_resources", "2 problem(s)",
+                          "model package group 'sim2real-missing-models' does not exist",
+                          "role/sim2real-missing-role' does not exist"),
+               nothing_started, not_run("build.build_image", TRAIN, "vla.finetune_groot")),
+        env_patch={"sagemaker": {"model_package_group": "sim2real-missing-models",
+                                 "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-missing-role"}},
+    ),
+    Scenario(
+        "instance_type_too_small", "batch.instance_type g6.xlarge (1 GPU, 4 vCPU) for the 4-GPU, 48-vCPU job "
+        "definition", "§5.9", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
+        all_of(fails_with("check_resources", "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
+               submits(0), nothing_started, not_run(TRAIN)),
+        # max_budget_usd 0: the price table has no g6.xlarge (the budget check would refuse the run first)
+        env_patch={"batch": {"instance_type": "g6.xlarge"}}, conf={**NO_RELEASE, "max_budget_usd": 0},
+    ),
+    Scenario(
+        "build_over_at_once", "the image build is over before the task's first read (CodeBuild finishes inside "
+        "StartBuild); ECR holds a stale image under the old branch tag src-main", "§2 (build)",
+        "build_image finishes in its first try without deferring (no trigger race) and the run trains on the "
+        "image it built, not the stale tag",
+        all_of(succeeds,
+               custom("build_image succeeded in one try", lambda o: (
+                   o.state_of("build.build_image") == "success" and o.tries("build.build_image") == 1,
+                   (o.state_of("build.build_image"), o.tries("build.build_image")))),
+               custom("built (one StartBuild), digest is not the stale tag's", _built_not_stale)),
+        faults={"codebuild_instant": True}, conf=NO_RELEASE, setup=_stale_tag,
+    ),
 ]
 for _s in SCENARIOS:  # every scenario also checks the invariants
-    _s.check = all_of(_s.check, nothing_running, teardowns_ran)
+    if not _s.refused:
+        _s.check = all_of(_s.check, nothing_running, *([teardowns_ran] if _s.teardowns else []))
     _s.check.__name__ = _s.name
 
 SCENARIO_NAMES = [s.name for s in SCENARIOS]
@@ -472,7 +575,7 @@ def _collect(sandbox, env_config, dag_run, before, listener, t0: float, faults: 
                                  "duration": ti.duration}
         rows = session.execute(select(XComModel.task_id, XComModel.value).where(
             XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id,
-            XComModel.task_id == TRAIN, XComModel.key == "return_value")).all()
+            XComModel.task_id.in_([TRAIN, "build.build_image"]), XComModel.key == "return_value")).all()
         for task_id, value in rows:
             try:
                 tasks[task_id]["xcom"] = json.loads(value) if isinstance(value, (str, bytes)) else value
@@ -555,11 +658,41 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                                     decision=scenario.decision,
                                     description=f"{scenario.decision.lower()} by the fault replay's reviewer")
                 approver.start()
+                env_var = "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"
+                saved_env = os.environ.get(env_var)
+                if scenario.env_patch:
+                    os.environ[env_var] = json.dumps(_merge(env_config, scenario.env_patch))
                 t0, m0 = time.time(), time.monotonic()
+                refusal = ""
                 try:
                     dag_run = dag.test(run_conf={**defaults, **BASE_CONF, **scenario.conf})
+                except Exception as err:  # ParamValidationError: Airflow refused the run (others re-raised)
+                    if not scenario.refused or type(err).__name__ != "ParamValidationError":
+                        raise
+                    dag_run, refusal = None, f"{type(err).__name__}: {err}"
                 finally:
                     approver.cancel()
+                    if saved_env is not None:
+                        os.environ[env_var] = saved_env
+                if dag_run is None:
+                    outcome = Outcome(state="refused", tasks={}, errors={"dag.test": [refusal]}, requests=Counter(),
+                                      injected=Counter(), jobs=[], commands=[], executions=[], deployments=[],
+                                      instances={}, instances_before={}, lineage=None, faults_left={},
+                                      elapsed_s=time.monotonic() - m0)
+                    checks = scenario.check(outcome)
+                    passed = all(ok for _, ok, _ in checks)
+                    results.append({
+                        "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
+                        "expected": scenario.expected, "passed": passed, "state": "refused", "failed_tasks": [],
+                        "messages": {"dag.test": refusal[:500]}, "tries": {}, "submit_job_calls": 0, "jobs": [],
+                        "commands": [], "executions": [], "deployments": [], "teardowns": {},
+                        "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
+                        "elapsed_s": round(outcome.elapsed_s, 1)})
+                    echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} (run refused at creation)")
+                    for n, ok, d in checks:
+                        if not ok:
+                            echo(f"[faults]   FAILED check {n}: {d}")
+                    continue
                 _settle(sandbox, before)
                 outcome = _collect(sandbox, env_config, dag_run, before, listener, t0, sandbox.faults)
                 outcome.elapsed_s = time.monotonic() - m0
@@ -592,6 +725,14 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
         if own_home:
             shutil.rmtree(home, ignore_errors=True)
     return results
+
+
+def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``patch`` merged in, nested objects key by key."""
+    out = json.loads(json.dumps(base))
+    for key, value in patch.items():
+        out[key] = _merge(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
 
 
 # -- reporting -----------------------------------------------------------------------------------------

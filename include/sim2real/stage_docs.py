@@ -20,11 +20,25 @@ Hands on the run key, the cost estimate and every name and URI of the run (`runs
 artifacts bucket, also as the "S3 run folder" extra link).
 """
 
+CHECK_RESOURCES = """\
+**Resource preflight.** Calls only read APIs: S3 `ListObjectsV2`, CodeBuild `BatchGetProjects`, ECR
+`DescribeRepositories`, Batch `DescribeJobQueues` / `DescribeComputeEnvironments` / `DescribeJobDefinitions`,
+EC2 `DescribeInstanceTypes`, IAM `GetRole`, SageMaker `DescribeModelPackageGroup` / `DescribeCluster`, IoT
+`DescribeThingGroup` and Greengrass `ListCoreDevices` — for the stages this run uses. Waits for nothing: before
+the build and any GPU, it refuses the run listing every problem at once (invalid or unreachable bucket,
+disabled queue or compute environment, missing job definition, a job definition whose per-node GPUs / vCPUs /
+memory exceed the instance type, missing pipeline role or model package group, a thing group without core
+devices, a missing HyperPod cluster or group), each with the resource and what to change. Hands on what it checked.
+"""
+
 BUILD = """\
-**Build the training image.** Calls ECR `DescribeImages` and, when the image for this source version is
-not there yet, CodeBuild `StartBuild` / `BatchGetBuilds` (`StopBuild` when the task is killed).
-Waits (deferred) for the build to reach SUCCEEDED; skipped when ECR already has the image.
-Hands on the image URI pinned by **digest**, never a mutable tag.
+**Build the training image.** Calls CodeBuild, ECR and S3. Resolves the source version to a commit (a git branch or tag to the commit it
+points at now; an S3 source to its object version), hashes the build context (CodeBuild `BatchGetProjects`:
+buildspec, build environment, overrides) and keys the image on both. Reuses an image only when
+`images/<repository>/<key>.json` in the artifacts bucket records its digest and ECR still has it (`DescribeImages`
+by digest); otherwise CodeBuild `StartBuild` on that commit / `BatchGetBuilds` (`StopBuild` when the task is
+killed). Waits (deferred) for the build to reach SUCCEEDED — not at all when it is already over.
+Hands on the image URI pinned by **digest**, never a tag.
 """
 
 TRAINING_BACKEND = """\
@@ -35,8 +49,9 @@ skipped). Waits for nothing. Hands on the task id of the path taken.
 
 PREFLIGHT = """\
 **Capacity preflight.** Calls EC2 `DescribeInstanceTypes`, Service Quotas `GetServiceQuota`, CloudWatch
-`AWS/Usage` and Batch `DescribeComputeEnvironments`. Waits for nothing: it fails fast, before any GPU is
-started, when the quota cannot hold the job (with the quota's name, code, limit, usage and the command
+`AWS/Usage` and Batch `DescribeComputeEnvironments` / `DescribeJobDefinitions`. Waits for nothing: it fails
+fast, before any GPU is started, when one node of the job definition needs more GPUs, vCPUs or memory than
+the instance type has (the job would stay RUNNABLE), when the quota cannot hold nodes × vCPUs (with the quota's name, code, limit, usage and the command
 to request more) or the compute environment is not usable. Hands on the verdict: needed / limit / in-use vCPU.
 """
 

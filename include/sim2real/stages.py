@@ -46,7 +46,6 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
     run_uri = f"s3://{bucket}/{prefix}"
     ckpt_uri = f"{run_uri}checkpoints/"
     source_version = params.get("image_source_version") or env["image_build"]["source_version"]
-    image_tag = "src-" + "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in source_version)[:120]
     training_env = {
         "TASK": params["task"],
         "MAX_ITERATIONS": str(params["max_iterations"]),
@@ -76,7 +75,7 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
             "project_name": env["image_build"]["codebuild_project"],
             "repository_name": env["image_build"]["ecr_repository"],
             "source_version": source_version,
-            "image_tag": image_tag,
+            "record_bucket": bucket,  # images/<repository>/<image key>.json: the digest built for a key
         },
         "batch": {
             "job_name": f"sim2real-train-{run_key}"[:128],

@@ -94,6 +94,7 @@ def environment_config(settings: Settings, stacks: dict[str, Any]) -> dict[str, 
         "notifications": {
             "sns_topic_arn": f"arn:{partition}:sns:{region}:{account}:{settings.name('notifications')}",
         },
+        "schedule_timezone": settings.schedule_timezone,
         "sandbox": False,
     }
     if stacks.get("hyperpod") is not None:

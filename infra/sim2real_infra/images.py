@@ -11,13 +11,13 @@ from constructs import Construct
 
 from .settings import Settings
 
-#: The inline buildspec. The DAG's ``build.build_image`` task starts the build with
-#: ``IMAGE_TAG`` (derived from the source version) and ``IMAGE_REPO_NAME`` overrides and then reads
-#: the pushed image's digest from ECR; the tag is immutable, so a rebuild of one source version is
-#: skipped by the DAG rather than overwritten.
+#: The inline buildspec. The DAG's ``build.build_image`` task starts the build on the resolved commit with
+#: ``IMAGE_TAG`` (``build-`` + the image key: commit + build-context hash) and ``IMAGE_REPO_NAME`` overrides
+#: and reads the pushed image's digest from the exported ``IMAGE_DIGEST``; tags are immutable, and the DAG
+#: reuses an image only by the digest it recorded for a key (``images/<repo>/<key>.json`` in the bucket).
 BUILDSPEC = {
     "version": "0.2",
-    "env": {"shell": "bash"},
+    "env": {"shell": "bash", "exported-variables": ["IMAGE_DIGEST"]},
     "phases": {
         "pre_build": {"commands": [
             "set -euo pipefail",
@@ -29,7 +29,8 @@ BUILDSPEC = {
         ]},
         "post_build": {"commands": [
             "docker push ${REGISTRY}/${IMAGE_REPO_NAME}:${IMAGE_TAG}",
-            "aws ecr describe-images --repository-name ${IMAGE_REPO_NAME} --image-ids imageTag=${IMAGE_TAG} --query 'imageDetails[0].imageDigest' --output text",
+            "IMAGE_DIGEST=$(aws ecr describe-images --repository-name ${IMAGE_REPO_NAME} --image-ids imageTag=${IMAGE_TAG} --query 'imageDetails[0].imageDigest' --output text)",
+            "echo pushed ${IMAGE_REPO_NAME}@${IMAGE_DIGEST}",
         ]},
     },
 }

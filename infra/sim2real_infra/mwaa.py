@@ -22,9 +22,15 @@ from .settings import Settings
 #: ``AirflowConfigurationOptions``: every wait longer than a minute defers (no worker slot held),
 #: and Airflow Variables are read from SSM (``/sim2real/airflow/variables/sim2real_environment`` holds
 #: the environment config) through the Amazon provider's secrets backend.
-def airflow_configuration(variables_prefix: str) -> dict[str, str]:
-    """MWAA ``AirflowConfigurationOptions`` of the environment."""
+def airflow_configuration(variables_prefix: str, schedule_timezone: str = "UTC") -> dict[str, str]:
+    """MWAA ``AirflowConfigurationOptions`` of the environment.
+
+    ``sim2real.schedule_timezone`` (a custom option: MWAA sets it as ``AIRFLOW__SIM2REAL__SCHEDULE_TIMEZONE``) is
+    the IANA time zone of the nightly schedule, the environment config's ``schedule_timezone``; the DAG file reads
+    it at parse time from the Airflow configuration (no Variable lookup while parsing).
+    """
     return {
+        "sim2real.schedule_timezone": schedule_timezone,
         "operators.default_deferrable": "true",
         "secrets.backend": "airflow.providers.amazon.aws.secrets.systems_manager.SystemsManagerParameterStoreBackend",
         "secrets.backend_kwargs": '{"variables_prefix": "%s", "connections_prefix": null, "config_prefix": null}'
@@ -131,7 +137,7 @@ class MwaaStack(cdk.Stack):
             requirements_s3_object_version=versions.get("requirements.txt"),
             startup_script_s3_path="startup.sh",
             startup_script_s3_object_version=versions.get("startup.sh"),
-            airflow_configuration_options=airflow_configuration(self.variables_prefix),
+            airflow_configuration_options=airflow_configuration(self.variables_prefix, settings.schedule_timezone),
             network_configuration=mwaa.CfnEnvironment.NetworkConfigurationProperty(
                 security_group_ids=[self.security_group.security_group_id],
                 subnet_ids=vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnet_ids[:2],
@@ -211,9 +217,13 @@ class MwaaStack(cdk.Stack):
         self._add("EnvironmentConfig", ["ssm:GetParameter", "ssm:GetParameters"],
                   [arn("ssm", "parameter", name.lstrip("/")) for name in t.environment_parameter_names])
         # run folders, checkpoints, reports, lineage, SSM command output
-        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/"], write=["runs/"], sid="Artifacts")
+        # images/: the build's image records (image key -> digest), read and written by build.build_image
+        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/"], write=["runs/", "images/"],
+                       sid="Artifacts")
         # 1 build
-        self._add("BuildImage", ["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild"],
+        self._add("BuildImage", ["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild",
+                                 "codebuild:BatchGetProjects",  # check_resources, build: project and context
+                                 "codebuild:ListBuildsForProject"],  # build: reattach to an earlier try's build
                   [t.codebuild_project_arn])
         self._add("ImageDigest", ["ecr:DescribeImages", "ecr:DescribeRepositories", "ecr:BatchGetImage"],
                   t.ecr_repository_arns)
@@ -251,6 +261,7 @@ class MwaaStack(cdk.Stack):
                                         "sagemaker:StopPipelineExecution"], [f"{pipeline}/execution/*"])
         self._add("PipelinePassRole", ["iam:PassRole"], [t.pipeline_role_arn],
                   {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}})
+        self._add("PipelineRoleExists", ["iam:GetRole"], [t.pipeline_role_arn])  # check_resources
         # 8 approval
         self._add("ModelPackages", ["sagemaker:DescribeModelPackage", "sagemaker:DescribeModelPackageGroup"],
                   [arn("sagemaker", "model-package-group", t.model_package_group_name),

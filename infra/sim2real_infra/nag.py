@@ -35,6 +35,9 @@ IAM5_REASONS: list[tuple[str, str]] = [
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/(runs|datasets|ssm-output|greengrass|greengrass/artifacts|hyperpod/lifecycle)/\*",
      "Object keys under one fixed prefix of the artifacts bucket; the keys are created per run "
      "(runs/<run_key>/...) or per component version, so they cannot be listed in advance."),
+    (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/images/\*",
+     ("The image records (images/<repository>/<image key>.json: the digest built for a source commit and build "
+      "context); the keys are content hashes, so they cannot be listed in advance.")),
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/runs/\*/eval/\*",
      "The workstation writes only the eval/ folder of a run; the run key is not known in advance."),
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-mwaa-{_ACCOUNT}/\*",

@@ -46,6 +46,8 @@ class Settings:
     :param workstation: create the evaluation workstation instance (off: bring your own, tagged).
     :param workstation_instance_type: EC2 type of that instance.
     :param hyperpod: create the optional HyperPod stack.
+    :param schedule_timezone: IANA time zone of the nightly run (``0 2 * * *``), e.g. ``Europe/Berlin``; written to
+        the environment config (``schedule_timezone``) and to MWAA's ``sim2real.schedule_timezone`` option.
     :param airflow_version: MWAA ``AirflowVersion``.
     :param mwaa_environment_class: MWAA ``EnvironmentClass``.
     :param mwaa_versions: S3 object versions of ``plugins.zip``, ``requirements.txt`` and
@@ -70,6 +72,7 @@ class Settings:
     workstation: bool = False
     workstation_instance_type: str = "g6.12xlarge"
     hyperpod: bool = False
+    schedule_timezone: str = "UTC"
     airflow_version: str = "3.3.1"
     mwaa_environment_class: str = "mw1.small"
     mwaa_versions: dict[str, str] = field(default_factory=dict)
@@ -107,6 +110,7 @@ class Settings:
             root_volume_gib=int(get("root_volume_gib", d.root_volume_gib)),
             runnable_timeout_minutes=int(get("runnable_timeout_minutes", d.runnable_timeout_minutes)),
             job_timeout_hours=int(get("job_timeout_hours", d.job_timeout_hours)),
+            schedule_timezone=str(get("schedule_timezone", d.schedule_timezone)),
             max_azs=int(get("max_azs", d.max_azs)),
             workstation=_bool(get("workstation", d.workstation)),
             workstation_instance_type=str(get("workstation_instance_type", d.workstation_instance_type)),
@@ -134,6 +138,13 @@ class Settings:
             raise ValueError("sim2real:max_azs must be >= 2 (MWAA needs two private subnets in two AZs)")
         if self.max_vcpus < self.vcpus_per_node:
             raise ValueError("sim2real:max_vcpus is below one node's vCPUs: no job could ever be placed")
+        import zoneinfo
+
+        try:
+            zoneinfo.ZoneInfo(self.schedule_timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"sim2real:schedule_timezone must be an IANA time zone name such as UTC or "
+                             f"Europe/Berlin, got {self.schedule_timezone!r}") from None
 
     @property
     def instance_type(self) -> str:

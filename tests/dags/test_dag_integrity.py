@@ -87,7 +87,10 @@ def test_stages_match_the_design(dagbag):
     assert "evaluate.run_evaluation" in dag.get_task("evaluate.stop_workstation").upstream_task_ids
     assert "preflight.check_capacity" in dag.get_task("train.train_policy").upstream_task_ids
     # One branch picks the backend before any capacity check; each path checks capacity before spending.
-    assert dag.get_task("training_backend").upstream_task_ids == {"prepare_run"}
+    assert dag.get_task("training_backend").upstream_task_ids == {"prepare_run", "check_resources"}
+    # Every named resource is checked before the build and before either backend (no spend before it).
+    assert dag.get_task("check_resources").upstream_task_ids == {"prepare_run"}
+    assert "check_resources" in dag.get_task("build.build_image").upstream_task_ids
     assert dag.get_task("training_backend").downstream_task_ids == {"preflight.check_capacity",
                                                                    "hyperpod.check_capacity"}
     assert "hyperpod.check_capacity" in dag.get_task("hyperpod.scale_up").upstream_task_ids
@@ -120,6 +123,8 @@ def test_stages_match_the_design(dagbag):
     ({"min_success_rate": 1.5}, "min_success_rate"),
     ({"eval_episodes": "twenty"}, "eval_episodes"),
     ({"training_backend": "slurm"}, "training_backend"),
+    ({"eval_episodes": -5}, "eval_episodes: -5 is less than the minimum of 1"),
+    ({"training_timeout_hours": 0}, "training_timeout_hours: 0 is less than or equal to the minimum of 0"),
 ])
 def test_bad_params_are_refused_before_a_run_exists(serialized_dag, conf, message):
     """The same check the API server runs on a trigger (SerializedDAG.create_dagrun → params.validate)."""
@@ -127,6 +132,32 @@ def test_bad_params_are_refused_before_a_run_exists(serialized_dag, conf, messag
 
     with pytest.raises(ParamValidationError, match=message):
         serialized_dag.params.deep_merge(conf).validate()
+
+
+def test_the_trigger_form_gets_no_bounds_to_clamp_to(serialized_dag):
+    """The form's number widget clamps a typed value to the schema's top-level minimum/maximum (-5 episodes
+    became 1): the bounds sit in allOf, where Airflow's validation still refuses the value (test above)."""
+    from sim2real.params import param_bounds
+
+    bounded = {k: p for k, p in serialized_dag.params.items() if param_bounds(p.schema)}
+    assert {"num_nodes", "eval_episodes", "min_success_rate", "max_budget_usd"} <= set(bounded)
+    for key, spec in bounded.items():
+        assert not {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & set(spec.schema), key
+        assert "Allowed: " in (spec.description or ""), key
+
+
+def test_unknown_conf_keys_pass_airflow_and_are_refused_by_the_first_task(serialized_dag):
+    """Airflow 3.3.1 validates each param's value but adds unknown conf keys as schema-less params (no error at
+    run creation): prepare_run refuses them first, with the closest field names."""
+    from sim2real.params import ParamRuleError, check_conf_keys
+
+    conf = {"num_node": 4, "eval_epsiodes": 7}
+    serialized_dag.params.deep_merge(conf).validate()  # accepted by Airflow
+    with pytest.raises(ParamRuleError) as err:
+        check_conf_keys(conf, serialized_dag.params)
+    assert "'num_node' is not a field of the trigger form (did you mean 'num_nodes'" in str(err.value)
+    assert "'eval_epsiodes' is not a field of the trigger form (did you mean 'eval_episodes'" in str(err.value)
+    check_conf_keys({"num_nodes": 2}, serialized_dag.params)
 
 
 def test_default_params_are_valid(serialized_dag):

@@ -67,6 +67,21 @@ def test_nightly_schedule_one_run_at_a_time_no_catchup(dag):
     assert dag.catchup is False and dag.max_active_runs == 1
 
 
+def test_nightly_schedule_time_zone_comes_from_the_configuration(monkeypatch):
+    """infra/ sets [sim2real] schedule_timezone on MWAA from the environment config; the DAG reads it at parse
+    time (no Variable lookup) and shows it in its description."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW__SIM2REAL__SCHEDULE_TIMEZONE", "Europe/Berlin")
+    bag = DagBag(dag_folder=str(DAGS / "sim_to_real.py"))
+    assert bag.import_errors == {}
+    dag = bag.dags["sim_to_real"]
+    assert str(dag.timetable.timezone) == "Europe/Berlin" and "02:00 Europe/Berlin" in dag.description
+    monkeypatch.setenv("AIRFLOW__SIM2REAL__SCHEDULE_TIMEZONE", "Mars/Olympus")
+    bag = DagBag(dag_folder=str(DAGS / "sim_to_real.py"))
+    assert "[sim2real] schedule_timezone: 'Mars/Olympus' is not an IANA time zone name" in "".join(bag.import_errors.values())
+
+
 @pytest.mark.parametrize("run_type, nodes, task", [("scheduled", 2, "Isaac-Velocity-Rough-H1-v0"),
                                                      ("manual", 1, "Reacher-v5")])
 def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatch, run_type, nodes, task):
@@ -85,7 +100,7 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     monkeypatch.setattr("sim2real.sweeper.sweep_before_run", lambda *args, **kwargs: None)  # no AWS here
     form = dag.params.validate()
     out = prepare(params=form, dag_run=SimpleNamespace(run_id=f"{run_type}__2026-12-01T02:00:00+00:00",
-                                                       run_type=run_type), dag=dag)
+                                                       run_type=run_type, conf={}), dag=dag)
     assert out["batch.num_nodes"] == nodes and out["checkpoint.task"] == task
     assert out["plan"]["params"]["num_nodes"] == nodes
     expected_gate = 0.6 if run_type == "scheduled" else form["min_success_rate"]

@@ -14,7 +14,7 @@ import pytest
 
 from sim2real.faults import SCENARIO_NAMES
 
-#: The replay's processes run before the first test: its timeout covers them (14 scenarios of 30-150 s).
+#: The replay's processes run before the first test: its timeout covers them (the fixture waits up to 1200 s).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 #: Scenarios that show a known defect outside this suite's files (strict: they must start passing

@@ -11,6 +11,8 @@ def test_mwaa_environment(synth: Synth) -> None:
     assert env["Name"] == "sim2real"
     assert env["AirflowVersion"].startswith("3.")
     assert env["AirflowConfigurationOptions"]["operators.default_deferrable"] == "true"
+    # the nightly schedule's time zone, the same value as the environment config's schedule_timezone
+    assert env["AirflowConfigurationOptions"]["sim2real.schedule_timezone"] == "UTC"
     assert env["AirflowConfigurationOptions"]["secrets.backend"].endswith("SystemsManagerParameterStoreBackend")
     assert '"variables_prefix": "/sim2real/airflow/variables"' in env["AirflowConfigurationOptions"]["secrets.backend_kwargs"]
     assert env["DagS3Path"] == "dags"

@@ -79,3 +79,13 @@ def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(which: str, request
 def test_every_suppression_has_a_written_reason() -> None:
     reasons = [r for _, r in IAM5_REASONS] + list(IAM4_REASONS.values()) + [r for _, _, r in OTHER_REASONS]
     assert reasons and all(len(r) > 40 for r in reasons)
+
+
+def test_the_resource_preflight_may_make_every_call_it_makes(synth: Synth) -> None:
+    """check_resources (sim2real.operators.preflight) reads these; each is granted to the MWAA role."""
+    granted = {a for _, st in _statements(synth) if st["Effect"] == "Allow" for a in _list(st["Action"])}
+    needed = {"s3:ListBucket", "s3:PutObject", "codebuild:BatchGetProjects", "codebuild:ListBuildsForProject", "ecr:DescribeRepositories", "batch:DescribeJobQueues",
+              "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions", "ec2:DescribeInstanceTypes",
+              "iam:GetRole", "sagemaker:DescribeModelPackageGroup", "iot:DescribeThingGroup",
+              "greengrass:ListCoreDevices"}
+    assert needed <= granted, sorted(needed - granted)

@@ -374,6 +374,15 @@ def test_deferrable_defers_with_our_trigger_and_execute_complete(aws_env, moto_b
     assert op.execute_complete({}, {"status": "success", "job_id": op.job_id})["status"] == "SUCCEEDED"
 
 
+@mock_aws(config=MOTO_BATCH)
+def test_deferrable_job_already_over_completes_without_deferring(aws_env, moto_batch_gaps, script):
+    """No trigger race: a job that ended before the task would defer (a retry reattaching to it) is settled."""
+    setup_batch()
+    script["*"] = [("SUCCEEDED", None, 0)]
+    op = make_op(deferrable=True, runnable_timeout_seconds=900, poll_interval=15, max_retries=100)
+    assert op.execute({})["status"] == "SUCCEEDED"  # no TaskDeferred
+
+
 # -- trigger against ThreadedMotoServer -------------------------------------------------------
 def submit_on_server(endpoint: str) -> str:
     clients = setup_batch(endpoint)

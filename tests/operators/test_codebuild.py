@@ -22,7 +22,7 @@ from operator_helpers import first_event
 REGION = "us-east-1"
 PROJECT = "sim2real-training-image"
 REPO = "sim2real-training"
-TAG = "src-0123abcd"
+TAG = "build-0123abcd"
 MANIFEST = json.dumps(
     {
         "schemaVersion": 2,
@@ -35,6 +35,16 @@ MANIFEST = json.dumps(
         "layers": [],
     }
 )
+
+
+def _manifest(layer: str) -> str:
+    """An image manifest whose digest (moto: sha256 of the layer digests) differs per ``layer`` character."""
+    doc = json.loads(MANIFEST)
+    doc["layers"] = [{"digest": "sha256:" + layer * 64, "size": 9,
+                      "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip"}]
+    return json.dumps(doc)
+
+
 FAILED_PHASES = [
     {"phaseType": "SUBMITTED", "phaseStatus": "SUCCEEDED"},
     {"phaseType": "PRE_BUILD", "phaseStatus": "SUCCEEDED"},
@@ -52,10 +62,13 @@ FAILED_PHASES = [
 TERMINAL = ["SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"]
 
 
-def _create_project(cb):
+SOURCE_BUCKET, SOURCE_KEY, RECORDS = "sim2real-source", "source/sim2real.zip", "sim2real-artifacts"
+
+
+def _create_project(cb, source=None):
     cb.create_project(
         name=PROJECT,
-        source={"type": "S3", "location": "bucket/source.zip"},
+        source=source or {"type": "S3", "location": f"{SOURCE_BUCKET}/{SOURCE_KEY}"},
         artifacts={"type": "NO_ARTIFACTS"},
         environment={
             "type": "LINUX_CONTAINER",
@@ -66,21 +79,39 @@ def _create_project(cb):
     )
 
 
-def _setup():
-    _create_project(boto3.client("codebuild", region_name=REGION))
+def _put_source(body: bytes = b"build context v1") -> str:
+    return boto3.client("s3", region_name=REGION).put_object(Bucket=SOURCE_BUCKET, Key=SOURCE_KEY, Body=body)[
+        "VersionId"]
+
+
+def _setup(source=None):
+    _create_project(boto3.client("codebuild", region_name=REGION), source)
     boto3.client("ecr", region_name=REGION).create_repository(repositoryName=REPO)
+    s3 = boto3.client("s3", region_name=REGION)
+    for bucket in (SOURCE_BUCKET, RECORDS):
+        s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=SOURCE_BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    return _put_source()
 
 
-def _push_image():
+def _push_image(tag: str = TAG, manifest: str = MANIFEST) -> str:
     backend = ecr_backends[DEFAULT_ACCOUNT_ID][REGION]
-    if not any(TAG in (img.image_tags or []) for img in backend.repositories[REPO].images):
-        backend.put_image(REPO, MANIFEST, TAG)
+    images = [img for img in backend.repositories[REPO].images if tag in (img.image_tags or [])]
+    if not images:
+        backend.put_image(REPO, manifest, tag)
+        images = [img for img in backend.repositories[REPO].images if tag in (img.image_tags or [])]
+    return images[0].image_digest
+
+
+def _builds() -> list[str]:
+    return boto3.client("codebuild", region_name=REGION).list_builds()["ids"]
 
 
 @pytest.fixture
 def build_status(monkeypatch):
-    """Make BatchGetBuilds report ``holder["status"]``; SUCCEEDED also 'pushes' the image like a buildspec."""
-    holder = {"status": "SUCCEEDED", "stopped": []}
+    """Make BatchGetBuilds report ``holder["status"]``; SUCCEEDED also 'pushes' the image and exports its digest
+    like the buildspec (``env.exported-variables: [IMAGE_DIGEST]``)."""
+    holder = {"status": "SUCCEEDED", "stopped": [], "manifest": MANIFEST}
     original = CodeBuildBackend.batch_get_builds
     original_stop = CodeBuildBackend.stop_build
 
@@ -89,7 +120,8 @@ def build_status(monkeypatch):
         for build in builds:
             build["buildStatus"] = holder["status"]
             if holder["status"] == "SUCCEEDED":
-                _push_image()
+                digest = _push_image(f"pushed-{build['id'][-8:]}", holder["manifest"])
+                build["exportedEnvironmentVariables"] = [{"name": "IMAGE_DIGEST", "value": digest}]
             else:
                 build["phases"] = FAILED_PHASES
                 build["currentPhase"] = "BUILD" if holder["status"] == "IN_PROGRESS" else "COMPLETED"
@@ -109,7 +141,8 @@ def _op(**kw):
         task_id="build_image",
         project_name=PROJECT,
         repository_name=REPO,
-        image_tag=TAG,
+        record_bucket=RECORDS,
+        source_version="main",
         waiter_delay=0,
         waiter_max_attempts=1,
         **kw,
@@ -117,21 +150,103 @@ def _op(**kw):
 
 
 @mock_aws
-def test_skips_build_when_tag_exists(aws_env, build_status):
+def test_builds_once_then_reuses_the_digest_recorded_for_the_same_content(aws_env, build_status):
+    version = _setup()
+    first = _op(deferrable=False).execute({})
+    assert first["skipped"] is False and first["build_id"].startswith(PROJECT + ":")
+    assert first["source_commit"] == f"s3:{version}" and len(first["image_key"]) == 64
+    assert first["image_tag"] == "build-" + first["image_key"][:40]
+    record = json.loads(boto3.client("s3", region_name=REGION).get_object(
+        Bucket=RECORDS, Key=f"images/{REPO}/{first['image_key']}.json")["Body"].read())
+    assert record["image_digest"] == first["image_digest"] and record["build_id"] == first["build_id"]
+    again = _op(deferrable=False).execute({})
+    assert again["skipped"] is True and again["image_digest"] == first["image_digest"]
+    assert again["build_id"] == first["build_id"]  # the build that produced it (its link is kept)
+    assert again["image_uri"] == f"{DEFAULT_ACCOUNT_ID}.dkr.ecr.{REGION}.amazonaws.com/{REPO}@{first['image_digest']}"
+    assert len(_builds()) == 1
+
+
+@mock_aws
+def test_a_new_source_version_under_the_same_name_is_built(aws_env, build_status):
+    """The old skip trusted the tag src-main: a new commit on main was never built."""
     _setup()
-    _push_image()
-    result = _op(deferrable=False).execute({})
-    digest = boto3.client("ecr", region_name=REGION).describe_images(repositoryName=REPO)["imageDetails"][0][
-        "imageDigest"
-    ]
-    assert result == {
-        "image_uri": f"{DEFAULT_ACCOUNT_ID}.dkr.ecr.{REGION}.amazonaws.com/{REPO}@{digest}",
-        "image_digest": digest,
-        "image_tag": TAG,
-        "build_id": None,
-        "skipped": True,
-    }
-    assert boto3.client("codebuild", region_name=REGION).list_builds()["ids"] == []
+    first = _op(deferrable=False).execute({})
+    new_version = _put_source(b"build context v2")
+    build_status["manifest"] = _manifest("2")
+    second = _op(deferrable=False).execute({})
+    assert second["skipped"] is False and second["source_commit"] == f"s3:{new_version}"
+    assert second["image_key"] != first["image_key"] and second["image_digest"] != first["image_digest"]
+    assert len(_builds()) == 2
+
+
+@mock_aws
+def test_a_tag_re_pushed_to_another_image_is_not_trained_on(aws_env, build_status):
+    _setup()
+    first = _op(deferrable=False).execute({})
+    _push_image(first["image_tag"], _manifest("3"))  # someone pushes under the key's tag
+    again = _op(deferrable=False).execute({})
+    assert again["skipped"] is True and again["image_digest"] == first["image_digest"]
+
+
+@mock_aws
+def test_a_recorded_image_that_ecr_lost_is_built_again(aws_env, build_status):
+    _setup()
+    first = _op(deferrable=False).execute({})
+    boto3.client("ecr", region_name=REGION).batch_delete_image(
+        repositoryName=REPO, imageIds=[{"imageDigest": first["image_digest"]}])
+    again = _op(deferrable=False).execute({})
+    assert again["skipped"] is False and len(_builds()) == 2
+
+
+@mock_aws
+def test_a_changed_build_context_is_another_key(aws_env, build_status):
+    _setup()
+    first = _op(deferrable=False).execute({})
+    other = _op(deferrable=False, environment_variables={"DOCKERFILE": "containers/isaaclab/Dockerfile"}).execute({})
+    assert other["source_commit"] == first["source_commit"] and other["context_sha256"] != first["context_sha256"]
+    assert other["skipped"] is False
+
+
+@mock_aws
+def test_a_branch_that_cannot_be_resolved_is_built_and_recorded_under_the_built_commit(aws_env, build_status,
+                                                                                       monkeypatch):
+    """A private git repository (its refs not readable before the build): the build always runs, and its
+    resolvedSourceVersion keys the record, so a later run pinned to that commit reuses the image."""
+    from sim2real.hooks import codebuild as hooks
+
+    _setup(source={"type": "GITHUB", "location": "https://github.com/org/private.git"})
+    built = "f" * 40
+    original = CodeBuildBackend.batch_get_builds
+
+    def with_resolved(self, ids):
+        builds = original(self, ids)
+        for build in builds:
+            build["resolvedSourceVersion"] = built  # CodeBuild: the commit it checked out
+        return builds
+
+    monkeypatch.setattr(CodeBuildBackend, "batch_get_builds", with_resolved)
+
+    def private(url, ref):
+        raise OSError("HTTP Error 401: Unauthorized")
+
+    monkeypatch.setattr(hooks, "git_ref_commit", private)
+    first = _op(deferrable=False).execute({})
+    assert first["skipped"] is False and first["image_key"] is None and first["source_commit"] is None
+    pinned = _op(deferrable=False)
+    pinned.source_version = built
+    again = pinned.execute({})
+    assert again["skipped"] is True and again["image_digest"] == first["image_digest"]
+    assert again["image_key"] == hooks.image_key(built, first["context_sha256"])
+
+
+@mock_aws
+def test_a_missing_project_fails_without_retry(aws_env, build_status):
+    from airflow.providers.common.compat.sdk import AirflowFailException
+
+    _setup()
+    with pytest.raises(AirflowFailException, match="project 'nope' not found"):
+        CodeBuildImageOperator(task_id="b", project_name="nope", repository_name=REPO, record_bucket=RECORDS,
+                               deferrable=False).execute({})
 
 
 @pytest.mark.parametrize("status", TERMINAL + ["IN_PROGRESS"])
@@ -156,11 +271,26 @@ def test_sync_terminal_statuses(aws_env, build_status, status):
         assert "max attempts" in message
 
 
+@pytest.mark.parametrize("status", ["SUCCEEDED", "FAILED"])
+@mock_aws
+def test_a_build_already_over_completes_without_deferring(aws_env, build_status, status):
+    """No trigger race: a build that ended before the task would defer is finished in the task itself."""
+    _setup()
+    build_status["status"] = status
+    op = _op(deferrable=True)
+    if status == "SUCCEEDED":
+        assert op.execute({})["skipped"] is False  # no TaskDeferred
+    else:
+        with pytest.raises(AirflowException, match=f"ended {status}"):
+            op.execute({})
+
+
 @mock_aws
 def test_deferrable_defers_with_trigger_and_on_kill_stops(aws_env, build_status):
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     _setup()
+    build_status["status"] = "IN_PROGRESS"
     op = _op(deferrable=True)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute({})
@@ -169,15 +299,71 @@ def test_deferrable_defers_with_trigger_and_on_kill_stops(aws_env, build_status)
     path, kwargs = trigger.serialize()
     assert path == "sim2real.triggers.codebuild.CodeBuildBuildCompleteTrigger"
     assert CodeBuildBuildCompleteTrigger(**kwargs).serialize() == (path, kwargs)
+    key_facts = deferred.value.kwargs["key_facts"]
+    assert key_facts["image_key"] and key_facts["image_tag"].startswith("build-")
     # resumed with a failure event: message names the phase
     build_status["status"] = "FAILED"
     with pytest.raises(AirflowException, match="phase BUILD FAILED"):
-        op.execute_complete({}, {"status": "error", "message": "failed", "build_id": op.build_id})
+        op.execute_complete({}, {"status": "error", "message": "failed", "build_id": op.build_id}, key_facts)
     build_status["status"] = "SUCCEEDED"
-    _push_image()  # what the build's buildspec does
-    assert op.execute_complete({}, {"status": "success", "build_id": op.build_id})["build_id"] == op.build_id
+    resumed = _op(deferrable=True)  # a fresh operator object, as after the triggerer
+    out = resumed.execute_complete({}, {"status": "success", "build_id": op.build_id}, key_facts)
+    assert out["build_id"] == op.build_id and out["image_key"] == key_facts["image_key"]
+    assert _op(deferrable=True).execute({})["skipped"] is True  # recorded by the resumed task
+    # resumed without the deferral's kwargs: the key is read back from the build (its source version and tag)
+    assert _op(deferrable=True).execute_complete({}, {"status": "success", "build_id": op.build_id})[
+        "image_key"] == key_facts["image_key"]
     op.on_kill()
     assert build_status["stopped"] == [op.build_id]
+
+
+def test_git_ref_commit_reads_the_ref_advertisement(monkeypatch):
+    """git's smart-HTTP answer (pkt-lines); an annotated tag resolves to its peeled commit."""
+    import io
+    import urllib.request
+
+    from sim2real.hooks.codebuild import git_ref_commit
+
+    def pkt(text: str) -> bytes:
+        data = text.encode()
+        return f"{len(data) + 4:04x}".encode() + data
+
+    main, tag, peeled = "a" * 40, "b" * 40, "c" * 40
+    body = (pkt("# service=git-upload-pack\n") + b"0000" + pkt(f"{main} HEAD\0multi_ack symref=HEAD:refs/heads/main\n")
+            + pkt(f"{main} refs/heads/main\n") + pkt(f"{tag} refs/tags/v1\n") + pkt(f"{peeled} refs/tags/v1^{{}}\n")
+            + b"0000")
+    seen = []
+
+    def urlopen(request, timeout):
+        seen.append(request.full_url)
+        return io.BytesIO(body)
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    assert git_ref_commit("https://github.com/org/repo", "main") == main
+    assert git_ref_commit("https://github.com/org/repo.git", "v1") == peeled
+    assert git_ref_commit("https://github.com/org/repo", "refs/heads/main") == main
+    assert git_ref_commit("https://github.com/org/repo", "nope") is None
+    assert seen[0] == "https://github.com/org/repo.git/info/refs?service=git-upload-pack"
+
+
+def test_resolve_source_commit_for_a_commit_id_and_a_git_branch(monkeypatch):
+    from sim2real.hooks import codebuild as hooks
+
+    hook = hooks.CodeBuildHook.__new__(hooks.CodeBuildHook)
+    project = {"source": {"type": "GITHUB", "location": "https://github.com/org/repo.git"}, "sourceVersion": "main"}
+    sha = "d" * 40
+    assert hook.resolve_source_commit(project, sha)[:2] == (sha, sha)
+    monkeypatch.setattr(hooks, "git_ref_commit", lambda url, ref: "e" * 40 if ref == "main" else None)
+    commit, start, how = hook.resolve_source_commit(project, None)
+    assert commit == start == "e" * 40 and "main of https://github.com/org/repo.git" in how
+    assert hook.resolve_source_commit(project, "gone")[0] is None  # unknown before the build: it always builds
+
+    def unreachable(url, ref):
+        raise OSError("HTTP Error 401: Unauthorized")
+
+    monkeypatch.setattr(hooks, "git_ref_commit", unreachable)
+    commit, start, how = hook.resolve_source_commit(project, "main")
+    assert commit is None and start == "main" and "401" in how
 
 
 @pytest.mark.parametrize("status", TERMINAL + ["IN_PROGRESS"])

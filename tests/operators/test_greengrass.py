@@ -276,12 +276,29 @@ def test_deferrable_defers(moto_endpoint, group_arn, context):
     op = operator(deferrable=True)
     with Stubber(op.hook.conn) as stub:
         stub_create(stub, group_arn)
+        stub_devices(stub, group_arn, {"robot-a": effective("IN_PROGRESS"), "robot-b": effective("SUCCEEDED")})
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(context)
     trigger = deferred.value.trigger
     assert isinstance(trigger, GreengrassDeploymentTrigger)
     assert (trigger.deployment_id, trigger.thing_group_arn) == (DEP, group_arn)
     assert deferred.value.kwargs["base"]["iot_job_id"] == "job-1"
+
+
+@pytest.mark.parametrize("statuses, succeeds", [(("SUCCEEDED", "SUCCEEDED"), True), (("SUCCEEDED", "FAILED"), False)])
+def test_a_deployment_already_over_completes_without_deferring(moto_endpoint, group_arn, context, statuses, succeeds):
+    """No trigger race: a deployment that finished on every device (or failed on one) is settled in the task."""
+    op = operator(deferrable=True)
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn, reuse=True)
+        stub_devices(stub, group_arn, {"robot-a": effective(statuses[0]), "robot-b": effective(statuses[1])})
+        if succeeds:
+            assert op.execute(context)["devices"] == {"robot-a": "SUCCEEDED", "robot-b": "SUCCEEDED"}
+        else:
+            stub.add_response("cancel_deployment", {}, {"deploymentId": DEP})
+            with pytest.raises(AirflowFailException, match="robot-b"):
+                op.execute(context)
+        stub.assert_no_pending_responses()
 
 
 # ---------------------------------------------------------------- trigger

@@ -155,10 +155,23 @@ def test_deferrable_defers_after_update(sm, cluster, context):
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
         stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 3, status="Updating"))
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(context)
     trigger = deferred.value.trigger
     assert isinstance(trigger, HyperPodScaleTrigger) and trigger.target_count == 3
+
+
+def test_a_group_already_at_its_target_completes_without_deferring(sm, cluster, context):
+    """No trigger race: a group whose nodes are already Running at the target is settled in the task."""
+    describe = sm.describe_cluster(ClusterName=cluster)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=3, deferrable=True)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
+        stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 3))
+        stub.add_response("list_cluster_nodes", _nodes("gpu", 3))
+        assert op.execute(context)["current_count"] == 3  # no TaskDeferred
 
 
 @pytest.mark.parametrize(

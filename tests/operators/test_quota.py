@@ -220,3 +220,71 @@ def test_compute_verdict_missing_ce():
         compute_environment_name="nope",
     )
     assert verdict["ok"] is False and "not found" in verdict["problems"][0]
+
+
+@pytest.fixture
+def moto_node_properties(monkeypatch):
+    """moto 5.2.5 leaves ``nodeProperties`` out of DescribeJobDefinitions; AWS returns it."""
+    from moto.batch.models import JobDefinition
+
+    original = JobDefinition.describe
+
+    def describe(jd):
+        result = original(jd)
+        if getattr(jd, "node_properties", None) is not None:
+            result["nodeProperties"] = jd.node_properties
+        return result
+
+    monkeypatch.setattr(JobDefinition, "describe", describe)
+
+
+def register_job_definition(gpus: int, vcpus: int = 4, memory_mib: int = 16000) -> None:
+    """A multinode job definition asking for ``gpus`` GPUs per node (AWS Batch RegisterJobDefinition shape)."""
+    boto3.client("batch", region_name=REGION).register_job_definition(
+        jobDefinitionName="sim2real-train", type="multinode",
+        nodeProperties={"numNodes": 2, "mainNode": 0, "nodeRangeProperties": [{
+            "targetNodes": "0:", "container": {"image": "busybox", "command": ["true"], "resourceRequirements": [
+                {"type": "GPU", "value": str(gpus)}, {"type": "VCPU", "value": str(vcpus)},
+                {"type": "MEMORY", "value": str(memory_mib)}]}}]})
+
+
+@mock_aws
+def test_preflight_refuses_an_instance_type_with_fewer_gpus_than_the_job_definition(aws_env, ec2_quota, moto_node_properties):
+    """g6.xlarge has 1 GPU; a 4-GPU job definition on 2 nodes would sit RUNNABLE on AWS."""
+    make_ce()
+    register_job_definition(gpus=4)
+    op = GpuCapacityPreflightOperator(task_id="p", instance_type="g6.xlarge", num_nodes=2, compute_environment=CE,
+                                      job_definition="sim2real-train")
+    with pytest.raises(AirflowFailException) as err:
+        op.execute({})
+    message = str(err.value)
+    assert "sim2real-train:1 asks for GPU 4 per node" in message and "g6.xlarge has 1" in message
+    assert "RUNNABLE" in message
+
+
+@mock_aws
+def test_preflight_refuses_vcpus_and_memory_beyond_the_instance(aws_env, ec2_quota, moto_node_properties):
+    make_ce()
+    register_job_definition(gpus=1, vcpus=8, memory_mib=64000)  # g6.xlarge: 4 vCPU, 16 GiB
+    with pytest.raises(AirflowFailException) as err:
+        GpuCapacityPreflightOperator(task_id="p", instance_type="g6.xlarge", num_nodes=1, compute_environment=CE,
+                                     job_definition="sim2real-train").execute({})
+    assert "VCPU 8 per node" in str(err.value) and "MEMORY 64000 MiB per node" in str(err.value)
+    assert "asks for GPU" not in str(err.value)  # 1 GPU fits g6.xlarge
+
+
+@mock_aws
+def test_preflight_passes_a_job_definition_that_fits(aws_env, ec2_quota, moto_node_properties):
+    make_ce()
+    register_job_definition(gpus=4, vcpus=48, memory_mib=180000)  # g6.12xlarge: 4 L4, 48 vCPU, 192 GiB
+    verdict = GpuCapacityPreflightOperator(task_id="p", instance_type="g6.12xlarge", num_nodes=1,
+                                           compute_environment=CE, job_definition="sim2real-train").execute({})
+    assert verdict["ok"] is True
+
+
+@mock_aws
+def test_preflight_refuses_a_missing_job_definition(aws_env, ec2_quota):
+    make_ce()
+    with pytest.raises(AirflowFailException, match="'nope' has no ACTIVE revision"):
+        GpuCapacityPreflightOperator(task_id="p", instance_type="g6.12xlarge", num_nodes=1, compute_environment=CE,
+                                     job_definition="nope").execute({})

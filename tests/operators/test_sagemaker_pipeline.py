@@ -16,7 +16,7 @@ from botocore.stub import Stubber
 from moto.sagemaker.models import sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
 
-from airflow.providers.common.compat.sdk import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.operators.sagemaker_pipeline import (
@@ -144,6 +144,29 @@ def test_reattach_to_succeeded_returns_without_waiting(moto_endpoint, context, s
     arn = sm.start_pipeline_execution(PipelineName="p-done", PipelineExecutionDisplayName="run-d1")["PipelineExecutionArn"]
     op = PipelineExecutionOperator(task_id="x", pipeline_name="p-done", display_name="run-d1", deferrable=True)
     assert op.execute(context) == {"pipeline_execution_arn": arn, "status": "Succeeded"}
+
+
+@pytest.mark.parametrize("status", ["Succeeded", "Failed"])
+def test_a_new_execution_already_over_completes_without_deferring(moto_endpoint, context, sm, monkeypatch, status):
+    """No trigger race: an execution that ended before the task would defer is settled in the task."""
+    from sim2real.hooks.sagemaker_pipeline import SageMakerPipelineHook
+
+    _pipeline(sm, f"p-over-{status.lower()}")
+    original = SageMakerPipelineHook.start_pipeline
+
+    def start_and_end(self, **kwargs):
+        arn = original(self, **kwargs)
+        _set_status(arn, status)  # moto ends it at once; a real one may fail at once (bad parameter)
+        return arn
+
+    monkeypatch.setattr(SageMakerPipelineHook, "start_pipeline", start_and_end)
+    op = PipelineExecutionOperator(task_id="x", pipeline_name=f"p-over-{status.lower()}", display_name="run-o1",
+                                   deferrable=True)
+    if status == "Succeeded":
+        assert op.execute(context)["status"] == "Succeeded"  # no TaskDeferred
+    else:
+        with pytest.raises(AirflowFailException, match="Failed"):
+            op.execute(context)
 
 
 def _stub_start(stub, arn, pipeline="p-stub", display="run-s1"):

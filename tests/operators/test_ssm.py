@@ -16,7 +16,7 @@ from botocore.stub import ANY, Stubber
 from moto.ssm.models import ssm_backends
 from moto.ssm.responses import SimpleSystemManagerResponse
 
-from airflow.providers.common.compat.sdk import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.hooks.workstation import ssm_output_key
@@ -202,6 +202,7 @@ def test_deferrable_defers_with_resolved_instance_ids(moto_endpoint, ec2, contex
     op = operator("ws-defer", deferrable=True)
     with Stubber(op.hook.conn) as stub:
         stub_until_send(stub, iid)
+        stub.add_response("get_command_invocation", invocation(iid, "InProgress"), {"CommandId": CMD, "InstanceId": iid})
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(context)
     trigger = deferred.value.trigger
@@ -209,6 +210,24 @@ def test_deferrable_defers_with_resolved_instance_ids(moto_endpoint, ec2, contex
     assert trigger.instance_ids == [iid] and trigger.command_id == CMD
     assert deferred.value.kwargs == {"started_instance": False}
     assert trigger.attempts * max(1, trigger.waiter_delay) >= 5400  # default covers executionTimeout
+
+
+@pytest.mark.parametrize("status", ["Success", "Failed"])
+def test_deferrable_command_already_over_completes_without_deferring(moto_endpoint, ec2, s3, context, status):
+    """No trigger race: a command that ended before the task would defer is settled in the task."""
+    iid = workstation(ec2, f"ws-over-{status}")
+    s3.put_object(Bucket=BUCKET, Key=ssm_output_key(PREFIX, CMD, iid), Body=b"episode 0 success=1\n")
+    op = operator(f"ws-over-{status}", deferrable=True)
+    with Stubber(op.hook.conn) as stub:
+        stub_until_send(stub, iid)
+        for _ in range(2):
+            stub.add_response("get_command_invocation", invocation(iid, status, 0 if status == "Success" else 1),
+                              {"CommandId": CMD, "InstanceId": iid})
+        if status == "Success":
+            assert op.execute(context)["status"] == "Success"  # no TaskDeferred
+        else:
+            with pytest.raises(AirflowFailException, match="ended Failed"):
+                op.execute(context)
 
 
 def test_sync_on_kill_cancels_command(moto_endpoint, ec2, context):

@@ -32,6 +32,9 @@ def test_build_pushes_image_with_digest(sb: Sandbox) -> None:
     image = sb.client("ecr").describe_images(repositoryName=REPO, imageIds=[{"imageTag": "src-1111"}])["imageDetails"][0]
     assert image["imageDigest"].startswith("sha256:") and len(image["imageDigest"]) == 71
     assert [e.data["digest"] for e in sb.events.find("codebuild", "image", tag="src-1111")] == [image["imageDigest"]]
+    # the buildspec's env.exported-variables, and the source version the build checked out
+    assert build["exportedEnvironmentVariables"] == [{"name": "IMAGE_DIGEST", "value": image["imageDigest"]}]
+    assert build["resolvedSourceVersion"] == "abc123"
 
 
 def test_build_fault_fails_the_phase(sb: Sandbox) -> None:

@@ -142,7 +142,7 @@ def fill(dialog, key: str, value: Any) -> None:
     else:
         box = field(dialog, key)
         box.fill(str(value))
-        box.press("Tab")  # commit: number inputs parse (and clamp) on blur
+        box.press("Tab")  # commit: number inputs parse on blur
         assert box.input_value() == str(value), (key, box.input_value())
 
 
@@ -222,15 +222,22 @@ def test_invalid_value_shows_the_error_and_creates_no_run(page, stack, tmp_path)
     before = dag_run_ids(stack)
     dialog = open_trigger_form(page, stack)
     fill_form(dialog, {k: v for k, v in form_values(stack).items() if kind(k) == "string" and k != "embodiment_tag"})
-    # Out-of-range numbers never leave the form: the number field clamps to the schema's bounds.
+    # An out-of-range number is kept as typed (never clamped to the bounds) and refused by Airflow's param
+    # validation with the reason, shown in the form; no run is created.
     open_section(dialog, PARAMS["num_nodes"].schema["section"])
     nodes = field(dialog, "num_nodes")
-    nodes.fill("0")
+    nodes.fill("-5")
     nodes.press("Tab")
-    assert nodes.input_value() == str(PARAMS["num_nodes"].schema["minimum"])
-    nodes.fill(str(PARAMS["num_nodes"].schema["maximum"] + 1))
-    nodes.press("Tab")
-    assert nodes.input_value() == str(PARAMS["num_nodes"].schema["maximum"])
+    assert nodes.input_value() == "-5", "the form changed the typed value"
+    with page.expect_response(is_trigger_request) as resp:
+        dialog.get_by_role("button", name="Trigger", exact=True).click()
+    assert resp.value.status == 400, diagnose(page, stack, tmp_path, f"expected 400, got {resp.value.status}")
+    error = dialog.get_by_text("Invalid input for param num_nodes")
+    try:
+        error.wait_for(state="visible")
+    except sync_api.TimeoutError:
+        pytest.fail(diagnose(page, stack, tmp_path, "the form did not show the range error"))
+    assert "less than the minimum of 1" in error.inner_text()
     nodes.fill("1")
     nodes.press("Tab")
     # A value against the field's pattern is refused by Airflow's param validation, shown in the form.

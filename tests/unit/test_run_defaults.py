@@ -49,12 +49,13 @@ def test_no_run_defaults_keeps_the_form_defaults():
 
 
 def test_bad_run_defaults_are_refused_with_every_reason():
-    env = {**GOOD, "run_defaults": {"num_nodes": 0, "nightly": True, "task": "CartPole-v1"}}
+    env = {**GOOD, "run_defaults": {"num_nodes": 0, "nightly": True, "task": "CartPole-v1", "eval_epsiodes": 9}}
     with pytest.raises(ParamRuleError) as err:
         apply_run_defaults(PARAMS, env, run_type="scheduled")
     msg = str(err.value)
     assert "run_defaults.num_nodes = 0 is refused" in msg
-    assert "run_defaults.nightly is not a field" in msg
+    assert "run_defaults key 'nightly' is not a field of the trigger form (the fields are: " in msg
+    assert "run_defaults key 'eval_epsiodes' is not a field of the trigger form (did you mean 'eval_episodes'" in msg
     assert "run_defaults.task = 'CartPole-v1' is refused" in msg
 
 

@@ -177,6 +177,10 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                 "thing_group_name": self.thing_group_name, **package}
 
         if self.deferrable:
+            over = self._over(deployment_id, target_arn)  # already finished on every device: no trigger race
+            if over is not None:
+                self.log.info("Deployment %s is already over (%s): not deferring", deployment_id, over[0])
+                return self._finish(base, *over)
             self.defer(
                 trigger=GreengrassDeploymentTrigger(
                     deployment_id=deployment_id,
@@ -223,6 +227,20 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
             raise AirflowFailException(
                 "Not deployed (no Greengrass deployment was created): " + not_approved_message(package))
         return seen
+
+    def _over(self, deployment_id: str, target_arn: str) -> tuple[str, dict[str, dict[str, Any]], str] | None:
+        """One poll of the devices: ``(status, reports, message)`` when the deployment already succeeded on every
+        device or failed on one, else None."""
+        things = self.hook.list_core_device_names(target_arn)
+        if not things:
+            return "failure", {}, f"thing group {target_arn} has no core devices"
+        reports = self.hook.device_reports(deployment_id, things)
+        outcomes = {r["outcome"] for r in reports.values()}
+        if "failure" in outcomes:
+            return "failure", reports, ""
+        if outcomes == {"success"}:
+            return "success", reports, ""
+        return None
 
     def _wait_sync(self, deployment_id: str, target_arn: str) -> tuple[str, dict[str, dict[str, Any]], str]:
         reports: dict[str, dict[str, Any]] = {}

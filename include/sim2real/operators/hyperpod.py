@@ -124,6 +124,14 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         if not self.wait_for_completion:
             return result
         if self.deferrable:
+            # Already at the target (or failed): settled here, no trigger that would fire at once.
+            outcome, text = self._scale_state(target)
+            if outcome == "success":
+                self.log.info("HyperPod %s: group %s already at %s: not deferring", name, self.instance_group_name,
+                              target)
+                return {**result, "current_count": target}
+            if outcome == "failure":
+                raise AirflowException(self._failure(text))
             self.defer(
                 trigger=HyperPodScaleTrigger(
                     cluster_name=self.cluster_name,
@@ -144,19 +152,24 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         for attempt in range(self.waiter_max_attempts):
             if attempt:
                 time.sleep(self.waiter_delay)
-            describe = self.hook.conn.describe_cluster(ClusterName=self.cluster_name)
-            nodes = (
-                self.hook.list_group_nodes(self.cluster_name, self.instance_group_name)
-                if describe.get("ClusterStatus") == "InService"
-                else None
-            )
-            outcome, text = scale_state(self.hook.waiter_path, describe, nodes, self.instance_group_name, target)
+            outcome, text = self._scale_state(target)
             if outcome == "success":
                 return {**result, "current_count": target}
             if outcome == "failure":
                 raise AirflowException(self._failure(text))
             self.log.info("HyperPod %s: %s", name, text)
         raise AirflowException(self._failure(f"timed out after {self.waiter_max_attempts} polls; {text}"))
+
+    def _scale_state(self, target: int) -> tuple[str, str]:
+        """One poll of the group (``DescribeCluster`` + ``ListClusterNodes`` once InService): ``scale_state``'s
+        ``(outcome, text)``, outcome ``success`` / ``failure`` / ``retry``."""
+        describe = self.hook.conn.describe_cluster(ClusterName=self.cluster_name)
+        nodes = (
+            self.hook.list_group_nodes(self.cluster_name, self.instance_group_name)
+            if describe.get("ClusterStatus") == "InService"
+            else None
+        )
+        return scale_state(self.hook.waiter_path, describe, nodes, self.instance_group_name, target)
 
     def _update(self, target: int) -> tuple[dict[str, Any], int, bool]:
         """UpdateCluster once the cluster is InService (``(describe, previous_target, updated)``).
@@ -408,6 +421,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
                 "log_path": slurm.log_path_for(self.log_path, job_id, self.job_name),
                 "submit_host_instance_id": instance_id, "reattached": reattached}
         if self.deferrable:
+            # A job that already ended (a reattached COMPLETED one, one refused at once) is settled here.
+            ended = self._ended(context, base)
+            if ended is not None:
+                return ended
             self.defer(
                 trigger=HyperPodSlurmJobTrigger(
                     cluster_name=self.cluster_name,
@@ -429,6 +446,24 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
                 timeout=timedelta(seconds=self.poll_interval * self._attempts() + 600),
             )
         return self._wait_sync(context, base)
+
+    def _ended(self, context: Context, base: dict[str, Any]) -> dict[str, Any] | None:
+        """One Slurm status query: the result of a job that already COMPLETED (raises for one that ended in a
+        failure state), None while it is pending or running (or its state is unknown yet)."""
+        result = self.hook.run_shell_script(base["submit_host_instance_id"], slurm.status_commands(base["job_id"]),
+                                            execution_timeout_seconds=120, poll_seconds=1.0)
+        if result["status"] != "Success":
+            return None
+        state, exit_code = slurm.parse_status_output(result["stdout"])
+        if state not in slurm.SLURM_SUCCESS_STATES | slurm.SLURM_FAILURE_STATES:
+            return None
+        now = time.time()
+        window = slurm.run_window(slurm.parse_status_times(result["stdout"]), None, now, ended=True)
+        self.log.info("Slurm job %s already ended %s: not deferring", base["job_id"], state)
+        if state in slurm.SLURM_SUCCESS_STATES:
+            return self._result(base, state, exit_code, self._record(base["job_id"], window))
+        self._push_job_cost(context, self._record(base["job_id"], window))
+        raise self._job_failed(base, state, exit_code)
 
     def _record(self, job_id: str, window: tuple[float | None, float | None, float | None],
                 stopped_by_budget: bool = False) -> dict[str, Any]:

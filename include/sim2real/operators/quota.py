@@ -12,7 +12,7 @@ from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
 from airflow.providers.amazon.aws.hooks.ec2 import EC2Hook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 from sim2real.hooks.service_quotas import (
     CloudWatchUsageHook,
@@ -67,6 +67,7 @@ def compute_verdict(
     compute_environment: dict[str, Any] | None = None,
     compute_environment_name: str | None = None,
     region: str | None = None,
+    shape_problems: list[str] | None = None,
 ) -> dict[str, Any]:
     """
     Decide whether ``num_nodes`` × ``instance_type`` fits (pure; no AWS calls).
@@ -74,6 +75,8 @@ def compute_verdict(
     Needed vCPUs = ``num_nodes * vcpu_per_node``; available = ``limit - in use``. The compute
     environment (a ``DescribeComputeEnvironments`` entry, or None to skip) must be
     ``status == VALID``, ``state == ENABLED`` and, when MANAGED, ``maxvCpus >= needed``.
+    ``shape_problems`` (:func:`sim2real.operators.preflight.job_shape_problems`: the job definition's
+    per-node GPU/VCPU/MEMORY against the instance type) are added to the problems as they are.
 
     :return: ``{"instance_type", "vcpu_per_node", "gpus_per_node", "num_nodes", "needed_vcpu",
         "quota_name", "quota_code", "limit_vcpu", "in_use_vcpu", "available_vcpu",
@@ -83,7 +86,7 @@ def compute_verdict(
     """
     needed = int(num_nodes) * int(vcpu_per_node)
     available = float(limit_vcpu) - float(in_use_vcpu)
-    problems: list[str] = []
+    problems: list[str] = list(shape_problems or [])
     command = None
     if available < needed:
         command = quota_increase_command(service_code, quota_code, float(in_use_vcpu) + needed, region)
@@ -130,8 +133,10 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
     """
     Check, before any spend, that the account can run ``num_nodes`` × ``instance_type``.
 
-    Reads vCPUs / GPUs per node from EC2 ``DescribeInstanceTypes`` (``VCpuInfo.DefaultVCpus``,
-    ``GpuInfo.Gpus[].Count``), the quota from Service Quotas ``GetServiceQuota`` (code from
+    Reads vCPUs / GPUs / memory per node from EC2 ``DescribeInstanceTypes`` (``VCpuInfo.DefaultVCpus``,
+    ``GpuInfo.Gpus[].Count``, ``MemoryInfo.SizeInMiB``), the job definition's per-node
+    ``resourceRequirements`` from Batch ``DescribeJobDefinitions`` (latest ACTIVE revision; each must fit
+    one instance: :func:`sim2real.operators.preflight.job_shape_problems`), the quota from Service Quotas ``GetServiceQuota`` (code from
     :data:`sim2real.hooks.service_quotas.EC2_ON_DEMAND_VCPU_QUOTAS` unless ``quota_code`` is given),
     current usage from CloudWatch ``AWS/Usage`` ``ResourceCount``, and the Batch compute
     environment from ``DescribeComputeEnvironments``; the decision is :func:`compute_verdict`.
@@ -139,11 +144,14 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
     :param instance_type: EC2 instance type of the training nodes, e.g. ``g6.12xlarge`` (templated).
     :param num_nodes: number of nodes (int, or a string of digits after templating) (templated).
     :param compute_environment: Batch compute environment name/ARN to check; None skips it (templated).
+    :param job_definition: Batch job definition (name = latest ACTIVE revision, or ``name:revision`` / ARN)
+        whose per-node ``resourceRequirements`` must fit ``instance_type``; None skips it (templated).
     :param quota_code: Service Quotas code; None = looked up from the instance family (templated).
     :param service_code: Service Quotas service code (default ``ec2``).
     :return: the verdict dict of :func:`compute_verdict` with ``ok=True``.
     :raises AirflowFailException: (no retries) when the quota or the compute environment cannot hold
-        the run; the message has the quota name, code, limit, in use, needed and the exact
+        the run, when the job definition has no ACTIVE revision, or when one node of it needs more GPUs,
+        vCPUs or memory than one ``instance_type`` has (the job would stay RUNNABLE); the message has the quota name, code, limit, in use, needed and the exact
         ``aws service-quotas request-service-quota-increase`` command.
     :raises ValueError: bad input (num_nodes < 1, unknown instance type / family).
     """
@@ -151,7 +159,7 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
     aws_hook_class = ServiceQuotasHook
     ui_color = "#f3e5ab"
     template_fields: Sequence[str] = aws_template_fields(
-        "instance_type", "num_nodes", "compute_environment", "quota_code", "service_code"
+        "instance_type", "num_nodes", "compute_environment", "job_definition", "quota_code", "service_code"
     )
 
     def __init__(
@@ -160,6 +168,7 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
         instance_type: str,
         num_nodes: int | str,
         compute_environment: str | None = None,
+        job_definition: str | None = None,
         quota_code: str | None = None,
         service_code: str = "ec2",
         **kwargs,
@@ -168,6 +177,7 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
         self.instance_type = instance_type
         self.num_nodes = num_nodes
         self.compute_environment = compute_environment
+        self.job_definition = job_definition
         self.quota_code = quota_code
         self.service_code = service_code
 
@@ -200,6 +210,18 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
             usage_class = dims.get("Class")
         in_use = CloudWatchUsageHook(**self._hook_parameters).ec2_vcpu_in_use(usage_class) if usage_class else 0.0
 
+        shape_problems: list[str] = []
+        if self.job_definition:
+            from sim2real.hooks.batch import BatchTrainingHook
+            from sim2real.operators.preflight import job_shape_problems
+
+            try:
+                jobdef = BatchTrainingHook(**self._hook_parameters).latest_active_job_definition(self.job_definition)
+            except AirflowException as err:  # no ACTIVE revision
+                shape_problems.append(f"{err}: set batch.job_definition in the environment config")
+            else:
+                shape_problems = job_shape_problems(jobdef, self.instance_type, info)
+
         ce_desc = None
         if self.compute_environment:
             batch = BatchClientHook(**self._hook_parameters).client
@@ -219,6 +241,7 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
             compute_environment=ce_desc,
             compute_environment_name=self.compute_environment,
             region=self.hook.conn_region_name,
+            shape_problems=shape_problems,
         )
         self.log.info(
             "Preflight %s x %s: needed %s vCPU, quota %s (%s) limit %s, in use %s, compute environment %s",

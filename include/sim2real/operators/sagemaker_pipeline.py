@@ -165,6 +165,14 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
         if status in PIPELINE_SUCCESS_STATES:
             return {"pipeline_execution_arn": arn, "status": status}
         if self.deferrable:
+            # An execution that is already over (a reattached one, or one that failed at once) is settled here:
+            # a trigger that fires at once would race the task's own state report.
+            response = self.hook.conn.describe_pipeline_execution(PipelineExecutionArn=arn)
+            if classify_response(self.hook.waiter_path, "pipeline_execution_terminal", response) in ("success",
+                                                                                                     "failure"):
+                self.log.info("Pipeline execution %s is already %s: not deferring", arn,
+                              response.get("PipelineExecutionStatus"))
+                return self._settle(arn, response)
             self.defer(
                 trigger=PipelineExecutionTrigger(
                     pipeline_execution_arn=arn,
@@ -189,19 +197,24 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
                 time.sleep(self.check_interval)
             response = self.hook.conn.describe_pipeline_execution(PipelineExecutionArn=arn)
             status = response.get("PipelineExecutionStatus", "unknown")
-            outcome = classify_response(self.hook.waiter_path, "pipeline_execution_terminal", response)
-            if outcome == "success":
-                return {"pipeline_execution_arn": arn, "status": status}
-            if outcome == "failure":
-                # A terminal failure is a verdict on this execution: not retried (a retry would start
-                # another GPU fine-tune). Infrastructure errors stay AirflowException (retried).
-                raise AirflowFailException(
-                    pipeline_failure_message(arn, status, response.get("FailureReason"), self.hook.describe_failure(arn))
-                )
+            if classify_response(self.hook.waiter_path, "pipeline_execution_terminal", response) in ("success",
+                                                                                                     "failure"):
+                return self._settle(arn, response)
             self.log.info("Pipeline execution %s is %s", arn, status)
         raise AirflowException(
             f"SageMaker pipeline execution {arn} still {status} after {self.waiter_max_attempts} polls "
             f"{self.check_interval} s apart; stop it in SageMaker Studio or raise waiter_max_attempts."
+        )
+
+    def _settle(self, arn: str, response: dict[str, Any]) -> dict[str, str]:
+        """The result of a terminal ``DescribePipelineExecution`` answer: success, or the failure raised."""
+        status = response.get("PipelineExecutionStatus", "unknown")
+        if classify_response(self.hook.waiter_path, "pipeline_execution_terminal", response) == "success":
+            return {"pipeline_execution_arn": arn, "status": status}
+        # A terminal failure is a verdict on this execution: not retried (a retry would start
+        # another GPU fine-tune). Infrastructure errors stay AirflowException (retried).
+        raise AirflowFailException(
+            pipeline_failure_message(arn, status, response.get("FailureReason"), self.hook.describe_failure(arn))
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, str]:  # type: ignore[override]

@@ -218,6 +218,9 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         )
         self.log.info("Sent SSM command %s to %s (executionTimeout %s s)", command_id, instance_id, timeout)
 
+        if self.deferrable and self._over(command_id, instance_id):  # already over: no trigger to race
+            self.log.info("SSM command %s is already over: not deferring", command_id)
+            return self._result(command_id, instance_id, started)
         if self.deferrable:
             self.defer(
                 trigger=WorkstationCommandTrigger(
@@ -236,6 +239,19 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
             )
         self._wait_sync(command_id, instance_id)
         return self._result(command_id, instance_id, started)
+
+    def _over(self, command_id: str, instance_id: str) -> bool:
+        """Whether the command's invocation on the instance already reached a terminal status (one
+        ``GetCommandInvocation``; an invocation SSM does not list yet is not over)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            status = self.hook.get_command_invocation(command_id, instance_id).get("Status", "")
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "InvocationDoesNotExist":
+                return False
+            raise
+        return status in SSM_SUCCESS_STATES or status in SSM_FAILURE_STATES
 
     def _wait_sync(self, command_id: str, instance_id: str) -> None:
         import time

@@ -115,6 +115,10 @@ def provision(
 
     bucket = f"sim2real-artifacts-{acct}"
     c("s3").create_bucket(Bucket=bucket)
+    # CodeBuild's S3 source: a versioned archive of the training image's build context (the build skip keys on
+    # its object version, as it keys on the commit of a git source).
+    c("s3").put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    c("s3").put_object(Bucket=bucket, Key="source/sim2real.zip", Body=_source_archive(root))
 
     iam = c("iam")
     batch_service_role = _role(iam, "sim2real-batch-service", TRUST["batch"], acct)
@@ -250,6 +254,7 @@ def provision(
         "sagemaker": {"pipeline_name": pipeline_name, "pipeline_role_arn": pipeline_role, "model_package_group": group},
         "greengrass": {"thing_group_name": thing_group, "components": versions},
         "notifications": {"sns_topic_arn": topic},
+        "schedule_timezone": "UTC",
         "sandbox": True,
     }
     if hyperpod:
@@ -289,6 +294,21 @@ def provision(
         f"pipeline {pipeline_name}, thing group {thing_group} ({', '.join(things)})",
     )
     return config
+
+
+def _source_archive(root: Path) -> bytes:
+    """A zip of ``containers/rl`` (the training image's Dockerfile and launcher), the build context CodeBuild gets."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+        base = root / "containers" / "rl"
+        for path in sorted(base.rglob("*")) if base.is_dir() else []:
+            if path.is_file():
+                info = zipfile.ZipInfo(str(path.relative_to(root)), date_time=(2026, 1, 1, 0, 0, 0))
+                archive.writestr(info, path.read_bytes())
+    return buf.getvalue()
 
 
 def _instance_info(ec2: Any, instance_type: str) -> dict[str, Any]:

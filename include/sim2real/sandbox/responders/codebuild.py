@@ -4,9 +4,12 @@ moto 5.2.5 flips a build to SUCCEEDED on the first BatchGetBuilds (appending nin
 call) and ignores ``environmentVariablesOverride``. Here StartBuild → ``IN_PROGRESS``; a thread
 moves through the phases (SUBMITTED … COMPLETED); at POST_BUILD it puts an image manifest into the
 ECR repository (``IMAGE_REPO_NAME`` override, else the sandbox config's repository) with tag
-``IMAGE_TAG`` (override, else ``latest``), so DescribeImages returns a real sha256 digest; then
-``SUCCEEDED``. Fault ``codebuild_fail_phase="BUILD"`` fails that phase (buildStatus FAILED).
-StopBuild → ``STOPPED``.
+``IMAGE_TAG`` (override, else ``latest``), so DescribeImages returns a real sha256 digest, and exports it
+as ``IMAGE_DIGEST`` (``exportedEnvironmentVariables``, as the buildspec's ``env.exported-variables`` does); then
+``SUCCEEDED``. ``resolvedSourceVersion`` is set at DOWNLOAD_SOURCE: the started ``sourceVersion`` (for an S3
+source, the object version the build was started on; CodeBuild API reference, ``Build.resolvedSourceVersion``).
+Fault ``codebuild_fail_phase="BUILD"`` fails that phase (buildStatus FAILED); fault ``codebuild_instant`` runs
+the whole build inside StartBuild (it is over before the caller's first read). StopBuild → ``STOPPED``.
 """
 
 from __future__ import annotations
@@ -86,6 +89,9 @@ class CodeBuildResponder:
             "codebuild", "build-status", f"build {build_id} IN_PROGRESS (image build emulated: a manifest is pushed, "
             "nothing is compiled)", build_id=build_id, status="IN_PROGRESS",
         )
+        if self.sandbox.faults.get("codebuild_instant"):
+            self._run(build_id, step_seconds=0.0)
+            return
         self._threads.append(safe_thread(self._run, f"codebuild-{stream[:8]}", build_id))
 
     def _log(self, build: dict[str, Any], lines: list[str]) -> None:
@@ -106,15 +112,15 @@ class CodeBuildResponder:
         except Exception as exc:  # noqa: BLE001 - logs never change the outcome
             log.warning("%s codebuild log write failed: %s", PREFIX, exc)
 
-    def _run(self, build_id: str) -> None:
+    def _run(self, build_id: str, step_seconds: float | None = None) -> None:
         build = self.builds[build_id]["build"]
         try:
-            self._run_inner(build_id, build)
+            self._run_inner(build_id, build, self.step_seconds if step_seconds is None else step_seconds)
         except Exception as exc:  # noqa: BLE001
             log.exception("%s codebuild emulation crashed", PREFIX)
             self._end(build, "FAULT", f"sandbox error: {exc}")
 
-    def _run_inner(self, build_id: str, build: dict[str, Any]) -> None:
+    def _run_inner(self, build_id: str, build: dict[str, Any], step_seconds: float) -> None:
         stop = self.stops[build_id]
         env = self.builds[build_id]["env"]
         fail_phase = self.sandbox.faults.get("codebuild_fail_phase")
@@ -128,7 +134,7 @@ class CodeBuildResponder:
             entry = {"phaseType": name, "startTime": _iso()}
             phases.append(entry)
             build["currentPhase"] = name
-            if stop.wait(self.step_seconds):
+            if stop.wait(step_seconds):
                 entry.update({"phaseStatus": "STOPPED", "endTime": _iso(), "durationInSeconds": 0})
                 return
             if name == fail_phase:
@@ -137,8 +143,11 @@ class CodeBuildResponder:
                               "contexts": [{"statusCode": "COMMAND_EXECUTION_ERROR", "message": message}]})
                 self._log(build, [f"[Container] Phase {name} failed: {message}"])
                 return self._end(build, "FAILED", message)
+            if name == "DOWNLOAD_SOURCE" and build.get("sourceVersion"):
+                build["resolvedSourceVersion"] = build["sourceVersion"]
             if name == "POST_BUILD":
                 digest, uri = self._push(build, env)
+                build["exportedEnvironmentVariables"] = [{"name": "IMAGE_DIGEST", "value": digest}]
                 self._log(build, [f"[Container] pushed {uri} digest {digest} (emulated)"])
             entry.update({"phaseStatus": "SUCCEEDED", "endTime": _iso(), "durationInSeconds": 1})
         self._end(build, "SUCCEEDED", None)
