@@ -79,8 +79,11 @@ def sim_to_real():
         # Record this run (runs/<run_key>/run.json) and stop what earlier, dead runs left running.
         from sim2real.sweeper import sweep_before_run
 
+        # Its own deadline (PREPARE_RUN_DEADLINE_S of this task's 2 minutes); executions older than a run can
+        # last are not listed.
         sweep_before_run(get_current_context()["ti"], plan, dag_id=dag.dag_id, run_id=dag_run.run_id,
-                         env=load_environment(), max_active_runs=dag.max_active_runs)
+                         env=load_environment(), max_active_runs=dag.max_active_runs, run_type=dag_run.run_type,
+                         max_age=dag.dagrun_timeout)
         # One XCom per "section.key" so operators get native values (XComArg["key"] pulls that key),
         # plus the nested plan for the Python tasks.
         flat = {"plan": plan, "run_key": plan["run_key"]}

@@ -74,7 +74,8 @@ def sim_to_real_release():
 
         from sim2real.sweeper import register_run
 
-        register_run(S3Hook(), plan["bucket"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, run_key=plan["run_key"])
+        register_run(S3Hook(), plan["bucket"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, run_key=plan["run_key"],
+                     run_type=dag_run.run_type)
         flat = {"plan": plan, "run_key": plan["run_key"]}
         flat.update({f"deploy_{key}": value for key, value in plan["deploy"].items()})
         return flat

@@ -4,10 +4,14 @@
 Every 30 minutes, lists what the `sim_to_real` and `sim_to_real_release` runs start — Batch jobs of the
 training queue, Slurm jobs on the HyperPod cluster (`squeue` through SSM on its head node), executions of
 the GR00T pipeline, Greengrass deployments still rolling out — each carrying a run key (tag, job name,
-display name or deployment name). One whose DAG run was deleted or is no longer running is an orphan: it is
-stopped (`TerminateJob`, `scancel`, `StopPipelineExecution`, `CancelDeployment`) and logged. With the
-`dry_run` param on, it only reports. Which DAG run a run key belongs to is read from
-`runs/<run_key>/run.json` (written by each run's first task); the run's state from the Task Execution API.
+display name or deployment name). Which DAG run a run key belongs to, and which Airflow deployment ran it,
+is read from `runs/<run_key>/run.json` (written by each run's first task); the run's state from the Task
+Execution API. One whose DAG run was deleted or is no longer running is an orphan: it is stopped
+(`TerminateJob`, `scancel`, `StopPipelineExecution`, `CancelDeployment`) and logged. A Greengrass deployment
+is cancelled only when its run was deleted or ended without its deploy task succeeding: the release a
+successful run deployed stays, even while a new or offline robot has it QUEUED. A record of another Airflow
+deployment (option `[sim2real] deployment_id`: MWAA's `mwaa:<environment>`, a developer's `dag.test`
+`local:<user>@<host>`) or without a record is only reported. With the `dry_run` param on, it only reports.
 
 The run fails (after stopping what it could) when a service could not be listed or an orphan could not be
 stopped, so the failure is seen. Logic: `sim2real.sweeper`.
@@ -54,7 +58,7 @@ def sim_to_real_sweeper():
         lines = list(summary_lines(report))
         if report["errors"]:
             raise AirflowFailException("orphan sweep incomplete:\n" + "\n".join(lines))
-        return {k: report[k] for k in ("dry_run", "found", "orphans", "stopped", "errors")}
+        return {k: report[k] for k in ("dry_run", "found", "orphans", "stopped", "errors", "skipped")}
 
     sweep_orphans()
 

@@ -117,13 +117,14 @@ def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
 
     from sim2real.config import RUN_KEY_TAG
     from sim2real.run_key import make_run_key
-    from sim2real.sweeper import run_record_key
+    from sim2real.sweeper import deployment_id, run_record_key
 
     dead_run_id = "manual__2026-01-01T00:00:00+00:00"
     dead = make_run_key("sim_to_real", dead_run_id)
     sandbox.client("s3", internal=True).put_object(
         Bucket=env["artifacts_bucket"], Key=run_record_key(dead),
-        Body=json.dumps({"dag_id": "sim_to_real", "run_id": dead_run_id, "run_key": dead}).encode())
+        Body=json.dumps({"dag_id": "sim_to_real", "run_id": dead_run_id, "run_key": dead, "run_type": "manual",
+                         "deployment": deployment_id()}).encode())  # this Airflow's (a record of another is foreign)
     sandbox.faults.update({"greengrass_stuck": True, "batch_hold_job_names": [f"sim2real-train-{dead}"]})
     batch, gg = sandbox.client("batch", internal=True), sandbox.client("greengrassv2", internal=True)
     job_id = batch.submit_job(jobName=f"sim2real-train-{dead}", jobQueue=env["batch"]["job_queue"],

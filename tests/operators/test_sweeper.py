@@ -1,7 +1,8 @@
 """Orphan sweeper (sim2real.sweeper): finds what dead runs left running and stops it; a dry run only reports.
 
 Batch, SageMaker, Greengrass v2 and SSM are answered by botocore's Stubber (every request and response is
-checked against the real service models); the run records live in moto S3; the DAG run states are given.
+checked against the real service models); the run records live in moto S3; what Airflow says about the DAG
+runs (state, deploy task, tasks at work) is given by :class:`FakeRuns`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from sim2real.hooks.greengrass import GreengrassV2Hook
 from sim2real.hooks.workstation import WorkstationHook
 from sim2real.run_key import make_run_key
-from sim2real.sweeper import Current, Found, parse_squeue, register_run, slurm_list_commands, sweep, verdict
+from sim2real.sweeper import (Current, Found, deployment_id, parse_squeue, read_run_record, register_run,
+                              slurm_list_commands, sweep, verdict)
 
 REGION = "us-east-1"
 BUCKET = "sim2real-artifacts-123456789012"
@@ -22,14 +24,36 @@ QUEUE = "sim2real-gpu"
 PIPELINE = "sim2real-groot-finetune"
 GROUP_ARN = "arn:aws:iot:us-east-1:123456789012:thinggroup/sim2real-robots"
 DEAD = make_run_key("sim_to_real", "manual__2026-11-01T00:00:00+00:00")      # deleted in the UI
-FINISHED = make_run_key("sim_to_real", "manual__2026-11-02T00:00:00+00:00")  # failed long ago
+FINISHED = make_run_key("sim_to_real", "manual__2026-11-02T00:00:00+00:00")  # succeeded long ago
 LIVE = make_run_key("sim_to_real_release", "manual__2026-11-03T00:00:00+00:00")
 STRANGER = make_run_key("sim_to_real", "manual__2026-11-04T00:00:00+00:00")  # no run record
 ENV = {"artifacts_bucket": BUCKET, "batch": {"job_queue": QUEUE}, "sagemaker": {"pipeline_name": PIPELINE},
        "greengrass": {"thing_group_name": "sim2real-robots"}}
+FAILED = make_run_key("sim_to_real", "manual__2026-11-08T00:00:00+00:00")    # failed, its deploy task too
 STATES = {("sim_to_real", "manual__2026-11-01T00:00:00+00:00"): None,
-          ("sim_to_real", "manual__2026-11-02T00:00:00+00:00"): "finished",
-          ("sim_to_real_release", "manual__2026-11-03T00:00:00+00:00"): "active"}
+          ("sim_to_real", "manual__2026-11-02T00:00:00+00:00"): "success",
+          ("sim_to_real_release", "manual__2026-11-03T00:00:00+00:00"): "running",
+          ("sim_to_real", "manual__2026-11-08T00:00:00+00:00"): "failed"}
+
+
+class FakeRuns:
+    """What Airflow says about the DAG runs: :data:`STATES`, the runs whose deploy task succeeded, the runs
+    with a task at work; every question is recorded in ``asked``."""
+
+    def __init__(self, deployed=(), busy=()):
+        self.deployed, self.working, self.asked = set(deployed), set(busy), []
+
+    def state(self, dag_id, run_id):
+        self.asked.append(("state", dag_id, run_id))
+        return STATES[(dag_id, run_id)]
+
+    def deploy_succeeded(self, dag_id, run_id):
+        self.asked.append(("deploy_succeeded", dag_id, run_id))
+        return run_id in self.deployed
+
+    def busy(self, dag_id, run_id):
+        self.asked.append(("busy", dag_id, run_id))
+        return run_id in self.working
 
 
 @pytest.fixture
@@ -40,7 +64,8 @@ def s3(moto_endpoint):
     hook = S3Hook()
     for key, (dag_id, run_id) in {DEAD: ("sim_to_real", "manual__2026-11-01T00:00:00+00:00"),
                                   FINISHED: ("sim_to_real", "manual__2026-11-02T00:00:00+00:00"),
-                                  LIVE: ("sim_to_real_release", "manual__2026-11-03T00:00:00+00:00")}.items():
+                                  LIVE: ("sim_to_real_release", "manual__2026-11-03T00:00:00+00:00"),
+                                  FAILED: ("sim_to_real", "manual__2026-11-08T00:00:00+00:00")}.items():
         register_run(hook, BUCKET, dag_id=dag_id, run_id=run_id, run_key=key)
     return hook
 
@@ -67,12 +92,17 @@ def stub_batch(stub, jobs, terminated=()):
 BATCH_ORDER = {s: i for i, s in enumerate(("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING"))}
 
 
-def stub_pipeline(stub, executions, stopped=()):
-    stub.add_response("list_pipeline_executions", {"PipelineExecutionSummaries": [
-        {"PipelineExecutionArn": f"arn:aws:sagemaker:us-east-1:123456789012:pipeline/{PIPELINE}/execution/{eid}",
-         "PipelineExecutionStatus": status, "PipelineExecutionDisplayName": key}
-        for eid, key, status in executions]},
-        {"PipelineName": PIPELINE, "SortBy": "CreationTime", "SortOrder": "Descending"})
+def stub_pipeline(stub, executions, stopped=(), next_token=None, token=None):
+    """One ListPipelineExecutions page of ``(id, display name, status[, StartTime])``."""
+    page = {"PipelineExecutionSummaries": [
+        {"PipelineExecutionArn": f"arn:aws:sagemaker:us-east-1:123456789012:pipeline/{PIPELINE}/execution/{e[0]}",
+         "PipelineExecutionStatus": e[2], "PipelineExecutionDisplayName": e[1], **({"StartTime": e[3]} if len(e) > 3 else {})}
+        for e in executions]}
+    if next_token:
+        page["NextToken"] = next_token
+    stub.add_response("list_pipeline_executions", page,
+                      {"PipelineName": PIPELINE, "SortBy": "CreationTime", "SortOrder": "Descending",
+                       **({"NextToken": token} if token else {})})
     for eid in stopped:
         stub.add_response("stop_pipeline_execution", {"PipelineExecutionArn": "arn"},
                           {"PipelineExecutionArn": f"arn:aws:sagemaker:us-east-1:123456789012:pipeline/{PIPELINE}"
@@ -101,14 +131,15 @@ def clients():
             "greengrass": GreengrassV2Hook(region_name=REGION), "workstation": WorkstationHook(region_name=REGION)}
 
 
-def run(dry_run, jobs, executions, deployments, devices, terminated=(), stopped=(), cancelled=(), current=None):
+def run(dry_run, jobs, executions, deployments, devices, terminated=(), stopped=(), cancelled=(), current=None,
+        runs=None):
     c = clients()
     with Stubber(c["batch"]) as b, Stubber(c["sagemaker"]) as sm, Stubber(c["greengrass"].conn) as gg:
         stub_batch(b, jobs, terminated)
         stub_pipeline(sm, executions, stopped)
         stub_greengrass(gg, deployments, devices, cancelled)
         report = sweep(ENV, clients=c, s3_hook=S3Hook(), dry_run=dry_run, current=current,
-                       state_of=lambda dag_id, run_id: STATES[(dag_id, run_id)])
+                       runs=runs or FakeRuns())
         for stub in (b, sm, gg):
             stub.assert_no_pending_responses()  # every stop call made, and no other
     return report
@@ -121,18 +152,71 @@ DEPLOYMENTS = [("d-finished", FINISHED)]
 
 
 def test_orphans_of_deleted_and_finished_runs_are_stopped(s3, caplog):
+    """Jobs and executions of a deleted or finished run are stopped; a deployment only when its run was deleted
+    or ended without its deploy task succeeding; the release a successful run deployed is left alone."""
     caplog.set_level("INFO", logger="sim2real.sweeper")
-    report = run(False, JOBS, EXECUTIONS, DEPLOYMENTS, {"robot-1": "SUCCEEDED", "robot-2": "IN_PROGRESS"},
-                 terminated=["j-dead", "j-finished"], stopped=["e-dead"], cancelled=["d-finished"])
+    report = run(False, JOBS, EXECUTIONS, [("d-finished", FINISHED), ("d-failed", FAILED), ("d-dead", DEAD)],
+                 {"robot-1": "SUCCEEDED", "robot-2": "IN_PROGRESS"},
+                 terminated=["j-dead", "j-finished"], stopped=["e-dead"], cancelled=["d-failed", "d-dead"])
     stopped = {(r["kind"], r["id"]): r["action"] for r in report["stopped"]}
     assert stopped == {("batch_job", "j-dead"): "TerminateJob", ("batch_job", "j-finished"): "TerminateJob",
                        ("pipeline_execution", f"arn:aws:sagemaker:us-east-1:123456789012:pipeline/{PIPELINE}"
                                               "/execution/e-dead"): "StopPipelineExecution",
-                       ("greengrass_deployment", "d-finished"): "CancelDeployment"}
+                       ("greengrass_deployment", "d-failed"): "CancelDeployment",
+                       ("greengrass_deployment", "d-dead"): "CancelDeployment"}
     verdicts = {r["id"]: r["verdict"] for r in report["found"]}
     assert verdicts["j-live"] == "watched" and verdicts["j-stranger"] == "unregistered"
+    assert verdicts["d-finished"] == "released"
+    assert "deploy task did not succeed" in {r["id"]: r["why"] for r in report["found"]}["d-failed"]
     assert report["errors"] == []
     assert "no longer exists (deleted)" in caplog.text and "Stopped orphan batch_job j-dead" in caplog.text
+
+
+def test_current_release_still_reaching_a_new_robot_is_left_alone(s3):
+    """A successful run's deployment that one robot finished and a new (or offline) robot still has QUEUED is the
+    group's current release: the sweeper must not cancel it, or the new robot never gets the model."""
+    runs = FakeRuns()
+    report = run(False, [], [], DEPLOYMENTS, {"robot-1": "SUCCEEDED", "robot-new": "QUEUED"}, runs=runs)
+    assert [(r["id"], r["verdict"]) for r in report["found"]] == [("d-finished", "released")]
+    assert report["orphans"] == [] and report["stopped"] == []
+
+
+def test_deployment_of_a_failed_run_whose_deploy_task_succeeded_is_left_alone(s3):
+    """The run failed after deploy_to_robots succeeded (e.g. in write_lineage): the deployment is still the release."""
+    runs = FakeRuns(deployed=["manual__2026-11-08T00:00:00+00:00"])
+    report = run(False, [], [], [("d-failed", FAILED)], {"robot-new": "QUEUED"}, runs=runs)
+    assert [(r["id"], r["verdict"]) for r in report["found"]] == [("d-failed", "released")]
+    assert ("deploy_succeeded", "sim_to_real", "manual__2026-11-08T00:00:00+00:00") in runs.asked
+
+
+def test_records_of_another_airflow_deployment_are_reported_never_stopped(s3, monkeypatch):
+    """A record written by another Airflow (MWAA seen from a developer's dag.test, or the reverse) names that
+    deployment: the run is not this Airflow's to judge ("no such DAG run" here means nothing), so it is foreign."""
+    monkeypatch.setenv("AIRFLOW__SIM2REAL__DEPLOYMENT_ID", "mwaa:sim2real")
+    assert deployment_id() == "mwaa:sim2real"
+    prod = make_run_key("sim_to_real", "scheduled__2026-11-09T02:00:00+00:00")
+    register_run(s3, BUCKET, dag_id="sim_to_real", run_id="scheduled__2026-11-09T02:00:00+00:00", run_key=prod,
+                 run_type="scheduled")
+    assert read_run_record(s3, BUCKET, prod)["deployment"] == "mwaa:sim2real"
+    monkeypatch.setenv("AIRFLOW__SIM2REAL__DEPLOYMENT_ID", "")  # a developer's dag.test: local:<user>@<host>
+    assert deployment_id().startswith("local:")
+    runs = FakeRuns()
+    # DEAD's record (fixture) was written by this machine's deployment: still an orphan here.
+    report = run(False, [_job("j-prod", prod, "RUNNING"), _job("j-dead", DEAD, "RUNNING")], [], [], {},
+                 terminated=["j-dead"], runs=runs)
+    verdicts = {r["id"]: (r["verdict"], r["why"]) for r in report["found"]}
+    assert verdicts["j-prod"][0] == "foreign" and "mwaa:sim2real" in verdicts["j-prod"][1]
+    assert [r["id"] for r in report["stopped"]] == ["j-dead"]
+    assert not any(run_id.startswith("scheduled__") for _, _, run_id in runs.asked)  # not even asked
+    from sim2real.sweeper import summary_lines
+
+    assert any(line.startswith("foreign, not stopped: batch_job j-prod") for line in summary_lines(report))
+
+
+def test_a_record_without_deployment_is_foreign():
+    found = Found("batch_job", "j", "n", DEAD, "RUNNING", "q")
+    old = {"dag_id": "sim_to_real", "run_id": "manual__2026-11-01T00:00:00+00:00", "run_key": DEAD}
+    assert verdict(found, old, FakeRuns(), deployment="mwaa:sim2real")[0] == "foreign"
 
 
 def test_dry_run_only_reports(s3, caplog):
@@ -147,19 +231,89 @@ def test_finished_deployment_is_left_alone(s3):
     assert report["found"] == [] and report["stopped"] == []
 
 
-def test_prepare_run_stops_another_run_of_its_dag_but_not_its_own(s3):
-    """Inside prepare_run (max_active_runs=1) a job of another sim_to_real run is an orphan even while that
-    run still says running (its dag.test process was killed); the new run's own job is never touched."""
+def test_prepare_run_stops_another_idle_run_of_its_dag_but_not_its_own(s3):
+    """Inside prepare_run (max_active_runs=1) a job of another sim_to_real run is an orphan while that run still
+    says running but has no task at work (its dag.test process was killed); the new run's own job is never
+    touched."""
     me = make_run_key("sim_to_real", "manual__2026-11-05T00:00:00+00:00")
     register_run(s3, BUCKET, dag_id="sim_to_real", run_id="manual__2026-11-05T00:00:00+00:00", run_key=me)
     zombie = make_run_key("sim_to_real", "manual__2026-11-06T00:00:00+00:00")
     register_run(s3, BUCKET, dag_id="sim_to_real", run_id="manual__2026-11-06T00:00:00+00:00", run_key=zombie)
-    STATES[("sim_to_real", "manual__2026-11-06T00:00:00+00:00")] = "active"
+    STATES[("sim_to_real", "manual__2026-11-06T00:00:00+00:00")] = "running"
     current = Current("sim_to_real", "manual__2026-11-05T00:00:00+00:00", me, single_active_run=True)
     report = run(False, [_job("j-me", me, "RUNNING"), _job("j-zombie", zombie, "RUNNING")], [], [], {},
                  terminated=["j-zombie"], current=current)
     assert {r["id"]: r["verdict"] for r in report["found"]} == {"j-me": "own", "j-zombie": "orphan"}
     assert "max_active_runs=1" in report["stopped"][0]["why"]
+
+
+def test_prepare_run_leaves_a_working_or_backfill_run_of_its_dag_alone(s3):
+    """Another running run of the same DAG with a task running/deferred/queued/... is alive (e.g. a run the
+    scheduler started next to this one); a backfill run has its own max_active_runs: never an orphan."""
+    me = make_run_key("sim_to_real", "manual__2026-11-05T00:00:00+00:00")
+    busy = make_run_key("sim_to_real", "manual__2026-11-10T00:00:00+00:00")
+    backfill = make_run_key("sim_to_real", "backfill__2026-11-11T02:00:00+00:00")
+    register_run(s3, BUCKET, dag_id="sim_to_real", run_id="manual__2026-11-10T00:00:00+00:00", run_key=busy)
+    register_run(s3, BUCKET, dag_id="sim_to_real", run_id="backfill__2026-11-11T02:00:00+00:00", run_key=backfill,
+                 run_type="backfill")
+    STATES[("sim_to_real", "manual__2026-11-10T00:00:00+00:00")] = "running"
+    STATES[("sim_to_real", "backfill__2026-11-11T02:00:00+00:00")] = "running"
+    runs = FakeRuns(busy=["manual__2026-11-10T00:00:00+00:00"])
+    current = Current("sim_to_real", "manual__2026-11-05T00:00:00+00:00", me, single_active_run=True)
+    report = run(False, [_job("j-busy", busy, "RUNNING"), _job("j-backfill", backfill, "RUNNING")], [], [], {},
+                 current=current, runs=runs)
+    assert {r["id"]: r["verdict"] for r in report["found"]} == {"j-busy": "watched", "j-backfill": "watched"}
+    assert report["stopped"] == []
+    assert ("busy", "sim_to_real", "backfill__2026-11-11T02:00:00+00:00") not in runs.asked
+    # A record without run_type (written before it was recorded): the run id's backfill__ prefix says it.
+    found = Found("batch_job", "j", "n", backfill, "RUNNING", "q")
+    record = {"dag_id": "sim_to_real", "run_id": "backfill__2026-11-11T02:00:00+00:00", "deployment": deployment_id()}
+    assert verdict(found, record, FakeRuns(), current, deployment=deployment_id())[0] == "watched"
+
+
+def test_a_deadline_skips_the_rest_with_a_warning(s3, caplog):
+    """Under a deadline (prepare_run's), the services and stops left when it passed are skipped, not waited for."""
+    c = clients()
+    ticks = iter([0.0, 1.0, 2.0, 50.0, 50.0, 50.0, 50.0])  # start, batch, pipeline, then past the 45 s
+    with Stubber(c["batch"]) as b, Stubber(c["sagemaker"]) as sm, Stubber(c["greengrass"].conn):  # not called
+        stub_batch(b, [_job("j-dead", DEAD, "RUNNING")])  # no terminate_job stubbed: a stop would fail
+        stub_pipeline(sm, [])
+        report = sweep(ENV, clients=c, s3_hook=S3Hook(), dry_run=False, runs=FakeRuns(), deadline_s=45,
+                       clock=lambda: next(ticks))
+        b.assert_no_pending_responses()
+    assert report["skipped"] == ["greengrass_deployment", "stop batch_job j-dead"]
+    assert report["stopped"] == [] and report["errors"] == []
+    assert "sweep deadline passed: greengrass_deployment not listed" in caplog.text
+    assert "sweep deadline passed: orphan batch_job j-dead" in caplog.text
+
+
+def test_ssm_commands_under_a_deadline_end_before_it():
+    """squeue / scancel wait executionTimeout plus a grace for their result: under a deadline both shrink so
+    the wait ends before it; without one they keep 30 s / 60 s and 60 s."""
+    from sim2real.sweeper import Deadline
+
+    assert Deadline(None).command(30) == (30, 60.0)
+    ticks = iter([0.0, 20.0])  # 25 s left of 45
+    execution, grace = Deadline(45, lambda: next(ticks)).command(60)
+    assert execution == 20 and execution + grace <= 25
+
+
+def test_pipeline_executions_older_than_max_age_are_not_paged(s3):
+    """Newest first: paging stops at the first execution older than max_age (the DAG's dagrun_timeout)."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.timezone.utc)
+    c = clients()
+    with Stubber(c["batch"]) as b, Stubber(c["sagemaker"]) as sm, Stubber(c["greengrass"].conn) as gg:
+        stub_batch(b, [])
+        stub_pipeline(sm, [("e-dead", DEAD, "Executing", now - dt.timedelta(hours=5)),
+                           ("e-older", FINISHED, "Executing", now - dt.timedelta(days=4))],
+                      stopped=["e-dead"], next_token="page-2")  # page 2 is never asked for
+        stub_greengrass(gg, [], {})
+        report = sweep(ENV, clients=c, s3_hook=S3Hook(), dry_run=False, runs=FakeRuns(),
+                       max_age=dt.timedelta(days=3))
+        sm.assert_no_pending_responses()
+    assert [r["name"] for r in report["found"]] == [DEAD]
 
 
 def test_a_service_that_cannot_be_listed_is_an_error_the_others_are_still_swept(s3):
@@ -169,7 +323,7 @@ def test_a_service_that_cannot_be_listed_is_an_error_the_others_are_still_swept(
         stub_pipeline(sm, EXECUTIONS[:1], stopped=["e-dead"])
         stub_greengrass(gg, [], {})
         report = sweep(ENV, clients=c, s3_hook=S3Hook(), dry_run=False,
-                       state_of=lambda dag_id, run_id: STATES[(dag_id, run_id)])
+                       runs=FakeRuns())
     assert len(report["stopped"]) == 1 and "could not list batch_job" in report["errors"][0]
 
 
@@ -206,7 +360,7 @@ def test_slurm_jobs_are_listed_and_cancelled_through_ssm(s3):
         stub_pipeline(sm, [])
         stub_greengrass(gg, [], {})
         report = sweep(env, clients=c, s3_hook=S3Hook(), dry_run=False,
-                       state_of=lambda dag_id, run_id: STATES[(dag_id, run_id)])
+                       runs=FakeRuns())
         ssm.assert_no_pending_responses()
     assert [(r["kind"], r["id"], r["action"]) for r in report["stopped"]] == [("slurm_job", "41", "scancel")]
     assert report["errors"] == []
@@ -216,21 +370,22 @@ def test_squeue_parsing_and_verdict_without_record():
     jobs = parse_squeue(f"7 RUNNING sim2real-train-{DEAD}\n8 RUNNING sim2real-train-NOT_A_KEY\nbad\n", "c")
     assert [(j.id, j.run_key) for j in jobs] == [("7", DEAD)]
     found = Found("batch_job", "j", "n", DEAD, "RUNNING", "q")
-    assert verdict(found, None, None)[0] == "unregistered"
-    assert verdict(found, {"dag_id": "d", "run_id": "r"}, "active")[0] == "watched"
+    assert verdict(found, None, FakeRuns(), deployment="x")[0] == "unregistered"
+    STATES[("d", "r")] = "running"
+    assert verdict(found, {"dag_id": "d", "run_id": "r", "deployment": "x"}, FakeRuns(), deployment="x")[0] == "watched"
 
 
 def test_sweep_before_run_records_the_run_and_never_fails_it(s3, context, caplog):
     """prepare_run's check: the run record is written first; services that cannot be listed (here moto has no
     Greengrass v2 and no such job queue) are warnings in XCom orphan_sweep, not a failed run."""
-    from sim2real.sweeper import read_run_record, sweep_before_run
+    from sim2real.sweeper import sweep_before_run
 
     key = make_run_key("sim_to_real", "manual__2026-11-07T00:00:00+00:00")
     plan = {"bucket": BUCKET, "run_key": key}
     report = sweep_before_run(context["ti"], plan, dag_id="sim_to_real", run_id="manual__2026-11-07T00:00:00+00:00",
-                              env=ENV, max_active_runs=1)
+                              env=ENV, max_active_runs=1, run_type="manual")
     assert read_run_record(s3, BUCKET, key) == {"dag_id": "sim_to_real", "run_id": "manual__2026-11-07T00:00:00+00:00",
-                                                "run_key": key}
+                                                "run_key": key, "run_type": "manual", "deployment": deployment_id()}
     assert report is not None and report["errors"] and report["stopped"] == []
     assert context["ti"].xcom["orphan_sweep"]["errors"] == report["errors"]
     assert "orphan sweep: error: could not list" in caplog.text

@@ -166,6 +166,7 @@ class WorkstationHook(SsmHook):
         execution_timeout_seconds: int = 300,
         poll_seconds: float = 1.0,
         comment: str = "",
+        grace_seconds: float = 60,
     ) -> dict[str, Any]:
         """Run ``commands`` with ``AWS-RunShellScript`` on one managed instance and wait for the result.
 
@@ -173,11 +174,13 @@ class WorkstationHook(SsmHook):
         of stdout, 8,000 of stderr), e.g. Slurm's ``sbatch``/``sacct``/``scancel`` on a cluster's head node.
 
         :param execution_timeout_seconds: the document's ``executionTimeout`` (seconds); the wait ends
-            60 s after it.
+            ``grace_seconds`` after it.
+        :param grace_seconds: how long after ``executionTimeout`` the wait goes on (delivery, a busy agent).
         :param poll_seconds: seconds between GetCommandInvocation calls.
         :return: ``{"command_id", "status", "response_code", "stdout", "stderr"}`` once the invocation is
             terminal (``status`` in :data:`SSM_SUCCESS_STATES` or :data:`SSM_FAILURE_STATES`).
-        :raises TimeoutError: the invocation is not terminal 60 s after ``executionTimeout`` (it is cancelled).
+        :raises TimeoutError: the invocation is not terminal ``grace_seconds`` after ``executionTimeout`` (it is
+            cancelled).
         """
         from botocore.exceptions import ClientError
 
@@ -188,7 +191,7 @@ class WorkstationHook(SsmHook):
             Comment=comment[:100],
         )
         command_id = response["Command"]["CommandId"]
-        deadline = time.monotonic() + int(execution_timeout_seconds) + 60
+        deadline = time.monotonic() + int(execution_timeout_seconds) + grace_seconds
         status = "Pending"
         while True:
             time.sleep(poll_seconds)
@@ -211,5 +214,5 @@ class WorkstationHook(SsmHook):
                 self.cancel_command(command_id, [instance_id])
                 raise TimeoutError(
                     f"SSM command {command_id} on {instance_id} is still {status} "
-                    f"{int(execution_timeout_seconds) + 60} s after it was sent; it was cancelled."
+                    f"{int(execution_timeout_seconds) + grace_seconds:g} s after it was sent; it was cancelled."
                 )
