@@ -99,7 +99,9 @@ def environment_config(settings: Settings, stacks: dict[str, Any]) -> dict[str, 
     }
     if stacks.get("hyperpod") is not None:
         config["hyperpod"] = {"cluster_name": stacks["hyperpod"].cluster_name, "gpu_instance_group": "gpu",
-                              "instance_type": stacks["hyperpod"].GPU_INSTANCE_TYPE, "head_instance_group": "head"}
+                              "instance_type": stacks["hyperpod"].GPU_INSTANCE_TYPE, "head_instance_group": "head",
+                              "submit_host_tag_key": settings.hyperpod_submit_host_tag_key,
+                              "submit_host_tag_value": settings.hyperpod_submit_host_tag_value}
     return config
 
 
@@ -169,6 +171,8 @@ def build_app(app: cdk.App, settings: Settings | None = None, *, nag: bool = Tru
         environment_parameter_names=environment.parameter_names,
         quota_code=GPU_QUOTA["quota_code"],
         hyperpod_role_arn=hyperpod.role.role_arn if hyperpod else None,
+        hyperpod_submit_host_tag=((s.hyperpod_submit_host_tag_key, s.hyperpod_submit_host_tag_value)
+                                  if hyperpod else None),
     )
     mwaa_stack = MwaaStack(app, f"{p}Mwaa", settings=s, vpc=network.vpc, targets=targets,
                            description="sim2real: MWAA environment (Airflow 3) and execution role")

@@ -22,15 +22,19 @@ from .settings import Settings
 #: ``AirflowConfigurationOptions``: every wait longer than a minute defers (no worker slot held),
 #: and Airflow Variables are read from SSM (``/sim2real/airflow/variables/sim2real_environment`` holds
 #: the environment config) through the Amazon provider's secrets backend.
-def airflow_configuration(variables_prefix: str, schedule_timezone: str = "UTC") -> dict[str, str]:
+def airflow_configuration(variables_prefix: str, schedule_timezone: str = "UTC",
+                          environment_name: str = "sim2real") -> dict[str, str]:
     """MWAA ``AirflowConfigurationOptions`` of the environment.
 
     ``sim2real.schedule_timezone`` (a custom option: MWAA sets it as ``AIRFLOW__SIM2REAL__SCHEDULE_TIMEZONE``) is
     the IANA time zone of the nightly schedule, the environment config's ``schedule_timezone``; the DAG file reads
     it at parse time from the Airflow configuration (no Variable lookup while parsing).
+    ``sim2real.deployment_id`` (``mwaa:<environment_name>``) names this Airflow deployment in each run record
+    (``sim2real.sweeper.deployment_id``): the orphan sweeper never stops what another deployment started.
     """
     return {
         "sim2real.schedule_timezone": schedule_timezone,
+        "sim2real.deployment_id": f"mwaa:{environment_name}",
         "operators.default_deferrable": "true",
         "secrets.backend": "airflow.providers.amazon.aws.secrets.systems_manager.SystemsManagerParameterStoreBackend",
         "secrets.backend_kwargs": '{"variables_prefix": "%s", "connections_prefix": null, "config_prefix": null}'
@@ -93,6 +97,8 @@ class MwaaTargets:
     environment_parameter_names: list[str]
     quota_code: str = "L-DB2E81BA"
     hyperpod_role_arn: str | None = None
+    #: EC2 tag ``(key, value)`` of the HyperPod submit (head/login) node; ``None`` without HyperPod.
+    hyperpod_submit_host_tag: tuple[str, str] | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -137,7 +143,8 @@ class MwaaStack(cdk.Stack):
             requirements_s3_object_version=versions.get("requirements.txt"),
             startup_script_s3_path="startup.sh",
             startup_script_s3_object_version=versions.get("startup.sh"),
-            airflow_configuration_options=airflow_configuration(self.variables_prefix, settings.schedule_timezone),
+            airflow_configuration_options=airflow_configuration(self.variables_prefix, settings.schedule_timezone,
+                                                                self.environment_name),
             network_configuration=mwaa.CfnEnvironment.NetworkConfigurationProperty(
                 security_group_ids=[self.security_group.security_group_id],
                 subnet_ids=vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnet_ids[:2],
@@ -289,6 +296,12 @@ class MwaaStack(cdk.Stack):
                                         "sagemaker:ListClusterNodes"], [arn("sagemaker", "cluster", "*")])
             self._add("HyperPodPassRole", ["iam:PassRole"], [t.hyperpod_role_arn],
                       {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}})
+        if t.hyperpod_role_arn and t.hyperpod_submit_host_tag:
+            # train (sbatch/sacct/scancel) and the orphan sweeper (squeue/scancel): AWS-RunShellScript on the
+            # submit node only (the document is granted with the workstation's, above)
+            head_key, head_value = t.hyperpod_submit_host_tag
+            self._add("HyperPodHeadCommand", ["ssm:SendCommand"], [instances],
+                      {"StringEquals": {f"ssm:resourceTag/{head_key}": head_value}})
         # calls with no resource-level permissions
         self._add("Unscoped", sorted(UNSCOPED_ACTIONS), ["*"])
         self._target = None

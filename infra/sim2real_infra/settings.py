@@ -46,6 +46,10 @@ class Settings:
     :param workstation: create the evaluation workstation instance (off: bring your own, tagged).
     :param workstation_instance_type: EC2 type of that instance.
     :param hyperpod: create the optional HyperPod stack.
+    :param hyperpod_submit_host_tag_key / hyperpod_submit_host_tag_value: the EC2 tag of the cluster's submit
+        (head/login) node, an SSM-managed instance with the Slurm client: written to the environment config
+        (``hyperpod.submit_host_tag_key``/``_value``, where the DAG and the sweeper find the node) and the only
+        instances the MWAA role may send SSM commands to besides the workstation.
     :param schedule_timezone: IANA time zone of the nightly run (``0 2 * * *``), e.g. ``Europe/Berlin``; written to
         the environment config (``schedule_timezone``) and to MWAA's ``sim2real.schedule_timezone`` option.
     :param airflow_version: MWAA ``AirflowVersion``.
@@ -72,6 +76,8 @@ class Settings:
     workstation: bool = False
     workstation_instance_type: str = "g6.12xlarge"
     hyperpod: bool = False
+    hyperpod_submit_host_tag_key: str = "sim2real:role"
+    hyperpod_submit_host_tag_value: str = "hyperpod-head"
     schedule_timezone: str = "UTC"
     airflow_version: str = "3.3.1"
     mwaa_environment_class: str = "mw1.small"
@@ -115,6 +121,9 @@ class Settings:
             workstation=_bool(get("workstation", d.workstation)),
             workstation_instance_type=str(get("workstation_instance_type", d.workstation_instance_type)),
             hyperpod=_bool(get("hyperpod", d.hyperpod)),
+            hyperpod_submit_host_tag_key=str(get("hyperpod_submit_host_tag_key", d.hyperpod_submit_host_tag_key)),
+            hyperpod_submit_host_tag_value=str(get("hyperpod_submit_host_tag_value",
+                                                   d.hyperpod_submit_host_tag_value)),
             airflow_version=str(get("airflow_version", d.airflow_version)),
             mwaa_environment_class=str(get("mwaa_environment_class", d.mwaa_environment_class)),
             mwaa_versions=dict(versions or {}),
@@ -136,6 +145,13 @@ class Settings:
             raise ValueError("sim2real:runnable_timeout_minutes must be 10..1440 (Batch maxTimeSeconds 600..86400)")
         if self.max_azs < 2:
             raise ValueError("sim2real:max_azs must be >= 2 (MWAA needs two private subnets in two AZs)")
+        if self.hyperpod and not (self.hyperpod_submit_host_tag_key and self.hyperpod_submit_host_tag_value):
+            raise ValueError("sim2real:hyperpod_submit_host_tag_key and _value must name the submit node's EC2 tag")
+        from .evaluation import WORKSTATION_TAG_KEY, WORKSTATION_TAG_VALUE
+
+        if (self.hyperpod_submit_host_tag_key, self.hyperpod_submit_host_tag_value) == (WORKSTATION_TAG_KEY,
+                                                                                        WORKSTATION_TAG_VALUE):
+            raise ValueError("sim2real:hyperpod_submit_host_tag_* must differ from the workstation's tag")
         if self.max_vcpus < self.vcpus_per_node:
             raise ValueError("sim2real:max_vcpus is below one node's vCPUs: no job could ever be placed")
         import zoneinfo

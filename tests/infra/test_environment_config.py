@@ -79,7 +79,8 @@ def test_same_shape_as_the_sandbox(synth: Synth, sandbox_config: dict[str, Any])
 def test_hyperpod_section_when_enabled(synth_full: Synth) -> None:
     config = _parameters(synth_full)[ENV_SSM_PARAMETER]
     assert config["hyperpod"] == {"cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu",
-                                  "instance_type": "ml.g6.12xlarge", "head_instance_group": "head"}
+                                  "instance_type": "ml.g6.12xlarge", "head_instance_group": "head",
+                                  "submit_host_tag_key": "sim2real:role", "submit_host_tag_value": "hyperpod-head"}
     validate_environment(config)
 
 
@@ -89,7 +90,12 @@ def test_settings_from_context_and_refusals() -> None:
     s = Settings.from_context(app.node)
     assert s.instance_types == ("g6e.12xlarge", "g6.12xlarge") and s.instance_type == "g6e.12xlarge"
     assert (s.num_nodes, s.workstation, s.hyperpod, s.mwaa_versions) == (4, True, False, {"plugins.zip": "v9"})
+    tagged = Settings.from_context(cdk.App(context={"sim2real:hyperpod": "true",
+                                                    "sim2real:hyperpod_submit_host_tag_value": "login"}).node)
+    assert (tagged.hyperpod_submit_host_tag_key, tagged.hyperpod_submit_host_tag_value) == ("sim2real:role", "login")
     for bad in ({"sim2real:runnable_timeout_minutes": 5}, {"sim2real:instance_types": []},
-                {"sim2real:max_vcpus": 8}, {"sim2real:max_azs": 1}):
+                {"sim2real:max_vcpus": 8}, {"sim2real:max_azs": 1},
+                {"sim2real:hyperpod": "true", "sim2real:hyperpod_submit_host_tag_value": "workstation"},
+                {"sim2real:hyperpod": "true", "sim2real:hyperpod_submit_host_tag_key": ""}):
         with pytest.raises(ValueError):
             Settings.from_context(cdk.App(context=bad).node)

@@ -67,6 +67,24 @@ def test_mwaa_role_names_the_resources_of_the_other_stacks(synth: Synth) -> None
             assert "*" not in _list(st["Resource"]) and "iam:PassedToService" in str(st.get("Condition"))
 
 
+def test_mwaa_role_may_command_the_hyperpod_submit_node_only_with_hyperpod(synth: Synth, synth_full: Synth) -> None:
+    """Training on HyperPod (sbatch/sacct/scancel) and the orphan sweeper (squeue/scancel) run AWS-RunShellScript
+    on the submit node found by its tag: SendCommand on instances with that tag, and only when HyperPod is on."""
+    def command_conditions(which: Synth) -> list:
+        template = which.templates[which.stacks.mwaa.stack_name]
+        return [st.get("Condition") for rtype in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+                for res in resources(template, rtype).values() for st in res["Properties"]["PolicyDocument"]["Statement"]
+                if "ssm:SendCommand" in _list(st["Action"]) and any("instance/" in str(r) for r in _list(st["Resource"]))]
+
+    head = {"StringEquals": {"ssm:resourceTag/sim2real:role": "hyperpod-head"}}
+    workstation = {"StringEquals": {"ssm:resourceTag/sim2real:role": "workstation"}}
+    assert command_conditions(synth) == [workstation]
+    assert sorted(map(str, command_conditions(synth_full))) == sorted(map(str, [workstation, head]))
+    # the environment config names the same node
+    config = synth_full.stacks.config["hyperpod"]
+    assert (config["submit_host_tag_key"], config["submit_host_tag_value"]) == ("sim2real:role", "hyperpod-head")
+
+
 @pytest.mark.parametrize("which", ["synth", "synth_full"])
 def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(which: str, request) -> None:
     synth: Synth = request.getfixturevalue(which)  # synth() raised ValidationFailed otherwise
