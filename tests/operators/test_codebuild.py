@@ -166,6 +166,47 @@ def test_builds_once_then_reuses_the_digest_recorded_for_the_same_content(aws_en
     assert len(_builds()) == 1
 
 
+class _DeniesMissingKeys:
+    """An S3 client that answers like AWS for a role whose ``s3:ListBucket`` is conditioned on ``s3:prefix``:
+    a GetObject / HeadObject of a missing key is 403 AccessDenied, not 404 (moto does not enforce IAM)."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def _denied_if_missing(self, operation: str, kwargs: dict) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.head_object(**kwargs)
+        except ClientError as err:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, operation) from err
+
+    def get_object(self, **kwargs):
+        self._denied_if_missing("GetObject", kwargs)
+        return self._client.get_object(**kwargs)
+
+    def head_object(self, **kwargs):
+        self._denied_if_missing("HeadObject", kwargs)
+        return self._client.head_object(**kwargs)
+
+
+@mock_aws
+def test_the_first_build_of_a_commit_does_not_read_a_record_that_is_not_listed(aws_env, build_status, monkeypatch):
+    """No record yet and a GetObject of the missing key answering 403: the image is built and recorded (the
+    record is looked up with ListObjectsV2 first), and the next run reuses it."""
+    _setup()
+    monkeypatch.setattr(CodeBuildImageOperator, "s3_client",
+                        property(lambda self: _DeniesMissingKeys(boto3.client("s3", region_name=REGION))))
+    first = _op(deferrable=False).execute({})
+    assert first["skipped"] is False and len(_builds()) == 1
+    again = _op(deferrable=False).execute({})
+    assert again["skipped"] is True and again["image_digest"] == first["image_digest"] and len(_builds()) == 1
+
+
 @mock_aws
 def test_a_new_source_version_under_the_same_name_is_built(aws_env, build_status):
     """The old skip trusted the tag src-main: a new commit on main was never built."""
