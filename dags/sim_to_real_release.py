@@ -61,10 +61,11 @@ def sim_to_real_release():
     def prepare_release(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and names."""
         from sim2real.config import load_environment
-        from sim2real.params import ParamRuleError
+        from sim2real.params import ParamRuleError, check_conf_keys
         from sim2real.release import plan_release
 
         try:
+            check_conf_keys(dag_run.conf, dag.params)  # a typo'd key would otherwise deploy with the default
             plan = plan_release(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params),
                                 env=load_environment())
         except (ParamRuleError, ValueError) as err:

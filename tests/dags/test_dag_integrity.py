@@ -160,6 +160,25 @@ def test_unknown_conf_keys_pass_airflow_and_are_refused_by_the_first_task(serial
     check_conf_keys({"num_nodes": 2}, serialized_dag.params)
 
 
+def test_the_release_dag_refuses_an_unknown_conf_key_before_planning(dagbag, monkeypatch):
+    """A typo'd ``thing_group_nme`` would otherwise deploy to the default thing group: prepare_release fails
+    (no retry) naming the key and the field it resembles, before the release is planned."""
+    import types
+
+    import sim2real.release
+    from airflow.providers.common.compat.sdk import AirflowFailException
+
+    planned = []
+    monkeypatch.setattr(sim2real.release, "plan_release", lambda **kwargs: planned.append(kwargs))
+    dag = dagbag.dags["sim_to_real_release"]
+    dag_run = types.SimpleNamespace(conf={"thing_group_nme": "robots-canary"}, dag_id=dag.dag_id,
+                                    run_id="manual__2026-12-01T00:00:00+00:00")
+    with pytest.raises(AirflowFailException) as err:
+        dag.get_task("prepare_release").python_callable(params={}, dag_run=dag_run, dag=dag)
+    assert "'thing_group_nme' is not a field of the trigger form (did you mean 'thing_group_name'" in str(err.value)
+    assert planned == []
+
+
 def test_default_params_are_valid(serialized_dag):
     resolved = serialized_dag.params.deep_merge({}).validate()
     assert resolved["num_nodes"] == 1 and resolved["training_backend"] == "batch"

@@ -166,6 +166,47 @@ def test_builds_once_then_reuses_the_digest_recorded_for_the_same_content(aws_en
     assert len(_builds()) == 1
 
 
+class _DeniesMissingKeys:
+    """An S3 client that answers like AWS for a role whose ``s3:ListBucket`` is conditioned on ``s3:prefix``:
+    a GetObject / HeadObject of a missing key is 403 AccessDenied, not 404 (moto does not enforce IAM)."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def _denied_if_missing(self, operation: str, kwargs: dict) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.head_object(**kwargs)
+        except ClientError as err:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, operation) from err
+
+    def get_object(self, **kwargs):
+        self._denied_if_missing("GetObject", kwargs)
+        return self._client.get_object(**kwargs)
+
+    def head_object(self, **kwargs):
+        self._denied_if_missing("HeadObject", kwargs)
+        return self._client.head_object(**kwargs)
+
+
+@mock_aws
+def test_the_first_build_of_a_commit_does_not_read_a_record_that_is_not_listed(aws_env, build_status, monkeypatch):
+    """No record yet and a GetObject of the missing key answering 403: the image is built and recorded (the
+    record is looked up with ListObjectsV2 first), and the next run reuses it."""
+    _setup()
+    monkeypatch.setattr(CodeBuildImageOperator, "s3_client",
+                        property(lambda self: _DeniesMissingKeys(boto3.client("s3", region_name=REGION))))
+    first = _op(deferrable=False).execute({})
+    assert first["skipped"] is False and len(_builds()) == 1
+    again = _op(deferrable=False).execute({})
+    assert again["skipped"] is True and again["image_digest"] == first["image_digest"] and len(_builds()) == 1
+
+
 @mock_aws
 def test_a_new_source_version_under_the_same_name_is_built(aws_env, build_status):
     """The old skip trusted the tag src-main: a new commit on main was never built."""
@@ -344,6 +385,39 @@ def test_git_ref_commit_reads_the_ref_advertisement(monkeypatch):
     assert git_ref_commit("https://github.com/org/repo", "refs/heads/main") == main
     assert git_ref_commit("https://github.com/org/repo", "nope") is None
     assert seen[0] == "https://github.com/org/repo.git/info/refs?service=git-upload-pack"
+
+
+# GET https://github.com/<owner>/<repo>.git/info/refs?service=git-upload-pack, byte for byte as git serves it:
+# the default branch is advertised first under the bare name HEAD (with the capabilities after a NUL).
+REF_ADVERTISEMENT = (
+    b"001e# service=git-upload-pack\n0000"
+    b"01539fceb02d0ae598e95dc970b74767f19372d61af8 HEAD\x00multi_ack thin-pack side-band side-band-64k ofs-delta"
+    b" shallow deepen-since deepen-not deepen-relative no-progress include-tag multi_ack_detailed"
+    b" allow-tip-sha1-in-want allow-reachable-sha1-in-want no-done symref=HEAD:refs/heads/main filter"
+    b" object-format=sha1 agent=git/github-395dce4f6ecf\n"
+    b"003ce83c5163316f89bfbde7d9ab23ca2e25604af290 refs/heads/dev\n"
+    b"003d9fceb02d0ae598e95dc970b74767f19372d61af8 refs/heads/main\n"
+    b"0000"
+)
+
+
+def test_no_source_version_resolves_the_default_branch_advertised_as_head(monkeypatch):
+    """No source version on the run nor on the project: the build is keyed on (and started at) HEAD's commit,
+    so a retry finds the same tag and reattaches instead of starting a second build."""
+    import io
+    import urllib.request
+
+    from sim2real.hooks import codebuild as hooks
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda request, timeout: io.BytesIO(REF_ADVERTISEMENT))
+    head, dev = "9fceb02d0ae598e95dc970b74767f19372d61af8", "e83c5163316f89bfbde7d9ab23ca2e25604af290"
+    assert hooks.git_ref_commit("https://github.com/org/repo", "HEAD") == head
+    assert hooks.git_ref_commit("https://github.com/org/repo", "dev") == dev
+    assert hooks.git_ref_commit("https://github.com/org/repo", "refs/heads/HEAD") is None
+    hook = hooks.CodeBuildHook.__new__(hooks.CodeBuildHook)
+    project = {"source": {"type": "GITHUB", "location": "https://github.com/org/repo.git"}}
+    commit, start, how = hook.resolve_source_commit(project, None)
+    assert commit == start == head and "HEAD of https://github.com/org/repo.git" in how
 
 
 def test_resolve_source_commit_for_a_commit_id_and_a_git_branch(monkeypatch):

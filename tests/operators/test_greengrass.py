@@ -213,6 +213,7 @@ def test_trigger_gets_the_form_timeout(moto_endpoint, group_arn, context):
     op.waiter_delay = 30
     with Stubber(op.hook.conn) as stub:
         stub_create(stub, group_arn)
+        stub_devices(stub, group_arn, {"robot-a": effective("IN_PROGRESS")})  # not over yet: it defers
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(context)
     assert deferred.value.trigger.attempts == 20
@@ -368,3 +369,30 @@ def test_trigger_serializes_round_trip():
     path, kwargs = t.serialize()
     assert path == "sim2real.triggers.greengrass.GreengrassDeploymentTrigger"
     assert GreengrassDeploymentTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def test_one_poll_answers_the_same_for_the_deferrable_check_and_the_sync_wait():
+    """``_over`` is the one poll ``_wait_sync`` repeats: a group emptied after the deployment was created fails
+    with the same message either way; an unfinished deployment is polled again and times out with the last
+    poll's reports."""
+
+    class Hook:
+        def __init__(self, things):
+            self.things, self.polls = things, 0
+
+        def list_core_device_names(self, arn):
+            self.polls += 1
+            return self.things
+
+        def device_reports(self, deployment_id, things):
+            return {t: {"status": "IN_PROGRESS", "outcome": "pending"} for t in things}
+
+    arn = f"arn:aws:iot:{REGION}:123456789012:thinggroup/{GROUP}"
+    op = operator(waiter_max_attempts=2)
+    op.__dict__["hook"] = Hook([])
+    empty = ("failure", {}, f"thing group {GROUP!r} ({arn}) has no core devices")
+    assert op._over(DEP, arn) == empty and op._wait_sync(DEP, arn) == empty
+    op.__dict__["hook"] = hook = Hook(["robot-a"])
+    assert op._over(DEP, arn) == (None, {"robot-a": {"status": "IN_PROGRESS", "outcome": "pending"}}, "")
+    status, reports, message = op._wait_sync(DEP, arn)
+    assert (status, list(reports), hook.polls) == ("timeout", ["robot-a"], 3) and "after 2 polls" in message

@@ -151,3 +151,71 @@ def test_job_requirements_of_a_container_definition_with_the_deprecated_fields()
     assert job_shape_problems(jd, "g6.xlarge", info) == [
         p for p in job_shape_problems(jd, "g6.xlarge", info) if "x:3 asks for VCPU 8 per node" in p]
     assert len(job_shape_problems(jd, "g6.xlarge", info)) == 1
+
+
+def _answer(monkeypatch, errors: dict[str, tuple[str, int]]):
+    """Make AWS answer ``errors[operation] = (code, HTTP status)`` for those operations (the sandbox enforces no
+    IAM), everything else as usual."""
+    import botocore.client
+    from botocore.exceptions import ClientError
+
+    original = botocore.client.BaseClient._make_api_call
+
+    def make_api_call(self, operation_name, api_params):
+        if operation_name in errors:
+            code, status = errors[operation_name]
+            raise ClientError({"Error": {"Code": code, "Message": f"{code} for {operation_name}"},
+                               "ResponseMetadata": {"HTTPStatusCode": status}}, operation_name)
+        return original(self, operation_name, api_params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", make_api_call)
+
+
+def test_aws_errors_of_the_checks_are_listed_with_the_resource_code_and_what_to_do(plan, monkeypatch):
+    """A thing group overridden in the form that the role may not describe, a job queue it may not describe and
+    a model package group answering ResourceNotFound: each is one listed problem; the other checks still run."""
+    bad = copy.deepcopy(plan)
+    bad["deploy"]["thing_group_name"] = "robots-canary"
+    _answer(monkeypatch, {"DescribeThingGroup": ("AccessDeniedException", 403),
+                          "DescribeJobQueues": ("AccessDeniedException", 403),
+                          "DescribeModelPackageGroup": ("ResourceNotFoundException", 400)})
+    message = refused(bad)
+    assert "(3 problem(s)" in message
+    assert ("IoT thing group 'robots-canary': iot:DescribeThingGroup failed (AccessDeniedException: "
+            "AccessDeniedException for DescribeThingGroup). The Airflow role lacks iot:DescribeThingGroup on it: grant"
+            " iot:DescribeThingGroup to the MWAA execution role") in message
+    assert "or set thing_group_name in the form or greengrass.thing_group_name in the environment config" in message
+    assert "Batch job queue 'sim2real-gpu': batch:DescribeJobQueues failed (AccessDeniedException" in message
+    assert ("SageMaker model package group 'sim2real-groot-models': sagemaker:DescribeModelPackageGroup failed "
+            "(ResourceNotFoundException") in message and "create it or set sagemaker.model_package_group" in message
+
+
+def test_core_devices_that_cannot_be_listed_are_a_listed_problem(plan, monkeypatch):
+    _answer(monkeypatch, {"ListCoreDevices": ("AccessDeniedException", 403)})
+    message = refused(plan)
+    assert "(1 problem(s)" in message
+    assert "Greengrass core devices of IoT thing group 'sim2real-robots': greengrass:ListCoreDevices failed" in message
+
+
+def test_a_programming_error_in_a_check_is_raised_not_listed(plan, monkeypatch):
+    from sim2real.hooks.greengrass import GreengrassV2Hook
+
+    def broken(self, name):
+        raise TypeError("thing_group_arn() got an unexpected keyword argument")
+
+    monkeypatch.setattr(GreengrassV2Hook, "thing_group_arn", broken)
+    with pytest.raises(TypeError):
+        run(plan)
+
+
+def test_the_project_and_the_job_definition_are_read_through_the_hooks(plan, monkeypatch):
+    """One reading of "the latest ACTIVE revision" and of "the project exists" for the preflight and the run."""
+    from sim2real.hooks.batch import BatchTrainingHook
+    from sim2real.hooks.codebuild import CodeBuildHook
+
+    seen = []
+    for cls, name in ((BatchTrainingHook, "latest_active_job_definition"), (CodeBuildHook, "get_project")):
+        original = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, arg, _o=original, _n=name: seen.append((_n, arg)) or _o(self, arg))
+    assert run(plan)["ok"] is True
+    assert seen == [("get_project", "sim2real-training-image"), ("latest_active_job_definition", "sim2real-train")]

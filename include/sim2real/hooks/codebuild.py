@@ -45,7 +45,8 @@ def git_ref_commit(repository_url: str, ref: str, timeout: float = 15.0) -> str 
     the same answer ``git ls-remote`` reads; an annotated tag resolves to the commit it peels to (``^{}``).
 
     :param repository_url: ``https://host/owner/repo(.git)``.
-    :param ref: ``main``, ``refs/heads/main``, ``v1.2`` or ``refs/tags/v1.2``.
+    :param ref: ``main``, ``refs/heads/main``, ``v1.2``, ``refs/tags/v1.2``, or ``HEAD`` (the repository's
+        default branch, advertised under the bare name ``HEAD``).
     :return: the commit id, or None when the repository has no such ref.
     :raises OSError: the repository cannot be read (network, HTTP 401/403/404 for a private repository).
     """
@@ -67,6 +68,8 @@ def git_ref_commit(repository_url: str, ref: str, timeout: float = 15.0) -> str 
         name = name.split("\0", 1)[0]
         if COMMIT_ID.match(oid) and name:
             refs[name] = oid
+    if ref == "HEAD":
+        return refs.get("HEAD")
     wanted = [ref] if ref.startswith("refs/") else [f"refs/heads/{ref}", f"refs/tags/{ref}"]
     for name in wanted:
         if f"{name}^{{}}" in refs:  # annotated tag: the commit it points at

@@ -132,10 +132,19 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
         return f"{self.record_prefix}{self.repository_name}/{key}.json"
 
     def _read_record(self, key: str) -> dict[str, Any] | None:
+        """The image record of ``key``, or None when there is none (or it names no ``sha256:`` digest).
+
+        Looked up with ListObjectsV2 under the record's own key first, and read (GetObject) only when listed: the
+        role may list the record prefix only, so a GetObject of a missing key answers 403 AccessDenied, not 404.
+        """
         client = self.s3_client
+        record_key = self._record_key(key)
+        listed = client.list_objects_v2(Bucket=self.record_bucket, Prefix=record_key)
+        if record_key not in {obj.get("Key") for obj in listed.get("Contents", [])}:
+            return None
         try:
-            body = client.get_object(Bucket=self.record_bucket, Key=self._record_key(key))["Body"].read()
-        except client.exceptions.NoSuchKey:
+            body = client.get_object(Bucket=self.record_bucket, Key=record_key)["Body"].read()
+        except client.exceptions.NoSuchKey:  # deleted since it was listed
             return None
         record = json.loads(body)
         return record if isinstance(record, dict) and str(record.get("image_digest", "")).startswith("sha256:") \

@@ -178,7 +178,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
 
         if self.deferrable:
             over = self._over(deployment_id, target_arn)  # already finished on every device: no trigger race
-            if over is not None:
+            if over[0] is not None:
                 self.log.info("Deployment %s is already over (%s): not deferring", deployment_id, over[0])
                 return self._finish(base, *over)
             self.defer(
@@ -228,34 +228,38 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                 "Not deployed (no Greengrass deployment was created): " + not_approved_message(package))
         return seen
 
-    def _over(self, deployment_id: str, target_arn: str) -> tuple[str, dict[str, dict[str, Any]], str] | None:
-        """One poll of the devices: ``(status, reports, message)`` when the deployment already succeeded on every
-        device or failed on one, else None."""
+    def _over(self, deployment_id: str, target_arn: str) -> tuple[str | None, dict[str, dict[str, Any]], str]:
+        """One poll of the group's core devices (ListCoreDevices, then ListEffectiveDeployments per device).
+
+        :return: ``(status, reports, message)``: status ``"success"`` when the deployment succeeded on every
+            device, ``"failure"`` when it failed on one or the group has no core devices (``message`` says so),
+            None while it is unfinished; ``reports`` maps each device to its
+            :func:`~sim2real.hooks.greengrass.device_report`.
+        """
         things = self.hook.list_core_device_names(target_arn)
         if not things:
-            return "failure", {}, f"thing group {target_arn} has no core devices"
+            return "failure", {}, f"thing group {self.thing_group_name!r} ({target_arn}) has no core devices"
         reports = self.hook.device_reports(deployment_id, things)
         outcomes = {r["outcome"] for r in reports.values()}
         if "failure" in outcomes:
             return "failure", reports, ""
         if outcomes == {"success"}:
             return "success", reports, ""
-        return None
+        return None, reports, ""
 
     def _wait_sync(self, deployment_id: str, target_arn: str) -> tuple[str, dict[str, dict[str, Any]], str]:
+        """Poll (:meth:`_over`) up to ``waiter_max_attempts`` times ``waiter_delay`` s apart.
+
+        :return: ``(status, reports, message)`` of the poll that found the deployment over, else
+            ``("timeout", <the last poll's reports>, <how long it polled>)``.
+        """
         reports: dict[str, dict[str, Any]] = {}
         for attempt in range(self.waiter_max_attempts):
             if attempt:
                 time.sleep(self.waiter_delay)
-            things = self.hook.list_core_device_names(target_arn)
-            if not things:
-                return "failure", {}, f"thing group {self.thing_group_name!r} ({target_arn}) has no core devices"
-            reports = self.hook.device_reports(deployment_id, things)
-            outcomes = {r["outcome"] for r in reports.values()}
-            if "failure" in outcomes:
-                return "failure", reports, ""
-            if outcomes == {"success"}:
-                return "success", reports, ""
+            status, reports, message = self._over(deployment_id, target_arn)
+            if status is not None:
+                return status, reports, message
             self.log.info("Deployment %s: %s", deployment_id, {t: r["status"] for t, r in reports.items()})
         return "timeout", reports, f"not finished after {self.waiter_max_attempts} polls {self.waiter_delay} s apart"
 

@@ -42,15 +42,15 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
 from airflow.providers.amazon.aws.hooks.ec2 import EC2Hook
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from botocore.exceptions import ClientError
 
+from sim2real.hooks.batch import BatchTrainingHook
 from sim2real.hooks.codebuild import CodeBuildHook, EcrImageHook
 from sim2real.hooks.greengrass import GreengrassV2Hook
 
@@ -162,11 +162,45 @@ def _code(err: ClientError) -> str:
     return str(err.response.get("Error", {}).get("Code", ""))
 
 
+_ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException",
+                  "Forbidden", "403"}
+_NOT_FOUND = {"ResourceNotFound", "ResourceNotFoundException", "NotFound", "NoSuchEntity", "404"}
+_THROTTLED = {"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
+              "SlowDown"}
+
+
+def client_error_problem(resource: str, action: str, err: ClientError, change: str) -> str:
+    """One preflight problem for an AWS error answered while checking ``resource``.
+
+    :param resource: what was checked, e.g. ``"IoT thing group 'robots-canary'"``.
+    :param action: the IAM action of the call that failed, e.g. ``"iot:DescribeThingGroup"``.
+    :param err: the botocore ``ClientError``.
+    :param change: the setting that names ``resource`` (form field / environment config key).
+    :return: ``"<resource>: <action> failed (<code>: <message>). <what to do>"``; an access denial says the
+        Airflow role lacks ``action``, a missing resource says to create it or change ``change``.
+    """
+    code = _code(err) or "error"
+    message = err.response.get("Error", {}).get("Message") or str(err)
+    if code in _ACCESS_DENIED:
+        todo = (f"The Airflow role lacks {action} on it: grant {action} to the MWAA execution role (infra/), "
+                f"or set {change} to a resource the role may use")
+    elif code in _NOT_FOUND:
+        todo = f"It does not exist in this account and region: create it or set {change}"
+    elif code in _THROTTLED:
+        todo = "AWS throttled the check: trigger the run again"
+    else:
+        todo = f"Check {change}"
+    return f"{resource}: {action} failed ({code}: {message}). {todo}"
+
+
 class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
     """Check every AWS resource a run names, and the job definition's shape, before any spend.
 
     Read-only: every call is a Describe/Get/List/Head (see the module docstring for the table). All problems
-    are collected and reported together, each naming the resource, what is wrong and what to change.
+    are collected and reported together, each naming the resource, what is wrong and what to change. An AWS
+    error answered by a check (``ClientError``: access denied, not found, throttled...) is such a problem too,
+    with its error code and the IAM action the call needs (:func:`client_error_problem`); any other exception
+    is raised.
 
     :param plan: the run's plan (``prepare_run``'s ``plan`` XCom, :func:`sim2real.stages.plan_run`) (templated).
     :return: ``{"ok": True, "checked": [str], "instance_shape": {...} | None}`` (what was checked).
@@ -232,22 +266,30 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                                 "403 Access Denied). Grant s3:ListBucket on its runs/ prefix to the MWAA execution "
                                 "role, or check that the bucket is in this account")
             else:
-                problems.append(f"artifacts bucket {bucket!r}: ListObjectsV2 failed ({code}: {err})")
+                problems.append(client_error_problem(f"artifacts bucket {bucket!r}", "s3:ListBucket", err,
+                                                     "artifacts_bucket in the environment config"))
 
     def _check_image_build(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
         image = plan["image"]
         project, repo = image["project_name"], image["repository_name"]
         checked += [f"CodeBuild project {project}", f"ECR repository {repo}"]
-        found = self._hooks(CodeBuildHook).conn.batch_get_projects(names=[project])
-        if not found.get("projects"):
+        try:
+            self._hooks(CodeBuildHook).get_project(project)
+        except LookupError:
             problems.append(f"CodeBuild project {project!r} does not exist. Set image_build.codebuild_project in "
                             "the environment config (infra/ creates <prefix>-training-image)")
+        except ClientError as err:
+            problems.append(client_error_problem(f"CodeBuild project {project!r}", "codebuild:BatchGetProjects", err,
+                                                 "image_build.codebuild_project in the environment config"))
         ecr = self._hooks(EcrImageHook).conn
         try:
             ecr.describe_repositories(repositoryNames=[repo])
         except ecr.exceptions.RepositoryNotFoundException:
             problems.append(f"ECR repository {repo!r} does not exist. Set image_build.ecr_repository in the "
                             "environment config")
+        except ClientError as err:
+            problems.append(client_error_problem(f"ECR repository {repo!r}", "ecr:DescribeRepositories", err,
+                                                 "image_build.ecr_repository in the environment config"))
 
     def _check_batch(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> dict | None:
         b = plan["batch"]
@@ -255,12 +297,18 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             b["instance_type"]
         checked += [f"job queue {queue_name}", f"compute environment {ce_name}", f"job definition {jd_name}",
                     f"instance type {itype}"]
-        batch = self._hooks(BatchClientHook).client
-        queues = batch.describe_job_queues(jobQueues=[queue_name]).get("jobQueues") or []
-        if not queues:
+        hook = self._hooks(BatchTrainingHook)
+        batch = hook.client
+        try:
+            queues = batch.describe_job_queues(jobQueues=[queue_name]).get("jobQueues") or []
+        except ClientError as err:
+            problems.append(client_error_problem(f"Batch job queue {queue_name!r}", "batch:DescribeJobQueues", err,
+                                                 "batch.job_queue in the environment config"))
+            queues = None
+        if queues == []:
             problems.append(f"Batch job queue {queue_name!r} does not exist. Set batch.job_queue in the environment "
                             "config")
-        else:
+        elif queues:
             q = queues[0]
             if q.get("state") != "ENABLED" or q.get("status") != "VALID":
                 problems.append(
@@ -271,11 +319,17 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             if order and not any(ce == ce_name or ce.endswith(f"/{ce_name}") for ce in order):
                 problems.append(f"Batch job queue {queue_name!r} does not use compute environment {ce_name!r} "
                                 f"(it uses {order}). Set batch.compute_environment to the queue's environment")
-        ces = batch.describe_compute_environments(computeEnvironments=[ce_name]).get("computeEnvironments") or []
-        if not ces:
+        try:
+            ces = batch.describe_compute_environments(computeEnvironments=[ce_name]).get("computeEnvironments") or []
+        except ClientError as err:
+            problems.append(client_error_problem(
+                f"Batch compute environment {ce_name!r}", "batch:DescribeComputeEnvironments", err,
+                "batch.compute_environment in the environment config"))
+            ces = None
+        if ces == []:
             problems.append(f"Batch compute environment {ce_name!r} does not exist. Set batch.compute_environment "
                             "in the environment config")
-        else:
+        elif ces:
             ce = ces[0]
             if ce.get("state") != "ENABLED" or ce.get("status") != "VALID":
                 problems.append(
@@ -286,11 +340,13 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             if allowed and itype not in allowed and itype.split(".")[0] not in allowed and "optimal" not in allowed:
                 problems.append(f"Batch compute environment {ce_name!r} launches {allowed}, not batch.instance_type "
                                 f"{itype!r}. Make them agree (the instance type drives the preflight and the cost)")
-        jobdefs = [jd for page in batch.get_paginator("describe_job_definitions").paginate(
-            jobDefinitionName=jd_name, status="ACTIVE") for jd in page.get("jobDefinitions", [])] \
-            if ":" not in jd_name else batch.describe_job_definitions(jobDefinitions=[jd_name])["jobDefinitions"]
-        jobdefs = [jd for jd in jobdefs if jd.get("status", "ACTIVE") == "ACTIVE"]
-        if not jobdefs:
+        latest = None
+        try:
+            latest = hook.latest_active_job_definition(jd_name)
+        except ClientError as err:
+            problems.append(client_error_problem(f"Batch job definition {jd_name!r}", "batch:DescribeJobDefinitions",
+                                                 err, "batch.job_definition in the environment config"))
+        except AirflowException:  # no ACTIVE revision
             problems.append(f"Batch job definition {jd_name!r} has no ACTIVE revision. Set batch.job_definition in "
                             "the environment config (infra/ registers <prefix>-train)")
         ec2 = self._hooks(EC2Hook, api_type="client_type").conn
@@ -298,14 +354,15 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             types = ec2.describe_instance_types(InstanceTypes=[itype]).get("InstanceTypes") or []
         except ClientError as err:
             if _code(err) not in ("InvalidInstanceType", "InvalidParameterValue"):
-                raise
+                problems.append(client_error_problem(f"EC2 instance type {itype!r}", "ec2:DescribeInstanceTypes",
+                                                     err, "batch.instance_type in the environment config"))
+                return None
             types = []
         if not types:
             problems.append(f"EC2 does not know instance type {itype!r} in this region. Set batch.instance_type "
                             "to the compute environment's instance type")
             return None
-        if jobdefs:
-            latest = max(jobdefs, key=lambda jd: jd["revision"])
+        if latest is not None:
             problems += job_shape_problems(latest, itype, types[0])
         return instance_shape(types[0])
 
@@ -318,7 +375,10 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             desc = sm.describe_cluster(ClusterName=cluster)
         except ClientError as err:
             if _code(err) not in ("ResourceNotFound", "ValidationException"):
-                raise
+                problems.append(client_error_problem(
+                    f"SageMaker HyperPod cluster {cluster!r}", "sagemaker:DescribeCluster", err,
+                    "hyperpod_cluster_name in the form or hyperpod.cluster_name in the environment config"))
+                return
             problems.append(f"SageMaker HyperPod cluster {cluster!r} does not exist ({_code(err)}). Set "
                             "hyperpod_cluster_name in the form or hyperpod.cluster_name in the environment config")
             return
@@ -341,12 +401,18 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         except iam.exceptions.NoSuchEntityException:
             problems.append(f"SageMaker pipeline role {role_arn!r} does not exist. Set sagemaker.pipeline_role_arn "
                             "in the environment config (infra/ creates <prefix>-pipeline)")
+        except ClientError as err:
+            problems.append(client_error_problem(f"SageMaker pipeline role {role_arn!r}", "iam:GetRole", err,
+                                                 "sagemaker.pipeline_role_arn in the environment config"))
         sm = self._hooks(SageMakerHook).conn
         try:
             sm.describe_model_package_group(ModelPackageGroupName=group)
         except ClientError as err:
             if _code(err) not in ("ValidationException", "ResourceNotFound"):
-                raise
+                problems.append(client_error_problem(
+                    f"SageMaker model package group {group!r}", "sagemaker:DescribeModelPackageGroup", err,
+                    "sagemaker.model_package_group in the environment config"))
+                return
             problems.append(f"SageMaker model package group {group!r} does not exist: the pipeline's RegisterModel "
                             "step would fail after the whole fine-tune. Create it (aws sagemaker "
                             f"create-model-package-group --model-package-group-name {group}) or set "
@@ -354,6 +420,7 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
 
     def _check_thing_group(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
         group = plan["deploy"]["thing_group_name"]
+        change = "thing_group_name in the form or greengrass.thing_group_name in the environment config"
         checked.append(f"thing group {group}")
         gg = self._hooks(GreengrassV2Hook)
         try:
@@ -362,7 +429,15 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             problems.append(f"IoT thing group {group!r} does not exist. Set thing_group_name in the form or "
                             "greengrass.thing_group_name in the environment config")
             return
-        devices = gg.list_core_device_names(arn)
+        except ClientError as err:
+            problems.append(client_error_problem(f"IoT thing group {group!r}", "iot:DescribeThingGroup", err, change))
+            return
+        try:
+            devices = gg.list_core_device_names(arn)
+        except ClientError as err:
+            problems.append(client_error_problem(f"Greengrass core devices of IoT thing group {group!r}",
+                                                 "greengrass:ListCoreDevices", err, change))
+            return
         if not devices:
             problems.append(f"IoT thing group {group!r} has no Greengrass core device: nothing would receive the "
                             "deployment. Add the robots' core devices to the group (aws iot "
