@@ -418,11 +418,11 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "thing_group_without_devices", f"the run deploys to thing group {EMPTY_GROUP}, which has no core devices",
-        "§5.8", "deploy_to_robots fails naming the group before any deployment is created; no retry",
-        all_of(fails_with("deploy.deploy_to_robots", f"'{EMPTY_GROUP}'", "has no Greengrass core devices"),
+        "§5.8", "check_resources refuses the run naming the group, before the build, any training or deployment",
+        all_of(fails_with("check_resources", f"IoT thing group '{EMPTY_GROUP}' has no Greengrass core device"),
+               nothing_started, not_run("build.build_image", TRAIN, "deploy.deploy_to_robots"),
                custom("no deployment created", lambda o: (o.requests.get("CreateDeployment", 0) == 0 and not o.deployments,
-                                                          o.deployments)),
-               custom("no retry", lambda o: (o.tries("deploy.deploy_to_robots") == 1, o.tries("deploy.deploy_to_robots")))),
+                                                          o.deployments))),
         setup=_empty_thing_group, conf={"thing_group_name": EMPTY_GROUP},
     ),
     Scenario(
@@ -674,6 +674,8 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                     approver.cancel()
                     if saved_env is not None:
                         os.environ[env_var] = saved_env
+                    else:  # the patched config must not reach the next scenario
+                        os.environ.pop(env_var, None)
                 if dag_run is None:
                     outcome = Outcome(state="refused", tasks={}, errors={"dag.test": [refusal]}, requests=Counter(),
                                       injected=Counter(), jobs=[], commands=[], executions=[], deployments=[],
