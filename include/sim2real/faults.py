@@ -230,13 +230,15 @@ ORPHAN_RUN_ID = "manual__2026-01-01T00:00:00+00:00"
 def _orphan_job(sandbox, env_config) -> dict[str, Any]:
     from sim2real.config import RUN_KEY_TAG
     from sim2real.run_key import make_run_key
-    from sim2real.sweeper import run_record_key
+    from sim2real.sweeper import deployment_id, run_record_key
 
     key = make_run_key("sim_to_real", ORPHAN_RUN_ID)
     name = f"sim2real-train-{key}"
     sandbox.client("s3", internal=True).put_object(
         Bucket=env_config["artifacts_bucket"], Key=run_record_key(key),
-        Body=json.dumps({"dag_id": "sim_to_real", "run_id": ORPHAN_RUN_ID, "run_key": key}).encode())
+        # written as prepare_run writes it, by this Airflow deployment (a record of another one is never stopped)
+        Body=json.dumps({"dag_id": "sim_to_real", "run_id": ORPHAN_RUN_ID, "run_key": key, "run_type": "manual",
+                         "deployment": deployment_id()}).encode())
     sandbox.faults["batch_hold_job_names"] = [name]
     batch = sandbox.client("batch", internal=True)
     job_id = batch.submit_job(jobName=name, jobQueue=env_config["batch"]["job_queue"],
