@@ -150,8 +150,9 @@ def test_trigger_on_kill_scancels(sandbox, context):
 
 
 def test_retry_reattaches_to_the_running_job_instead_of_submitting_again(sandbox, context):
-    first, _ = defer(make_operator(sandbox, "t-reattach", SLEEP_SECONDS="3"), context)
-    second_op = make_operator(sandbox, "t-reattach", SLEEP_SECONDS="3")
+    # The job must still be running when the second try looks (a job already over is settled without deferring).
+    first, _ = defer(make_operator(sandbox, "t-reattach", SLEEP_SECONDS="15"), context)
+    second_op = make_operator(sandbox, "t-reattach", SLEEP_SECONDS="15")
     second, _ = defer(second_op, context)
     assert second.job_id == first.job_id and second.reattached is True
     assert [j["job_id"] for j in sandbox.slurm.jobs() if j["name"] == "t-reattach"] == [first.job_id]
