@@ -24,7 +24,7 @@ install: $(STAMP)
 
 ## Run the sim_to_real DAG end to end against the local AWS sandbox (no AWS account needed).
 demo: install
-	$(BIN)/python -m sim2real.demo $(DEMO_ARGS)
+	$(BIN)/python -m sim2real.dev.demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
 ## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures).
@@ -57,16 +57,16 @@ test-latest:
 ## policy quality after 60 s / 120 s of training, ours vs Stable-Baselines3 PPO, 3 seeds each: ~15 minutes).
 ## BENCH_ARGS="--only rl --rl-budgets 30,60 --rl-seeds 3" for a shorter policy-quality run alone.
 bench: install
-	$(BIN)/python -m sim2real.bench $(BENCH_ARGS)
+	$(BIN)/python -m sim2real.dev.bench $(BENCH_ARGS)
 
 ## Fault replay (DESIGN §5): every injected fault in one sandbox run; results in .sandbox/faults-results.json.
 faults: install
-	$(BIN)/python -m sim2real.faults --json-out .sandbox/faults-results.json --markdown
+	$(BIN)/python -m sim2real.dev.faults --json-out .sandbox/faults-results.json --markdown
 
 ## The Airflow UI (airflow standalone: scheduler, dag-processor, triggerer, API server) against the local
 ## AWS sandbox, at http://127.0.0.1:8080 (no login: local sandbox, every visitor is admin). Ctrl-C stops it.
 ui: install
-	$(BIN)/python -m sim2real.ui $(UI_ARGS)
+	$(BIN)/python -m sim2real.dev.ui $(UI_ARGS)
 
 ## Chromium from Debian for the browser test (tests/ui/), installed only when `chromium` is not on PATH.
 .PHONY: browser-deps
@@ -89,7 +89,7 @@ clean:
 
 # ---------------------------------------------------------------------------------------------
 # GR00T pipeline definition (SageMaker Python SDK v3, about 1 GB: its own venv .venv/pipeline, never the Airflow
-# runtime's). `make pipeline-definition` regenerates include/sim2real/pipelines/
+# runtime's). `make pipeline-definition` regenerates include/sim2real/orchestration/pipelines/
 # groot_pipeline.template.json (committed); the DAG fills in account values at run time.
 PIPELINE_VENV := $(VENV)/pipeline
 PIPELINE_STAMP := $(PIPELINE_VENV)/.installed-$(shell cat requirements-pipeline.txt | sha256sum | cut -c1-12)
@@ -107,7 +107,7 @@ pipeline-venv: $(PIPELINE_STAMP)
 
 ## Regenerate the GR00T pipeline definition template with the SageMaker SDK (offline, no AWS call).
 pipeline-definition: $(PIPELINE_STAMP)
-	PYTHONPATH=include $(PIPELINE_VENV)/bin/python -m sim2real.pipelines.build --out include/sim2real/pipelines/groot_pipeline.template.json
+	PYTHONPATH=include $(PIPELINE_VENV)/bin/python -m sim2real.dev.pipeline_build --out include/sim2real/orchestration/pipelines/groot_pipeline.template.json
 
 .PHONY: package synth deploy
 

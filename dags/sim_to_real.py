@@ -19,22 +19,22 @@ import datetime as dt
 from airflow.sdk import Asset, CronTriggerTimetable, TaskGroup, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from sim2real import assets
-from sim2real import notifications as notify
-from sim2real.dag_defaults import DEFAULT_ARGS, POLL, schedule_timezone
-from sim2real import stage_docs as docs
-from sim2real.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
-from sim2real.operators.batch import BatchTrainingOperator
-from sim2real.operators.codebuild import CodeBuildImageOperator
-from sim2real.operators.greengrass import GreengrassDeploymentOperator
-from sim2real.operators.hyperpod import HyperPodScaleOperator, HyperPodSlurmJobOperator
-from sim2real.operators.preflight import ResourcePreflightOperator
-from sim2real.operators.quota import GpuCapacityPreflightOperator, HyperPodCapacityPreflightOperator
-from sim2real.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator, PipelineExecutionOperator
-from sim2real.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
-from sim2real.params import build_params
-from sim2real.sensors.checkpoint import CheckpointManifestSensor
-from sim2real.sensors.model_package import ModelPackageApprovalSensor
+from sim2real.orchestration import assets
+from sim2real.orchestration import notifications as notify
+from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, POLL, schedule_timezone
+from sim2real.orchestration import stage_docs as docs
+from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
+from sim2real.orchestration.operators.batch import BatchTrainingOperator
+from sim2real.orchestration.operators.codebuild import CodeBuildImageOperator
+from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
+from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator, HyperPodSlurmJobOperator
+from sim2real.orchestration.operators.preflight import ResourcePreflightOperator
+from sim2real.orchestration.operators.quota import GpuCapacityPreflightOperator, HyperPodCapacityPreflightOperator
+from sim2real.orchestration.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator, PipelineExecutionOperator
+from sim2real.orchestration.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
+from sim2real.orchestration.params import build_params
+from sim2real.orchestration.sensors.checkpoint import CheckpointManifestSensor
+from sim2real.orchestration.sensors.model_package import ModelPackageApprovalSensor
 
 CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
 EVAL_REPORT_ASSET = Asset(name="sim2real_eval_report", uri="sim2real://rl/eval-report")
@@ -65,9 +65,9 @@ def sim_to_real():
     @task(multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2), doc_md=docs.PREPARE_RUN)
     def prepare_run(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
-        from sim2real.config import load_environment
-        from sim2real.params import ParamRuleError, check_conf_keys
-        from sim2real.stages import plan_run
+        from sim2real.orchestration.config import load_environment
+        from sim2real.orchestration.params import ParamRuleError, check_conf_keys
+        from sim2real.orchestration.stages import plan_run
 
         try:
             check_conf_keys(dag_run.conf, dag.params)  # a typo'd key would otherwise run on the default
@@ -77,7 +77,7 @@ def sim_to_real():
             raise AirflowFailException(str(err)) from err
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
         # Record this run (runs/<run_key>/run.json) and stop what earlier, dead runs left running.
-        from sim2real.sweeper import sweep_before_run
+        from sim2real.orchestration.sweeper import sweep_before_run
 
         # Its own deadline (PREPARE_RUN_DEADLINE_S of this task's 2 minutes); executions older than a run can
         # last are not listed.
@@ -273,7 +273,7 @@ def sim_to_real():
 
         @task(execution_timeout=dt.timedelta(minutes=1))
         def eval_command(plan: dict, manifest: dict) -> list:
-            from sim2real.stages import eval_commands
+            from sim2real.orchestration.stages import eval_commands
 
             return eval_commands(plan, manifest)
 
@@ -299,7 +299,7 @@ def sim_to_real():
 
             from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-            from sim2real.stages import check_report
+            from sim2real.orchestration.stages import check_report
 
             report = json.loads(S3Hook().read_key(key=plan["evaluation"]["report_uri"]))
             try:
@@ -327,7 +327,7 @@ def sim_to_real():
           on_failure_callback=notify.gate_failed())
     def quality_gate(report: dict, plan: dict) -> dict:
         """Pass → the release goes on. Fail → the run stops here with the reason (not an infra failure)."""
-        from sim2real.stages import quality_gate as decide
+        from sim2real.orchestration.stages import quality_gate as decide
 
         verdict = decide(report, min_success_rate=plan["quality_gate"]["min_success_rate"],
                          on_lower_bound=plan["quality_gate"]["on_lower_bound"])
@@ -352,7 +352,7 @@ def sim_to_real():
             import hashlib
             import logging
 
-            from sim2real.pipelines.groot import pipeline_definition_json
+            from sim2real.orchestration.pipelines.groot import pipeline_definition_json
 
             configured = plan["vla"]["images"]
             images = {"processing": image["image_uri"], "training": image["image_uri"],
@@ -415,7 +415,7 @@ def sim_to_real():
 
         @task(multiple_outputs=True, execution_timeout=dt.timedelta(minutes=1))
         def deployment_components(plan: dict, approval: dict, manifest: dict) -> dict:
-            from sim2real.stages import deployment_components as build
+            from sim2real.orchestration.stages import deployment_components as build
 
             return build(plan, approval, manifest)
 
@@ -439,7 +439,7 @@ def sim_to_real():
     @task(multiple_outputs=True, retries=1, execution_timeout=dt.timedelta(minutes=5), doc_md=docs.WRITE_LINEAGE)
     def write_lineage(plan: dict, dag_run=None, ti=None) -> dict:
         """Write runs/<run_key>/lineage.json and lineage.md, whatever happened upstream."""
-        from sim2real.report import write_run_report
+        from sim2real.orchestration.report import write_run_report
 
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
         return write_run_report(plan=plan, params=plan["params"], dag_run=dag_run, ti=ti)
@@ -452,13 +452,13 @@ def sim_to_real():
 
     @task(multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2), doc_md=docs.RUN_OUTCOME)
     def run_outcome(dag_run=None, ti=None) -> dict:
-        """Fail when any task of the run failed (the run's state is this verdict: sim2real.run_state)."""
-        from sim2real.run_state import check_run_outcome
+        """Fail when any task of the run failed (the run's state is this verdict: sim2real.orchestration.run_state)."""
+        from sim2real.orchestration.run_state import check_run_outcome
 
         return check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
 
     # Last teardown, the run's only effective leaf with scale_down: the leaves before the report no longer
-    # decide the run's state (sim2real.run_state says why), this task does, from every task's state.
+    # decide the run's state (sim2real.orchestration.run_state says why), this task does, from every task's state.
     [lineage, scale_down] >> run_outcome().as_teardown(setups=plan, on_failure_fail_dagrun=True)
 
 

@@ -10,7 +10,7 @@ DAG) → write `runs/<run_key>/release.json` and `release.md` in the artifacts b
 written whatever happened to the deployment).
 
 Account-specific names come from the Airflow Variable `sim2real_environment`, read at run time.
-Logic: `sim2real.release`.
+Logic: `sim2real.orchestration.release`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import datetime as dt
 from airflow.sdk import Asset, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from sim2real import notifications as notify
-from sim2real.dag_defaults import DEFAULT_ARGS, POLL
-from sim2real.operators.greengrass import GreengrassDeploymentOperator
-from sim2real.release import build_release_params
+from sim2real.orchestration import notifications as notify
+from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, POLL
+from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
+from sim2real.orchestration.release import build_release_params
 
 #: The release's outlet: one event per successful deployment (package, deployment id, devices).
 DEPLOYED_MODEL_PACKAGE_ASSET = Asset(name="sim2real_deployed_model_package",
@@ -32,7 +32,7 @@ DEPLOYED_MODEL_PACKAGE_ASSET = Asset(name="sim2real_deployed_model_package",
 
 def _deployed_post_execute(context, result=None) -> None:
     """``post_execute`` of the deployment: package, deployment id and devices on the asset event."""
-    from sim2real.release import deployed_asset_extra
+    from sim2real.orchestration.release import deployed_asset_extra
 
     ti = context["ti"]
     extra = deployed_asset_extra(ti.xcom_pull(task_ids="prepare_release", key="plan") or {},
@@ -60,9 +60,9 @@ def sim_to_real_release():
     @task(multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2))
     def prepare_release(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and names."""
-        from sim2real.config import load_environment
-        from sim2real.params import ParamRuleError, check_conf_keys
-        from sim2real.release import plan_release
+        from sim2real.orchestration.config import load_environment
+        from sim2real.orchestration.params import ParamRuleError, check_conf_keys
+        from sim2real.orchestration.release import plan_release
 
         try:
             check_conf_keys(dag_run.conf, dag.params)  # a typo'd key would otherwise deploy with the default
@@ -73,7 +73,7 @@ def sim_to_real_release():
         # The run record (runs/<run_key>/run.json): lets the orphan sweeper tell whose deployment it finds.
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-        from sim2real.sweeper import register_run
+        from sim2real.orchestration.sweeper import register_run
 
         register_run(S3Hook(), plan["bucket"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, run_key=plan["run_key"],
                      run_type=dag_run.run_type)
@@ -86,22 +86,22 @@ def sim_to_real_release():
         """The package (ARN or latest Approved); refuse one that is not Approved; re-verify the manifest."""
         from botocore.config import Config
 
-        from sim2real.hooks.model_registry import ModelRegistryHook
-        from sim2real.release import resolve_release
+        from sim2real.orchestration.hooks.model_registry import ModelRegistryHook
+        from sim2real.orchestration.release import resolve_release
 
         hook = ModelRegistryHook(aws_conn_id="aws_default", config=Config(**DEFAULT_ARGS["botocore_config"]))
         return resolve_release(hook, plan)
 
     @task(multiple_outputs=True, execution_timeout=dt.timedelta(minutes=1))
     def deployment_components(plan: dict, resolved: dict) -> dict:
-        from sim2real.release import release_components
+        from sim2real.orchestration.release import release_components
 
         return release_components(plan, resolved, resolved.get("manifest"))
 
     @task(multiple_outputs=True, retries=1, execution_timeout=dt.timedelta(minutes=5))
     def write_release_record(plan: dict, dag_run=None, ti=None) -> dict:
         """Write runs/<run_key>/release.json and release.md, whatever happened to the deployment."""
-        from sim2real.release import write_release_record as write
+        from sim2real.orchestration.release import write_release_record as write
 
         return write(plan=plan, dag_run=dag_run, ti=ti)
 
@@ -126,14 +126,14 @@ def sim_to_real_release():
 
     @task(multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2))
     def run_outcome(dag_run=None, ti=None) -> dict:
-        """Fail when any task of the run failed (the run's state is this verdict: sim2real.run_state)."""
-        from sim2real.run_state import check_run_outcome
+        """Fail when any task of the run failed (the run's state is this verdict: sim2real.orchestration.run_state)."""
+        from sim2real.orchestration.run_state import check_run_outcome
 
         return check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
 
     # The record is the run's teardown: written whatever failed after prepare_release, also when the run is
     # marked failed; a record that cannot be written fails the run. run_outcome, the last teardown, gives the
-    # run its state from every task's state (sim2real.run_state).
+    # run its state from every task's state (sim2real.orchestration.run_state).
     record = write_release_record(prepared["plan"]).as_teardown(setups=prepared, on_failure_fail_dagrun=True)
     deployment >> record >> run_outcome().as_teardown(setups=prepared, on_failure_fail_dagrun=True)
 

@@ -14,7 +14,7 @@ deployment (option `[sim2real] deployment_id`: MWAA's `mwaa:<environment>`, a de
 `local:<user>@<host>`) or without a record is only reported. With the `dry_run` param on, it only reports.
 
 The run fails (after stopping what it could) when a service could not be listed or an orphan could not be
-stopped, so the failure is seen. Logic: `sim2real.sweeper`.
+stopped, so the failure is seen. Logic: `sim2real.orchestration.sweeper`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import datetime as dt
 from airflow.sdk import CronTriggerTimetable, Param, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from sim2real.dag_defaults import DEFAULT_ARGS
+from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
 
 
 @dag(
@@ -50,8 +50,8 @@ def sim_to_real_sweeper():
         """Find and stop (or, dry, report) every orphan; fail when something could not be listed or stopped."""
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-        from sim2real.config import load_environment
-        from sim2real.sweeper import aws_clients, summary_lines, sweep
+        from sim2real.orchestration.config import load_environment
+        from sim2real.orchestration.sweeper import aws_clients, summary_lines, sweep
 
         report = sweep(load_environment(), clients=aws_clients("aws_default", DEFAULT_ARGS["botocore_config"]),
                        s3_hook=S3Hook(), dry_run=bool(params["dry_run"]))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from sim2real.links.batch import BatchNodeLogsLink
-from sim2real.links.codebuild import CodeBuildBuildLink
-from sim2real.links.greengrass import GreengrassDeploymentLink
-from sim2real.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
-from sim2real.links.sagemaker import HyperPodClusterLink, SageMakerModelPackageLink, SageMakerPipelineExecutionLink
-from sim2real.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
+from sim2real.orchestration.links.batch import BatchNodeLogsLink
+from sim2real.orchestration.links.codebuild import CodeBuildBuildLink
+from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
+from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
+from sim2real.orchestration.links.sagemaker import HyperPodClusterLink, SageMakerModelPackageLink, SageMakerPipelineExecutionLink
+from sim2real.orchestration.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
 
 
 class Sim2RealPlugin(AirflowPlugin):

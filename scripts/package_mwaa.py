@@ -46,11 +46,10 @@ PACKAGE = REPO_ROOT / "include" / "sim2real"
 #: Airflow version of the MWAA environment (``sim2real:airflow_version`` in infra/cdk.json).
 AIRFLOW_VERSION = "3.3.1"
 PYTHON_VERSION = "3.12"
-#: Parts of the package MWAA does not need: the local AWS emulator (moto) and what drives it, and the code
-#: that runs elsewhere.
-EXCLUDED = ("sandbox/", "demo.py", "bench.py", "ui.py", "faults.py",
-            # run on robots (Greengrass) and in the training/evaluation containers, with their own requirements
-            "edge/", "workloads/")
+#: The packages plugins.zip carries (an allow-list): the Airflow side and the contract it shares with the
+#: images and robots. The workloads (training images, workstation), edge (Greengrass) and dev (sandbox, demo,
+#: bench) packages never reach MWAA; ``sim2real`` itself is a namespace package (no ``__init__.py``).
+INCLUDED = ("orchestration", "contract")
 #: The Airflow-side runtime packages: the project's requirements.txt, less ``apache-airflow==`` (MWAA's image
 #: provides Airflow). Its pins (s3fs, tensorboard, matplotlib) go into the bundle as written; the rest is
 #: resolved by the constraint line against Airflow's constraints, as MWAA does.
@@ -94,15 +93,14 @@ def requirements_text(airflow_version: str = AIRFLOW_VERSION) -> str:
 
 
 def _package_files() -> list[tuple[Path, str]]:
-    """``(file, arcname)`` of the sim2real package for plugins.zip (no caches, no sandbox)."""
+    """``(file, arcname)`` of the packages in :data:`INCLUDED` for plugins.zip (no caches)."""
     out = []
-    for path in sorted(PACKAGE.rglob("*")):
-        rel = path.relative_to(PACKAGE).as_posix()
-        if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
-            continue
-        if any(rel == e or rel.startswith(e) for e in EXCLUDED):
-            continue
-        out.append((path, f"sim2real/{rel}"))
+    for package in INCLUDED:
+        for path in sorted((PACKAGE / package).rglob("*")):
+            rel = path.relative_to(PACKAGE).as_posix()
+            if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
+                continue
+            out.append((path, f"sim2real/{rel}"))
     return out
 
 

@@ -9,7 +9,7 @@
 # instead of being executed; diagnostics always go to stderr.
 #
 # Scheduler: AWS Batch (AWS_BATCH_JOB_NUM_NODES set) or Slurm (SLURM_JOB_ID set, e.g. SageMaker HyperPod, one
-# `srun` task per node: include/sim2real/slurm/train_rl.sbatch); neither = a single local node.
+# `srun` task per node: include/sim2real/orchestration/slurm/train_rl.sbatch); neither = a single local node.
 #
 # Slurm environment (srun sets the SLURM_* ones; the batch script sets MASTER_ADDR):
 #   SLURM_NNODES / SLURM_JOB_NUM_NODES  nodes in the job

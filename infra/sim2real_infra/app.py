@@ -54,7 +54,7 @@ class Sim2RealStacks:
 
 
 def environment_config(settings: Settings, stacks: dict[str, Any]) -> dict[str, Any]:
-    """The environment config (``sim2real.config`` shape) naming what the stacks create.
+    """The environment config (``sim2real.orchestration.config`` shape) naming what the stacks create.
 
     Names are literal (they are the physical names the stacks set); account, region and partition
     are CloudFormation pseudo parameters, resolved when the parameter is written.

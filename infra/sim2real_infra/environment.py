@@ -1,4 +1,4 @@
-"""The environment config (shape: :mod:`sim2real.config`) written to SSM for the DAG."""
+"""The environment config (shape: :mod:`sim2real.orchestration.config`) written to SSM for the DAG."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from sim2real.config import ENV_SSM_PARAMETER, ENV_VARIABLE
+from sim2real.orchestration.config import ENV_SSM_PARAMETER, ENV_VARIABLE
 
 
 class EnvironmentStack(cdk.Stack):
@@ -23,7 +23,7 @@ class EnvironmentStack(cdk.Stack):
         value = self.to_json_string(config)
         self.parameter = ssm.StringParameter(self, "EnvironmentConfig", parameter_name=ENV_SSM_PARAMETER,
                                              string_value=value, tier=ssm.ParameterTier.STANDARD,
-                                             description="sim2real environment config (sim2real.config shape)")
+                                             description="sim2real environment config (sim2real.orchestration.config shape)")
         self.variable_parameter_name = f"{variables_prefix}/{ENV_VARIABLE}"
         self.variable = ssm.StringParameter(self, "AirflowVariable", parameter_name=self.variable_parameter_name,
                                             string_value=value, tier=ssm.ParameterTier.STANDARD,

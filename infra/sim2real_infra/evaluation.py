@@ -24,7 +24,7 @@ WORKSTATION_AMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidi
 def evaluate_document(name: str) -> dict:
     """The ``Command`` document (schema 2.2) that runs ``sim2real-evaluate`` with typed parameters.
 
-    Same command line as :data:`sim2real.config.DEFAULT_EVAL_COMMAND`; parameters are validated by SSM
+    Same command line as :data:`sim2real.orchestration.config.DEFAULT_EVAL_COMMAND`; parameters are validated by SSM
     (``allowedPattern``) so no shell text can be injected through them.
     """
     uri = {"type": "String", "allowedPattern": r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9!_.*'()/=-]+$"}

@@ -17,7 +17,7 @@ class SageMakerStack(cdk.Stack):
     """Model package group ``<prefix>-groot-models`` and role ``<prefix>-pipeline``.
 
     The pipeline ``<prefix>-groot-finetune`` itself is created/updated by the DAG
-    (``vla.upsert_pipeline``) from ``sim2real.pipelines``; this stack only names it. The role runs the
+    (``vla.upsert_pipeline``) from ``sim2real.orchestration.pipelines``; this stack only names it. The role runs the
     pipeline's processing/training jobs (SageMaker names them ``pipelines-<execution>-<step>-...``)
     and registers model packages in the group.
     """

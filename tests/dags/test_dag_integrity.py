@@ -137,7 +137,7 @@ def test_bad_params_are_refused_before_a_run_exists(serialized_dag, conf, messag
 def test_the_trigger_form_gets_no_bounds_to_clamp_to(serialized_dag):
     """The form's number widget clamps a typed value to the schema's top-level minimum/maximum (-5 episodes
     became 1): the bounds sit in allOf, where Airflow's validation still refuses the value (test above)."""
-    from sim2real.params import param_bounds
+    from sim2real.orchestration.params import param_bounds
 
     bounded = {k: p for k, p in serialized_dag.params.items() if param_bounds(p.schema)}
     assert {"num_nodes", "eval_episodes", "min_success_rate", "max_budget_usd"} <= set(bounded)
@@ -149,7 +149,7 @@ def test_the_trigger_form_gets_no_bounds_to_clamp_to(serialized_dag):
 def test_unknown_conf_keys_pass_airflow_and_are_refused_by_the_first_task(serialized_dag):
     """Airflow 3.3.1 validates each param's value but adds unknown conf keys as schema-less params (no error at
     run creation): prepare_run refuses them first, with the closest field names."""
-    from sim2real.params import ParamRuleError, check_conf_keys
+    from sim2real.orchestration.params import ParamRuleError, check_conf_keys
 
     conf = {"num_node": 4, "eval_epsiodes": 7}
     serialized_dag.params.deep_merge(conf).validate()  # accepted by Airflow
@@ -165,11 +165,11 @@ def test_the_release_dag_refuses_an_unknown_conf_key_before_planning(dagbag, mon
     (no retry) naming the key and the field it resembles, before the release is planned."""
     import types
 
-    import sim2real.release
+    import sim2real.orchestration.release
     from airflow.providers.common.compat.sdk import AirflowFailException
 
     planned = []
-    monkeypatch.setattr(sim2real.release, "plan_release", lambda **kwargs: planned.append(kwargs))
+    monkeypatch.setattr(sim2real.orchestration.release, "plan_release", lambda **kwargs: planned.append(kwargs))
     dag = dagbag.dags["sim_to_real_release"]
     dag_run = types.SimpleNamespace(conf={"thing_group_nme": "robots-canary"}, dag_id=dag.dag_id,
                                     run_id="manual__2026-12-01T00:00:00+00:00")

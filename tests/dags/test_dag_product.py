@@ -19,7 +19,7 @@ def dag():
 
 
 def _events(callbacks) -> list[str]:
-    from sim2real.notifications import Sim2RealSnsNotifier
+    from sim2real.orchestration.notifications import Sim2RealSnsNotifier
 
     callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
     return [cb.event for cb in callbacks if isinstance(cb, Sim2RealSnsNotifier)]
@@ -50,7 +50,7 @@ def test_run_folder_link_is_registered_by_the_plugin():
 
 
 def test_run_folder_link_url():
-    from sim2real.links.s3 import S3RunFolderLink, partition_of
+    from sim2real.orchestration.links.s3 import S3RunFolderLink, partition_of
 
     url = S3RunFolderLink().format_link(region_name="us-east-1", aws_domain="aws.amazon.com",
                                         bucket="sim2real-artifacts-123456789012", prefix="runs/k-1/")
@@ -97,7 +97,7 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps({**GOOD, "run_defaults": run_defaults}))
     prepare = dag.get_task("prepare_run").python_callable
     monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: {"ti": None, "task": None})
-    monkeypatch.setattr("sim2real.sweeper.sweep_before_run", lambda *args, **kwargs: None)  # no AWS here
+    monkeypatch.setattr("sim2real.orchestration.sweeper.sweep_before_run", lambda *args, **kwargs: None)  # no AWS here
     form = dag.params.validate()
     out = prepare(params=form, dag_run=SimpleNamespace(run_id=f"{run_type}__2026-12-01T02:00:00+00:00",
                                                        run_type=run_type, conf={}), dag=dag)
@@ -107,7 +107,7 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     assert out["quality_gate.min_success_rate"] == expected_gate
 
 
-@pytest.mark.parametrize("build", ["sim2real.params:build_params", "sim2real.release:build_release_params"])
+@pytest.mark.parametrize("build", ["sim2real.orchestration.params:build_params", "sim2real.orchestration.release:build_release_params"])
 def test_optional_text_fields_of_both_forms_accept_the_forms_empty_value(build):
     """The trigger form sends an empty text field as null and marks a field required unless its type allows
     null: an optional field defaulting to "" with type "string" kept the Trigger button disabled."""

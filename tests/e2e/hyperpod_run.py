@@ -27,8 +27,8 @@ def main() -> int:
     os.environ.setdefault("SIM2REAL_POLL_SECONDS", "1")
     os.environ.setdefault("SIM2REAL_RETRY_DELAY_SECONDS", "1")
 
-    from sim2real.demo import prepare_airflow_home, run_dag, task_table
-    from sim2real.sandbox import Sandbox
+    from sim2real.dev.demo import prepare_airflow_home, run_dag, task_table
+    from sim2real.dev.sandbox import Sandbox
 
     runs = []
     with Sandbox(step_seconds=0.05, echo=print) as sandbox:
@@ -46,7 +46,7 @@ def main() -> int:
             nodes = sm.list_cluster_nodes(ClusterName=cluster)["ClusterNodeSummaries"]
             updates = [e.message for e in sandbox.events if e.kind == "cluster-update"][updates_before:]
             manifest = None
-            from sim2real.run_key import make_run_key
+            from sim2real.contract.run_key import make_run_key
 
             key = make_run_key(dag_run.dag_id, dag_run.run_id)
             s3 = sandbox.client("s3", internal=True)

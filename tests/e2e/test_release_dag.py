@@ -51,9 +51,9 @@ def drive(home: str, out: str) -> None:
     """Subprocess body: sandbox, packages, two release runs; writes the facts the tests check to ``out``."""
     os.environ.setdefault("SIM2REAL_POLL_SECONDS", "1")
     os.environ.setdefault("SIM2REAL_RETRY_DELAY_SECONDS", "1")
-    from sim2real.demo import asset_events, prepare_airflow_home, read_notifications, subscribe_notifications, task_table
-    from sim2real.run_key import make_run_key
-    from sim2real.sandbox import Sandbox
+    from sim2real.dev.demo import asset_events, prepare_airflow_home, read_notifications, subscribe_notifications, task_table
+    from sim2real.contract.run_key import make_run_key
+    from sim2real.dev.sandbox import Sandbox
 
     result: dict = {}
     with Sandbox(repo_root=REPO_ROOT, step_seconds=0.05) as sandbox:
@@ -115,9 +115,9 @@ def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
     was deleted left a Batch job (held RUNNABLE) and a Greengrass deployment still IN_PROGRESS on the robots."""
     from airflow.dag_processing.dagbag import DagBag
 
-    from sim2real.config import RUN_KEY_TAG
-    from sim2real.run_key import make_run_key
-    from sim2real.sweeper import deployment_id, run_record_key
+    from sim2real.orchestration.config import RUN_KEY_TAG
+    from sim2real.contract.run_key import make_run_key
+    from sim2real.orchestration.sweeper import deployment_id, run_record_key
 
     dead_run_id = "manual__2026-01-01T00:00:00+00:00"
     dead = make_run_key("sim_to_real", dead_run_id)
@@ -163,7 +163,7 @@ def release(tmp_path_factory) -> dict:
 
 
 def test_latest_approved_version_is_deployed_and_recorded(release):
-    from sim2real.release import release_errors
+    from sim2real.orchestration.release import release_errors
 
     case = release["latest"]
     assert case["state"] == "success", case["tasks"]
@@ -195,7 +195,7 @@ def test_latest_approved_version_is_deployed_and_recorded(release):
 
 
 def test_pending_package_is_refused_before_any_deployment(release):
-    from sim2real.release import release_errors
+    from sim2real.orchestration.release import release_errors
 
     case = release["pending"]
     assert case["state"] == "failed"
@@ -218,7 +218,7 @@ def test_pending_package_is_refused_before_any_deployment(release):
 
 
 def test_failed_deployment_is_recorded_by_the_teardown(release):
-    from sim2real.release import release_errors
+    from sim2real.orchestration.release import release_errors
 
     case = release["device_fails"]
     assert case["state"] == "failed"

@@ -1,6 +1,6 @@
 """End to end: the real sim_to_real DAG on a real Airflow (SQLite, dag.test) against the local sandbox.
 
-Each test runs ``python -m sim2real.demo`` in a fresh process (Airflow reads its config at import)
+Each test runs ``python -m sim2real.dev.demo`` in a fresh process (Airflow reads its config at import)
 and reads the JSON summary it writes.
 """
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 def run_demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "summary.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "sim2real.demo", "--home", str(tmp_path / "airflow"), "--json-out", str(out), *args],
+        [sys.executable, "-m", "sim2real.dev.demo", "--home", str(tmp_path / "airflow"), "--json-out", str(out), *args],
         capture_output=True, text=True, timeout=900,
     )
     summary = json.loads(out.read_text()) if out.exists() else {}
@@ -74,7 +74,7 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     assert extras["sim2real_eval_report"]["success_rate"] == chain["success_rate"]
     assert extras["sim2real_approved_model_package"]["model_package_arn"] == chain["model_package_arn"]
     assert {e["run_key"] for e in extras.values()} == {summary["run_key"]}
-    from sim2real.lineage import lineage_errors
+    from sim2real.orchestration.lineage import lineage_errors
 
     assert lineage_errors(summary["lineage"]) == []
     # The cost estimate prepare_run checked against max_budget_usd is in the lineage.

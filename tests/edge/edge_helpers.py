@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 import torch
 
-from sim2real.edge.modality import LAYOUT_PROPERTY, ModalityLayout
+from sim2real.contract.modality import LAYOUT_PROPERTY, ModalityLayout
 
 #: The SO-101 arm as GR00T sees it: cameras front and wrist; state/action single_arm (5) and gripper (1);
 #: one instruction; 16-step action chunks.

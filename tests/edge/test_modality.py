@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from edge_helpers import SO101
 
-from sim2real.edge.modality import LayoutError, ModalityLayout
+from sim2real.contract.modality import LayoutError, ModalityLayout
 
 
 def test_round_trip_and_widths():

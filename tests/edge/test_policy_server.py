@@ -17,7 +17,7 @@ from edge_helpers import (ACTION_DIM, FLAT_ACTION_DIM, FLAT_STATE_DIM, MAX_REQUE
 from gr00t_clients import N15RobotClient, N16PolicyClient
 
 from sim2real.edge.codec import CodecError, load_npy, packb, unpackb
-from sim2real.edge.modality import LAYOUT_PROPERTY
+from sim2real.contract.modality import LAYOUT_PROPERTY
 from sim2real.edge.policy_server import (HARD_LIMIT_FACTOR, UNAUTHORIZED, PolicyClient, PolicyServer,
                                          PolicyServerError, PolicyServerTimeout, layout_observation, main,
                                          modality_configs)

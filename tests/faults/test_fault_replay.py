@@ -1,6 +1,6 @@
 """Fault replay (DESIGN §5): every injected fault ends the DAG run the way it must.
 
-One subprocess (``python -m sim2real.faults``) runs every scenario against one sandbox, one
+One subprocess (``python -m sim2real.dev.faults``) runs every scenario against one sandbox, one
 Airflow home and one DagBag; each test below reads its scenario's checks from the JSON it writes.
 """
 
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sim2real.faults import SCENARIO_NAMES
+from sim2real.dev.faults import SCENARIO_NAMES
 
 #: The replay's processes run before the first test: its timeout covers them (the fixture waits up to 1200 s).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
@@ -35,7 +35,7 @@ def replay(tmp_path_factory) -> dict[str, dict]:
         out, log = folder / f"faults-{i}.json", folder / f"faults-{i}.log"
         with log.open("w") as fh:  # a file, not a pipe: a full pipe would stall the other worker
             procs.append((out, log, subprocess.Popen(
-                [sys.executable, "-m", "sim2real.faults", "--json-out", str(out), "--only", ",".join(names)],
+                [sys.executable, "-m", "sim2real.dev.faults", "--json-out", str(out), "--only", ",".join(names)],
                 stdout=fh, stderr=subprocess.STDOUT)))
     results: dict[str, dict] = {}
     for out, log, proc in procs:

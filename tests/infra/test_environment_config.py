@@ -1,4 +1,4 @@
-"""The environment config in SSM: what sim2real.config requires, the same shape as the sandbox's."""
+"""The environment config in SSM: what sim2real.orchestration.config requires, the same shape as the sandbox's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import aws_cdk as cdk
-from sim2real.config import ENV_SSM_PARAMETER, REQUIRED, validate_environment
+from sim2real.orchestration.config import ENV_SSM_PARAMETER, REQUIRED, validate_environment
 from sim2real_infra.settings import Settings
 
 from .conftest import Synth, render, resources
@@ -37,7 +37,7 @@ def shape(doc: Any, path: str = "") -> set[str]:
 @pytest.fixture(scope="module")
 def sandbox_config() -> Iterator[dict[str, Any]]:
     """The sandbox's provision() output (moto in this process; stopped after this module)."""
-    from sim2real.sandbox import Sandbox
+    from sim2real.dev.sandbox import Sandbox
 
     with Sandbox(step_seconds=0.05) as sb:
         yield sb.provision(hyperpod=False)

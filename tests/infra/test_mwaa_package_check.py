@@ -56,7 +56,7 @@ def test_an_abstract_trigger_fails_the_check(bundle: Path, tmp_path: Path, capsy
     broken = tmp_path / "mwaa"
     shutil.copytree(bundle, broken)
     with zipfile.ZipFile(broken / "plugins.zip", "a") as zf:
-        zf.writestr("sim2real/triggers/left_abstract.py", ABSTRACT_TRIGGER)
+        zf.writestr("sim2real/orchestration/triggers/left_abstract.py", ABSTRACT_TRIGGER)
     with pytest.raises(SystemExit, match="plugins.zip does not load on the MWAA set"):
         package_mwaa.check(broken, workdir=WORKDIR)
     assert "LeftAbstractTrigger: abstract methods ['hook']" in capsys.readouterr().out

@@ -31,12 +31,12 @@ def test_bundle_layout(bundle: Path) -> None:
     assert {p.name for p in (bundle / "dags").iterdir()} >= {"sim_to_real.py"}
     names = zipfile.ZipFile(bundle / "plugins.zip").namelist()
     assert "sim2real_plugin.py" in names  # plugins/ content at the zip root
-    for module in ("sim2real/__init__.py", "sim2real/config.py", "sim2real/operators/batch.py",
-                   "sim2real/links/batch.py", "sim2real/triggers/batch.py"):
+    for module in ("sim2real/__init__.py", "sim2real/orchestration/config.py", "sim2real/orchestration/operators/batch.py",
+                   "sim2real/orchestration/links/batch.py", "sim2real/orchestration/triggers/batch.py"):
         assert module in names, module
-    assert any(n.startswith("sim2real/waiters/") and n.endswith(".json") for n in names)
-    assert not [n for n in names if n.startswith("sim2real/sandbox/") or "__pycache__" in n or n.endswith(".pyc")]
-    assert "sim2real/demo.py" not in names
+    assert any(n.startswith("sim2real/orchestration/waiters/") and n.endswith(".json") for n in names)
+    assert not [n for n in names if n.startswith("sim2real/dev/sandbox/") or "__pycache__" in n or n.endswith(".pyc")]
+    assert "sim2real/dev/demo.py" not in names
 
 
 def test_requirements_have_mwaa_constraint_line_for_the_environment_version(bundle: Path) -> None:
@@ -47,7 +47,7 @@ def test_requirements_have_mwaa_constraint_line_for_the_environment_version(bund
     assert lines[0] == (f'--constraint "https://raw.githubusercontent.com/apache/airflow/constraints-{version}/'
                         'constraints-3.12.txt"')
     assert "apache-airflow-providers-amazon[aiobotocore]" in lines and "s3fs==2026.7.0" in lines
-    # write_lineage draws the run report's figures (sim2real.plots) on the workers.
+    # write_lineage draws the run report's figures (sim2real.orchestration.plots) on the workers.
     assert "tensorboard==2.21.0" in lines and "matplotlib==3.11.2" in lines
     assert not any(ln.startswith("apache-airflow==") for ln in lines)  # MWAA's image provides Airflow
 
@@ -60,7 +60,7 @@ def test_startup_script_is_valid_sh(bundle: Path) -> None:
 
 def test_package_imports_from_the_zip(bundle: Path) -> None:
     """The zipped package (no sandbox) imports on its own: sim2real comes from plugins.zip."""
-    code = ("import sim2real, sim2real.config, sim2real.params, sim2real_plugin; "
+    code = ("import sim2real, sim2real.orchestration.config, sim2real.orchestration.params, sim2real_plugin; "
             "print(sim2real.__file__)")
     env = {**os.environ, "PYTHONPATH": str(bundle / "plugins.zip")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

@@ -19,10 +19,10 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from moto import mock_aws
 from moto.batch.models import BatchBackend, Job, JobDefinition
 from moto.core import DEFAULT_ACCOUNT_ID
-from sim2real.config import RUN_KEY_TAG
-from sim2real.hooks.batch import IMAGE_DIGEST_TAG, BatchTrainingHook
-from sim2real.operators.batch import BatchTrainingOperator
-from sim2real.triggers.batch import BatchTrainingJobTrigger
+from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.hooks.batch import IMAGE_DIGEST_TAG, BatchTrainingHook
+from sim2real.orchestration.operators.batch import BatchTrainingOperator
+from sim2real.orchestration.triggers.batch import BatchTrainingJobTrigger
 
 from operator_helpers import first_event
 
@@ -348,7 +348,7 @@ def test_deferrable_defers_with_our_trigger_and_execute_complete(aws_env, moto_b
     trigger = deferred.value.trigger
     assert isinstance(trigger, BatchTrainingJobTrigger)
     path, kwargs = trigger.serialize()
-    assert path == "sim2real.triggers.batch.BatchTrainingJobTrigger"
+    assert path == "sim2real.orchestration.triggers.batch.BatchTrainingJobTrigger"
     assert kwargs["job_id"] == op.job_id and kwargs["runnable_timeout_seconds"] == 900
     assert kwargs["waiter_delay"] == 15 and kwargs["waiter_max_attempts"] == 100
     assert BatchTrainingJobTrigger(**kwargs).serialize() == (path, kwargs)

@@ -15,7 +15,7 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, TaskDeferred
 from moto import mock_aws
 from moto.batch.models import Job
-from sim2real.triggers.batch import BatchTrainingJobTrigger
+from sim2real.orchestration.triggers.batch import BatchTrainingJobTrigger
 
 from operator_helpers import FakeTI, first_event
 from test_batch import (  # noqa: F401 - fixtures

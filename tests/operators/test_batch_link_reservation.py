@@ -7,8 +7,8 @@ from __future__ import annotations
 from airflow.providers.amazon.aws.links.logs import CloudWatchEventsLink
 
 from operator_helpers import FakeTI
-from sim2real.links.batch import NODE_LOG_LINKS
-from sim2real.operators.batch import BatchTrainingOperator
+from sim2real.orchestration.links.batch import NODE_LOG_LINKS
+from sim2real.orchestration.operators.batch import BatchTrainingOperator
 
 
 def test_links_persisted_after_the_wait_are_reserved(aws_env):

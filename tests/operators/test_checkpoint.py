@@ -9,8 +9,8 @@ import json
 import boto3
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException, TaskDeferred
-from sim2real.sensors.checkpoint import CheckpointManifestSensor
-from sim2real.triggers.checkpoint import CheckpointManifestTrigger
+from sim2real.orchestration.sensors.checkpoint import CheckpointManifestSensor
+from sim2real.orchestration.triggers.checkpoint import CheckpointManifestTrigger
 
 from operator_helpers import first_event
 
@@ -85,7 +85,7 @@ def test_missing_manifest_defers_then_trigger_fires(aws_env, tmp_path):
     trigger = deferred.value.trigger
     assert isinstance(trigger, CheckpointManifestTrigger)
     path, kwargs = trigger.serialize()
-    assert path == "sim2real.triggers.checkpoint.CheckpointManifestTrigger"
+    assert path == "sim2real.orchestration.triggers.checkpoint.CheckpointManifestTrigger"
     assert CheckpointManifestTrigger(**kwargs).serialize() == (path, kwargs)
     write_local(tmp_path)
     event = first_event(trigger)

@@ -14,8 +14,8 @@ from moto import mock_aws
 from moto.codebuild.models import CodeBuildBackend
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ecr.models import ecr_backends
-from sim2real.operators.codebuild import CodeBuildImageOperator
-from sim2real.triggers.codebuild import CodeBuildBuildCompleteTrigger
+from sim2real.orchestration.operators.codebuild import CodeBuildImageOperator
+from sim2real.orchestration.triggers.codebuild import CodeBuildBuildCompleteTrigger
 
 from operator_helpers import first_event
 
@@ -253,7 +253,7 @@ def test_a_branch_that_cannot_be_resolved_is_built_and_recorded_under_the_built_
                                                                                        monkeypatch):
     """A private git repository (its refs not readable before the build): the build always runs, and its
     resolvedSourceVersion keys the record, so a later run pinned to that commit reuses the image."""
-    from sim2real.hooks import codebuild as hooks
+    from sim2real.orchestration.hooks import codebuild as hooks
 
     _setup(source={"type": "GITHUB", "location": "https://github.com/org/private.git"})
     built = "f" * 40
@@ -338,7 +338,7 @@ def test_deferrable_defers_with_trigger_and_on_kill_stops(aws_env, build_status)
     trigger = deferred.value.trigger
     assert isinstance(trigger, CodeBuildBuildCompleteTrigger)
     path, kwargs = trigger.serialize()
-    assert path == "sim2real.triggers.codebuild.CodeBuildBuildCompleteTrigger"
+    assert path == "sim2real.orchestration.triggers.codebuild.CodeBuildBuildCompleteTrigger"
     assert CodeBuildBuildCompleteTrigger(**kwargs).serialize() == (path, kwargs)
     key_facts = deferred.value.kwargs["key_facts"]
     assert key_facts["image_key"] and key_facts["image_tag"].startswith("build-")
@@ -363,7 +363,7 @@ def test_git_ref_commit_reads_the_ref_advertisement(monkeypatch):
     import io
     import urllib.request
 
-    from sim2real.hooks.codebuild import git_ref_commit
+    from sim2real.orchestration.hooks.codebuild import git_ref_commit
 
     def pkt(text: str) -> bytes:
         data = text.encode()
@@ -407,7 +407,7 @@ def test_no_source_version_resolves_the_default_branch_advertised_as_head(monkey
     import io
     import urllib.request
 
-    from sim2real.hooks import codebuild as hooks
+    from sim2real.orchestration.hooks import codebuild as hooks
 
     monkeypatch.setattr(urllib.request, "urlopen", lambda request, timeout: io.BytesIO(REF_ADVERTISEMENT))
     head, dev = "9fceb02d0ae598e95dc970b74767f19372d61af8", "e83c5163316f89bfbde7d9ab23ca2e25604af290"
@@ -421,7 +421,7 @@ def test_no_source_version_resolves_the_default_branch_advertised_as_head(monkey
 
 
 def test_resolve_source_commit_for_a_commit_id_and_a_git_branch(monkeypatch):
-    from sim2real.hooks import codebuild as hooks
+    from sim2real.orchestration.hooks import codebuild as hooks
 
     hook = hooks.CodeBuildHook.__new__(hooks.CodeBuildHook)
     project = {"source": {"type": "GITHUB", "location": "https://github.com/org/repo.git"}, "sourceVersion": "main"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sim2real.failures import FAIL_FAST, RETRY_RESUME, FailureClass, classify_failure
+from sim2real.orchestration.failures import FAIL_FAST, RETRY_RESUME, FailureClass, classify_failure
 
 CASES = [
     # (id, statusReason, exit code, log tail, job status, expected class, expected action)

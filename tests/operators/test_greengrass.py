@@ -18,9 +18,9 @@ from botocore.stub import Stubber
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
-from sim2real.hooks.greengrass import GreengrassV2Hook
-from sim2real.operators.greengrass import GreengrassDeploymentOperator, normalize_components
-from sim2real.triggers.greengrass import GreengrassDeploymentTrigger
+from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
+from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator, normalize_components
+from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
 
 from operator_helpers import first_event
 
@@ -188,7 +188,7 @@ def test_timeout_is_one_bound_from_the_form_and_names_the_unfinished_devices(mot
     with AirflowFailException (no retry: a retry would create a second deployment and double the bound)."""
     op = operator(deployment_timeout_seconds=90)
     op.waiter_delay = 30  # 90 s / 30 s = 3 polls
-    import sim2real.operators.greengrass as module
+    import sim2real.orchestration.operators.greengrass as module
 
     sleeps: list = []
     monkeypatch.setattr(module.time, "sleep", sleeps.append)
@@ -367,7 +367,7 @@ def test_trigger_on_kill_cancels_deployment(moto_endpoint, async_stub):
 def test_trigger_serializes_round_trip():
     t = GreengrassDeploymentTrigger(deployment_id=DEP, thing_group_arn="arn:g", waiter_delay=3, waiter_max_attempts=4)
     path, kwargs = t.serialize()
-    assert path == "sim2real.triggers.greengrass.GreengrassDeploymentTrigger"
+    assert path == "sim2real.orchestration.triggers.greengrass.GreengrassDeploymentTrigger"
     assert GreengrassDeploymentTrigger(**kwargs).serialize() == (path, kwargs)
 
 

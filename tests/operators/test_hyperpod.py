@@ -17,9 +17,9 @@ from moto.sagemaker.models import sagemaker_backends
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
-from sim2real.hooks.hyperpod import instance_group_specs
-from sim2real.operators.hyperpod import HyperPodScaleOperator
-from sim2real.triggers.hyperpod import HyperPodScaleTrigger
+from sim2real.orchestration.hooks.hyperpod import instance_group_specs
+from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator
+from sim2real.orchestration.triggers.hyperpod import HyperPodScaleTrigger
 
 from operator_helpers import first_event
 
@@ -200,7 +200,7 @@ def test_trigger_states(sm, cluster, context, status, target, expected):
 def test_trigger_serializes_round_trip():
     t = HyperPodScaleTrigger(cluster_name="hp", instance_group_name="gpu", target_count=2, waiter_delay=1, waiter_max_attempts=2)
     path, kwargs = t.serialize()
-    assert path == "sim2real.triggers.hyperpod.HyperPodScaleTrigger"
+    assert path == "sim2real.orchestration.triggers.hyperpod.HyperPodScaleTrigger"
     assert HyperPodScaleTrigger(**kwargs).serialize() == (path, kwargs)
 
 
@@ -251,7 +251,7 @@ def test_scale_down_skips_without_any_call_when_its_scale_up_did_not_run():
 
     from airflow.providers.common.compat.sdk import AirflowSkipException
 
-    from sim2real.operators.hyperpod import HyperPodScaleOperator
+    from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator
 
     op = HyperPodScaleOperator(task_id="scale_down", cluster_name="sim2real-hyperpod", instance_group_name="gpu",
                                target_count=0, only_after_task_id="hyperpod.scale_up", region_name="us-east-1")

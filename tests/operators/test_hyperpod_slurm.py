@@ -1,5 +1,5 @@
 """HyperPodSlurmJobOperator / HyperPodSlurmJobTrigger against the sandbox's HyperPod head node (SSM Run
-Command running the emulated Slurm client), plus the Slurm text helpers of ``sim2real.slurm``.
+Command running the emulated Slurm client), plus the Slurm text helpers of ``sim2real.orchestration.slurm``.
 
 The batch step runs a tiny launcher (prints its node, sleeps, exits with a chosen code) instead of the trainer.
 """
@@ -13,11 +13,11 @@ import pytest
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
-from sim2real import slurm
-from sim2real.hooks.hyperpod import instance_group_specs
-from sim2real.operators.hyperpod import HyperPodSlurmJobOperator
-from sim2real.sandbox import Sandbox
-from sim2real.triggers.hyperpod import HyperPodSlurmJobTrigger
+from sim2real.orchestration import slurm
+from sim2real.orchestration.hooks.hyperpod import instance_group_specs
+from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
+from sim2real.dev.sandbox import Sandbox
+from sim2real.orchestration.triggers.hyperpod import HyperPodSlurmJobTrigger
 
 from operator_helpers import first_event
 
@@ -320,7 +320,7 @@ def test_no_submit_host_is_a_clear_error(sandbox, context):
         op.execute(context)
 
 
-# -- sim2real.slurm text helpers --------------------------------------------------------------
+# -- sim2real.orchestration.slurm text helpers --------------------------------------------------------------
 
 @pytest.mark.parametrize("stdout, expected", [
     ("sacct|COMPLETED|0:0\n", ("COMPLETED", "0:0")),

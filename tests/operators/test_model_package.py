@@ -10,9 +10,9 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSensorTimeout
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
-from sim2real.hooks.model_registry import approve_command
-from sim2real.sensors.model_package import ModelPackageApprovalSensor
-from sim2real.triggers.model_package import ModelPackageApprovalTrigger
+from sim2real.orchestration.hooks.model_registry import approve_command
+from sim2real.orchestration.sensors.model_package import ModelPackageApprovalSensor
+from sim2real.orchestration.triggers.model_package import ModelPackageApprovalTrigger
 
 from operator_helpers import first_event
 
@@ -163,5 +163,5 @@ def test_trigger_not_found_times_out_without_arn(moto_endpoint, sm):
 def test_trigger_serializes_round_trip():
     t = ModelPackageApprovalTrigger(model_package_group_name="g", run_key="k", model_package_arn="arn:p/1", waiter_delay=5, waiter_max_attempts=3)
     path, kwargs = t.serialize()
-    assert path == "sim2real.triggers.model_package.ModelPackageApprovalTrigger"
+    assert path == "sim2real.orchestration.triggers.model_package.ModelPackageApprovalTrigger"
     assert ModelPackageApprovalTrigger(**kwargs).serialize() == (path, kwargs)

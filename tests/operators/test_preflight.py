@@ -7,13 +7,13 @@ import copy
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException
-from sim2real.operators.preflight import (
+from sim2real.orchestration.operators.preflight import (
     ResourcePreflightOperator,
     bucket_name_problems,
     job_node_requirements,
     job_shape_problems,
 )
-from sim2real.sandbox import Sandbox
+from sim2real.dev.sandbox import Sandbox
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,8 @@ def sandbox():
 
 @pytest.fixture(scope="module")
 def plan(sandbox):
-    from sim2real.params import build_params
-    from sim2real.stages import plan_run
+    from sim2real.orchestration.params import build_params
+    from sim2real.orchestration.stages import plan_run
 
     params = {k: p.value for k, p in build_params().items()}
     return plan_run(dag_id="sim_to_real", run_id="manual__preflight", params=params, env=sandbox.config)
@@ -198,7 +198,7 @@ def test_core_devices_that_cannot_be_listed_are_a_listed_problem(plan, monkeypat
 
 
 def test_a_programming_error_in_a_check_is_raised_not_listed(plan, monkeypatch):
-    from sim2real.hooks.greengrass import GreengrassV2Hook
+    from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
 
     def broken(self, name):
         raise TypeError("thing_group_arn() got an unexpected keyword argument")
@@ -210,8 +210,8 @@ def test_a_programming_error_in_a_check_is_raised_not_listed(plan, monkeypatch):
 
 def test_the_project_and_the_job_definition_are_read_through_the_hooks(plan, monkeypatch):
     """One reading of "the latest ACTIVE revision" and of "the project exists" for the preflight and the run."""
-    from sim2real.hooks.batch import BatchTrainingHook
-    from sim2real.hooks.codebuild import CodeBuildHook
+    from sim2real.orchestration.hooks.batch import BatchTrainingHook
+    from sim2real.orchestration.hooks.codebuild import CodeBuildHook
 
     seen = []
     for cls, name in ((BatchTrainingHook, "latest_active_job_definition"), (CodeBuildHook, "get_project")):

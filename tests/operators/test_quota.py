@@ -10,8 +10,8 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException
 from moto import mock_aws
 from moto.servicequotas.models import ServiceQuotasBackend
-from sim2real.hooks.service_quotas import G_VT, INF, STANDARD, TRN, P, quota_for_instance_type
-from sim2real.operators.quota import GpuCapacityPreflightOperator, compute_verdict
+from sim2real.orchestration.hooks.service_quotas import G_VT, INF, STANDARD, TRN, P, quota_for_instance_type
+from sim2real.orchestration.operators.quota import GpuCapacityPreflightOperator, compute_verdict
 
 REGION = "us-east-1"
 CE = "sim2real-gpu-ce"

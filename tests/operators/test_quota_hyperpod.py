@@ -12,7 +12,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from sim2real.operators.quota import HyperPodCapacityPreflightOperator, hyperpod_quota_name
+from sim2real.orchestration.operators.quota import HyperPodCapacityPreflightOperator, hyperpod_quota_name
 
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/hp"

@@ -19,12 +19,12 @@ from moto.sagemaker.responses import SageMakerResponse
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
-from sim2real.operators.sagemaker_pipeline import (
+from sim2real.orchestration.operators.sagemaker_pipeline import (
     PipelineDefinitionUpsertOperator,
     PipelineExecutionOperator,
     pipeline_param_value,
 )
-from sim2real.triggers.sagemaker import PipelineExecutionTrigger
+from sim2real.orchestration.triggers.sagemaker import PipelineExecutionTrigger
 
 from operator_helpers import FakeTI, first_event
 
@@ -149,7 +149,7 @@ def test_reattach_to_succeeded_returns_without_waiting(moto_endpoint, context, s
 @pytest.mark.parametrize("status", ["Succeeded", "Failed"])
 def test_a_new_execution_already_over_completes_without_deferring(moto_endpoint, context, sm, monkeypatch, status):
     """No trigger race: an execution that ended before the task would defer is settled in the task."""
-    from sim2real.hooks.sagemaker_pipeline import SageMakerPipelineHook
+    from sim2real.orchestration.hooks.sagemaker_pipeline import SageMakerPipelineHook
 
     _pipeline(sm, f"p-over-{status.lower()}")
     original = SageMakerPipelineHook.start_pipeline
@@ -301,6 +301,6 @@ def test_trigger_on_kill_stops_execution(moto_endpoint, monkeypatch):
 def test_trigger_serializes_round_trip():
     trigger = PipelineExecutionTrigger(pipeline_execution_arn=ARN, waiter_delay=5, waiter_max_attempts=7, region_name=REGION)
     path, kwargs = trigger.serialize()
-    assert path == "sim2real.triggers.sagemaker.PipelineExecutionTrigger"
+    assert path == "sim2real.orchestration.triggers.sagemaker.PipelineExecutionTrigger"
     again = PipelineExecutionTrigger(**kwargs)
     assert again.serialize() == (path, kwargs)

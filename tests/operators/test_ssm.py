@@ -19,9 +19,9 @@ from moto.ssm.responses import SimpleSystemManagerResponse
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
-from sim2real.hooks.workstation import ssm_output_key
-from sim2real.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
-from sim2real.triggers.ssm import WorkstationCommandTrigger
+from sim2real.orchestration.hooks.workstation import ssm_output_key
+from sim2real.orchestration.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
+from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger
 
 from operator_helpers import first_event
 
@@ -302,5 +302,5 @@ def test_trigger_on_kill_cancels_command(moto_endpoint, monkeypatch):
 def test_trigger_serializes_round_trip():
     t = WorkstationCommandTrigger(command_id=CMD, instance_ids=["i-1"], waiter_delay=5, waiter_max_attempts=9)
     path, kwargs = t.serialize()
-    assert path == "sim2real.triggers.ssm.WorkstationCommandTrigger"
+    assert path == "sim2real.orchestration.triggers.ssm.WorkstationCommandTrigger"
     assert WorkstationCommandTrigger(**kwargs).serialize() == (path, kwargs)

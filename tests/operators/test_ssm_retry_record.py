@@ -10,8 +10,8 @@ import pytest
 from moto import mock_aws
 
 from operator_helpers import FakeTI
-from sim2real.operators.ssm import STARTED_BY_TAG, WorkstationCommandOperator, WorkstationStopOperator
-from sim2real.run_key import make_run_key
+from sim2real.orchestration.operators.ssm import STARTED_BY_TAG, WorkstationCommandOperator, WorkstationStopOperator
+from sim2real.contract.run_key import make_run_key
 
 REGION = "us-east-1"
 RUN_ID = "manual__2026-11-30T00:00:00+00:00"

@@ -1,4 +1,4 @@
-"""Orphan sweeper (sim2real.sweeper): finds what dead runs left running and stops it; a dry run only reports.
+"""Orphan sweeper (sim2real.orchestration.sweeper): finds what dead runs left running and stops it; a dry run only reports.
 
 Batch, SageMaker, Greengrass v2 and SSM are answered by botocore's Stubber (every request and response is
 checked against the real service models); the run records live in moto S3; what Airflow says about the DAG
@@ -12,10 +12,10 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-from sim2real.hooks.greengrass import GreengrassV2Hook
-from sim2real.hooks.workstation import WorkstationHook
-from sim2real.run_key import make_run_key
-from sim2real.sweeper import (Current, Found, deployment_id, parse_squeue, read_run_record, register_run,
+from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
+from sim2real.orchestration.hooks.workstation import WorkstationHook
+from sim2real.contract.run_key import make_run_key
+from sim2real.orchestration.sweeper import (Current, Found, deployment_id, parse_squeue, read_run_record, register_run,
                               slurm_list_commands, sweep, verdict)
 
 REGION = "us-east-1"
@@ -154,7 +154,7 @@ DEPLOYMENTS = [("d-finished", FINISHED)]
 def test_orphans_of_deleted_and_finished_runs_are_stopped(s3, caplog):
     """Jobs and executions of a deleted or finished run are stopped; a deployment only when its run was deleted
     or ended without its deploy task succeeding; the release a successful run deployed is left alone."""
-    caplog.set_level("INFO", logger="sim2real.sweeper")
+    caplog.set_level("INFO", logger="sim2real.orchestration.sweeper")
     report = run(False, JOBS, EXECUTIONS, [("d-finished", FINISHED), ("d-failed", FAILED), ("d-dead", DEAD)],
                  {"robot-1": "SUCCEEDED", "robot-2": "IN_PROGRESS"},
                  terminated=["j-dead", "j-finished"], stopped=["e-dead"], cancelled=["d-failed", "d-dead"])
@@ -208,7 +208,7 @@ def test_records_of_another_airflow_deployment_are_reported_never_stopped(s3, mo
     assert verdicts["j-prod"][0] == "foreign" and "mwaa:sim2real" in verdicts["j-prod"][1]
     assert [r["id"] for r in report["stopped"]] == ["j-dead"]
     assert not any(run_id.startswith("scheduled__") for _, _, run_id in runs.asked)  # not even asked
-    from sim2real.sweeper import summary_lines
+    from sim2real.orchestration.sweeper import summary_lines
 
     assert any(line.startswith("foreign, not stopped: batch_job j-prod") for line in summary_lines(report))
 
@@ -290,7 +290,7 @@ def test_a_deadline_skips_the_rest_with_a_warning(s3, caplog):
 def test_ssm_commands_under_a_deadline_end_before_it():
     """squeue / scancel wait executionTimeout plus a grace for their result: under a deadline both shrink so
     the wait ends before it; without one they keep 30 s / 60 s and 60 s."""
-    from sim2real.sweeper import Deadline
+    from sim2real.orchestration.sweeper import Deadline
 
     assert Deadline(None).command(30) == (30, 60.0)
     ticks = iter([0.0, 20.0])  # 25 s left of 45
@@ -351,7 +351,7 @@ def test_slurm_jobs_are_listed_and_cancelled_through_ssm(s3):
                          {"CommandId": command_id, "InstanceId": "i-0123456789abcdef0"})
     env = {**ENV, "hyperpod": {"cluster_name": "sim2real-hyperpod", "submit_host_tag_key": "sim2real:role",
                                "submit_host_tag_value": "hyperpod-head"}}
-    import sim2real.hooks.workstation as workstation
+    import sim2real.orchestration.hooks.workstation as workstation
 
     with Stubber(c["batch"]) as b, Stubber(c["sagemaker"]) as sm, Stubber(c["greengrass"].conn) as gg, ec2, ssm, \
             pytest.MonkeyPatch.context() as mp:
@@ -378,7 +378,7 @@ def test_squeue_parsing_and_verdict_without_record():
 def test_sweep_before_run_records_the_run_and_never_fails_it(s3, context, caplog):
     """prepare_run's check: the run record is written first; services that cannot be listed (here moto has no
     Greengrass v2 and no such job queue) are warnings in XCom orphan_sweep, not a failed run."""
-    from sim2real.sweeper import sweep_before_run
+    from sim2real.orchestration.sweeper import sweep_before_run
 
     key = make_run_key("sim_to_real", "manual__2026-11-07T00:00:00+00:00")
     plan = {"bucket": BUCKET, "run_key": key}

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from sim2real.operators.greengrass import GreengrassDeploymentOperator
-from sim2real.operators.sagemaker_pipeline import PipelineExecutionOperator
+from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
+from sim2real.orchestration.operators.sagemaker_pipeline import PipelineExecutionOperator
 
 
 def test_pipeline_terminal_failure_is_not_retried(aws_env):
@@ -41,7 +41,7 @@ def test_deployment_device_failure_and_timeout_are_not_retried(aws_env, monkeypa
 
 
 def test_evaluation_command_timeout_is_not_retried(aws_env, monkeypatch):
-    from sim2real.operators.ssm import WorkstationCommandOperator
+    from sim2real.orchestration.operators.ssm import WorkstationCommandOperator
 
     op = WorkstationCommandOperator(task_id="run_evaluation", workstation_tag_key="k", workstation_tag_value="v",
                                     commands=["true"], execution_timeout_seconds=60, output_s3_bucket="b",

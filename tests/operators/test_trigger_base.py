@@ -14,13 +14,13 @@ import pkgutil
 import pytest
 from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
 
-import sim2real.triggers
-from sim2real.triggers.base import AwsHookWaiterTrigger
+import sim2real.orchestration.triggers
+from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
 
 
 def waiter_triggers() -> list[type]:
     found = []
-    for info in pkgutil.iter_modules(sim2real.triggers.__path__, "sim2real.triggers."):
+    for info in pkgutil.iter_modules(sim2real.orchestration.triggers.__path__, "sim2real.orchestration.triggers."):
         module = importlib.import_module(info.name)
         found += [obj for obj in vars(module).values() if inspect.isclass(obj) and obj.__module__ == info.name
                   and issubclass(obj, AwsBaseWaiterTrigger) and obj is not AwsHookWaiterTrigger]

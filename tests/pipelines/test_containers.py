@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from sim2real.pipelines import groot
+from sim2real.orchestration.pipelines import groot
 
 REPO = Path(__file__).resolve().parents[2]
 GROOT = REPO / "containers" / "groot"
@@ -36,7 +36,7 @@ def test_groot_commit_pinned_and_verified():
 
 def test_no_token_in_images_or_code():
     sources = [_text(n) for n in ("Dockerfile.processing", "Dockerfile.gr00t", "train")]
-    sources += [p.read_text() for p in (REPO / "include/sim2real/pipelines").glob("*.py")]
+    sources += [p.read_text() for p in (REPO / "include/sim2real/workloads/groot").glob("*.py")]
     sources.append(groot.TEMPLATE_PATH.read_text())
     for text in sources:
         assert not re.search(r"hf_[A-Za-z0-9]{20,}", text)
@@ -60,11 +60,11 @@ def test_requirements_pinned_and_processing_matches_the_tested_lock():
 def test_entry_points_named_by_the_definition_exist():
     template = groot.TEMPLATE_PATH.read_text()
     modules = set(re.findall(r'"-m","(sim2real\.pipelines\.[a-z_]+)"', template))
-    assert modules == {"sim2real.pipelines.transform_dataset", "sim2real.pipelines.smoke_eval"}
-    for module in modules | {"sim2real.pipelines.finetune_entry"}:
+    assert modules == {"sim2real.workloads.groot.transform_dataset", "sim2real.workloads.groot.smoke_eval"}
+    for module in modules | {"sim2real.workloads.groot.finetune_entry"}:
         assert callable(importlib.import_module(module).main)
     train = _text("train")
-    assert "exec python3 -m sim2real.pipelines.finetune_entry" in train
+    assert "exec python3 -m sim2real.workloads.groot.finetune_entry" in train
     assert subprocess.run(["bash", "-n", str(GROOT / "train")]).returncode == 0
     assert (GROOT / "train").stat().st_mode & 0o111
     assert 'COPY containers/groot/train /usr/local/bin/train' in _text("Dockerfile.gr00t")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sim2real.pipelines import groot
+from sim2real.orchestration.pipelines import groot
 
 from .golden_env import BUCKET, GOLDEN_NAME, GROUP, IMAGES, KWARGS, ROLE_ARN
 
@@ -84,7 +84,7 @@ def test_parameters_and_workshop_defaults(definition):
 
 def test_plan_parameters_are_all_declared_with_matching_types(definition):
     """StartPipelineExecution refuses undeclared parameters: every one the run plan sends must exist."""
-    from sim2real.stages import plan_run
+    from sim2real.orchestration.stages import plan_run
 
     from ..unit.test_config import GOOD
     from ..unit.test_stages import PARAMS
@@ -103,7 +103,7 @@ def test_transform_step_cpu_cached_30_days(definition):
     args = step["Arguments"]
     assert args["ProcessingResources"]["ClusterConfig"]["InstanceType"] == "ml.m5.xlarge"
     assert args["AppSpecification"]["ImageUri"] == IMAGES["processing"]
-    assert args["AppSpecification"]["ContainerEntrypoint"] == ["python3", "-m", "sim2real.pipelines.transform_dataset"]
+    assert args["AppSpecification"]["ContainerEntrypoint"] == ["python3", "-m", "sim2real.workloads.groot.transform_dataset"]
     assert args["ProcessingInputs"][0]["S3Input"]["S3Uri"] == {"Get": "Parameters.DatasetS3Uri"}
     assert args["RoleArn"] == ROLE_ARN
 
@@ -134,7 +134,7 @@ def test_smoke_eval_property_file_and_arguments(definition):
     args = step["Arguments"]
     app = args["AppSpecification"]
     assert app["ImageUri"] == IMAGES["smoke_eval"]
-    assert app["ContainerEntrypoint"] == ["python3", "-m", "sim2real.pipelines.smoke_eval"]
+    assert app["ContainerEntrypoint"] == ["python3", "-m", "sim2real.workloads.groot.smoke_eval"]
     assert app["ContainerArguments"][app["ContainerArguments"].index("--action-horizon") + 1] == {
         "Std:Join": {"On": "", "Values": [{"Get": "Parameters.ActionHorizon"}]}}
     assert args["ProcessingInputs"][0]["S3Input"]["S3Uri"] == {"Get": "Steps.GR00TFinetune.ModelArtifacts.S3ModelArtifacts"}

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from moto import mock_aws
 
-from sim2real.pipelines import finetune_entry as fe
-from sim2real.pipelines import smoke_eval as se
+from sim2real.workloads.groot import finetune_entry as fe
+from sim2real.workloads.groot import smoke_eval as se
 
 MODALITY = {"state": {"single_arm": {"start": 0, "end": 5}, "gripper": {"start": 5, "end": 6}},
             "action": {"single_arm": {"start": 0, "end": 5}, "gripper": {"start": 5, "end": 6}},
@@ -178,7 +178,7 @@ def test_smoke_cli_writes_report_even_when_the_model_cannot_load(tmp_path):
     model.mkdir()
     (model / "config.json").write_text("{}")
     out = tmp_path / "smoke"
-    run = subprocess.run([sys.executable, "-m", "sim2real.pipelines.smoke_eval", "--model", str(model),
+    run = subprocess.run([sys.executable, "-m", "sim2real.workloads.groot.smoke_eval", "--model", str(model),
                           "--output", str(out), "--action-horizon", "16"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     report = json.loads((out / "smoke.json").read_text())

@@ -11,8 +11,8 @@ from moto.sagemaker.responses import SageMakerResponse
 from moto.server import ThreadedMotoServer
 
 from airflow.sdk.bases.operator import ExecutorSafeguard
-from sim2real.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator
-from sim2real.pipelines.groot import pipeline_definition_json
+from sim2real.orchestration.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator
+from sim2real.orchestration.pipelines.groot import pipeline_definition_json
 
 from .golden_env import KWARGS, ROLE_ARN
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sim2real.sandbox import Sandbox
+from sim2real.dev.sandbox import Sandbox
 
 from sandbox_helpers import SCRIPTS, wait_until  # noqa: F401 - re-exported for fixtures
 

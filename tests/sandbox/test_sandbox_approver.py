@@ -6,7 +6,7 @@ import time
 
 from sandbox_helpers import wait_until
 
-from sim2real.sandbox import Approver, Sandbox
+from sim2real.dev.sandbox import Approver, Sandbox
 
 PIPELINE, GROUP = "sim2real-groot-finetune", "sim2real-groot-models"
 

@@ -8,7 +8,7 @@ import boto3
 import pytest
 from sandbox_helpers import SCRIPTS, wait_until
 
-from sim2real.sandbox import Sandbox
+from sim2real.dev.sandbox import Sandbox
 
 QUEUE, JOBDEF = "sim2real-gpu", "sim2real-train"
 

@@ -10,7 +10,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from sandbox_helpers import wait_until
 
-from sim2real.sandbox import Sandbox
+from sim2real.dev.sandbox import Sandbox
 
 PROJECT, REPO = "sim2real-training-image", "sim2real-training"
 

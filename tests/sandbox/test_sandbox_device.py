@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from sim2real.sandbox import Sandbox
-from sim2real.sandbox.device import PolicyDeviceCheck
+from sim2real.dev.sandbox import Sandbox
+from sim2real.dev.sandbox.device import PolicyDeviceCheck
 
 BUCKET = "sim2real-artifacts-123456789012"
 

@@ -7,7 +7,7 @@ import json
 
 from sandbox_helpers import wait_until
 
-from sim2real.sandbox import Sandbox
+from sim2real.dev.sandbox import Sandbox
 
 GROUP = "sim2real-robots"
 TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELED", "REJECTED"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sandbox_helpers import wait_until
 
-from sim2real.sandbox import Sandbox
+from sim2real.dev.sandbox import Sandbox
 
 PIPELINE, GROUP = "sim2real-groot-finetune", "sim2real-groot-models"
 
@@ -112,7 +112,7 @@ def test_register_step_nested_in_the_condition_is_played(sb: Sandbox) -> None:
     the played execution must still register the run's package."""
     import json
 
-    from sim2real.pipelines.groot import pipeline_definition
+    from sim2real.orchestration.pipelines.groot import pipeline_definition
 
     sm = sb.client("sagemaker")
     definition = pipeline_definition(role_arn="arn:aws:iam::123456789012:role/sim2real-pipeline",

@@ -6,7 +6,7 @@ import pytest
 from botocore.exceptions import ClientError
 from sandbox_helpers import wait_until
 
-from sim2real.sandbox import Sandbox
+from sim2real.dev.sandbox import Sandbox
 
 BUCKET = "sim2real-artifacts-123456789012"
 
@@ -110,7 +110,7 @@ def test_stopped_instance_is_offline_and_refused(sb: Sandbox) -> None:
 
 def test_commands_run_with_sh_like_aws_run_shell_script(sb: Sandbox) -> None:
     """AWS-RunShellScript uses sh (dash on Ubuntu): bash syntax fails unless the lines start bash."""
-    from sim2real.slurm import bash_commands
+    from sim2real.orchestration.slurm import bash_commands
 
     command_id, instance = _send(sb, ["[[ -n x ]] && echo bash-syntax"])
     inv = _finished(sb, command_id, instance)

@@ -1,6 +1,6 @@
 """The ``sim_to_real`` trigger form in the real Airflow UI, end to end, in headless Chromium.
 
-One :class:`sim2real.ui.UiStack` (the ``make ui`` stack: the served sandbox plus ``airflow
+One :class:`sim2real.dev.ui.UiStack` (the ``make ui`` stack: the served sandbox plus ``airflow
 standalone``) runs on free ports for the whole module, with a 1 s status poll. The browser is
 Debian's ``chromium`` driven by Playwright (no browser download); without it the module is skipped.
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from sim2real.params import build_params
-from sim2real.sandbox.__main__ import read_env_file
-from sim2real.ui import DAG_ID, REPO_ROOT, UiStack, free_port
+from sim2real.orchestration.params import build_params
+from sim2real.dev.sandbox.__main__ import read_env_file
+from sim2real.dev.ui import DAG_ID, REPO_ROOT, UiStack, free_port
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = [

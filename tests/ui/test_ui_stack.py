@@ -12,8 +12,8 @@ import time
 import boto3
 import pytest
 
-from sim2real.sandbox.__main__ import read_env_file, write_env_file
-from sim2real.ui import UiStack, UiStackError
+from sim2real.dev.sandbox.__main__ import read_env_file, write_env_file
+from sim2real.dev.ui import UiStack, UiStackError
 
 
 def test_env_file_round_trips_json_and_quotes(tmp_path):
@@ -37,7 +37,7 @@ def test_env_file_refuses_multi_line_values(tmp_path):
 
 def test_served_sandbox_writes_the_airflow_env_and_stops_on_sigterm(tmp_path):
     env_file = tmp_path / "sandbox.env"
-    proc = subprocess.Popen([sys.executable, "-m", "sim2real.sandbox", "serve", "--env-file", str(env_file),
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real.dev.sandbox", "serve", "--env-file", str(env_file),
                              "--work-dir", str(tmp_path / "work"), "--poll-seconds", "3"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -83,7 +83,7 @@ def test_a_second_ctrl_c_while_stopping_still_stops_both_process_groups(tmp_path
     """Ctrl-C during stop() must not abort it: the children run in their own sessions and would be left."""
     import os
 
-    from sim2real import ui
+    from sim2real.dev import ui
 
     stack = UiStack(tmp_path)
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from airflow.sdk import Asset
 
-from sim2real import assets
+from sim2real.orchestration import assets
 
 
 class Events(dict):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real.budget import (ON_DEMAND_USD_PER_HOUR, PRICE_SOURCE, VLA_OVERHEAD_HOURS, VLA_SECONDS_PER_STEP,
+from sim2real.orchestration.budget import (ON_DEMAND_USD_PER_HOUR, PRICE_SOURCE, VLA_OVERHEAD_HOURS, VLA_SECONDS_PER_STEP,
                              BudgetExceeded, check_budget, estimate_run_cost)
-from sim2real.params import VLA_INSTANCE_GPUS
-from sim2real.stages import plan_run
+from sim2real.orchestration.params import VLA_INSTANCE_GPUS
+from sim2real.orchestration.stages import plan_run
 
 from .test_config import GOOD
 from .test_stages import PARAMS
@@ -69,7 +69,7 @@ def test_zero_budget_means_no_limit_and_unknown_prices_refuse_under_a_budget():
 
 
 def test_the_estimate_goes_into_the_lineage_and_matches_its_schema():
-    from sim2real.lineage import build_lineage, chain_rows, lineage_errors
+    from sim2real.orchestration.lineage import build_lineage, chain_rows, lineage_errors
 
     plan = plan_run(dag_id="sim_to_real", run_id="manual__1", params=PARAMS, env=GOOD)
     doc = build_lineage(run_key=plan["run_key"], dag_id="sim_to_real", run_id="manual__1", params=PARAMS, plan=plan)
@@ -80,7 +80,7 @@ def test_the_estimate_goes_into_the_lineage_and_matches_its_schema():
 
 
 # -- while training: the cost limit ---------------------------------------------------------------
-from sim2real.budget import (actual_run_cost, batch_job_run_seconds, budget_verdict,  # noqa: E402
+from sim2real.orchestration.budget import (actual_run_cost, batch_job_run_seconds, budget_verdict,  # noqa: E402
                              elapsed_cost_usd, optional_usd, training_cost_limit, training_usd_per_node_hour)
 
 T0 = 1_700_000_000.0  # epoch seconds
@@ -249,7 +249,7 @@ def test_finetune_billing_from_the_training_step_and_into_the_actual_cost():
     import boto3
     from botocore.stub import Stubber
 
-    from sim2real.budget import finetune_billing
+    from sim2real.orchestration.budget import finetune_billing
 
     client = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     with Stubber(client) as stub:
@@ -278,7 +278,7 @@ def test_finetune_billing_falls_back_to_the_execution_window():
     import boto3
     from botocore.stub import Stubber
 
-    from sim2real.budget import finetune_billing
+    from sim2real.orchestration.budget import finetune_billing
 
     client = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     start = dt.datetime.fromtimestamp(T0, dt.timezone.utc)
@@ -332,7 +332,7 @@ def test_actual_cost_matches_the_lineage_fragment_for_a_real_plan():
 
 
 def test_actual_cost_of_a_hyperpod_slurm_job_from_its_start_and_end():
-    from sim2real import slurm
+    from sim2real.orchestration import slurm
 
     from .test_stages import HYPERPOD_ENV
 

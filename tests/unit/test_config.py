@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from sim2real.config import EnvironmentConfigError, load_environment, validate_environment
+from sim2real.orchestration.config import EnvironmentConfigError, load_environment, validate_environment
 
 GOOD = {
     "region": "us-east-1", "artifacts_bucket": "b",
@@ -46,7 +46,7 @@ HYPERPOD = {"cluster_name": "c", "gpu_instance_group": "gpu", "submit_host_tag_k
 
 
 def test_hyperpod_section_defaults_filled_in():
-    from sim2real.config import hyperpod_settings
+    from sim2real.orchestration.config import hyperpod_settings
 
     settings = hyperpod_settings(validate_environment({**GOOD, "hyperpod": HYPERPOD}))
     assert settings["min_count"] == 0 and settings["partition"] == "dev"

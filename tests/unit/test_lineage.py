@@ -1,7 +1,7 @@
 import json
 
-from sim2real.lineage import build_lineage, chain_rows, render_markdown
-from sim2real.pipelines.groot import pipeline_definition, pipeline_definition_json
+from sim2real.orchestration.lineage import build_lineage, chain_rows, render_markdown
+from sim2real.orchestration.pipelines.groot import pipeline_definition, pipeline_definition_json
 
 
 def test_lineage_chain_and_markdown():
@@ -45,7 +45,7 @@ def test_pipeline_definition_has_five_stages_and_is_canonical():
 
 
 def _figures(**overrides):
-    from sim2real.lineage import figure_entry
+    from sim2real.orchestration.lineage import figure_entry
 
     figs = {
         "training_curve": figure_entry(uri="s3://b-1/runs/k-1/report/training_curve.png",
@@ -57,7 +57,7 @@ def _figures(**overrides):
 
 
 def test_figures_are_recorded_embedded_relative_and_skipped_with_reason():
-    from sim2real.lineage import lineage_errors
+    from sim2real.orchestration.lineage import lineage_errors
 
     lin = build_lineage(run_key="k-1", dag_id="sim_to_real", run_id="r", params={}, figures=_figures())
     assert lineage_errors(lin) == []
@@ -73,7 +73,7 @@ def test_figures_are_recorded_embedded_relative_and_skipped_with_reason():
 def test_figure_entry_needs_exactly_one_of_uri_and_reason():
     import pytest
 
-    from sim2real.lineage import figure_entry
+    from sim2real.orchestration.lineage import figure_entry
 
     with pytest.raises(ValueError, match="exactly one of uri"):
         figure_entry(uri="s3://b/x.png", skipped_reason="why")
@@ -82,7 +82,7 @@ def test_figure_entry_needs_exactly_one_of_uri_and_reason():
 
 
 def test_the_schema_refuses_a_figure_that_is_both_or_neither_or_not_a_png():
-    from sim2real.lineage import lineage_errors
+    from sim2real.orchestration.lineage import lineage_errors
 
     cases = [
         {"uri": "s3://b-1/runs/k-1/report/x.png", "source": None, "points": 3, "skipped_reason": "why"},

@@ -7,7 +7,7 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
-from sim2real.lineage import SCHEMA_PATH, LineageSchemaError, build_lineage, lineage_errors, validate_lineage
+from sim2real.orchestration.lineage import SCHEMA_PATH, LineageSchemaError, build_lineage, lineage_errors, validate_lineage
 
 SHA = "425b8af7" + "0" * 56
 DIGEST = "sha256:" + "e" * 64

@@ -11,8 +11,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from sim2real import notifications as n
-from sim2real.run_key import make_run_key
+from sim2real.orchestration import notifications as n
+from sim2real.contract.run_key import make_run_key
 
 ENV = {
     "region": "us-east-1", "artifacts_bucket": "sim2real-artifacts-123456789012",
@@ -136,7 +136,7 @@ def test_no_topic_configured_logs_and_skips(monkeypatch, caplog):
     notifier = n.run_failed()
     published = []
     monkeypatch.setattr(type(notifier), "hook", property(lambda self: published.append(1)))
-    with caplog.at_level(logging.INFO, logger="sim2real.notifications"):
+    with caplog.at_level(logging.INFO, logger="sim2real.orchestration.notifications"):
         notifier(dag_failure_context())
     assert published == []
     assert "no notifications.sns_topic_arn" in caplog.text and "run FAILED" in caplog.text
@@ -145,7 +145,7 @@ def test_no_topic_configured_logs_and_skips(monkeypatch, caplog):
 def test_publish_error_never_raises(monkeypatch, caplog):
     monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(
         {**ENV, "notifications": {"sns_topic_arn": "arn:aws:sns:us-east-1:123456789012:missing"}}))
-    with mock_aws(), caplog.at_level(logging.INFO, logger="sim2real.notifications"):
+    with mock_aws(), caplog.at_level(logging.INFO, logger="sim2real.orchestration.notifications"):
         n.run_failed()(dag_failure_context())  # the topic does not exist: NotFound is logged
     assert "publishing run_failed" in caplog.text
 

@@ -1,4 +1,4 @@
-"""The run report's pictures (sim2real.plots): series read from real TensorBoard event files, PNGs drawn from them."""
+"""The run report's pictures (sim2real.orchestration.plots): series read from real TensorBoard event files, PNGs drawn from them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import io
 import pytest
 from PIL import Image
 
-from sim2real import plots
-from sim2real.stats import wilson_interval
+from sim2real.orchestration import plots
+from sim2real.contract.stats import wilson_interval
 from tests.workloads.conftest import trained_dir  # noqa: F401 - the toy training run (real skrl events)
 
 RUN_KEY = "sim-to-real-manual-2026-11-29t23-59-50-00-00-1a2b3c4d"

@@ -1,4 +1,4 @@
-"""sim2real.release: the release DAG's validation, package resolution (moto model registry), policy
+"""sim2real.orchestration.release: the release DAG's validation, package resolution (moto model registry), policy
 manifest re-verification, components and the release.json record."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from airflow.providers.common.compat.sdk import AirflowFailException
-from sim2real import release as r
-from sim2real.hooks.model_registry import ModelRegistryHook
-from sim2real.params import ParamRuleError
+from sim2real.orchestration import release as r
+from sim2real.orchestration.hooks.model_registry import ModelRegistryHook
+from sim2real.orchestration.params import ParamRuleError
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -92,7 +92,7 @@ def test_form_refuses_bad_fields_before_a_run(form, conf, field):
 
 
 def test_form_defaults_and_limits_match_the_main_dag(form):
-    from sim2real.params import build_params
+    from sim2real.orchestration.params import build_params
 
     resolved = form.deep_merge({"model_package_arn": ARN_V3,
                                 "policy_checkpoint_manifest_uri": "s3://b-1/runs/k/checkpoints/manifest.json"}).validate()
@@ -318,7 +318,7 @@ def test_schema_catches_a_wrong_record():
 
 
 def _greengrass_hook():
-    from sim2real.hooks.greengrass import GreengrassV2Hook
+    from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
 
     hook = GreengrassV2Hook(aws_conn_id=None, region_name=REGION)
     hook.__dict__["conn"] = boto3.client("greengrassv2", region_name=REGION)
@@ -387,8 +387,8 @@ def test_mwaa_bundle_ships_the_release_dag_and_its_schema(tmp_path):
     assert (bundle / "dags" / "sim_to_real_release.py").read_bytes() == \
         (REPO_ROOT / "dags" / "sim_to_real_release.py").read_bytes()
     names = zipfile.ZipFile(bundle / "plugins.zip").namelist()
-    assert {"sim2real/release.py", "sim2real/schemas/release.schema.json"} <= set(names)
-    code = "import sim2real.release as r; print(r.__file__); print(sorted(r.build_release_params()))"
+    assert {"sim2real/orchestration/release.py", "sim2real/contract/schemas/release.schema.json"} <= set(names)
+    code = "import sim2real.orchestration.release as r; print(r.__file__); print(sorted(r.build_release_params()))"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(bundle / "plugins.zip")},
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -13,9 +13,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from sim2real.budget import ON_DEMAND_USD_PER_HOUR
-from sim2real.lineage import lineage_errors, render_markdown
-from sim2real.stages import plan_run
+from sim2real.orchestration.budget import ON_DEMAND_USD_PER_HOUR
+from sim2real.orchestration.lineage import lineage_errors, render_markdown
+from sim2real.orchestration.stages import plan_run
 
 from .test_config import GOOD as _GOOD
 from .test_stages import HYPERPOD_ENV as _HYPERPOD_ENV
@@ -50,7 +50,7 @@ class DagRun:
 
 
 def write(plan, outputs):
-    from sim2real.report import write_run_report
+    from sim2real.orchestration.report import write_run_report
 
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")

@@ -11,9 +11,9 @@ import pytest
 from moto import mock_aws
 from PIL import Image
 
-from sim2real import plots
-from sim2real.lineage import lineage_errors
-from sim2real.stats import wilson_interval
+from sim2real.orchestration import plots
+from sim2real.orchestration.lineage import lineage_errors
+from sim2real.contract.stats import wilson_interval
 from tests.unit.test_plots import write_scalars
 
 BUCKET = "sim2real-test"
@@ -94,7 +94,7 @@ def upload_events(s3, folder):
 
 
 def write(ti):
-    from sim2real.report import write_run_report
+    from sim2real.orchestration.report import write_run_report
 
     p = plan()
     return write_run_report(plan=p, params={"seed": 1}, dag_run=DagRun(), ti=ti)
@@ -135,7 +135,7 @@ def test_a_full_run_gets_both_pictures_recorded_linked_and_embedded(s3, events_d
     assert "![Training curve](report/training_curve.png)" in md  # relative to lineage.md
     assert "![Evaluation outcome](report/eval_outcome.png)" in md
 
-    from sim2real.links.s3 import S3EvalOutcomeLink, S3TrainingCurveLink
+    from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3TrainingCurveLink
 
     assert S3TrainingCurveLink().format_link(**ti.pushed[S3TrainingCurveLink.key]) == (
         "https://console.aws.amazon.com/s3/object/sim2real-test?region=us-east-1"
@@ -148,7 +148,7 @@ def test_training_that_never_ran_gets_no_curve_and_the_reason(s3, caplog):
     """Training never ran (no XCom, no events): no training curve, the reason in the log and the lineage;
     the evaluation picture and the lineage are still written."""
     ti = RunningTask({"evaluate.read_eval_report": evaluation()})
-    with caplog.at_level("WARNING", logger="sim2real.report"):
+    with caplog.at_level("WARNING", logger="sim2real.orchestration.report"):
         out = write(ti)
     assert out["figures"]["training_curve"] is None and out["figures"]["eval_outcome"]
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
@@ -163,7 +163,7 @@ def test_training_that_never_ran_gets_no_curve_and_the_reason(s3, caplog):
     assert "training_curve not drawn: training did not run" in caplog.text
     md = stored(s3, f"{PREFIX}lineage.md")["Body"].read().decode()
     assert "Training curve: not drawn — training did not run" in md
-    from sim2real.links.s3 import S3EvalOutcomeLink, S3TrainingCurveLink
+    from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3TrainingCurveLink
 
     assert S3TrainingCurveLink.key not in ti.pushed and S3EvalOutcomeLink.key in ti.pushed
 

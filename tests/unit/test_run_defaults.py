@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real.params import ParamRuleError, apply_run_defaults
-from sim2real.stages import plan_run
+from sim2real.orchestration.params import ParamRuleError, apply_run_defaults
+from sim2real.orchestration.stages import plan_run
 
 from .test_config import GOOD
 from .test_stages import PARAMS

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from sim2real.run_key import MAX_LEN, is_valid_run_key, make_run_key, run_prefix
+from sim2real.contract.run_key import MAX_LEN, is_valid_run_key, make_run_key, run_prefix
 
 BATCH_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{1,127}$")
 PIPELINE_DISPLAY_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,81}$")

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sim2real.run_state import check_run_outcome, failed_tasks
+from sim2real.orchestration.run_state import check_run_outcome, failed_tasks
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 TI = namedtuple("TI", "task_id state")
@@ -148,7 +148,7 @@ def test_failed_tasks_and_message():
 
 @pytest.mark.parametrize("raw, expected", [(12.5, 12.5), (0, 0.0), (-61.77, None), (None, None), ("x", None)])
 def test_task_duration_of_a_cleared_task_is_null(raw, expected):
-    from sim2real.report import task_duration_s
+    from sim2real.orchestration.report import task_duration_s
 
     assert task_duration_s(raw) == expected
 
@@ -157,8 +157,8 @@ def test_lineage_of_a_cleared_task_matches_the_schema(monkeypatch):
     """The breadcrumb of a cleared and rerun task (duration -61.77) gives a schema-valid lineage."""
     import sys
 
-    from sim2real import report
-    from sim2real.lineage import build_lineage, lineage_errors
+    from sim2real.orchestration import report
+    from sim2real.orchestration.lineage import build_lineage, lineage_errors
 
     fake = SimpleNamespace(RuntimeTaskInstance=SimpleNamespace(get_task_breadcrumbs=lambda dag_id, run_id: [
         {"task_id": "train.train_policy", "map_index": -1, "state": "success", "duration": -61.77},

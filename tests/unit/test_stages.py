@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from sim2real.params import ParamRuleError, check_params
-from sim2real.stages import check_report, deployment_components, eval_commands, plan_run, quality_gate
-from sim2real.stats import wilson_interval
+from sim2real.orchestration.params import ParamRuleError, check_params
+from sim2real.orchestration.stages import check_report, deployment_components, eval_commands, plan_run, quality_gate
+from sim2real.contract.stats import wilson_interval
 
 from .test_config import GOOD
 
@@ -65,7 +65,7 @@ def test_isaaclab_task_refused_in_the_sandbox_only():
 
 
 def test_every_cpu_trainer_task_is_a_sandbox_task_of_the_form():
-    from sim2real.params import MUJOCO_TASKS
+    from sim2real.orchestration.params import MUJOCO_TASKS
     from sim2real.workloads.tasks import TASKS as REGISTRY
 
     assert set(MUJOCO_TASKS) == {k for k, v in REGISTRY.items() if v.kind == "gymnasium"}
@@ -207,7 +207,7 @@ def test_hyperpod_plan_submits_the_batch_training_env_under_the_run_key():
 
 
 def test_hyperpod_plan_carries_the_training_cost_limit_priced_by_the_gpu_group():
-    from sim2real.budget import ON_DEMAND_USD_PER_HOUR, training_cost_limit, training_usd_per_node_hour
+    from sim2real.orchestration.budget import ON_DEMAND_USD_PER_HOUR, training_cost_limit, training_usd_per_node_hour
 
     params = {**PARAMS, "training_backend": "hyperpod", "task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2,
               "max_budget_usd": 500}

@@ -19,7 +19,7 @@ DOCKERFILES = {
 
 
 def test_the_launcher_path_is_the_same_in_the_job_definition_and_hyperpods_default():
-    from sim2real.config import HYPERPOD_DEFAULTS
+    from sim2real.orchestration.config import HYPERPOD_DEFAULTS
 
     assert HYPERPOD_DEFAULTS["launcher"] == IMAGE_LAUNCHER
     batch_stack = (REPO_ROOT / "infra" / "sim2real_infra" / "batch.py").read_text()

@@ -62,7 +62,7 @@ def test_report_to_s3(trained_dir, moto_server, monkeypatch):
                     "--report-uri", "s3://sim2real-test/runs/k/eval/report.json", AWS_ENDPOINT_URL=moto_server)
     assert proc.returncode == 0, proc.stderr[-2000:]
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
-    from sim2real.workloads import storage
+    from sim2real.contract import storage
 
     assert json.loads(storage.read_bytes("s3://sim2real-test/runs/k/eval/report.json"))["episodes"] == 1
 

@@ -35,7 +35,7 @@ def test_export_rejects_wrong_task(trained_dir, tmp_path):
 def test_export_records_the_modality_layout(trained_dir, tmp_path):
     import onnx
 
-    from sim2real.edge.modality import LAYOUT_PROPERTY, ModalityLayout
+    from sim2real.contract.modality import LAYOUT_PROPERTY, ModalityLayout
 
     ckpt_path = str(trained_dir / "agent_000002.pt")
     info = export_onnx(ckpt_path, str(tmp_path / "flat.onnx"))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from moto import mock_aws
 
-from sim2real.workloads import storage
+from sim2real.contract import storage
 from sim2real.workloads.tasks import REACHER_SUCCESS_DISTANCE_M, TASKS, get_task
 
 

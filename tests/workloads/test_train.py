@@ -8,7 +8,7 @@ import re
 import boto3
 import pytest
 
-from sim2real.workloads import storage
+from sim2real.contract import storage
 from sim2real.workloads.policy import deterministic_policy, load_checkpoint
 from sim2real.workloads.train import find_latest_complete_checkpoint, parse_args, UsageError
 from tests.workloads.conftest import clean_env, run_train

@@ -25,7 +25,7 @@ import numpy as np
 import zmq
 
 from sim2real.edge.codec import packb
-from sim2real.edge.modality import ModalityLayout
+from sim2real.contract.modality import ModalityLayout
 from sim2real.edge.policy_server import OnnxPolicy, PolicyClient, PolicyServer, layout_observation, wait_for_server
 from sim2real.edge.security import read_api_token_file
 

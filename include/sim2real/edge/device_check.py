@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from sim2real.edge.modality import ModalityLayout
+from sim2real.contract.modality import ModalityLayout
 from sim2real.edge.policy_server import PolicyClient, PolicyServer, layout_observation
 
 

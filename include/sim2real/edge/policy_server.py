@@ -30,7 +30,7 @@ when the server has one. Any refusal is answered ``{"error": str}`` and the serv
     widths, limits, endpoints.
 
 **Modality layout.** Keys, order and widths come from the model's ONNX metadata
-(:mod:`sim2real.edge.modality`); a model without one is served as ``observation`` → ``action``. Every
+(:mod:`sim2real.contract.modality`); a model without one is served as ``observation`` → ``action``. Every
 request must carry exactly the layout's keys with the declared widths, horizons and dtypes. The served
 network is state-only: camera frames and instructions are checked, then not used, and ``info`` lists
 them under ``ignored_modalities``. **Action chunks.** A network emitting ``(B, A)`` has its action
@@ -62,9 +62,9 @@ import numpy as np
 import zmq
 
 from sim2real.edge.codec import DEFAULT_MAX_REQUEST_BYTES, CodecError, modality_config_wire, packb, unpackb
-from sim2real.edge.modality import LAYOUT_PROPERTY, LayoutError, ModalityLayout
+from sim2real.contract.modality import LAYOUT_PROPERTY, LayoutError, ModalityLayout
 from sim2real.edge.security import check_api_token, is_loopback, read_api_token_file
-from sim2real.workloads.storage import sha256_file
+from sim2real.contract.storage import sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from sim2real.workloads.storage import sha256_file
+from sim2real.contract.storage import sha256_file
 
 log = logging.getLogger(__name__)
 

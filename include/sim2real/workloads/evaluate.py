@@ -27,8 +27,8 @@ import json
 import sys
 from typing import Any
 
-from sim2real.stats import wilson_interval
-from sim2real.workloads import storage
+from sim2real.contract.stats import wilson_interval
+from sim2real.contract import storage
 from sim2real.workloads.tasks import get_task
 
 SCHEMA_VERSION = 1

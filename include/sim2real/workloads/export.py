@@ -7,7 +7,7 @@ the evaluator runs, and what the edge policy server serves through onnxruntime.
 Uses PyTorch's TorchScript-based ONNX exporter (``torch.onnx.export(..., dynamo=False)``; the dynamo
 exporter needs ``onnxscript``, which the workload image does not ship), opset 17.
 
-The model carries its modality layout (:class:`sim2real.edge.modality.ModalityLayout`: state keys in
+The model carries its modality layout (:class:`sim2real.contract.modality.ModalityLayout`: state keys in
 concatenation order with widths, action keys with widths, action horizon, cameras, language keys) as the
 ONNX metadata property ``sim2real:modality_layout``; the edge policy server reads it to check requests
 and to split the action vector into one array per action key.
@@ -19,8 +19,8 @@ import os
 import tempfile
 from typing import Any
 
-from sim2real.edge.modality import LAYOUT_PROPERTY, ModalityLayout
-from sim2real.workloads import storage
+from sim2real.contract.modality import LAYOUT_PROPERTY, ModalityLayout
+from sim2real.contract import storage
 
 INPUT_NAME = "observation"
 OUTPUT_NAME = "action"

@@ -149,7 +149,7 @@ def load_checkpoint(path_or_uri: str) -> dict[str, Any]:
     """
     import pickle
 
-    from sim2real.workloads import storage
+    from sim2real.contract import storage
 
     data = storage.read_bytes(path_or_uri)
     try:

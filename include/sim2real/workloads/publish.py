@@ -93,7 +93,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from sim2real.workloads import storage
+from sim2real.contract import storage
 
 PREFIX = "[sim2real-publish]"
 MANIFEST_NAME = "manifest.json"

@@ -96,7 +96,7 @@ import tempfile
 import time
 from typing import Any
 
-from sim2real.workloads import storage
+from sim2real.contract import storage
 from sim2real.workloads.tasks import get_task
 
 MANIFEST_NAME = "manifest.json"

@@ -13,7 +13,8 @@ from golden_env import GOLDEN_NAME, KWARGS  # noqa: E402
 
 import pytest  # noqa: E402
 
-from sim2real.pipelines import build, groot  # noqa: E402
+from sim2real.dev import pipeline_build as build
+from sim2real.orchestration.pipelines import groot  # noqa: E402
 
 
 class NetworkUsed(AssertionError):
@@ -54,7 +55,7 @@ def test_sdk_version_is_the_pinned_one():
 def test_fresh_generation_equals_committed_template_and_is_deterministic(fresh):
     first = fresh
     assert first == groot.TEMPLATE_PATH.read_text(), (
-        "include/sim2real/pipelines/groot_pipeline.template.json is stale: run `make pipeline-definition`")
+        "include/sim2real/orchestration/pipelines/groot_pipeline.template.json is stale: run `make pipeline-definition`")
     assert build.generate() == first
 
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from lerobot_fixtures import EPISODES, FPS, TASKS, VIDEO, write_v2, write_v30
 
-from sim2real.pipelines.transform_dataset import V21_DATA_PATH, DatasetError, transform
+from sim2real.workloads.groot.transform_dataset import V21_DATA_PATH, DatasetError, transform
 
 
 def test_v30_is_converted_to_v21(tmp_path):
@@ -109,11 +109,11 @@ def test_unknown_version_and_not_a_dataset(tmp_path):
 
 def test_cli_exit_codes(tmp_path):
     src = write_v30(tmp_path / "src", video=False)
-    ok = subprocess.run([sys.executable, "-m", "sim2real.pipelines.transform_dataset", "--input", str(src),
+    ok = subprocess.run([sys.executable, "-m", "sim2real.workloads.groot.transform_dataset", "--input", str(src),
                          "--output", str(tmp_path / "out"), "--require-modality"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert json.loads((tmp_path / "out/transform_report.json").read_text())["episodes"] == 3
     (src / "meta/tasks.parquet").unlink()
-    bad = subprocess.run([sys.executable, "-m", "sim2real.pipelines.transform_dataset", "--input", str(src),
+    bad = subprocess.run([sys.executable, "-m", "sim2real.workloads.groot.transform_dataset", "--input", str(src),
                           "--output", str(tmp_path / "out2")], capture_output=True, text=True)
     assert bad.returncode == 2 and "meta/tasks.parquet is missing" in bad.stderr

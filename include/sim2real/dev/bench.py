@@ -1,0 +1,345 @@
+"""``make bench``: measure on this machine and print one table (also written to bench-results.json).
+
+Rows:
+
+* DAG file parse time: median wall time of parsing ``dags/sim_to_real.py`` with a DagBag, each
+  parse in a fresh interpreter (what the dag-processor pays per file), seconds; beside it the same
+  figure for ``bench/provider_dag.py``, a plain Amazon-provider DAG with the same task count (the
+  installed provider ships no example DAGs);
+* orchestration, from one sandbox run of the DAG (tiny training, ``SIM2REAL_POLL_SECONDS=2``), in a
+  subprocess: per waiting stage, the latency from the resource reaching its terminal state (sandbox
+  event time) to the next task's start (task instance ``start_date``); the worker-slot seconds the
+  deferrable task held (in the worker before deferring + after resuming) against the same wait in
+  poke mode (the whole wait); AWS API calls per hour of waiting (calls to that stage's service while
+  its trigger waited);
+* trainer env-steps/s with 1 and 8 vectorised environments (Reacher-v5, the trainer's env loop);
+* policy quality after a wall-time budget (default 60 s and 120 s of training), ours (``sim2real-train``,
+  NUM_ENVS 32) against Stable-Baselines3 PPO with rl-baselines3-zoo's Reacher hyper-parameters (8 envs), each
+  run one after the other on this machine for the same wall time, seeds 3, 4, 5: the median success rate over
+  seeds, the Wilson 95 % interval of all seeds' episodes pooled (100 evaluation episodes per seed, seeds
+  2000..2099), each seed's rate and the median env-steps/s (:mod:`sim2real.workloads.bench`). ``--rl-budgets``,
+  ``--rl-seeds`` and ``--only rl`` make it shorter;
+* policy server latency p50/p99 (ms) and throughput (requests/s) over real ZMQ on loopback,
+  onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy.
+
+Numbers depend on the machine and its load; they are measurements, not test assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+_PARSE_SNIPPET = """
+import time, sys
+t = time.perf_counter()
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+assert not bag.import_errors, bag.import_errors
+print(time.perf_counter() - t)
+"""
+
+
+def dag_parse_seconds(path: Path, repeats: int = 5) -> dict[str, float]:
+    """Median/min seconds to import Airflow and parse ``path`` in a fresh interpreter."""
+    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    times = []
+    for _ in range(repeats):
+        out = subprocess.run([sys.executable, "-c", _PARSE_SNIPPET, str(path)], capture_output=True, text=True,
+                             env=env, check=True)
+        times.append(float(out.stdout.strip().splitlines()[-1]))
+    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats}
+
+
+#: waiting task -> (services whose calls are its polls, sandbox event marking the terminal state,
+#: event data filter) — the event with the latest time among matches is the terminal one.
+WAITS: dict[str, tuple[tuple[str, ...], str, str, dict[str, Any]]] = {
+    "build.build_image": (("codebuild",), "codebuild", "build-status", {"status": "SUCCEEDED"}),
+    "train.train_policy": (("batch", "logs"), "batch", "job-done", {"status": "SUCCEEDED"}),
+    "checkpoint.wait_for_checkpoint": (("s3",), "", "", {}),
+    "evaluate.run_evaluation": (("ssm",), "ssm", "command-done", {"status": "Success"}),
+    "vla.finetune_groot": (("sagemaker",), "sagemaker", "pipeline-status", {"status": "Succeeded"}),
+    "vla.wait_for_approval": (("sagemaker",), "approver", "decision", {"decision": "Approved"}),
+    "deploy.deploy_to_robots": (("greengrassv2", "iot"), "greengrass", "device-status", {"status": "SUCCEEDED"}),
+}
+
+
+def orchestration_run(out: Path, poll_seconds: int = 2) -> dict[str, Any]:
+    """One sandbox run of ``sim_to_real`` (this process becomes the Airflow process), instrumented.
+
+    Worker segments: every ``run_task_in_process`` call of ``dag.test`` (one per try, and one more
+    after each resume). Wait segments: every inline trigger run. Both on the ``time.time()`` clock of
+    the sandbox's events and request log.
+    """
+    import datetime as dt
+    import time
+
+    os.environ["SIM2REAL_POLL_SECONDS"] = str(poll_seconds)
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    from sim2real.dev.demo import load_dag, prepare_airflow_home
+    from sim2real.dev.sandbox import Approver, Sandbox
+
+    home = Path(tempfile.mkdtemp(prefix="sim2real-bench-"))
+    segments: list[tuple[str, str, float, float]] = []  # (task_id, "worker"|"wait", start, end)
+    conf = {"max_iterations": 2, "train_time_budget_seconds": 0, "eval_episodes": 3, "min_success_rate": 0.0,
+            "seed": 5, "eval_seed": 4000}
+    with Sandbox(repo_root=REPO_ROOT) as sandbox:
+        env_config = sandbox.provision()
+        prepare_airflow_home(home, sandbox.airflow_env())
+        import airflow.sdk.definitions.dag as dag_module
+        import airflow.sdk.execution_time.supervisor as supervisor
+        original_run, original_trigger = supervisor.run_task_in_process, dag_module._run_inline_trigger
+
+        def run_task_in_process(*args, **kwargs):
+            ti = kwargs.get("ti") or args[0]
+            start = time.time()
+            try:
+                return original_run(*args, **kwargs)
+            finally:
+                segments.append((ti.task_id, "worker", start, time.time()))
+
+        def run_inline_trigger(trigger, task_sdk_ti):
+            start = time.time()
+            try:
+                return original_trigger(trigger, task_sdk_ti)
+            finally:
+                segments.append((task_sdk_ti.task_id, "wait", start, time.time()))
+
+        supervisor.run_task_in_process = run_task_in_process
+        dag_module._run_inline_trigger = run_inline_trigger
+        dag = load_dag()
+        approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
+                            decision="Approved", description="approved by the benchmark's emulated reviewer")
+        approver.start()
+        try:
+            dag_run = dag.test(run_conf=conf)
+        finally:
+            approver.cancel()
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            tis = {ti.task_id: (ti.start_date, ti.end_date, str(getattr(ti.state, "value", ti.state)))
+                   for ti in session.scalars(select(TaskInstance).where(
+                       TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id)).all()}
+        events = list(sandbox.events)
+        requests = sandbox.requests.since(0)
+        state = str(getattr(dag_run.state, "value", dag_run.state))
+    shutil.rmtree(home, ignore_errors=True)
+
+    def ts(value: dt.datetime | None) -> float | None:
+        return value.timestamp() if value else None
+
+    stages: dict[str, Any] = {}
+    for task_id, (services, ev_service, ev_kind, ev_data) in WAITS.items():
+        worker = sum(e - s for t, k, s, e in segments if t == task_id and k == "worker")
+        waits = [(s, e) for t, k, s, e in segments if t == task_id and k == "wait"]
+        wait_s = sum(e - s for s, e in waits)
+        calls = sum(1 for r in requests if r.service in services and any(s <= r.time <= e for s, e in waits))
+        entry: dict[str, Any] = {
+            "worker_slot_s_deferrable": round(worker, 2), "wait_s": round(wait_s, 2),
+            "worker_slot_s_poke": round(worker + wait_s, 2), "deferred": bool(waits),
+            "api_calls_while_waiting": calls,
+            "api_calls_per_hour_waiting": round(calls / wait_s * 3600) if wait_s > 0 else None,
+        }
+        nexts = [ts(tis[d][0]) for d in dag.task_dict[task_id].downstream_task_ids if d in tis and tis[d][0]]
+        next_start = min(nexts) if nexts else None
+        if ev_service and next_start:
+            matches = [ev.time for ev in events if ev.service == ev_service and ev.kind == ev_kind
+                       and all(ev.data.get(k) == v for k, v in ev_data.items()) and ev.time <= next_start]
+            if matches:
+                terminal = max(matches)
+                resumed = max((e for s, e in waits), default=None)
+                entry["terminal_to_next_start_s"] = round(next_start - terminal, 2)
+                if resumed:
+                    entry["terminal_to_trigger_fired_s"] = round(max(resumed - terminal, 0.0), 2)
+        entry["next_task"] = ([d for d in dag.task_dict[task_id].downstream_task_ids
+                               if d in tis and ts(tis[d][0]) == next_start] or [None])[0]
+        stages[task_id] = entry
+    result = {"state": state, "poll_seconds": poll_seconds, "stages": stages,
+              "tasks": {t: {"state": v[2], "start": ts(v[0]), "end": ts(v[1])} for t, v in tis.items()}}
+    out.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def policy_latency(n: int = 1000) -> dict[str, Any]:
+    """Train a 1-iteration toy policy, export it to ONNX and measure the policy server over ZMQ."""
+    from sim2real.edge.benchmark import policy_server_latency
+    from sim2real.workloads.export import export_onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "TASK": "Reacher-v5", "MAX_ITERATIONS": "1", "NUM_ENVS": "2", "OUTPUT_URI": tmp}
+        env.pop("AWS_ENDPOINT_URL", None)
+        subprocess.run([sys.executable, "-m", "sim2real.workloads.train"], env=env, check=True,
+                       capture_output=True)
+        manifest = json.loads(Path(tmp, "manifest.json").read_text())
+        onnx_path = str(Path(tmp, "policy.onnx"))
+        export_onnx(str(Path(tmp, manifest["checkpoint_uri"].rsplit("/", 1)[-1])), onnx_path)
+        return policy_server_latency(onnx_path, n=n)
+
+
+def _orchestration_subprocess() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "orchestration.json")
+        proc = subprocess.run([sys.executable, "-m", "sim2real.dev.bench", "--orchestration-run", str(out)],
+                              capture_output=True, text=True, timeout=600)
+        if not out.exists():
+            raise RuntimeError("orchestration run failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+        return json.loads(out.read_text())
+
+
+def _machine() -> str:
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPU ({cpu}), Python {platform.python_version()}, {platform.system()}"
+
+
+#: (label, trainer, NUM_ENVS) of the policy-quality rows.
+RL_TRAINERS = (("ours (skrl PPO)", "ours", 32), ("Stable-Baselines3 PPO, rl-zoo hyper-parameters", "sb3", 8))
+
+
+def policy_quality(*, task: str = "Reacher-v5", budgets: list[float], seeds: list[int]) -> dict[str, Any]:
+    """Train each of :data:`RL_TRAINERS` once per seed for ``max(budgets)`` seconds; success at every budget.
+
+    :return: ``{"task", "budgets", "seeds", "runs": [per-run results], "summary": {trainer: {budget: {...}}}}``;
+        a summary entry holds ``median``, ``per_seed``, the pooled ``successes``/``episodes`` and ``ci95``
+        (Wilson) and the median ``env_steps_per_s``.
+    """
+    from sim2real.contract.stats import wilson_interval
+    from sim2real.workloads.bench import EVAL_EPISODES, EVAL_SEED, train_ours, train_sb3
+
+    eval_seeds = list(range(EVAL_SEED, EVAL_SEED + EVAL_EPISODES))
+    runs, summary = [], {}
+    for label, trainer, num_envs in RL_TRAINERS:
+        train = train_ours if trainer == "ours" else train_sb3
+        mine = [train(task=task, num_envs=num_envs, seed=seed, seconds=max(budgets), snapshots=budgets,
+                      eval_seeds=eval_seeds) for seed in seeds]
+        runs += mine
+        per_budget = {}
+        for budget in budgets:
+            snaps = [next(s for s in r["snapshots"] if s["at_s"] == budget) for r in mine]
+            k, n = sum(s["successes"] for s in snaps), sum(s["episodes"] for s in snaps)
+            per_budget[str(budget)] = {"median": statistics.median(s["success_rate"] for s in snaps),
+                                       "per_seed": [s["success_rate"] for s in snaps], "successes": k,
+                                       "episodes": n, "ci95": list(wilson_interval(k, n))}
+        summary[trainer] = {"label": label, "num_envs": num_envs, "budgets": per_budget,
+                            "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in mine)}
+    return {"task": task, "budgets": budgets, "seeds": seeds, "runs": runs, "summary": summary}
+
+
+def _quality_rows(quality: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    seeds = "/".join(str(s) for s in quality["seeds"])
+    for entry in quality["summary"].values():
+        for budget, b in entry["budgets"].items():
+            rows.append(((f"{quality['task']} success after {float(budget):g} s of training, {entry['label']}, "
+                          f"{entry['num_envs']} envs: median [pooled Wilson 95%]; seeds {seeds}"),
+                         (f"{b['median']:.2f} [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]; "
+                          + " / ".join(f"{x:.2f}" for x in b["per_seed"]))))
+        rows.append(((f"{quality['task']} env-steps/s while training, {entry['label']}, {entry['num_envs']} envs "
+                      "(median of seeds)"), f"{entry['env_steps_per_s']:.0f}"))
+    return rows
+
+
+def _parse_main(argv: list[str]):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
+    ap.add_argument("--only", choices=("all", "rl"), default="all",
+                    help="rl: only the policy-quality rows (ours vs Stable-Baselines3)")
+    ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
+    ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
+    args = ap.parse_args(argv)
+    args.rl_budgets = [float(x) for x in args.rl_budgets.split(",") if x.strip()]
+    args.rl_seeds = [int(x) for x in args.rl_seeds.split(",") if x.strip()]
+    if not args.rl_budgets or min(args.rl_budgets) <= 0 or not args.rl_seeds:
+        ap.error("--rl-budgets needs positive seconds and --rl-seeds at least one seed")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--orchestration-run"]:
+        orchestration_run(Path(argv[1]))
+        return 0
+    args = _parse_main(argv)
+    from sim2real.workloads.bench import env_steps_per_second
+
+    results: dict[str, Any] = {"machine": _machine()}
+    if args.only == "rl":
+        results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
+        rows = _quality_rows(results["policy_quality"])
+        return _print_and_write(results, rows, "policy quality only")
+    results["dag_parse"] = dag_parse_seconds(REPO_ROOT / "dags" / "sim_to_real.py")
+    results["provider_dag_parse"] = dag_parse_seconds(REPO_ROOT / "bench" / "provider_dag.py")
+    results["orchestration"] = _orchestration_subprocess()
+    results["env_steps_per_s"] = {str(n): env_steps_per_second(n, seconds=5.0) for n in (1, 8)}
+    results["policy_server"] = policy_latency()
+    results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
+    orch = results["orchestration"]
+    rows = [
+        ("DAG parse, dags/sim_to_real.py (19 tasks; fresh interpreter, median of 5)",
+         f"{results['dag_parse']['median_s']:.2f} s"),
+        ("DAG parse, bench/provider_dag.py (plain provider operators, 19 tasks)",
+         f"{results['provider_dag_parse']['median_s']:.2f} s"),
+    ]
+    for task_id, st in orch["stages"].items():
+        if "terminal_to_next_start_s" in st:
+            rows.append((f"latency: {task_id} resource terminal -> {st['next_task']} starts (poll {orch['poll_seconds']} s)",
+                         f"{st['terminal_to_next_start_s']:.1f} s"))
+    for task_id, st in orch["stages"].items():
+        if st["deferred"]:
+            rows.append((f"worker slot: {task_id} deferrable / poke (whole wait)",
+                         f"{st['worker_slot_s_deferrable']:.1f} s / {st['worker_slot_s_poke']:.1f} s"))
+    for task_id, st in orch["stages"].items():
+        if st["deferred"] and st["api_calls_per_hour_waiting"] is not None:
+            scaled = st["api_calls_per_hour_waiting"] * orch["poll_seconds"] / 30
+            rows.append((f"API calls per hour of waiting: {task_id}",
+                         f"{st['api_calls_per_hour_waiting']:.0f} at poll {orch['poll_seconds']} s "
+                         f"(~{scaled:.0f} at 30 s; {st['api_calls_while_waiting']} in {st['wait_s']:.1f} s)"))
+    rows += [
+        ("trainer env-steps/s, 1 env", f"{results['env_steps_per_s']['1']:.0f}"),
+        ("trainer env-steps/s, 8 envs", f"{results['env_steps_per_s']['8']:.0f}"),
+        ("policy server p50 / p99 (ZMQ, onnxruntime CPU)",
+         f"{results['policy_server']['p50_ms']:.2f} / {results['policy_server']['p99_ms']:.2f} ms"),
+        ("policy server throughput", f"{results['policy_server']['throughput_rps']:.0f} req/s"),
+        ("anchor: ZMQ REQ/REP round trip of the same message sizes, no server work (p50 / p99)",
+         "{p50_ms:.2f} / {p99_ms:.2f} ms".format(**results["policy_server"]["transport"])),
+    ]
+    rows += _quality_rows(results["policy_quality"])
+    return _print_and_write(results, rows, f"sandbox run: {orch['state']}")
+
+
+def _print_and_write(results: dict[str, Any], rows: list[tuple[str, str]], note: str) -> int:
+    results["table"] = rows
+    width = max(len(r[0]) for r in rows)
+    print(f"\nmachine: {results['machine']}; {note}")
+    print(f"| {'benchmark'.ljust(width)} | result |\n|{'-' * (width + 2)}|--------|")
+    for name, value in rows:
+        print(f"| {name.ljust(width)} | {value} |")
+    out = REPO_ROOT / "bench-results.json"
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nwritten to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

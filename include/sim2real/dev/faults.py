@@ -1,0 +1,803 @@
+"""Fault replay: run the real ``sim_to_real`` DAG against the sandbox once per injected fault
+(DESIGN §5) and check that each run ends the way it must.
+
+All scenarios share one process, one sandbox, one Airflow home (SQLite) and one DagBag; each is
+one ``dag.test()`` run with tiny training (2 PPO iterations, no time budget, 3 evaluation episodes),
+``SIM2REAL_POLL_SECONDS=1`` and ``SIM2REAL_RETRY_DELAY_SECONDS=1``. After each run the sandbox is
+asked what is still going on: Batch jobs, SSM commands, pipeline executions and Greengrass
+deployments the run started must all be in a terminal state (terminated / cancelled / stopped),
+the teardowns must have run, and no second training job may exist.
+
+Usage::
+
+    python -m sim2real.dev.faults --json-out faults.json           # run every scenario
+    python -m sim2real.dev.faults --only batch_runnable,quota      # a subset
+    python -m sim2real.dev.faults --markdown                       # run, then print the README table
+    python -m sim2real.dev.faults --from-json faults.json --markdown   # table of an earlier run
+
+Exit code 0 only when every check of every scenario held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Every scenario's run conf starts from this: tiny training and evaluation, gate always passes.
+BASE_CONF: dict[str, Any] = {
+    "max_iterations": 2, "train_time_budget_seconds": 0, "eval_episodes": 3, "min_success_rate": 0.0,
+    "seed": 7, "eval_seed": 3000,
+}
+#: Stop the release after the quality gate (scenarios whose fault is upstream of the fine-tune).
+NO_RELEASE = {"run_vla_finetune": False, "deploy_to_edge": False}
+
+LINEAGE = "write_lineage"
+STOP_WS = "evaluate.stop_workstation"
+TRAIN = "train.train_policy"
+OUTCOME = "run_outcome"
+
+Check = Callable[["Outcome"], list[tuple[str, bool, str]]]
+
+
+@dataclass
+class Scenario:
+    name: str
+    fault: str          # what is injected, in words
+    design: str         # DESIGN §5 item
+    expected: str       # the outcome DESIGN asks for, in words
+    check: Check
+    faults: dict[str, Any] = field(default_factory=dict)
+    conf: dict[str, Any] = field(default_factory=dict)
+    decision: str = "Approved"
+    quota_limits: dict[str, float] = field(default_factory=dict)
+    #: ``(sandbox, env_config) -> state``, before the run (what a dead earlier run left behind, ...).
+    setup: Callable[[Any, dict[str, Any]], Any] | None = None
+    #: task id -> ``(sandbox, env_config)``, called when that task starts running (a change between stages).
+    on_task_start: dict[str, Callable[[Any, dict[str, Any]], None]] = field(default_factory=dict)
+    #: ``(sandbox, env_config, setup state) -> dict``, after the run: what the checks read as ``Outcome.probe``.
+    probe: Callable[[Any, dict[str, Any], Any], dict[str, Any]] | None = None
+    #: merged into the environment config for this run only (a wrong name, a mis-sized instance type)
+    env_patch: dict[str, Any] = field(default_factory=dict)
+    #: the checks every scenario gets include "the teardowns ran" (off where no teardown can: prepare_run
+    #: refused the run, or the artifacts bucket itself is what is wrong)
+    teardowns: bool = True
+    #: Airflow refuses to create the run (ParamValidationError): no run, only the scenario's own check
+    refused: bool = False
+
+
+@dataclass
+class Outcome:
+    """What one run did, read from Airflow's DB, the failure listener and the sandbox."""
+
+    state: str
+    tasks: dict[str, dict[str, Any]]            # task_id -> {state, try_number, duration}
+    errors: dict[str, list[str]]                # task_id -> error message of each failed try
+    requests: Counter                           # AWS action -> calls during the run
+    injected: Counter                           # AWS action -> calls answered with an injected error
+    jobs: list[dict[str, Any]]                  # Batch jobs created during the run
+    commands: list[dict[str, Any]]              # SSM commands sent during the run
+    executions: list[dict[str, Any]]            # pipeline executions started during the run
+    deployments: list[dict[str, Any]]           # Greengrass deployments created during the run
+    instances: dict[str, str]                   # EC2 instance id -> state after the run
+    instances_before: dict[str, str]            # ... and before it
+    lineage: dict[str, Any] | None
+    faults_left: dict[str, Any]
+    elapsed_s: float
+    probe: dict[str, Any] = field(default_factory=dict)  # Scenario.probe's answer
+
+    def state_of(self, task_id: str) -> str | None:
+        return (self.tasks.get(task_id) or {}).get("state")
+
+    def tries(self, task_id: str) -> int:
+        return int((self.tasks.get(task_id) or {}).get("try_number") or 0)
+
+    def error(self, task_id: str) -> str:
+        return "\n".join(self.errors.get(task_id, []))
+
+
+# -- checks shared by every scenario ----------------------------------------------------------------
+def _c(name: str, ok: bool, detail: Any = "") -> tuple[str, bool, str]:
+    return name, bool(ok), str(detail)[:600]
+
+
+def fails_with(task_id: str, *needles: str) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        message = o.error(task_id)
+        return [
+            _c("run failed", o.state == "failed", o.state),
+            _c(f"{task_id} failed", o.state_of(task_id) == "failed", o.state_of(task_id)),
+            *[_c(f"message has {n!r}", n.lower() in message.lower(), message[:400]) for n in needles],
+        ]
+
+    return check
+
+
+def succeeds(o: Outcome) -> list[tuple[str, bool, str]]:
+    bad = {t: v["state"] for t, v in o.tasks.items() if v["state"] not in ("success", "skipped")}
+    return [_c("run succeeded", o.state == "success", o.state), _c("every task succeeded or was skipped", not bad, bad)]
+
+
+def nothing_running(o: Outcome) -> list[tuple[str, bool, str]]:
+    out = []
+    live = [j for j in o.jobs if j["status"] not in ("SUCCEEDED", "FAILED")]
+    out.append(_c("no Batch job left running", not live, live or [f"{j['job_id'][:8]} {j['status']}" for j in o.jobs]))
+    live = [c for c in o.commands if c["status"] in ("Pending", "InProgress", "Delayed", "Cancelling")]
+    out.append(_c("no SSM command left running", not live, live or [c["status"] for c in o.commands]))
+    live = [e for e in o.executions if e["status"] in ("Executing", "Stopping")]
+    out.append(_c("no pipeline execution left running", not live, live or [e["status"] for e in o.executions]))
+    live = [d for d in o.deployments if d["status"] == "ACTIVE"
+            and any(s in ("QUEUED", "IN_PROGRESS") for s in d["devices"].values())]
+    out.append(_c("no Greengrass deployment left in progress", not live, live or o.deployments))
+    started = {i: s for i, s in o.instances.items()
+               if s not in ("stopped", "stopping", "terminated") and o.instances_before.get(i) != s}
+    out.append(_c("no instance left running that the run started", not started,
+                  {i: f"{o.instances_before.get(i)} -> {s}" for i, s in o.instances.items()}))
+    return out
+
+
+def teardowns_ran(o: Outcome) -> list[tuple[str, bool, str]]:
+    out = [_c("write_lineage ran (teardown)", o.state_of(LINEAGE) == "success", o.state_of(LINEAGE)),
+           _c("lineage.json written", o.lineage is not None, ""),
+           _c("run_outcome ran (last teardown) and agrees with the run's state",
+              o.state_of(OUTCOME) == o.state and o.state in ("success", "failed"),
+              f"run_outcome {o.state_of(OUTCOME)}, run {o.state}")]
+    if o.state_of("evaluate.run_evaluation") in ("success", "failed", "up_for_retry"):
+        out.append(_c("stop_workstation ran (teardown)", o.state_of(STOP_WS) == "success", o.state_of(STOP_WS)))
+    return out
+
+
+def submits(n: int) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        accepted = o.requests.get("SubmitJob", 0) - o.injected.get("SubmitJob", 0)
+        return [_c(f"SubmitJob accepted {n} time(s)", accepted == n,
+                   f"{accepted} accepted, {o.injected.get('SubmitJob', 0)} answered with an injected error"),
+                _c(f"{n} Batch job(s) exist", len(o.jobs) == n, [j["job_id"] for j in o.jobs])]
+
+    return check
+
+
+def not_run(*task_ids: str) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        return [_c(f"{t} did not run", o.state_of(t) in (None, "upstream_failed", "skipped", "removed"), o.state_of(t))
+                for t in task_ids]
+
+    return check
+
+
+def faults_consumed(o: Outcome) -> list[tuple[str, bool, str]]:
+    left = {k: {a: n for a, n in v.items() if n} for k, v in o.faults_left.items() if isinstance(v, dict)}
+    left = {k: v for k, v in left.items() if v}
+    return [_c("every injected error was served", not left, left)]
+
+
+def all_of(*checks: Check) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        return [c for chk in checks for c in chk(o)]
+
+    return check
+
+
+def custom(name: str, fn: Callable[[Outcome], tuple[bool, Any]]) -> Check:
+    def check(o: Outcome) -> list[tuple[str, bool, str]]:
+        ok, detail = fn(o)
+        return [_c(name, ok, detail)]
+
+    return check
+
+
+def _job_terminated(o: Outcome) -> tuple[bool, Any]:
+    return (bool(o.jobs) and all(j["status"] == "FAILED" and "budget" in (j.get("reason") or "") for j in o.jobs),
+            [(j["status"], j.get("reason")) for j in o.jobs])
+
+
+def _reject_package(sandbox, env_config) -> None:
+    """The reviewer changes their mind after the approval wait returned: the newest package goes Rejected."""
+    sm = sandbox.client("sagemaker", internal=True)
+    group = env_config["sagemaker"]["model_package_group"]
+    newest = sm.list_model_packages(ModelPackageGroupName=group, SortBy="CreationTime",
+                                    SortOrder="Descending")["ModelPackageSummaryList"][0]
+    sm.update_model_package(ModelPackageArn=newest["ModelPackageArn"], ModelApprovalStatus="Rejected",
+                            ApprovalDescription="revoked by the fault replay's reviewer before the deploy")
+
+
+EMPTY_GROUP = "sim2real-robots-empty"
+
+
+def _empty_thing_group(sandbox, env_config) -> None:
+    iot = sandbox.client("iot", internal=True)
+    if EMPTY_GROUP not in [g["groupName"] for g in iot.list_thing_groups()["thingGroups"]]:
+        iot.create_thing_group(thingGroupName=EMPTY_GROUP)
+
+
+#: A run that a dead process left behind: its record says sim_to_real / this run id, which is not in the DB
+#: (deleted in the UI); its Batch job is held RUNNABLE until terminated.
+ORPHAN_RUN_ID = "manual__2026-01-01T00:00:00+00:00"
+
+
+def _orphan_job(sandbox, env_config) -> dict[str, Any]:
+    from sim2real.orchestration.config import RUN_KEY_TAG
+    from sim2real.contract.run_key import make_run_key
+    from sim2real.orchestration.sweeper import deployment_id, run_record_key
+
+    key = make_run_key("sim_to_real", ORPHAN_RUN_ID)
+    name = f"sim2real-train-{key}"
+    sandbox.client("s3", internal=True).put_object(
+        Bucket=env_config["artifacts_bucket"], Key=run_record_key(key),
+        # written as prepare_run writes it, by this Airflow deployment (a record of another one is never stopped)
+        Body=json.dumps({"dag_id": "sim_to_real", "run_id": ORPHAN_RUN_ID, "run_key": key, "run_type": "manual",
+                         "deployment": deployment_id()}).encode())
+    sandbox.faults["batch_hold_job_names"] = [name]
+    batch = sandbox.client("batch", internal=True)
+    job_id = batch.submit_job(jobName=name, jobQueue=env_config["batch"]["job_queue"],
+                              jobDefinition=env_config["batch"]["job_definition"],
+                              tags={RUN_KEY_TAG: key})["jobId"]
+    return {"job_id": job_id, "run_key": key}
+
+
+def _orphan_probe(sandbox, env_config, state) -> dict[str, Any]:
+    job = sandbox.client("batch", internal=True).describe_jobs(jobs=[state["job_id"]])["jobs"][0]
+    return {"status": job["status"], "reason": job.get("statusReason", "")}
+
+
+THROTTLE = {"SubmitJob": 2, "DescribeJobs": 3, "ListJobs": 1, "SendCommand": 2, "GetCommandInvocation": 2,
+            "DescribeInstances": 1, "GetServiceQuota": 1, "DescribeImages": 1}
+SERVER_ERROR = {"DescribeJobs": 2, "SubmitJob": 1, "GetCommandInvocation": 2, "DescribeComputeEnvironments": 1,
+                "DescribeInstanceTypes": 1}
+
+def nothing_started(o: Outcome) -> list[tuple[str, bool, str]]:
+    """No build, no training job, no command, no pipeline execution, no deployment."""
+    spend = {a: o.requests.get(a, 0) for a in ("StartBuild", "SubmitJob", "RegisterJobDefinition", "SendCommand",
+                                               "StartPipelineExecution", "CreateDeployment", "UpdateCluster")}
+    return [_c("nothing was started (no StartBuild, SubmitJob, SendCommand, ...)", not any(spend.values()), spend)]
+
+
+#: The digest of the stale image :func:`_stale_tag` pushed.
+STALE: dict[str, str] = {}
+
+
+def _stale_tag(sandbox, env_config) -> None:
+    """An image pushed under the old branch tag src-main (the old build skip trained on it), and a new version of
+    the build's source archive."""
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                           "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 7,
+                                      "digest": "sha256:" + "5" * 64},
+                           "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 9,
+                                       "digest": "sha256:" + "6" * 64}]}, separators=(",", ":"))
+    ecr = sandbox.client("ecr", internal=True)
+    repo = sandbox.config["image_build"]["ecr_repository"]
+    try:
+        ecr.put_image(repositoryName=repo, imageManifest=manifest, imageTag="src-main")
+    except ecr.exceptions.ImageAlreadyExistsException:
+        pass
+    STALE["digest"] = ecr.describe_images(repositoryName=repo, imageIds=[{"imageTag": "src-main"}])[
+        "imageDetails"][0]["imageDigest"]
+    # a new version of the source archive (a new commit): its image key has no record yet, so it is built
+    s3 = sandbox.client("s3", internal=True)
+    key = sandbox.config["artifacts_bucket"], "source/sim2real.zip"
+    body = s3.get_object(Bucket=key[0], Key=key[1])["Body"].read()
+    s3.put_object(Bucket=key[0], Key=key[1], Body=body + b"\n")
+
+
+def _built_not_stale(o: Outcome) -> tuple[bool, Any]:
+    digest = ((o.tasks.get("build.build_image") or {}).get("xcom") or {}).get("image_digest")
+    return (bool(digest) and digest != STALE.get("digest") and o.requests.get("StartBuild", 0) == 1,
+            {"digest": digest, "stale": STALE.get("digest"), "StartBuild": o.requests.get("StartBuild", 0)})
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario(
+        "batch_runnable", "Batch job held RUNNABLE (no capacity); budget runnable_timeout_minutes=1, the job reports "
+        "createdAt 57 s in the past", "§5.1",
+        "train fails within the budget with the Batch statusReason and the compute environment state; job terminated",
+        all_of(fails_with(TRAIN, "stayed RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "compute environment",
+                          "the job was terminated"),
+               custom("job terminated (FAILED, budget reason)", _job_terminated),
+               custom("no retry", lambda o: (o.tries(TRAIN) == 1, o.tries(TRAIN))),
+               submits(1), not_run("checkpoint.wait_for_checkpoint", "evaluate.run_evaluation")),
+        faults={"batch_stuck_runnable": True, "batch_runnable_since_seconds": 57},
+        conf={"runnable_timeout_minutes": 1, **NO_RELEASE},
+    ),
+    Scenario(
+        "batch_node_fails", "the multi-node job FAILS: node 0's essential container exits 1", "§5.2",
+        "train fails with the job's statusReason, exit code and failure class (user code: no retry)",
+        all_of(fails_with(TRAIN, "ended FAILED", "Essential container in task exited", "exit code=1",
+                          "failure class"),
+               submits(1), not_run("checkpoint.wait_for_checkpoint", "evaluate.run_evaluation")),
+        faults={"batch_fail_node": True}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "worker_lost_after_submit", "the first try of train dies right after SubmitJob (its next DescribeJobs fails "
+        "with a non-retryable ClientException); Airflow retries the task", "§5.3",
+        "the retry reattaches to the same job (ListJobs by name + run-key tag): exactly one job, run succeeds",
+        all_of(succeeds, submits(1),
+               custom("train retried once", lambda o: (o.tries(TRAIN) == 2, o.tries(TRAIN))),
+               custom("first try failed on DescribeJobs", lambda o: ("batch_lost_after_submit" in o.error(TRAIN),
+                                                                     o.error(TRAIN)[:300])),
+               custom("the retry looked the job up (ListJobs) instead of submitting",
+                      lambda o: (o.requests.get("ListJobs", 0) >= 2, dict(o.requests)))),
+        faults={"batch_lost_after_submit": 1}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "throttling_and_5xx", f"{sum(THROTTLE.values())} ThrottlingException and {sum(SERVER_ERROR.values())} HTTP 503 "
+        "answers spread over Batch, SSM, EC2, Service Quotas and ECR calls", "§5.12",
+        "every error retried by botocore (adaptive mode); the whole loop succeeds with no task retry and one job",
+        all_of(succeeds, faults_consumed, submits(1),
+               custom("no task retried", lambda o: (all(v["try_number"] <= 1 for v in o.tasks.values()),
+                                                    {t: v["try_number"] for t, v in o.tasks.items() if v["try_number"] > 1}))),
+        faults={"throttle": THROTTLE, "server_error": SERVER_ERROR},
+    ),
+    Scenario(
+        "ssm_timeout", "the evaluation command times out on the workstation (SSM TimedOut)", "§5.2, §5.6",
+        "run_evaluation fails naming TimedOut and the execution timeout; the workstation is stopped",
+        all_of(fails_with("evaluate.run_evaluation", "TimedOut"),
+               not_run("evaluate.read_eval_report", "quality_gate")),
+        faults={"ssm_timeout": True}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "pipeline_completed_with_failures", "the GR00T pipeline ends CompletedWithFailures (step GR00TFinetune)",
+        "§5.2", "finetune_groot fails with the status and the failing step; no approval wait, no deployment",
+        all_of(fails_with("vla.finetune_groot", "CompletedWithFailures", "GR00TFinetune"),
+               not_run("vla.wait_for_approval", "deploy.deploy_to_robots")),
+        faults={"pipeline_status": "CompletedWithFailures"},
+    ),
+    Scenario(
+        "model_package_rejected", "the reviewer rejects the run's model package in the Model Registry", "§2 (approval)",
+        "wait_for_approval fails with Rejected and the reviewer's reason; nothing is deployed; lineage written",
+        all_of(fails_with("vla.wait_for_approval", "Rejected", "rejected by the fault replay's reviewer"),
+               not_run("deploy.deploy_to_robots"),
+               custom("lineage has no deployment, has the checkpoint",
+                      lambda o: (bool(o.lineage) and o.lineage["chain"].get("deployment_id") is None
+                                 and bool(o.lineage["chain"].get("checkpoint_sha256")),
+                                 (o.lineage or {}).get("chain")))),
+        faults={"reject_model_package": True}, decision="Rejected",
+    ),
+    Scenario(
+        "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "§5.8",
+        "deploy_to_robots fails naming the device; the deployment is cancelled and the device rolled back",
+        all_of(fails_with("deploy.deploy_to_robots", "sim2real-robot-2", "FAILED"),
+               custom("deployment CANCELED", lambda o: (bool(o.deployments) and all(
+                   d["status"] == "CANCELED" for d in o.deployments), o.deployments))),
+        faults={"greengrass_device_fail": "sim2real-robot-2"},
+    ),
+    Scenario(
+        "quota_below_need", "EC2 quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 8 vCPU; the job "
+        "needs 48", "§5.9",
+        "check_capacity refuses with the quota name, code, limit, usage and the request command; no SubmitJob",
+        all_of(fails_with("preflight.check_capacity", "L-DB2E81BA", "Running On-Demand G and VT instances",
+                          "request-service-quota-increase"),
+               submits(0), custom("no job definition registered",
+                                  lambda o: (o.requests.get("RegisterJobDefinition", 0) == 0,
+                                             o.requests.get("RegisterJobDefinition", 0))),
+               not_run(TRAIN)),
+        quota_limits={"L-DB2E81BA": 8.0}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "checkpoint_bad_sha256", "after training, manifest.json is rewritten with a wrong sha256", "§2 (checkpoint), "
+        "§5.10", "wait_for_checkpoint fails with the sha256 mismatch; nothing is evaluated",
+        all_of(fails_with("checkpoint.wait_for_checkpoint", "sha256 mismatch"),
+               custom("no retry (fail fast)", lambda o: (o.tries("checkpoint.wait_for_checkpoint") == 1,
+                                                         o.tries("checkpoint.wait_for_checkpoint"))),
+               submits(1), not_run("evaluate.run_evaluation")),
+        faults={"checkpoint_bad_sha256": True}, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "package_rejected_before_deploy", "the model package is approved, then rejected by the reviewer after "
+        "the approval wait returned and before the deploy stage", "§2 (approval)",
+        "deploy_to_robots refuses it (status read again before CreateDeployment): no deployment, run failed, "
+        "lineage says Rejected",
+        all_of(fails_with("deploy.deploy_to_robots", "is Rejected", "no Greengrass deployment was created"),
+               custom("no deployment created", lambda o: (not o.deployments and o.requests.get("CreateDeployment", 0) == 0,
+                                                          o.deployments)),
+               custom("lineage records Rejected at deploy time",
+                      lambda o: (bool(o.lineage) and o.lineage["chain"].get("model_approval_status") == "Rejected"
+                                 and o.lineage["chain"].get("model_approval_checked_at") == "deploy",
+                                 (o.lineage or {}).get("chain")))),
+        on_task_start={"deploy.deploy_to_robots": _reject_package},
+    ),
+    Scenario(
+        "greengrass_device_stuck", "one robot (sim2real-robot-2) stays IN_PROGRESS; deployment_timeout_minutes=1",
+        "§5.8", "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
+        "cancelled; no retry",
+        all_of(fails_with("deploy.deploy_to_robots", "timed out", "within the deployment timeout of 60 s",
+                          "unfinished devices: sim2real-robot-2: IN_PROGRESS"),
+               custom("no retry", lambda o: (o.tries("deploy.deploy_to_robots") == 1, o.tries("deploy.deploy_to_robots"))),
+               custom("exactly one deployment, CANCELED",
+                      lambda o: (len(o.deployments) == 1 and o.deployments[0]["status"] == "CANCELED", o.deployments))),
+        faults={"greengrass_stuck": "sim2real-robot-2"}, conf={"deployment_timeout_minutes": 1},
+    ),
+    Scenario(
+        "thing_group_without_devices", f"the run deploys to thing group {EMPTY_GROUP}, which has no core devices",
+        "§5.8", "check_resources refuses the run naming the group, before the build, any training or deployment",
+        all_of(fails_with("check_resources", f"IoT thing group '{EMPTY_GROUP}' has no Greengrass core device"),
+               nothing_started, not_run("build.build_image", TRAIN, "deploy.deploy_to_robots"),
+               custom("no deployment created", lambda o: (o.requests.get("CreateDeployment", 0) == 0 and not o.deployments,
+                                                          o.deployments))),
+        setup=_empty_thing_group, conf={"thing_group_name": EMPTY_GROUP},
+    ),
+    Scenario(
+        "orphan_of_a_deleted_run", "a Batch job of an earlier run whose DAG run no longer exists (deleted; its "
+        "process died) is still RUNNABLE when a new run starts", "§5.3",
+        "prepare_run's sweep terminates it (reason names the sweeper and the run); the new run succeeds",
+        all_of(succeeds,
+               custom("orphan terminated by the sweep", lambda o: (
+                   o.probe.get("status") == "FAILED" and "sim2real sweeper" in o.probe.get("reason", "")
+                   and "no longer exists" in o.probe.get("reason", ""), o.probe))),
+        setup=_orphan_job, probe=_orphan_probe, conf=NO_RELEASE,
+    ),
+    Scenario(
+        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "§2 (input)",
+        "prepare_run refuses the run naming each unknown key with the closest field; nothing is started",
+        all_of(fails_with("prepare_run", "'num_node' is not a field", "did you mean 'num_nodes'",
+                          "'eval_epsiodes' is not a field", "did you mean 'eval_episodes'"),
+               custom("no retry", lambda o: (o.tries("prepare_run") == 1, o.tries("prepare_run"))),
+               nothing_started, not_run("check_resources", "build.build_image", TRAIN)),
+        conf={"num_node": 4, "eval_epsiodes": 7, **NO_RELEASE}, teardowns=False,
+    ),
+    Scenario(
+        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "§2 (input)",
+        "Airflow refuses to create the run, with the reason; no run exists",
+        lambda o: [_c("run creation refused", o.state == "refused", o.state),
+                   _c("the reason names the field and the bound",
+                      "eval_episodes: -5 is less than the minimum of 1" in o.error("dag.test"), o.error("dag.test"))],
+        conf={"eval_episodes": -5, **NO_RELEASE}, refused=True,
+    ),
+    Scenario(
+        "invalid_bucket_name", "environment config artifacts_bucket 'Sim2Real-Artifacts' (upper case)",
+        "§2 (preflight)", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
+        all_of(fails_with("check_resources", "'Sim2Real-Artifacts' is not a valid S3 bucket name",
+                          "upper-case letters"),
+               nothing_started, not_run("build.build_image", TRAIN)),
+        env_patch={"artifacts_bucket": "Sim2Real-Artifacts"}, conf=NO_RELEASE, teardowns=False,
+    ),
+    Scenario(
+        "missing_release_resources", "the model package group and the pipeline role of the config do not exist",
+        "§2 (preflight)", "check_resources lists both problems at once, before the build and the GPU fine-tune",
+        all_of(fails_with("check_resources", "2 problem(s)",
+                          "model package group 'sim2real-missing-models' does not exist",
+                          "role/sim2real-missing-role' does not exist"),
+               nothing_started, not_run("build.build_image", TRAIN, "vla.finetune_groot")),
+        env_patch={"sagemaker": {"model_package_group": "sim2real-missing-models",
+                                 "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-missing-role"}},
+    ),
+    Scenario(
+        "instance_type_too_small", "batch.instance_type g6.xlarge (1 GPU, 4 vCPU) for the 4-GPU, 48-vCPU job "
+        "definition", "§5.9", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
+        all_of(fails_with("check_resources", "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
+               submits(0), nothing_started, not_run(TRAIN)),
+        # max_budget_usd 0: the price table has no g6.xlarge (the budget check would refuse the run first)
+        env_patch={"batch": {"instance_type": "g6.xlarge"}}, conf={**NO_RELEASE, "max_budget_usd": 0},
+    ),
+    Scenario(
+        "build_over_at_once", "the image build is over before the task's first read (CodeBuild finishes inside "
+        "StartBuild); ECR holds a stale image under the old branch tag src-main", "§2 (build)",
+        "build_image finishes in its first try without deferring (no trigger race) and the run trains on the "
+        "image it built, not the stale tag",
+        all_of(succeeds,
+               custom("build_image succeeded in one try", lambda o: (
+                   o.state_of("build.build_image") == "success" and o.tries("build.build_image") == 1,
+                   (o.state_of("build.build_image"), o.tries("build.build_image")))),
+               custom("built (one StartBuild), digest is not the stale tag's", _built_not_stale)),
+        faults={"codebuild_instant": True}, conf=NO_RELEASE, setup=_stale_tag,
+    ),
+]
+for _s in SCENARIOS:  # every scenario also checks the invariants
+    if not _s.refused:
+        _s.check = all_of(_s.check, nothing_running, *([teardowns_ran] if _s.teardowns else []))
+    _s.check.__name__ = _s.name
+
+SCENARIO_NAMES = [s.name for s in SCENARIOS]
+
+
+# -- running -----------------------------------------------------------------------------------------
+class FailureListener:
+    """Airflow listener (task SDK): records the error of every failed / up-for-retry try."""
+
+    def __init__(self) -> None:
+        self.errors: dict[tuple[str, str], list[str]] = {}
+        self.lock = threading.Lock()
+        #: task id -> callable(), run when that task starts (the current scenario's ``on_task_start``).
+        self.on_start: dict[str, Callable[[], None]] = {}
+
+    def install(self) -> None:
+        from airflow.sdk._shared.listeners import hookimpl
+        from airflow.sdk.listener import get_listener_manager
+
+        listener = self
+
+        class _Hooks:
+            @hookimpl
+            def on_task_instance_running(self, previous_state, task_instance):  # noqa: ARG002
+                action = listener.on_start.pop(task_instance.task_id, None)
+                if action is not None:
+                    action()
+
+            @hookimpl
+            def on_task_instance_failed(self, previous_state, task_instance, error):  # noqa: ARG002
+                with listener.lock:
+                    listener.errors.setdefault((task_instance.run_id, task_instance.task_id), []).append(
+                        f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error))
+
+        get_listener_manager().add_listener(_Hooks())
+
+
+def _snapshot(sandbox) -> dict[str, set]:
+    from moto.sagemaker.models import sagemaker_backends
+
+    return {
+        "jobs": set(sandbox.batch.jobs),
+        "commands": {c.command_id for c in sandbox.ssm._backend()._commands},
+        "executions": set(sagemaker_backends[sandbox.account_id][sandbox.region].pipeline_executions),
+        "deployments": set(sandbox.greengrass.deployments),
+        "instances": _instances(sandbox),
+    }
+
+
+def _instances(sandbox) -> dict[str, str]:
+    ec2 = sandbox.client("ec2", internal=True)
+    return {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
+
+
+def _settle(sandbox, before: dict[str, set], timeout: float = 20.0) -> None:
+    """Give terminate / cancel / stop calls a moment to land in the emulation."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        live = [j for i, j in sandbox.batch.jobs.items() if i not in before["jobs"] and not j.job_stopped]
+        if not live:
+            return
+        time.sleep(0.5)
+
+
+def _collect(sandbox, env_config, dag_run, before, listener, t0: float, faults: dict) -> Outcome:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from moto.sagemaker.models import sagemaker_backends
+    from sqlalchemy import select
+
+    from sim2real.contract.run_key import make_run_key
+
+    tasks: dict[str, dict[str, Any]] = {}
+    with create_session() as session:
+        for ti in session.scalars(select(TaskInstance).where(
+                TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id)).all():
+            tasks[ti.task_id] = {"state": str(getattr(ti.state, "value", ti.state)), "try_number": ti.try_number,
+                                 "duration": ti.duration}
+        rows = session.execute(select(XComModel.task_id, XComModel.value).where(
+            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id,
+            XComModel.task_id.in_([TRAIN, "build.build_image"]), XComModel.key == "return_value")).all()
+        for task_id, value in rows:
+            try:
+                tasks[task_id]["xcom"] = json.loads(value) if isinstance(value, (str, bytes)) else value
+            except (TypeError, ValueError):
+                tasks[task_id]["xcom"] = value
+    requests = Counter(r.action for r in sandbox.requests.since(t0))
+    jobs = [{"job_id": i, "status": j.status, "reason": j.job_stopped_reason}
+            for i, j in sandbox.batch.jobs.items() if i not in before["jobs"]]
+    commands = [{"command_id": c.command_id, "status": c.status}
+                for c in sandbox.ssm._backend()._commands if c.command_id not in before["commands"]]
+    executions = [{"arn": a, "status": e.pipeline_execution_status}
+                  for a, e in sagemaker_backends[sandbox.account_id][sandbox.region].pipeline_executions.items()
+                  if a not in before["executions"]]
+    deployments = []
+    for dep_id, dep in sandbox.greengrass.deployments.items():
+        if dep_id in before["deployments"]:
+            continue
+        devices = {thing: d["effective"][dep_id]["coreDeviceExecutionStatus"]
+                   for thing, d in sandbox.greengrass.devices.items() if dep_id in d["effective"]}
+        deployments.append({"deployment_id": dep_id, "status": dep.get("deploymentStatus"), "devices": devices})
+    instances = _instances(sandbox)
+    s3 = sandbox.client("s3", internal=True)
+    run_key = make_run_key(dag_run.dag_id, dag_run.run_id)
+    try:
+        lineage = json.loads(s3.get_object(Bucket=env_config["artifacts_bucket"],
+                                           Key=f"runs/{run_key}/lineage.json")["Body"].read())
+    except Exception:  # noqa: BLE001
+        lineage = None
+    with listener.lock:
+        errors = {task: list(msgs) for (run_id, task), msgs in listener.errors.items() if run_id == dag_run.run_id}
+    return Outcome(state=str(getattr(dag_run.state, "value", dag_run.state)), tasks=tasks, errors=errors,
+                   requests=requests, injected=Counter(e.data.get("action") for e in sandbox.events.find("sandbox", "fault")
+                                                       if e.time >= t0 and e.data.get("action")),
+                   jobs=jobs, commands=commands, executions=executions, deployments=deployments,
+                   instances=instances, instances_before=before["instances"], lineage=lineage, faults_left=json.loads(json.dumps(faults, default=str)),
+                   elapsed_s=0.0)  # filled in by the caller
+
+
+def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo: Callable[[str], None] = print
+                  ) -> list[dict[str, Any]]:
+    os.environ.setdefault("SIM2REAL_POLL_SECONDS", "1")
+    os.environ.setdefault("SIM2REAL_RETRY_DELAY_SECONDS", "1")
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    selected = [s for s in SCENARIOS if names is None or s.name in names]
+    unknown = set(names or []) - {s.name for s in selected}
+    if unknown:
+        raise SystemExit(f"unknown scenario(s): {', '.join(sorted(unknown))}; known: {', '.join(SCENARIO_NAMES)}")
+    own_home = home is None
+    home = Path(home or tempfile.mkdtemp(prefix="sim2real-faults-"))
+    from sim2real.dev.demo import load_dag, prepare_airflow_home
+    from sim2real.dev.sandbox import Approver, Sandbox
+
+    results: list[dict[str, Any]] = []
+    try:
+        with Sandbox(repo_root=REPO_ROOT) as sandbox:
+            env_config = sandbox.provision()
+            default_limits = dict(sandbox.quotas.limits)
+            prepare_airflow_home(home, sandbox.airflow_env())
+            dag = load_dag()
+            # dag.test() keeps a run's conf in the DAG's params: every run gets every param explicitly
+            defaults = dag.params.dump()
+            listener = FailureListener()
+            listener.install()
+            for scenario in selected:
+                sandbox.faults.clear()
+                sandbox.faults.update(json.loads(json.dumps(scenario.faults)))
+                sandbox.quotas.limits.clear()
+                sandbox.quotas.limits.update({**default_limits, **scenario.quota_limits})
+                # the workstation starts stopped, so the run starts it and must stop it again
+                ec2 = sandbox.client("ec2", internal=True)
+                ids = [i for i, st in _instances(sandbox).items() if st == "running"]
+                if ids:
+                    ec2.stop_instances(InstanceIds=ids)
+                setup_state = scenario.setup(sandbox, env_config) if scenario.setup else None
+                listener.on_start = {task_id: (lambda fn=fn: fn(sandbox, env_config))
+                                     for task_id, fn in scenario.on_task_start.items()}
+                before = _snapshot(sandbox)
+                echo(f"[faults] {scenario.name}: {scenario.fault}")
+                approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
+                                    decision=scenario.decision,
+                                    description=f"{scenario.decision.lower()} by the fault replay's reviewer")
+                approver.start()
+                env_var = "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"
+                saved_env = os.environ.get(env_var)
+                if scenario.env_patch:
+                    os.environ[env_var] = json.dumps(_merge(env_config, scenario.env_patch))
+                t0, m0 = time.time(), time.monotonic()
+                refusal = ""
+                try:
+                    dag_run = dag.test(run_conf={**defaults, **BASE_CONF, **scenario.conf})
+                except Exception as err:  # ParamValidationError: Airflow refused the run (others re-raised)
+                    if not scenario.refused or type(err).__name__ != "ParamValidationError":
+                        raise
+                    dag_run, refusal = None, f"{type(err).__name__}: {err}"
+                finally:
+                    approver.cancel()
+                    if saved_env is not None:
+                        os.environ[env_var] = saved_env
+                    else:  # the patched config must not reach the next scenario
+                        os.environ.pop(env_var, None)
+                if dag_run is None:
+                    outcome = Outcome(state="refused", tasks={}, errors={"dag.test": [refusal]}, requests=Counter(),
+                                      injected=Counter(), jobs=[], commands=[], executions=[], deployments=[],
+                                      instances={}, instances_before={}, lineage=None, faults_left={},
+                                      elapsed_s=time.monotonic() - m0)
+                    checks = scenario.check(outcome)
+                    passed = all(ok for _, ok, _ in checks)
+                    results.append({
+                        "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
+                        "expected": scenario.expected, "passed": passed, "state": "refused", "failed_tasks": [],
+                        "messages": {"dag.test": refusal[:500]}, "tries": {}, "submit_job_calls": 0, "jobs": [],
+                        "commands": [], "executions": [], "deployments": [], "teardowns": {},
+                        "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
+                        "elapsed_s": round(outcome.elapsed_s, 1)})
+                    echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} (run refused at creation)")
+                    for n, ok, d in checks:
+                        if not ok:
+                            echo(f"[faults]   FAILED check {n}: {d}")
+                    continue
+                _settle(sandbox, before)
+                outcome = _collect(sandbox, env_config, dag_run, before, listener, t0, sandbox.faults)
+                outcome.elapsed_s = time.monotonic() - m0
+                if scenario.probe:
+                    outcome.probe = scenario.probe(sandbox, env_config, setup_state)
+                checks = scenario.check(outcome)
+                passed = all(ok for _, ok, _ in checks)
+                # the stage that failed first, run_outcome (which only repeats it) last
+                failed = sorted((t for t, v in outcome.tasks.items() if v["state"] == "failed"),
+                                key=lambda t: (t == OUTCOME, t))
+                results.append({
+                    "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
+                    "expected": scenario.expected, "passed": passed, "state": outcome.state,
+                    "failed_tasks": failed,
+                    "messages": {t: outcome.errors.get(t, [])[-1][:500] for t in failed if outcome.errors.get(t)},
+                    "tries": {t: v["try_number"] for t, v in outcome.tasks.items() if v["try_number"] > 1},
+                    "submit_job_calls": outcome.requests.get("SubmitJob", 0),
+                    "jobs": outcome.jobs, "commands": outcome.commands, "executions": outcome.executions,
+                    "deployments": outcome.deployments,
+                    "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE, OUTCOME)},
+                    "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
+                    "elapsed_s": round(outcome.elapsed_s, 1),
+                })
+                echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} in {outcome.elapsed_s:.0f} s "
+                     f"(run {outcome.state}; failed: {', '.join(failed) or '-'})")
+                for n, ok, d in checks:
+                    if not ok:
+                        echo(f"[faults]   FAILED check {n}: {d}")
+    finally:
+        if own_home:
+            shutil.rmtree(home, ignore_errors=True)
+    return results
+
+
+def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``patch`` merged in, nested objects key by key."""
+    out = json.loads(json.dumps(base))
+    for key, value in patch.items():
+        out[key] = _merge(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
+
+
+# -- reporting -----------------------------------------------------------------------------------------
+def _short(message: str) -> str:
+    first = message.split("\n", 1)[0]
+    first = first.split(": ", 1)[1] if first.startswith(("AirflowException", "AirflowFailException", "ClientError",
+                                                          "AirflowSensorTimeout")) else first
+    return (first[:230] + "…") if len(first) > 230 else first
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    lines = ["| fault injected | DESIGN | run | failed task: message | what was left running | teardowns | result |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        failed = "; ".join(f"`{t}`: {_short(r['messages'].get(t, ''))}"
+                           for t in sorted(r["failed_tasks"], key=lambda t: (t == OUTCOME, t))) or "—"
+        failed = failed.replace("|", "\\|")
+        left = []
+        if r["jobs"]:
+            left.append(f"{len(r['jobs'])} Batch job ({', '.join(sorted({j['status'] for j in r['jobs']}))})")
+        else:
+            left.append("no Batch job")
+        if r["commands"]:
+            left.append("SSM " + ", ".join(sorted({c['status'] for c in r['commands']})))
+        if r["executions"]:
+            left.append("pipeline " + ", ".join(sorted({e['status'] for e in r['executions']})))
+        if r["deployments"]:
+            left.append("deployment " + ", ".join(sorted({str(d['status']) for d in r['deployments']})))
+        retries = ", ".join(f"{t} ×{n}" for t, n in r["tries"].items())
+        run = r["state"] + (f" (tries: {retries})" if retries else "")
+        teardowns = ", ".join(f"{t.split('.')[-1]} {s or '—'}" for t, s in r["teardowns"].items())
+        result = f"{'PASS' if r['passed'] else 'FAIL'} ({r['elapsed_s']:.0f} s)"
+        lines.append(f"| {r['fault']} | {r['design']} | {run} | {failed} | {'; '.join(left)} | {teardowns} | {result} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="sim2real-faults", description=__doc__.split("\n")[0])
+    ap.add_argument("--json-out", default=None, help="write the results here as JSON")
+    ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(SCENARIO_NAMES)}")
+    ap.add_argument("--home", default=None, help="Airflow home (default: a temporary folder, removed after)")
+    ap.add_argument("--markdown", action="store_true", help="print the results as a Markdown table")
+    ap.add_argument("--from-json", default=None, help="do not run: read results written by --json-out")
+    args = ap.parse_args(argv)
+    started = time.monotonic()
+    if args.from_json:
+        data = json.loads(Path(args.from_json).read_text())
+        results = data["scenarios"] if isinstance(data, dict) else data
+    else:
+        names = [n.strip() for n in args.only.split(",")] if args.only else None
+        results = run_scenarios(names, Path(args.home) if args.home else None)
+        elapsed = time.monotonic() - started
+        print(f"[faults] {sum(r['passed'] for r in results)}/{len(results)} scenarios passed in {elapsed:.0f} s")
+        if args.json_out:
+            Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json_out).write_text(json.dumps({"elapsed_s": round(elapsed, 1), "scenarios": results},
+                                                      indent=2, default=str))
+    if args.markdown:
+        print(markdown(results))
+    return 0 if results and all(r["passed"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""The Airflow side of the Sim-to-Real loop: what runs in the MWAA scheduler, workers and triggerer.
+
+* ``hooks`` / ``operators`` / ``sensors`` / ``triggers`` / ``waiters`` / ``links``: AWS code in the
+  style of ``apache-airflow-providers-amazon``.
+* ``stages``, ``params``, ``stage_docs``: the run plan, the trigger form and the stage docs.
+* ``report``, ``lineage``, ``plots``, ``budget``, ``notifications``, ``release``, ``sweeper``,
+  ``config``: reporting, cost, configuration and the release and clean-up logic.
+
+May import :mod:`sim2real.contract`, never the workloads, edge or dev packages.
+"""

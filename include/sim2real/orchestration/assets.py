@@ -1,0 +1,97 @@
+"""Metadata on the DAG's Airflow Asset events (what a downstream DAG or the Assets view sees).
+
+Each producing task attaches an ``extra`` to its outlet's event through ``outlet_events``:
+
+- ``sim2real_rl_checkpoint`` (``checkpoint.wait_for_checkpoint``): checkpoint URI + sha256, task,
+  iteration, mean reward;
+- ``sim2real_eval_report`` (``evaluate.read_eval_report``): success rate, its 95% interval, episodes,
+  the evaluated checkpoint's sha256, the report URI;
+- ``sim2real_approved_model_package`` (``vla.wait_for_approval``): model package ARN, model data URI,
+  approval status.
+
+Every extra carries the ``run_key``. Operators and sensors get it through their ``post_execute``
+hook (which receives the task's return value, after a deferral too); TaskFlow tasks set it in their body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def checkpoint_extra(manifest: Mapping[str, Any] | None, run_key: str | None = None) -> dict[str, Any]:
+    """Event extra of the RL checkpoint asset, from the verified manifest."""
+    m = manifest or {}
+    extra = {
+        "run_key": run_key or m.get("run_key"),
+        "checkpoint_uri": m.get("checkpoint_uri"),
+        "sha256": m.get("sha256"),
+        "task": m.get("task"),
+        "iteration": m.get("iteration"),
+        "mean_reward": m.get("mean_reward"),
+    }
+    return {k: v for k, v in extra.items() if v is not None}
+
+
+def eval_report_extra(report: Mapping[str, Any] | None, run_key: str | None = None) -> dict[str, Any]:
+    """Event extra of the evaluation report asset."""
+    r = report or {}
+    extra = {
+        "run_key": run_key,
+        "success_rate": r.get("success_rate"),
+        "ci95": r.get("ci95"),
+        "episodes": r.get("episodes"),
+        "checkpoint_sha256": r.get("checkpoint_sha256"),
+        "report_uri": r.get("report_uri"),
+    }
+    return {k: v for k, v in extra.items() if v is not None}
+
+
+def model_package_extra(approval: Mapping[str, Any] | None, run_key: str | None = None) -> dict[str, Any]:
+    """Event extra of the approved model package asset."""
+    a = approval or {}
+    extra = {
+        "run_key": run_key,
+        "model_package_arn": a.get("model_package_arn"),
+        "model_data_url": a.get("model_data_url"),
+        "approval_status": a.get("approval_status"),
+    }
+    return {k: v for k, v in extra.items() if v is not None}
+
+
+def _set_outlet_extra(context: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
+    task = context.get("task")
+    events = context.get("outlet_events")
+    if task is None or events is None:
+        return
+    for asset in getattr(task, "outlets", None) or []:
+        events[asset].extra.update(extra)
+
+
+def _run_key(context: Mapping[str, Any]) -> str | None:
+    task = context.get("task")
+    key = getattr(task, "run_key", None)
+    if isinstance(key, str) and key:
+        return key
+    dag_run = context.get("dag_run")
+    if dag_run is None:
+        return None
+    from sim2real.contract.run_key import make_run_key
+
+    return make_run_key(dag_run.dag_id, dag_run.run_id)
+
+
+def checkpoint_post_execute(context: Mapping[str, Any], result: Any = None) -> None:
+    """``post_execute`` of the checkpoint sensor: the manifest's URI and sha256 on the asset event."""
+    _set_outlet_extra(context, checkpoint_extra(result if isinstance(result, Mapping) else None, _run_key(context)))
+
+
+def model_package_post_execute(context: Mapping[str, Any], result: Any = None) -> None:
+    """``post_execute`` of the approval sensor: the approved package on the asset event."""
+    _set_outlet_extra(context, model_package_extra(result if isinstance(result, Mapping) else None,
+                                                   _run_key(context)))
+
+
+def set_eval_report_extra(outlet_events: Any, asset: Any, report: Mapping[str, Any], run_key: str) -> None:
+    """From the body of ``read_eval_report``: the success rate on the asset event."""
+    outlet_events[asset].extra.update(eval_report_extra(report, run_key))

@@ -1,0 +1,532 @@
+"""The run's cost estimate, checked against ``max_budget_usd`` before any spend.
+
+``prepare_run`` estimates what the run's GPU instances will cost at on-demand prices and refuses
+to start when the estimate is above the form's ``max_budget_usd`` (0 = no limit). The estimate
+is part of the plan and of ``runs/<run_key>/lineage.json`` (``cost_estimate``).
+
+Formula (instance-hours × on-demand USD/hour):
+
+- **training** = ``num_nodes`` × price(instance type) × hours — the Batch compute environment's
+  ``batch.instance_type``, or for ``training_backend: hyperpod`` the GPU group's ``hyperpod.instance_type``
+  (HyperPod bills the ml.* instance types; an empty type has no price) — where hours is
+  ``train_time_budget_seconds`` / 3600 when a time budget is set, else ``training_timeout_hours``
+  (the longest the stage may run). Time spent RUNNABLE is not billed (no instance runs).
+- **fine-tune** (only when ``run_vla_finetune``) = price(``vla_instance_type``) ×
+  (``VLA_OVERHEAD_HOURS`` + ``vla_max_steps`` × seconds-per-step × ``vla_global_batch_size`` / 32 / 3600),
+  with seconds-per-step at a global batch of 32 from ``VLA_SECONDS_PER_STEP`` (a rough figure for the
+  GR00T fine-tune per instance type; calibrate it from your own runs' step times).
+
+Not counted: the evaluation workstation (usually running for people anyway), the pipeline's
+CPU processing steps, S3 and data transfer.
+
+While training runs, the Batch operator and its trigger stop the job (``TerminateJob``) when its
+elapsed cost would exceed :func:`training_cost_limit` (``max_budget_usd`` minus the estimate of the
+other stages) by the next status poll (:func:`budget_verdict`). After the run,
+:func:`actual_run_cost` gives the actual figures in the estimate's shape, from the Batch job's
+``startedAt``/``stoppedAt`` and, when known, the fine-tune's billable time.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: On-demand USD per instance-hour (Linux). Source: AWS on-demand list price, us-east-1, May 2025
+#: (EC2 pricing page for the Batch types; SageMaker AI pricing page, "Training" tab, for the ml.*
+#: types). Prices change (AWS lowered P4/P5 prices in June 2025, which these do not reflect) and
+#: differ by region: this is a table for users to update, with the types their
+#: compute environment and fine-tune use. A type missing here makes the budget check refuse the run
+#: (unless ``max_budget_usd`` is 0) rather than guess.
+PRICE_SOURCE = "AWS on-demand list price, us-east-1, May 2025"
+ON_DEMAND_USD_PER_HOUR: dict[str, float] = {
+    # AWS Batch GPU nodes (EC2)
+    "g5.12xlarge": 5.672,
+    "g5.48xlarge": 16.288,
+    "g6.12xlarge": 4.6016,
+    "g6.48xlarge": 13.3504,
+    "g6e.12xlarge": 10.49264,
+    "g6e.48xlarge": 30.13118,
+    "p4d.24xlarge": 32.7726,
+    "p5.48xlarge": 98.32,
+    # SageMaker training (GR00T fine-tune)
+    "ml.g5.12xlarge": 7.09,
+    "ml.g6e.12xlarge": 13.117,
+    "ml.p4d.24xlarge": 37.688,
+    "ml.p5.48xlarge": 113.07,
+}
+
+#: Seconds per fine-tune step at a global batch of 32 (rough, for the estimate only; calibrate).
+VLA_SECONDS_PER_STEP: dict[str, float] = {
+    "ml.g5.12xlarge": 3.2,
+    "ml.g6e.12xlarge": 1.6,
+    "ml.p4d.24xlarge": 0.8,
+    "ml.p5.48xlarge": 0.4,
+}
+#: Fixed hours per fine-tune: instance start, image pull, dataset and base-model download, checkpoint upload.
+VLA_OVERHEAD_HOURS = 0.25
+
+
+class BudgetExceeded(ValueError):
+    """The run's estimated cost is above ``max_budget_usd`` (or cannot be estimated under a budget)."""
+
+
+def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
+                      prices: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Estimate the run's GPU cost (formula in the module docstring).
+
+    :param params: the run's resolved params.
+    :param env: the environment config (``batch.instance_type``; ``hyperpod.instance_type`` for the
+        hyperpod backend).
+    :param prices: price table override (default :data:`ON_DEMAND_USD_PER_HOUR`).
+    :return: ``{"currency": "USD", "price_source", "total_usd" (None when a price is missing),
+        "max_budget_usd", "missing_prices": [...], "items": [{"stage", "instance_type", "instances",
+        "hours", "usd_per_hour", "usd", "basis"}, ...]}``.
+    """
+    prices = ON_DEMAND_USD_PER_HOUR if prices is None else prices
+    items: list[dict[str, Any]] = []
+    if params.get("training_backend") == "hyperpod":
+        train_type = (env.get("hyperpod") or {}).get("instance_type") or "hyperpod.instance_type (not set)"
+    else:
+        train_type = env["batch"]["instance_type"]
+    nodes = int(params.get("num_nodes", 1))
+    budget_s = int(params.get("train_time_budget_seconds") or 0)
+    timeout_h = float(params.get("training_timeout_hours", 0))
+    if budget_s:
+        train_hours, basis = budget_s / 3600, f"train_time_budget_seconds {budget_s}"
+    else:
+        train_hours, basis = timeout_h, f"training_timeout_hours {timeout_h:g} (no time budget)"
+    items.append(_item("training", train_type, nodes, train_hours, prices, basis))
+    if params.get("run_vla_finetune"):
+        vla_type = params["vla_instance_type"]
+        steps = int(params.get("vla_max_steps", 0))
+        batch = int(params.get("vla_global_batch_size", 32))
+        per_step = VLA_SECONDS_PER_STEP.get(vla_type)
+        if per_step is None:
+            hours = None
+            vla_basis = f"no seconds-per-step figure for {vla_type}"
+        else:
+            hours = VLA_OVERHEAD_HOURS + steps * per_step * (batch / 32) / 3600
+            vla_basis = (f"{VLA_OVERHEAD_HOURS:g} h + {steps} steps x {per_step:g} s/step x "
+                         f"batch {batch}/32")
+        items.append(_item("vla_finetune", vla_type, 1, hours, prices, vla_basis))
+    missing = sorted({i["instance_type"] for i in items if i["usd"] is None})
+    total = None if missing else round(sum(i["usd"] for i in items), 2)
+    return {
+        "currency": "USD",
+        "price_source": PRICE_SOURCE,
+        "total_usd": total,
+        "max_budget_usd": float(params.get("max_budget_usd", 0) or 0),
+        "missing_prices": missing,
+        "items": items,
+    }
+
+
+def _item(stage: str, instance_type: str, instances: int, hours: float | None,
+          prices: Mapping[str, float], basis: str) -> dict[str, Any]:
+    price = prices.get(instance_type)
+    usd = None if price is None or hours is None else round(instances * hours * price, 2)
+    return {"stage": stage, "instance_type": instance_type, "instances": instances,
+            "hours": None if hours is None else round(hours, 4), "usd_per_hour": price, "usd": usd,
+            "basis": basis}
+
+
+def describe(estimate: Mapping[str, Any]) -> str:
+    """One line per item and the total, for logs and error messages."""
+    lines = []
+    for i in estimate["items"]:
+        price = "no price" if i["usd_per_hour"] is None else f"${i['usd_per_hour']:.4g}/h"
+        hours = "?" if i["hours"] is None else f"{i['hours']:.3g} h"
+        usd = "?" if i["usd"] is None else f"${i['usd']:.2f}"
+        lines.append(f"{i['stage']}: {i['instances']} x {i['instance_type']} x {hours} at {price} = {usd} "
+                     f"({i['basis']})")
+    total = "unknown" if estimate["total_usd"] is None else f"${estimate['total_usd']:.2f}"
+    lines.append(f"total {total} ({estimate['price_source']})")
+    return "; ".join(lines)
+
+
+def check_budget(estimate: Mapping[str, Any]) -> None:
+    """Refuse a run whose estimate is above ``max_budget_usd`` (0 = no limit), or cannot be estimated.
+
+    :raises BudgetExceeded: with the numbers.
+    """
+    limit = float(estimate.get("max_budget_usd") or 0)
+    if limit <= 0:
+        return
+    if estimate["total_usd"] is None:
+        raise BudgetExceeded(
+            f"cannot check max_budget_usd {limit:.2f}: no price for {', '.join(estimate['missing_prices'])} in "
+            "sim2real.orchestration.budget.ON_DEMAND_USD_PER_HOUR (add it, or set max_budget_usd to 0 to run without a "
+            f"budget). {describe(estimate)}")
+    if estimate["total_usd"] > limit:
+        raise BudgetExceeded(
+            f"estimated cost ${estimate['total_usd']:.2f} is above max_budget_usd ${limit:.2f}: {describe(estimate)}. "
+            "Lower num_nodes / the training time / vla_max_steps, or raise max_budget_usd.")
+
+
+# -- while training: the cost limit of the Batch job -------------------------------------------------
+def _stage_item(estimate: Mapping[str, Any], stage: str) -> Mapping[str, Any] | None:
+    return next((i for i in estimate.get("items") or [] if i.get("stage") == stage), None)
+
+
+def training_usd_per_node_hour(estimate: Mapping[str, Any]) -> float | None:
+    """On-demand USD per node-hour of the Batch instance type, as used by the estimate.
+
+    :param estimate: :func:`estimate_run_cost`'s result (the plan's ``budget``).
+    :return: the training item's ``usd_per_hour`` (USD per instance-hour), or None when the
+        instance type has no price in the table.
+    """
+    item = _stage_item(estimate, "training")
+    return None if item is None or item.get("usd_per_hour") is None else float(item["usd_per_hour"])
+
+
+def training_cost_limit(estimate: Mapping[str, Any]) -> float | None:
+    """USD the training job may spend: ``max_budget_usd`` minus the estimate of every other stage.
+
+    :param estimate: :func:`estimate_run_cost`'s result (the plan's ``budget``).
+    :return: the limit in USD (>= 0; 0 when the other stages alone use the whole budget), or None
+        (no check) when ``max_budget_usd`` is 0 (no limit), the training instance type has no
+        price, or another stage's estimate is unknown (``check_budget`` refuses such a run under a
+        budget anyway).
+    """
+    budget = float(estimate.get("max_budget_usd") or 0)
+    if budget <= 0 or training_usd_per_node_hour(estimate) is None:
+        return None
+    others = [i for i in estimate.get("items") or [] if i.get("stage") != "training"]
+    if any(i.get("usd") is None for i in others):
+        return None
+    return round(max(budget - sum(float(i["usd"]) for i in others), 0.0), 2)
+
+
+def optional_usd(field: str, value: Any) -> float | None:
+    """A templated USD argument as a float >= 0, or None when unset (``None``, ``""``, ``"None"``).
+
+    :raises ValueError: naming ``field`` when ``value`` is not a number >= 0.
+    """
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field} must be a number of USD >= 0 or None (no check), got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{field} must be a number of USD >= 0 or None (no check), got {value!r}")
+    return number
+
+
+def elapsed_cost_usd(started_at: float, now: float, instances: int, usd_per_hour: float) -> float:
+    """Cost of ``instances`` instances running from ``started_at`` to ``now``.
+
+    :param started_at: start, epoch seconds.
+    :param now: end, epoch seconds (an end before the start counts as 0 s).
+    :param instances: number of instances (Batch nodes), >= 1.
+    :param usd_per_hour: on-demand USD per instance-hour, >= 0.
+    :return: USD (not rounded).
+    :raises ValueError: ``instances`` < 1 or a negative price.
+    """
+    if int(instances) < 1:
+        raise ValueError(f"instances must be >= 1, got {instances!r}")
+    if usd_per_hour < 0:
+        raise ValueError(f"usd_per_hour must be >= 0, got {usd_per_hour!r}")
+    return int(instances) * float(usd_per_hour) * max(float(now) - float(started_at), 0.0) / 3600.0
+
+
+def job_cost_record(*, job_id: str | None, num_nodes: int | None, started_at: float | None,
+                    stopped_at: float | None, run_seconds: float | None, usd_per_node_hour: float | None,
+                    stopped_by_budget: bool = False, **extra: Any) -> dict[str, Any]:
+    """What a training job (Batch or Slurm) ran and cost, for the task's result and its ``job_cost`` XCom.
+
+    Cost = ``num_nodes`` x ``usd_per_node_hour`` x ``run_seconds`` (:func:`elapsed_cost_usd`), rounded to cents.
+
+    :param extra: backend fields added as they are (e.g. ``cluster_name``).
+    :return: ``{"job_id", "num_nodes", "started_at", "stopped_at" (epoch seconds, None when unknown),
+        "run_seconds", "usd_per_node_hour", "cost_usd" (USD, None without a run time, a price or a node
+        count), "stopped_by_budget", **extra}``.
+    """
+    cost = None
+    if run_seconds is not None and usd_per_node_hour is not None and num_nodes:
+        cost = round(elapsed_cost_usd(0.0, run_seconds, int(num_nodes), float(usd_per_node_hour)), 2)
+    return {
+        "job_id": job_id, "num_nodes": num_nodes, "started_at": started_at, "stopped_at": stopped_at,
+        "run_seconds": None if run_seconds is None else round(run_seconds, 3),
+        "usd_per_node_hour": usd_per_node_hour, "cost_usd": cost, "stopped_by_budget": stopped_by_budget,
+        **extra,
+    }
+
+
+def batch_job_run_seconds(job: Mapping[str, Any], now: float) -> float | None:
+    """Seconds the Batch job's containers have run (instance-seconds per node), from ``DescribeJobs``.
+
+    Sums the finished earlier attempts (``attempts[].startedAt``/``stoppedAt``, epoch ms, those started
+    before the job's ``startedAt``) and the current or last one: ``stoppedAt`` (or ``now`` while it runs)
+    minus ``startedAt``. Time before ``startedAt`` (RUNNABLE, STARTING: instance boot and image pull)
+    is not counted, so this is a slight underestimate of the instances' billed time.
+
+    :param job: a ``DescribeJobs`` ``jobs[]`` entry (times in epoch milliseconds).
+    :param now: epoch seconds, used while the job has no ``stoppedAt``.
+    :return: seconds, or None when the job never started (no ``startedAt`` in it or its attempts).
+    """
+    started = job.get("startedAt")
+    total = 0.0
+    seen = False
+    for attempt in job.get("attempts") or []:
+        a_start, a_stop = attempt.get("startedAt"), attempt.get("stoppedAt")
+        if a_start and a_stop and (not started or a_start < started):
+            total += max(a_stop - a_start, 0) / 1000.0
+            seen = True
+    if started:
+        stopped = job.get("stoppedAt")
+        end = stopped / 1000.0 if stopped else float(now)
+        total += max(end - started / 1000.0, 0.0)
+        seen = True
+    return total if seen else None
+
+
+@dataclass(frozen=True)
+class BudgetVerdict:
+    """The training job's cost at one status poll, against its limit (all money in USD).
+
+    :ivar elapsed_s: seconds the job has run.
+    :ivar instances: Batch nodes.
+    :ivar usd_per_hour: on-demand USD per node-hour.
+    :ivar cost_usd: cost so far.
+    :ivar next_poll_cost_usd: cost at the next poll (``elapsed_s + poll_interval_s``).
+    :ivar limit_usd: the limit.
+    :ivar poll_interval_s: seconds between polls.
+    :ivar over_budget: ``next_poll_cost_usd > limit_usd``: stop the job now, before it crosses the limit.
+    """
+
+    elapsed_s: float
+    instances: int
+    usd_per_hour: float
+    cost_usd: float
+    next_poll_cost_usd: float
+    limit_usd: float
+    poll_interval_s: float
+    over_budget: bool
+
+    def describe(self) -> str:
+        """E.g. ``elapsed cost $1.23 of limit $5.00 (2 nodes x $4.60/h x 0.134 h)``."""
+        return (f"elapsed cost ${self.cost_usd:.2f} of limit ${self.limit_usd:.2f} ({self.instances} node(s) x "
+                f"${self.usd_per_hour:.4g}/h x {self.elapsed_s / 3600:.3g} h)")
+
+
+def budget_verdict(*, elapsed_s: float, instances: int, usd_per_hour: float | None, limit_usd: float | None,
+                   poll_interval_s: float) -> BudgetVerdict | None:
+    """Decide whether the running job must be stopped to stay within ``limit_usd``.
+
+    "Would exceed" is judged at the next poll: the job is stopped when its cost after another
+    ``poll_interval_s`` seconds is above the limit, so it is stopped before it crosses the limit
+    rather than one poll after. A limit already spent at the first poll stops it at once.
+
+    :param elapsed_s: seconds the job has run (:func:`batch_job_run_seconds`).
+    :param instances: Batch nodes (>= 1).
+    :param usd_per_hour: on-demand USD per node-hour; None = unknown price (no check).
+    :param limit_usd: USD the job may spend (:func:`training_cost_limit`); None = no limit (no check).
+    :param poll_interval_s: seconds until the next status poll (>= 0).
+    :return: the verdict, or None when there is nothing to check (no limit or no price).
+    """
+    if limit_usd is None or usd_per_hour is None:
+        return None
+    poll = max(float(poll_interval_s), 0.0)
+    cost = elapsed_cost_usd(0.0, elapsed_s, instances, usd_per_hour)
+    next_cost = elapsed_cost_usd(0.0, elapsed_s + poll, instances, usd_per_hour)
+    return BudgetVerdict(elapsed_s=float(elapsed_s), instances=int(instances), usd_per_hour=float(usd_per_hour),
+                         cost_usd=cost, next_poll_cost_usd=next_cost, limit_usd=float(limit_usd),
+                         poll_interval_s=poll, over_budget=next_cost > float(limit_usd))
+
+
+# -- after the run: the actual figures -------------------------------------------------------------
+def _epoch_s(value: Any) -> float | None:
+    """Epoch seconds from epoch seconds, a ``datetime`` or an ISO 8601 string; None when absent."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, _dt.datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)).timestamp()
+    if isinstance(value, str):
+        try:
+            return _epoch_s(_dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            return float(value)
+    return float(value)
+
+
+def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None, now: float,
+                     prices: Mapping[str, float]) -> dict[str, Any]:
+    estimate = plan.get("budget") or {}
+    batch = plan.get("batch") or {}
+    est_item = _stage_item(estimate, "training") or {}
+    instance_type = est_item.get("instance_type") or batch.get("instance_type") or "unknown"
+    price = est_item.get("usd_per_hour")
+    price = prices.get(instance_type) if price is None else float(price)
+    nodes = int(batch.get("num_nodes") or est_item.get("instances") or 1)
+    seconds: float | None = None
+    if not training:
+        basis = "no training result: the job did not start or its result was not handed on"
+    else:
+        job_id = training.get("job_id") or training.get("jobId") or "?"
+        nodes = int(training.get("num_nodes") or (training.get("nodeProperties") or {}).get("numNodes") or nodes)
+        if training.get("cluster_name"):  # the HyperPod Slurm job's result or job_cost XCom (epoch s)
+            start, stop = training.get("started_at"), training.get("stopped_at")
+            where = f"Slurm job {job_id} on HyperPod cluster {training['cluster_name']}"
+            if start is not None:
+                seconds = max((now if stop is None else float(stop)) - float(start), 0.0)
+                if training.get("run_seconds") is not None:
+                    seconds = float(training["run_seconds"])
+                basis = f"{where}: Slurm Start..{'now (no end time)' if stop is None else 'End'}"
+                if training.get("stopped_by_budget"):
+                    basis += ", stopped at the cost limit"
+            else:
+                basis = f"{where}: no start time in the result (the job never ran, or see sacct Elapsed)"
+        elif "startedAt" in training or isinstance(training.get("attempts"), list):  # a DescribeJobs entry (ms)
+            seconds = batch_job_run_seconds(training, now)
+            end = "stoppedAt" if training.get("stoppedAt") else "now (running)"
+            basis = f"Batch job {job_id} startedAt..{end} (DescribeJobs)"
+        elif training.get("started_at") is not None:  # the operator's result or job_cost XCom (epoch s)
+            stop = training.get("stopped_at")
+            seconds = max((now if stop is None else float(stop)) - float(training["started_at"]), 0.0)
+            if training.get("run_seconds") is not None:  # job_cost: counts earlier Batch attempts too
+                seconds = float(training["run_seconds"])
+            basis = f"Batch job {job_id} started_at..{'now (no stopped_at)' if stop is None else 'stopped_at'}"
+            if training.get("stopped_by_budget"):
+                basis += ", stopped at the cost limit"
+        else:
+            basis = f"Batch job {job_id}: no start time in the training result"
+        if seconds is None and "startedAt" in basis:  # terminated or failed before RUNNING: no node ran it
+            seconds, basis = 0.0, f"Batch job {job_id} never started (no startedAt)"
+    hours = None if seconds is None else seconds / 3600
+    return _item("training", instance_type, nodes, hours, {instance_type: price} if price is not None else {},
+                 basis + (f" ({seconds:.0f} s)" if seconds is not None else ""))
+
+
+def _finetune_actual(plan: Mapping[str, Any], vla: Mapping[str, Any] | None, now: float,
+                     prices: Mapping[str, float]) -> dict[str, Any]:
+    estimate = plan.get("budget") or {}
+    est_item = _stage_item(estimate, "vla_finetune") or {}
+    vla = vla or {}
+    params = (plan.get("vla") or {}).get("parameters") or {}
+    instance_type = (vla.get("instance_type") or params.get("InstanceType") or est_item.get("instance_type")
+                     or "unknown")
+    instances = int(vla.get("instance_count") or 1)
+    hours: float | None = None
+    billable = vla.get("billable_seconds", vla.get("BillableTimeInSeconds"))
+    start = _epoch_s(vla.get("started_at", vla.get("CreationTime")))
+    stop = _epoch_s(vla.get("stopped_at", vla.get("LastModifiedTime")))
+    if billable is not None:
+        hours = float(billable) / 3600
+        basis = f"BillableTimeInSeconds {float(billable):.0f} s of the training job (per instance)"
+    elif start is not None:
+        hours = max((stop if stop is not None else now) - start, 0.0) / 3600
+        basis = ("pipeline execution start..end (includes the CPU steps: an upper bound)" if stop is not None
+                 else "pipeline execution start..now (running)")
+    elif vla:
+        basis = (f"pipeline execution {vla.get('pipeline_execution_arn', '?')}: no timing in its result "
+                 "(pass the training step's BillableTimeInSeconds)")
+    else:
+        basis = "no fine-tune result: not run, or failed before handing on its result"
+    if est_item.get("instance_type") == instance_type and est_item.get("usd_per_hour") is not None:
+        prices = {instance_type: float(est_item["usd_per_hour"])}  # the estimate's price, as for training
+    return _item("vla_finetune", instance_type, instances, hours, prices, basis)
+
+
+def actual_run_cost(plan: Mapping[str, Any], training_result: Mapping[str, Any] | None,
+                    vla_result: Mapping[str, Any] | None = None, now: float | None = None,
+                    prices: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The run's actual GPU cost, in the estimate's shape, at the same prices.
+
+    * **training** = nodes x USD/node-hour x run time. ``training_result`` is either the
+      training task's result (``started_at``/``stopped_at`` epoch seconds, ``num_nodes``; also the
+      ``job_cost`` XCom pushed when the job was stopped at the cost limit) or a ``DescribeJobs``
+      entry (``startedAt``/``stoppedAt`` epoch ms, see :func:`batch_job_run_seconds`). A job still
+      running is counted up to ``now``. The price is the estimate's (the plan's ``budget``), else
+      the table's.
+    * **fine-tune** (only when the plan's ``vla.enabled``) = instances x USD/hour x hours, hours from
+      ``vla_result``: ``billable_seconds`` (or ``BillableTimeInSeconds``, per instance, from
+      ``DescribeTrainingJob``) when given, else ``started_at``/``stopped_at`` (or the pipeline
+      execution's ``CreationTime``/``LastModifiedTime``: epoch s, datetime or ISO 8601), an upper
+      bound. The fine-tune operator's result (execution ARN and status only) gives "unknown".
+
+    Prices are the estimate's (the plan's ``budget``) for the same instance type, else the table's.
+
+    :param plan: the run's plan (``budget``, ``batch.instance_type``, ``batch.num_nodes``, ``vla``).
+    :param training_result: see above; None = the job never handed on a result (cost unknown).
+    :param vla_result: see above; None = no fine-tune result.
+    :param now: epoch seconds for running stages (default: the current time).
+    :param prices: price table override (default :data:`ON_DEMAND_USD_PER_HOUR`).
+    :return: ``{"currency": "USD", "price_source", "total_usd" (sum of the known items, rounded to
+        cents), "max_budget_usd", "unknown": [stages whose cost is unknown: total_usd is then a lower
+        bound], "within_budget": True | False | None (None: no budget, or below it with unknown
+        stages), "items": [{"stage", "instance_type", "instances", "hours", "usd_per_hour", "usd",
+        "basis"}, ...]}``.
+    """
+    prices = ON_DEMAND_USD_PER_HOUR if prices is None else prices
+    now = time.time() if now is None else float(now)
+    items = [_training_actual(plan, training_result, now, prices)]
+    if (plan.get("vla") or {}).get("enabled") or vla_result:
+        items.append(_finetune_actual(plan, vla_result, now, prices))
+    unknown = [i["stage"] for i in items if i["usd"] is None]
+    total = round(sum(i["usd"] for i in items if i["usd"] is not None), 2)
+    budget = float((plan.get("budget") or {}).get("max_budget_usd") or 0)
+    if budget <= 0:
+        within: bool | None = None
+    elif total > budget:
+        within = False
+    else:
+        within = None if unknown else True
+    return {
+        "currency": "USD",
+        "price_source": (plan.get("budget") or {}).get("price_source") or PRICE_SOURCE,
+        "total_usd": total,
+        "max_budget_usd": budget,
+        "unknown": unknown,
+        "within_budget": within,
+        "items": items,
+    }
+
+
+def finetune_billing(sagemaker_client: Any, pipeline_execution_arn: str) -> dict[str, Any]:
+    """The fine-tune's billed time, for :func:`actual_run_cost`'s ``vla_result``.
+
+    ``ListPipelineExecutionSteps`` gives the training step's job (``Metadata.TrainingJob.Arn``);
+    ``DescribeTrainingJob`` its ``BillableTimeInSeconds`` (per instance; Managed Spot: the time
+    billed) and ``ResourceConfig`` (instance type and count). Without a training job that reports
+    it (not started, or the step failed before), ``DescribePipelineExecution``'s ``CreationTime`` and
+    ``LastModifiedTime`` (an upper bound: includes the CPU steps).
+
+    :param sagemaker_client: a boto3 SageMaker client (e.g. ``SageMakerHook().conn``).
+    :param pipeline_execution_arn: the fine-tune task's ``pipeline_execution_arn``.
+    :return: ``{"pipeline_execution_arn", "billable_seconds" (instance-seconds of all the training
+        jobs), "instance_type", "instance_count": 1, "training_jobs": [names]}``, or
+        ``{"pipeline_execution_arn", "started_at", "stopped_at"}`` (epoch seconds).
+    :raises botocore.exceptions.ClientError: from the SageMaker API.
+    """
+    jobs: list[str] = []
+    kwargs: dict[str, Any] = {"PipelineExecutionArn": pipeline_execution_arn}
+    while True:
+        page = sagemaker_client.list_pipeline_execution_steps(**kwargs)
+        for step in page.get("PipelineExecutionSteps") or []:
+            arn = ((step.get("Metadata") or {}).get("TrainingJob") or {}).get("Arn")
+            if arn:
+                jobs.append(arn.rsplit("/", 1)[-1])
+        if not page.get("NextToken"):
+            break
+        kwargs["NextToken"] = page["NextToken"]
+    billable, instance_type, names = 0.0, None, []
+    for name in jobs:
+        job = sagemaker_client.describe_training_job(TrainingJobName=name)
+        if job.get("BillableTimeInSeconds") is None:
+            continue
+        config = job.get("ResourceConfig") or {}
+        billable += float(job["BillableTimeInSeconds"]) * int(config.get("InstanceCount") or 1)
+        instance_type = instance_type or config.get("InstanceType")
+        names.append(name)
+    if names:
+        return {"pipeline_execution_arn": pipeline_execution_arn, "billable_seconds": billable,
+                "instance_type": instance_type, "instance_count": 1, "training_jobs": names}
+    execution = sagemaker_client.describe_pipeline_execution(PipelineExecutionArn=pipeline_execution_arn)
+    running = execution.get("PipelineExecutionStatus") in ("Executing", "Stopping")
+    return {"pipeline_execution_arn": pipeline_execution_arn, "started_at": _epoch_s(execution.get("CreationTime")),
+            "stopped_at": None if running else _epoch_s(execution.get("LastModifiedTime"))}

@@ -1,0 +1,236 @@
+"""The one environment config: account-specific names and ARNs the DAGs use.
+
+infra/ (CDK) exports this document to the SSM parameter ``/sim2real/environment`` and the
+deployment copies it into the Airflow Variable ``sim2real_environment``; the local sandbox
+writes the same shape (``sim2real.dev.sandbox.provision``). DAG code reads it **at run time only**
+(``load_environment()`` inside a task), never at import time.
+
+Shape (JSON object; every key below is required unless marked optional)::
+
+    {
+      "region": "us-east-1",
+      "account_id": "123456789012",
+      "artifacts_bucket": "sim2real-artifacts-123456789012",
+      "image_build": {
+        "codebuild_project": "sim2real-training-image",
+        "ecr_repository": "sim2real-training",
+        "source_version": "main"              # git ref / S3 object version CodeBuild builds
+      },
+      "batch": {
+        "job_queue": "sim2real-gpu",
+        "job_definition": "sim2real-train",   # multinode job definition (name, no revision)
+        "compute_environment": "sim2real-gpu-ce",
+        "instance_type": "g6.12xlarge",       # what the compute environment launches
+        "log_group": "/aws/batch/job"
+      },
+      "quota": {"service_code": "ec2", "quota_code": "L-DB2E81BA"},   # optional; resolved
+      "evaluation": {
+        "workstation_tag_key": "sim2real:role",
+        "workstation_tag_value": "workstation",
+        "output_prefix": "ssm-output",        # optional
+        "command_template": "sim2real-evaluate ..."   # optional, see DEFAULT_EVAL_COMMAND
+      },
+      "sagemaker": {
+        "pipeline_name": "sim2real-groot-finetune",
+        "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-pipeline",
+        "model_package_group": "sim2real-groot-models"
+      },
+      "greengrass": {
+        "thing_group_name": "sim2real-robots",
+        "components": {                       # component name -> version to deploy
+          "com.sim2real.PolicySetup": "1.0.0",
+          "com.sim2real.PolicyInference": "1.0.0",
+          "com.sim2real.PolicyBenchmark": "1.0.0"
+        }
+      },
+      "hyperpod": {                            # optional; needed by training_backend "hyperpod"
+        "cluster_name": "sim2real-hyperpod",
+        "gpu_instance_group": "gpu",           # the group scaled up for training and back down after
+        "instance_type": "ml.g5.12xlarge",     # optional; the gpu group's type, for the cost estimate
+        "head_instance_group": "head",
+        "min_count": 0,                        # optional (default 0): the gpu group's size between runs
+        "submit_host_tag_key": "sim2real:role",     # EC2 tag of the head/login node with the Slurm
+        "submit_host_tag_value": "hyperpod-head",   # client, managed by SSM (sbatch/sacct/scancel run there)
+        "partition": "dev",                    # optional; HyperPod managed Slurm's partition
+        "shared_dir": "/fsx/sim2real",         # optional; batch scripts and job logs (shared storage)
+        "launcher": "/usr/local/bin/distributed_run.bash",   # optional; the launcher in the image (both images)
+        "use_container_image": true,           # optional; run in the build's image with pyxis/enroot
+        "container_mounts": "/fsx:/fsx"        # optional; pyxis --container-mounts
+      },
+      "notifications": {"sns_topic_arn": "arn:aws:sns:..."},   # optional; no topic = notifications skipped
+      "schedule_timezone": "UTC",              # optional (default UTC); IANA zone of the nightly 02:00 run.
+                                               # The DAG reads it at parse time from the Airflow option
+                                               # [sim2real] schedule_timezone, which infra/ sets to this value
+      "run_defaults": {                        # optional; params of SCHEDULED (nightly) runs, over the
+        "task": "Isaac-Velocity-Rough-H1-v0",  # form's sandbox-sized defaults (manual runs keep the form)
+        "num_nodes": 2, "max_iterations": 3000, "train_time_budget_seconds": 0
+      },
+      "sandbox": false                          # optional; true only in the local sandbox
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+#: Airflow Variable holding the environment config (JSON).
+ENV_VARIABLE = "sim2real_environment"
+#: SSM parameter infra/ writes the same document to.
+ENV_SSM_PARAMETER = "/sim2real/environment"
+
+#: Tag key every resource started by a run carries (value: the run key).
+RUN_KEY_TAG = "sim2real:run-key"
+
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "": ("region", "artifacts_bucket", "image_build", "batch", "evaluation", "sagemaker", "greengrass"),
+    "image_build": ("codebuild_project", "ecr_repository", "source_version"),
+    "batch": ("job_queue", "job_definition", "compute_environment", "instance_type"),
+    "evaluation": ("workstation_tag_key", "workstation_tag_value"),
+    "sagemaker": ("pipeline_name", "pipeline_role_arn", "model_package_group"),
+    "greengrass": ("thing_group_name", "components"),
+}
+
+#: Command the evaluation workstation runs (``str.format`` fields: checkpoint_uri,
+#: manifest_uri, report_uri, episodes, seed, task). The sandbox and the workstation AMI
+#: both have ``sim2real-evaluate`` on PATH.
+DEFAULT_EVAL_COMMAND = (
+    "sim2real-evaluate --manifest-uri {manifest_uri} --checkpoint-uri {checkpoint_uri} "
+    "--episodes {episodes} --seed {seed} --report-uri {report_uri}"
+)
+
+
+class EnvironmentConfigError(ValueError):
+    """The environment config is missing or lacks a required key (message names the key)."""
+
+
+def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the required keys of an environment config and return it as a plain dict.
+
+    :raises EnvironmentConfigError: naming every missing key (dotted path).
+    """
+    if not isinstance(env, Mapping):
+        raise EnvironmentConfigError(f"environment config must be a JSON object, got {type(env).__name__}")
+    missing = []
+    for section, keys in REQUIRED.items():
+        scope = env if not section else env.get(section)
+        if section and not isinstance(scope, Mapping):
+            missing.append(section)
+            continue
+        for key in keys:
+            if scope.get(key) in (None, ""):
+                missing.append(f"{section}.{key}" if section else key)
+    problems = _hyperpod_problems(env.get("hyperpod"))
+    if env.get("schedule_timezone") is not None:
+        try:
+            check_timezone(env["schedule_timezone"])
+        except ValueError as err:
+            problems.append(f"schedule_timezone: {err}")
+    if missing or problems:
+        raise EnvironmentConfigError(
+            "; ".join(
+                (["environment config is missing: " + ", ".join(missing)] if missing else [])
+                + [f"environment config {p}" for p in problems]
+            )
+            + f" (set the Airflow Variable {ENV_VARIABLE!r} from the SSM parameter {ENV_SSM_PARAMETER!r} "
+            "that infra/ writes)"
+        )
+    return json.loads(json.dumps(dict(env)))
+
+
+#: Optional ``hyperpod`` keys and their defaults (:func:`hyperpod_settings`).
+HYPERPOD_DEFAULTS: dict[str, Any] = {
+    "cluster_name": "",
+    "gpu_instance_group": "gpu",
+    # The GPU group's instance type (e.g. "ml.g5.12xlarge"), for the run's cost estimate only: the
+    # scaling itself reads the group from DescribeCluster. "" = unknown (a run under a budget is refused).
+    "instance_type": "",
+    "head_instance_group": "head",
+    "min_count": 0,
+    "submit_host_tag_key": "",
+    "submit_host_tag_value": "",
+    "partition": "dev",
+    "shared_dir": "/fsx/sim2real",
+    # Where containers/rl and containers/isaaclab install the launcher (the image CodeBuild builds).
+    "launcher": "/usr/local/bin/distributed_run.bash",
+    "use_container_image": True,
+    "container_mounts": "/fsx:/fsx",
+}
+
+
+def _hyperpod_problems(section: Any) -> list[str]:
+    """Type problems of the optional ``hyperpod`` section (each names the key and the fix)."""
+    if section is None:
+        return []
+    if not isinstance(section, Mapping):
+        return [f"hyperpod must be an object, got {type(section).__name__}"]
+    problems = []
+    for key, value in section.items():
+        if key not in HYPERPOD_DEFAULTS:
+            continue
+        default = HYPERPOD_DEFAULTS[key]
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                problems.append(f"hyperpod.{key} must be true or false, got {value!r}")
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                problems.append(f"hyperpod.{key} must be an integer >= 0, got {value!r}")
+        elif not isinstance(value, str):
+            problems.append(f"hyperpod.{key} must be a string, got {value!r}")
+    tag_key, tag_value = section.get("submit_host_tag_key"), section.get("submit_host_tag_value")
+    if bool(tag_key) != bool(tag_value):
+        problems.append("hyperpod.submit_host_tag_key and hyperpod.submit_host_tag_value go together "
+                        "(the EC2 tag of the head/login node): set both or neither")
+    shared = section.get("shared_dir")
+    if isinstance(shared, str) and shared and not shared.startswith("/"):
+        problems.append(f"hyperpod.shared_dir must be an absolute path on the cluster, got {shared!r}")
+    return problems
+
+
+def check_timezone(name: Any) -> str:
+    """``name`` if it is an IANA time zone name (``UTC``, ``Europe/Berlin``), else ValueError saying so."""
+    import zoneinfo
+
+    try:
+        if not isinstance(name, str) or not name:
+            raise ValueError
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{name!r} is not an IANA time zone name (e.g. UTC, Europe/Berlin)") from None
+    return name
+
+
+def hyperpod_settings(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The environment config's ``hyperpod`` section with :data:`HYPERPOD_DEFAULTS` filled in."""
+    section = env.get("hyperpod") or {}
+    return {**HYPERPOD_DEFAULTS, **{k: v for k, v in section.items() if v is not None}}
+
+
+def load_environment() -> dict[str, Any]:
+    """Read the environment config at run time.
+
+    Order: the Airflow Variable ``sim2real_environment`` (which Airflow also resolves from the
+    ``AIRFLOW_VAR_SIM2REAL_ENVIRONMENT`` environment variable or a secrets backend), then the
+    file named by ``SIM2REAL_ENVIRONMENT_FILE``. Call only inside a running task.
+
+    :raises EnvironmentConfigError: when none is set or a required key is missing.
+    """
+    raw: Any = None
+    try:
+        from airflow.sdk import Variable
+
+        raw = Variable.get(ENV_VARIABLE, default=None)
+    except Exception:  # noqa: BLE001 - outside a task runner there is no Variable API
+        raw = os.environ.get("AIRFLOW_VAR_" + ENV_VARIABLE.upper())
+    if raw is None and os.environ.get("SIM2REAL_ENVIRONMENT_FILE"):
+        with open(os.environ["SIM2REAL_ENVIRONMENT_FILE"], encoding="utf-8") as fh:
+            raw = fh.read()
+    if raw is None:
+        raise EnvironmentConfigError(
+            f"no environment config: set the Airflow Variable {ENV_VARIABLE!r} "
+            f"(from the SSM parameter {ENV_SSM_PARAMETER!r} that infra/ writes)"
+        )
+    env = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+    return validate_environment(env)

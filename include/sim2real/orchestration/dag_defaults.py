@@ -1,0 +1,51 @@
+"""Settings both DAGs share (``sim_to_real`` and ``sim_to_real_release``): poll interval, retries, the
+nightly schedule's time zone.
+
+Read from the process environment and the Airflow configuration at import (parse) time: no Variable,
+Connection or AWS call.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+#: Seconds between status polls of every waiting task (``SIM2REAL_POLL_SECONDS``: 30 on AWS; the local
+#: sandbox sets 1-2).
+POLL = int(os.environ.get("SIM2REAL_POLL_SECONDS", "30"))
+#: First retry delay of every task in seconds (``SIM2REAL_RETRY_DELAY_SECONDS``, default 20), doubled per
+#: try up to 10 minutes; the fault replay and the sandbox end-to-end tests set 1.
+RETRY_DELAY = int(os.environ.get("SIM2REAL_RETRY_DELAY_SECONDS", "20"))
+
+
+
+def schedule_timezone() -> str:
+    """IANA time zone of the nightly schedule: the Airflow option ``[sim2real] schedule_timezone``
+    (``AIRFLOW__SIM2REAL__SCHEDULE_TIMEZONE``; infra/ sets it on MWAA from the environment config's
+    ``schedule_timezone``), default ``UTC``.
+
+    :raises ValueError: not an IANA time zone name (the DAG then fails to import, naming the option).
+    """
+    from airflow.providers.common.compat.sdk import conf
+
+    from sim2real.orchestration.config import check_timezone
+
+    value = conf.get("sim2real", "schedule_timezone", fallback="UTC") or "UTC"
+    try:
+        return check_timezone(value)
+    except ValueError as err:
+        raise ValueError(f"Airflow option [sim2real] schedule_timezone: {err}") from None
+
+
+#: ``default_args`` of both DAGs.
+DEFAULT_ARGS = {
+    "owner": "mlops",
+    "retries": 2,
+    "retry_delay": dt.timedelta(seconds=RETRY_DELAY),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": dt.timedelta(minutes=10),
+    "execution_timeout": dt.timedelta(hours=1),
+    # Every AWS operator's client: throttling and transient 5xx are retried with adaptive backoff
+    # (botocore retry mode "adaptive"), not turned into task failures.
+    "botocore_config": {"retries": {"mode": "adaptive", "max_attempts": 10}},
+}

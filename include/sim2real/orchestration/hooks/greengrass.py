@@ -1,0 +1,117 @@
+"""AWS IoT Greengrass v2 hook (botocore ``greengrassv2`` has no waiters; ours are in
+``sim2real/orchestration/waiters/greengrassv2.json``).
+
+Sources: AWS IoT Greengrass V2 API Reference — CreateDeployment, GetDeployment, ListDeployments
+(``deploymentStatus`` ∈ ACTIVE | COMPLETED | CANCELED | FAILED | INACTIVE), CancelDeployment,
+ListCoreDevices (``thingGroupArn``), ListEffectiveDeployments (``coreDeviceExecutionStatus`` ∈
+IN_PROGRESS | QUEUED | FAILED | COMPLETED | TIMED_OUT | CANCELED | REJECTED | SUCCEEDED, ``reason``,
+``statusDetails.errorStack/errorTypes``); AWS IoT API Reference — DescribeThingGroup.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+from sim2real.orchestration.hooks.waiter_rounds import classify_response
+
+GREENGRASS_WAITERS = Path(__file__).resolve().parents[1] / "waiters" / "greengrassv2.json"
+DEVICE_WAITER = "core_device_deployment_complete"
+
+
+def effective_entry(response: dict[str, Any], deployment_id: str) -> dict[str, Any] | None:
+    """The ListEffectiveDeployments entry of ``deployment_id`` (``None`` when not listed yet)."""
+    for entry in response.get("effectiveDeployments", []):
+        if entry.get("deploymentId") == deployment_id:
+            return entry
+    return None
+
+
+def device_report(response: dict[str, Any], deployment_id: str) -> dict[str, Any]:
+    """``{"status", "outcome", "reason"}`` of one device for ``deployment_id``.
+
+    ``outcome`` is the waiter decision (success / failure / retry); ``reason`` joins
+    ``reason``, ``statusDetails.errorTypes`` and ``statusDetails.errorStack`` when present.
+    """
+    entry = effective_entry(response, deployment_id)
+    outcome = classify_response(str(GREENGRASS_WAITERS), DEVICE_WAITER, response, {"DEPLOYMENT_ID": deployment_id})
+    if entry is None:
+        return {"status": "NOT_RECEIVED", "outcome": outcome, "reason": "deployment not received yet"}
+    details = entry.get("statusDetails") or {}
+    parts = [entry.get("reason")] + [", ".join(details.get(k) or []) for k in ("errorTypes", "errorStack")]
+    return {
+        "status": entry.get("coreDeviceExecutionStatus"),
+        "outcome": outcome,
+        "reason": "; ".join(p for p in parts if p) or None,
+    }
+
+
+def summarize(reports: dict[str, dict[str, Any]]) -> str:
+    """``"thing: STATUS (reason)"`` lines for a failure message."""
+    return "; ".join(
+        f"{thing}: {r['status']}" + (f" ({r['reason']})" if r.get("reason") else "") for thing, r in sorted(reports.items())
+    )
+
+
+class GreengrassV2Hook(AwsBaseHook):
+    """Thin hook for ``boto3.client("greengrassv2")`` with our custom waiter file."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["client_type"] = "greengrassv2"
+        super().__init__(*args, **kwargs)
+
+    @cached_property
+    def waiter_path(self):
+        return GREENGRASS_WAITERS
+
+    @cached_property
+    def iot(self):
+        """boto3 IoT client (same connection settings)."""
+        return AwsBaseHook(
+            aws_conn_id=self.aws_conn_id, region_name=self.region_name, verify=self.verify, config=self.config,
+            client_type="iot",
+        ).conn
+
+    def thing_group_arn(self, thing_group_name: str) -> str:
+        """ARN of the thing group (IoT DescribeThingGroup).
+
+        :raises ValueError: the thing group does not exist.
+        """
+        try:
+            return self.iot.describe_thing_group(thingGroupName=thing_group_name)["thingGroupArn"]
+        except self.iot.exceptions.ResourceNotFoundException as error:
+            raise ValueError(
+                f"IoT thing group {thing_group_name!r} does not exist; create it and add the robots' core devices."
+            ) from error
+
+    def find_active_deployment(self, target_arn: str, deployment_name: str) -> dict[str, Any] | None:
+        """An ACTIVE deployment named ``deployment_name`` on ``target_arn`` (ListDeployments), or ``None``."""
+        kwargs: dict[str, Any] = {"targetArn": target_arn, "historyFilter": "ALL"}
+        while True:
+            page = self.conn.list_deployments(**kwargs)
+            for dep in page.get("deployments", []):
+                if dep.get("deploymentName") == deployment_name and dep.get("deploymentStatus") == "ACTIVE":
+                    return dep
+            if not page.get("nextToken"):
+                return None
+            kwargs["nextToken"] = page["nextToken"]
+
+    def list_core_device_names(self, thing_group_arn: str) -> list[str]:
+        """Thing names of the core devices in the group (ListCoreDevices ``thingGroupArn``)."""
+        names: list[str] = []
+        kwargs: dict[str, Any] = {"thingGroupArn": thing_group_arn}
+        while True:
+            page = self.conn.list_core_devices(**kwargs)
+            names += [d["coreDeviceThingName"] for d in page.get("coreDevices", [])]
+            if not page.get("nextToken"):
+                return sorted(names)
+            kwargs["nextToken"] = page["nextToken"]
+
+    def device_reports(self, deployment_id: str, things: list[str]) -> dict[str, dict[str, Any]]:
+        """One :func:`device_report` per core device (ListEffectiveDeployments)."""
+        return {
+            thing: device_report(self.conn.list_effective_deployments(coreDeviceThingName=thing), deployment_id)
+            for thing in things
+        }

@@ -1,0 +1,120 @@
+"""SageMaker Model Registry hook: find this run's model package and read its approval.
+
+Sources: Amazon SageMaker API Reference — ListModelPackages (``ModelPackageGroupName``,
+``SortBy=CreationTime``, ``SortOrder=Descending``), DescribeModelPackage
+(``ModelApprovalStatus`` ∈ Approved | Rejected | PendingManualApproval,
+``CustomerMetadataProperties``, ``MetadataProperties.GeneratedBy``,
+``InferenceSpecification.Containers[].ModelDataUrl``, ``ApprovalDescription``), UpdateModelPackage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.hooks.sagemaker_pipeline import SageMakerExtHook
+
+#: CustomerMetadataProperties key the pipeline's RegisterModel step sets to the execution ARN.
+PIPELINE_EXECUTION_KEY = "sim2real:pipeline-execution-arn"
+
+
+def package_matches(package: dict[str, Any], run_key: str, pipeline_execution_arn: str | None) -> bool:
+    """Whether a DescribeModelPackage response belongs to this run.
+
+    The run key must equal ``CustomerMetadataProperties["sim2real:run-key"]``; when
+    ``pipeline_execution_arn`` is given and the package records an execution (metadata key
+    ``sim2real:pipeline-execution-arn`` or ``MetadataProperties.GeneratedBy``), it must match too.
+    """
+    meta = package.get("CustomerMetadataProperties") or {}
+    if meta.get(RUN_KEY_TAG) != run_key:
+        return False
+    if pipeline_execution_arn:
+        recorded = meta.get(PIPELINE_EXECUTION_KEY) or (package.get("MetadataProperties") or {}).get("GeneratedBy")
+        if recorded and recorded != pipeline_execution_arn:
+            return False
+    return True
+
+
+def approval_result(package: dict[str, Any]) -> dict[str, Any]:
+    """The sensor's return value for an Approved package."""
+    containers = (package.get("InferenceSpecification") or {}).get("Containers") or [{}]
+    return {
+        "model_package_arn": package["ModelPackageArn"],
+        "model_data_url": containers[0].get("ModelDataUrl"),
+        "approval_status": package.get("ModelApprovalStatus"),
+        "approval_description": package.get("ApprovalDescription"),
+    }
+
+
+def approve_command(model_package_arn: str) -> str:
+    """The CLI command that approves ``model_package_arn``."""
+    return (
+        f"aws sagemaker update-model-package --model-package-arn {model_package_arn} "
+        "--model-approval-status Approved --approval-description '<why>'"
+    )
+
+
+class ModelRegistryHook(SageMakerExtHook):
+    """SageMaker Model Registry calls (thin SageMaker hook with waiters from ``sagemaker_ext.json``)."""
+
+    def find_model_package(
+        self, group_name: str, run_key: str, pipeline_execution_arn: str | None = None
+    ) -> dict[str, Any] | None:
+        """Newest package of the group registered for ``run_key`` (DescribeModelPackage response).
+
+        Lists the group newest first and describes each package until one matches
+        :func:`package_matches`; ``None`` when none does.
+        """
+        kwargs: dict[str, Any] = {
+            "ModelPackageGroupName": group_name,
+            "SortBy": "CreationTime",
+            "SortOrder": "Descending",
+        }
+        while True:
+            page = self.conn.list_model_packages(**kwargs)
+            for summary in page.get("ModelPackageSummaryList", []):
+                package = self.conn.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
+                if package_matches(package, run_key, pipeline_execution_arn):
+                    return package
+            if not page.get("NextToken"):
+                return None
+            kwargs["NextToken"] = page["NextToken"]
+
+    def describe_model_package(self, model_package_name: str) -> dict[str, Any]:
+        """DescribeModelPackage of one package (ARN or name).
+
+        :param model_package_name: the model package ARN (``.../model-package/<group>/<version>``) or name.
+        :return: the DescribeModelPackage response (``ModelPackageArn``, ``ModelPackageGroupName``,
+            ``ModelPackageVersion``, ``ModelApprovalStatus``, ``InferenceSpecification``, ``CreationTime``, ...).
+        :raises botocore.exceptions.ClientError: the package does not exist (``ValidationException``)
+            or the call is refused.
+        """
+        return self.conn.describe_model_package(ModelPackageName=model_package_name)
+
+    def latest_approved_model_package(self, group_name: str) -> dict[str, Any] | None:
+        """The newest **Approved** package of ``group_name`` (DescribeModelPackage response), or ``None``.
+
+        Lists the group with ``ModelApprovalStatus=Approved``, ``SortBy=CreationTime``,
+        ``SortOrder=Descending`` (every page), keeps the summary with the latest ``CreationTime``
+        (ties: the higher ``ModelPackageVersion``) and describes it; the description's status is the
+        one the caller checks (a package may change between the two calls).
+
+        :raises botocore.exceptions.ClientError: the group does not exist or the call is refused.
+        """
+        kwargs: dict[str, Any] = {
+            "ModelPackageGroupName": group_name,
+            "ModelApprovalStatus": "Approved",
+            "SortBy": "CreationTime",
+            "SortOrder": "Descending",
+        }
+        summaries: list[dict[str, Any]] = []
+        while True:
+            page = self.conn.list_model_packages(**kwargs)
+            summaries += [s for s in page.get("ModelPackageSummaryList", []) if s.get("ModelApprovalStatus") == "Approved"]
+            if not page.get("NextToken"):
+                break
+            kwargs["NextToken"] = page["NextToken"]
+        if not summaries:
+            return None
+        newest = max(summaries, key=lambda s: (s.get("CreationTime"), s.get("ModelPackageVersion") or 0))
+        return self.describe_model_package(newest["ModelPackageArn"])

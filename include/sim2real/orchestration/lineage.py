@@ -1,0 +1,253 @@
+"""The run's lineage record: from container image digest to the robots that run the model.
+
+``build_lineage`` assembles ``runs/<run_key>/lineage.json`` from what each stage handed on
+(their XCom return values); ``render_markdown`` writes the human summary beside it. Both are
+pure functions (no AWS call) so the report task and the tests share them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from sim2real.contract.run_key import run_prefix
+
+SCHEMA_VERSION = 1
+
+#: JSON schema (draft 2020-12) of ``lineage.json``, kept in the repository beside this module.
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "lineage.schema.json"
+
+
+class LineageSchemaError(ValueError):
+    """A lineage document does not match ``lineage.schema.json``; ``errors`` lists each mismatch."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__("lineage.json does not match lineage.schema.json:\n- " + "\n- ".join(errors))
+
+
+@lru_cache(maxsize=1)
+def lineage_schema() -> dict[str, Any]:
+    """The lineage JSON schema (parsed once)."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def lineage_errors(lineage: Mapping[str, Any]) -> list[str]:
+    """Every mismatch between ``lineage`` and the schema, as ``"<json path>: <message>"`` (empty when valid)."""
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(lineage_schema(), format_checker=Draft202012Validator.FORMAT_CHECKER)
+    doc = json.loads(json.dumps(lineage, default=str))  # what is written to S3
+    return [f"{err.json_path}: {err.message}" for err in sorted(validator.iter_errors(doc), key=lambda e: e.json_path)]
+
+
+def validate_lineage(lineage: Mapping[str, Any]) -> None:
+    """Check ``lineage`` against ``lineage.schema.json``.
+
+    :raises LineageSchemaError: listing every mismatch.
+    """
+    errors = lineage_errors(lineage)
+    if errors:
+        raise LineageSchemaError(errors)
+
+def _get(mapping: Mapping[str, Any] | None, *keys: str) -> Any:
+    cur: Any = mapping
+    for key in keys:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str, Any],
+                  plan: Mapping[str, Any] | None = None, image: Mapping[str, Any] | None = None,
+                  preflight: Mapping[str, Any] | None = None, training: Mapping[str, Any] | None = None,
+                  checkpoint: Mapping[str, Any] | None = None, evaluation: Mapping[str, Any] | None = None,
+                  quality_gate: Mapping[str, Any] | None = None, vla: Mapping[str, Any] | None = None,
+                  model_package: Mapping[str, Any] | None = None, deployment: Mapping[str, Any] | None = None,
+                  task_states: Mapping[str, Mapping[str, Any]] | None = None,
+                  cost_estimate: Mapping[str, Any] | None = None,
+                  figures: Mapping[str, Mapping[str, Any]] | None = None,
+                  hyperpod_scaling: Mapping[str, Any] | None = None,
+                  cost_actual: Mapping[str, Any] | None = None,
+                  deploy_check: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Assemble the lineage document (JSON-serialisable dict).
+
+    Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
+    off); the document then says so with ``null`` rather than leaving the key out.
+
+    :param cost_estimate: the run's cost estimate (``sim2real.orchestration.budget.estimate_run_cost``); default: the
+        plan's ``budget``.
+    :param figures: the report's pictures, ``{"training_curve": FIGURE, "eval_outcome": FIGURE}`` with
+        ``FIGURE = {"uri", "source", "points", "skipped_reason"}`` (:func:`figure_entry`); ``None``: not drawn.
+    :param hyperpod_scaling: HyperPod runs: ``{"scale_up": ..., "scale_down": ...}`` (the scale tasks' results).
+    :param cost_actual: the run's actual GPU cost (:func:`sim2real.orchestration.budget.actual_run_cost`); ``None``: unknown.
+    :param deploy_check: the deploy stage's reading of the model package right before CreateDeployment
+        (``{"model_package_arn", "model_approval_status"}``, XCom ``model_package_check``). When present, the
+        chain's ``model_approval_status`` is that status (``model_approval_checked_at: "deploy"``), not the
+        one the approval sensor saw earlier (``"approval"``): a package rejected in between shows as Rejected.
+    :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
+        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures"}`` where ``chain`` is the
+        one-line lineage (image digest → training job (Batch job, or Slurm job on the HyperPod cluster) →
+        checkpoint sha256 → success rate → execution → package → deployment).
+    """
+    backend = _get(plan, "backend") or "batch"
+    on_hyperpod = backend == "hyperpod"
+    chain = {
+        "image_digest": _get(image, "image_digest"),
+        "image_uri": _get(image, "image_uri"),
+        "training_backend": backend,
+        "batch_job_id": None if on_hyperpod else _get(training, "job_id"),
+        "slurm_job_id": _get(training, "job_id") if on_hyperpod else None,
+        "hyperpod_cluster_name": (_get(training, "cluster_name") or _get(plan, "hyperpod", "cluster_name"))
+        if on_hyperpod else None,
+        "checkpoint_uri": _get(checkpoint, "checkpoint_uri"),
+        "checkpoint_sha256": _get(checkpoint, "sha256"),
+        "success_rate": _get(evaluation, "success_rate"),
+        "success_rate_ci95": _get(evaluation, "ci95"),
+        "pipeline_execution_arn": _get(vla, "pipeline_execution_arn"),
+        "model_package_arn": _get(model_package, "model_package_arn"),
+        "model_approval_status": (_get(deploy_check, "model_approval_status") if deploy_check
+                                  else _get(model_package, "approval_status")),
+        "model_approval_checked_at": ("deploy" if deploy_check else "approval" if model_package else None),
+        "deployment_id": _get(deployment, "deployment_id"),
+        "device_statuses": _get(deployment, "devices"),
+    }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_key": run_key,
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "params": dict(params),
+        "chain": chain,
+        "cost_estimate": dict(cost_estimate) if cost_estimate else (dict(plan["budget"]) if plan and plan.get("budget") else None),
+        "cost_actual": dict(cost_actual) if cost_actual else None,
+        "stages": {
+            "plan": dict(plan) if plan else None,
+            "image": dict(image) if image else None,
+            "preflight": dict(preflight) if preflight else None,
+            "training": dict(training) if training else None,
+            "hyperpod_scaling": dict(hyperpod_scaling) if hyperpod_scaling else None,
+            "checkpoint": dict(checkpoint) if checkpoint else None,
+            "evaluation": dict(evaluation) if evaluation else None,
+            "quality_gate": dict(quality_gate) if quality_gate else None,
+            "vla": dict(vla) if vla else None,
+            "model_package": dict(model_package) if model_package else None,
+            "deployment": dict(deployment) if deployment else None,
+        },
+        "tasks": {k: dict(v) for k, v in (task_states or {}).items()},
+        "figures": {name: dict(fig) for name, fig in figures.items()} if figures is not None else None,
+    }
+
+
+#: The report's pictures: lineage ``figures`` key → title (Markdown, links).
+FIGURES = {"training_curve": "Training curve", "eval_outcome": "Evaluation outcome"}
+
+
+def figure_entry(*, uri: str | None = None, source: str | None = None, points: int | None = None,
+                 skipped_reason: str | None = None) -> dict[str, Any]:
+    """One ``figures`` entry: a drawn picture (``uri`` + ``points``) or a skipped one (``skipped_reason``).
+
+    :raises ValueError: when both or neither of ``uri`` and ``skipped_reason`` are given.
+    """
+    if (uri is None) == (skipped_reason is None):
+        raise ValueError("a figure entry needs exactly one of uri (drawn) and skipped_reason (not drawn)")
+    return {"uri": uri, "source": source, "points": points if uri is not None else None,
+            "skipped_reason": skipped_reason}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        return f"[{value[0]:.3f}, {value[1]:.3f}]"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "—"
+    return str(value)
+
+
+def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The lineage chain as (label, value) rows, in stage order, for tables and Markdown."""
+    c = lineage.get("chain", {})
+    sr = c.get("success_rate")
+    ci = c.get("success_rate_ci95")
+    rate = "—" if sr is None else (f"{sr:.3f} {_fmt(ci)}" if ci else f"{sr:.3f}")
+    return [
+        ("image digest", _fmt(c.get("image_digest"))),
+        *([("Slurm job (HyperPod)", f"{_fmt(c.get('slurm_job_id'))} on {_fmt(c.get('hyperpod_cluster_name'))}")]
+          if c.get("training_backend") == "hyperpod" else [("Batch job", _fmt(c.get("batch_job_id")))]),
+        ("checkpoint", _fmt(c.get("checkpoint_uri"))),
+        ("checkpoint sha256", _fmt(c.get("checkpoint_sha256"))),
+        ("success rate [95% CI]", rate),
+        ("pipeline execution", _fmt(c.get("pipeline_execution_arn"))),
+        ("model package", f"{_fmt(c.get('model_package_arn'))} ({_fmt(c.get('model_approval_status'))})"),
+        ("deployment", _fmt(c.get("deployment_id"))),
+        ("device status", _fmt(c.get("device_statuses"))),
+        ("estimated cost", _cost(lineage.get("cost_estimate"))),
+        ("actual cost", _actual_cost(lineage.get("cost_actual"))),
+    ]
+
+
+def _actual_cost(actual: Mapping[str, Any] | None) -> str:
+    if not actual:
+        return "—"
+    text = f"${actual['total_usd']:.2f}"
+    if actual.get("unknown"):
+        text = f"at least {text} (unknown: {', '.join(actual['unknown'])})"
+    verdict = {True: "within budget", False: "OVER BUDGET", None: None}[actual.get("within_budget")]
+    return text + (f", {verdict}" if verdict else "")
+
+
+def _cost(estimate: Mapping[str, Any] | None) -> str:
+    if not estimate:
+        return "—"
+    total = estimate.get("total_usd")
+    limit = estimate.get("max_budget_usd")
+    text = "unknown" if total is None else f"${total:.2f}"
+    if limit:
+        text += f" of max ${limit:.2f}"
+    return f"{text} ({estimate.get('price_source')})"
+
+
+def _relative_to_run_folder(uri: str, run_key: Any) -> str:
+    """``s3://b/runs/<run_key>/report/x.png`` → ``report/x.png`` (else ``uri`` unchanged)."""
+    marker = f"/{run_prefix(str(run_key))}"
+    return uri.split(marker, 1)[1] if run_key and marker in uri else uri
+
+
+def render_markdown(lineage: Mapping[str, Any]) -> str:
+    """Markdown summary of a lineage document: the chain, the report's pictures (embedded with a link
+    relative to ``lineage.md``, or why each is missing), then each task's state and duration."""
+    lines = [f"# Sim-to-Real run `{lineage.get('run_key')}`", "",
+             f"DAG `{lineage.get('dag_id')}`, run `{lineage.get('run_id')}`, written {lineage.get('created_at')}.",
+             "", "## Lineage", "", "| | |", "|---|---|"]
+    lines += [f"| {label} | `{value}` |" for label, value in chain_rows(lineage)]
+    gate = _get(lineage, "stages", "quality_gate")
+    if gate:
+        lines += ["", f"Quality gate: **{'passed' if gate.get('passed') else 'failed'}** — {gate.get('reason', '')}"]
+    figures = lineage.get("figures")
+    if figures:
+        lines += ["", "## Figures", ""]
+        for name, title in FIGURES.items():
+            fig = figures.get(name) or {}
+            if fig.get("uri"):
+                # relative to lineage.md (runs/<run_key>/): works on a copy of the run folder too
+                rel = _relative_to_run_folder(fig["uri"], lineage.get("run_key"))
+                lines += [f"![{title}]({rel})", "", f"{title}: `{fig['uri']}` (from `{fig.get('source')}`)", ""]
+            else:
+                lines += [f"{title}: not drawn — {fig.get('skipped_reason') or 'unknown reason'}", ""]
+        lines.pop()
+    tasks = lineage.get("tasks") or {}
+    if tasks:
+        lines += ["", "## Tasks", "", "| task | state | duration (s) |", "|---|---|---|"]
+        for task_id, info in tasks.items():
+            dur = info.get("duration_s")
+            lines.append(f"| {task_id} | {info.get('state')} | {'' if dur is None else f'{dur:.1f}'} |")
+    return "\n".join(lines) + "\n"

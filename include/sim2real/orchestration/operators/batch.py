@@ -1,0 +1,498 @@
+"""Multi-node GPU training on AWS Batch: pinned image, reattach on retry, RUNNABLE budget,
+cost limit, per-node logs and classified failures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.amazon.aws.links.batch import BatchJobDetailsLink
+from airflow.providers.amazon.aws.links.logs import CloudWatchEventsLink
+from airflow.providers.amazon.aws.operators.batch import BatchOperator
+from airflow.providers.amazon.aws.utils import validate_execute_complete_event
+from airflow.providers.amazon.aws.utils.waiter_with_logging import RETRIABLE_ERROR_CODES
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from botocore.exceptions import WaiterError
+
+from sim2real.orchestration.budget import optional_usd
+from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.failures import FailureClass, classify_failure
+from sim2real.orchestration.hooks.batch import (
+    DEFAULT_LOG_GROUP,
+    BatchTrainingHook,
+    cost_limit_reason,
+    exit_code_of,
+    format_cost_limit,
+    format_runnable_timeout,
+    image_digest_of,
+    job_cost_record,
+    job_cost_verdict,
+    runnable_elapsed,
+)
+from sim2real.orchestration.links.batch import NODE_LOG_LINKS
+from sim2real.contract.run_key import is_valid_run_key
+from sim2real.orchestration.triggers.batch import BatchTrainingJobTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class BatchTrainingOperator(BatchOperator):
+    """
+    Run the training job on AWS Batch (subclass of the provider's ``BatchOperator``).
+
+    On top of ``BatchOperator`` (whose submit path, hook and links are reused):
+
+    * registers a revision of ``job_definition`` with every node range's (or the container's)
+      image replaced by ``image_uri`` and tagged ``sim2real:image-digest``; the latest ACTIVE
+      revision is reused when its images already equal ``image_uri``;
+    * reattaches to this run's job (``ListJobs`` filter ``JOB_NAME=job_name``, not FAILED, tag
+      ``sim2real:run-key`` = ``run_key``) instead of submitting a second one — logs "reattached";
+    * submits with ``nodeOverrides={"numNodes": num_nodes, "nodePropertyOverrides": [{"targetNodes": "0:",
+      "containerOverrides": {"environment": [...]}}]}`` (container job definitions: ``containerOverrides``)
+      and tags ``{"sim2real:run-key": run_key}``; the environment gets ``RUN_KEY`` and ``IMAGE_DIGEST``
+      unless given;
+    * waits (deferrable by default, :class:`~sim2real.orchestration.triggers.batch.BatchTrainingJobTrigger`; sync:
+      the same waiter with the same RUNNABLE budget) and fails when the job stays RUNNABLE longer than
+      ``runnable_timeout_seconds``, terminating it;
+    * at each poll while RUNNING, logs the elapsed cost (nodes x ``usd_per_node_hour`` x time since
+      ``startedAt``) next to the progress line and, when both ``cost_limit_usd`` and
+      ``usd_per_node_hour`` are set, terminates the job (reason ``sim2real: cost limit ... reached``) and
+      fails the task, not retried, when the cost at the next poll would be above ``cost_limit_usd``
+      (:func:`sim2real.orchestration.budget.budget_verdict`); the figures of the stopped job are pushed as XCom
+      ``job_cost`` (:func:`~sim2real.orchestration.hooks.batch.job_cost_record`) for the run's actual cost;
+    * ``on_kill`` (sync) / trigger ``on_kill`` (deferred) terminate the job.
+
+    :param image_uri: ``<registry>/<repo>@sha256:<hex>`` to run (templated).
+    :param num_nodes: number of nodes (templated; string digits accepted).
+    :param run_key: the run key (``sim2real.contract.run_key``), also the default ``job_name`` (templated).
+    :param environment: env vars for every node, name -> value (values cast to str) (templated).
+    :param runnable_timeout_seconds: seconds a job may stay RUNNABLE (default 3600); None = no budget (templated).
+    :param cost_limit_usd: USD the job may spend (``sim2real.orchestration.budget.training_cost_limit``); None = no
+        cost check (templated; number or numeric string).
+    :param usd_per_node_hour: on-demand USD per node-hour of the compute environment's instance type
+        (``sim2real.orchestration.budget.training_usd_per_node_hour``); None = no cost check and no ``cost_usd`` (templated).
+    :param log_group: CloudWatch log group of the job's streams (default ``/aws/batch/job``).
+    :param job_name: Batch job name; default ``run_key``.
+    :param job_definition: job definition name (no revision) to pin (``BatchOperator``).
+    :param job_queue: job queue (``BatchOperator``).
+    :param poll_interval: seconds between polls in both modes (default 30).
+    :param deferrable: default ``[operators] default_deferrable``, fallback True.
+    :param kwargs: every other ``BatchOperator`` argument (``max_retries`` = poll attempts, ...).
+    :return: ``{"job_id", "job_name", "job_definition_arn", "status": "SUCCEEDED", "attempts": int
+        (number of job attempts), "log_streams": [{"node_index", "job_id", "log_group",
+        "log_stream_name", "region", "exit_code"}, ... one per node], "num_nodes": int, "reattached": bool,
+        "job_definition_reused": bool, "started_at", "stopped_at" (the job's startedAt/stoppedAt, epoch
+        seconds, None when absent), "cost_usd" (nodes x usd_per_node_hour x run time, USD; None without
+        a price)}``. Log-stream lookup errors give an empty list, never a failure.
+    :raises AirflowFailException: job FAILED with a fail-fast class (CAPACITY, OUT_OF_MEMORY,
+        USER_CODE) or stuck RUNNABLE past the budget; message has the job, status, statusReason,
+        exit code and ``failure class <CLASS>``. Also when stopped at the cost limit: message has the
+        run time, cost, limit, nodes, price and what to change.
+    :raises AirflowException: job FAILED with a retry class (SPOT_RECLAIM, NCCL_RENDEZVOUS, UNKNOWN):
+        Airflow retries and the retry submits a new job that resumes from the last checkpoint.
+    :raises ValueError: bad input (num_nodes < 1, invalid run_key, non-mapping environment, negative or
+        non-numeric cost_limit_usd / usd_per_node_hour).
+    """
+
+    aws_hook_class = BatchTrainingHook  # type: ignore[assignment]
+    template_fields: Sequence[str] = tuple(
+        sorted(
+            set(BatchOperator.template_fields)
+            | {
+                "image_uri",
+                "num_nodes",
+                "run_key",
+                "environment",
+                "runnable_timeout_seconds",
+                "cost_limit_usd",
+                "usd_per_node_hour",
+            }
+        )
+    )
+    template_fields_renderers = {**BatchOperator.template_fields_renderers, "environment": "json"}
+    operator_extra_links = (*BatchOperator.operator_extra_links, *NODE_LOG_LINKS)
+
+    def __init__(
+        self,
+        *,
+        image_uri: str,
+        num_nodes: int | str,
+        run_key: str,
+        environment: dict[str, str] | None = None,
+        runnable_timeout_seconds: float | None = 3600,
+        cost_limit_usd: float | str | None = None,
+        usd_per_node_hour: float | str | None = None,
+        log_group: str = DEFAULT_LOG_GROUP,
+        job_name: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        poll_interval: int = 30,
+        **kwargs,
+    ) -> None:
+        super().__init__(job_name=job_name or run_key, deferrable=deferrable, poll_interval=poll_interval, **kwargs)
+        self.image_uri = image_uri
+        self.num_nodes = num_nodes
+        self.run_key = run_key
+        self.environment = environment
+        self.runnable_timeout_seconds = runnable_timeout_seconds
+        self.cost_limit_usd = cost_limit_usd
+        self.usd_per_node_hour = usd_per_node_hour
+        self.log_group = log_group
+        self.job_definition_arn: str | None = None
+        self.job_definition_reused = False
+        self.reattached = False
+
+    hook: BatchTrainingHook  # type: ignore[assignment]
+
+    # -- inputs -------------------------------------------------------------------------------
+    def _validated_num_nodes(self) -> int:
+        try:
+            num_nodes = int(self.num_nodes)
+        except (TypeError, ValueError):
+            raise ValueError(f"num_nodes must be an integer >= 1, got {self.num_nodes!r}") from None
+        if num_nodes < 1:
+            raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes}")
+        return num_nodes
+
+    def _validate_cost_args(self) -> None:
+        """Rendered ``cost_limit_usd`` / ``usd_per_node_hour`` as floats (or None); ValueError naming the field."""
+        self.cost_limit_usd = optional_usd("cost_limit_usd", self.cost_limit_usd)
+        self.usd_per_node_hour = optional_usd("usd_per_node_hour", self.usd_per_node_hour)
+        if self.cost_limit_usd is not None and self.usd_per_node_hour is None:
+            self.log.warning(
+                "cost_limit_usd %.2f is set but usd_per_node_hour is not: the job's cost is not checked",
+                self.cost_limit_usd,
+            )
+
+    def _environment_list(self) -> list[dict[str, str]]:
+        env = self.environment or {}
+        if not isinstance(env, dict):
+            raise ValueError(f"environment must be a mapping of name -> value, got {type(env).__name__}")
+        merged = {str(k): str(v) for k, v in env.items()}
+        merged.setdefault("RUN_KEY", self.run_key)
+        digest = image_digest_of(self.image_uri)
+        if digest:
+            merged.setdefault("IMAGE_DIGEST", digest)
+        return [{"name": k, "value": v} for k, v in merged.items()]
+
+    # -- execute ------------------------------------------------------------------------------
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        num_nodes = self._validated_num_nodes()
+        if not is_valid_run_key(str(self.run_key)):
+            raise ValueError(f"run_key {self.run_key!r} is not a valid run key (see sim2real.contract.run_key)")
+        self._validate_cost_args()
+        if not image_digest_of(self.image_uri):
+            self.log.warning("image_uri %s is not pinned to a digest (<repo>@sha256:...)", self.image_uri)
+
+        job_def, self.job_definition_reused = self.hook.ensure_job_definition(self.job_definition, self.image_uri)
+        self.job_definition_arn = job_def["jobDefinitionArn"]
+
+        existing = self.hook.find_run_job(self.job_queue, self.job_name, self.run_key)
+        if existing:
+            self.job_id = existing["jobId"]
+            self.reattached = True
+            self.log.info(
+                "AWS Batch job %s (%s) reattached: status %s; not submitting a new job",
+                self.job_id,
+                self.job_name,
+                existing.get("status"),
+            )
+            BatchJobDetailsLink.persist(
+                context=context,
+                operator=self,
+                region_name=self.hook.conn_region_name,
+                aws_partition=self.hook.conn_partition,
+                job_id=self.job_id,
+            )
+        else:
+            env = self._environment_list()
+            self.job_definition = self.job_definition_arn
+            if job_def.get("type") == "multinode":
+                self.node_overrides = {
+                    "numNodes": num_nodes,
+                    "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": {"environment": env}}],
+                }
+            else:
+                if num_nodes != 1:
+                    raise ValueError(
+                        f"job definition {self.job_definition_arn} is a container (single-node) definition: "
+                        "num_nodes must be 1"
+                    )
+                self.container_overrides = {**(self.container_overrides or {}), "environment": env}
+            self.tags = {**(self.tags or {}), RUN_KEY_TAG: self.run_key}
+            self.submit_job(context)
+
+        job = self._persist_links(context)
+        self._reserve_node_links(context)
+        return self._settle(context, job)
+
+    def _reserve_node_links(self, context: Context) -> None:
+        """Push an empty value for every link key persisted only once the job ended (each node's
+        log stream, the provider's CloudWatch link), so the UI and the task runner, which renders
+        links when the task defers, find "no link yet" instead of logging a missing XCom as an error.
+        ``_success`` overwrites the keys of the links the job has."""
+        if not self.do_xcom_push:
+            return
+        for link in (CloudWatchEventsLink(), *NODE_LOG_LINKS):
+            try:
+                context["ti"].xcom_push(key=link.key, value=None)
+            except Exception as err:  # noqa: BLE001 - links never change the outcome
+                self.log.debug("could not reserve link %s: %s", link.key, err)
+
+    def _settle(self, context: Context, job: dict[str, Any]) -> dict[str, Any]:
+        status = job.get("status")
+        if status == self.hook.SUCCESS_STATE:
+            return self._success(context, job)
+        if status == self.hook.FAILURE_STATE:
+            raise self._failure(job)
+        if self.deferrable:
+            self.defer(
+                timeout=self.execution_timeout,
+                trigger=BatchTrainingJobTrigger(
+                    job_id=self.job_id,
+                    runnable_timeout_seconds=self.runnable_timeout_seconds,
+                    log_group=self.log_group,
+                    cost_limit_usd=self.cost_limit_usd,
+                    usd_per_node_hour=self.usd_per_node_hour,
+                    num_nodes=self._validated_num_nodes(),
+                    waiter_delay=self.poll_interval,
+                    waiter_max_attempts=self.max_retries,
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region_name,
+                    verify=self.verify,
+                    botocore_config=self.botocore_config,
+                ),
+                method_name="execute_complete",
+            )
+        self._wait_sync(context)
+        job = self.hook.get_job_description(self.job_id)
+        if job.get("status") == self.hook.SUCCESS_STATE:
+            return self._success(context, job)
+        raise self._failure(job)
+
+    def _wait_sync(self, context: Context | None = None) -> None:
+        """Same poll as the trigger, blocking: returns on SUCCEEDED/FAILED, raises on the RUNNABLE budget
+        and the cost limit."""
+        waiter = self.hook.get_waiter("training_job_complete")
+        first_runnable: float | None = None
+        attempt = 0
+        while attempt < self.max_retries:
+            if attempt:
+                time.sleep(self.poll_interval)
+            try:
+                waiter.wait(jobs=[self.job_id], WaiterConfig={"MaxAttempts": 1})
+                return
+            except WaiterError as error:
+                if "terminal failure" in str(error):
+                    return
+                response = error.last_response or {}
+                code = (response.get("Error") or {}).get("Code")
+                if code:
+                    if code in RETRIABLE_ERROR_CODES:
+                        time.sleep(self.poll_interval)
+                        continue
+                    raise AirflowException(f"AWS Batch job {self.job_id}: DescribeJobs failed: {error}") from error
+                jobs = response.get("jobs") or []
+                if not jobs:
+                    raise AirflowException(f"AWS Batch job {self.job_id} not found (DescribeJobs)") from error
+                job = jobs[0]
+                status = job.get("status")
+                self.log.info("AWS Batch job %s status %s %s", self.job_id, status, job.get("statusReason") or "")
+                if status == "RUNNABLE":
+                    first_runnable = first_runnable or time.time()
+                    elapsed = runnable_elapsed(job, time.time(), first_runnable)
+                    if self.runnable_timeout_seconds is not None and elapsed >= float(self.runnable_timeout_seconds):
+                        raise AirflowFailException(self._runnable_timeout(job, elapsed)) from None
+                else:
+                    first_runnable = None
+                if status == "RUNNING":
+                    now = time.time()
+                    verdict = job_cost_verdict(
+                        job,
+                        now,
+                        cost_limit_usd=self.cost_limit_usd,
+                        usd_per_node_hour=self.usd_per_node_hour,
+                        poll_interval_s=self.poll_interval,
+                        default_nodes=self._validated_num_nodes(),
+                    )
+                    self._log_progress(job, verdict.describe() if verdict else None)
+                    if verdict is not None and verdict.over_budget:
+                        raise AirflowFailException(self._cost_limit(context, job, verdict, now)) from None
+            attempt += 1
+        raise AirflowException(f"AWS Batch job {self.job_id}: status checks exceeded max_retries ({self.max_retries})")
+
+    def _runnable_timeout(self, job: dict[str, Any], elapsed: float) -> str:
+        try:
+            ces = self.hook.queue_compute_environments(job["jobQueue"])
+        except Exception as err:  # noqa: BLE001
+            self.log.warning("Could not describe the compute environments: %s", err)
+            ces = []
+        terminated = True
+        try:
+            self.hook.terminate_job(
+                self.job_id, f"RUNNABLE for {elapsed:.0f} s, past the budget of {self.runnable_timeout_seconds} s"
+            )
+        except Exception as err:  # noqa: BLE001
+            terminated = False
+            self.log.error("TerminateJob %s failed: %s", self.job_id, err)
+        message = format_runnable_timeout(job, elapsed, float(self.runnable_timeout_seconds), ces, terminated)
+        return f"{message} {classify_failure(job.get('statusReason'), job_status='RUNNABLE').describe()}"
+
+    def _cost_limit(self, context: Context | None, job: dict[str, Any], verdict, now: float) -> str:
+        """Terminate the job stopped at its cost limit, push its figures (XCom ``job_cost``), build the message."""
+        terminated = True
+        try:
+            self.hook.terminate_job(self.job_id, cost_limit_reason(verdict))
+        except Exception as err:  # noqa: BLE001
+            terminated = False
+            self.log.error("TerminateJob %s failed: %s", self.job_id, err)
+        self._push_job_cost(
+            context,
+            job_cost_record(job, now, self.usd_per_node_hour, self._validated_num_nodes(), stopped_by_budget=True),
+        )
+        message = format_cost_limit(job, verdict, terminated)
+        self.log.error(message)
+        return message
+
+    def _push_job_cost(self, context: Context | None, record: dict[str, Any] | None) -> None:
+        """XCom ``job_cost`` of a job that failed the task (the task has no return value to carry it)."""
+        if not (record and context and self.do_xcom_push):
+            return
+        try:
+            context["ti"].xcom_push(key="job_cost", value=record)
+        except Exception as err:  # noqa: BLE001 - the record never changes the outcome
+            self.log.warning("Could not push the job's cost figures: %s", err)
+
+    def _log_progress(self, job: dict[str, Any], cost: str | None = None) -> None:
+        line = None
+        try:
+            main = (job.get("nodeProperties") or {}).get("mainNode")
+            source = job
+            if main is not None:
+                children = self.hook.conn.describe_jobs(jobs=[f"{self.job_id}#{main}"]).get("jobs") or []
+                source = children[0] if children else job
+            stream = (source.get("container") or {}).get("logStreamName")
+            if stream:
+                line = self.hook.latest_progress(self.hook.log_tail(self.log_group, stream, limit=20))
+        except Exception as err:  # noqa: BLE001 - progress is informational only
+            self.log.debug("No progress line for job %s: %s", self.job_id, err)
+        if line or cost:
+            self.log.info("AWS Batch job %s progress: %s", self.job_id, "; ".join(p for p in (line, cost) if p))
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:  # type: ignore[override]
+        event = validate_execute_complete_event(event)
+        self.job_id = event.get("job_id") or self.job_id
+        status = event.get("status")
+        if status == "success":
+            job = self.hook.get_job_description(self.job_id)
+            if job.get("status") != self.hook.SUCCESS_STATE:
+                raise self._failure(job)
+            return self._success(context, job)
+        if event.get("reason") == "cost_limit":
+            self._push_job_cost(context, event.get("job_cost"))
+            raise AirflowFailException(event.get("message") or f"AWS Batch job {self.job_id} stopped at its cost limit")
+        if event.get("reason") == "runnable_timeout":
+            raise AirflowFailException(
+                f"{event.get('message')} {classify_failure(None, job_status='RUNNABLE').describe()}"
+            )
+        if status == "failure":
+            raise self._failure(self.hook.get_job_description(self.job_id))
+        raise AirflowException(f"Waiting for AWS Batch job {self.job_id} failed: {event.get('message')}")
+
+    # -- outcome ------------------------------------------------------------------------------
+    def _log_streams(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        try:
+            return self.hook.node_log_streams(job, self.log_group)
+        except Exception as err:  # noqa: BLE001 - a log lookup never changes the outcome
+            self.log.warning("Could not read the log streams of AWS Batch job %s: %s", self.job_id, err)
+            return []
+
+    def _success(self, context: Context, job: dict[str, Any]) -> dict[str, Any]:
+        streams = self._log_streams(job)
+        for entry in streams:
+            if entry["node_index"] < len(NODE_LOG_LINKS) and entry.get("log_stream_name"):
+                try:
+                    NODE_LOG_LINKS[entry["node_index"]].persist_node(
+                        context,
+                        self,
+                        region_name=self.hook.conn_region_name,
+                        aws_partition=self.hook.conn_partition,
+                        awslogs_group=entry["log_group"],
+                        awslogs_stream_name=entry["log_stream_name"],
+                        awslogs_region=entry["region"],
+                    )
+                except Exception as err:  # noqa: BLE001
+                    self.log.warning("Could not persist the log link of node %s: %s", entry["node_index"], err)
+        try:
+            self._persist_cloudwatch_link(context)
+        except Exception as err:  # noqa: BLE001
+            self.log.warning("Could not persist the CloudWatch link: %s", err)
+        num_nodes = (job.get("nodeProperties") or {}).get("numNodes") or len(streams) or 1
+        self.log.info("AWS Batch job %s SUCCEEDED (%s node(s))", self.job_id, num_nodes)
+        return {
+            "job_id": self.job_id,
+            "job_name": job.get("jobName", self.job_name),
+            "job_definition_arn": job.get("jobDefinition") or self.job_definition_arn,
+            "status": job.get("status"),
+            "attempts": len(job.get("attempts") or []),
+            "log_streams": streams,
+            "num_nodes": int(num_nodes),
+            "reattached": self.reattached,
+            "job_definition_reused": self.job_definition_reused,
+            **self._cost_fields(job, int(num_nodes)),
+        }
+
+    def _cost_fields(self, job: dict[str, Any], num_nodes: int) -> dict[str, Any]:
+        try:
+            price = optional_usd("usd_per_node_hour", self.usd_per_node_hour)
+        except ValueError:
+            price = None
+        record = job_cost_record(job, time.time(), price, num_nodes)
+        if record["cost_usd"] is not None:
+            self.log.info(
+                "AWS Batch job %s cost $%.2f (%s node(s) x $%.4g/h x %.0f s)",
+                self.job_id, record["cost_usd"], record["num_nodes"], price, record["run_seconds"],
+            )
+        return {k: record[k] for k in ("started_at", "stopped_at", "cost_usd")}
+
+    def _failure(self, job: dict[str, Any]) -> AirflowException:
+        """Build (not raise) the exception for a job that did not succeed, with its failure class."""
+        status = job.get("status")
+        reason = job.get("statusReason")
+        exit_code = exit_code_of(job)
+        log_tail: list[str] = []
+        streams = self._log_streams(job) if job.get("nodeProperties") or job.get("container") else []
+        if exit_code is None:
+            exit_code = next((e["exit_code"] for e in streams if e.get("exit_code") not in (None, 0)), None)
+        # read the tail of the first node that exited non-zero, else of the first node with a stream
+        streams = sorted(streams, key=lambda e: e.get("exit_code") in (None, 0))
+        for entry in streams:
+            if not entry.get("log_stream_name"):
+                continue
+            try:
+                log_tail = self.hook.log_tail(entry["log_group"], entry["log_stream_name"], limit=50)
+            except Exception as err:  # noqa: BLE001
+                self.log.warning("Could not read log stream %s: %s", entry["log_stream_name"], err)
+                continue
+            if log_tail:
+                break
+        classification = classify_failure(
+            reason, exit_code, log_tail, job_status=status if status != "FAILED" else None
+        )
+        message = (
+            f"AWS Batch job {self.job_id} ({job.get('jobName')}) ended {status}: statusReason={reason!r}, "
+            f"exit code={exit_code}; {classification.describe()}"
+        )
+        if log_tail:
+            message += "\nlog tail:\n" + "\n".join(log_tail[-15:])
+        self.log.error(message)
+        if classification.retryable and classification.failure_class != FailureClass.CAPACITY:
+            return AirflowException(message)
+        return AirflowFailException(message)
+
+    def on_kill(self) -> None:
+        """Terminate the job this task started or reattached to (sync path; deferred: trigger ``on_kill``)."""
+        if self.job_id:
+            self.hook.terminate_job(self.job_id, "Airflow task killed by the user")
+            self.log.info("AWS Batch job %s terminated (task killed)", self.job_id)

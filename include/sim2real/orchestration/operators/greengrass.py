@@ -1,0 +1,305 @@
+"""Deploy Greengrass v2 components to a thing group and wait for every core device.
+
+Sources: AWS IoT Greengrass V2 API Reference (CreateDeployment — ``targetArn``,
+``deploymentName``, ``components{name: {componentVersion, configurationUpdate{merge, reset}}}``,
+``deploymentPolicies.failureHandlingPolicy`` ROLLBACK | DO_NOTHING, ``iotJobConfiguration``;
+GetDeployment; ListDeployments; CancelDeployment; ListCoreDevices; ListEffectiveDeployments).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
+from airflow.providers.amazon.aws.utils import trim_none_values, validate_execute_complete_event
+from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
+from airflow.providers.common.compat.sdk import AirflowFailException, conf
+from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, summarize
+from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
+from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+def normalize_components(components: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Validate the ``components`` argument and return the CreateDeployment ``components`` map.
+
+    Each value needs a non-empty string ``componentVersion``; ``configurationUpdate.merge`` may
+    be a JSON string or a dict (dumped to JSON). Other keys (``runWith``,
+    ``configurationUpdate.reset``) pass through.
+
+    :raises ValueError: empty map, missing version, merge that is not a JSON object.
+    """
+    if not isinstance(components, dict) or not components:
+        raise ValueError("components must be a non-empty dict {component name: {'componentVersion': ...}}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in components.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("componentVersion"), str) or not spec["componentVersion"]:
+            raise ValueError(f"component {name!r} needs a string componentVersion, got {spec!r}")
+        spec = dict(spec)
+        update = spec.get("configurationUpdate")
+        if update is not None:
+            update = dict(update)
+            merge = update.get("merge")
+            if isinstance(merge, dict):
+                update["merge"] = json.dumps(merge, sort_keys=True)
+            elif merge is not None:
+                try:
+                    if not isinstance(json.loads(merge), dict):
+                        raise ValueError
+                except (TypeError, ValueError):
+                    raise ValueError(f"configurationUpdate.merge of {name!r} must be a JSON object string") from None
+            spec["configurationUpdate"] = update
+        out[name] = spec
+    return out
+
+
+class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
+    """CreateDeployment to a thing group and wait until every core device reports success.
+
+    Reuses an ACTIVE deployment with the same ``deployment_name`` on the same target (a retried
+    task) instead of creating a second one. The devices are the core devices of the thing group
+    (ListCoreDevices ``thingGroupArn``); each device's status for THIS deployment is read from
+    ListEffectiveDeployments. SUCCEEDED/COMPLETED are success; FAILED/TIMED_OUT/REJECTED/CANCELED
+    fail the task; QUEUED/IN_PROGRESS keep waiting. On a failure or timeout the deployment is
+    cancelled (CancelDeployment; with ``failure_handling_policy="ROLLBACK"`` the devices roll
+    back) and the task fails listing each device, its status and reason. The trigger's
+    ``on_kill`` cancels the deployment too.
+
+    :param thing_group_name: IoT thing group of the robots.
+    :param components: ``{name: {"componentVersion": v, "configurationUpdate": {"merge": json-str}}}``.
+    :param deployment_name: the deployment name (the run key).
+    :param failure_handling_policy: ``ROLLBACK`` (default) or ``DO_NOTHING``.
+    :param iot_job_configuration: CreateDeployment ``iotJobConfiguration`` (rollout, abort, timeout).
+    :param waiter_delay: seconds between polls (default 30).
+    :param waiter_max_attempts: polls before cancelling and failing (default 120 = 1 h), when
+        ``deployment_timeout_seconds`` is not given.
+    :param deployment_timeout_seconds: the one bound on the wait, in seconds (templated: a run's form field
+        reaches it at run time); polls = ``ceil(timeout / waiter_delay)``. When it passes, the deployment is
+        cancelled and the task fails **without retry**, naming each device that had not finished.
+    :param model_package_arn: the SageMaker model package the components deploy (templated). Read again
+        (DescribeModelPackage) right before CreateDeployment: a package that is no longer ``Approved``
+        (rejected, set back to PendingManualApproval after its approval) is refused and nothing is deployed.
+        The status seen then is in the result and in XCom ``model_package_check``.
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
+    :return: ``{"deployment_id", "iot_job_id", "target_arn", "devices": {thing: status}}``, plus
+        ``model_package_arn`` and ``model_approval_status`` (the status read before CreateDeployment) when a
+        package was given.
+    :raises ValueError: bad components/policy, missing thing group.
+    :raises AirflowFailException: (not retried) a device failed, the deployment timed out, the thing group
+        has no core devices (checked before CreateDeployment: nothing is created), or the model package is
+        not Approved.
+    """
+
+    aws_hook_class = GreengrassV2Hook
+    template_fields: Sequence[str] = aws_template_fields(
+        "thing_group_name", "components", "deployment_name", "failure_handling_policy", "iot_job_configuration",
+        "deployment_timeout_seconds", "model_package_arn",
+    )
+    template_fields_renderers = {"components": "json", "iot_job_configuration": "json"}
+    operator_extra_links = (GreengrassDeploymentLink(),)
+
+    def __init__(
+        self,
+        *,
+        thing_group_name: str,
+        components: dict[str, dict[str, Any]],
+        deployment_name: str,
+        failure_handling_policy: str = "ROLLBACK",
+        iot_job_configuration: dict[str, Any] | None = None,
+        waiter_delay: int = 30,
+        waiter_max_attempts: int = 120,
+        deployment_timeout_seconds: int | None = None,
+        model_package_arn: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.deployment_timeout_seconds = deployment_timeout_seconds
+        self.model_package_arn = model_package_arn
+        self.thing_group_name = thing_group_name
+        self.components = components
+        self.deployment_name = deployment_name
+        self.failure_handling_policy = failure_handling_policy
+        self.iot_job_configuration = iot_job_configuration
+        self.waiter_delay = waiter_delay
+        self.waiter_max_attempts = waiter_max_attempts
+        self.deferrable = deferrable
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if self.failure_handling_policy not in ("ROLLBACK", "DO_NOTHING"):
+            raise ValueError(f"failure_handling_policy must be ROLLBACK or DO_NOTHING, got {self.failure_handling_policy!r}")
+        if not self.deployment_name:
+            raise ValueError("deployment_name is required (use the run key)")
+        components = normalize_components(self.components)
+        self._apply_timeout()
+        target_arn = self.hook.thing_group_arn(self.thing_group_name)
+        package = self._check_model_package(context)
+        things = self.hook.list_core_device_names(target_arn)
+        if not things:
+            raise AirflowFailException(
+                f"IoT thing group {self.thing_group_name!r} ({target_arn}) has no Greengrass core devices: no "
+                "deployment was created. Add the robots' core devices to the group (install the Greengrass "
+                "nucleus with --thing-group-name) or deploy to another group (form field thing_group_name)."
+            )
+
+        existing = self.hook.find_active_deployment(target_arn, self.deployment_name)
+        if existing:
+            deployment_id = existing["deploymentId"]
+            self.log.info("Reusing ACTIVE deployment %s named %s", deployment_id, self.deployment_name)
+        else:
+            deployment_id = self.hook.conn.create_deployment(
+                **trim_none_values(
+                    {
+                        "targetArn": target_arn,
+                        "deploymentName": self.deployment_name,
+                        "components": components,
+                        "deploymentPolicies": {"failureHandlingPolicy": self.failure_handling_policy},
+                        "iotJobConfiguration": self.iot_job_configuration,
+                    }
+                )
+            )["deploymentId"]
+            self.log.info("Created Greengrass deployment %s to %s", deployment_id, target_arn)
+        iot_job_id = self.hook.conn.get_deployment(deploymentId=deployment_id).get("iotJobId")
+        GreengrassDeploymentLink.persist(
+            context=context,
+            operator=self,
+            region_name=self.hook.conn_region_name,
+            aws_partition=self.hook.conn_partition,
+            deployment_id=deployment_id,
+        )
+        base = {"deployment_id": deployment_id, "iot_job_id": iot_job_id, "target_arn": target_arn,
+                "thing_group_name": self.thing_group_name, **package}
+
+        if self.deferrable:
+            over = self._over(deployment_id, target_arn)  # already finished on every device: no trigger race
+            if over[0] is not None:
+                self.log.info("Deployment %s is already over (%s): not deferring", deployment_id, over[0])
+                return self._finish(base, *over)
+            self.defer(
+                trigger=GreengrassDeploymentTrigger(
+                    deployment_id=deployment_id,
+                    thing_group_arn=target_arn,
+                    waiter_delay=self.waiter_delay,
+                    waiter_max_attempts=self.waiter_max_attempts,
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region_name,
+                    verify=self.verify,
+                    botocore_config=self.botocore_config,
+                ),
+                method_name="execute_complete",
+                kwargs={"base": base},
+                timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
+            )
+        return self._finish(base, *self._wait_sync(deployment_id, target_arn))
+
+    def _apply_timeout(self) -> None:
+        """``deployment_timeout_seconds`` (rendered) → ``waiter_max_attempts`` polls ``waiter_delay`` s apart."""
+        if self.deployment_timeout_seconds in (None, ""):
+            return
+        timeout = int(self.deployment_timeout_seconds)
+        if timeout <= 0:
+            raise ValueError(f"deployment_timeout_seconds must be positive, got {timeout}")
+        self.waiter_max_attempts = max(1, -(-timeout // max(1, int(self.waiter_delay))))
+
+    def _check_model_package(self, context: Context) -> dict[str, Any]:
+        """DescribeModelPackage of ``model_package_arn`` right before CreateDeployment; refuse a package that
+        is not Approved. Returns ``{"model_package_arn", "model_approval_status"}`` (``{}`` without a package)."""
+        if not self.model_package_arn:
+            return {}
+        from sim2real.orchestration.hooks.model_registry import ModelRegistryHook
+        from sim2real.orchestration.release import not_approved_message
+
+        registry = ModelRegistryHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
+                                     verify=self.verify, config=self.botocore_config)
+        package = registry.describe_model_package(self.model_package_arn)
+        status = package.get("ModelApprovalStatus")
+        seen = {"model_package_arn": package.get("ModelPackageArn") or self.model_package_arn,
+                "model_approval_status": status}
+        context["ti"].xcom_push(key="model_package_check", value=seen)
+        self.log.info("Model package %s is %s at deploy time", seen["model_package_arn"], status)
+        if status != "Approved":
+            raise AirflowFailException(
+                "Not deployed (no Greengrass deployment was created): " + not_approved_message(package))
+        return seen
+
+    def _over(self, deployment_id: str, target_arn: str) -> tuple[str | None, dict[str, dict[str, Any]], str]:
+        """One poll of the group's core devices (ListCoreDevices, then ListEffectiveDeployments per device).
+
+        :return: ``(status, reports, message)``: status ``"success"`` when the deployment succeeded on every
+            device, ``"failure"`` when it failed on one or the group has no core devices (``message`` says so),
+            None while it is unfinished; ``reports`` maps each device to its
+            :func:`~sim2real.orchestration.hooks.greengrass.device_report`.
+        """
+        things = self.hook.list_core_device_names(target_arn)
+        if not things:
+            return "failure", {}, f"thing group {self.thing_group_name!r} ({target_arn}) has no core devices"
+        reports = self.hook.device_reports(deployment_id, things)
+        outcomes = {r["outcome"] for r in reports.values()}
+        if "failure" in outcomes:
+            return "failure", reports, ""
+        if outcomes == {"success"}:
+            return "success", reports, ""
+        return None, reports, ""
+
+    def _wait_sync(self, deployment_id: str, target_arn: str) -> tuple[str, dict[str, dict[str, Any]], str]:
+        """Poll (:meth:`_over`) up to ``waiter_max_attempts`` times ``waiter_delay`` s apart.
+
+        :return: ``(status, reports, message)`` of the poll that found the deployment over, else
+            ``("timeout", <the last poll's reports>, <how long it polled>)``.
+        """
+        reports: dict[str, dict[str, Any]] = {}
+        for attempt in range(self.waiter_max_attempts):
+            if attempt:
+                time.sleep(self.waiter_delay)
+            status, reports, message = self._over(deployment_id, target_arn)
+            if status is not None:
+                return status, reports, message
+            self.log.info("Deployment %s: %s", deployment_id, {t: r["status"] for t, r in reports.items()})
+        return "timeout", reports, f"not finished after {self.waiter_max_attempts} polls {self.waiter_delay} s apart"
+
+    def _finish(self, base: dict[str, Any], status: str, reports: dict[str, dict[str, Any]], message: str) -> dict[str, Any]:
+        if status == "success":
+            return {**base, "devices": {t: r["status"] for t, r in sorted(reports.items())}}
+        if status == "timeout":
+            unfinished = {t: r for t, r in reports.items() if r.get("outcome") != "success"}
+            bound = int(self.waiter_delay) * int(self.waiter_max_attempts)
+            message = (f"the robots did not all finish within the deployment timeout of {bound} s ({message}); "
+                       f"unfinished devices: {summarize(unfinished) or 'none listed'}")
+        deployment_id = base["deployment_id"]
+        try:
+            self.hook.conn.cancel_deployment(deploymentId=deployment_id)
+            cancelled = "cancelled"
+        except Exception as error:  # the failure report matters more
+            cancelled = f"CancelDeployment failed: {error}"
+        what = "timed out" if status == "timeout" else "failed"
+        # A device failure or a timeout is a verdict on this release (the deployment is cancelled and rolled
+        # back): not retried, which would push the same components to the robots again and multiply the bound.
+        target = base.get("thing_group_name") or self.thing_group_name
+        raise AirflowFailException(
+            f"Greengrass deployment {deployment_id} ({self.deployment_name}) to thing group {target!r}"
+            + (f" ({base['target_arn']})" if base.get("target_arn") else "") + f" {what}"
+            + (f": {message}" if message else "")
+            + (f". Devices: {summarize(reports)}" if reports else "")
+            + f". Deployment {cancelled}"
+            + (" (devices roll back)" if self.failure_handling_policy == "ROLLBACK" else "")
+            + ". Check the device logs (/greengrass/v2/logs/greengrass.log and the component logs)"
+            + (" or raise deployment_timeout_minutes" if status == "timeout" else "") + "."
+        )
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, base: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resume after the trigger: return the device statuses or cancel and fail."""
+        event = validate_execute_complete_event(event)
+        self._apply_timeout()  # a resumed task is a fresh operator: the bound in the message is the form's
+        if base is None:  # resumed without the deferral's kwargs (dag.test hands on the event only)
+            check = context["ti"].xcom_pull(task_ids=self.task_id, key="model_package_check") or {}
+            base = {"deployment_id": event["deployment_id"], "iot_job_id": None, "target_arn": None,
+                    "thing_group_name": self.thing_group_name, **check}
+        return self._finish(base, event["status"], event.get("devices") or {}, event.get("message") or "")

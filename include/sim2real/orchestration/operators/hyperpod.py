@@ -1,0 +1,604 @@
+"""SageMaker HyperPod: scale one instance group, run a Slurm training job through the head node.
+
+Sources: Amazon SageMaker API Reference — DescribeCluster, UpdateCluster ("instance groups not
+listed are deleted" semantics: the request carries the full list), ListClusterNodes; AWS Systems
+Manager API Reference — SendCommand (``AWS-RunShellScript``), GetCommandInvocation; Slurm's
+``sbatch``, ``squeue``, ``sacct``, ``scontrol``, ``scancel`` (see :mod:`sim2real.orchestration.slurm`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
+from airflow.providers.amazon.aws.utils import validate_execute_complete_event
+from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException, conf
+from sim2real.orchestration import slurm
+from sim2real.orchestration.budget import budget_verdict, optional_usd
+from sim2real.orchestration.hooks.hyperpod import HyperPodHook, instance_group_specs, scale_state
+from sim2real.orchestration.hooks.workstation import WorkstationHook
+from sim2real.orchestration.links.sagemaker import HyperPodClusterLink
+from sim2real.orchestration.triggers.hyperpod import HyperPodScaleTrigger, HyperPodSlurmJobTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+#: ClusterStatus values in which UpdateCluster can never succeed (DescribeCluster, API reference).
+CLUSTER_FAILED_STATES = frozenset({"Failed", "RollingBack", "Deleting"})
+
+
+class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
+    """Set ``instance_group_name``'s instance count to ``target_count`` and wait for the nodes.
+
+    DescribeCluster (polled every ``waiter_delay`` until the cluster is InService: UpdateCluster on an
+    ``Updating`` cluster raises ConflictException, which is also waited out and retried) → UpdateCluster
+    with EVERY instance group (each spec copied from the
+    describe output, only the target group's ``InstanceCount`` changed; skipped when the group
+    already targets ``target_count``) → wait until the cluster is InService, the group's
+    CurrentCount == target_count and that many of its nodes are Running (ListClusterNodes).
+    Cluster Failed/RollingBack/Deleting fails the task.
+
+    :param cluster_name: HyperPod cluster name or ARN.
+    :param instance_group_name: the group to scale.
+    :param target_count: wanted instance count (>= 0).
+    :param wait_for_completion: wait for the nodes (default True).
+    :param waiter_delay: seconds between polls (default 60).
+    :param waiter_max_attempts: polls before failing (default 120).
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
+    :param only_after_task_id: scale only if that task of the run handed on a result (the scale-up a
+        scale-down undoes); otherwise skip without any AWS call, so a teardown never resizes a cluster
+        its run did not scale (e.g. a run on the other training backend).
+    :return: ``{"cluster_name", "cluster_arn", "instance_group_name", "previous_count",
+        "target_count", "current_count", "updated": bool}``.
+    :raises ValueError: negative/non-integer count, unknown group (message lists the groups).
+    :raises AirflowException: the cluster failed or is being deleted, it was not InService for an update
+        within ``waiter_max_attempts`` polls, or the nodes did not come up in time.
+    """
+
+    aws_hook_class = HyperPodHook
+    template_fields: Sequence[str] = aws_template_fields("cluster_name", "instance_group_name", "target_count")
+    operator_extra_links = (HyperPodClusterLink(),)
+
+    def __init__(
+        self,
+        *,
+        cluster_name: str,
+        instance_group_name: str,
+        target_count: int,
+        wait_for_completion: bool = True,
+        waiter_delay: int = 60,
+        waiter_max_attempts: int = 120,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        only_after_task_id: str | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.cluster_name = cluster_name
+        self.instance_group_name = instance_group_name
+        self.target_count = target_count
+        self.wait_for_completion = wait_for_completion
+        self.only_after_task_id = only_after_task_id
+        self.waiter_delay = waiter_delay
+        self.waiter_max_attempts = waiter_max_attempts
+        self.deferrable = deferrable
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if self.only_after_task_id and context["ti"].xcom_pull(task_ids=self.only_after_task_id) is None:
+            # The cluster link's key is still written (links are rendered for a skipped task too; a missing
+            # key is logged as an error-level XCom 404). Reading the region reads no AWS API.
+            HyperPodClusterLink.persist(context=context, operator=self,
+                                        region_name=self.region_name or self.hook.conn_region_name,
+                                        aws_partition="aws", cluster_name=self.cluster_name)
+            raise AirflowSkipException(
+                f"{self.only_after_task_id} did not scale {self.cluster_name or 'the cluster'} in this run: "
+                f"nothing to undo on group {self.instance_group_name}")
+        try:
+            target = int(self.target_count)
+        except (TypeError, ValueError):
+            raise ValueError(f"target_count must be an integer, got {self.target_count!r}") from None
+        if target < 0:
+            raise ValueError(f"target_count must be >= 0, got {target}")
+        describe, previous, updated = self._update(target)
+        name = describe.get("ClusterName", self.cluster_name)
+        HyperPodClusterLink.persist(
+            context=context, operator=self, region_name=self.hook.conn_region_name,
+            aws_partition=self.hook.conn_partition, cluster_name=name,
+        )
+        result = {
+            "cluster_name": name,
+            "cluster_arn": describe.get("ClusterArn"),
+            "instance_group_name": self.instance_group_name,
+            "previous_count": previous,
+            "target_count": target,
+            "current_count": None,
+            "updated": updated,
+        }
+        if not self.wait_for_completion:
+            return result
+        if self.deferrable:
+            # Already at the target (or failed): settled here, no trigger that would fire at once.
+            outcome, text = self._scale_state(target)
+            if outcome == "success":
+                self.log.info("HyperPod %s: group %s already at %s: not deferring", name, self.instance_group_name,
+                              target)
+                return {**result, "current_count": target}
+            if outcome == "failure":
+                raise AirflowException(self._failure(text))
+            self.defer(
+                trigger=HyperPodScaleTrigger(
+                    cluster_name=self.cluster_name,
+                    instance_group_name=self.instance_group_name,
+                    target_count=target,
+                    waiter_delay=self.waiter_delay,
+                    waiter_max_attempts=self.waiter_max_attempts,
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region_name,
+                    verify=self.verify,
+                    botocore_config=self.botocore_config,
+                ),
+                method_name="execute_complete",
+                kwargs={"result": result},
+                timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
+            )
+        text = ""
+        for attempt in range(self.waiter_max_attempts):
+            if attempt:
+                time.sleep(self.waiter_delay)
+            outcome, text = self._scale_state(target)
+            if outcome == "success":
+                return {**result, "current_count": target}
+            if outcome == "failure":
+                raise AirflowException(self._failure(text))
+            self.log.info("HyperPod %s: %s", name, text)
+        raise AirflowException(self._failure(f"timed out after {self.waiter_max_attempts} polls; {text}"))
+
+    def _scale_state(self, target: int) -> tuple[str, str]:
+        """One poll of the group (``DescribeCluster`` + ``ListClusterNodes`` once InService): ``scale_state``'s
+        ``(outcome, text)``, outcome ``success`` / ``failure`` / ``retry``."""
+        describe = self.hook.conn.describe_cluster(ClusterName=self.cluster_name)
+        nodes = (
+            self.hook.list_group_nodes(self.cluster_name, self.instance_group_name)
+            if describe.get("ClusterStatus") == "InService"
+            else None
+        )
+        return scale_state(self.hook.waiter_path, describe, nodes, self.instance_group_name, target)
+
+    def _update(self, target: int) -> tuple[dict[str, Any], int, bool]:
+        """UpdateCluster once the cluster is InService (``(describe, previous_target, updated)``).
+
+        Skipped when the group already targets ``target``. Polls DescribeCluster every ``waiter_delay``
+        (at most ``waiter_max_attempts`` times) while the cluster is Creating/Updating/SystemUpdating, and
+        retries after ConflictException (another update still running).
+        """
+        status = "unknown"
+        for attempt in range(max(1, int(self.waiter_max_attempts))):
+            if attempt:
+                time.sleep(self.waiter_delay)
+            describe = self.hook.conn.describe_cluster(ClusterName=self.cluster_name)
+            specs, previous = instance_group_specs(self.hook.conn, describe, self.instance_group_name, target)
+            name = describe.get("ClusterName", self.cluster_name)
+            status = describe.get("ClusterStatus", "unknown")
+            if previous == target:
+                self.log.info("Group %s of %s already targets %s instances", self.instance_group_name, name, target)
+                return describe, previous, False
+            if status in CLUSTER_FAILED_STATES:
+                raise AirflowException(self._failure(f"the cluster is {status}; it cannot be updated"))
+            if status != "InService":
+                self.log.info("HyperPod %s is %s: waiting %s s for InService before UpdateCluster", name, status,
+                              self.waiter_delay)
+                continue
+            self.log.info(
+                "UpdateCluster %s: group %s %s -> %s (sending all %d groups)",
+                name, self.instance_group_name, previous, target, len(specs),
+            )
+            try:
+                self.hook.conn.update_cluster(ClusterName=self.cluster_name, InstanceGroups=specs)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") != "ConflictException":
+                    raise
+                status = f"ConflictException: {error.response['Error'].get('Message', '')}"
+                self.log.info("UpdateCluster %s: %s; retrying in %s s", name, status, self.waiter_delay)
+                continue
+            return describe, previous, True
+        raise AirflowException(self._failure(
+            f"the cluster was not InService for an UpdateCluster within {self.waiter_max_attempts} polls "
+            f"{self.waiter_delay} s apart (last: {status})"))
+
+    def _failure(self, text: str) -> str:
+        return (
+            f"Scaling HyperPod cluster {self.cluster_name} group {self.instance_group_name} to "
+            f"{self.target_count} failed: {text}. Check DescribeCluster/ListClusterNodes and the "
+            "cluster's CloudWatch logs (/aws/sagemaker/Clusters/...); capacity or quota may be short."
+        )
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, result: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resume after the trigger."""
+        event = validate_execute_complete_event(event)
+        if event["status"] != "success":
+            raise AirflowException(self._failure(event.get("message", str(event))))
+        # The deferral kwargs are not handed back by every runner (dag.test passes only the event).
+        fallback = {"cluster_name": self.cluster_name, "cluster_arn": None,
+                    "instance_group_name": self.instance_group_name, "previous_count": None,
+                    "target_count": int(self.target_count), "updated": None}
+        return {**fallback, **(result or {}), "current_count": event.get("current_count")}
+
+
+#: XCom keys pushed before waiting (a retry or the UI can find the job and its submit host).
+XCOM_SLURM_JOB_ID = "slurm_job_id"
+XCOM_SUBMIT_HOST = "submit_host_instance_id"
+#: Slurm end states that say the infrastructure failed (a retry submits again); the others are the
+#: job's own outcome (not retried).
+SLURM_RETRYABLE_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
+#: Seconds one status query (SendCommand + GetCommandInvocation polls) is counted as, besides the poll interval.
+STATUS_QUERY_SECONDS = 5
+
+
+class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
+    """Submit a Slurm batch job on a HyperPod cluster through SSM on its head node and wait for it.
+
+    Steps: DescribeInstances by tag (the head/login node with the Slurm client: exactly one
+    non-terminated instance, which must be running with its SSM agent Online); SendCommand
+    ``AWS-RunShellScript`` with ``submit_commands`` (:func:`sim2real.orchestration.slurm.submit_commands`: write the
+    batch script, then ``sbatch --parsable`` unless ``squeue -n <job_name>`` already lists a pending or
+    running job of this run, or ``sacct --name <job_name>`` one that COMPLETED, which a retried try waits
+    for or reports instead of submitting twice); the Slurm job
+    id is parsed from the output; then poll the job's state with ``sacct -X -n -P -o State,ExitCode``
+    (else ``scontrol show job -o``) through SSM, deferred
+    (:class:`~sim2real.orchestration.triggers.hyperpod.HyperPodSlurmJobTrigger`) until COMPLETED or a failure state
+    (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, BOOT_FAIL, DEADLINE).
+    ``on_kill`` (sync) and the trigger's ``on_kill`` (deferred) run ``scancel <job id>``.
+
+    Cost limit (as for the Batch training job): at each poll while the job runs, its elapsed cost is
+    ``num_nodes`` x ``usd_per_node_hour`` x the time since the job's Slurm ``Start`` (``sacct``; else
+    since the job was first seen RUNNING: time PENDING is not counted, see :func:`sim2real.orchestration.slurm.run_window`).
+    When ``cost_limit_usd``, ``usd_per_node_hour`` and ``num_nodes`` are set and the cost at the next poll
+    (``poll_interval`` + the last status query's duration + 1 s of Slurm time resolution) would be above
+    ``cost_limit_usd`` (:func:`sim2real.orchestration.budget.budget_verdict`), the job is cancelled
+    (``scancel``) and the task fails, not retried; the job's figures are pushed as XCom ``job_cost``
+    (:func:`sim2real.orchestration.slurm.job_cost_record`) for the run's actual cost. The HyperPod nodes are billed
+    from the scale-up to the scale-down; the Slurm run time is the part this task controls.
+
+    :param cluster_name: HyperPod cluster name (messages and the cluster link).
+    :param submit_host_tag_key: EC2 tag key of the head/login node.
+    :param submit_host_tag_value: EC2 tag value of the head/login node.
+    :param job_name: the Slurm ``--job-name`` (from the run key).
+    :param submit_commands: shell lines that print ``sim2real-slurm-job-id=<id> reattached=<0|1>``.
+    :param log_path: the job's ``--output`` pattern (``%j`` = job id), named in failure messages.
+    :param container_image: image URI exported to the job as ``SIM2REAL_CONTAINER_IMAGE`` (the batch
+        script uses it with pyxis when its ``USE_CONTAINER_IMAGE`` is 1); ``None``/empty: not exported.
+    :param poll_interval: seconds between job-state polls (default 30).
+    :param max_attempts: polls before failing (default: as many as fit in 90 % of the task's
+        ``execution_timeout``, 12 h when unset, counting ``poll_interval`` plus
+        :data:`STATUS_QUERY_SECONDS` per poll), so the wait ends, and the job is cancelled, before Airflow
+        would time the deferred task out without a ``scancel``.
+    :param agent_online_timeout_seconds: how long to wait for the submit host's SSM agent (seconds).
+    :param num_nodes: nodes the job is billed for (the instance group's target count, templated); None =
+        no cost figure and no cost check.
+    :param cost_limit_usd: USD the job may spend (``sim2real.orchestration.budget.training_cost_limit``); None = no cost
+        check (templated; number or numeric string).
+    :param usd_per_node_hour: on-demand USD per node-hour of the GPU group's instance type
+        (``sim2real.orchestration.budget.training_usd_per_node_hour``); None = no cost check and no ``cost_usd`` (templated).
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
+    :return: ``{"cluster_name", "job_id", "job_name", "state": "COMPLETED", "exit_code", "log_path",
+        "submit_host_instance_id", "reattached": bool, "num_nodes", "started_at", "stopped_at" (the job's
+        Slurm Start/End, epoch seconds, None when unknown), "run_seconds", "usd_per_node_hour",
+        "cost_usd" (USD, None without a price, a node count or a start)}``. XCom keys ``slurm_job_id`` and
+        ``submit_host_instance_id`` are pushed before the wait.
+    :raises ValueError: bad arguments (e.g. a non-numeric ``cost_limit_usd``, ``num_nodes`` < 1); no or
+        several instances carry the tag.
+    :raises AirflowFailException: (not retried) the job ended FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY
+        or DEADLINE, or was still running after ``max_attempts`` polls (then it is cancelled); the message names the cluster, job id, state, exit code, log path and the log's end.
+        Also when stopped at the cost limit: the message has the run time, cost, limit, nodes, price and
+        what to change.
+    :raises AirflowException: (retried) submission failed, the job ended NODE_FAIL / PREEMPTED /
+        BOOT_FAIL, or the state could not be read.
+    """
+
+    aws_hook_class = WorkstationHook
+    template_fields: Sequence[str] = aws_template_fields(
+        "cluster_name", "submit_host_tag_key", "submit_host_tag_value", "job_name", "submit_commands",
+        "log_path", "container_image", "num_nodes", "cost_limit_usd", "usd_per_node_hour",
+    )
+    template_fields_renderers = {"submit_commands": "json"}
+    operator_extra_links = (HyperPodClusterLink(),)
+
+    def __init__(
+        self,
+        *,
+        cluster_name: str,
+        submit_host_tag_key: str,
+        submit_host_tag_value: str,
+        job_name: str,
+        submit_commands: list[str],
+        log_path: str = "",
+        container_image: str | None = None,
+        poll_interval: int = 30,
+        max_attempts: int | None = None,
+        agent_online_timeout_seconds: int = 300,
+        num_nodes: int | str | None = None,
+        cost_limit_usd: float | str | None = None,
+        usd_per_node_hour: float | str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_nodes = num_nodes
+        self.cost_limit_usd = cost_limit_usd
+        self.usd_per_node_hour = usd_per_node_hour
+        self.cluster_name = cluster_name
+        self.submit_host_tag_key = submit_host_tag_key
+        self.submit_host_tag_value = submit_host_tag_value
+        self.job_name = job_name
+        self.submit_commands = submit_commands
+        self.log_path = log_path
+        self.container_image = container_image
+        self.poll_interval = poll_interval
+        self.max_attempts = max_attempts
+        self.agent_online_timeout_seconds = agent_online_timeout_seconds
+        self.deferrable = deferrable
+        self._job_id: str | None = None
+        self._instance_id: str | None = None
+
+    def _validate_cost_args(self) -> None:
+        """Rendered ``num_nodes`` / ``cost_limit_usd`` / ``usd_per_node_hour`` as numbers (or None)."""
+        self.cost_limit_usd = optional_usd("cost_limit_usd", self.cost_limit_usd)
+        self.usd_per_node_hour = optional_usd("usd_per_node_hour", self.usd_per_node_hour)
+        nodes = self.num_nodes
+        if nodes is None or (isinstance(nodes, str) and nodes.strip() in ("", "None", "null")):
+            self.num_nodes = None
+        else:
+            try:
+                self.num_nodes = int(nodes)
+            except (TypeError, ValueError):
+                raise ValueError(f"num_nodes must be an integer >= 1 (plan hyperpod.target_count), got {nodes!r}") \
+                    from None
+            if self.num_nodes < 1:
+                raise ValueError(f"num_nodes must be >= 1 (plan hyperpod.target_count), got {nodes!r}")
+        if self.cost_limit_usd is not None and (self.usd_per_node_hour is None or self.num_nodes is None):
+            self.log.warning("cost_limit_usd %.2f is set but usd_per_node_hour or num_nodes is not: the Slurm "
+                             "job's cost is not checked", self.cost_limit_usd)
+
+    def _attempts(self) -> int:
+        if self.max_attempts:
+            return int(self.max_attempts)
+        limit = self.execution_timeout.total_seconds() if self.execution_timeout else 12 * 3600
+        return max(1, int(0.9 * limit) // (max(1, int(self.poll_interval)) + STATUS_QUERY_SECONDS))
+
+    def _submit_host(self) -> str:
+        if not (self.submit_host_tag_key and self.submit_host_tag_value):
+            raise ValueError("submit_host_tag_key and submit_host_tag_value are required: the EC2 tag of the "
+                             "cluster's head/login node (environment config hyperpod.submit_host_tag_key/value)")
+        instance = self.hook.find_instance_by_tag(self.submit_host_tag_key, self.submit_host_tag_value)
+        instance_id, state = instance["InstanceId"], instance["State"]["Name"]
+        if state != "running":
+            raise AirflowException(
+                f"The Slurm submit host {instance_id} ({self.submit_host_tag_key}={self.submit_host_tag_value}) of "
+                f"HyperPod cluster {self.cluster_name} is {state}; it must be running with its SSM agent Online."
+            )
+        self.hook.wait_for_agent_online(instance_id, timeout_seconds=self.agent_online_timeout_seconds)
+        return instance_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if not self.submit_commands or isinstance(self.submit_commands, str):
+            raise ValueError("submit_commands must be a non-empty list of shell lines (plan hyperpod.submit_commands)")
+        self._validate_cost_args()
+        instance_id = self._submit_host()
+        self._instance_id = instance_id
+        context["ti"].xcom_push(key=XCOM_SUBMIT_HOST, value=instance_id)
+        commands = list(self.submit_commands)
+        if self.container_image:
+            commands.insert(0, f"export SIM2REAL_CONTAINER_IMAGE={shlex.quote(str(self.container_image))}")
+        result = self.hook.run_shell_script(
+            instance_id, commands, execution_timeout_seconds=300, poll_seconds=min(2.0, float(self.poll_interval)),
+            comment=f"sbatch {self.job_name}",
+        )
+        if result["status"] != "Success":
+            raise AirflowException(
+                f"Submitting Slurm job {self.job_name} on HyperPod cluster {self.cluster_name} through SSM on "
+                f"{instance_id} ended {result['status']} (exit code {result['response_code']}): "
+                f"{(result['stderr'] or result['stdout'])[-1500:]}"
+            )
+        job_id, reattached = slurm.parse_submit_output(result["stdout"])
+        self._job_id = job_id
+        context["ti"].xcom_push(key=XCOM_SLURM_JOB_ID, value=job_id)
+        region, partition = self.hook.conn_region_name, self.hook.conn_partition
+        HyperPodClusterLink.persist(context=context, operator=self, region_name=region, aws_partition=partition,
+                                    cluster_name=self.cluster_name)
+        self.log.info("%s Slurm job %s (%s) on HyperPod cluster %s via %s; log %s",
+                      "Reattached to" if reattached else "Submitted", job_id, self.job_name, self.cluster_name,
+                      instance_id, slurm.log_path_for(self.log_path, job_id, self.job_name))
+        base = {"cluster_name": self.cluster_name, "job_id": job_id, "job_name": self.job_name,
+                "log_path": slurm.log_path_for(self.log_path, job_id, self.job_name),
+                "submit_host_instance_id": instance_id, "reattached": reattached}
+        if self.deferrable:
+            # A job that already ended (a reattached COMPLETED one, one refused at once) is settled here.
+            ended = self._ended(context, base)
+            if ended is not None:
+                return ended
+            self.defer(
+                trigger=HyperPodSlurmJobTrigger(
+                    cluster_name=self.cluster_name,
+                    instance_id=instance_id,
+                    job_id=job_id,
+                    waiter_delay=self.poll_interval,
+                    waiter_max_attempts=self._attempts(),
+                    reattached=reattached,
+                    job_name=self.job_name,
+                    num_nodes=self.num_nodes,
+                    cost_limit_usd=self.cost_limit_usd,
+                    usd_per_node_hour=self.usd_per_node_hour,
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region_name,
+                    verify=self.verify,
+                    botocore_config=self.botocore_config,
+                ),
+                method_name="execute_complete",
+                timeout=timedelta(seconds=self.poll_interval * self._attempts() + 600),
+            )
+        return self._wait_sync(context, base)
+
+    def _ended(self, context: Context, base: dict[str, Any]) -> dict[str, Any] | None:
+        """One Slurm status query: the result of a job that already COMPLETED (raises for one that ended in a
+        failure state), None while it is pending or running (or its state is unknown yet)."""
+        result = self.hook.run_shell_script(base["submit_host_instance_id"], slurm.status_commands(base["job_id"]),
+                                            execution_timeout_seconds=120, poll_seconds=1.0)
+        if result["status"] != "Success":
+            return None
+        state, exit_code = slurm.parse_status_output(result["stdout"])
+        if state not in slurm.SLURM_SUCCESS_STATES | slurm.SLURM_FAILURE_STATES:
+            return None
+        now = time.time()
+        window = slurm.run_window(slurm.parse_status_times(result["stdout"]), None, now, ended=True)
+        self.log.info("Slurm job %s already ended %s: not deferring", base["job_id"], state)
+        if state in slurm.SLURM_SUCCESS_STATES:
+            return self._result(base, state, exit_code, self._record(base["job_id"], window))
+        self._push_job_cost(context, self._record(base["job_id"], window))
+        raise self._job_failed(base, state, exit_code)
+
+    def _record(self, job_id: str, window: tuple[float | None, float | None, float | None],
+                stopped_by_budget: bool = False) -> dict[str, Any]:
+        started_at, stopped_at, elapsed = window
+        return slurm.job_cost_record(job_id=job_id, cluster_name=self.cluster_name, started_at=started_at,
+                                     stopped_at=stopped_at, elapsed_s=elapsed, num_nodes=self.num_nodes,
+                                     usd_per_node_hour=self.usd_per_node_hour, stopped_by_budget=stopped_by_budget)
+
+    def _wait_sync(self, context: Context, base: dict[str, Any]) -> dict[str, Any]:
+        state, exit_code, unknown = "UNKNOWN", "", 0
+        first_running_at: float | None = None
+        window: tuple[float | None, float | None, float | None] = (None, None, None)
+        for attempt in range(self._attempts()):
+            if attempt:
+                time.sleep(self.poll_interval)
+            asked = time.monotonic()
+            result = self.hook.run_shell_script(base["submit_host_instance_id"], slurm.status_commands(base["job_id"]),
+                                                execution_timeout_seconds=120, poll_seconds=1.0)
+            query_s = time.monotonic() - asked
+            ok = result["status"] == "Success"
+            state, exit_code = slurm.parse_status_output(result["stdout"]) if ok else ("UNKNOWN", "")
+            now = time.time()
+            if state == "RUNNING" and first_running_at is None:
+                first_running_at = now
+            if ok:
+                window = slurm.run_window(slurm.parse_status_times(result["stdout"]), first_running_at, now,
+                                          ended=state in slurm.SLURM_SUCCESS_STATES | slurm.SLURM_FAILURE_STATES)
+            if state in slurm.SLURM_SUCCESS_STATES:
+                return self._result(base, state, exit_code, self._record(base["job_id"], window))
+            if state in slurm.SLURM_FAILURE_STATES:
+                self._push_job_cost(context, self._record(base["job_id"], window))
+                raise self._job_failed(base, state, exit_code)
+            unknown = unknown + 1 if state == "UNKNOWN" else 0
+            if unknown >= 10:
+                raise AirflowException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name}: state "
+                                       "unknown to sacct and scontrol 10 polls in a row")
+            verdict = None
+            if window[2] is not None and self.num_nodes:
+                verdict = budget_verdict(elapsed_s=window[2], instances=int(self.num_nodes),
+                                         usd_per_hour=self.usd_per_node_hour, limit_usd=self.cost_limit_usd,
+                                         # the next poll: the delay, a query as long as this one, and
+                                         # Slurm's whole-second Start
+                                         poll_interval_s=float(self.poll_interval) + query_s
+                                         + slurm.TIME_RESOLUTION_SECONDS)
+            if verdict is not None and verdict.over_budget:
+                note = self._cancel()
+                self._push_job_cost(context, self._record(
+                    base["job_id"], (window[0], (window[0] or 0.0) + verdict.elapsed_s, verdict.elapsed_s),
+                    stopped_by_budget=True))
+                raise AirflowFailException(slurm.cost_limit_message(
+                    job_id=base["job_id"], job_name=self.job_name, cluster_name=self.cluster_name, verdict=verdict,
+                    cancelled=not note, cancel_error=note.strip()))
+            self.log.info("Slurm job %s on %s: %s%s", base["job_id"], self.cluster_name, state,
+                          f" ({verdict.describe()})" if verdict else "")
+        raise AirflowFailException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name} still "
+                                   f"{state} after {self._attempts()} polls; it was cancelled." + self._cancel())
+
+    def _result(self, base: dict[str, Any], state: str, exit_code: str, record: dict[str, Any] | None) -> dict[str, Any]:
+        """The task's result: ``base``, the end state and the job's run window and cost."""
+        record = record or {}
+        if record.get("cost_usd") is not None:
+            self.log.info("Slurm job %s cost $%.2f (%s node(s) x $%.4g/h x %.0f s)", base.get("job_id"),
+                          record["cost_usd"], record["num_nodes"], record["usd_per_node_hour"], record["run_seconds"])
+        fields = ("num_nodes", "started_at", "stopped_at", "run_seconds", "usd_per_node_hour", "cost_usd")
+        return {**base, "state": state, "exit_code": exit_code,
+                **{k: record.get(k) for k in fields}, "num_nodes": record.get("num_nodes", self.num_nodes)}
+
+    def _push_job_cost(self, context: Context | None, record: dict[str, Any] | None) -> None:
+        """XCom ``job_cost`` of a job that failed the task (the task has no return value to carry it)."""
+        if not record or context is None or record.get("started_at") is None:
+            return
+        try:
+            context["ti"].xcom_push(key="job_cost", value=record)
+        except Exception as err:  # noqa: BLE001 - the failure message matters more
+            self.log.warning("Could not push the Slurm job's cost figures: %s", err)
+
+    def _log_tail(self, instance_id: str, log_path: str) -> str:
+        try:
+            result = self.hook.run_shell_script(instance_id, slurm.log_tail_commands(log_path),
+                                                execution_timeout_seconds=60, poll_seconds=1.0)
+            return result["stdout"] if result["status"] == "Success" else ""
+        except Exception as error:  # the failure message matters more than the log's end
+            self.log.warning("Could not read the end of %s: %s", log_path, error)
+            return ""
+
+    def _job_failed(self, base: dict[str, Any], state: str, exit_code: str) -> Exception:
+        tail = self._log_tail(base["submit_host_instance_id"], base["log_path"])
+        message = (
+            f"Slurm job {base['job_id']} ({base['job_name']}) on HyperPod cluster {base['cluster_name']} ended "
+            f"{state}, exit code {exit_code or 'unknown'} (exit:signal). Log: {base['log_path']} on the head "
+            f"node {base['submit_host_instance_id']}"
+            + (f"\n--- end of the job log ---\n{tail[-2000:]}" if tail else "")
+        )
+        return AirflowException(message) if state in SLURM_RETRYABLE_STATES else AirflowFailException(message)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the trigger: the job's end state (everything from the event and the task's fields)."""
+        event = validate_execute_complete_event(event)
+        job_id = event.get("job_id")
+        base = {"cluster_name": self.cluster_name, "job_id": job_id, "job_name": self.job_name,
+                "log_path": slurm.log_path_for(self.log_path, job_id, self.job_name),
+                "submit_host_instance_id": event.get("instance_id"), "reattached": bool(event.get("reattached"))}
+        self._job_id, self._instance_id = base.get("job_id"), base.get("submit_host_instance_id")
+        state, exit_code = event.get("state", "UNKNOWN"), event.get("exit_code", "")
+        if event["status"] == "success":
+            self.log.info("Slurm job %s on %s %s (exit code %s)", base.get("job_id"), self.cluster_name, state, exit_code)
+            return self._result(base, state, exit_code, event.get("job_cost"))
+        self._push_job_cost(context, event.get("job_cost"))
+        if event.get("reason") == "cost_limit":
+            raise AirflowFailException(event.get("message") or f"Slurm job {job_id} stopped at its cost limit")
+        if event["status"] == "failure":
+            raise self._job_failed(base, state, exit_code)
+        message = (f"Slurm job {base.get('job_id')} on HyperPod cluster {self.cluster_name}: {event.get('message')} "
+                   f"(last state {state}); log: {base.get('log_path')}")
+        if event["status"] == "timeout":
+            # The wait window is spent: a retry would only wait for (or pay for) the same job again.
+            raise AirflowFailException(f"{message}; it was cancelled (scancel).{self._cancel()}")
+        raise AirflowException(message)
+
+    def _cancel(self) -> str:
+        if not (self._job_id and self._instance_id):
+            return ""
+        try:
+            self.hook.run_shell_script(self._instance_id, slurm.cancel_commands(self._job_id),
+                                       execution_timeout_seconds=60, poll_seconds=1.0,
+                                       comment=f"scancel {self._job_id}")
+            return ""
+        except Exception as error:  # the failure message matters more than the cancel
+            return f" (scancel failed: {error})"
+
+    def on_kill(self) -> None:
+        """``scancel`` the job this task submitted (or reattached to)."""
+        if self._job_id and self._instance_id:
+            self.log.info("Cancelling Slurm job %s on %s (scancel via SSM on %s)", self._job_id, self.cluster_name,
+                          self._instance_id)
+            note = self._cancel()
+            if note:
+                self.log.warning("%s", note.strip())

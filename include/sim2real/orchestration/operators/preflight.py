@@ -1,0 +1,445 @@
+"""Resource preflight: every named AWS resource and shape a run needs, checked before any spend.
+
+Runs right after ``prepare_run`` and before the image build, the capacity check and the training: a
+run whose bucket name is invalid, whose job queue is disabled, whose job definition asks for more GPUs
+than the instance type has, or whose model package group does not exist is refused in seconds with
+every problem listed at once (the resource, what is wrong, what to change) instead of failing after the
+GPU fine-tune.
+
+What is checked (stages the run does not use are not checked: the HyperPod cluster only on the hyperpod
+backend, the Batch queue/definition only on the batch backend, the fine-tune's resources only with
+``run_vla_finetune``, the thing group only with ``deploy_to_edge``):
+
+=====================  ============================================================================
+resource               check (API)
+=====================  ============================================================================
+artifacts bucket       name follows the S3 general purpose bucket naming rules; reachable (``ListObjectsV2``
+                       under the run's prefix, which the role may list)
+CodeBuild project      exists (``BatchGetProjects``)
+ECR repository         exists (``DescribeRepositories``)
+Batch job queue        exists, ``state`` ENABLED, ``status`` VALID, and lists the configured compute
+                       environment (``DescribeJobQueues``)
+compute environment    exists, ENABLED and VALID (``DescribeComputeEnvironments``)
+job definition         has an ACTIVE revision (``DescribeJobDefinitions``), and its per-node
+                       ``resourceRequirements`` (GPU, VCPU, MEMORY) fit the instance type
+                       (``DescribeInstanceTypes``: :func:`job_shape_problems`)
+pipeline role          exists (IAM ``GetRole``)
+model package group    exists (``DescribeModelPackageGroup``)
+thing group            exists (IoT ``DescribeThingGroup``) with at least one Greengrass core device
+                       (``ListCoreDevices`` ``thingGroupArn``)
+HyperPod cluster       exists, is not Failed, and has the GPU instance group (``DescribeCluster``)
+=====================  ============================================================================
+
+Quota (vCPUs × nodes against the EC2 On-Demand quota) is :mod:`sim2real.orchestration.operators.quota`'s check, which
+runs after the build on the chosen backend; it applies the same :func:`job_shape_problems`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+from airflow.providers.amazon.aws.hooks.ec2 import EC2Hook
+from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
+from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
+from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from botocore.exceptions import ClientError
+
+from sim2real.orchestration.hooks.batch import BatchTrainingHook
+from sim2real.orchestration.hooks.codebuild import CodeBuildHook, EcrImageHook
+from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: S3 general purpose bucket naming rules (Amazon S3 User Guide, "General purpose bucket naming rules").
+_BUCKET_CHARS = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def bucket_name_problems(name: str) -> list[str]:
+    """Why ``name`` is not a valid S3 general purpose bucket name (empty list: valid).
+
+    Rules (Amazon S3 User Guide, "General purpose bucket naming rules"): 3-63 characters; only lower-case
+    letters, digits, dots and hyphens; begins and ends with a letter or digit; no two adjacent dots; not
+    an IPv4 address; none of the reserved prefixes ``xn--``, ``sthree-``, ``amzn-s3-demo-`` or suffixes
+    ``-s3alias``, ``--ol-s3``, ``.mrap``, ``--x-s3``, ``--table-s3``.
+    """
+    problems = []
+    if not isinstance(name, str) or not 3 <= len(name) <= 63:
+        problems.append(f"must be 3-63 characters long (has {len(name) if isinstance(name, str) else 0})")
+        if not isinstance(name, str):
+            return problems
+    if name != name.lower():
+        problems.append("must not contain upper-case letters")
+    if not _BUCKET_CHARS.match(name.lower() if name else name):
+        problems.append("may contain only lower-case letters, digits, dots and hyphens, and must begin and end "
+                        "with a letter or digit")
+    if ".." in name:
+        problems.append("must not contain two adjacent dots")
+    try:
+        ipaddress.IPv4Address(name)
+        problems.append("must not be formatted as an IP address")
+    except ValueError:
+        pass
+    problems += [f"must not start with the reserved prefix {p!r}" for p in _BUCKET_PREFIXES if name.startswith(p)]
+    problems += [f"must not end with the reserved suffix {s!r}" for s in _BUCKET_SUFFIXES if name.endswith(s)]
+    return problems
+
+
+def instance_shape(info: Mapping[str, Any]) -> dict[str, int]:
+    """``{"gpus", "vcpus", "memory_mib"}`` of an EC2 ``DescribeInstanceTypes`` entry (``GpuInfo.Gpus[].Count``,
+    ``VCpuInfo.DefaultVCpus``, ``MemoryInfo.SizeInMiB``)."""
+    return {
+        "gpus": sum(int(g.get("Count", 0)) for g in (info.get("GpuInfo") or {}).get("Gpus", [])),
+        "vcpus": int((info.get("VCpuInfo") or {}).get("DefaultVCpus") or 0),
+        "memory_mib": int((info.get("MemoryInfo") or {}).get("SizeInMiB") or 0),
+    }
+
+
+def job_node_requirements(job_definition: Mapping[str, Any]) -> list[tuple[str, dict[str, int]]]:
+    """Per-node resource requirements of a Batch job definition (``DescribeJobDefinitions`` entry).
+
+    :return: ``[(target, {"gpus", "vcpus", "memory_mib"})]``, one per ``nodeRangeProperties`` entry of a
+        multinode definition (``target`` = its ``targetNodes``) or one ``("container", ...)`` for a container
+        definition. Values come from ``resourceRequirements`` (``GPU``, ``VCPU``, ``MEMORY`` in MiB), else the
+        deprecated ``vcpus`` / ``memory`` fields; 0 where none is given.
+    """
+
+    def read(container: Mapping[str, Any]) -> dict[str, int]:
+        req = {r.get("type"): r.get("value") for r in container.get("resourceRequirements") or []}
+        return {
+            "gpus": int(float(req.get("GPU") or 0)),
+            "vcpus": int(float(req.get("VCPU") or container.get("vcpus") or 0)),
+            "memory_mib": int(float(req.get("MEMORY") or container.get("memory") or 0)),
+        }
+
+    ranges = ((job_definition.get("nodeProperties") or {}).get("nodeRangeProperties")) or []
+    if ranges:
+        return [(str(r.get("targetNodes")), read(r.get("container") or {})) for r in ranges if r.get("container")]
+    if job_definition.get("containerProperties"):
+        return [("container", read(job_definition["containerProperties"]))]
+    return []
+
+
+def job_shape_problems(job_definition: Mapping[str, Any], instance_type: str,
+                       instance_info: Mapping[str, Any]) -> list[str]:
+    """Where a job definition's per-node requirements exceed one ``instance_type`` (empty: it fits).
+
+    A Batch node (one container of a multinode job) runs on one instance: its GPUs, vCPUs and memory must
+    each be at most the instance's. Otherwise AWS Batch never places the job and it sits RUNNABLE. Memory is
+    compared with the instance's full ``SizeInMiB``; the ECS agent reserves a little of it, so a definition
+    at the very limit may still not be placed (AWS Batch User Guide, "Compute resource memory management").
+
+    :param job_definition: a ``DescribeJobDefinitions`` entry.
+    :param instance_type: the compute environment's instance type, e.g. ``g6.12xlarge``.
+    :param instance_info: its ``DescribeInstanceTypes`` entry.
+    :return: one message per requirement that does not fit, naming the definition, the nodes and the fix.
+    """
+    shape = instance_shape(instance_info)
+    name = f"{job_definition.get('jobDefinitionName')}:{job_definition.get('revision')}"
+    problems = []
+    labels = {"gpus": ("GPU", ""), "vcpus": ("VCPU", ""), "memory_mib": ("MEMORY", " MiB")}
+    for target, need in job_node_requirements(job_definition):
+        for key, (label, unit) in labels.items():
+            if need[key] > shape[key]:
+                problems.append(
+                    f"Batch job definition {name} asks for {label} {need[key]}{unit} per node (nodes {target}) but "
+                    f"{instance_type} has {shape[key]}{unit}: AWS Batch would never place the job (it stays "
+                    f"RUNNABLE). Use an instance type with at least {need[key]}{unit} {label} per instance in the "
+                    f"compute environment and batch.instance_type, or register a revision that asks for at most "
+                    f"{shape[key]}{unit}")
+    return problems
+
+
+def _code(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+_ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException",
+                  "Forbidden", "403"}
+_NOT_FOUND = {"ResourceNotFound", "ResourceNotFoundException", "NotFound", "NoSuchEntity", "404"}
+_THROTTLED = {"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
+              "SlowDown"}
+
+
+def client_error_problem(resource: str, action: str, err: ClientError, change: str) -> str:
+    """One preflight problem for an AWS error answered while checking ``resource``.
+
+    :param resource: what was checked, e.g. ``"IoT thing group 'robots-canary'"``.
+    :param action: the IAM action of the call that failed, e.g. ``"iot:DescribeThingGroup"``.
+    :param err: the botocore ``ClientError``.
+    :param change: the setting that names ``resource`` (form field / environment config key).
+    :return: ``"<resource>: <action> failed (<code>: <message>). <what to do>"``; an access denial says the
+        Airflow role lacks ``action``, a missing resource says to create it or change ``change``.
+    """
+    code = _code(err) or "error"
+    message = err.response.get("Error", {}).get("Message") or str(err)
+    if code in _ACCESS_DENIED:
+        todo = (f"The Airflow role lacks {action} on it: grant {action} to the MWAA execution role (infra/), "
+                f"or set {change} to a resource the role may use")
+    elif code in _NOT_FOUND:
+        todo = f"It does not exist in this account and region: create it or set {change}"
+    elif code in _THROTTLED:
+        todo = "AWS throttled the check: trigger the run again"
+    else:
+        todo = f"Check {change}"
+    return f"{resource}: {action} failed ({code}: {message}). {todo}"
+
+
+class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
+    """Check every AWS resource a run names, and the job definition's shape, before any spend.
+
+    Read-only: every call is a Describe/Get/List/Head (see the module docstring for the table). All problems
+    are collected and reported together, each naming the resource, what is wrong and what to change. An AWS
+    error answered by a check (``ClientError``: access denied, not found, throttled...) is such a problem too,
+    with its error code and the IAM action the call needs (:func:`client_error_problem`); any other exception
+    is raised.
+
+    :param plan: the run's plan (``prepare_run``'s ``plan`` XCom, :func:`sim2real.orchestration.stages.plan_run`) (templated).
+    :return: ``{"ok": True, "checked": [str], "instance_shape": {...} | None}`` (what was checked).
+    :raises AirflowFailException: (no retry) listing every problem found.
+    """
+
+    aws_hook_class = AwsBaseHook
+    ui_color = "#f3e5ab"
+    template_fields: Sequence[str] = aws_template_fields("plan")
+    template_fields_renderers = {"plan": "json"}
+
+    def __init__(self, *, plan: Mapping[str, Any] | str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def _hooks(self, hook_class, **extra):
+        """A hook of ``hook_class`` with this operator's connection, region, verify and botocore config."""
+        return hook_class(**self._hook_parameters, **extra)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        plan = self.plan
+        if not isinstance(plan, Mapping):
+            raise TypeError(f"plan must be the prepare_run plan (a mapping), got {type(plan).__name__}")
+        problems: list[str] = []
+        checked: list[str] = []
+        self._check_bucket(plan, problems, checked)
+        self._check_image_build(plan, problems, checked)
+        shape = None
+        if plan.get("backend", "batch") == "batch":
+            shape = self._check_batch(plan, problems, checked)
+        else:
+            self._check_hyperpod(plan, problems, checked)
+        if (plan.get("vla") or {}).get("enabled"):
+            self._check_vla(plan, problems, checked)
+        if (plan.get("deploy") or {}).get("enabled"):
+            self._check_thing_group(plan, problems, checked)
+        self.log.info("Resource preflight checked: %s", "; ".join(checked))
+        if problems:
+            raise AirflowFailException(
+                f"Resource preflight refused the run ({len(problems)} problem(s); nothing was started): "
+                + " | ".join(problems))
+        return {"ok": True, "checked": checked, "instance_shape": shape}
+
+    # -- checks ---------------------------------------------------------------------------------------
+    def _check_bucket(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+        bucket = plan["bucket"]
+        checked.append(f"bucket {bucket}")
+        invalid = bucket_name_problems(bucket)
+        if invalid:
+            problems.append(f"artifacts bucket name {bucket!r} is not a valid S3 bucket name: " + "; ".join(invalid)
+                            + ". Set artifacts_bucket in the environment config to the bucket infra/ created")
+            return
+        s3 = self._hooks(S3Hook).get_conn()
+        try:  # not HeadBucket: the role may list the bucket only under its prefixes (s3:prefix condition)
+            s3.list_objects_v2(Bucket=bucket, Prefix=str(plan.get("run_prefix") or "runs/"), MaxKeys=1)
+        except ClientError as err:
+            code = _code(err)
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                problems.append(f"artifacts bucket {bucket!r} does not exist. Set artifacts_bucket in the "
+                                "environment config to the bucket infra/ created")
+            elif code in ("403", "AccessDenied", "Forbidden"):
+                problems.append(f"artifacts bucket {bucket!r} is not reachable with the Airflow role (ListObjectsV2: "
+                                "403 Access Denied). Grant s3:ListBucket on its runs/ prefix to the MWAA execution "
+                                "role, or check that the bucket is in this account")
+            else:
+                problems.append(client_error_problem(f"artifacts bucket {bucket!r}", "s3:ListBucket", err,
+                                                     "artifacts_bucket in the environment config"))
+
+    def _check_image_build(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+        image = plan["image"]
+        project, repo = image["project_name"], image["repository_name"]
+        checked += [f"CodeBuild project {project}", f"ECR repository {repo}"]
+        try:
+            self._hooks(CodeBuildHook).get_project(project)
+        except LookupError:
+            problems.append(f"CodeBuild project {project!r} does not exist. Set image_build.codebuild_project in "
+                            "the environment config (infra/ creates <prefix>-training-image)")
+        except ClientError as err:
+            problems.append(client_error_problem(f"CodeBuild project {project!r}", "codebuild:BatchGetProjects", err,
+                                                 "image_build.codebuild_project in the environment config"))
+        ecr = self._hooks(EcrImageHook).conn
+        try:
+            ecr.describe_repositories(repositoryNames=[repo])
+        except ecr.exceptions.RepositoryNotFoundException:
+            problems.append(f"ECR repository {repo!r} does not exist. Set image_build.ecr_repository in the "
+                            "environment config")
+        except ClientError as err:
+            problems.append(client_error_problem(f"ECR repository {repo!r}", "ecr:DescribeRepositories", err,
+                                                 "image_build.ecr_repository in the environment config"))
+
+    def _check_batch(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> dict | None:
+        b = plan["batch"]
+        queue_name, ce_name, jd_name, itype = b["job_queue"], b["compute_environment"], b["job_definition"], \
+            b["instance_type"]
+        checked += [f"job queue {queue_name}", f"compute environment {ce_name}", f"job definition {jd_name}",
+                    f"instance type {itype}"]
+        hook = self._hooks(BatchTrainingHook)
+        batch = hook.client
+        try:
+            queues = batch.describe_job_queues(jobQueues=[queue_name]).get("jobQueues") or []
+        except ClientError as err:
+            problems.append(client_error_problem(f"Batch job queue {queue_name!r}", "batch:DescribeJobQueues", err,
+                                                 "batch.job_queue in the environment config"))
+            queues = None
+        if queues == []:
+            problems.append(f"Batch job queue {queue_name!r} does not exist. Set batch.job_queue in the environment "
+                            "config")
+        elif queues:
+            q = queues[0]
+            if q.get("state") != "ENABLED" or q.get("status") != "VALID":
+                problems.append(
+                    f"Batch job queue {queue_name!r} is state={q.get('state')} status={q.get('status')} "
+                    f"(reason: {q.get('statusReason')}); it must be ENABLED and VALID "
+                    f"(aws batch update-job-queue --job-queue {queue_name} --state ENABLED)")
+            order = [o.get("computeEnvironment", "") for o in q.get("computeEnvironmentOrder") or []]
+            if order and not any(ce == ce_name or ce.endswith(f"/{ce_name}") for ce in order):
+                problems.append(f"Batch job queue {queue_name!r} does not use compute environment {ce_name!r} "
+                                f"(it uses {order}). Set batch.compute_environment to the queue's environment")
+        try:
+            ces = batch.describe_compute_environments(computeEnvironments=[ce_name]).get("computeEnvironments") or []
+        except ClientError as err:
+            problems.append(client_error_problem(
+                f"Batch compute environment {ce_name!r}", "batch:DescribeComputeEnvironments", err,
+                "batch.compute_environment in the environment config"))
+            ces = None
+        if ces == []:
+            problems.append(f"Batch compute environment {ce_name!r} does not exist. Set batch.compute_environment "
+                            "in the environment config")
+        elif ces:
+            ce = ces[0]
+            if ce.get("state") != "ENABLED" or ce.get("status") != "VALID":
+                problems.append(
+                    f"Batch compute environment {ce_name!r} is state={ce.get('state')} status={ce.get('status')} "
+                    f"(reason: {ce.get('statusReason')}); it must be ENABLED and VALID "
+                    f"(aws batch update-compute-environment --compute-environment {ce_name} --state ENABLED)")
+            allowed = (ce.get("computeResources") or {}).get("instanceTypes") or []
+            if allowed and itype not in allowed and itype.split(".")[0] not in allowed and "optimal" not in allowed:
+                problems.append(f"Batch compute environment {ce_name!r} launches {allowed}, not batch.instance_type "
+                                f"{itype!r}. Make them agree (the instance type drives the preflight and the cost)")
+        latest = None
+        try:
+            latest = hook.latest_active_job_definition(jd_name)
+        except ClientError as err:
+            problems.append(client_error_problem(f"Batch job definition {jd_name!r}", "batch:DescribeJobDefinitions",
+                                                 err, "batch.job_definition in the environment config"))
+        except AirflowException:  # no ACTIVE revision
+            problems.append(f"Batch job definition {jd_name!r} has no ACTIVE revision. Set batch.job_definition in "
+                            "the environment config (infra/ registers <prefix>-train)")
+        ec2 = self._hooks(EC2Hook, api_type="client_type").conn
+        try:
+            types = ec2.describe_instance_types(InstanceTypes=[itype]).get("InstanceTypes") or []
+        except ClientError as err:
+            if _code(err) not in ("InvalidInstanceType", "InvalidParameterValue"):
+                problems.append(client_error_problem(f"EC2 instance type {itype!r}", "ec2:DescribeInstanceTypes",
+                                                     err, "batch.instance_type in the environment config"))
+                return None
+            types = []
+        if not types:
+            problems.append(f"EC2 does not know instance type {itype!r} in this region. Set batch.instance_type "
+                            "to the compute environment's instance type")
+            return None
+        if latest is not None:
+            problems += job_shape_problems(latest, itype, types[0])
+        return instance_shape(types[0])
+
+    def _check_hyperpod(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+        hp = plan["hyperpod"]
+        cluster, group = hp["cluster_name"], hp["instance_group_name"]
+        checked.append(f"HyperPod cluster {cluster} group {group}")
+        sm = self._hooks(SageMakerHook).conn
+        try:
+            desc = sm.describe_cluster(ClusterName=cluster)
+        except ClientError as err:
+            if _code(err) not in ("ResourceNotFound", "ValidationException"):
+                problems.append(client_error_problem(
+                    f"SageMaker HyperPod cluster {cluster!r}", "sagemaker:DescribeCluster", err,
+                    "hyperpod_cluster_name in the form or hyperpod.cluster_name in the environment config"))
+                return
+            problems.append(f"SageMaker HyperPod cluster {cluster!r} does not exist ({_code(err)}). Set "
+                            "hyperpod_cluster_name in the form or hyperpod.cluster_name in the environment config")
+            return
+        if desc.get("ClusterStatus") == "Failed":
+            problems.append(f"SageMaker HyperPod cluster {cluster!r} is Failed ({desc.get('FailureMessage')}); "
+                            "recreate it or pick another cluster")
+        groups = sorted(g["InstanceGroupName"] for g in desc.get("InstanceGroups", []))
+        if group not in groups:
+            problems.append(f"SageMaker HyperPod cluster {cluster!r} has no instance group {group!r} (groups: "
+                            f"{groups}). Set hyperpod.gpu_instance_group in the environment config")
+
+    def _check_vla(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+        vla = plan["vla"]
+        role_arn, group = vla["role_arn"], vla["model_package_group"]
+        checked += [f"pipeline role {role_arn}", f"model package group {group}"]
+        iam = self._hooks(AwsBaseHook, client_type="iam").conn
+        role_name = str(role_arn).rsplit("/", 1)[-1]
+        try:
+            iam.get_role(RoleName=role_name)
+        except iam.exceptions.NoSuchEntityException:
+            problems.append(f"SageMaker pipeline role {role_arn!r} does not exist. Set sagemaker.pipeline_role_arn "
+                            "in the environment config (infra/ creates <prefix>-pipeline)")
+        except ClientError as err:
+            problems.append(client_error_problem(f"SageMaker pipeline role {role_arn!r}", "iam:GetRole", err,
+                                                 "sagemaker.pipeline_role_arn in the environment config"))
+        sm = self._hooks(SageMakerHook).conn
+        try:
+            sm.describe_model_package_group(ModelPackageGroupName=group)
+        except ClientError as err:
+            if _code(err) not in ("ValidationException", "ResourceNotFound"):
+                problems.append(client_error_problem(
+                    f"SageMaker model package group {group!r}", "sagemaker:DescribeModelPackageGroup", err,
+                    "sagemaker.model_package_group in the environment config"))
+                return
+            problems.append(f"SageMaker model package group {group!r} does not exist: the pipeline's RegisterModel "
+                            "step would fail after the whole fine-tune. Create it (aws sagemaker "
+                            f"create-model-package-group --model-package-group-name {group}) or set "
+                            "sagemaker.model_package_group in the environment config")
+
+    def _check_thing_group(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+        group = plan["deploy"]["thing_group_name"]
+        change = "thing_group_name in the form or greengrass.thing_group_name in the environment config"
+        checked.append(f"thing group {group}")
+        gg = self._hooks(GreengrassV2Hook)
+        try:
+            arn = gg.thing_group_arn(group)
+        except ValueError:
+            problems.append(f"IoT thing group {group!r} does not exist. Set thing_group_name in the form or "
+                            "greengrass.thing_group_name in the environment config")
+            return
+        except ClientError as err:
+            problems.append(client_error_problem(f"IoT thing group {group!r}", "iot:DescribeThingGroup", err, change))
+            return
+        try:
+            devices = gg.list_core_device_names(arn)
+        except ClientError as err:
+            problems.append(client_error_problem(f"Greengrass core devices of IoT thing group {group!r}",
+                                                 "greengrass:ListCoreDevices", err, change))
+            return
+        if not devices:
+            problems.append(f"IoT thing group {group!r} has no Greengrass core device: nothing would receive the "
+                            "deployment. Add the robots' core devices to the group (aws iot "
+                            f"add-thing-to-thing-group --thing-group-name {group} --thing-name <robot>) or pick "
+                            "another group")

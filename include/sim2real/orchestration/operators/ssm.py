@@ -1,0 +1,437 @@
+"""Run a shell command on the evaluation workstation (found by tag) with SSM Run Command.
+
+Extends the provider's ``SsmRunCommandOperator`` and fixes its gaps (see the class docstring).
+Sources: AWS Systems Manager API Reference (SendCommand, GetCommandInvocation, CancelCommand,
+DescribeInstanceInformation), ``AWS-RunShellScript`` document parameters (``commands``,
+``executionTimeout``, default 3600 s), Amazon EC2 API Reference (DescribeInstances,
+StartInstances, StopInstances).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
+from airflow.providers.amazon.aws.operators.ssm import SsmRunCommandOperator
+from airflow.providers.amazon.aws.utils import validate_execute_complete_event
+from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from sim2real.orchestration.hooks.workstation import (
+    SSM_FAILURE_STATES,
+    SSM_INLINE_OUTPUT_LIMIT,
+    SSM_SUCCESS_STATES,
+    WorkstationHook,
+    ssm_output_key,
+)
+from sim2real.orchestration.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
+from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: XCom keys pushed before waiting, so teardown and retries can find what this try did.
+XCOM_STARTED_INSTANCE = "started_instance"
+XCOM_INSTANCE_ID = "instance_id"
+#: Tag put on a workstation this run started (value: the run key), so a retried try and the stop
+#: teardown still know who started it (a retry's XComs start empty).
+STARTED_BY_TAG = "sim2real:started-by-run"
+
+
+def _context_run_key(context: Any) -> str | None:
+    """The run key of the running DAG run, or None outside one (unit tests with a bare context)."""
+    from sim2real.contract.run_key import make_run_key
+
+    try:
+        dag_id = context["dag"].dag_id
+        run_id = context["run_id"]
+    except (KeyError, AttributeError, TypeError):
+        return None
+    return make_run_key(dag_id, run_id) if dag_id and run_id else None
+
+
+def _tag_value(instance: dict[str, Any], key: str) -> str | None:
+    return next((t.get("Value") for t in instance.get("Tags") or [] if t.get("Key") == key), None)
+XCOM_COMMAND_ID = "command_id"
+
+
+class WorkstationCommandOperator(SsmRunCommandOperator):
+    """Run ``commands`` with ``AWS-RunShellScript`` on the one EC2 instance tagged ``key=value``.
+
+    Steps: DescribeInstances by tag (exactly one non-terminated instance, else ``ValueError``);
+    if it is stopped and ``start_if_stopped``, StartInstances, wait ``instance_running`` and SSM
+    agent ``Online`` (a stopped instance with ``start_if_stopped=False`` → ``AirflowException``);
+    SendCommand to that instance id with ``executionTimeout`` and S3 output; wait per instance
+    (deferrable: :class:`~sim2real.orchestration.triggers.ssm.WorkstationCommandTrigger`); read the full
+    stdout from S3.
+
+    Gaps of the provider operator fixed here: tag targets are resolved to instance ids first, so
+    the wait never skips them; stdout is read from S3, not the 24,000-character
+    ``StandardOutputContent``; ``executionTimeout`` is always set (the document default is one
+    hour); Failed, Cancelled, TimedOut and Cancelling are failures in both modes; ``on_kill``
+    (sync) and the trigger's ``on_kill`` (deferred) call CancelCommand.
+
+    :param workstation_tag_key: EC2 tag key selecting the workstation.
+    :param workstation_tag_value: EC2 tag value selecting the workstation.
+    :param commands: shell lines, run in order by ``AWS-RunShellScript`` (templated).
+    :param execution_timeout_seconds: ``executionTimeout`` of the document, seconds (1..172800).
+    :param output_s3_bucket: bucket Run Command writes stdout/stderr to.
+    :param output_s3_key_prefix: key prefix of the output (``.../<command-id>/<instance-id>/...``).
+    :param start_if_stopped: start a stopped workstation (then ``started_instance`` is True).
+    :param waiter_delay: seconds between status polls (default 15).
+    :param waiter_max_attempts: polls before failing; default covers the execution timeout + 10 min.
+    :param instance_ready_timeout_seconds: how long to wait for running + agent Online (seconds).
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
+
+    :return: ``{"command_id", "instance_id", "status": "Success", "response_code": int,
+        "stdout": str (full), "stdout_s3_uri": "s3://...", "started_instance": bool}``.
+        XCom keys ``started_instance``, ``instance_id`` and ``command_id`` are pushed before the wait.
+    :raises ValueError: bad arguments; no/several instances carry the tag.
+    :raises AirflowException: the command ended Failed/Cancelled/TimedOut/Cancelling (message:
+        instance, status, exit code, the end of stderr) or the wait timed out.
+    """
+
+    aws_hook_class = WorkstationHook
+    template_fields: Sequence[str] = aws_template_fields(
+        "workstation_tag_key",
+        "workstation_tag_value",
+        "commands",
+        "execution_timeout_seconds",
+        "output_s3_bucket",
+        "output_s3_key_prefix",
+    )
+    template_fields_renderers = {"commands": "json"}
+    operator_extra_links = (SsmRunCommandLink(), WorkstationInstanceLink())
+
+    def __init__(
+        self,
+        *,
+        workstation_tag_key: str,
+        workstation_tag_value: str,
+        commands: list[str],
+        execution_timeout_seconds: int,
+        output_s3_bucket: str,
+        output_s3_key_prefix: str,
+        start_if_stopped: bool = True,
+        waiter_delay: int = 15,
+        waiter_max_attempts: int | None = None,
+        instance_ready_timeout_seconds: int = 600,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        **kwargs,
+    ):
+        super().__init__(
+            document_name="AWS-RunShellScript",
+            run_command_kwargs=None,
+            wait_for_completion=True,
+            waiter_delay=waiter_delay,
+            waiter_max_attempts=waiter_max_attempts or 1,
+            fail_on_nonzero_exit=True,
+            deferrable=deferrable,
+            **kwargs,
+        )
+        self.workstation_tag_key = workstation_tag_key
+        self.workstation_tag_value = workstation_tag_value
+        self.commands = commands
+        self.execution_timeout_seconds = execution_timeout_seconds
+        self.output_s3_bucket = output_s3_bucket
+        self.output_s3_key_prefix = output_s3_key_prefix
+        self.start_if_stopped = start_if_stopped
+        self._waiter_max_attempts_arg = waiter_max_attempts
+        self.instance_ready_timeout_seconds = instance_ready_timeout_seconds
+        self._command_id: str | None = None
+        self._instance_id: str | None = None
+
+    # -- validation ---------------------------------------------------------------------------
+    def _validate(self) -> int:
+        if not self.commands or isinstance(self.commands, str):
+            raise ValueError("commands must be a non-empty list of shell lines")
+        if not all(isinstance(c, str) and c for c in self.commands):
+            raise ValueError(f"every command must be a non-empty string, got {self.commands!r}")
+        try:
+            timeout = int(self.execution_timeout_seconds)
+        except (TypeError, ValueError):
+            raise ValueError(f"execution_timeout_seconds must be an integer, got {self.execution_timeout_seconds!r}")
+        if not 1 <= timeout <= 172_800:
+            raise ValueError(f"execution_timeout_seconds must be 1..172800 (AWS-RunShellScript), got {timeout}")
+        if not self.output_s3_bucket:
+            raise ValueError("output_s3_bucket is required: the full stdout is read from S3")
+        if self._waiter_max_attempts_arg is None:
+            self.waiter_max_attempts = max(1, (timeout + 600) // max(1, self.waiter_delay) + 1)
+        return timeout
+
+    # -- instance -----------------------------------------------------------------------------
+    def _ensure_running(self, context: Context) -> tuple[str, bool]:
+        instance = self.hook.find_instance_by_tag(self.workstation_tag_key, self.workstation_tag_value)
+        instance_id, state = instance["InstanceId"], instance["State"]["Name"]
+        self.log.info("Workstation %s=%s is %s (%s)", self.workstation_tag_key, self.workstation_tag_value, instance_id, state)
+        run_key = _context_run_key(context)
+        # A retried try finds the instance an earlier try of this run started (tagged below).
+        started = run_key is not None and _tag_value(instance, STARTED_BY_TAG) == run_key
+        if started:
+            self.log.info("Workstation %s was started by an earlier try of this run (%s)", instance_id, run_key)
+        if state in ("stopped", "stopping"):
+            if not self.start_if_stopped:
+                raise AirflowException(
+                    f"Workstation {instance_id} is {state} and start_if_stopped=False. Start it "
+                    f"(aws ec2 start-instances --instance-ids {instance_id}) or set start_if_stopped=True."
+                )
+            if state == "stopping":
+                self.hook.wait_for_instance_state(instance_id, "stopped")
+            if run_key:
+                self.hook.ec2.create_tags(Resources=[instance_id], Tags=[{"Key": STARTED_BY_TAG, "Value": run_key}])
+            self.hook.ec2.start_instances(InstanceIds=[instance_id])
+            started = True
+            # Pushed now so the teardown stops it even if everything below fails.
+            context["ti"].xcom_push(key=XCOM_STARTED_INSTANCE, value=True)
+            self.log.info("Started workstation %s", instance_id)
+        if state != "running":
+            self.hook.wait_for_instance_state(instance_id, "running")
+        self.hook.wait_for_agent_online(instance_id, timeout_seconds=self.instance_ready_timeout_seconds)
+        return instance_id, started
+
+    # -- execute ------------------------------------------------------------------------------
+    def execute(self, context: Context) -> dict[str, Any]:
+        timeout = self._validate()
+        instance_id, started = self._ensure_running(context)
+        self._instance_id = instance_id
+        context["ti"].xcom_push(key=XCOM_STARTED_INSTANCE, value=started)
+        context["ti"].xcom_push(key=XCOM_INSTANCE_ID, value=instance_id)
+
+        response = self.hook.conn.send_command(
+            DocumentName=self.document_name,
+            InstanceIds=[instance_id],
+            Parameters={"commands": list(self.commands), "executionTimeout": [str(timeout)]},
+            OutputS3BucketName=self.output_s3_bucket,
+            OutputS3KeyPrefix=self.output_s3_key_prefix.strip("/"),
+            Comment=f"{context['ti'].dag_id}.{context['ti'].task_id}"[:100],
+        )
+        command_id = response["Command"]["CommandId"]
+        self._command_id = command_id
+        context["ti"].xcom_push(key=XCOM_COMMAND_ID, value=command_id)
+        region, partition = self.hook.conn_region_name, self.hook.conn_partition
+        SsmRunCommandLink.persist(
+            context=context, operator=self, region_name=region, aws_partition=partition, command_id=command_id
+        )
+        WorkstationInstanceLink.persist(
+            context=context, operator=self, region_name=region, aws_partition=partition, instance_id=instance_id
+        )
+        self.log.info("Sent SSM command %s to %s (executionTimeout %s s)", command_id, instance_id, timeout)
+
+        if self.deferrable and self._over(command_id, instance_id):  # already over: no trigger to race
+            self.log.info("SSM command %s is already over: not deferring", command_id)
+            return self._result(command_id, instance_id, started)
+        if self.deferrable:
+            self.defer(
+                trigger=WorkstationCommandTrigger(
+                    command_id=command_id,
+                    instance_ids=[instance_id],
+                    waiter_delay=self.waiter_delay,
+                    waiter_max_attempts=self.waiter_max_attempts,
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region_name,
+                    verify=self.verify,
+                    botocore_config=self.botocore_config,
+                ),
+                method_name="execute_complete",
+                kwargs={"started_instance": started},
+                timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
+            )
+        self._wait_sync(command_id, instance_id)
+        return self._result(command_id, instance_id, started)
+
+    def _over(self, command_id: str, instance_id: str) -> bool:
+        """Whether the command's invocation on the instance already reached a terminal status (one
+        ``GetCommandInvocation``; an invocation SSM does not list yet is not over)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            status = self.hook.get_command_invocation(command_id, instance_id).get("Status", "")
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "InvocationDoesNotExist":
+                return False
+            raise
+        return status in SSM_SUCCESS_STATES or status in SSM_FAILURE_STATES
+
+    def _wait_sync(self, command_id: str, instance_id: str) -> None:
+        import time
+
+        from botocore.exceptions import ClientError
+
+        for attempt in range(self.waiter_max_attempts):
+            if attempt:
+                time.sleep(self.waiter_delay)
+            try:
+                inv = self.hook.get_command_invocation(command_id, instance_id)
+            except ClientError as error:
+                if error.response["Error"]["Code"] == "InvocationDoesNotExist":
+                    continue
+                raise
+            status = inv.get("Status", "")
+            if status in SSM_SUCCESS_STATES:
+                return
+            if status in SSM_FAILURE_STATES:
+                raise AirflowFailException(self._failure_message(command_id, instance_id, status, inv.get("ResponseCode", -1)))
+            self.log.info("SSM command %s on %s is %s", command_id, instance_id, status)
+        raise AirflowException(
+            f"SSM command {command_id} on {instance_id} not finished after "
+            f"{self.waiter_max_attempts} polls {self.waiter_delay} s apart; it was cancelled."
+            + self._cancel(command_id, instance_id)
+        )
+
+    def _cancel(self, command_id: str, instance_id: str) -> str:
+        try:
+            self.hook.cancel_command(command_id, [instance_id])
+            return ""
+        except Exception as error:  # the failure message matters more than the cancel
+            return f" (CancelCommand failed: {error})"
+
+    # A command that ended Failed / TimedOut / Cancelled is a verdict on this evaluation (the evaluator
+    # exits non-zero only when it could not evaluate, e.g. a sha256 mismatch): raised as
+    # AirflowFailException, not retried. Errors reaching SSM stay AirflowException (retried).
+    def _failure_message(self, command_id: str, instance_id: str, status: str, exit_code: Any) -> str:
+        stderr = None
+        try:
+            stderr = self.hook.read_output(self.output_s3_bucket, self.output_s3_key_prefix, command_id, instance_id, "stderr")
+        except Exception as error:
+            self.log.warning("Could not read stderr of %s from S3: %s", command_id, error)
+        tail = f"\n--- end of stderr ---\n{stderr[-2000:]}" if stderr else ""
+        hint = {
+            "TimedOut": (
+                f"it ran longer than executionTimeout={self.execution_timeout_seconds} s; "
+                "raise execution_timeout_seconds"
+            ),
+            "Cancelled": "it was cancelled (console, CLI or a killed task)",
+            "Cancelling": "it is being cancelled",
+        }.get(status, "the command exited non-zero; see stderr")
+        return (
+            f"SSM command {command_id} on workstation {instance_id} ended {status} (exit code {exit_code}): {hint}. "
+            f"Output: s3://{self.output_s3_bucket}/{ssm_output_key(self.output_s3_key_prefix, command_id, instance_id, '')}{tail}"
+        )
+
+    def _result(self, command_id: str, instance_id: str, started: bool) -> dict[str, Any]:
+        inv = self.hook.get_command_invocation(command_id, instance_id)
+        status = inv.get("Status", "")
+        if status not in SSM_SUCCESS_STATES:
+            raise AirflowFailException(self._failure_message(command_id, instance_id, status, inv.get("ResponseCode", -1)))
+        key = ssm_output_key(self.output_s3_key_prefix, command_id, instance_id, "stdout")
+        stdout = self.hook.read_output(self.output_s3_bucket, self.output_s3_key_prefix, command_id, instance_id)
+        if stdout is None:
+            inline = inv.get("StandardOutputContent", "") or ""
+            if len(inline) >= SSM_INLINE_OUTPUT_LIMIT:
+                raise AirflowException(
+                    f"stdout of SSM command {command_id} is truncated at {SSM_INLINE_OUTPUT_LIMIT} characters and "
+                    f"s3://{self.output_s3_bucket}/{key} is missing; check the instance profile can write to the bucket."
+                )
+            self.log.warning("No stdout object at s3://%s/%s; using the inline output (%d chars)", self.output_s3_bucket, key, len(inline))
+            stdout = inline
+        return {
+            "command_id": command_id,
+            "instance_id": instance_id,
+            "status": status,
+            "response_code": inv.get("ResponseCode"),
+            "stdout": stdout,
+            "stdout_s3_uri": f"s3://{self.output_s3_bucket}/{key}",
+            "started_instance": started,
+        }
+
+    def execute_complete(  # type: ignore[override]
+        self, context: Context, event: dict[str, Any] | None = None, started_instance: bool = False
+    ) -> dict[str, Any]:
+        """Resume after the trigger: raise on failure/timeout, else read the result."""
+        event = validate_execute_complete_event(event)
+        command_id = event["command_id"]
+        if event["status"] == "failed":
+            status, code = event.get("command_status", "Failed"), event.get("exit_code", -1)
+            raise AirflowFailException(self._failure_message(command_id, event["instance_id"], status, code))
+        if event["status"] == "success":
+            instance_id = event.get("instance_ids", [None])[0]
+        else:
+            instance_id = next(iter(event.get("pending", {})), None)
+        if event["status"] != "success":
+            raise AirflowException(
+                f"SSM command {command_id} did not finish: {event.get('message')}; it was cancelled."
+                + (self._cancel(command_id, instance_id) if instance_id else "")
+            )
+        return self._result(command_id, instance_id, bool(started_instance))
+
+    def on_kill(self) -> None:
+        """CancelCommand for the command this (synchronous) try sent."""
+        if self._command_id:
+            self.log.info("Cancelling SSM command %s", self._command_id)
+            self.hook.cancel_command(self._command_id, [self._instance_id] if self._instance_id else None)
+
+
+class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
+    """Stop the workstation only if this DAG run started it (run it with ``trigger_rule="all_done"``).
+
+    ``started`` decides; when it is ``None`` the operator reads the XCom keys
+    ``started_instance`` and ``instance_id`` pushed by ``command_task_id`` (a
+    :class:`WorkstationCommandOperator`). A string ``"True"``/``"False"`` (rendered template) is
+    accepted. When the XCom says no (a retried try), the instance tag ``sim2real:started-by-run``
+    equal to this run's key still says yes.
+
+    :param instance_id: the instance to stop; default: the XCom ``instance_id`` of ``command_task_id``.
+    :param started: whether this run started it; default: the XCom ``started_instance``.
+    :param command_task_id: task id of the command operator to read XComs from.
+    :param wait_for_stopped: wait for ``instance_stopped`` (botocore EC2 waiter).
+    :return: ``{"instance_id": str | None, "stopped": bool, "reason": str}``.
+    :raises ValueError: ``started`` is true but no instance id is known.
+    """
+
+    aws_hook_class = WorkstationHook
+    template_fields: Sequence[str] = aws_template_fields("instance_id", "started", "command_task_id")
+
+    def __init__(
+        self,
+        *,
+        instance_id: str | None = None,
+        started: bool | str | None = None,
+        command_task_id: str | None = None,
+        wait_for_stopped: bool = True,
+        waiter_delay: int = 15,
+        waiter_max_attempts: int = 40,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.instance_id = instance_id
+        self.started = started
+        self.command_task_id = command_task_id
+        self.wait_for_stopped = wait_for_stopped
+        self.waiter_delay = waiter_delay
+        self.waiter_max_attempts = waiter_max_attempts
+
+    @staticmethod
+    def _as_bool(value: Any) -> bool:
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "1", "yes")
+        return bool(value)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        started, instance_id = self.started, self.instance_id
+        if self.command_task_id:
+            ti = context["ti"]
+            if started is None:
+                started = ti.xcom_pull(task_ids=self.command_task_id, key=XCOM_STARTED_INSTANCE)
+            if not instance_id:
+                instance_id = ti.xcom_pull(task_ids=self.command_task_id, key=XCOM_INSTANCE_ID)
+        run_key = _context_run_key(context)
+        if not self._as_bool(started) and instance_id and run_key:
+            # The XCom is per try; the instance tag survives retries of the command task.
+            found = self.hook.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+            tags = found[0]["Instances"][0] if found and found[0].get("Instances") else {}
+            if _tag_value(tags, STARTED_BY_TAG) == run_key:
+                started = True
+        if not self._as_bool(started):
+            reason = "this run did not start the workstation" if started is not None else "no record that this run started it"
+            self.log.info("Not stopping workstation %s: %s", instance_id, reason)
+            return {"instance_id": instance_id, "stopped": False, "reason": reason}
+        if not instance_id:
+            raise ValueError("started=True but no instance_id (pass instance_id or command_task_id)")
+        self.hook.ec2.stop_instances(InstanceIds=[instance_id])
+        if run_key:
+            self.hook.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": STARTED_BY_TAG}])
+        self.log.info("Stopping workstation %s (started by this run)", instance_id)
+        if self.wait_for_stopped:
+            self.hook.wait_for_instance_state(instance_id, "stopped", self.waiter_delay, self.waiter_max_attempts)
+        return {"instance_id": instance_id, "stopped": True, "reason": "started by this run"}

@@ -1,0 +1,288 @@
+"""The report stage: collect what every stage handed on and write the run's lineage to S3.
+
+Writes, under ``s3://<bucket>/runs/<run_key>/``:
+
+* ``report/training_curve.png`` — mean episode return per PPO iteration, from the trainer's TensorBoard
+  event files (the checkpoint manifest's ``tensorboard_uri``, else the plan's ``checkpoints/tensorboard/``);
+* ``report/eval_outcome.png`` — the evaluation report's success rate, Wilson 95 % interval and gate
+  threshold, and each episode's return and outcome;
+* ``lineage.json`` (with the pictures' URIs, or why one was not drawn, under ``figures``) and ``lineage.md``
+  (which embeds them).
+
+Runs whatever happened upstream (``trigger_rule=all_done``): a failed or stopped run still gets its
+record; a picture whose data is missing (training never ran, no evaluation) or cannot be drawn is
+skipped with its reason logged and recorded, never failing the report.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sim2real.orchestration.lineage import _get, build_lineage, figure_entry, lineage_errors, render_markdown
+
+log = logging.getLogger(__name__)
+
+#: lineage key → task id whose return value fills it.
+SOURCES = {
+    "image": "build.build_image",
+    "preflight": "preflight.check_capacity",
+    "training": "train.train_policy",
+    "checkpoint": "checkpoint.wait_for_checkpoint",
+    "evaluation": "evaluate.read_eval_report",
+    "quality_gate": "quality_gate",
+    "vla": "vla.finetune_groot",
+    "model_package": "vla.wait_for_approval",
+    "deployment": "deploy.deploy_to_robots",
+}
+
+#: What differs for a ``training_backend: hyperpod`` run (the plan's ``backend``): its capacity check
+#: and training are the ``hyperpod`` group's tasks (the Slurm job's result is the ``training`` stage).
+HYPERPOD_SOURCES = {
+    "preflight": "hyperpod.check_capacity",
+    "training": "hyperpod.train_policy",
+}
+#: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
+HYPERPOD_SCALING_SOURCES = {"scale_up": "hyperpod.scale_up", "wait_for_nodes": "hyperpod.wait_for_nodes",
+                            "scale_down": "hyperpod.scale_down"}
+
+
+def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
+    try:
+        return ti.xcom_pull(task_ids=task_id, **({"key": key} if key else {}))
+    except Exception as err:  # noqa: BLE001 - a stage that never ran has no XCom
+        log.info("no output%s from %s: %s", f" {key!r}" if key else "", task_id, err)
+        return None
+
+
+def stage_sources(plan: Mapping[str, Any]) -> dict[str, str]:
+    """lineage key → task id for this run's backend (:data:`SOURCES`, with :data:`HYPERPOD_SOURCES`)."""
+    return {**SOURCES, **(HYPERPOD_SOURCES if plan.get("backend") == "hyperpod" else {})}
+
+
+def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
+                    sagemaker_client: Any = None) -> dict[str, Any] | None:
+    """The run's actual GPU cost (:func:`sim2real.orchestration.budget.actual_run_cost`) from the stages' outputs.
+
+    Training: the training task's result; a Batch job stopped at the cost limit fails its task, whose
+    figures are then in its ``job_cost`` XCom. Fine-tune: the billed time of the pipeline's training
+    step (:func:`sim2real.orchestration.budget.finetune_billing`, one DescribeTrainingJob) when a client is given.
+    Never raises: ``None`` when the figure cannot be made (logged).
+    """
+    from sim2real.orchestration.budget import actual_run_cost, finetune_billing
+
+    try:
+        training = parts.get("training")
+        if not training:  # stopped at the cost limit (task failed): its figures are in XCom job_cost
+            training = _pull(ti, stage_sources(plan)["training"], key="job_cost")
+        vla = parts.get("vla")
+        if vla and vla.get("pipeline_execution_arn") and sagemaker_client is not None:
+            try:
+                vla = {**vla, **finetune_billing(sagemaker_client, vla["pipeline_execution_arn"])}
+            except Exception as err:  # noqa: BLE001 - the report never fails for want of a figure
+                log.warning("could not read the fine-tune's billed time: %s", err)
+        return actual_run_cost(plan, training, vla)
+    except Exception:  # noqa: BLE001
+        log.exception("could not compute the run's actual cost")
+        return None
+
+
+#: The report's pictures: lineage ``figures`` key → object key under the run prefix (beside lineage.json).
+FIGURE_KEYS = {
+    "training_curve": "report/training_curve.png",
+    "eval_outcome": "report/eval_outcome.png",
+}
+
+
+class FigureSkipped(Exception):
+    """A picture's data is not there; the message is the reason recorded in ``lineage.json``."""
+
+
+def draw_training_curve(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any) -> tuple[bytes, str, int]:
+    """The training curve of the run: ``(png, events prefix, reward points)``.
+
+    Events come from the checkpoint manifest's ``tensorboard_uri``; without a manifest (the checkpoint
+    never arrived) from the plan's ``<checkpoint output>/tensorboard/``, where a failed or stopped
+    training leaves the events of its last checkpoint.
+
+    :raises FigureSkipped: no events prefix, no event files, or no reward value in them.
+    """
+    from sim2real.orchestration import plots
+
+    manifest = parts.get("checkpoint") or {}
+    output_uri = _get(plan, "checkpoint", "output_uri")
+    source = manifest.get("tensorboard_uri") or (f"{output_uri.rstrip('/')}/tensorboard/" if output_uri else None)
+    ran = (f"training did not run (no output from {stage_sources(plan)['training']})"
+           if parts.get("training") is None else "training ran")
+    if not source:
+        raise FigureSkipped(f"{ran}; the plan has no checkpoint output URI to look for TensorBoard events in")
+    try:
+        scalars = plots.read_scalars(source, (plots.REWARD_TAG, plots.REWARD_MIN_TAG, plots.REWARD_MAX_TAG),
+                                     s3_hook=hook)
+        series = plots.reward_series(scalars, source=source)
+    except plots.PlotDataMissing as err:
+        raise FigureSkipped(f"{ran}; {err}") from err
+    png = plots.plot_training_curve(scalars, run_key=plan["run_key"],
+                                    task=manifest.get("task") or _get(plan, "checkpoint", "task"),
+                                    rollouts=manifest.get("rollouts"), num_envs=manifest.get("num_envs"))
+    return png, source, len(series.steps)
+
+
+def draw_eval_outcome(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any) -> tuple[bytes, str, int]:
+    """The evaluation outcome of the run: ``(png, report URI, episodes)``. The threshold is the one the
+    quality gate used (its output), else the plan's ``quality_gate``.
+
+    :raises FigureSkipped: no evaluation report (the evaluation did not run or its report was refused).
+    """
+    from sim2real.orchestration import plots
+
+    report = parts.get("evaluation")
+    if not report:
+        raise FigureSkipped("evaluation did not run or its report was refused (no output from "
+                            "evaluate.read_eval_report)")
+    gate = parts.get("quality_gate") or {}
+    threshold = gate.get("threshold", _get(plan, "quality_gate", "min_success_rate"))
+    metric = gate.get("metric") or ("ci95_lower" if _get(plan, "quality_gate", "on_lower_bound") else "success_rate")
+    png = plots.eval_outcome_png(report, run_key=plan["run_key"], threshold=threshold, gate_metric=metric,
+                                 task=report.get("task") or _get(plan, "checkpoint", "task"))
+    source = report.get("report_uri") or _get(plan, "evaluation", "report_uri") or "evaluate.read_eval_report"
+    return png, source, int(report["episodes"])
+
+
+#: lineage ``figures`` key → function ``(plan, parts, s3_hook) -> (png, source, points)``.
+FIGURE_DRAWERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any], Any], tuple[bytes, str, int]]] = {
+    "training_curve": draw_training_curve,
+    "eval_outcome": draw_eval_outcome,
+}
+
+
+def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any,
+                  ti: Any = None) -> dict[str, dict[str, Any]]:
+    """Draw each of :data:`FIGURE_DRAWERS` and upload it as ``image/png`` to ``runs/<run_key>/report/``.
+
+    A picture that is skipped (:class:`FigureSkipped`) or fails to draw is logged and recorded with its
+    reason; the others are still written. With ``ti`` (the running task instance) the console link of
+    each written picture is persisted (:mod:`sim2real.orchestration.links.s3`).
+
+    :param parts: the stages' outputs by lineage key (:data:`SOURCES`).
+    :param hook: the ``S3Hook`` used to read the events and write the PNGs.
+    :return: the lineage ``figures`` entries (:func:`sim2real.orchestration.lineage.figure_entry`); raises nothing for a
+        picture (an upload error is recorded as its reason like any other).
+    """
+    from sim2real.orchestration.links.s3 import FIGURE_LINKS
+
+    bucket, prefix = plan["bucket"], plan["run_prefix"]
+    figures: dict[str, dict[str, Any]] = {}
+    for name, draw in FIGURE_DRAWERS.items():
+        key = f"{prefix}{FIGURE_KEYS[name]}"
+        try:
+            png, source, points = draw(plan, parts, hook)
+            hook.get_conn().upload_fileobj(io.BytesIO(png), bucket, key,
+                                           ExtraArgs={**hook.extra_args, "ContentType": "image/png"})
+        except FigureSkipped as err:
+            log.warning("%s not drawn: %s", name, err)
+            figures[name] = figure_entry(skipped_reason=str(err))
+            continue
+        except Exception as err:  # noqa: BLE001 - a picture must not cost the run its lineage record
+            log.exception("%s could not be drawn or stored", name)
+            figures[name] = figure_entry(skipped_reason=f"could not be drawn or stored at s3://{bucket}/{key}: "
+                                                        f"{type(err).__name__}: {err}")
+            continue
+        uri = f"s3://{bucket}/{key}"
+        log.info("%s (%d points from %s) written to %s (%d bytes)", name, points, source, uri, len(png))
+        figures[name] = figure_entry(uri=uri, source=source, points=points)
+        link = FIGURE_LINKS.get(name)
+        if ti is not None and link is not None:
+            link.persist_for_object(ti, plan, key)
+    return figures
+
+
+def task_duration_s(duration: Any) -> float | None:
+    """A task's duration in seconds for the lineage: ``None`` (unknown) when Airflow's is missing or negative.
+
+    Airflow stores ``end_date - start_date`` of the latest try. A task that was cleared and run again can
+    carry a start date of the new try with an end date of an earlier one (seen: ``-61.77``); that figure
+    is not a duration at all, so the lineage records ``null`` (unknown) rather than clamping it to 0, which
+    would claim the task took no time.
+    """
+    if duration is None:
+        return None
+    try:
+        value = float(duration)
+    except (TypeError, ValueError):
+        return None
+    if value < 0 or value != value:  # negative or NaN
+        return None
+    return value
+
+
+def collect_task_states(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+    """State and duration (s, :func:`task_duration_s`) of every finished task of the run, from the Task
+    Execution API.
+
+    Returns ``{}`` outside a task runner (unit tests) instead of failing the report.
+    """
+    try:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        crumbs = RuntimeTaskInstance.get_task_breadcrumbs(dag_id=dag_id, run_id=run_id)
+    except Exception as err:  # noqa: BLE001 - the report must not fail for want of task states
+        log.warning("could not read task states: %s", err)
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for crumb in crumbs:
+        state = crumb.get("state")
+        out[crumb["task_id"]] = {"state": getattr(state, "value", state), "duration_s": task_duration_s(crumb.get("duration"))}
+    return out
+
+
+def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_run: Any, ti: Any) -> dict[str, Any]:
+    """Build the lineage from the run's XComs and write it (JSON + Markdown) under the run prefix, after
+    the report's pictures (:func:`write_figures`).
+
+    The document is checked against ``sim2real/contract/schemas/lineage.schema.json``; it is written even
+    when it does not match (the record of the run is kept), and the task then fails with the list.
+
+    :return: ``{"lineage_uri", "markdown_uri", "chain", "figures"}`` (``figures``: the PNG URIs by name,
+        ``None`` for one that was skipped).
+    :raises botocore.exceptions.ClientError: when the artifacts bucket cannot be written.
+    :raises sim2real.orchestration.lineage.LineageSchemaError: when the document does not match the schema.
+    """
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
+
+    parts: dict[str, Any] = {key: _pull(ti, task_id) for key, task_id in stage_sources(plan).items()}
+    scaling = None
+    if plan.get("backend") == "hyperpod":
+        scaling = {key: _pull(ti, task_id) for key, task_id in HYPERPOD_SCALING_SOURCES.items()}
+    bucket, prefix = plan["bucket"], plan["run_prefix"]
+    hook = S3Hook()
+    figures = write_figures(plan=plan, parts=parts, hook=hook, ti=ti)
+    try:
+        sagemaker = SageMakerHook().conn if parts.get("vla") else None
+    except Exception as err:  # noqa: BLE001 - no client: the fine-tune's cost is reported unknown
+        log.warning("no SageMaker client for the fine-tune's billed time: %s", err)
+        sagemaker = None
+    lineage = build_lineage(
+        run_key=plan["run_key"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, params=params, plan=plan,
+        task_states=collect_task_states(dag_run.dag_id, dag_run.run_id), figures=figures,
+        hyperpod_scaling=scaling, cost_actual=run_actual_cost(plan, parts, ti, sagemaker),
+        deploy_check=_pull(ti, SOURCES["deployment"], key="model_package_check"), **parts,
+    )
+    errors = lineage_errors(lineage)
+    hook.load_string(json.dumps(lineage, indent=2, sort_keys=True, default=str), key=f"{prefix}lineage.json",
+                     bucket_name=bucket, replace=True)
+    hook.load_string(render_markdown(lineage), key=f"{prefix}lineage.md", bucket_name=bucket, replace=True)
+    uri = f"s3://{bucket}/{prefix}lineage.json"
+    log.info("lineage written to %s", uri)
+    if errors:
+        from sim2real.orchestration.lineage import LineageSchemaError
+
+        raise LineageSchemaError(errors)
+    log.info("lineage matches lineage.schema.json")
+    return {"lineage_uri": uri, "markdown_uri": f"s3://{bucket}/{prefix}lineage.md", "chain": lineage["chain"],
+            "figures": {name: fig["uri"] for name, fig in figures.items()}}

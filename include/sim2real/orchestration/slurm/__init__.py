@@ -1,0 +1,331 @@
+"""Slurm on SageMaker HyperPod: the training batch script and the shell lines sent to the submit host.
+
+Everything here is plain text processing (no AWS call): :func:`render_script` fills
+``train_rl.sbatch``; :func:`submit_commands`, :func:`status_commands` and :func:`cancel_commands`
+return ``AWS-RunShellScript`` lines for the cluster's head/login node (the host with the Slurm
+client), which :class:`~sim2real.orchestration.operators.hyperpod.HyperPodSlurmJobOperator` sends through SSM;
+:func:`parse_submit_output`, :func:`parse_status_output` and :func:`parse_status_times` read what those
+lines print; :func:`run_window`, :func:`job_cost_record` and :func:`cost_limit_message` turn a running
+job's times into its cost-limit figures.
+
+Sources: Slurm documentation — ``sbatch`` (``--parsable`` prints ``jobid[;cluster]``), ``squeue``
+(``-h -n <name> -t <states> -o %i``), ``sacct`` (``-X -n -P -o State,ExitCode,Start,End``: ``ExitCode`` is
+``<exit>:<signal>``, ``Start``/``End`` local time or ``Unknown``/``None``), ``scontrol show job -o`` (``JobState=``, ``ExitCode=``), ``scancel``, the job
+state codes; SageMaker HyperPod developer guide (managed Slurm creates the partition ``dev``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: The batch script template (``@NAME@`` fields).
+TEMPLATE = Path(__file__).with_name("train_rl.sbatch")
+#: Partition HyperPod's managed Slurm puts the worker nodes in.
+DEFAULT_PARTITION = "dev"
+
+#: Slurm end states (``sacct``/``scontrol`` ``JobState``); any other state is still active.
+SLURM_SUCCESS_STATES = frozenset({"COMPLETED"})
+SLURM_FAILURE_STATES = frozenset({
+    "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+    "REVOKED",
+})
+#: States ``squeue`` lists for a job that a retry should wait for instead of submitting again.
+REATTACH_STATES = "PENDING,CONFIGURING,RUNNING,COMPLETING,SUSPENDED,REQUEUED"
+
+#: How far back ``sacct`` looks for a COMPLETED job of the run (a retry reports it instead of submitting).
+COMPLETED_LOOKBACK = "now-7days"
+
+#: Slurm prints Start/End in whole seconds: added to the time until the next poll in the cost check.
+TIME_RESOLUTION_SECONDS = 1.0
+
+#: Marker line the submit command prints (parsed by :func:`parse_submit_output`).
+SUBMIT_MARKER = "sim2real-slurm-job-id="
+_HEREDOC = "SIM2REAL_SBATCH_EOF"
+_SBATCH_VALUE = re.compile(r"^[A-Za-z0-9._/%:+@=-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+
+def job_name(run_key: str) -> str:
+    """The Slurm job name of a run (``--job-name``; also how a retry finds the job): ``sim2real-train-<run_key>``."""
+    return f"sim2real-train-{run_key}"[:128]
+
+
+def _sbatch_value(field: str, value: Any) -> str:
+    text = str(value)
+    if not _SBATCH_VALUE.match(text):
+        raise ValueError(f"{field} {text!r} cannot go in an #SBATCH line: use letters, digits and ._/%:+@=- only")
+    return text
+
+
+def render_script(
+    *,
+    job_name: str,
+    num_nodes: int,
+    log_path: str,
+    environment: Mapping[str, str],
+    launcher: str,
+    partition: str = DEFAULT_PARTITION,
+    time_limit_minutes: int,
+    use_container_image: bool = True,
+    container_mounts: str = "",
+    template: str | None = None,
+) -> str:
+    """Fill ``train_rl.sbatch``.
+
+    :param job_name: ``--job-name`` (letters, digits, ``._-``...).
+    :param num_nodes: ``--nodes`` (>= 1): one srun task per node.
+    :param log_path: ``--output`` (``%j`` = job id), a path on storage the head node can read.
+    :param environment: training env (``TASK``, ``MAX_ITERATIONS``, ``OUTPUT_URI``, ...), exported by the script.
+    :param launcher: path of ``distributed_run.bash`` on the nodes (or in the image).
+    :param partition: Slurm partition (default ``dev``).
+    :param time_limit_minutes: ``--time`` in minutes (>= 1): Slurm ends the job TIMEOUT after it (the
+        run's ``training_timeout_hours``).
+    :param use_container_image: run each task in ``$SIM2REAL_CONTAINER_IMAGE`` with pyxis ``--container-image``.
+    :param container_mounts: pyxis ``--container-mounts`` (e.g. ``/fsx:/fsx``), empty for none.
+    :return: the script text.
+    :raises ValueError: a value that cannot be placed safely (names the field), ``num_nodes < 1``,
+        ``time_limit_minutes < 1``.
+    """
+    nodes = int(num_nodes)
+    if nodes < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {num_nodes!r}")
+    minutes = int(time_limit_minutes)
+    if minutes < 1:
+        raise ValueError(f"time_limit_minutes must be >= 1 (the job's #SBATCH --time), got {time_limit_minutes!r}")
+    lines = []
+    for name, value in environment.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"environment variable name {name!r} is not a valid shell name")
+        lines.append(f"export {name}={shlex.quote(str(value))}")
+    fields = {
+        "JOB_NAME": _sbatch_value("job_name", job_name),
+        "NUM_NODES": str(nodes),
+        "PARTITION": _sbatch_value("partition", partition),
+        "TIME_LIMIT_MINUTES": str(minutes),
+        "LOG_PATH": _sbatch_value("log_path", log_path),
+        "ENVIRONMENT": "\n".join(lines),
+        "LAUNCHER": shlex.quote(launcher),
+        "USE_CONTAINER_IMAGE": "1" if use_container_image else "0",
+        "CONTAINER_MOUNTS": shlex.quote(container_mounts or ""),
+    }
+    text = template if template is not None else TEMPLATE.read_text(encoding="utf-8")
+    for key, value in fields.items():
+        text = text.replace(f"@{key}@", value)
+    left = re.findall(r"@[A-Z_]+@", text)
+    if left:
+        raise ValueError(f"template fields not filled: {sorted(set(left))}")
+    if _HEREDOC in text:
+        raise ValueError(f"the script must not contain the line {_HEREDOC}")
+    return text
+
+
+def bash_commands(lines: list[str]) -> list[str]:
+    """``lines`` as one ``AWS-RunShellScript`` command that runs them with ``bash -euo pipefail``.
+
+    AWS-RunShellScript runs its commands with ``sh`` (dash on Ubuntu, where ``set -o pipefail`` may
+    fail and bash syntax does not parse); the lines are handed to ``bash -c`` as one single-quoted
+    argument, so here-documents and quotes inside them stay as written. The script's environment
+    (``export`` lines sent before it) is inherited; its exit status is the command's.
+
+    :return: a one-element list: ``exec bash -euo pipefail -c '<lines joined by newlines>'``.
+    """
+    return [f"exec bash -euo pipefail -c {shlex.quote(chr(10).join(lines))}"]
+
+
+def submit_commands(*, script_path: str, script_text: str, job_name: str, log_dir: str) -> list[str]:
+    """``AWS-RunShellScript`` lines that submit the script, or find the run's job already there.
+
+    Run with bash (:func:`bash_commands`). Unless ``squeue -n <job_name>`` lists a job in
+    :data:`REATTACH_STATES`, or ``sacct --name <job_name>`` (since :data:`COMPLETED_LOOKBACK`) lists
+    one that ended COMPLETED (a retried task reports that job instead of paying for a second
+    training), writes ``script_text`` to ``script_path`` (quoted here-document: no expansion) and runs
+    ``sbatch --parsable``. Prints one line ``sim2real-slurm-job-id=<id> reattached=<0|1>``.
+    """
+    q = shlex.quote
+    name = q(job_name)
+    completed = (
+        f"sacct -X -n -P --name {name} -S {COMPLETED_LOOKBACK} -o JobID,State 2>/dev/null"
+        " | awk -F'|' '$2 == \"COMPLETED\" && $1 ~ /^[0-9]+$/ { id = $1 } END { print id }'"
+    )
+    return bash_commands([
+        f"mkdir -p {q(str(Path(script_path).parent))} {q(log_dir)}",
+        f"existing=\"$(squeue -h -n {name} -t {REATTACH_STATES} -o %i | head -n 1)\"",
+        f"if [ -z \"$existing\" ]; then existing=\"$({completed} || true)\"; fi",
+        f"if [ -n \"$existing\" ]; then echo \"{SUBMIT_MARKER}$existing reattached=1\"; exit 0; fi",
+        f"cat > {q(script_path)} <<'{_HEREDOC}'\n{script_text.rstrip(chr(10))}\n{_HEREDOC}",
+        f"job_id=\"$(sbatch --parsable {q(script_path)})\"",
+        f"echo \"{SUBMIT_MARKER}${{job_id%%;*}} reattached=0\"",
+    ])
+
+
+def parse_submit_output(stdout: str) -> tuple[str, bool]:
+    """``(job_id, reattached)`` from the output of :func:`submit_commands`.
+
+    :raises ValueError: no marker line or a malformed job id (the message quotes the output's end).
+    """
+    for line in reversed((stdout or "").splitlines()):
+        line = line.strip()
+        if line.startswith(SUBMIT_MARKER):
+            head, _, flag = line[len(SUBMIT_MARKER):].partition(" reattached=")
+            if _JOB_ID.match(head):
+                return head, flag.strip() == "1"
+    raise ValueError(f"no Slurm job id in the submit output: {(stdout or '')[-500:]!r}")
+
+
+def _job_id(job_id: str) -> str:
+    if not _JOB_ID.match(str(job_id)):
+        raise ValueError(f"Slurm job id must be digits, got {job_id!r}")
+    return str(job_id)
+
+
+def status_commands(job_id: str) -> list[str]:
+    """Lines printing the job's state and run window.
+
+    First line: ``sacct|<State>|<ExitCode>|<Start>|<End>`` (accounting, ``-o State,ExitCode,Start,End``),
+    else ``scontrol|<scontrol show job -o line>``, else ``unknown|``. With a known job, also
+    ``start|<epoch s>`` / ``end|<epoch s>`` (``Start``/``End`` or ``StartTime``/``EndTime`` converted with
+    ``date -d`` on the head node, whose local time zone is the one Slurm prints in; only values that are
+    dates: ``Unknown``/``None`` print nothing) and ``clock|<epoch s>`` (the head node's clock, the one
+    Slurm's times are on). Runs under ``sh`` (POSIX lines, GNU ``date``).
+    """
+    jid = _job_id(job_id)
+    epoch = ('epoch() { case "$2" in [0-9][0-9][0-9][0-9]-*) '
+             't="$(date -d "$2" +%s 2>/dev/null)" && echo "$1|$t" || true;; esac; }')
+    return [
+        epoch,
+        f"out=\"$(sacct -j {jid} -X -n -P -o State,ExitCode,Start,End 2>/dev/null | head -n 1 || true)\"",
+        "if [ -n \"$out\" ]; then echo \"sacct|$out\"; "
+        "epoch start \"$(echo \"$out\" | cut -d'|' -f3)\"; epoch end \"$(echo \"$out\" | cut -d'|' -f4)\"; "
+        "echo \"clock|$(date +%s)\"; exit 0; fi",
+        f"if line=\"$(scontrol show job -o {jid} 2>/dev/null)\" && [ -n \"$line\" ]; then echo \"scontrol|$line\"; "
+        "case \"$line\" in *JobState=PENDING*) ;; *) "
+        "epoch start \"$(echo \"$line\" | sed -n 's/.*StartTime=\\([^ ]*\\).*/\\1/p')\"; "
+        "epoch end \"$(echo \"$line\" | sed -n 's/.*EndTime=\\([^ ]*\\).*/\\1/p')\";; esac; "
+        "echo \"clock|$(date +%s)\"; exit 0; fi",
+        "echo 'unknown|'",
+    ]
+
+
+def cancel_commands(job_id: str) -> list[str]:
+    """Lines cancelling the job (``scancel``)."""
+    return [f"scancel {_job_id(job_id)}"]
+
+
+def log_tail_commands(log_path: str, lines: int = 40) -> list[str]:
+    """Lines printing the last ``lines`` lines of the job's log (nothing when it is absent)."""
+    return [f"tail -n {int(lines)} {shlex.quote(log_path)} 2>/dev/null || true"]
+
+
+def parse_status_output(stdout: str) -> tuple[str, str]:
+    """``(state, exit_code)`` from the output of :func:`status_commands`.
+
+    ``state`` is the Slurm state code (``"CANCELLED by 0"`` -> ``CANCELLED``) or ``UNKNOWN`` when
+    neither ``sacct`` nor ``scontrol`` knows the job; ``exit_code`` is ``<exit>:<signal>`` or ``""``.
+    """
+    for line in (stdout or "").splitlines():
+        source, _, rest = line.strip().partition("|")
+        if source == "sacct" and rest:
+            fields = rest.split("|")
+            code = fields[1].strip() if len(fields) > 1 else ""
+            return (fields[0].split() or ["UNKNOWN"])[0].rstrip("+"), code
+        if source == "scontrol" and rest:
+            state = re.search(r"\bJobState=(\S+)", rest)
+            code = re.search(r"\bExitCode=(\S+)", rest)
+            return (state.group(1) if state else "UNKNOWN"), (code.group(1) if code else "")
+    return "UNKNOWN", ""
+
+
+def log_path_for(log_path: str, job_id: str, name: str | None = None) -> str:
+    """The ``--output`` pattern with ``%j`` (job id) and ``%x`` (job name) filled in."""
+    path = log_path.replace("%j", str(job_id))
+    return path.replace("%x", name) if name else path
+
+
+def parse_status_times(stdout: str) -> dict[str, float | None]:
+    """The job's run window from the output of :func:`status_commands`.
+
+    :return: ``{"start", "end", "clock"}`` in epoch seconds, each None when not printed: ``start``/``end``
+        the job's ``Start``/``End`` (None before it runs / while it runs), ``clock`` the head node's time
+        at the query (Slurm's clock: elapsed time is ``clock - start``).
+    """
+    times: dict[str, float | None] = {"start": None, "end": None, "clock": None}
+    for line in (stdout or "").splitlines():
+        key, _, value = line.strip().partition("|")
+        if key in times and times[key] is None:
+            try:
+                times[key] = float(value)
+            except ValueError:
+                continue
+    return times
+
+
+def run_window(times: dict[str, float | None], first_running_at: float | None, now: float,
+               ended: bool = False) -> tuple[float | None, float | None, float | None]:
+    """``(started_at, stopped_at, elapsed_s)`` of a Slurm job (epoch seconds, seconds).
+
+    The start is ``sacct``'s ``Start`` (``times["start"]``, :func:`parse_status_times`), else
+    ``first_running_at`` (when the waiter first saw the job RUNNING, on its own clock ``now``); the
+    end is ``End`` (None while the job runs). Elapsed time is measured on the start's clock: the head
+    node's (``times["clock"]``) for a Slurm start, ``now`` otherwise. Time PENDING is not counted.
+    ``ended``: the job is in an end state; without an ``End`` it is taken as ended at the query.
+
+    :return: all None when the job has not started (no Start, never seen RUNNING).
+    """
+    if times.get("start") is not None:
+        start = float(times["start"])
+        end = times.get("end")
+        current = float(times["clock"]) if times.get("clock") is not None else float(now)
+    elif first_running_at is not None:
+        start, end, current = float(first_running_at), None, float(now)
+    else:
+        return None, None, None
+    if end is not None and float(end) > current:  # scontrol's EndTime of a running job: its time limit
+        end = None
+    if end is None and ended:
+        end = current
+    elapsed = max((float(end) if end is not None else current) - start, 0.0)
+    return start, (None if end is None else float(end)), elapsed
+
+
+def job_cost_record(*, job_id: str, cluster_name: str, started_at: float | None, stopped_at: float | None,
+                    elapsed_s: float | None, num_nodes: int | None, usd_per_node_hour: float | None,
+                    stopped_by_budget: bool = False) -> dict[str, Any]:
+    """What a Slurm job ran and cost, for the task's result and the ``job_cost`` XCom.
+
+    Cost and shape: :func:`sim2real.orchestration.budget.job_cost_record` (with ``cluster_name`` added).
+
+    :return: ``{"job_id", "cluster_name", "num_nodes", "started_at", "stopped_at" (epoch seconds, None when unknown),
+        "run_seconds", "usd_per_node_hour", "cost_usd" (USD, None without a start, a price or a node
+        count), "stopped_by_budget"}``.
+    """
+    from sim2real.orchestration.budget import job_cost_record as cost_record
+
+    return cost_record(job_id=job_id, num_nodes=num_nodes, started_at=started_at, stopped_at=stopped_at,
+                       run_seconds=elapsed_s, usd_per_node_hour=usd_per_node_hour,
+                       stopped_by_budget=stopped_by_budget, cluster_name=cluster_name)
+
+
+def cost_limit_message(*, job_id: str, job_name: str, cluster_name: str, verdict: Any, cancelled: bool,
+                       cancel_error: str = "") -> str:
+    """The failure message of a Slurm job stopped at its cost limit: the numbers and what to change.
+
+    :param verdict: the :class:`sim2real.orchestration.budget.BudgetVerdict` that stopped it.
+    :param cancelled: whether ``scancel`` succeeded.
+    """
+    return (
+        f"Slurm job {job_id} ({job_name}) on HyperPod cluster {cluster_name} stopped at the training cost limit: "
+        f"it ran {verdict.elapsed_s:.0f} s ({verdict.elapsed_s / 3600:.2f} h) on {verdict.instances} node(s) at "
+        f"${verdict.usd_per_hour:.4g} per node-hour = ${verdict.cost_usd:.2f}; at the next poll "
+        f"(+{verdict.poll_interval_s:.0f} s) it would cost ${verdict.next_poll_cost_usd:.2f}, above the limit "
+        f"${verdict.limit_usd:.2f} (max_budget_usd minus the estimate of the other stages). "
+        + ("The job was cancelled (scancel)." if cancelled
+           else f"scancel FAILED ({cancel_error}): run 'scancel {job_id}' on the head node by hand.")
+        + " Raise max_budget_usd, or lower num_nodes or train_time_budget_seconds (the trainer then stops "
+        "and checkpoints within the budget). Run time counts from the job's Slurm Start (time PENDING is not "
+        "counted); the scale-down teardown releases the nodes."
+    )

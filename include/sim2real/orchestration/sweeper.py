@@ -1,0 +1,648 @@
+"""Orphan sweeper: find what a run started on AWS after the run stopped watching it, and stop it.
+
+A run that is deleted in the UI, or whose process died (``dag.test`` killed, a worker lost) and that was
+started again, leaves what it started running with nothing watching: a multi-node Batch job, a Slurm job on
+the HyperPod cluster, a SageMaker pipeline execution, a Greengrass deployment still rolling out. Each of
+them carries the run key (:mod:`sim2real.contract.run_key`) the way its stage named or tagged it:
+
+=========================  =======================================================  =========================
+what                       how it carries the run key                               how it is stopped
+=========================  =======================================================  =========================
+Batch job                  tag ``sim2real:run-key`` (name ``sim2real-train-<key>``)  ``TerminateJob``
+Slurm job (HyperPod)       job name ``sim2real-train-<key>`` (``squeue``)            ``scancel`` (SSM)
+pipeline execution         ``PipelineExecutionDisplayName`` = the key               ``StopPipelineExecution``
+Greengrass deployment      ``deploymentName`` = ``sim2real-<key>``                  ``CancelDeployment``
+=========================  =======================================================  =========================
+
+The run key is a one-way digest of (dag id, run id), so each run records who it is at its start:
+``prepare_run`` / ``prepare_release`` write ``runs/<run_key>/run.json`` (``{"dag_id", "run_id", "run_key",
+"run_type", "deployment"}``, :func:`register_run`) in the artifacts bucket. ``deployment`` names the Airflow
+deployment that ran it (:func:`deployment_id`: the Airflow option ``[sim2real] deployment_id``, which infra/
+sets on MWAA to ``mwaa:<environment name>``; without it ``local:<user>@<host>``, e.g. under ``dag.test``). For
+each thing found, the sweeper reads that record and asks Airflow about the DAG run through the Task Execution
+API (``RuntimeTaskInstance.get_dr_count`` / ``get_dagrun_state`` / ``get_task_states`` / ``get_ti_count``: the
+supported way for a task in Airflow 3, which has no database access from tasks). The verdicts:
+
+* ``own``: started by the sweeping run itself; never stopped.
+* ``unregistered``: no run record (a run from before records were written, or of another environment
+  sharing the account); reported, never stopped.
+* ``foreign``: the record names another Airflow deployment (a developer's ``dag.test`` against the same
+  environment config, or MWAA seen from such a ``dag.test``): this Airflow cannot know that run; reported,
+  never stopped.
+* ``orphan``: its DAG run no longer exists (deleted), or is over (failed, success). A Greengrass deployment
+  only when its run ended without its deploy task succeeding (see below). Inside ``prepare_run`` (the DAG's
+  ``max_active_runs=1``) also a thing of another, still "running" run of the same DAG that has no task
+  running, deferred, queued, up for retry or scheduled (its process died); never one of a backfill run
+  (a backfill has its own ``max_active_runs``).
+* ``released``: a Greengrass deployment of a run that succeeded, or whose deploy task succeeded: it is the
+  group's current release, left alone even while a new or offline robot has not finished it (QUEUED).
+* ``watched``: its DAG run still watches it.
+
+A Greengrass deployment is only looked at while some core device has not finished it (QUEUED/IN_PROGRESS):
+a finished deployment stays ``ACTIVE`` as its group's current one.
+
+:func:`sweep_before_run` (``prepare_run``) sweeps under its own deadline (:data:`PREPARE_RUN_DEADLINE_S`),
+checked before each listing and each stop: what is left when it passes is skipped with a warning, so the sweep
+cannot run into the task's ``execution_timeout``. There it also stops listing pipeline executions at the first
+one older than the DAG's ``dagrun_timeout`` (its run is over whatever its state; the 30-minute sweeper still
+lists them all).
+
+Sources: AWS Batch API Reference (ListJobs ``jobQueue``/``jobStatus``, DescribeJobs ``tags``, TerminateJob);
+Amazon SageMaker API Reference (ListPipelineExecutions ``PipelineExecutionStatus`` ∈ Executing | Stopping |
+Stopped | Failed | Succeeded, StopPipelineExecution ``ClientRequestToken``); AWS IoT Greengrass V2 API
+Reference (ListDeployments, ListCoreDevices, ListEffectiveDeployments, CancelDeployment); Slurm ``squeue``
+and ``scancel`` man pages.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import json
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.contract.run_key import is_valid_run_key, run_prefix
+
+log = logging.getLogger(__name__)
+
+#: Batch job statuses of a job that may still start or run (ListJobs ``jobStatus``).
+BATCH_ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+#: Slurm states of a job that is not finished (squeue ``-t``).
+SLURM_ACTIVE = "PENDING,CONFIGURING,RUNNING,COMPLETING,SUSPENDED,REQUEUED"
+#: Pipeline execution statuses worth stopping.
+PIPELINE_ACTIVE = ("Executing",)
+#: DAG run states whose run still watches what it started.
+ACTIVE_DAG_RUN_STATES = ("queued", "running")
+#: Task instance states of a run that is still working (``get_ti_count``): such a run is not taken for dead.
+BUSY_TI_STATES = ("running", "deferred", "queued", "up_for_retry", "scheduled", "up_for_reschedule", "restarting")
+#: The Greengrass deploy task of ``sim_to_real`` (in task group ``deploy``) and of ``sim_to_real_release``.
+DEPLOY_TASK_IDS = ("deploy.deploy_to_robots", "deploy_to_robots")
+#: ``prepare_run``'s budget for its sweep (seconds of its 2-minute ``execution_timeout``).
+PREPARE_RUN_DEADLINE_S = 45.0
+#: Seconds the Slurm commands are given at most (SSM ``executionTimeout``): ``squeue`` and ``scancel``.
+SQUEUE_TIMEOUT_S = 30
+SCANCEL_TIMEOUT_S = 60
+#: The least time worth starting an SSM command with (under a deadline).
+MIN_COMMAND_S = 5
+#: Name prefixes the stages give (Batch and Slurm ``sim2real-train-<key>``, Greengrass ``sim2real-<key>``).
+TRAIN_PREFIX = "sim2real-train-"
+DEPLOYMENT_PREFIX = "sim2real-"
+#: The run record's object name under ``runs/<run_key>/``.
+RUN_RECORD = "run.json"
+
+KINDS = ("batch_job", "slurm_job", "pipeline_execution", "greengrass_deployment")
+
+
+@dataclass
+class Found:
+    """One thing a run started: ``kind`` (:data:`KINDS`), its id, name, run key, status, and where it is."""
+
+    kind: str
+    id: str
+    name: str
+    run_key: str
+    status: str
+    where: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def label(self) -> str:
+        return f"{self.kind} {self.id} ({self.name}, {self.status}) in {self.where}"
+
+
+def run_record_key(run_key: str) -> str:
+    """``runs/<run_key>/run.json``: who the run key belongs to."""
+    return f"{run_prefix(run_key)}{RUN_RECORD}"
+
+
+def deployment_id() -> str:
+    """The identity of this Airflow deployment, written into each run record (``deployment``).
+
+    :return: the Airflow option ``[sim2real] deployment_id`` (``AIRFLOW__SIM2REAL__DEPLOYMENT_ID``; infra/ sets it
+        on MWAA to ``mwaa:<environment name>``, the same on every worker and across restarts), else
+        ``local:<user>@<host>`` (a developer's ``dag.test`` or a local Airflow: stable on that machine).
+    """
+    from airflow.providers.common.compat.sdk import conf
+
+    value = (conf.get("sim2real", "deployment_id", fallback="") or "").strip()
+    if value:
+        return value
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name (a container without passwd entry)
+        user = "unknown"
+    return f"local:{user}@{socket.gethostname()}"
+
+
+def register_run(s3_hook: Any, bucket: str, *, dag_id: str, run_id: str, run_key: str,
+                 run_type: str | None = None, deployment: str | None = None) -> str:
+    """Write the run record ``s3://<bucket>/runs/<run_key>/run.json``.
+
+    :param run_type: the DAG run's ``run_type`` (``manual``, ``scheduled``, ``backfill``, ...), when known.
+    :param deployment: the Airflow deployment running it; default :func:`deployment_id`.
+    :return: the record's ``s3://`` URI; the record is ``{"dag_id", "run_id", "run_key", "run_type", "deployment"}``.
+    :raises botocore.exceptions.ClientError: the bucket cannot be written.
+    """
+    key = run_record_key(run_key)
+    record = {"dag_id": dag_id, "run_id": run_id, "run_key": run_key,
+              "run_type": str(getattr(run_type, "value", run_type)) if run_type is not None else None,
+              "deployment": deployment or deployment_id()}
+    s3_hook.load_string(json.dumps(record, sort_keys=True), key=key, bucket_name=bucket, replace=True)
+    return f"s3://{bucket}/{key}"
+
+
+def read_run_record(s3_hook: Any, bucket: str, run_key: str) -> dict[str, Any] | None:
+    """The run record of ``run_key``, or ``None`` when there is none.
+
+    Looked up with ListObjectsV2 under the record's own key (the MWAA role may list ``runs/*`` only; a
+    HeadObject of a missing key would then answer 403, not 404).
+    """
+    key = run_record_key(run_key)
+    if key not in (s3_hook.list_keys(bucket_name=bucket, prefix=key) or []):
+        return None
+    record = json.loads(s3_hook.read_key(key, bucket_name=bucket))
+    return record if record.get("dag_id") and record.get("run_id") else None
+
+
+def _key_from_name(name: str, prefix: str) -> str | None:
+    key = name[len(prefix):] if name and name.startswith(prefix) else None
+    return key if key and is_valid_run_key(key) else None
+
+
+# -- finding ------------------------------------------------------------------------------------------
+def find_batch_jobs(batch: Any, job_queue: str) -> list[Found]:
+    """Active Batch jobs of ``job_queue`` carrying a run key (tag ``sim2real:run-key``, else the job name)."""
+    summaries: list[dict[str, Any]] = []
+    for status in BATCH_ACTIVE:
+        kwargs: dict[str, Any] = {"jobQueue": job_queue, "jobStatus": status}
+        while True:
+            page = batch.list_jobs(**kwargs)
+            summaries += page.get("jobSummaryList", [])
+            if not page.get("nextToken"):
+                break
+            kwargs["nextToken"] = page["nextToken"]
+    candidates = [s for s in summaries if str(s.get("jobName", "")).startswith(TRAIN_PREFIX)]
+    found: list[Found] = []
+    for start in range(0, len(candidates), 100):  # DescribeJobs takes at most 100 ids
+        ids = [s["jobId"] for s in candidates[start:start + 100]]
+        for job in batch.describe_jobs(jobs=ids).get("jobs", []):
+            key = (job.get("tags") or {}).get(RUN_KEY_TAG) or _key_from_name(job.get("jobName", ""), TRAIN_PREFIX)
+            if key and job.get("status") in BATCH_ACTIVE:
+                found.append(Found("batch_job", job["jobId"], job.get("jobName", ""), key, job["status"],
+                                   f"Batch job queue {job_queue}"))
+    return found
+
+
+def slurm_list_commands() -> list[str]:
+    """Lines listing the unfinished Slurm jobs as ``<id> <state> <name>`` (``squeue``)."""
+    return [f'squeue -h -t {SLURM_ACTIVE} -o "%i %T %j"']
+
+
+def parse_squeue(stdout: str, cluster_name: str) -> list[Found]:
+    """The sim2real jobs of ``squeue -h -o "%i %T %j"`` output."""
+    found = []
+    for line in stdout.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) != 3:
+            continue
+        job_id, state, name = parts
+        key = _key_from_name(name.strip(), TRAIN_PREFIX)
+        if key:
+            found.append(Found("slurm_job", job_id, name.strip(), key, state, f"HyperPod cluster {cluster_name}"))
+    return found
+
+
+def find_slurm_jobs(workstation_hook: Any, hyperpod: Mapping[str, Any], timeout_s: int = SQUEUE_TIMEOUT_S,
+                    grace_s: float = 60) -> tuple[list[Found], str | None]:
+    """Unfinished sim2real Slurm jobs on the HyperPod cluster (``squeue`` on its head node through SSM).
+
+    :param timeout_s: the command's SSM ``executionTimeout`` (seconds).
+    :param grace_s: how long after it the wait for its result goes on (seconds).
+    :return: ``(jobs, submit host instance id)``; ``([], None)`` when the head node is not running.
+    """
+    instance = workstation_hook.find_instance_by_tag(hyperpod["submit_host_tag_key"], hyperpod["submit_host_tag_value"])
+    if instance["State"]["Name"] != "running":
+        log.info("HyperPod head node %s is %s: no Slurm job can be running", instance["InstanceId"],
+                 instance["State"]["Name"])
+        return [], None
+    # A head node whose agent is not Online would hold the command Pending until its deadline: ask once.
+    workstation_hook.wait_for_agent_online(instance["InstanceId"], timeout_seconds=0, delay=0)
+    result = workstation_hook.run_shell_script(instance["InstanceId"], slurm_list_commands(),
+                                               execution_timeout_seconds=int(timeout_s), poll_seconds=1.0,
+                                               comment="sim2real sweeper: squeue", grace_seconds=grace_s)
+    if result["status"] != "Success":
+        raise RuntimeError(f"squeue on HyperPod head node {instance['InstanceId']} ended {result['status']}: "
+                           f"{(result['stderr'] or result['stdout'])[-500:]}")
+    jobs = parse_squeue(result["stdout"], hyperpod["cluster_name"])
+    for job in jobs:
+        job.extra["instance_id"] = instance["InstanceId"]
+    return jobs, instance["InstanceId"]
+
+
+def find_pipeline_executions(sagemaker: Any, pipeline_name: str, created_after: dt.datetime | None = None
+                             ) -> list[Found]:
+    """Executing runs of the pipeline whose display name is a run key (ListPipelineExecutions, newest first).
+
+    :param created_after: stop paging at the first execution that started before this (aware) time; ``None``:
+        every page.
+    """
+    from botocore.exceptions import ClientError
+
+    found = []
+    kwargs: dict[str, Any] = {"PipelineName": pipeline_name, "SortBy": "CreationTime", "SortOrder": "Descending"}
+    while True:
+        try:
+            page = sagemaker.list_pipeline_executions(**kwargs)
+        except ClientError as err:  # the first run creates the pipeline: none yet, no execution
+            if err.response.get("Error", {}).get("Code") in ("ResourceNotFound", "ValidationException") \
+                    and "does not exist" in str(err):
+                log.info("SageMaker pipeline %s does not exist yet: no execution", pipeline_name)
+                return found
+            raise
+        for item in page.get("PipelineExecutionSummaries", []):
+            started = item.get("StartTime")
+            if created_after is not None and isinstance(started, dt.datetime) and started < created_after:
+                log.info("pipeline executions older than %s not listed", created_after.isoformat())
+                return found
+            key = item.get("PipelineExecutionDisplayName") or ""
+            if item.get("PipelineExecutionStatus") in PIPELINE_ACTIVE and is_valid_run_key(key):
+                found.append(Found("pipeline_execution", item["PipelineExecutionArn"], key, key,
+                                   item["PipelineExecutionStatus"], f"SageMaker pipeline {pipeline_name}"))
+        if not page.get("NextToken"):
+            return found
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def find_greengrass_deployments(greengrass_hook: Any) -> list[Found]:
+    """ACTIVE deployments named ``sim2real-<run_key>`` that some core device has not finished."""
+    conn = greengrass_hook.conn
+    found = []
+    kwargs: dict[str, Any] = {"historyFilter": "LATEST_ONLY"}
+    while True:
+        page = conn.list_deployments(**kwargs)
+        for dep in page.get("deployments", []):
+            key = _key_from_name(dep.get("deploymentName", ""), DEPLOYMENT_PREFIX)
+            if not key or dep.get("deploymentStatus") != "ACTIVE":
+                continue
+            target = dep.get("targetArn", "")
+            things = greengrass_hook.list_core_device_names(target) if ":thinggroup/" in target else \
+                [target.rsplit("/", 1)[-1]]
+            reports = greengrass_hook.device_reports(dep["deploymentId"], things)
+            unfinished = sorted(t for t, r in reports.items() if r["outcome"] == "retry")
+            if unfinished:
+                found.append(Found("greengrass_deployment", dep["deploymentId"], dep["deploymentName"], key,
+                                   "ACTIVE", f"target {target}", {"unfinished_devices": unfinished}))
+        if not page.get("nextToken"):
+            return found
+        kwargs["nextToken"] = page["nextToken"]
+
+
+# -- deciding -----------------------------------------------------------------------------------------
+class TaskApiRuns:
+    """What the sweeper asks Airflow about a DAG run, through the Task Execution API (only inside a running
+    task). Tests give an object with the same three methods."""
+
+    def state(self, dag_id: str, run_id: str) -> str | None:
+        """The DAG run's state (``queued``, ``running``, ``success``, ``failed``), ``None``: no such run (deleted)."""
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        if RuntimeTaskInstance.get_dr_count(dag_id=dag_id, run_ids=[run_id]) == 0:
+            return None
+        state = RuntimeTaskInstance.get_dagrun_state(dag_id=dag_id, run_id=run_id)
+        return str(getattr(state, "value", state))
+
+    def deploy_succeeded(self, dag_id: str, run_id: str) -> bool:
+        """Whether the run's Greengrass deploy task (:data:`DEPLOY_TASK_IDS`) ended in ``success``."""
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        states = RuntimeTaskInstance.get_task_states(dag_id=dag_id, run_ids=[run_id],
+                                                     task_ids=list(DEPLOY_TASK_IDS)) or {}
+        return any(str(getattr(v, "value", v)) == "success" for v in (states.get(run_id) or {}).values())
+
+    def busy(self, dag_id: str, run_id: str) -> bool:
+        """Whether some task of the run is in one of :data:`BUSY_TI_STATES`."""
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        return RuntimeTaskInstance.get_ti_count(dag_id=dag_id, run_ids=[run_id], states=list(BUSY_TI_STATES)) > 0
+
+
+class _Cached:
+    """One question per DAG run and method, whatever the number of things of that run."""
+
+    def __init__(self, runs: Any) -> None:
+        self._runs, self._memo = runs, {}
+
+    def __getattr__(self, name: str) -> Callable[[str, str], Any]:
+        method = getattr(self._runs, name)
+
+        def ask(dag_id: str, run_id: str) -> Any:
+            if (name, dag_id, run_id) not in self._memo:
+                self._memo[(name, dag_id, run_id)] = method(dag_id, run_id)
+            return self._memo[(name, dag_id, run_id)]
+        return ask
+
+
+@dataclass
+class Current:
+    """The run doing the sweep (``prepare_run``): its own things are never stopped; with
+    ``single_active_run`` (the DAG's ``max_active_runs == 1``) another run of the same DAG that has no task
+    working is taken for dead (see :func:`verdict`)."""
+
+    dag_id: str
+    run_id: str
+    run_key: str
+    single_active_run: bool = True
+
+
+def verdict(found: Found, record: Mapping[str, Any] | None, runs: Any, current: Current | None = None, *,
+            deployment: str) -> tuple[str, str]:
+    """Decide about one thing found.
+
+    :param record: its run record (:func:`read_run_record`), ``None`` when there is none.
+    :param runs: :class:`TaskApiRuns` (or an object with its ``state`` / ``deploy_succeeded`` / ``busy``).
+    :param current: the sweeping run, inside ``prepare_run``.
+    :param deployment: this Airflow deployment (:func:`deployment_id`); a record of another one is ``foreign``.
+    :return: ``(verdict, why)``, verdict one of ``own``, ``unregistered``, ``foreign``, ``orphan``, ``released``,
+        ``watched`` (module docstring); only ``orphan`` is stopped.
+    """
+    if current and found.run_key == current.run_key:
+        return "own", "started by this run"
+    if record is None:
+        return "unregistered", f"no run record runs/{found.run_key}/{RUN_RECORD}: not stopped"
+    who = f"DAG run {record['dag_id']} / {record['run_id']}"
+    if record.get("deployment") != deployment:
+        return "foreign", (f"{who} was recorded by Airflow deployment {record.get('deployment') or '(not named)'}, "
+                           f"this is {deployment}: not stopped")
+    dag_id, run_id = record["dag_id"], record["run_id"]
+    state = runs.state(dag_id, run_id)
+    if state is None:
+        return "orphan", f"{who} no longer exists (deleted)"
+    if state not in ACTIVE_DAG_RUN_STATES:
+        if found.kind == "greengrass_deployment":
+            if state == "success" or runs.deploy_succeeded(dag_id, run_id):
+                return "released", f"{who} ({state}) deployed it: the group's current release, left alone"
+            return "orphan", f"{who} is {state} and its deploy task did not succeed"
+        return "orphan", f"{who} is {state}"
+    if current and current.single_active_run and dag_id == current.dag_id:
+        run_type = record.get("run_type") or ("backfill" if str(run_id).startswith("backfill__") else None)
+        if run_type == "backfill":
+            return "watched", f"{who} is a backfill run (its own max_active_runs) and {state}"
+        if runs.busy(dag_id, run_id):
+            return "watched", f"{who} is {state} with tasks at work (another run of {current.dag_id})"
+        return "orphan", (f"{who} still says {state} but no task of it is running, deferred, queued, up for retry "
+                          f"or scheduled while {current.run_id} runs (max_active_runs=1: its process died)")
+    return "watched", f"{who} is {state}"
+
+
+# -- stopping -----------------------------------------------------------------------------------------
+def stop(found: Found, clients: Mapping[str, Any], why: str, timeout_s: int = SCANCEL_TIMEOUT_S,
+         grace_s: float = 60) -> str:
+    """Stop one orphan; returns what was done (raises the AWS error when the stop call fails).
+
+    :param timeout_s: ``scancel``'s SSM ``executionTimeout`` (seconds; other kinds are one API call).
+    :param grace_s: how long after it the wait for ``scancel``'s result goes on (seconds).
+    """
+    reason = f"sim2real sweeper: orphan of run key {found.run_key}: {why}"[:250]
+    if found.kind == "batch_job":
+        clients["batch"].terminate_job(jobId=found.id, reason=reason)
+        return "TerminateJob"
+    if found.kind == "pipeline_execution":
+        clients["sagemaker"].stop_pipeline_execution(PipelineExecutionArn=found.id,
+                                                     ClientRequestToken=str(uuid.uuid4()))
+        return "StopPipelineExecution"
+    if found.kind == "greengrass_deployment":
+        clients["greengrass"].conn.cancel_deployment(deploymentId=found.id)
+        return "CancelDeployment"
+    if found.kind == "slurm_job":
+        from sim2real.orchestration import slurm
+
+        result = clients["workstation"].run_shell_script(found.extra["instance_id"], slurm.cancel_commands(found.id),
+                                                         execution_timeout_seconds=int(timeout_s), poll_seconds=1.0,
+                                                         comment=f"sim2real sweeper: scancel {found.id}",
+                                                         grace_seconds=grace_s)
+        if result["status"] != "Success":
+            raise RuntimeError(f"scancel {found.id} ended {result['status']}: {result['stderr'][-300:]}")
+        return "scancel"
+    raise ValueError(f"unknown kind {found.kind!r}")
+
+
+class Deadline:
+    """A time budget (``None``: none) on a monotonic ``clock``; :meth:`left` is the seconds left (``inf`` without)."""
+
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._end = None if seconds is None else clock() + seconds
+
+    def left(self) -> float:
+        return float("inf") if self._end is None else self._end - self._clock()
+
+    def command(self, timeout_s: int) -> tuple[int, float]:
+        """``(executionTimeout, grace)`` of an SSM command that must end, wait included, before the deadline:
+        ``(timeout_s, 60)`` without one, else both shrunk to the time left."""
+        left = self.left()
+        if left == float("inf"):
+            return timeout_s, 60.0
+        execution = int(max(1, min(timeout_s, left - MIN_COMMAND_S)))
+        return execution, max(1.0, min(60.0, left - execution))
+
+    def passed(self, need: float = 0.0) -> bool:
+        """Whether less than ``need`` seconds (and at least none) are left."""
+        left = self.left()
+        return left <= 0 or left < need
+
+
+def find_all(env: Mapping[str, Any], clients: Mapping[str, Any], *, deadline: Deadline | None = None,
+             created_after: dt.datetime | None = None) -> tuple[list[Found], list[str], list[str]]:
+    """Everything of :data:`KINDS` in the environment config's queue, cluster, pipeline and deployments.
+
+    :param deadline: checked before each service; the services left when it passed are not listed.
+    :param created_after: passed to :func:`find_pipeline_executions`.
+    :return: ``(found, errors, skipped)``: a service that cannot be listed is an error line (the others are still
+        listed); ``skipped`` are the kinds not listed because the deadline passed.
+    """
+    deadline = deadline or Deadline(None)
+    finders: list[tuple[str, float, Callable[[], list[Found]]]] = [
+        ("batch_job", 0, lambda: find_batch_jobs(clients["batch"], env["batch"]["job_queue"])),
+        ("pipeline_execution", 0, lambda: find_pipeline_executions(clients["sagemaker"],
+                                                                   env["sagemaker"]["pipeline_name"], created_after)),
+        ("greengrass_deployment", 0, lambda: find_greengrass_deployments(clients["greengrass"])),
+    ]
+    if env.get("hyperpod"):
+        finders.append(("slurm_job", MIN_COMMAND_S, lambda: find_slurm_jobs(
+            clients["workstation"], env["hyperpod"], *deadline.command(SQUEUE_TIMEOUT_S))[0]))
+    found: list[Found] = []
+    errors: list[str] = []
+    skipped: list[str] = []
+    for kind, need, finder in finders:
+        if deadline.passed(need):
+            skipped.append(kind)
+            continue
+        try:
+            found += finder()
+        except Exception as err:  # noqa: BLE001 - one service down must not hide the others' orphans
+            log.exception("could not list %s", kind)
+            errors.append(f"could not list {kind}: {type(err).__name__}: {err}")
+    if skipped:
+        log.warning("sweep deadline passed: %s not listed", ", ".join(skipped))
+    return found, errors, skipped
+
+
+def sweep(env: Mapping[str, Any], *, clients: Mapping[str, Any], s3_hook: Any, dry_run: bool,
+          current: Current | None = None, runs: Any = None, deployment: str | None = None,
+          deadline_s: float | None = None, max_age: dt.timedelta | None = None,
+          clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Find every thing a run started (:func:`find_all`), decide (:func:`verdict`) and stop each orphan.
+
+    :param clients: ``{"batch", "sagemaker"}`` boto3 clients, ``{"greengrass"}`` a
+        :class:`~sim2real.orchestration.hooks.greengrass.GreengrassV2Hook`, ``{"workstation"}`` a
+        :class:`~sim2real.orchestration.hooks.workstation.WorkstationHook` (SSM / EC2, for the HyperPod head node).
+    :param s3_hook: reads the run records in ``env["artifacts_bucket"]``.
+    :param dry_run: only report (nothing is stopped).
+    :param current: the sweeping run, when a run sweeps before it starts anything.
+    :param runs: what Airflow says about a DAG run (default :class:`TaskApiRuns`, the Task Execution API).
+    :param deployment: this Airflow deployment (default :func:`deployment_id`).
+    :param deadline_s: seconds the sweep may take (``None``: no limit), checked before each listing and each
+        stop; what is left then is skipped with a warning (``skipped`` in the report).
+    :param max_age: pipeline executions that started longer ago than this are not listed (``None``: all).
+    :param clock: monotonic seconds (tests).
+    :return: ``{"dry_run", "found": [...], "orphans": [...], "stopped": [...], "errors": [...], "skipped": [...]}``;
+        each of found/orphans/stopped is a :class:`Found` as a dict plus ``verdict``, ``why`` (and ``action`` for a
+        stopped one); ``skipped`` names the kinds not listed and the orphans not stopped for the deadline.
+    """
+    runs = _Cached(runs if runs is not None else TaskApiRuns())
+    deployment = deployment or deployment_id()
+    deadline = Deadline(deadline_s, clock)
+    created_after = dt.datetime.now(dt.timezone.utc) - max_age if max_age is not None else None
+    found, errors, skipped = find_all(env, clients, deadline=deadline, created_after=created_after)
+    records: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    for item in found:
+        if item.run_key not in records:
+            try:
+                records[item.run_key] = read_run_record(s3_hook, env["artifacts_bucket"], item.run_key)
+            except Exception as err:  # noqa: BLE001
+                errors.append(f"could not read the run record of {item.run_key}: {err}")
+                records[item.run_key] = None
+        try:
+            decision, why = verdict(item, records[item.run_key], runs, current, deployment=deployment)
+        except Exception as err:  # noqa: BLE001 - not knowing is not stopping
+            errors.append(f"could not decide about {item.label()}: {type(err).__name__}: {err}")
+            decision, why = "unknown", f"could not ask Airflow about its run: {err}"
+        rows.append({**asdict(item), "verdict": decision, "why": why})
+    orphans = [r for r in rows if r["verdict"] == "orphan"]
+    stopped: list[dict[str, Any]] = []
+    by_id = {(f.kind, f.id): f for f in found}
+    for row in orphans:
+        item = by_id[(row["kind"], row["id"])]
+        if dry_run:
+            log.warning("DRY RUN: would stop orphan %s: %s", item.label(), row["why"])
+            continue
+        if deadline.passed(MIN_COMMAND_S if item.kind == "slurm_job" else 0):
+            log.warning("sweep deadline passed: orphan %s not stopped", item.label())
+            skipped.append(f"stop {item.kind} {item.id}")
+            continue
+        try:
+            action = stop(item, clients, row["why"], *deadline.command(SCANCEL_TIMEOUT_S))
+        except Exception as err:  # noqa: BLE001 - the others are still stopped
+            log.exception("could not stop %s", item.label())
+            errors.append(f"could not stop {item.label()}: {type(err).__name__}: {err}")
+            continue
+        log.warning("Stopped orphan %s (%s): %s", item.label(), action, row["why"])
+        stopped.append({**row, "action": action})
+    for row in rows:
+        if row["verdict"] != "orphan":
+            log.info("%s %s (%s): %s", row["kind"], row["id"], row["verdict"], row["why"])
+    log.info("sweep: %d found, %d orphans, %d stopped%s, %d errors, %d skipped", len(rows), len(orphans),
+             len(stopped), " (dry run)" if dry_run else "", len(errors), len(skipped))
+    return {"dry_run": bool(dry_run), "found": rows, "orphans": orphans, "stopped": stopped, "errors": errors,
+            "skipped": skipped}
+
+
+def aws_clients(aws_conn_id: str | None = "aws_default", botocore_config: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
+    """The clients :func:`sweep` uses, from the Airflow AWS connection."""
+    from botocore.config import Config
+
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
+    from sim2real.orchestration.hooks.workstation import WorkstationHook
+
+    config = Config(**dict(botocore_config or {}))
+    return {
+        "batch": AwsBaseHook(aws_conn_id=aws_conn_id, client_type="batch", config=config).conn,
+        "sagemaker": AwsBaseHook(aws_conn_id=aws_conn_id, client_type="sagemaker", config=config).conn,
+        "greengrass": GreengrassV2Hook(aws_conn_id=aws_conn_id, config=config),
+        "workstation": WorkstationHook(aws_conn_id=aws_conn_id, config=config),
+    }
+
+
+def summary_lines(report: Mapping[str, Any]) -> Iterable[str]:
+    """One line per orphan (stopped or, in a dry run, to stop), per thing of another Airflow deployment
+    (``foreign``: not stopped), per error and per step skipped for the deadline."""
+    stopped = {(r["kind"], r["id"]) for r in report["stopped"]}
+    for row in report["orphans"]:
+        done = "stopped" if (row["kind"], row["id"]) in stopped else ("would stop" if report["dry_run"] else "NOT stopped")
+        yield f"{done}: {row['kind']} {row['id']} ({row['name']}, {row['status']}) in {row['where']}: {row['why']}"
+    for row in report["found"]:
+        if row["verdict"] == "foreign":
+            yield f"foreign, not stopped: {row['kind']} {row['id']} ({row['name']}) in {row['where']}: {row['why']}"
+    for error in report["errors"]:
+        yield f"error: {error}"
+    for what in report.get("skipped", []):
+        yield f"skipped (deadline): {what}"
+
+
+def sweep_before_run(ti: Any, plan: Mapping[str, Any], *, dag_id: str, run_id: str, env: Mapping[str, Any],
+                     max_active_runs: int | None, aws_conn_id: str | None = "aws_default", run_type: Any = None,
+                     max_age: dt.timedelta | None = None, deadline_s: float = PREPARE_RUN_DEADLINE_S
+                     ) -> dict[str, Any] | None:
+    """``prepare_run``'s check: record this run (:func:`register_run`), then stop the orphans of earlier runs.
+
+    Never fails the run for the sweep itself (a run that cannot be swept can still succeed): a problem is
+    logged as a warning and kept in the report (XCom ``orphan_sweep`` of the calling task). The sweep keeps to
+    ``deadline_s`` (checked between listings and stops, so well inside the task's ``execution_timeout``, whose
+    ``AirflowTaskTimeout`` no ``except Exception`` would catch).
+
+    :param ti: the calling task instance (for XCom ``orphan_sweep``; ``None``: not pushed).
+    :param max_active_runs: the DAG's; with 1, another run of the same DAG with no task at work is not active
+        (see :func:`verdict`).
+    :param run_type: this DAG run's ``run_type``, written to the run record.
+    :param max_age: the DAG's ``dagrun_timeout``: older pipeline executions are not listed (``None``: all).
+    :param deadline_s: seconds the sweep may take.
+    :return: the :func:`sweep` report, or ``None`` when the run record could not be written (then nothing is
+        swept: without its own record the run could not be told apart later).
+    """
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
+
+    started = time.monotonic()
+    s3 = S3Hook(aws_conn_id=aws_conn_id)
+    deployment = deployment_id()
+    try:
+        uri = register_run(s3, plan["bucket"], dag_id=dag_id, run_id=run_id, run_key=plan["run_key"],
+                           run_type=run_type, deployment=deployment)
+        log.info("run record written to %s (Airflow deployment %s)", uri, deployment)
+    except Exception as err:  # noqa: BLE001
+        log.warning("could not write the run record runs/%s/%s (%s): no orphan sweep", plan["run_key"], RUN_RECORD, err)
+        return None
+    current = Current(dag_id=dag_id, run_id=run_id, run_key=plan["run_key"],
+                      single_active_run=max_active_runs == 1)
+    try:
+        report = sweep(env, clients=aws_clients(aws_conn_id, DEFAULT_ARGS["botocore_config"]), s3_hook=s3,
+                       dry_run=False, current=current, deployment=deployment, max_age=max_age,
+                       deadline_s=max(0.0, deadline_s - (time.monotonic() - started)))
+    except Exception as err:  # noqa: BLE001
+        log.warning("orphan sweep failed: %s: %s", type(err).__name__, err)
+        return None
+    for line in summary_lines(report):
+        log.warning("orphan sweep: %s", line)
+    if ti is not None:
+        ti.xcom_push(key="orphan_sweep", value={k: report[k] for k in ("orphans", "stopped", "errors", "skipped")})
+    return report

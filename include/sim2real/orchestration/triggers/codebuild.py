@@ -1,0 +1,71 @@
+"""Trigger waiting for an AWS CodeBuild build (custom waiter ``build_complete`` on ``BatchGetBuilds``)."""
+
+from __future__ import annotations
+
+from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
+
+from sim2real.orchestration.hooks.codebuild import CodeBuildHook
+
+
+class CodeBuildBuildCompleteTrigger(AwsHookWaiterTrigger):
+    """
+    Poll a CodeBuild build until it reaches a terminal status.
+
+    Event: ``{"status": "success", "build_id": ...}`` on SUCCEEDED;
+    ``{"status": "error", "message": ..., "build_id": ...}`` on FAILED / FAULT / TIMED_OUT / STOPPED,
+    on max attempts, or on a non-retriable API error. The operator's ``execute_complete`` then
+    describes the build to name the failing phase.
+
+    When a user marks the deferred task failed / success or clears it (Airflow 3.3+
+    ``BaseTrigger.on_kill``), the build is stopped (``StopBuild``) if ``stop_on_kill``.
+
+    :param build_id: the CodeBuild build id (``<project>:<uuid>``).
+    :param waiter_delay: seconds between polls.
+    :param waiter_max_attempts: polls before giving up.
+    :param stop_on_kill: stop the build when the user kills the deferred task.
+    :param aws_conn_id: Airflow AWS connection.
+    :param region_name: AWS region.
+    :param verify: SSL verification for the client.
+    :param botocore_config: botocore client configuration dict.
+    """
+
+    aws_hook_class = CodeBuildHook
+
+    def __init__(
+        self,
+        build_id: str,
+        waiter_delay: int = 30,
+        waiter_max_attempts: int = 240,
+        stop_on_kill: bool = True,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        verify: bool | str | None = None,
+        botocore_config: dict | None = None,
+    ) -> None:
+        super().__init__(
+            serialized_fields={"build_id": build_id, "stop_on_kill": stop_on_kill},
+            waiter_name="build_complete",
+            waiter_args={"ids": [build_id]},
+            failure_message=f"CodeBuild build {build_id} failed",
+            status_message=f"CodeBuild build {build_id} status",
+            status_queries=["builds[0].buildStatus", "builds[0].currentPhase"],
+            return_key="build_id",
+            return_value=build_id,
+            waiter_delay=waiter_delay,
+            waiter_max_attempts=waiter_max_attempts,
+            aws_conn_id=aws_conn_id,
+            region_name=region_name,
+            verify=verify,
+            botocore_config=botocore_config,
+        )
+        self.build_id = build_id
+        self.stop_on_kill = stop_on_kill
+
+    async def on_kill(self) -> None:
+        """Stop the build (``StopBuild``) when the user kills the deferred task (Airflow 3.3+)."""
+        if not (self.build_id and self.stop_on_kill):
+            return
+        self.log.info("Task killed by the user: stopping CodeBuild build %s", self.build_id)
+        async with await self.hook().get_async_conn() as client:
+            await client.stop_build(id=self.build_id)
+        self.log.info("CodeBuild build %s stopped", self.build_id)

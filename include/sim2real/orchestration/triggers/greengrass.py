@@ -1,0 +1,131 @@
+"""Trigger waiting until every core device of a thing group finished a Greengrass deployment."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
+from airflow.triggers.base import TriggerEvent
+from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, device_report
+
+
+class GreengrassDeploymentTrigger(AwsHookWaiterTrigger):
+    """Poll ListEffectiveDeployments of each core device until all are terminal or one failed.
+
+    Per-device states come from waiter ``core_device_deployment_complete``
+    (``sim2real/orchestration/waiters/greengrassv2.json``): SUCCEEDED/COMPLETED success; FAILED/TIMED_OUT/
+    REJECTED/CANCELED failure; QUEUED/IN_PROGRESS (or not received yet) keep polling.
+
+    :param deployment_id: the Greengrass deployment.
+    :param thing_group_arn: its target; core devices are listed with ListCoreDevices each poll.
+    :param waiter_delay: seconds between polls.
+    :param waiter_max_attempts: polls before a ``timeout`` event.
+    :param cancel_on_kill: CancelDeployment when the user kills the deferred task.
+
+    Events (``devices`` maps thing name → ``{"status", "outcome", "reason"}``):
+    ``{"status": "success" | "failure" | "timeout", "deployment_id", "devices", "message"}``.
+    """
+
+    aws_hook_class = GreengrassV2Hook
+
+    def __init__(
+        self,
+        *,
+        deployment_id: str,
+        thing_group_arn: str,
+        waiter_delay: int = 30,
+        waiter_max_attempts: int = 120,
+        cancel_on_kill: bool = True,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        verify: bool | str | None = None,
+        botocore_config: dict | None = None,
+    ) -> None:
+        super().__init__(
+            serialized_fields={
+                "deployment_id": deployment_id,
+                "thing_group_arn": thing_group_arn,
+                "cancel_on_kill": cancel_on_kill,
+            },
+            waiter_name="core_device_deployment_complete",
+            waiter_args={},
+            failure_message="Greengrass deployment failed",
+            status_message="Greengrass deployment device statuses",
+            status_queries=["effectiveDeployments[].coreDeviceExecutionStatus"],
+            return_key="deployment_id",
+            return_value=deployment_id,
+            waiter_delay=waiter_delay,
+            waiter_max_attempts=waiter_max_attempts,
+            aws_conn_id=aws_conn_id,
+            region_name=region_name,
+            verify=verify,
+            botocore_config=botocore_config,
+        )
+        self.deployment_id = deployment_id
+        self.thing_group_arn = thing_group_arn
+        self.cancel_on_kill = cancel_on_kill
+
+    async def _things(self, client) -> list[str]:
+        names: list[str] = []
+        kwargs: dict[str, Any] = {"thingGroupArn": self.thing_group_arn}
+        while True:
+            page = await client.list_core_devices(**kwargs)
+            names += [d["coreDeviceThingName"] for d in page.get("coreDevices", [])]
+            if not page.get("nextToken"):
+                return sorted(names)
+            kwargs["nextToken"] = page["nextToken"]
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = self.hook()
+        reports: dict[str, dict[str, Any]] = {}
+        async with await hook.get_async_conn() as client:
+            for attempt in range(self.attempts):
+                if attempt:
+                    await asyncio.sleep(self.waiter_delay)
+                things = await self._things(client)
+                if not things:
+                    yield TriggerEvent(
+                        {
+                            "status": "failure",
+                            "deployment_id": self.deployment_id,
+                            "devices": {},
+                            "message": f"thing group {self.thing_group_arn} has no core devices",
+                        }
+                    )
+                    return
+                reports = {}
+                for thing in things:
+                    response = await client.list_effective_deployments(coreDeviceThingName=thing)
+                    reports[thing] = device_report(response, self.deployment_id)
+                outcomes = {r["outcome"] for r in reports.values()}
+                if "failure" in outcomes:
+                    yield TriggerEvent(
+                        {"status": "failure", "deployment_id": self.deployment_id, "devices": reports, "message": ""}
+                    )
+                    return
+                if outcomes == {"success"}:
+                    yield TriggerEvent(
+                        {"status": "success", "deployment_id": self.deployment_id, "devices": reports, "message": ""}
+                    )
+                    return
+                self.log.info(
+                    "Deployment %s: %s", self.deployment_id, {t: r["status"] for t, r in reports.items()}
+                )
+        yield TriggerEvent(
+            {
+                "status": "timeout",
+                "deployment_id": self.deployment_id,
+                "devices": reports,
+                "message": f"not finished after {self.attempts} polls {self.waiter_delay} s apart",
+            }
+        )
+
+    async def on_kill(self) -> None:
+        """CancelDeployment when the user kills the deferred task (Airflow 3.3+)."""
+        if not self.cancel_on_kill:
+            return
+        self.log.info("Cancelling Greengrass deployment %s", self.deployment_id)
+        async with await self.hook().get_async_conn() as client:
+            await client.cancel_deployment(deploymentId=self.deployment_id)

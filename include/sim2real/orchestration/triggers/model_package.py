@@ -1,0 +1,128 @@
+"""Trigger waiting for this run's model package to be Approved or Rejected.
+
+Locates the package by ``CustomerMetadataProperties["sim2real:run-key"]`` (ListModelPackages
+newest first + DescribeModelPackage), then classifies DescribeModelPackage with the custom
+waiter ``model_package_approved`` (``sim2real/orchestration/waiters/sagemaker_ext.json``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
+from airflow.triggers.base import TriggerEvent
+from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, approval_result, package_matches
+from sim2real.orchestration.hooks.waiter_rounds import classify_response
+
+
+class ModelPackageApprovalTrigger(AwsHookWaiterTrigger):
+    """Poll the model registry until this run's package is Approved or Rejected.
+
+    :param model_package_group_name: the model package group.
+    :param run_key: value of ``CustomerMetadataProperties["sim2real:run-key"]``.
+    :param pipeline_execution_arn: optional cross-check (see ``package_matches``).
+    :param model_package_arn: the package, when already located.
+    :param waiter_delay: seconds between polls.
+    :param waiter_max_attempts: polls before a ``timeout`` event.
+
+    Events: ``{"status": "success", **approval_result}``; ``{"status": "rejected",
+    "model_package_arn", "approval_description"}``; ``{"status": "timeout", "model_package_arn"
+    (None when never found), "approval_status"}``.
+    """
+
+    aws_hook_class = ModelRegistryHook
+
+    def __init__(
+        self,
+        *,
+        model_package_group_name: str,
+        run_key: str,
+        pipeline_execution_arn: str | None = None,
+        model_package_arn: str | None = None,
+        waiter_delay: int = 60,
+        waiter_max_attempts: int = 1440,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        verify: bool | str | None = None,
+        botocore_config: dict | None = None,
+    ) -> None:
+        super().__init__(
+            serialized_fields={
+                "model_package_group_name": model_package_group_name,
+                "run_key": run_key,
+                "pipeline_execution_arn": pipeline_execution_arn,
+                "model_package_arn": model_package_arn,
+            },
+            waiter_name="model_package_approved",
+            waiter_args={"ModelPackageName": model_package_arn},
+            failure_message="Model package rejected",
+            status_message="Model package approval status",
+            status_queries=["ModelApprovalStatus"],
+            return_key="model_package_arn",
+            return_value=model_package_arn,
+            waiter_delay=waiter_delay,
+            waiter_max_attempts=waiter_max_attempts,
+            aws_conn_id=aws_conn_id,
+            region_name=region_name,
+            verify=verify,
+            botocore_config=botocore_config,
+        )
+        self.model_package_group_name = model_package_group_name
+        self.run_key = run_key
+        self.pipeline_execution_arn = pipeline_execution_arn
+        self.model_package_arn = model_package_arn
+
+    async def _locate(self, client) -> dict[str, Any] | None:
+        kwargs: dict[str, Any] = {
+            "ModelPackageGroupName": self.model_package_group_name,
+            "SortBy": "CreationTime",
+            "SortOrder": "Descending",
+        }
+        while True:
+            page = await client.list_model_packages(**kwargs)
+            for summary in page.get("ModelPackageSummaryList", []):
+                package = await client.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
+                if package_matches(package, self.run_key, self.pipeline_execution_arn):
+                    return package
+            if not page.get("NextToken"):
+                return None
+            kwargs["NextToken"] = page["NextToken"]
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = self.hook()
+        status = None
+        async with await hook.get_async_conn() as client:
+            for attempt in range(self.attempts):
+                if attempt:
+                    await asyncio.sleep(self.waiter_delay)
+                if self.model_package_arn:
+                    package = await client.describe_model_package(ModelPackageName=self.model_package_arn)
+                else:
+                    package = await self._locate(client)
+                    if package is None:
+                        self.log.info(
+                            "No package for run %s in group %s yet", self.run_key, self.model_package_group_name
+                        )
+                        continue
+                    self.model_package_arn = package["ModelPackageArn"]
+                    self.log.info("Found model package %s for run %s", self.model_package_arn, self.run_key)
+                status = package.get("ModelApprovalStatus")
+                outcome = classify_response(hook.waiter_path, self.waiter_name, package)
+                if outcome == "success":
+                    yield TriggerEvent({"status": "success", **approval_result(package)})
+                    return
+                if outcome == "failure":
+                    yield TriggerEvent(
+                        {
+                            "status": "rejected",
+                            "model_package_arn": self.model_package_arn,
+                            "approval_description": package.get("ApprovalDescription"),
+                        }
+                    )
+                    return
+                self.log.info("Model package %s is %s", self.model_package_arn, status)
+        yield TriggerEvent(
+            {"status": "timeout", "model_package_arn": self.model_package_arn, "approval_status": status}
+        )
