@@ -117,7 +117,14 @@ def build(out: Path, airflow_version: str = AIRFLOW_VERSION) -> Path:
     with zipfile.ZipFile(out / "plugins.zip", "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for plugin in sorted((REPO_ROOT / "plugins").glob("*.py")):
             zf.write(plugin, plugin.name)
-        for path, arcname in _package_files():
+        files = _package_files()
+        # Directory entries too: zipimport finds the ``sim2real`` namespace package (no __init__.py) only
+        # through its directory entry, so the zip stays importable as it is, not only once unzipped.
+        folders = sorted({str(Path(arc).parent.as_posix()) + "/" for _, arc in files}
+                         | {"/".join(arc.split("/")[:i]) + "/" for _, arc in files for i in range(1, arc.count("/"))})
+        for folder in folders:
+            zf.writestr(zipfile.ZipInfo(folder), "")
+        for path, arcname in files:
             zf.write(path, arcname)
     (out / "requirements.txt").write_text(requirements_text(airflow_version))
     (out / "startup.sh").write_text(STARTUP)

@@ -31,12 +31,15 @@ def test_bundle_layout(bundle: Path) -> None:
     assert {p.name for p in (bundle / "dags").iterdir()} >= {"sim_to_real.py"}
     names = zipfile.ZipFile(bundle / "plugins.zip").namelist()
     assert "sim2real_plugin.py" in names  # plugins/ content at the zip root
-    for module in ("sim2real/__init__.py", "sim2real/orchestration/config.py", "sim2real/orchestration/operators/batch.py",
+    for module in ("sim2real/contract/__init__.py", "sim2real/orchestration/config.py", "sim2real/orchestration/operators/batch.py",
                    "sim2real/orchestration/links/batch.py", "sim2real/orchestration/triggers/batch.py"):
         assert module in names, module
     assert any(n.startswith("sim2real/orchestration/waiters/") and n.endswith(".json") for n in names)
-    assert not [n for n in names if n.startswith("sim2real/dev/sandbox/") or "__pycache__" in n or n.endswith(".pyc")]
-    assert "sim2real/dev/demo.py" not in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    # An allow-list: the Airflow side and the contract only; sim2real itself is a namespace package.
+    packages = {n.split("/")[1] for n in names if n.startswith("sim2real/") and n.count("/") >= 2}
+    assert packages == {"orchestration", "contract"}
+    assert "sim2real/__init__.py" not in names
 
 
 def test_requirements_have_mwaa_constraint_line_for_the_environment_version(bundle: Path) -> None:
@@ -60,12 +63,12 @@ def test_startup_script_is_valid_sh(bundle: Path) -> None:
 
 def test_package_imports_from_the_zip(bundle: Path) -> None:
     """The zipped package (no sandbox) imports on its own: sim2real comes from plugins.zip."""
-    code = ("import sim2real, sim2real.orchestration.config, sim2real.orchestration.params, sim2real_plugin; "
-            "print(sim2real.__file__)")
+    code = ("import sim2real.contract, sim2real.orchestration.config, sim2real.orchestration.params, sim2real_plugin; "
+            "print(sim2real.orchestration.__file__); print(sim2real.contract.__file__)")
     env = {**os.environ, "PYTHONPATH": str(bundle / "plugins.zip")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "plugins.zip" in out.stdout
+    assert all("plugins.zip" in line for line in out.stdout.splitlines()), out.stdout
 
 
 def test_upload_records_object_versions(bundle: Path) -> None:

@@ -14,12 +14,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sim2real.contract import SCHEMA_DIR
 from sim2real.contract.run_key import run_prefix
 
 SCHEMA_VERSION = 1
 
 #: JSON schema (draft 2020-12) of ``lineage.json``, kept in the repository beside this module.
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "lineage.schema.json"
+SCHEMA_PATH = SCHEMA_DIR / "lineage.schema.json"
 
 
 class LineageSchemaError(ValueError):

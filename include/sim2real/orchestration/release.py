@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sim2real.contract import SCHEMA_DIR
 from sim2real.orchestration.params import ParamRuleError
 from sim2real.contract.run_key import make_run_key, run_prefix
 from sim2real.orchestration.stages import deployment_timeout_seconds, iot_job_configuration
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 #: JSON schema (draft 2020-12) of ``release.json``.
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "release.schema.json"
+SCHEMA_PATH = SCHEMA_DIR / "release.schema.json"
 
 SECTION_PACKAGE = "Model package"
 SECTION_DEPLOY = "Edge deployment"
