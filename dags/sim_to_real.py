@@ -39,7 +39,9 @@ SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone,
     catchup=False,
     max_active_runs=1,
     dagrun_timeout=dt.timedelta(days=3),
-    default_args=DEFAULT_ARGS,
+    # Every wait defers to the triggerer, whatever [operators] default_deferrable says (operators that take
+    # no deferrable argument ignore it).
+    default_args={**DEFAULT_ARGS, "deferrable": True},
     params=build_params(),
     tags=["sim2real", "robotics", "rl", "vla"],
     # SNS topic read from the environment config at send time (skipped when none is configured).

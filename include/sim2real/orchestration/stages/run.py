@@ -7,6 +7,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from airflow.sdk import get_current_context
+
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.stages._base import PlanContext, PlanSection
 
@@ -107,7 +109,7 @@ def plan(ctx: PlanContext, *, applied: dict[str, Any]) -> RunPlan:
 def add_opening_tasks() -> tuple[Any, Any, Any]:
     """Add ``prepare_run``, ``check_resources`` and the ``training_backend`` branch; return them
     (``prepare_run``'s XComArg is the ``plan`` every stage reads)."""
-    from airflow.sdk import get_current_context, task
+    from airflow.sdk import task
     from airflow.sdk.exceptions import AirflowFailException
 
     from sim2real.orchestration.links.s3 import S3RunFolderLink
@@ -163,7 +165,7 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
 def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> None:
     """Add the run's teardowns: ``write_lineage`` after ``leaves``, then ``run_outcome`` after it and
     ``teardowns`` (the run's only effective leaves)."""
-    from airflow.sdk import get_current_context, task
+    from airflow.sdk import task
 
     from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
 
