@@ -40,7 +40,7 @@ from typing import Any
 from sim2real.contract import env_vars as ev
 from sim2real.contract import task_ids as ids
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
 _PARSE_SNIPPET = """
 import time, sys

@@ -34,7 +34,7 @@ from typing import Any
 
 from sim2real.contract import task_ids as ids
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
 
 #: The demo's default training seed and first evaluation seed (``--random-seeds`` for new ones).

@@ -36,7 +36,7 @@ from typing import Any
 
 from sim2real.contract import task_ids as ids
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
 #: Every scenario's run conf starts from this: tiny training and evaluation, gate always passes.
 BASE_CONF: dict[str, Any] = {
