@@ -15,6 +15,7 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, TaskDeferred
 from moto import mock_aws
 from moto.batch.models import Job
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration.triggers.batch import BatchTrainingJobTrigger
 
 from operator_helpers import FakeTI, first_event
@@ -77,7 +78,7 @@ def test_sync_cost_limit_table_one_poll(aws_env, moto_batch_gaps, started, capsy
     setup_batch()
     started["*"] = [("RUNNING", None, None)]
     op = make_op(cost_limit_usd=limit, usd_per_node_hour=price, poll_interval=poll, max_retries=1)
-    ti = FakeTI("train.train_policy")
+    ti = FakeTI(ids.BATCH_TRAIN_POLICY)
     if not stopped:
         with pytest.raises(AirflowException, match="exceeded max_retries") as err:
             op.execute({"ti": ti})
@@ -135,7 +136,7 @@ def test_deferred_cost_limit_fails_without_retry_and_keeps_the_figures(moto_serv
     trigger._log = RecordingLog()
     event = first_event(trigger)
     assert event["reason"] == "cost_limit"
-    ti = FakeTI("train.train_policy")
+    ti = FakeTI(ids.BATCH_TRAIN_POLICY)
     with pytest.raises(AirflowFailException) as err:
         op.execute_complete({"ti": ti}, event)
     assert_stop_message(str(err.value), 8.0)

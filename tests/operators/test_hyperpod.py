@@ -17,6 +17,7 @@ from moto.sagemaker.models import sagemaker_backends
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration.hooks.hyperpod import instance_group_specs
 from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator
 from sim2real.orchestration.triggers.hyperpod import HyperPodScaleTrigger
@@ -254,13 +255,13 @@ def test_scale_down_skips_without_any_call_when_its_scale_up_did_not_run():
     from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator
 
     op = HyperPodScaleOperator(task_id="scale_down", cluster_name="sim2real-hyperpod", instance_group_name="gpu",
-                               target_count=0, only_after_task_id="hyperpod.scale_up", region_name="us-east-1")
+                               target_count=0, only_after_task_id=ids.HYPERPOD_SCALE_UP, region_name="us-east-1")
     pulled, pushed = [], {}
     ti = SimpleNamespace(xcom_pull=lambda task_ids: pulled.append(task_ids),
                          xcom_push=lambda key, value: pushed.__setitem__(key, value))
     op.__dict__["hook"] = None  # any AWS call would fail on this
     with pytest.raises(AirflowSkipException, match="hyperpod.scale_up did not scale sim2real-hyperpod"):
         op.execute({"ti": ti})
-    assert pulled == ["hyperpod.scale_up"]
+    assert pulled == [ids.HYPERPOD_SCALE_UP]
     # The cluster link's key is written anyway: a skipped task's links are rendered too.
     assert pushed["sim2real_hyperpod_cluster"]["cluster_name"] == "sim2real-hyperpod"

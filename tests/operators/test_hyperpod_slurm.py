@@ -13,6 +13,7 @@ import pytest
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration import slurm
 from sim2real.orchestration.hooks.hyperpod import instance_group_specs
 from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
@@ -54,7 +55,7 @@ def sandbox(tmp_path_factory):
 def context():
     from operator_helpers import FakeTI
 
-    return {"ti": FakeTI("hyperpod.train_policy")}
+    return {"ti": FakeTI(ids.HYPERPOD_TRAIN_POLICY)}
 
 
 def make_operator(sb, name: str, nodes: int = 2, **env: str) -> HyperPodSlurmJobOperator:

@@ -37,7 +37,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from sim2real.contract import env_vars as ev
+from sim2real.contract import task_ids as ids
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
 _PARSE_SNIPPET = """
 import time, sys
@@ -63,13 +66,13 @@ def dag_parse_seconds(path: Path, repeats: int = 5) -> dict[str, float]:
 #: waiting task -> (services whose calls are its polls, sandbox event marking the terminal state,
 #: event data filter) — the event with the latest time among matches is the terminal one.
 WAITS: dict[str, tuple[tuple[str, ...], str, str, dict[str, Any]]] = {
-    "build.build_image": (("codebuild",), "codebuild", "build-status", {"status": "SUCCEEDED"}),
-    "train.train_policy": (("batch", "logs"), "batch", "job-done", {"status": "SUCCEEDED"}),
-    "checkpoint.wait_for_checkpoint": (("s3",), "", "", {}),
-    "evaluate.run_evaluation": (("ssm",), "ssm", "command-done", {"status": "Success"}),
-    "vla.finetune_groot": (("sagemaker",), "sagemaker", "pipeline-status", {"status": "Succeeded"}),
-    "vla.wait_for_approval": (("sagemaker",), "approver", "decision", {"decision": "Approved"}),
-    "deploy.deploy_to_robots": (("greengrassv2", "iot"), "greengrass", "device-status", {"status": "SUCCEEDED"}),
+    ids.BUILD_IMAGE: (("codebuild",), "codebuild", "build-status", {"status": "SUCCEEDED"}),
+    ids.BATCH_TRAIN_POLICY: (("batch", "logs"), "batch", "job-done", {"status": "SUCCEEDED"}),
+    ids.WAIT_FOR_CHECKPOINT: (("s3",), "", "", {}),
+    ids.RUN_EVALUATION: (("ssm",), "ssm", "command-done", {"status": "Success"}),
+    ids.FINETUNE_GROOT: (("sagemaker",), "sagemaker", "pipeline-status", {"status": "Succeeded"}),
+    ids.WAIT_FOR_APPROVAL: (("sagemaker",), "approver", "decision", {"decision": "Approved"}),
+    ids.DEPLOY_TO_ROBOTS: (("greengrassv2", "iot"), "greengrass", "device-status", {"status": "SUCCEEDED"}),
 }
 
 
@@ -178,7 +181,7 @@ def policy_latency(n: int = 1000) -> dict[str, Any]:
     from sim2real.workloads.export import export_onnx
 
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "TASK": "Reacher-v5", "MAX_ITERATIONS": "1", "NUM_ENVS": "2", "OUTPUT_URI": tmp}
+        env = {**os.environ, ev.TASK: "Reacher-v5", ev.MAX_ITERATIONS: "1", ev.NUM_ENVS: "2", ev.OUTPUT_URI: tmp}
         env.pop("AWS_ENDPOINT_URL", None)
         subprocess.run([sys.executable, "-m", "sim2real.workloads.train"], env=env, check=True,
                        capture_output=True)

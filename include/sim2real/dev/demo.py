@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from sim2real.contract import task_ids as ids
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
 
 #: The demo's default training seed and first evaluation seed (``--random-seeds`` for new ones).
@@ -151,7 +153,7 @@ def run_folder_link(dag_run) -> str | None:
     """The "S3 run folder" extra link of ``prepare_run`` as the UI would render it (from its XCom)."""
     from sim2real.orchestration.links.s3 import S3RunFolderLink
 
-    return _persisted_link(dag_run, "prepare_run", S3RunFolderLink())
+    return _persisted_link(dag_run, ids.PREPARE_RUN, S3RunFolderLink())
 
 
 def figure_links(dag_run) -> dict[str, str | None]:
@@ -159,7 +161,7 @@ def figure_links(dag_run) -> dict[str, str | None]:
     S3 console URL, ``None`` when the picture was not written)."""
     from sim2real.orchestration.links.s3 import FIGURE_LINKS
 
-    return {name: _persisted_link(dag_run, "write_lineage", link()) for name, link in FIGURE_LINKS.items()}
+    return {name: _persisted_link(dag_run, ids.WRITE_LINEAGE, link()) for name, link in FIGURE_LINKS.items()}
 
 
 def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from sim2real.contract import task_ids as ids
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
 #: Every scenario's run conf starts from this: tiny training and evaluation, gate always passes.
 BASE_CONF: dict[str, Any] = {
@@ -44,10 +46,10 @@ BASE_CONF: dict[str, Any] = {
 #: Stop the release after the quality gate (scenarios whose fault is upstream of the fine-tune).
 NO_RELEASE = {"run_vla_finetune": False, "deploy_to_edge": False}
 
-LINEAGE = "write_lineage"
-STOP_WS = "evaluate.stop_workstation"
-TRAIN = "train.train_policy"
-OUTCOME = "run_outcome"
+LINEAGE = ids.WRITE_LINEAGE
+STOP_WS = ids.STOP_WORKSTATION
+TRAIN = ids.BATCH_TRAIN_POLICY
+OUTCOME = ids.RUN_OUTCOME
 
 Check = Callable[["Outcome"], list[tuple[str, bool, str]]]
 
@@ -154,7 +156,7 @@ def teardowns_ran(o: Outcome) -> list[tuple[str, bool, str]]:
            _c("run_outcome ran (last teardown) and agrees with the run's state",
               o.state_of(OUTCOME) == o.state and o.state in ("success", "failed"),
               f"run_outcome {o.state_of(OUTCOME)}, run {o.state}")]
-    if o.state_of("evaluate.run_evaluation") in ("success", "failed", "up_for_retry"):
+    if o.state_of(ids.RUN_EVALUATION) in ("success", "failed", "up_for_retry"):
         out.append(_c("stop_workstation ran (teardown)", o.state_of(STOP_WS) == "success", o.state_of(STOP_WS)))
     return out
 
@@ -292,7 +294,7 @@ def _stale_tag(sandbox, env_config) -> None:
 
 
 def _built_not_stale(o: Outcome) -> tuple[bool, Any]:
-    digest = ((o.tasks.get("build.build_image") or {}).get("xcom") or {}).get("image_digest")
+    digest = ((o.tasks.get(ids.BUILD_IMAGE) or {}).get("xcom") or {}).get("image_digest")
     return (bool(digest) and digest != STALE.get("digest") and o.requests.get("StartBuild", 0) == 1,
             {"digest": digest, "stale": STALE.get("digest"), "StartBuild": o.requests.get("StartBuild", 0)})
 
@@ -306,7 +308,7 @@ SCENARIOS: list[Scenario] = [
                           "the job was terminated"),
                custom("job terminated (FAILED, budget reason)", _job_terminated),
                custom("no retry", lambda o: (o.tries(TRAIN) == 1, o.tries(TRAIN))),
-               submits(1), not_run("checkpoint.wait_for_checkpoint", "evaluate.run_evaluation")),
+               submits(1), not_run(ids.WAIT_FOR_CHECKPOINT, ids.RUN_EVALUATION)),
         faults={"batch_stuck_runnable": True, "batch_runnable_since_seconds": 57},
         conf={"runnable_timeout_minutes": 1, **NO_RELEASE},
     ),
@@ -315,7 +317,7 @@ SCENARIOS: list[Scenario] = [
         "train fails with the job's statusReason, exit code and failure class (user code: no retry)",
         all_of(fails_with(TRAIN, "ended FAILED", "Essential container in task exited", "exit code=1",
                           "failure class"),
-               submits(1), not_run("checkpoint.wait_for_checkpoint", "evaluate.run_evaluation")),
+               submits(1), not_run(ids.WAIT_FOR_CHECKPOINT, ids.RUN_EVALUATION)),
         faults={"batch_fail_node": True}, conf=NO_RELEASE,
     ),
     Scenario(
@@ -342,22 +344,22 @@ SCENARIOS: list[Scenario] = [
     Scenario(
         "ssm_timeout", "the evaluation command times out on the workstation (SSM TimedOut)", "§5.2, §5.6",
         "run_evaluation fails naming TimedOut and the execution timeout; the workstation is stopped",
-        all_of(fails_with("evaluate.run_evaluation", "TimedOut"),
-               not_run("evaluate.read_eval_report", "quality_gate")),
+        all_of(fails_with(ids.RUN_EVALUATION, "TimedOut"),
+               not_run(ids.READ_EVAL_REPORT, ids.QUALITY_GATE)),
         faults={"ssm_timeout": True}, conf=NO_RELEASE,
     ),
     Scenario(
         "pipeline_completed_with_failures", "the GR00T pipeline ends CompletedWithFailures (step GR00TFinetune)",
         "§5.2", "finetune_groot fails with the status and the failing step; no approval wait, no deployment",
-        all_of(fails_with("vla.finetune_groot", "CompletedWithFailures", "GR00TFinetune"),
-               not_run("vla.wait_for_approval", "deploy.deploy_to_robots")),
+        all_of(fails_with(ids.FINETUNE_GROOT, "CompletedWithFailures", "GR00TFinetune"),
+               not_run(ids.WAIT_FOR_APPROVAL, ids.DEPLOY_TO_ROBOTS)),
         faults={"pipeline_status": "CompletedWithFailures"},
     ),
     Scenario(
         "model_package_rejected", "the reviewer rejects the run's model package in the Model Registry", "§2 (approval)",
         "wait_for_approval fails with Rejected and the reviewer's reason; nothing is deployed; lineage written",
-        all_of(fails_with("vla.wait_for_approval", "Rejected", "rejected by the fault replay's reviewer"),
-               not_run("deploy.deploy_to_robots"),
+        all_of(fails_with(ids.WAIT_FOR_APPROVAL, "Rejected", "rejected by the fault replay's reviewer"),
+               not_run(ids.DEPLOY_TO_ROBOTS),
                custom("lineage has no deployment, has the checkpoint",
                       lambda o: (bool(o.lineage) and o.lineage["chain"].get("deployment_id") is None
                                  and bool(o.lineage["chain"].get("checkpoint_sha256")),
@@ -367,7 +369,7 @@ SCENARIOS: list[Scenario] = [
     Scenario(
         "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "§5.8",
         "deploy_to_robots fails naming the device; the deployment is cancelled and the device rolled back",
-        all_of(fails_with("deploy.deploy_to_robots", "sim2real-robot-2", "FAILED"),
+        all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "sim2real-robot-2", "FAILED"),
                custom("deployment CANCELED", lambda o: (bool(o.deployments) and all(
                    d["status"] == "CANCELED" for d in o.deployments), o.deployments))),
         faults={"greengrass_device_fail": "sim2real-robot-2"},
@@ -376,7 +378,7 @@ SCENARIOS: list[Scenario] = [
         "quota_below_need", "EC2 quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 8 vCPU; the job "
         "needs 48", "§5.9",
         "check_capacity refuses with the quota name, code, limit, usage and the request command; no SubmitJob",
-        all_of(fails_with("preflight.check_capacity", "L-DB2E81BA", "Running On-Demand G and VT instances",
+        all_of(fails_with(ids.BATCH_CHECK_CAPACITY, "L-DB2E81BA", "Running On-Demand G and VT instances",
                           "request-service-quota-increase"),
                submits(0), custom("no job definition registered",
                                   lambda o: (o.requests.get("RegisterJobDefinition", 0) == 0,
@@ -387,10 +389,10 @@ SCENARIOS: list[Scenario] = [
     Scenario(
         "checkpoint_bad_sha256", "after training, manifest.json is rewritten with a wrong sha256", "§2 (checkpoint), "
         "§5.10", "wait_for_checkpoint fails with the sha256 mismatch; nothing is evaluated",
-        all_of(fails_with("checkpoint.wait_for_checkpoint", "sha256 mismatch"),
-               custom("no retry (fail fast)", lambda o: (o.tries("checkpoint.wait_for_checkpoint") == 1,
-                                                         o.tries("checkpoint.wait_for_checkpoint"))),
-               submits(1), not_run("evaluate.run_evaluation")),
+        all_of(fails_with(ids.WAIT_FOR_CHECKPOINT, "sha256 mismatch"),
+               custom("no retry (fail fast)", lambda o: (o.tries(ids.WAIT_FOR_CHECKPOINT) == 1,
+                                                         o.tries(ids.WAIT_FOR_CHECKPOINT))),
+               submits(1), not_run(ids.RUN_EVALUATION)),
         faults={"checkpoint_bad_sha256": True}, conf=NO_RELEASE,
     ),
     Scenario(
@@ -398,7 +400,7 @@ SCENARIOS: list[Scenario] = [
         "the approval wait returned and before the deploy stage", "§2 (approval)",
         "deploy_to_robots refuses it (status read again before CreateDeployment): no deployment, run failed, "
         "lineage says Rejected",
-        all_of(fails_with("deploy.deploy_to_robots", "is Rejected", "no Greengrass deployment was created"),
+        all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "is Rejected", "no Greengrass deployment was created"),
                custom("no deployment created", lambda o: (not o.deployments and o.requests.get("CreateDeployment", 0) == 0,
                                                           o.deployments)),
                custom("lineage records Rejected at deploy time",
@@ -411,9 +413,9 @@ SCENARIOS: list[Scenario] = [
         "greengrass_device_stuck", "one robot (sim2real-robot-2) stays IN_PROGRESS; deployment_timeout_minutes=1",
         "§5.8", "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
         "cancelled; no retry",
-        all_of(fails_with("deploy.deploy_to_robots", "timed out", "within the deployment timeout of 60 s",
+        all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "timed out", "within the deployment timeout of 60 s",
                           "unfinished devices: sim2real-robot-2: IN_PROGRESS"),
-               custom("no retry", lambda o: (o.tries("deploy.deploy_to_robots") == 1, o.tries("deploy.deploy_to_robots"))),
+               custom("no retry", lambda o: (o.tries(ids.DEPLOY_TO_ROBOTS) == 1, o.tries(ids.DEPLOY_TO_ROBOTS))),
                custom("exactly one deployment, CANCELED",
                       lambda o: (len(o.deployments) == 1 and o.deployments[0]["status"] == "CANCELED", o.deployments))),
         faults={"greengrass_stuck": "sim2real-robot-2"}, conf={"deployment_timeout_minutes": 1},
@@ -421,8 +423,8 @@ SCENARIOS: list[Scenario] = [
     Scenario(
         "thing_group_without_devices", f"the run deploys to thing group {EMPTY_GROUP}, which has no core devices",
         "§5.8", "check_resources refuses the run naming the group, before the build, any training or deployment",
-        all_of(fails_with("check_resources", f"IoT thing group '{EMPTY_GROUP}' has no Greengrass core device"),
-               nothing_started, not_run("build.build_image", TRAIN, "deploy.deploy_to_robots"),
+        all_of(fails_with(ids.CHECK_RESOURCES, f"IoT thing group '{EMPTY_GROUP}' has no Greengrass core device"),
+               nothing_started, not_run(ids.BUILD_IMAGE, TRAIN, ids.DEPLOY_TO_ROBOTS),
                custom("no deployment created", lambda o: (o.requests.get("CreateDeployment", 0) == 0 and not o.deployments,
                                                           o.deployments))),
         setup=_empty_thing_group, conf={"thing_group_name": EMPTY_GROUP},
@@ -440,10 +442,10 @@ SCENARIOS: list[Scenario] = [
     Scenario(
         "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "§2 (input)",
         "prepare_run refuses the run naming each unknown key with the closest field; nothing is started",
-        all_of(fails_with("prepare_run", "'num_node' is not a field", "did you mean 'num_nodes'",
+        all_of(fails_with(ids.PREPARE_RUN, "'num_node' is not a field", "did you mean 'num_nodes'",
                           "'eval_epsiodes' is not a field", "did you mean 'eval_episodes'"),
-               custom("no retry", lambda o: (o.tries("prepare_run") == 1, o.tries("prepare_run"))),
-               nothing_started, not_run("check_resources", "build.build_image", TRAIN)),
+               custom("no retry", lambda o: (o.tries(ids.PREPARE_RUN) == 1, o.tries(ids.PREPARE_RUN))),
+               nothing_started, not_run(ids.CHECK_RESOURCES, ids.BUILD_IMAGE, TRAIN)),
         conf={"num_node": 4, "eval_epsiodes": 7, **NO_RELEASE}, teardowns=False,
     ),
     Scenario(
@@ -457,25 +459,25 @@ SCENARIOS: list[Scenario] = [
     Scenario(
         "invalid_bucket_name", "environment config artifacts_bucket 'Sim2Real-Artifacts' (upper case)",
         "§2 (preflight)", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
-        all_of(fails_with("check_resources", "'Sim2Real-Artifacts' is not a valid S3 bucket name",
+        all_of(fails_with(ids.CHECK_RESOURCES, "'Sim2Real-Artifacts' is not a valid S3 bucket name",
                           "upper-case letters"),
-               nothing_started, not_run("build.build_image", TRAIN)),
+               nothing_started, not_run(ids.BUILD_IMAGE, TRAIN)),
         env_patch={"artifacts_bucket": "Sim2Real-Artifacts"}, conf=NO_RELEASE, teardowns=False,
     ),
     Scenario(
         "missing_release_resources", "the model package group and the pipeline role of the config do not exist",
         "§2 (preflight)", "check_resources lists both problems at once, before the build and the GPU fine-tune",
-        all_of(fails_with("check_resources", "2 problem(s)",
+        all_of(fails_with(ids.CHECK_RESOURCES, "2 problem(s)",
                           "model package group 'sim2real-missing-models' does not exist",
                           "role/sim2real-missing-role' does not exist"),
-               nothing_started, not_run("build.build_image", TRAIN, "vla.finetune_groot")),
+               nothing_started, not_run(ids.BUILD_IMAGE, TRAIN, ids.FINETUNE_GROOT)),
         env_patch={"sagemaker": {"model_package_group": "sim2real-missing-models",
                                  "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-missing-role"}},
     ),
     Scenario(
         "instance_type_too_small", "batch.instance_type g6.xlarge (1 GPU, 4 vCPU) for the 4-GPU, 48-vCPU job "
         "definition", "§5.9", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
-        all_of(fails_with("check_resources", "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
+        all_of(fails_with(ids.CHECK_RESOURCES, "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
                submits(0), nothing_started, not_run(TRAIN)),
         # max_budget_usd 0: the price table has no g6.xlarge (the budget check would refuse the run first)
         env_patch={"batch": {"instance_type": "g6.xlarge"}}, conf={**NO_RELEASE, "max_budget_usd": 0},
@@ -487,8 +489,8 @@ SCENARIOS: list[Scenario] = [
         "image it built, not the stale tag",
         all_of(succeeds,
                custom("build_image succeeded in one try", lambda o: (
-                   o.state_of("build.build_image") == "success" and o.tries("build.build_image") == 1,
-                   (o.state_of("build.build_image"), o.tries("build.build_image")))),
+                   o.state_of(ids.BUILD_IMAGE) == "success" and o.tries(ids.BUILD_IMAGE) == 1,
+                   (o.state_of(ids.BUILD_IMAGE), o.tries(ids.BUILD_IMAGE)))),
                custom("built (one StartBuild), digest is not the stale tag's", _built_not_stale)),
         faults={"codebuild_instant": True}, conf=NO_RELEASE, setup=_stale_tag,
     ),
@@ -577,7 +579,7 @@ def _collect(sandbox, env_config, dag_run, before, listener, t0: float, faults: 
                                  "duration": ti.duration}
         rows = session.execute(select(XComModel.task_id, XComModel.value).where(
             XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id,
-            XComModel.task_id.in_([TRAIN, "build.build_image"]), XComModel.key == "return_value")).all()
+            XComModel.task_id.in_([TRAIN, ids.BUILD_IMAGE]), XComModel.key == "return_value")).all()
         for task_id, value in rows:
             try:
                 tasks[task_id]["xcom"] = json.loads(value) if isinstance(value, (str, bytes)) else value

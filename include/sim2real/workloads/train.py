@@ -96,13 +96,14 @@ import tempfile
 import time
 from typing import Any
 
+from sim2real.contract import env_vars as ev
 from sim2real.contract import storage
+from sim2real.contract.progress import PREFIX, format_progress
 from sim2real.workloads.tasks import get_task
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
 _CKPT_RE = re.compile(r"^agent_(\d{6,})\.pt$")
-PREFIX = "[sim2real]"
 DEVICE_CHOICES = ("auto", "cuda", "cpu")
 
 
@@ -132,31 +133,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         unknown or Isaac-Lab-only task.
     """
     parser = argparse.ArgumentParser(prog="sim2real-train", description="PPO (skrl) on gymnasium MuJoCo tasks")
-    parser.add_argument("--task", default=os.environ.get("TASK"))
+    parser.add_argument("--task", default=os.environ.get(ev.TASK))
     parser.add_argument("--max-iterations", type=int, default=None)
     parser.add_argument("--num-envs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--output-uri", default=os.environ.get("OUTPUT_URI"))
+    parser.add_argument("--output-uri", default=os.environ.get(ev.OUTPUT_URI))
     parser.add_argument("--checkpoint-interval", type=int, default=None)
     parser.add_argument("--time-budget-seconds", type=float, default=None)
-    parser.add_argument("--run-key", default=os.environ.get("RUN_KEY", ""))
-    parser.add_argument("--image-digest", default=os.environ.get("IMAGE_DIGEST") or None)
-    parser.add_argument("--device", default=os.environ.get("DEVICE") or "auto")
+    parser.add_argument("--run-key", default=os.environ.get(ev.RUN_KEY, ""))
+    parser.add_argument("--image-digest", default=os.environ.get(ev.IMAGE_DIGEST) or None)
+    parser.add_argument("--device", default=os.environ.get(ev.DEVICE) or "auto")
     parser.add_argument("--digest-interval", type=int, default=None)
     args = parser.parse_args(argv)
 
     if args.max_iterations is None:
-        args.max_iterations = _env_int("MAX_ITERATIONS", None)
+        args.max_iterations = _env_int(ev.MAX_ITERATIONS, None)
     if args.num_envs is None:
-        args.num_envs = _env_int("NUM_ENVS", 8)
+        args.num_envs = _env_int(ev.NUM_ENVS, 8)
     if args.seed is None:
-        args.seed = _env_int("SEED", 0)
+        args.seed = _env_int(ev.SEED, 0)
     if args.checkpoint_interval is None:
-        args.checkpoint_interval = _env_int("CHECKPOINT_INTERVAL", None)
+        args.checkpoint_interval = _env_int(ev.CHECKPOINT_INTERVAL, None)
     if args.digest_interval is None:
-        args.digest_interval = _env_int("DIGEST_INTERVAL", 0)
+        args.digest_interval = _env_int(ev.DIGEST_INTERVAL, 0)
     if args.time_budget_seconds is None:
-        raw = os.environ.get("TIME_BUDGET_SECONDS", "").strip()
+        raw = os.environ.get(ev.TIME_BUDGET_SECONDS, "").strip()
         if raw:
             try:
                 args.time_budget_seconds = float(raw)
@@ -459,8 +460,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             per_iter = elapsed / len(iter_times)
             eta = per_iter * (args.max_iterations - iteration)
             if is_writer:
-                print(f"{PREFIX} iteration={iteration}/{args.max_iterations} timesteps={timesteps} "
-                      f"mean_reward={mean_reward():.3f} elapsed_s={elapsed:.1f} eta_s={eta:.1f}", flush=True)
+                print(format_progress(iteration=iteration, max_iterations=args.max_iterations, timesteps=timesteps,
+                                      mean_reward=mean_reward(), elapsed_s=elapsed, eta_s=eta), flush=True)
             out_of_time = (args.time_budget_seconds is not None
                            and elapsed + per_iter > args.time_budget_seconds and iteration < args.max_iterations)
             if args.time_budget_seconds is not None and torch.distributed.is_available() \

@@ -123,7 +123,7 @@ def _operation_name(resp: BaseResponse) -> str:
 
 def _default_repo_root() -> Path:
     # include/sim2real/dev/sandbox/server.py -> repository root
-    return Path(__file__).resolve().parents[3]
+    return Path(__file__).resolve().parents[4]
 
 
 class Sandbox:
