@@ -107,7 +107,6 @@ def sim_to_real():
     with TaskGroup("build", tooltip="CodeBuild → ECR image digest", doc_md=docs.BUILD):
         image = CodeBuildImageOperator(
             task_id="build_image",
-            deferrable=True,
             project_name=plan["image.project_name"],
             repository_name=plan["image.repository_name"],
             record_bucket=plan["image.record_bucket"],  # images/<repo>/<image key>.json: the digest of a key
@@ -142,7 +141,6 @@ def sim_to_real():
     with TaskGroup("train", tooltip="AWS Batch multi-node training job", doc_md=docs.TRAIN):
         training = BatchTrainingOperator(
             task_id="train_policy",
-            deferrable=True,
             job_name=plan["batch.job_name"],
             job_queue=plan["batch.job_queue"],
             job_definition=plan["batch.job_definition"],
@@ -187,7 +185,6 @@ def sim_to_real():
         # Same target: no second UpdateCluster, waits until the group's nodes are Running.
         wait_for_nodes = HyperPodScaleOperator(
             task_id="wait_for_nodes",
-            deferrable=True,
             cluster_name=plan["hyperpod.cluster_name"],
             instance_group_name=plan["hyperpod.instance_group_name"],
             target_count=plan["hyperpod.target_count"],
@@ -198,7 +195,6 @@ def sim_to_real():
         )
         slurm_job = HyperPodSlurmJobOperator(
             task_id="train_policy",
-            deferrable=True,
             cluster_name=plan["hyperpod.cluster_name"],
             submit_host_tag_key=plan["hyperpod.submit_host_tag_key"],
             submit_host_tag_value=plan["hyperpod.submit_host_tag_value"],
@@ -216,7 +212,6 @@ def sim_to_real():
         # Teardown: runs once scale_up succeeded, whatever the Slurm job did (failed, killed, timed out).
         scale_down = HyperPodScaleOperator(
             task_id="scale_down",
-            deferrable=True,
             only_after_task_id="hyperpod.scale_up",  # a Batch run never resizes the cluster
             cluster_name=plan["hyperpod.cluster_name"],
             instance_group_name=plan["hyperpod.instance_group_name"],
@@ -255,7 +250,6 @@ def sim_to_real():
         [training, slurm_job] >> trained
         manifest = CheckpointManifestSensor(
             task_id="wait_for_checkpoint",
-            deferrable=True,
             manifest_uri=plan["checkpoint.manifest_uri"],
             expected_task=plan["checkpoint.task"],
             # None on a HyperPod run (its Slurm job has ended before this sensor starts).
@@ -280,7 +274,6 @@ def sim_to_real():
         commands = eval_command(plan["plan"], manifest.output)
         evaluation = WorkstationCommandOperator(
             task_id="run_evaluation",
-            deferrable=True,
             workstation_tag_key=plan["evaluation.workstation_tag_key"],
             workstation_tag_value=plan["evaluation.workstation_tag_value"],
             commands=commands,
@@ -380,7 +373,6 @@ def sim_to_real():
         )
         finetune = PipelineExecutionOperator(
             task_id="finetune_groot",
-            deferrable=True,
             pipeline_name=plan["vla.pipeline_name"],
             display_name=plan["vla.display_name"],
             pipeline_params=plan["vla.parameters"],
@@ -391,7 +383,6 @@ def sim_to_real():
         )
         approval = ModelPackageApprovalSensor(
             task_id="wait_for_approval",
-            deferrable=True,
             model_package_group_name=plan["vla.model_package_group"],
             run_key=plan["run_key"],
             pipeline_execution_arn=finetune.output["pipeline_execution_arn"],
@@ -422,7 +413,6 @@ def sim_to_real():
         components = deployment_components(plan["plan"], approval.output, manifest.output)
         deployment = GreengrassDeploymentOperator(
             task_id="deploy_to_robots",
-            deferrable=True,
             thing_group_name=plan["deploy.thing_group_name"],
             components=components,
             deployment_name=plan["deploy.deployment_name"],
