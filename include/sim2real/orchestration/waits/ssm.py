@@ -57,7 +57,7 @@ def ssm_command_step(response: Mapping[str, Any], state: WaitState) -> Step:
                                                           **error.payload})
             continue
         outcome = classify_service_response("ssm", "CommandExecuted", dict(inv))
-        status = inv.get("Status") or "NotDelivered"
+        status = inv.get("Status") or pending[instance_id]  # not delivered yet: as before
         if outcome == "success":
             done[instance_id] = {"status": status, "response_code": inv.get("ResponseCode")}
             del pending[instance_id]
