@@ -114,10 +114,12 @@ def runnable_elapsed(job: dict[str, Any], now: float, first_seen_runnable: float
 
 
 def format_runnable_timeout(
-    job: dict[str, Any], elapsed: float, budget: float, compute_environments: list[dict[str, Any]], terminated: bool
+    job: dict[str, Any], elapsed: float, budget: float, compute_environments: list[dict[str, Any]] | None,
+    terminated: bool,
 ) -> str:
-    """The failure message for a job stuck RUNNABLE: status reason + each compute environment's state."""
-    ces = (
+    """The failure message for a job stuck RUNNABLE: status reason + each compute environment's state
+    (``compute_environments`` None: left out, the caller adds them)."""
+    ces = "" if compute_environments is None else (
         "; ".join(
             f"compute environment {ce.get('computeEnvironmentName')}: state={ce.get('state')} "
             f"status={ce.get('status')} statusReason={ce.get('statusReason') or '-'} "
@@ -129,7 +131,8 @@ def format_runnable_timeout(
     )
     return (
         f"AWS Batch job {job.get('jobId')} ({job.get('jobName')}) stayed RUNNABLE for {elapsed:.0f} s, past the "
-        f"budget of {budget:.0f} s; statusReason: {job.get('statusReason') or 'none given'}; {ces}; "
+        f"budget of {budget:.0f} s; statusReason: {job.get('statusReason') or 'none given'}; "
+        + (f"{ces}; " if ces else "")
         + ("the job was terminated." if terminated else "terminating the job FAILED, terminate it by hand.")
         + " Check the EC2 vCPU quota, the compute environment's instance types, subnets and maxvCpus."
     )
