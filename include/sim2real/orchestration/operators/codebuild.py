@@ -71,6 +71,9 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
     :raises AirflowFailException: the CodeBuild project does not exist.
     """
 
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
+
     aws_hook_class = CodeBuildHook
     ui_color = "#d4e7c5"
     template_fields: Sequence[str] = aws_template_fields(

@@ -96,6 +96,9 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         not Approved.
     """
 
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
+
     aws_hook_class = GreengrassV2Hook
     template_fields: Sequence[str] = aws_template_fields(
         "thing_group_name", "components", "deployment_name", "failure_handling_policy", "iot_job_configuration",

@@ -68,6 +68,9 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         within ``waiter_max_attempts`` polls, or the nodes did not come up in time.
     """
 
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
+
     aws_hook_class = HyperPodHook
     template_fields: Sequence[str] = aws_template_fields("cluster_name", "instance_group_name", "target_count")
     operator_extra_links = (HyperPodClusterLink(),)
@@ -298,6 +301,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     :raises AirflowException: (retried) submission failed, the job ended NODE_FAIL / PREEMPTED /
         BOOT_FAIL, or the state could not be read.
     """
+
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
 
     aws_hook_class = WorkstationHook
     template_fields: Sequence[str] = aws_template_fields(

@@ -73,6 +73,9 @@ class CheckpointManifestSensor(AwsBaseSensor[S3Hook]):
     :raises AirflowSensorTimeout: the manifest did not appear within ``timeout``.
     """
 
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
+
     aws_hook_class = S3Hook
     template_fields: Sequence[str] = aws_template_fields("manifest_uri", "expected_task", "batch_job_id")
     ui_color = "#e8d8f0"

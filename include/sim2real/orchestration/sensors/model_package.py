@@ -51,6 +51,9 @@ class ModelPackageApprovalSensor(AwsBaseSensor[ModelRegistryHook]):
         and the command that approves it.
     """
 
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
+
     aws_hook_class = ModelRegistryHook
     template_fields: Sequence[str] = aws_template_fields(
         "model_package_group_name", "run_key", "pipeline_execution_arn"
