@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 #: The demo's default training seed and first evaluation seed (``--random-seeds`` for new ones).

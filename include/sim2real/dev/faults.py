@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 #: Every scenario's run conf starts from this: tiny training and evaluation, gate always passes.
 BASE_CONF: dict[str, Any] = {
