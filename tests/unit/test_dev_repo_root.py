@@ -14,3 +14,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def test_dev_tool_repo_root_is_the_checkout(module):
     root = importlib.import_module(module).REPO_ROOT
     assert root == REPO_ROOT and (root / "dags" / "sim_to_real.py").is_file(), root
+
+
+@pytest.mark.parametrize("module", ["sim2real.orchestration.lineage", "sim2real.orchestration.release"])
+def test_schema_paths_point_at_the_contract_schemas(module):
+    path = importlib.import_module(module).SCHEMA_PATH
+    assert path.is_file() and path.parent.parts[-2:] == ("contract", "schemas"), path

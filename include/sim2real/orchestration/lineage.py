@@ -19,7 +19,7 @@ from sim2real.contract.run_key import run_prefix
 SCHEMA_VERSION = 1
 
 #: JSON schema (draft 2020-12) of ``lineage.json``, kept in the repository beside this module.
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "lineage.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "contract" / "schemas" / "lineage.schema.json"
 
 
 class LineageSchemaError(ValueError):
