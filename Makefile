@@ -30,11 +30,11 @@ demo: install
 ## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures).
 PYTEST_WORKERS ?= 2
 test: install browser-deps $(CDK_CLI)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## Everything but the end-to-end DAG runs and the MWAA bundle install check.
 test-fast: install
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not e2e and not package_check" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not e2e and not package_check" $(PYTEST_ARGS)
 
 ## Forward compatibility: tests/operators and tests/dags on the newest Amazon and standard provider releases, in
 ## their own venv (.venv-latest: the workload/infra/dev pins, the Airflow side resolved to the newest releases).
@@ -50,7 +50,7 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pip check
 	$(LATEST_VENV)/bin/python -m pip install -q --no-deps -e .
 	@$(LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -E "^(apache-airflow-providers-(amazon|standard)|boto3|aiobotocore) "
-	$(LATEST_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests/operators tests/dags $(PYTEST_ARGS)
+	$(LATEST_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/operators tests/dags $(PYTEST_ARGS)
 
 ## Benchmarks: printed as a table, written to bench-results.json (DAG parse vs a plain-provider DAG,
 ## orchestration latency / worker-slot seconds / API calls from one sandbox run, trainer, policy server, and

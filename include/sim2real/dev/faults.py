@@ -78,6 +78,9 @@ class Scenario:
     teardowns: bool = True
     #: Airflow refuses to create the run (ParamValidationError): no run, only the scenario's own check
     refused: bool = False
+    #: name of an earlier scenario whose DAG run this one shares: both faults are injected into that one run and
+    #: each scenario's checks read its outcome (only for faults in independent stages of runs that both succeed)
+    shares_run: str | None = None
 
 
 @dataclass
@@ -493,6 +496,8 @@ SCENARIOS: list[Scenario] = [
                    (o.state_of(ids.BUILD_IMAGE), o.tries(ids.BUILD_IMAGE)))),
                custom("built (one StartBuild), digest is not the stale tag's", _built_not_stale)),
         faults={"codebuild_instant": True}, conf=NO_RELEASE, setup=_stale_tag,
+        # the build stage's fault, beside the train stage's retry: one successful run checks both
+        shares_run="worker_lost_after_submit",
     ),
 ]
 for _s in SCENARIOS:  # every scenario also checks the invariants
@@ -501,6 +506,43 @@ for _s in SCENARIOS:  # every scenario also checks the invariants
     _s.check.__name__ = _s.name
 
 SCENARIO_NAMES = [s.name for s in SCENARIOS]
+
+
+def _check_shared_runs(scenarios: list[Scenario]) -> None:
+    """A scenario may share the run of an earlier one that shares no other's, with the same reviewer decision, no
+    refusal, and no fault, task hook or conf key set both ways (one would hide the other).
+
+    :raises ValueError: naming the scenario and what clashes.
+    """
+    earlier: dict[str, Scenario] = {}
+    for s in scenarios:
+        lead = earlier.get(s.shares_run) if s.shares_run else None
+        if s.shares_run and lead is None:
+            raise ValueError(f"scenario {s.name}: shares_run {s.shares_run!r} is not an earlier scenario")
+        if lead is not None:
+            clash = sorted((set(s.faults) & set(lead.faults)) | (set(s.on_task_start) & set(lead.on_task_start))
+                           | {k for k in set(s.conf) & set(lead.conf) if s.conf[k] != lead.conf[k]}
+                           | set(s.quota_limits) & set(lead.quota_limits))
+            if lead.shares_run or s.refused or lead.refused or s.decision != lead.decision or s.env_patch or clash:
+                raise ValueError(f"scenario {s.name} cannot share the run of {lead.name}: "
+                                 f"{clash or 'refused runs, env patches, chains or decisions differ'}")
+        earlier[s.name] = s
+
+
+_check_shared_runs(SCENARIOS)
+
+
+def runs_of(names: list[str] | None = None) -> list[list[str]]:
+    """The DAG runs that replaying ``names`` (default: every scenario) takes, each as the scenario names it checks.
+
+    A scenario whose ``shares_run`` is among ``names`` joins that scenario's run; otherwise it runs alone.
+    """
+    selected = [s for s in SCENARIOS if names is None or s.name in names]
+    chosen = {s.name for s in selected}
+    runs: dict[str, list[str]] = {}
+    for s in selected:
+        runs.setdefault(s.shares_run if s.shares_run in chosen else s.name, []).append(s.name)
+    return list(runs.values())
 
 
 # -- running -----------------------------------------------------------------------------------------
@@ -643,35 +685,44 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
             defaults = dag.params.dump()
             listener = FailureListener()
             listener.install()
-            for scenario in selected:
+            by_name = {s.name: s for s in selected}
+            for group in [[by_name[n] for n in run] for run in runs_of([s.name for s in selected])]:
+                lead = group[0]
                 sandbox.faults.clear()
-                sandbox.faults.update(json.loads(json.dumps(scenario.faults)))
+                for scenario in group:
+                    sandbox.faults.update(json.loads(json.dumps(scenario.faults)))
                 sandbox.quotas.limits.clear()
-                sandbox.quotas.limits.update({**default_limits, **scenario.quota_limits})
+                sandbox.quotas.limits.update(default_limits)
+                for scenario in group:
+                    sandbox.quotas.limits.update(scenario.quota_limits)
                 # the workstation starts stopped, so the run starts it and must stop it again
                 ec2 = sandbox.client("ec2", internal=True)
                 ids = [i for i, st in _instances(sandbox).items() if st == "running"]
                 if ids:
                     ec2.stop_instances(InstanceIds=ids)
-                setup_state = scenario.setup(sandbox, env_config) if scenario.setup else None
+                setup_states = [s.setup(sandbox, env_config) if s.setup else None for s in group]
                 listener.on_start = {task_id: (lambda fn=fn: fn(sandbox, env_config))
-                                     for task_id, fn in scenario.on_task_start.items()}
+                                     for s in group for task_id, fn in s.on_task_start.items()}
                 before = _snapshot(sandbox)
-                echo(f"[faults] {scenario.name}: {scenario.fault}")
+                label = " + ".join(s.name for s in group)
+                echo(f"[faults] {label}: {'; '.join(s.fault for s in group)}")
                 approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
-                                    decision=scenario.decision,
-                                    description=f"{scenario.decision.lower()} by the fault replay's reviewer")
+                                    decision=lead.decision,
+                                    description=f"{lead.decision.lower()} by the fault replay's reviewer")
                 approver.start()
                 env_var = "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"
                 saved_env = os.environ.get(env_var)
-                if scenario.env_patch:
-                    os.environ[env_var] = json.dumps(_merge(env_config, scenario.env_patch))
+                if lead.env_patch:
+                    os.environ[env_var] = json.dumps(_merge(env_config, lead.env_patch))
+                conf = {**defaults, **BASE_CONF}
+                for scenario in group:
+                    conf.update(scenario.conf)
                 t0, m0 = time.time(), time.monotonic()
                 refusal = ""
                 try:
-                    dag_run = dag.test(run_conf={**defaults, **BASE_CONF, **scenario.conf})
+                    dag_run = dag.test(run_conf=conf)
                 except Exception as err:  # ParamValidationError: Airflow refused the run (others re-raised)
-                    if not scenario.refused or type(err).__name__ != "ParamValidationError":
+                    if not lead.refused or type(err).__name__ != "ParamValidationError":
                         raise
                     dag_run, refusal = None, f"{type(err).__name__}: {err}"
                 finally:
@@ -685,16 +736,16 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                                       injected=Counter(), jobs=[], commands=[], executions=[], deployments=[],
                                       instances={}, instances_before={}, lineage=None, faults_left={},
                                       elapsed_s=time.monotonic() - m0)
-                    checks = scenario.check(outcome)
+                    checks = lead.check(outcome)
                     passed = all(ok for _, ok, _ in checks)
                     results.append({
-                        "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
-                        "expected": scenario.expected, "passed": passed, "state": "refused", "failed_tasks": [],
+                        "name": lead.name, "fault": lead.fault, "design": lead.design,
+                        "expected": lead.expected, "passed": passed, "state": "refused", "failed_tasks": [],
                         "messages": {"dag.test": refusal[:500]}, "tries": {}, "submit_job_calls": 0, "jobs": [],
                         "commands": [], "executions": [], "deployments": [], "teardowns": {},
                         "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
                         "elapsed_s": round(outcome.elapsed_s, 1)})
-                    echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} (run refused at creation)")
+                    echo(f"[faults] {lead.name}: {'PASS' if passed else 'FAIL'} (run refused at creation)")
                     for n, ok, d in checks:
                         if not ok:
                             echo(f"[faults]   FAILED check {n}: {d}")
@@ -702,31 +753,33 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                 _settle(sandbox, before)
                 outcome = _collect(sandbox, env_config, dag_run, before, listener, t0, sandbox.faults)
                 outcome.elapsed_s = time.monotonic() - m0
-                if scenario.probe:
-                    outcome.probe = scenario.probe(sandbox, env_config, setup_state)
-                checks = scenario.check(outcome)
-                passed = all(ok for _, ok, _ in checks)
                 # the stage that failed first, run_outcome (which only repeats it) last
                 failed = sorted((t for t, v in outcome.tasks.items() if v["state"] == "failed"),
                                 key=lambda t: (t == OUTCOME, t))
-                results.append({
-                    "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
-                    "expected": scenario.expected, "passed": passed, "state": outcome.state,
-                    "failed_tasks": failed,
-                    "messages": {t: outcome.errors.get(t, [])[-1][:500] for t in failed if outcome.errors.get(t)},
-                    "tries": {t: v["try_number"] for t, v in outcome.tasks.items() if v["try_number"] > 1},
-                    "submit_job_calls": outcome.requests.get("SubmitJob", 0),
-                    "jobs": outcome.jobs, "commands": outcome.commands, "executions": outcome.executions,
-                    "deployments": outcome.deployments,
-                    "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE, OUTCOME)},
-                    "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
-                    "elapsed_s": round(outcome.elapsed_s, 1),
-                })
-                echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} in {outcome.elapsed_s:.0f} s "
-                     f"(run {outcome.state}; failed: {', '.join(failed) or '-'})")
-                for n, ok, d in checks:
-                    if not ok:
-                        echo(f"[faults]   FAILED check {n}: {d}")
+                for scenario, setup_state in zip(group, setup_states):
+                    outcome.probe = scenario.probe(sandbox, env_config, setup_state) if scenario.probe else {}
+                    checks = scenario.check(outcome)
+                    passed = all(ok for _, ok, _ in checks)
+                    results.append({
+                        "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
+                        "expected": scenario.expected, "passed": passed, "state": outcome.state,
+                        "failed_tasks": failed,
+                        "messages": {t: outcome.errors.get(t, [])[-1][:500] for t in failed if outcome.errors.get(t)},
+                        "tries": {t: v["try_number"] for t, v in outcome.tasks.items() if v["try_number"] > 1},
+                        "submit_job_calls": outcome.requests.get("SubmitJob", 0),
+                        "jobs": outcome.jobs, "commands": outcome.commands, "executions": outcome.executions,
+                        "deployments": outcome.deployments,
+                        "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE, OUTCOME)},
+                        "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
+                        "elapsed_s": round(outcome.elapsed_s, 1),
+                        "shared_run": [s.name for s in group if s is not scenario],
+                    })
+                    echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} in {outcome.elapsed_s:.0f} s "
+                         f"(run {outcome.state}; failed: {', '.join(failed) or '-'}"
+                         f"{'; run shared with ' + label if len(group) > 1 else ''})")
+                    for n, ok, d in checks:
+                        if not ok:
+                            echo(f"[faults]   FAILED check {n}: {d}")
     finally:
         if own_home:
             shutil.rmtree(home, ignore_errors=True)
