@@ -410,7 +410,7 @@ SCENARIOS: list[Scenario] = [
                       lambda o: (bool(o.lineage) and o.lineage["chain"].get("model_approval_status") == "Rejected"
                                  and o.lineage["chain"].get("model_approval_checked_at") == "deploy",
                                  (o.lineage or {}).get("chain")))),
-        on_task_start={"deploy.deploy_to_robots": _reject_package},
+        on_task_start={ids.DEPLOY_TO_ROBOTS: _reject_package},
     ),
     Scenario(
         "greengrass_device_stuck", "one robot (sim2real-robot-2) stays IN_PROGRESS; deployment_timeout_minutes=1",
