@@ -81,7 +81,8 @@ def _nodes(group, n, status="Running"):
 
 def test_update_cluster_request_lists_every_group(sm, cluster, context):
     describe = sm.describe_cluster(ClusterName=cluster)
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=4, deferrable=False, waiter_delay=0)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=4, deferrable=False,
+                               waiter_delay=0)
     expected_groups = [
         {**_group("head", "ml.m5.xlarge", 1)},
         {**_group("gpu", "ml.g5.12xlarge", 4)},
@@ -94,7 +95,8 @@ def test_update_cluster_request_lists_every_group(sm, cluster, context):
         )
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 4), {"ClusterName": cluster})
-        stub.add_response("list_cluster_nodes", _nodes("gpu", 3) | {"ClusterNodeSummaries": _nodes("gpu", 3)["ClusterNodeSummaries"] + _nodes("gpu", 1, "Pending")["ClusterNodeSummaries"]})
+        pending = _nodes("gpu", 3)["ClusterNodeSummaries"] + _nodes("gpu", 1, "Pending")["ClusterNodeSummaries"]
+        stub.add_response("list_cluster_nodes", _nodes("gpu", 3) | {"ClusterNodeSummaries": pending})
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 4), {"ClusterName": cluster})
         stub.add_response("list_cluster_nodes", _nodes("gpu", 4))
         result = op.execute(context)
@@ -131,14 +133,16 @@ def test_bad_count(cluster, context, count):
 
 def test_already_at_target_skips_update_and_waits(sm, cluster, context):
     # moto: gpu group is InService with 2 Running nodes; no UpdateCluster (moto would answer 500).
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=2, deferrable=False, waiter_delay=0)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=2, deferrable=False,
+                               waiter_delay=0)
     result = op.execute(context)
     assert result["updated"] is False and result["current_count"] == 2
 
 
 def test_cluster_failure_fails(sm, cluster, context):
     describe = sm.describe_cluster(ClusterName=cluster)
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=8, deferrable=False, waiter_delay=0)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=8, deferrable=False,
+                               waiter_delay=0)
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
         stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
@@ -184,7 +188,8 @@ def test_trigger_states(sm, cluster, context, status, target, expected):
     backend.clusters[cluster].status = status
     try:
         event = first_event(
-            HyperPodScaleTrigger(cluster_name=cluster, instance_group_name="gpu", target_count=target, waiter_delay=0, waiter_max_attempts=1)
+            HyperPodScaleTrigger(cluster_name=cluster, instance_group_name="gpu", target_count=target, waiter_delay=0,
+                                 waiter_max_attempts=1)
         )
     finally:
         backend.clusters[cluster].status = "InService"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.orchestration import slurm
 from sim2real.orchestration.hooks.hyperpod import instance_group_specs

@@ -231,7 +231,8 @@ def test_sync_keeps_polling_through_executing_and_stopping(moto_endpoint, contex
 
 
 def test_sync_on_kill_stops_execution(moto_endpoint, context):
-    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", deferrable=False, check_interval=0, waiter_max_attempts=1)
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", deferrable=False,
+                                   check_interval=0, waiter_max_attempts=1)
     with Stubber(op.hook.conn) as stub:
         _stub_start(stub, ARN)
         stub.add_response("describe_pipeline_execution", {"PipelineExecutionStatus": "Executing"})
@@ -275,7 +276,8 @@ def test_trigger_failure_names_step_when_list_steps_answers(moto_endpoint, sm, m
     def list_pipeline_execution_steps(self):
         from moto.core.responses import ActionResult
 
-        return ActionResult({"PipelineExecutionSteps": [{"StepName": "SmokeGate", "StepStatus": "Failed", "FailureReason": "success rate 0.1 < 0.5"}]})
+        return ActionResult({"PipelineExecutionSteps": [
+            {"StepName": "SmokeGate", "StepStatus": "Failed", "FailureReason": "success rate 0.1 < 0.5"}]})
 
     monkeypatch.setattr(SageMakerResponse, "list_pipeline_execution_steps", list_pipeline_execution_steps, raising=False)
     event = first_event(PipelineExecutionTrigger(pipeline_execution_arn=arn, waiter_delay=0, waiter_max_attempts=1))

@@ -1,5 +1,5 @@
 """Fault replay: run the real ``sim_to_real`` DAG against the sandbox once per injected fault
-(DESIGN §5) and check that each run ends the way it must.
+and check that each run ends the way it must.
 
 All scenarios share one process, one sandbox, one Airflow home (SQLite) and one DagBag; each is
 one ``dag.test()`` run with tiny training (2 PPO iterations, no time budget, 3 evaluation episodes),
@@ -56,8 +56,8 @@ Check = Callable[["Outcome"], list[tuple[str, bool, str]]]
 class Scenario:
     name: str
     fault: str          # what is injected, in words
-    design: str         # DESIGN §5 item
-    expected: str       # the outcome DESIGN asks for, in words
+    failure_mode: str   # the kind of failure, in a few words (the report's "failure mode" column)
+    expected: str       # the outcome the run must have, in words
     check: Check
     faults: dict[str, Any] = field(default_factory=dict)
     conf: dict[str, Any] = field(default_factory=dict)
@@ -300,7 +300,7 @@ def _built_not_stale(o: Outcome) -> tuple[bool, Any]:
 SCENARIOS: list[Scenario] = [
     Scenario(
         "batch_runnable", "Batch job held RUNNABLE (no capacity); budget runnable_timeout_minutes=1, the job reports "
-        "createdAt 57 s in the past", "§5.1",
+        "createdAt 57 s in the past", "capacity",
         "train fails within the budget with the Batch statusReason and the compute environment state; job terminated",
         all_of(fails_with(TRAIN, "stayed RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "compute environment",
                           "the job was terminated"),
@@ -311,7 +311,7 @@ SCENARIOS: list[Scenario] = [
         conf={"runnable_timeout_minutes": 1, **NO_RELEASE},
     ),
     Scenario(
-        "batch_node_fails", "the multi-node job FAILS: node 0's essential container exits 1", "§5.2",
+        "batch_node_fails", "the multi-node job FAILS: node 0's essential container exits 1", "job failure",
         "train fails with the job's statusReason, exit code and failure class (user code: no retry)",
         all_of(fails_with(TRAIN, "ended FAILED", "Essential container in task exited", "exit code=1",
                           "failure class"),
@@ -320,7 +320,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "worker_lost_after_submit", "the first try of train dies right after SubmitJob (its next DescribeJobs fails "
-        "with a non-retryable ClientException); Airflow retries the task", "§5.3",
+        "with a non-retryable ClientException); Airflow retries the task", "lost worker",
         "the retry reattaches to the same job (ListJobs by name + run-key tag): exactly one job, run succeeds",
         all_of(succeeds, submits(1),
                custom("train retried once", lambda o: (o.tries(TRAIN) == 2, o.tries(TRAIN))),
@@ -332,7 +332,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "throttling_and_5xx", f"{sum(THROTTLE.values())} ThrottlingException and {sum(SERVER_ERROR.values())} HTTP 503 "
-        "answers spread over Batch, SSM, EC2, Service Quotas and ECR calls", "§5.12",
+        "answers spread over Batch, SSM, EC2, Service Quotas and ECR calls", "throttling",
         "every error retried by botocore (adaptive mode); the whole loop succeeds with no task retry and one job",
         all_of(succeeds, faults_consumed, submits(1),
                custom("no task retried", lambda o: (all(v["try_number"] <= 1 for v in o.tasks.values()),
@@ -340,7 +340,7 @@ SCENARIOS: list[Scenario] = [
         faults={"throttle": THROTTLE, "server_error": SERVER_ERROR},
     ),
     Scenario(
-        "ssm_timeout", "the evaluation command times out on the workstation (SSM TimedOut)", "§5.2, §5.6",
+        "ssm_timeout", "the evaluation command times out on the workstation (SSM TimedOut)", "timeout",
         "run_evaluation fails naming TimedOut and the execution timeout; the workstation is stopped",
         all_of(fails_with("evaluate.run_evaluation", "TimedOut"),
                not_run("evaluate.read_eval_report", "quality_gate")),
@@ -348,13 +348,13 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "pipeline_completed_with_failures", "the GR00T pipeline ends CompletedWithFailures (step GR00TFinetune)",
-        "§5.2", "finetune_groot fails with the status and the failing step; no approval wait, no deployment",
+        "job failure", "finetune_groot fails with the status and the failing step; no approval wait, no deployment",
         all_of(fails_with("vla.finetune_groot", "CompletedWithFailures", "GR00TFinetune"),
                not_run("vla.wait_for_approval", "deploy.deploy_to_robots")),
         faults={"pipeline_status": "CompletedWithFailures"},
     ),
     Scenario(
-        "model_package_rejected", "the reviewer rejects the run's model package in the Model Registry", "§2 (approval)",
+        "model_package_rejected", "the reviewer rejects the run's model package in the Model Registry", "approval",
         "wait_for_approval fails with Rejected and the reviewer's reason; nothing is deployed; lineage written",
         all_of(fails_with("vla.wait_for_approval", "Rejected", "rejected by the fault replay's reviewer"),
                not_run("deploy.deploy_to_robots"),
@@ -365,7 +365,7 @@ SCENARIOS: list[Scenario] = [
         faults={"reject_model_package": True}, decision="Rejected",
     ),
     Scenario(
-        "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "§5.8",
+        "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "partial deployment",
         "deploy_to_robots fails naming the device; the deployment is cancelled and the device rolled back",
         all_of(fails_with("deploy.deploy_to_robots", "sim2real-robot-2", "FAILED"),
                custom("deployment CANCELED", lambda o: (bool(o.deployments) and all(
@@ -374,7 +374,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "quota_below_need", "EC2 quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 8 vCPU; the job "
-        "needs 48", "§5.9",
+        "needs 48", "quota",
         "check_capacity refuses with the quota name, code, limit, usage and the request command; no SubmitJob",
         all_of(fails_with("preflight.check_capacity", "L-DB2E81BA", "Running On-Demand G and VT instances",
                           "request-service-quota-increase"),
@@ -385,8 +385,8 @@ SCENARIOS: list[Scenario] = [
         quota_limits={"L-DB2E81BA": 8.0}, conf=NO_RELEASE,
     ),
     Scenario(
-        "checkpoint_bad_sha256", "after training, manifest.json is rewritten with a wrong sha256", "§2 (checkpoint), "
-        "§5.10", "wait_for_checkpoint fails with the sha256 mismatch; nothing is evaluated",
+        "checkpoint_bad_sha256", "after training, manifest.json is rewritten with a wrong sha256", "checkpoint integrity",
+        "wait_for_checkpoint fails with the sha256 mismatch; nothing is evaluated",
         all_of(fails_with("checkpoint.wait_for_checkpoint", "sha256 mismatch"),
                custom("no retry (fail fast)", lambda o: (o.tries("checkpoint.wait_for_checkpoint") == 1,
                                                          o.tries("checkpoint.wait_for_checkpoint"))),
@@ -395,7 +395,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "package_rejected_before_deploy", "the model package is approved, then rejected by the reviewer after "
-        "the approval wait returned and before the deploy stage", "§2 (approval)",
+        "the approval wait returned and before the deploy stage", "approval",
         "deploy_to_robots refuses it (status read again before CreateDeployment): no deployment, run failed, "
         "lineage says Rejected",
         all_of(fails_with("deploy.deploy_to_robots", "is Rejected", "no Greengrass deployment was created"),
@@ -409,7 +409,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "greengrass_device_stuck", "one robot (sim2real-robot-2) stays IN_PROGRESS; deployment_timeout_minutes=1",
-        "§5.8", "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
+        "deployment timeout", "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
         "cancelled; no retry",
         all_of(fails_with("deploy.deploy_to_robots", "timed out", "within the deployment timeout of 60 s",
                           "unfinished devices: sim2real-robot-2: IN_PROGRESS"),
@@ -420,7 +420,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "thing_group_without_devices", f"the run deploys to thing group {EMPTY_GROUP}, which has no core devices",
-        "§5.8", "check_resources refuses the run naming the group, before the build, any training or deployment",
+        "preflight", "check_resources refuses the run naming the group, before the build, any training or deployment",
         all_of(fails_with("check_resources", f"IoT thing group '{EMPTY_GROUP}' has no Greengrass core device"),
                nothing_started, not_run("build.build_image", TRAIN, "deploy.deploy_to_robots"),
                custom("no deployment created", lambda o: (o.requests.get("CreateDeployment", 0) == 0 and not o.deployments,
@@ -429,7 +429,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "orphan_of_a_deleted_run", "a Batch job of an earlier run whose DAG run no longer exists (deleted; its "
-        "process died) is still RUNNABLE when a new run starts", "§5.3",
+        "process died) is still RUNNABLE when a new run starts", "orphaned job",
         "prepare_run's sweep terminates it (reason names the sweeper and the run); the new run succeeds",
         all_of(succeeds,
                custom("orphan terminated by the sweep", lambda o: (
@@ -438,7 +438,7 @@ SCENARIOS: list[Scenario] = [
         setup=_orphan_job, probe=_orphan_probe, conf=NO_RELEASE,
     ),
     Scenario(
-        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "§2 (input)",
+        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "bad input",
         "prepare_run refuses the run naming each unknown key with the closest field; nothing is started",
         all_of(fails_with("prepare_run", "'num_node' is not a field", "did you mean 'num_nodes'",
                           "'eval_epsiodes' is not a field", "did you mean 'eval_episodes'"),
@@ -447,7 +447,7 @@ SCENARIOS: list[Scenario] = [
         conf={"num_node": 4, "eval_epsiodes": 7, **NO_RELEASE}, teardowns=False,
     ),
     Scenario(
-        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "§2 (input)",
+        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "bad input",
         "Airflow refuses to create the run, with the reason; no run exists",
         lambda o: [_c("run creation refused", o.state == "refused", o.state),
                    _c("the reason names the field and the bound",
@@ -456,7 +456,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "invalid_bucket_name", "environment config artifacts_bucket 'Sim2Real-Artifacts' (upper case)",
-        "§2 (preflight)", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
+        "preflight", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
         all_of(fails_with("check_resources", "'Sim2Real-Artifacts' is not a valid S3 bucket name",
                           "upper-case letters"),
                nothing_started, not_run("build.build_image", TRAIN)),
@@ -464,7 +464,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "missing_release_resources", "the model package group and the pipeline role of the config do not exist",
-        "§2 (preflight)", "check_resources lists both problems at once, before the build and the GPU fine-tune",
+        "preflight", "check_resources lists both problems at once, before the build and the GPU fine-tune",
         all_of(fails_with("check_resources", "2 problem(s)",
                           "model package group 'sim2real-missing-models' does not exist",
                           "role/sim2real-missing-role' does not exist"),
@@ -474,7 +474,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "instance_type_too_small", "batch.instance_type g6.xlarge (1 GPU, 4 vCPU) for the 4-GPU, 48-vCPU job "
-        "definition", "§5.9", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
+        "definition", "capacity preflight", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
         all_of(fails_with("check_resources", "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
                submits(0), nothing_started, not_run(TRAIN)),
         # max_budget_usd 0: the price table has no g6.xlarge (the budget check would refuse the run first)
@@ -482,7 +482,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "build_over_at_once", "the image build is over before the task's first read (CodeBuild finishes inside "
-        "StartBuild); ECR holds a stale image under the old branch tag src-main", "§2 (build)",
+        "StartBuild); ECR holds a stale image under the old branch tag src-main", "stale image",
         "build_image finishes in its first try without deferring (no trigger race) and the run trains on the "
         "image it built, not the stale tag",
         all_of(succeeds,
@@ -612,7 +612,8 @@ def _collect(sandbox, env_config, dag_run, before, listener, t0: float, faults: 
                    requests=requests, injected=Counter(e.data.get("action") for e in sandbox.events.find("sandbox", "fault")
                                                        if e.time >= t0 and e.data.get("action")),
                    jobs=jobs, commands=commands, executions=executions, deployments=deployments,
-                   instances=instances, instances_before=before["instances"], lineage=lineage, faults_left=json.loads(json.dumps(faults, default=str)),
+                   instances=instances, instances_before=before["instances"], lineage=lineage,
+                   faults_left=json.loads(json.dumps(faults, default=str)),
                    elapsed_s=0.0)  # filled in by the caller
 
 
@@ -686,7 +687,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                     checks = scenario.check(outcome)
                     passed = all(ok for _, ok, _ in checks)
                     results.append({
-                        "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
+                        "name": scenario.name, "fault": scenario.fault, "failure_mode": scenario.failure_mode,
                         "expected": scenario.expected, "passed": passed, "state": "refused", "failed_tasks": [],
                         "messages": {"dag.test": refusal[:500]}, "tries": {}, "submit_job_calls": 0, "jobs": [],
                         "commands": [], "executions": [], "deployments": [], "teardowns": {},
@@ -708,7 +709,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                 failed = sorted((t for t, v in outcome.tasks.items() if v["state"] == "failed"),
                                 key=lambda t: (t == OUTCOME, t))
                 results.append({
-                    "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
+                    "name": scenario.name, "fault": scenario.fault, "failure_mode": scenario.failure_mode,
                     "expected": scenario.expected, "passed": passed, "state": outcome.state,
                     "failed_tasks": failed,
                     "messages": {t: outcome.errors.get(t, [])[-1][:500] for t in failed if outcome.errors.get(t)},
@@ -748,7 +749,7 @@ def _short(message: str) -> str:
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
-    lines = ["| fault injected | DESIGN | run | failed task: message | what was left running | teardowns | result |",
+    lines = ["| fault injected | failure mode | run | failed task: message | what was left running | teardowns | result |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
         failed = "; ".join(f"`{t}`: {_short(r['messages'].get(t, ''))}"
@@ -769,7 +770,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
         run = r["state"] + (f" (tries: {retries})" if retries else "")
         teardowns = ", ".join(f"{t.split('.')[-1]} {s or '—'}" for t, s in r["teardowns"].items())
         result = f"{'PASS' if r['passed'] else 'FAIL'} ({r['elapsed_s']:.0f} s)"
-        lines.append(f"| {r['fault']} | {r['design']} | {run} | {failed} | {'; '.join(left)} | {teardowns} | {result} |")
+        lines.append(f"| {r['fault']} | {r['failure_mode']} | {run} | {failed} | {'; '.join(left)} | {teardowns} | {result} |")
     return "\n".join(lines)
 
 

@@ -51,7 +51,8 @@ PREFLIGHT = """\
 **Capacity preflight.** Calls EC2 `DescribeInstanceTypes`, Service Quotas `GetServiceQuota`, CloudWatch
 `AWS/Usage` and Batch `DescribeComputeEnvironments` / `DescribeJobDefinitions`. Waits for nothing: it fails
 fast, before any GPU is started, when one node of the job definition needs more GPUs, vCPUs or memory than
-the instance type has (the job would stay RUNNABLE), when the quota cannot hold nodes × vCPUs (with the quota's name, code, limit, usage and the command
+the instance type has (the job would stay RUNNABLE), when the quota cannot hold nodes × vCPUs (with the quota's name,
+code, limit, usage and the command
 to request more) or the compute environment is not usable. Hands on the verdict: needed / limit / in-use vCPU.
 """
 
@@ -88,7 +89,8 @@ waits for nothing. Hands on `backend` and that backend's job: `batch_job_id`, or
 """
 
 CHECKPOINT = """\
-**Wait for the checkpoint.** Runs after whichever backend trained (Batch or HyperPod). Calls S3 `HeadObject`/`GetObject` (or reads a mounted EFS path). Waits
+**Wait for the checkpoint.** Runs after whichever backend trained (Batch or HyperPod). Calls S3
+`HeadObject`/`GetObject` (or reads a mounted EFS path). Waits
 (deferred) for `manifest.json`, which the trainer writes last. Hands on the manifest: checkpoint URI, its sha256
 (re-verified against the object), iteration, timesteps and mean reward; emits the checkpoint asset event.
 """

@@ -101,7 +101,8 @@ class HyperPodScaleTrigger(AwsHookWaiterTrigger):
                 nodes = await self._nodes(client) if describe.get("ClusterStatus") == "InService" else None
                 outcome, text = scale_state(hook.waiter_path, describe, nodes, self.instance_group_name, self.target_count)
                 current = next(
-                    (g.get("CurrentCount") for g in describe.get("InstanceGroups", []) if g.get("InstanceGroupName") == self.instance_group_name),
+                    (g.get("CurrentCount") for g in describe.get("InstanceGroups", [])
+                     if g.get("InstanceGroupName") == self.instance_group_name),
                     None,
                 )
                 if outcome != "retry":
@@ -235,7 +236,8 @@ class HyperPodSlurmJobTrigger(AwsHookWaiterTrigger):
     def _record(self, window: tuple[float | None, float | None, float | None], **kwargs: Any) -> dict[str, Any]:
         started_at, stopped_at, elapsed = window
         return job_cost_record(job_id=self.job_id, cluster_name=self.cluster_name, started_at=started_at,
-                               stopped_at=stopped_at, elapsed_s=elapsed, num_nodes=self.num_nodes, usd_per_node_hour=self.usd_per_node_hour, **kwargs)
+                               stopped_at=stopped_at, elapsed_s=elapsed, num_nodes=self.num_nodes,
+                               usd_per_node_hour=self.usd_per_node_hour, **kwargs)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         failed_queries = 0
