@@ -89,6 +89,11 @@ lint: install
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python scripts/check_references.py
 
+## One wheel per runtime in dist/wheels/ (sim2real-contract, -workloads, -orchestration, -edge; scripts/build_wheels.py).
+.PHONY: wheels
+wheels: install
+	$(BIN)/python scripts/build_wheels.py --out dist/wheels
+
 clean:
 	rm -rf $(VENV) $(LATEST_VENV) .sandbox .pytest_cache
 
@@ -140,7 +145,7 @@ CDK := cd infra && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 node_modules
 ACCOUNT = $(shell aws sts get-caller-identity --query Account --output text)
 deploy: package $(CDK_CLI)
 	$(CDK) deploy --require-approval broadening Sim2realNetwork Sim2realStorage
-	$(BIN)/python -m pip wheel -q --no-deps -w dist/wheel .
-	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheel
+	$(BIN)/python scripts/build_wheels.py --out dist/wheels contract edge
+	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheels
 	$(BIN)/python scripts/package_mwaa.py upload --out dist/mwaa --bucket sim2real-mwaa-$(ACCOUNT)
 	$(CDK) deploy --require-approval broadening --all
