@@ -3,7 +3,8 @@
 
 Check every named AWS resource and the job definition's shape → build the training image (keyed on
 source commit + build context) → check GPU capacity → train a policy with RL on AWS Batch (multi-node)
-or on a SageMaker HyperPod cluster (scale up, Slurm job via SSM, scale down) → wait for the checkpoint → evaluate it in closed-loop simulation on the workstation (SSM)
+or on a SageMaker HyperPod cluster (scale up, Slurm job via SSM, scale down) → wait for the checkpoint → evaluate it in
+closed-loop simulation on the workstation (SSM)
 → quality gate → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
 Registry → deploy to robots with AWS IoT Greengrass → write the lineage report.
 

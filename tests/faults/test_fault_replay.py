@@ -1,4 +1,4 @@
-"""Fault replay (DESIGN §5): every injected fault ends the DAG run the way it must.
+"""Fault replay: every injected fault ends the DAG run the way it must.
 
 One subprocess (``python -m sim2real.dev.faults``) runs every scenario against one sandbox, one
 Airflow home and one DagBag; each test below reads its scenario's checks from the JSON it writes.

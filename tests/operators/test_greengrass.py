@@ -128,7 +128,8 @@ def test_failure_statuses_cancel_and_list_devices(moto_endpoint, group_arn, cont
         stub_create(stub, group_arn)
         stub_devices(
             stub, group_arn,
-            {"robot-a": effective("SUCCEEDED"), "robot-b": effective(status, reason="component com.sim2real.PolicyInference broke", errors=["COMPONENT_BROKEN"])},
+            {"robot-a": effective("SUCCEEDED"),
+             "robot-b": effective(status, reason="component com.sim2real.PolicyInference broke", errors=["COMPONENT_BROKEN"])},
         )
         stub.add_response("cancel_deployment", {"message": "ok"}, {"deploymentId": DEP})
         with pytest.raises(AirflowException) as err:
@@ -228,7 +229,7 @@ def test_package_no_longer_approved_is_not_deployed(moto_endpoint, group_arn, co
     sm, arn = model_package
     sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus=status)
     op = operator(model_package_arn=arn)
-    with Stubber(op.hook.conn) as stub:  # no Greengrass call stubbed but the device list: nothing is created
+    with Stubber(op.hook.conn):  # no Greengrass call stubbed but the device list: nothing is created
         with pytest.raises(AirflowFailException) as err:
             op.execute(context)
     assert f"{arn} is {status}" in str(err.value) and "no Greengrass deployment was created" in str(err.value)

@@ -182,7 +182,8 @@ def test_trigger_states(sm, cluster, context, status, target, expected):
     backend.clusters[cluster].status = status
     try:
         event = first_event(
-            HyperPodScaleTrigger(cluster_name=cluster, instance_group_name="gpu", target_count=target, waiter_delay=0, waiter_max_attempts=1)
+            HyperPodScaleTrigger(cluster_name=cluster, instance_group_name="gpu", target_count=target, waiter_delay=0,
+                                 waiter_max_attempts=1)
         )
     finally:
         backend.clusters[cluster].status = "InService"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import slurm

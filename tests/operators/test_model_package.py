@@ -152,7 +152,8 @@ def test_trigger_not_found_times_out_without_arn(moto_endpoint, sm):
 
 
 def test_trigger_serializes_round_trip():
-    t = ModelPackageApprovalTrigger(model_package_group_name="g", run_key="k", model_package_arn="arn:p/1", waiter_delay=5, waiter_max_attempts=3)
+    t = ModelPackageApprovalTrigger(model_package_group_name="g", run_key="k", model_package_arn="arn:p/1", waiter_delay=5,
+                                    waiter_max_attempts=3)
     path, kwargs = t.serialize()
     assert path == "sim2real.orchestration.triggers.model_package.ModelPackageApprovalTrigger"
     assert ModelPackageApprovalTrigger(**kwargs).serialize() == (path, kwargs)

@@ -257,7 +257,8 @@ def test_trigger_failure_names_step_when_list_steps_answers(moto_endpoint, sm, m
     def list_pipeline_execution_steps(self):
         from moto.core.responses import ActionResult
 
-        return ActionResult({"PipelineExecutionSteps": [{"StepName": "SmokeGate", "StepStatus": "Failed", "FailureReason": "success rate 0.1 < 0.5"}]})
+        return ActionResult({"PipelineExecutionSteps": [
+            {"StepName": "SmokeGate", "StepStatus": "Failed", "FailureReason": "success rate 0.1 < 0.5"}]})
 
     monkeypatch.setattr(SageMakerResponse, "list_pipeline_execution_steps", list_pipeline_execution_steps, raising=False)
     event = first_event(PipelineExecutionTrigger(pipeline_execution_arn=arn, waiter_delay=0, waiter_max_attempts=1))

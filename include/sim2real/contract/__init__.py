@@ -11,9 +11,4 @@ third-party package at import time (``storage`` imports boto3 on its first S3 ca
 * ``schemas/``: JSON Schemas of the artefacts the runtimes exchange.
 """
 
-from pathlib import Path
-
 __version__ = "0.1.0"
-
-#: Folder of the JSON Schemas (``<name>.schema.json``) shipped with this package.
-SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"

@@ -165,13 +165,13 @@ def figure_links(dag_run) -> dict[str, str | None]:
 
 
 def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)] if rows else [len(h) for h in header]
     line = "+-" + "-+-".join("-" * w for w in widths) + "-+"
     print(f"\n{title}\n{line}")
-    print("| " + " | ".join(str(h).ljust(w) for h, w in zip(header, widths)) + " |")
+    print("| " + " | ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
     print(line)
     for row in rows:
-        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
     print(line)
 
 
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     from sim2real.dev.sandbox import Sandbox
 
     started = time.monotonic()
-    print(f"[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
+    print("[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
     with Sandbox(repo_root=REPO_ROOT) as sandbox:
         env_config = sandbox.provision()
         from sim2real.dev.sandbox.device import PolicyDeviceCheck

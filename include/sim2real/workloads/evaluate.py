@@ -1,6 +1,6 @@
 """``sim2real-evaluate``: run N seeded episodes of a trained policy and write ``report.json``.
 
-Flags (see /work/contracts.md)::
+Flags (the report's shape: ``eval_report`` in :mod:`sim2real.contract.schemas`)::
 
     sim2real-evaluate --manifest-uri URI [--checkpoint-uri URI] --episodes N --seed S --report-uri URI
 

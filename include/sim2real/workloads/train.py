@@ -38,7 +38,7 @@ constant NUM_ENVS across resumes).
 * ``agent_<iteration:06d>.pt.sha256`` — sidecar with the checkpoint's hex sha256, written only after
   the checkpoint is fully written/uploaded. **A checkpoint is complete iff its sidecar exists and matches**;
 * ``manifest.json`` — written LAST, once, atomically (local: tmp + rename; S3: one PutObject), pointing at
-  the final checkpoint (schema in /work/contracts.md).
+  the final checkpoint (schema: ``checkpoint_manifest`` in :mod:`sim2real.contract.schemas`).
 
 Only rank 0 (``RANK`` env, default 0) writes anything. **Auto-resume**: at start, the newest complete
 checkpoint under OUTPUT_URI is loaded (agent modules incl. optimizer and normalisers) and training continues
@@ -53,9 +53,10 @@ manifest is (re)written.
 policy), ``nan`` before the first one ends; ``elapsed_s`` counts from this process's start of training;
 ``eta_s`` extrapolates this process's mean iteration time. ``timesteps`` counts this rank's environments
 only. Every rank prints its device once (``[sim2real] rank=0 local_rank=0 world_size=2 device=cuda:0``) and,
-at the end, rank 0 prints the throughput of the whole group (all ranks' environments)::
+at the end, rank 0 prints the throughput of the whole group (all ranks' environments), on one line::
 
-    [sim2real] throughput world_size=2 num_envs_per_rank=64 iterations=20 env_steps=163840 wall_s=40.1 env_steps_per_s=4085.8 steady_env_steps_per_s=4120.3
+    [sim2real] throughput world_size=2 num_envs_per_rank=64 iterations=20 env_steps=163840 wall_s=40.1
+        env_steps_per_s=4085.8 steady_env_steps_per_s=4120.3
 
 ``steady_env_steps_per_s`` leaves out this process's first iteration (CUDA/NCCL warm-up); ``wall_s`` is the
 training loop only (rollouts + updates, checkpoint writes included), not imports, env creation or resume.

@@ -295,7 +295,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     :raises ValueError: bad arguments (e.g. a non-numeric ``cost_limit_usd``, ``num_nodes`` < 1); no or
         several instances carry the tag.
     :raises AirflowFailException: (not retried) the job ended FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY
-        or DEADLINE, or was still running after ``max_attempts`` polls (then it is cancelled); the message names the cluster, job id, state, exit code, log path and the log's end.
+        or DEADLINE, or was still running after ``max_attempts`` polls (then it is cancelled); the message names the
+        cluster, job id, state, exit code, log path and the log's end.
         Also when stopped at the cost limit: the message has the run time, cost, limit, nodes, price and
         what to change.
     :raises AirflowException: (retried) submission failed, the job ended NODE_FAIL / PREEMPTED /

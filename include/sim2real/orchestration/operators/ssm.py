@@ -149,8 +149,8 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
             raise ValueError(f"every command must be a non-empty string, got {self.commands!r}")
         try:
             timeout = int(self.execution_timeout_seconds)
-        except (TypeError, ValueError):
-            raise ValueError(f"execution_timeout_seconds must be an integer, got {self.execution_timeout_seconds!r}")
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"execution_timeout_seconds must be an integer, got {self.execution_timeout_seconds!r}") from err
         if not 1 <= timeout <= 172_800:
             raise ValueError(f"execution_timeout_seconds must be 1..172800 (AWS-RunShellScript), got {timeout}")
         if not self.output_s3_bucket:

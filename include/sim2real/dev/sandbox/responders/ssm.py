@@ -116,7 +116,7 @@ class SsmResponder:
         patcher.setattr(SimpleSystemManagerResponse, "describe_instance_information", describe_instance_information)
 
     def shutdown(self) -> None:
-        for key, process in list(self.processes.items()):
+        for process in list(self.processes.values()):
             _kill(process)
         for thread in self._threads:
             thread.join(timeout=10)
