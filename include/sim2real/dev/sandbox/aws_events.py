@@ -232,4 +232,5 @@ def provision_wait_events(sandbox: Sandbox, config: dict[str, Any], *, max_recei
     sandbox.events.emit("events", "provisioned", f"wait-event queue {queue_url} (dead-letter queue after "
                         f"{max_receive_count} receives) behind {len(rule_patterns(resources))} EventBridge rules",
                         queue_url=queue_url)
-    return {"mode": "events", "queue_url": queue_url, "dead_letter_queue_url": dlq_url}
+    sandbox.wait_events_dead_letter_queue_url = dlq_url
+    return {"mode": "events", "queue_url": queue_url, "reconcile_interval_seconds": 600}

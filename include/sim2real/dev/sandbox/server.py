@@ -177,6 +177,7 @@ class Sandbox:
         self.greengrass = GreengrassResponder(self, device_check, step_seconds)
         #: AWS state-change events to moto's EventBridge (faults events_drop / events_duplicate / events_delay)
         self.aws_events = AwsEventBus(self)
+        self.wait_events_dead_letter_queue_url: str | None = None  # set by provision()
         self._server: ThreadedMotoServer | None = None
         self._patcher = Patcher()
         self._endpoint: str | None = None

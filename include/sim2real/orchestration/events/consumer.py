@@ -3,16 +3,20 @@
 The consumer long-polls the wait-event SQS queue (``ReceiveMessage``, ``WaitTimeSeconds`` up to 20 s), parses each
 message as an EventBridge envelope (:class:`~sim2real.orchestration.events.envelope.EventEnvelope`), finds the waits
 registered in this process for the event's resource key and hands each of them the event with its describe-like
-response. It is an asyncio task on the triggerer's event loop, started by the first :func:`subscribe` and
-stopped when the last subscription closes.
+response. It is an asyncio task on the triggerer's event loop, started by the first :func:`subscribe`; when the
+last subscription closes it finishes the receive in flight (at most ``wait_time_seconds``), releases what that
+brought, and ends. (Cancelling it mid-receive would hide the messages SQS had just handed it for the whole
+visibility timeout.)
 
 Message ownership (several triggerers read the same queue):
 
 * a message whose resource has a wait here is delivered to every such wait, then deleted;
-* a message whose resource has no wait here is **released** (``ChangeMessageVisibility`` to
-  ``release_visibility_seconds``, default 0) so another triggerer can take it; each receive counts toward the
-  queue's redrive ``maxReceiveCount``, so a message nobody owns ends in the dead-letter queue instead of
-  circling forever;
+* a message whose resource has no wait here is **released** (``ChangeMessageVisibility``) so another triggerer
+  can take it: visible again after ``release_visibility_seconds * 2**(receives - 1)`` seconds (capped at
+  :data:`MAX_RELEASE_SECONDS`; ``receives`` is SQS's ``ApproximateReceiveCount``). Each receive counts toward
+  the queue's redrive ``maxReceiveCount``, so a message nobody owns ends in the dead-letter queue instead of
+  circling forever; the backoff keeps a lone consumer from burning those receives in a tight loop (with
+  ``maxReceiveCount`` 10 and a 1 s base, a message stays available for about four minutes);
 * a message that is not a supported EventBridge event is released the same way (never deleted: nothing is lost);
 * the same event delivered twice (EventBridge and SQS are at-least-once; Greengrass repeats events) reaches each
   wait once: every subscription remembers the event ids it has seen.
@@ -44,6 +48,8 @@ log = logging.getLogger(__name__)
 FAILURES_BEFORE_FALLBACK = 2
 #: Seconds between receive attempts while the queue is unreachable.
 RETRY_SECONDS = 30.0
+#: Longest time a released message stays hidden (seconds).
+MAX_RELEASE_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -158,11 +164,19 @@ class EventConsumer:
             subs.remove(sub)
         if not subs:
             self._subs.pop(sub.key, None)
-        if not self._subs and self._task is not None:
-            self._task.cancel()
-            self._task = None
-            if self._on_stop is not None:
-                self._on_stop(self)
+        # the task sees no subscription after its current receive and ends by itself
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def drained(self) -> None:
+        """Wait until the task has ended (after the last subscription left)."""
+        if self._task is not None:
+            try:
+                await asyncio.shield(self._task)
+            except asyncio.CancelledError:
+                pass
 
     @property
     def subscriptions(self) -> int:
@@ -193,24 +207,28 @@ class EventConsumer:
                 sub._wake()
 
     async def _run(self) -> None:
-        while True:
-            try:
-                async with await self._client_factory() as client:
-                    while True:
-                        await self.poll_once(client)
-                        self._failures = 0
-                        self._set_available(True)
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # noqa: BLE001 - any failure means: fall back, retry later
-                self._failures += 1
-                reason = f"{type(err).__name__}: {err}"
-                log.debug("wait-event receive failed (%d in a row): %s", self._failures, reason)
-                if self._failures >= FAILURES_BEFORE_FALLBACK:
-                    self._set_available(False, reason)
-                    await asyncio.sleep(RETRY_SECONDS)
-                else:
-                    await asyncio.sleep(1.0)
+        try:
+            while self._subs:
+                try:
+                    async with await self._client_factory() as client:
+                        while self._subs:
+                            await self.poll_once(client)
+                            self._failures = 0
+                            self._set_available(True)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:  # noqa: BLE001 - any failure means: fall back, retry later
+                    self._failures += 1
+                    reason = f"{type(err).__name__}: {err}"
+                    log.debug("wait-event receive failed (%d in a row): %s", self._failures, reason)
+                    if self._failures >= FAILURES_BEFORE_FALLBACK:
+                        self._set_available(False, reason)
+                        await asyncio.sleep(RETRY_SECONDS)
+                    else:
+                        await asyncio.sleep(1.0)
+        finally:
+            if not self._subs and self._on_stop is not None:
+                self._on_stop(self)
 
     async def poll_once(self, client: Any) -> int:
         """One long-poll receive and the handling of what it returned; the number of messages received."""
@@ -232,7 +250,7 @@ class EventConsumer:
             else:
                 self.stats["ChangeMessageVisibility"] += 1
                 await client.change_message_visibility(QueueUrl=s.queue_url, ReceiptHandle=message["ReceiptHandle"],
-                                                       VisibilityTimeout=s.release_visibility_seconds)
+                                                       VisibilityTimeout=release_seconds(s, message))
         return len(messages)
 
     def _dispatch(self, message: dict[str, Any], received_at: float) -> Literal["delivered", "released", "malformed"]:
@@ -253,6 +271,16 @@ class EventConsumer:
             if not sub._offer(event):
                 self.stats["duplicates"] += 1
         return "delivered"
+
+
+def release_seconds(settings: EventSettings, message: dict[str, Any]) -> int:
+    """Visibility timeout of a released message: the base doubled per receive so far, at most
+    :data:`MAX_RELEASE_SECONDS`."""
+    try:
+        receives = max(int((message.get("Attributes") or {}).get("ApproximateReceiveCount", 1)), 1)
+    except (TypeError, ValueError):
+        receives = 1
+    return int(min(settings.release_visibility_seconds * 2 ** min(receives - 1, 16), MAX_RELEASE_SECONDS))
 
 
 # -- the per-process registry ---------------------------------------------------------------------------------
@@ -278,7 +306,7 @@ def subscribe(key: ResourceKey, settings: EventSettings, *, aws_conn_id: str | N
     """
     if not settings.enabled:
         log.info("wait events off (%s): %s is waited on by polling",
-                 "mode polling" if settings.mode == "polling" else "no queue configured", key.ident)
+                 "no queue configured" if not settings.queue_url else "mode polling", key.ident)
         return None
     loop = asyncio.get_running_loop()
     ident = (id(loop), settings.queue_url, aws_conn_id, region_name)

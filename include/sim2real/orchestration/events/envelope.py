@@ -199,7 +199,7 @@ class EventEnvelope:
                                                               (``phaseType``/``phaseStatus``/``contexts``...), ``logs``
         EC2 Command Invocation Status-change Notification     ``GetCommandInvocation`` subset: ``CommandId``,
                                                               ``InstanceId``, ``DocumentName``, ``Status``,
-                                                              ``StatusDetails`` (= status), ``RequestedDateTime``; no
+                                                              ``StatusDetails`` (= status); no
                                                               ``ResponseCode`` nor output (read them with a describe)
         SageMaker Model Building Pipeline Execution ...       ``DescribePipelineExecution`` subset:
                                                               ``PipelineArn``, ``PipelineExecutionArn``,
@@ -226,7 +226,7 @@ class EventEnvelope:
         if t == SSM_INVOCATION:
             return {"CommandId": d.get("command-id"), "InstanceId": d.get("instance-id"),
                     "DocumentName": d.get("document-name"), "Status": d.get("status"),
-                    "StatusDetails": d.get("status"), "RequestedDateTime": d.get("requested-date-time")}
+                    "StatusDetails": d.get("status")}
         if t == PIPELINE_EXECUTION:
             execution_arn = d.get("pipelineExecutionArn", "")
             return {"PipelineArn": d.get("pipelineArn") or execution_arn.split("/execution/", 1)[0],

@@ -8,7 +8,8 @@ Read from the environment config's optional ``events`` section (:mod:`sim2real.o
       "reconcile_interval_seconds": 600,      # optional; a describe call this often even with events
       "wait_time_seconds": 20,                # optional; SQS long polling (1..20)
       "visibility_timeout_seconds": 30,       # optional; a received message is hidden this long
-      "release_visibility_seconds": 0         # optional; a message no local wait owns is visible again after this
+      "release_visibility_seconds": 1         # optional; a message no local wait owns is visible again after
+                                              # this, doubled per receive (see events.consumer)
     }
 
 No section, no ``queue_url`` or ``mode: "polling"`` gives polling only (:attr:`EventSettings.enabled` False).
@@ -32,7 +33,7 @@ class EventSettings:
     reconcile_interval_seconds: float = 600.0
     wait_time_seconds: int = 20
     visibility_timeout_seconds: int = 30
-    release_visibility_seconds: int = 0
+    release_visibility_seconds: int = 1
 
     @property
     def enabled(self) -> bool:
