@@ -200,9 +200,9 @@ def test_fan_out_to_two_waits_leaves_foreign_messages_and_delivers_duplicates_on
         sqs.send_message(QueueUrl=url, MessageBody=_batch_event("job-a", "RUNNING", "event-1"))  # duplicate
         sqs.send_message(QueueUrl=url, MessageBody=_batch_event("job-b", "FAILED", "event-2"))
         sqs.send_message(QueueUrl=url, MessageBody=_batch_event("job-foreign", "RUNNING", "event-3"))
-        got_a = await a.next_event(10)
-        got_a2 = await a2.next_event(10)
-        got_b = await b.next_event(10)
+        got_a = await a.next_event(30)
+        got_a2 = await a2.next_event(30)
+        got_b = await b.next_event(30)
         again = await a.next_event(3)                           # the duplicate never arrives a second time
         stats = dict(consumer.stats)
         for sub in (a, a2, b):
@@ -216,7 +216,7 @@ def test_fan_out_to_two_waits_leaves_foreign_messages_and_delivers_duplicates_on
     assert result["a2"].envelope.id == "event-1"
     assert result["b"].response["jobs"][0]["status"] == "FAILED"
     assert result["again"] is None
-    assert result["stats"]["delivered"] >= 2 and result["stats"]["released"] >= 1
+    assert result["stats"]["delivered"] >= 2 and result["stats"]["released"] >= 1 and "DeleteMessageBatch" in result["stats"]
     assert result["left"] == [] and not result["running"]  # the last wait leaving stops the consumer
     # the foreign message was released, not deleted: it is still in the queue for its owner
     bodies = []

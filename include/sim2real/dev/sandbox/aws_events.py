@@ -53,8 +53,9 @@ class AwsEventBus:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopped = False
-        #: (detail-type, resource key ident, time.time() of the state change, EventBridge event id) per published event.
-        self.published: list[tuple[str, str, float, str]] = []
+        #: (detail-type, resource key ident, time.time() of the state change, EventBridge event id, time.time() when
+        #: PutEvents returned) per published event.
+        self.published: list[tuple[str, str, float, str, float]] = []
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -121,7 +122,7 @@ class AwsEventBus:
         key, changed_at = entry.pop("_key"), entry.pop("_changed_at")
         reply = self.sandbox.client("events", internal=True).put_events(Entries=[entry])
         event_id = reply["Entries"][0].get("EventId", "")
-        self.published.append((entry["DetailType"], key, changed_at, event_id))
+        self.published.append((entry["DetailType"], key, changed_at, event_id, time.time()))
         self.sandbox.events.emit("events", "published", f"{entry['DetailType']} for {key} -> EventBridge",
                                  detail_type=entry["DetailType"], key=key, event_id=event_id)
         if duplicate:

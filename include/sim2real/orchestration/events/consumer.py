@@ -144,7 +144,7 @@ class EventConsumer:
         self._task: asyncio.Task | None = None
         self.available = True
         self.unavailable_reason = ""
-        #: API calls and message outcomes: ReceiveMessage, DeleteMessage, ChangeMessageVisibility (calls);
+        #: API calls and message outcomes: ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibilityBatch (calls);
         #: messages, delivered, released, malformed, duplicates (messages).
         self.stats: Counter[str] = Counter()
         self._failures = 0
@@ -240,17 +240,25 @@ class EventConsumer:
                                                                                         "ApproximateReceiveCount"])
         messages = reply.get("Messages") or []
         received_at = time.time()
-        for message in messages:
+        delete, release = [], []
+        for n, message in enumerate(messages):
             outcome = self._dispatch(message, received_at)
             self.stats["messages"] += 1
             self.stats[outcome] += 1
             if outcome == "delivered":
-                self.stats["DeleteMessage"] += 1
-                await client.delete_message(QueueUrl=s.queue_url, ReceiptHandle=message["ReceiptHandle"])
+                delete.append({"Id": str(n), "ReceiptHandle": message["ReceiptHandle"]})
             else:
-                self.stats["ChangeMessageVisibility"] += 1
-                await client.change_message_visibility(QueueUrl=s.queue_url, ReceiptHandle=message["ReceiptHandle"],
-                                                       VisibilityTimeout=release_seconds(s, message))
+                release.append({"Id": str(n), "ReceiptHandle": message["ReceiptHandle"],
+                                "VisibilityTimeout": release_seconds(s, message)})
+        # one batch call each (up to 10 entries, as many as one receive returns)
+        if delete:
+            self.stats["DeleteMessageBatch"] += 1
+            reply = await client.delete_message_batch(QueueUrl=s.queue_url, Entries=delete)
+            _log_failed(reply, "delete")
+        if release:
+            self.stats["ChangeMessageVisibilityBatch"] += 1
+            reply = await client.change_message_visibility_batch(QueueUrl=s.queue_url, Entries=release)
+            _log_failed(reply, "release")
         return len(messages)
 
     def _dispatch(self, message: dict[str, Any], received_at: float) -> Literal["delivered", "released", "malformed"]:
@@ -271,6 +279,13 @@ class EventConsumer:
             if not sub._offer(event):
                 self.stats["duplicates"] += 1
         return "delivered"
+
+
+def _log_failed(reply: dict[str, Any], what: str) -> None:
+    """Entries SQS could not delete/release: they come back after the visibility timeout (a duplicate at worst)."""
+    for failure in reply.get("Failed") or []:
+        log.warning("wait-event %s of message entry %s failed: %s %s", what, failure.get("Id"), failure.get("Code"),
+                    failure.get("Message"))
 
 
 def release_seconds(settings: EventSettings, message: dict[str, Any]) -> int:
