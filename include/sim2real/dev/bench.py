@@ -19,6 +19,8 @@ Rows:
   seeds, the Wilson 95 % interval of all seeds' episodes pooled (100 evaluation episodes per seed, seeds
   2000..2099), each seed's rate and the median env-steps/s (:mod:`sim2real.workloads.bench`). ``--rl-budgets``,
   ``--rl-seeds`` and ``--only rl`` make it shorter;
+* optional (``--only waits``): wait-event latency and AWS calls per waiting hour at 1, 10 and 50 concurrent
+  Batch waits in the sandbox (:mod:`sim2real.dev.bench_waits`);
 * policy server latency p50/p99 (ms) and throughput (requests/s) over real ZMQ on loopback,
   onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy.
 
@@ -266,8 +268,9 @@ def _parse_main(argv: list[str]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
-    ap.add_argument("--only", choices=("all", "rl"), default="all",
-                    help="rl: only the policy-quality rows (ours vs Stable-Baselines3)")
+    ap.add_argument("--only", choices=("all", "rl", "waits"), default="all",
+                    help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait-event "
+                         "rows (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox)")
     ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
     ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
     args = ap.parse_args(argv)
@@ -287,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     from sim2real.workloads.bench import env_steps_per_second
 
     results: dict[str, Any] = {"machine": _machine()}
+    if args.only == "waits":
+        from sim2real.dev import bench_waits
+
+        results["wait_events"] = bench_waits.run([1, 10, 50])
+        return _print_and_write(results, bench_waits.rows(results["wait_events"]), "wait events only (sandbox)")
     if args.only == "rl":
         results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
         rows = _quality_rows(results["policy_quality"])
