@@ -25,7 +25,8 @@ GROUPS = ("build", "preflight", "train", "hyperpod", "checkpoint", "evaluate", "
 STAGE_TASKS = (ids.PREPARE_RUN, ids.BUILD_IMAGE, ids.BATCH_CHECK_CAPACITY, ids.BATCH_TRAIN_POLICY,
                ids.WAIT_FOR_CHECKPOINT, ids.RUN_EVALUATION, "quality_gate",
                ids.FINETUNE_GROOT, ids.WAIT_FOR_APPROVAL, ids.DEPLOY_TO_ROBOTS, ids.WRITE_LINEAGE,
-               "training_backend", ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES, ids.HYPERPOD_TRAIN_POLICY,
+               ids.TRAINING_BACKEND, ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES,
+               ids.HYPERPOD_TRAIN_POLICY,
                ids.HYPERPOD_SCALE_DOWN, ids.TRAINING_JOB)
 
 

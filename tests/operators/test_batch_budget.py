@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, TaskDeferred
+from airflow.providers.common.compat.sdk import AirflowFailException, TaskDeferred
 from moto import mock_aws
 from moto.batch.models import Job
 from sim2real.contract import task_ids as ids

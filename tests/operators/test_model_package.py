@@ -10,7 +10,6 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSensorTimeout
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
-from sim2real.orchestration.hooks.model_registry import approve_command
 from sim2real.orchestration.sensors.model_package import ModelPackageApprovalSensor
 from sim2real.orchestration.triggers.model_package import ModelPackageApprovalTrigger
 

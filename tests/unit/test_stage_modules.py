@@ -62,7 +62,7 @@ def test_section_refs_are_checked_against_the_dataclass():
     xcom = FakeXCom()
     assert refs(xcom, stages.evaluate.EvaluationPlan).report_uri == "<xcom evaluation.report_uri>"
     with pytest.raises(AttributeError, match="'evaluation'.*no field 'report_url'"):
-        refs(xcom, stages.evaluate.EvaluationPlan).report_url
+        _ = refs(xcom, stages.evaluate.EvaluationPlan).report_url
 
 
 def test_flat_xcoms_has_one_key_per_section_field_and_the_plan():

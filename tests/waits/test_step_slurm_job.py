@@ -54,7 +54,7 @@ def test_failed_queries_count_too_and_default_limit():
     memory: dict = {}
     params = {**PARAMS}
     params.pop("max_failed_queries")
-    for attempt in range(DEFAULT_MAX_FAILED_QUERIES):
+    for _attempt in range(DEFAULT_MAX_FAILED_QUERIES):
         step = slurm_job_step(_query("", status="Failed", stderr="sacct: error"), WaitState(params=params, memory=memory))
         memory = step.memory
     assert step.outcome == "failure" and "sacct: error" in step.reason

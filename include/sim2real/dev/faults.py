@@ -305,7 +305,7 @@ def _built_not_stale(o: Outcome) -> tuple[bool, Any]:
 SCENARIOS: list[Scenario] = [
     Scenario(
         "batch_runnable", "Batch job held RUNNABLE (no capacity); budget runnable_timeout_minutes=1, the job reports "
-        "createdAt 57 s in the past", "capacity"
+        "createdAt 57 s in the past", "capacity",
         "train fails within the budget with the Batch statusReason and the compute environment state; job terminated",
         all_of(fails_with(TRAIN, "stayed RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "compute environment",
                           "the job was terminated"),
@@ -316,7 +316,7 @@ SCENARIOS: list[Scenario] = [
         conf={"runnable_timeout_minutes": 1, **NO_RELEASE},
     ),
     Scenario(
-        "batch_node_fails", "the multi-node job FAILS: node 0's essential container exits 1", "job failure"
+        "batch_node_fails", "the multi-node job FAILS: node 0's essential container exits 1", "job failure",
         "train fails with the job's statusReason, exit code and failure class (user code: no retry)",
         all_of(fails_with(TRAIN, "ended FAILED", "Essential container in task exited", "exit code=1",
                           "failure class"),
@@ -325,7 +325,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "worker_lost_after_submit", "the first try of train dies right after SubmitJob (its next DescribeJobs fails "
-        "with a non-retryable ClientException); Airflow retries the task", "lost worker"
+        "with a non-retryable ClientException); Airflow retries the task", "lost worker",
         "the retry reattaches to the same job (ListJobs by name + run-key tag): exactly one job, run succeeds",
         all_of(succeeds, submits(1),
                custom("train retried once", lambda o: (o.tries(TRAIN) == 2, o.tries(TRAIN))),
@@ -337,7 +337,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "throttling_and_5xx", f"{sum(THROTTLE.values())} ThrottlingException and {sum(SERVER_ERROR.values())} HTTP 503 "
-        "answers spread over Batch, SSM, EC2, Service Quotas and ECR calls", "throttling"
+        "answers spread over Batch, SSM, EC2, Service Quotas and ECR calls", "throttling",
         "every error retried by botocore (adaptive mode); the whole loop succeeds with no task retry and one job",
         all_of(succeeds, faults_consumed, submits(1),
                custom("no task retried", lambda o: (all(v["try_number"] <= 1 for v in o.tasks.values()),
@@ -345,20 +345,21 @@ SCENARIOS: list[Scenario] = [
         faults={"throttle": THROTTLE, "server_error": SERVER_ERROR},
     ),
     Scenario(
-        "ssm_timeout", "the evaluation command times out on the workstation (SSM TimedOut)", "timeout"        "run_evaluation fails naming TimedOut and the execution timeout; the workstation is stopped",
+        "ssm_timeout", "the evaluation command times out on the workstation (SSM TimedOut)", "timeout",
+        "run_evaluation fails naming TimedOut and the execution timeout; the workstation is stopped",
         all_of(fails_with(ids.RUN_EVALUATION, "TimedOut"),
                not_run(ids.READ_EVAL_REPORT, ids.QUALITY_GATE)),
         faults={"ssm_timeout": True}, conf=NO_RELEASE,
     ),
     Scenario(
         "pipeline_completed_with_failures", "the GR00T pipeline ends CompletedWithFailures (step GR00TFinetune)",
-        "job failure" "finetune_groot fails with the status and the failing step; no approval wait, no deployment",
+        "job failure", "finetune_groot fails with the status and the failing step; no approval wait, no deployment",
         all_of(fails_with(ids.FINETUNE_GROOT, "CompletedWithFailures", "GR00TFinetune"),
                not_run(ids.WAIT_FOR_APPROVAL, ids.DEPLOY_TO_ROBOTS)),
         faults={"pipeline_status": "CompletedWithFailures"},
     ),
     Scenario(
-        "model_package_rejected", "the reviewer rejects the run's model package in the Model Registry", "approval"
+        "model_package_rejected", "the reviewer rejects the run's model package in the Model Registry", "approval",
         "wait_for_approval fails with Rejected and the reviewer's reason; nothing is deployed; lineage written",
         all_of(fails_with(ids.WAIT_FOR_APPROVAL, "Rejected", "rejected by the fault replay's reviewer"),
                not_run(ids.DEPLOY_TO_ROBOTS),
@@ -369,7 +370,7 @@ SCENARIOS: list[Scenario] = [
         faults={"reject_model_package": True}, decision="Rejected",
     ),
     Scenario(
-        "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "partial deployment"
+        "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "partial deployment",
         "deploy_to_robots fails naming the device; the deployment is cancelled and the device rolled back",
         all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "sim2real-robot-2", "FAILED"),
                custom("deployment CANCELED", lambda o: (bool(o.deployments) and all(
@@ -378,7 +379,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "quota_below_need", "EC2 quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 8 vCPU; the job "
-        "needs 48", "quota"
+        "needs 48", "quota",
         "check_capacity refuses with the quota name, code, limit, usage and the request command; no SubmitJob",
         all_of(fails_with(ids.BATCH_CHECK_CAPACITY, "L-DB2E81BA", "Running On-Demand G and VT instances",
                           "request-service-quota-increase"),
@@ -389,7 +390,8 @@ SCENARIOS: list[Scenario] = [
         quota_limits={"L-DB2E81BA": 8.0}, conf=NO_RELEASE,
     ),
     Scenario(
-        "checkpoint_bad_sha256", "after training, manifest.json is rewritten with a wrong sha256", "checkpoint integrity" "wait_for_checkpoint fails with the sha256 mismatch; nothing is evaluated",
+        "checkpoint_bad_sha256", "after training, manifest.json is rewritten with a wrong sha256", "checkpoint integrity",
+        "wait_for_checkpoint fails with the sha256 mismatch; nothing is evaluated",
         all_of(fails_with(ids.WAIT_FOR_CHECKPOINT, "sha256 mismatch"),
                custom("no retry (fail fast)", lambda o: (o.tries(ids.WAIT_FOR_CHECKPOINT) == 1,
                                                          o.tries(ids.WAIT_FOR_CHECKPOINT))),
@@ -398,7 +400,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "package_rejected_before_deploy", "the model package is approved, then rejected by the reviewer after "
-        "the approval wait returned and before the deploy stage", "approval"
+        "the approval wait returned and before the deploy stage", "approval",
         "deploy_to_robots refuses it (status read again before CreateDeployment): no deployment, run failed, "
         "lineage says Rejected",
         all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "is Rejected", "no Greengrass deployment was created"),
@@ -412,7 +414,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "greengrass_device_stuck", "one robot (sim2real-robot-2) stays IN_PROGRESS; deployment_timeout_minutes=1",
-        "deployment timeout" "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
+        "deployment timeout", "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
         "cancelled; no retry",
         all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "timed out", "within the deployment timeout of 60 s",
                           "unfinished devices: sim2real-robot-2: IN_PROGRESS"),
@@ -423,7 +425,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "thing_group_without_devices", f"the run deploys to thing group {EMPTY_GROUP}, which has no core devices",
-        "preflight" "check_resources refuses the run naming the group, before the build, any training or deployment",
+        "preflight", "check_resources refuses the run naming the group, before the build, any training or deployment",
         all_of(fails_with(ids.CHECK_RESOURCES, f"IoT thing group '{EMPTY_GROUP}' has no Greengrass core device"),
                nothing_started, not_run(ids.BUILD_IMAGE, TRAIN, ids.DEPLOY_TO_ROBOTS),
                custom("no deployment created", lambda o: (o.requests.get("CreateDeployment", 0) == 0 and not o.deployments,
@@ -432,7 +434,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "orphan_of_a_deleted_run", "a Batch job of an earlier run whose DAG run no longer exists (deleted; its "
-        "process died) is still RUNNABLE when a new run starts", "orphaned job"
+        "process died) is still RUNNABLE when a new run starts", "orphaned job",
         "prepare_run's sweep terminates it (reason names the sweeper and the run); the new run succeeds",
         all_of(succeeds,
                custom("orphan terminated by the sweep", lambda o: (
@@ -441,7 +443,7 @@ SCENARIOS: list[Scenario] = [
         setup=_orphan_job, probe=_orphan_probe, conf=NO_RELEASE,
     ),
     Scenario(
-        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "bad input"
+        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "bad input",
         "prepare_run refuses the run naming each unknown key with the closest field; nothing is started",
         all_of(fails_with(ids.PREPARE_RUN, "'num_node' is not a field", "did you mean 'num_nodes'",
                           "'eval_epsiodes' is not a field", "did you mean 'eval_episodes'"),
@@ -450,7 +452,7 @@ SCENARIOS: list[Scenario] = [
         conf={"num_node": 4, "eval_epsiodes": 7, **NO_RELEASE}, teardowns=False,
     ),
     Scenario(
-        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "bad input"
+        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "bad input",
         "Airflow refuses to create the run, with the reason; no run exists",
         lambda o: [_c("run creation refused", o.state == "refused", o.state),
                    _c("the reason names the field and the bound",
@@ -459,7 +461,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "invalid_bucket_name", "environment config artifacts_bucket 'Sim2Real-Artifacts' (upper case)",
-        "preflight" "check_resources refuses the run with the S3 naming rule broken; no build, no training",
+        "preflight", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
         all_of(fails_with(ids.CHECK_RESOURCES, "'Sim2Real-Artifacts' is not a valid S3 bucket name",
                           "upper-case letters"),
                nothing_started, not_run(ids.BUILD_IMAGE, TRAIN)),
@@ -467,7 +469,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "missing_release_resources", "the model package group and the pipeline role of the config do not exist",
-        "preflight" "check_resources lists both problems at once, before the build and the GPU fine-tune",
+        "preflight", "check_resources lists both problems at once, before the build and the GPU fine-tune",
         all_of(fails_with(ids.CHECK_RESOURCES, "2 problem(s)",
                           "model package group 'sim2real-missing-models' does not exist",
                           "role/sim2real-missing-role' does not exist"),
@@ -477,7 +479,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "instance_type_too_small", "batch.instance_type g6.xlarge (1 GPU, 4 vCPU) for the 4-GPU, 48-vCPU job "
-        "definition", "capacity preflight" "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
+        "definition", "capacity preflight", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
         all_of(fails_with(ids.CHECK_RESOURCES, "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
                submits(0), nothing_started, not_run(TRAIN)),
         # max_budget_usd 0: the price table has no g6.xlarge (the budget check would refuse the run first)
@@ -485,7 +487,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "build_over_at_once", "the image build is over before the task's first read (CodeBuild finishes inside "
-        "StartBuild); ECR holds a stale image under the old branch tag src-main", "stale image"
+        "StartBuild); ECR holds a stale image under the old branch tag src-main", "stale image",
         "build_image finishes in its first try without deferring (no trigger race) and the run trains on the "
         "image it built, not the stale tag",
         all_of(succeeds,
@@ -654,7 +656,8 @@ def _collect(sandbox, env_config, dag_run, before, listener, t0: float, faults: 
                    requests=requests, injected=Counter(e.data.get("action") for e in sandbox.events.find("sandbox", "fault")
                                                        if e.time >= t0 and e.data.get("action")),
                    jobs=jobs, commands=commands, executions=executions, deployments=deployments,
-                   instances=instances, instances_before=before["instances"], lineage=lineage, faults_left=json.loads(json.dumps(faults, default=str)),
+                   instances=instances, instances_before=before["instances"], lineage=lineage,
+                   faults_left=json.loads(json.dumps(faults, default=str)),
                    elapsed_s=0.0)  # filled in by the caller
 
 
@@ -754,7 +757,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                 # the stage that failed first, run_outcome (which only repeats it) last
                 failed = sorted((t for t, v in outcome.tasks.items() if v["state"] == "failed"),
                                 key=lambda t: (t == OUTCOME, t))
-                for scenario, setup_state in zip(group, setup_states):
+                for scenario, setup_state in zip(group, setup_states, strict=True):
                     outcome.probe = scenario.probe(sandbox, env_config, setup_state) if scenario.probe else {}
                     checks = scenario.check(outcome)
                     passed = all(ok for _, ok, _ in checks)

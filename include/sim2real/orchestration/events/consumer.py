@@ -100,11 +100,11 @@ class EventSubscription:
     def _wake(self) -> None:
         self._queue.put_nowait(None)
 
-    async def next_event(self, timeout: float | None) -> WaitEvent | None:
-        """The next event for this key, or None after ``timeout`` seconds or when event availability changed
+    async def next_event(self, wait_s: float | None) -> WaitEvent | None:
+        """The next event for this key, or None after ``wait_s`` seconds or when event availability changed
         (the caller should then describe the resource)."""
         try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
+            return await asyncio.wait_for(self._queue.get(), wait_s)
         except asyncio.TimeoutError:
             return None
 

@@ -19,8 +19,9 @@ waits for nothing. Hands on `backend` and that backend's job: `batch_job_id`, or
 """
 
 DOC = """\
-**Wait for the checkpoint.** Runs after whichever backend trained (Batch or HyperPod). Calls S3 `HeadObject`/`GetObject` (or reads a mounted EFS path). Waits
-(deferred) for `manifest.json`, which the trainer writes last. Hands on the manifest: checkpoint URI, its sha256
+**Wait for the checkpoint.** Runs after whichever backend trained (Batch or HyperPod). Calls S3
+`HeadObject`/`GetObject` (or reads a mounted EFS path). Waits (deferred) for `manifest.json`, which the
+trainer writes last. Hands on the manifest: checkpoint URI, its sha256
 (re-verified against the object), iteration, timesteps and mean reward; emits the checkpoint asset event.
 """
 

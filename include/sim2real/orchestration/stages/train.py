@@ -16,8 +16,9 @@ PREFLIGHT_DOC = """\
 **Capacity preflight.** Calls EC2 `DescribeInstanceTypes`, Service Quotas `GetServiceQuota`, CloudWatch
 `AWS/Usage` and Batch `DescribeComputeEnvironments` / `DescribeJobDefinitions`. Waits for nothing: it fails
 fast, before any GPU is started, when one node of the job definition needs more GPUs, vCPUs or memory than
-the instance type has (the job would stay RUNNABLE), when the quota cannot hold nodes × vCPUs (with the quota's name, code, limit, usage and the command
-to request more) or the compute environment is not usable. Hands on the verdict: needed / limit / in-use vCPU.
+the instance type has (the job would stay RUNNABLE), when the quota cannot hold nodes × vCPUs (with the
+quota's name, code, limit, usage and the command to request more) or the compute environment is not usable.
+Hands on the verdict: needed / limit / in-use vCPU.
 """
 
 DOC = """\
