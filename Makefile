@@ -36,7 +36,7 @@ test: install browser-deps $(CDK_CLI) lint
 test-fast: install lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not e2e and not package_check" $(PYTEST_ARGS)
 
-## Forward compatibility: tests/operators and tests/dags on the newest Amazon and standard provider releases, in
+## Forward compatibility: tests/orchestration/operators and tests/orchestration/dags on the newest Amazon and standard provider releases, in
 ## their own venv (.venv-latest: the workload/infra/dev pins, the Airflow side resolved to the newest releases).
 LATEST_VENV := .venv-latest
 .PHONY: test-latest
@@ -50,7 +50,7 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pip check
 	$(LATEST_VENV)/bin/python -m pip install -q --no-deps -e .
 	@$(LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -E "^(apache-airflow-providers-(amazon|standard)|boto3|aiobotocore) "
-	$(LATEST_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/operators tests/dags $(PYTEST_ARGS)
+	$(LATEST_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/orchestration/operators tests/orchestration/dags $(PYTEST_ARGS)
 
 ## Benchmarks: printed as a table, written to bench-results.json (DAG parse vs a plain-provider DAG,
 ## orchestration latency / worker-slot seconds / API calls from one sandbox run, trainer, policy server, and
@@ -68,7 +68,7 @@ faults: install
 ui: install
 	$(BIN)/python -m sim2real.dev.ui $(UI_ARGS)
 
-## Chromium from Debian for the browser test (tests/ui/), installed only when `chromium` is not on PATH.
+## Chromium from Debian for the browser test (tests/dev/ui/), installed only when `chromium` is not on PATH.
 .PHONY: browser-deps
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 && exit 0; \

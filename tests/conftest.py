@@ -36,15 +36,15 @@ for _k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFL
 #: first so that pytest-xdist (``--dist loadfile --no-loadscope-reorder``, see the Makefile) starts them first,
 #: on different workers, and the short files fill in around them instead of the long ones ending the run alone.
 SLOW_FILES_FIRST = (
-    "tests/faults/test_fault_replay.py",
+    "tests/dev/faults/test_fault_replay.py",
     "tests/e2e/test_release_dag.py",
     "tests/e2e/test_hyperpod_run.py",
     "tests/e2e/test_sandbox_run.py",
-    "tests/ui/test_trigger_form.py",
+    "tests/dev/ui/test_trigger_form.py",
     "tests/infra/test_mwaa_package_check.py",
     "tests/pipelines/test_pipeline_venv.py",
     "tests/infra/test_cdk_cli.py",
-    "tests/ui/test_ui_stack.py",
+    "tests/dev/ui/test_ui_stack.py",
 )
 
 

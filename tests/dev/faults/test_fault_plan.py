@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sim2real.dev import faults
-from tests.faults.test_fault_replay import shards
+from tests.dev.faults.test_fault_replay import shards
 
 
 def test_shards_cover_every_scenario_once_and_keep_shared_runs_together():

@@ -15,7 +15,7 @@ from sim2real.contract import task_ids as ids
 from sim2real.orchestration import plots
 from sim2real.orchestration.lineage import lineage_errors
 from sim2real.contract.stats import wilson_interval
-from tests.unit.test_plots import write_scalars
+from tests.orchestration.test_plots import write_scalars
 
 BUCKET = "sim2real-test"
 RUN_KEY = "sim-to-real-manual-2026-11-29t23-59-50-00-00-1a2b3c4d"

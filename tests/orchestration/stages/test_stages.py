@@ -6,7 +6,7 @@ from sim2real.orchestration.params import ParamRuleError, check_params
 from sim2real.orchestration.stages import check_report, deployment_components, eval_commands, plan_run, quality_gate
 from sim2real.contract.stats import wilson_interval
 
-from .test_config import GOOD
+from tests.orchestration.test_config import GOOD
 
 PARAMS = {
     "training_backend": "batch", "task": "Reacher-v5", "num_nodes": 1, "max_iterations": 40, "num_envs": 8,

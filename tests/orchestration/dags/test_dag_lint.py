@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT as REPO
 RUFF = Path(sys.executable).parent / "ruff"
 
 

@@ -8,7 +8,7 @@ import pytest
 from sim2real.orchestration.params import ParamRuleError, apply_run_defaults
 from sim2real.orchestration.stages import plan_run
 
-from .test_config import GOOD
+from tests.orchestration.test_config import GOOD
 from .test_stages import PARAMS
 
 PRODUCTION = {"task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2, "max_iterations": 3000,

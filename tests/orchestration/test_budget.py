@@ -10,8 +10,8 @@ from sim2real.orchestration.budget import (ON_DEMAND_USD_PER_HOUR, PRICE_SOURCE,
 from sim2real.orchestration.params import VLA_INSTANCE_GPUS
 from sim2real.orchestration.stages import plan_run
 
-from .test_config import GOOD
-from .test_stages import PARAMS
+from tests.orchestration.test_config import GOOD
+from tests.orchestration.stages.test_stages import PARAMS
 
 
 def test_every_offered_instance_type_has_a_price():
@@ -121,7 +121,7 @@ def test_training_cost_limit_of_a_real_plan():
 
 
 def test_hyperpod_training_is_priced_by_the_gpu_group_instance_type():
-    from .test_stages import HYPERPOD_ENV
+    from tests.orchestration.stages.test_stages import HYPERPOD_ENV
 
     params = {**PARAMS, "training_backend": "hyperpod", "task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2,
               "train_time_budget_seconds": 3600}
@@ -334,7 +334,7 @@ def test_actual_cost_matches_the_lineage_fragment_for_a_real_plan():
 def test_actual_cost_of_a_hyperpod_slurm_job_from_its_start_and_end():
     from sim2real.orchestration import slurm
 
-    from .test_stages import HYPERPOD_ENV
+    from tests.orchestration.stages.test_stages import HYPERPOD_ENV
 
     params = {**PARAMS, "training_backend": "hyperpod", "task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2,
               "run_vla_finetune": False, "deploy_to_edge": False}

@@ -13,7 +13,7 @@ from sandbox_helpers import SCRIPTS, wait_until  # noqa: F401 - re-exported for 
 
 # One sandbox per test module, stopped after it: moto keeps its state and the sandbox's patches per
 # process, and a sandbox kept for the session leaked them into later files' own moto servers
-# (tests/operators/test_ssm.py failed when run after this package, as parallel workers may order files).
+# (tests/orchestration/operators/test_ssm.py failed when run after this package, as parallel workers may order files).
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
     with Sandbox(step_seconds=0.05, batch_launcher=SCRIPTS / "launcher_ok.sh") as sb:

@@ -10,14 +10,15 @@ status the waiter does not map matches no acceptor, which botocore treats as "ke
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from botocore.waiter import WaiterModel
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsGenericHook
 
-WAITERS = Path(__file__).resolve().parents[2] / "include" / "sim2real" / "orchestration" / "waiters"
+from tests.paths import REPO_ROOT
+
+WAITERS = REPO_ROOT / "include" / "sim2real" / "orchestration" / "waiters"
 
 
 def _outcome(file: str, name: str, response: dict, parameters: dict | None = None) -> str | None:

@@ -18,9 +18,9 @@ from sim2real.orchestration.budget import ON_DEMAND_USD_PER_HOUR
 from sim2real.orchestration.lineage import lineage_errors, render_markdown
 from sim2real.orchestration.stages import plan_run
 
-from .test_config import GOOD as _GOOD
-from .test_stages import HYPERPOD_ENV as _HYPERPOD_ENV
-from .test_stages import PARAMS
+from tests.orchestration.test_config import GOOD as _GOOD
+from tests.orchestration.stages.test_stages import HYPERPOD_ENV as _HYPERPOD_ENV
+from tests.orchestration.stages.test_stages import PARAMS
 
 # The unit configs' bucket "b" is too short for S3: the same configs with a valid bucket name.
 GOOD = {**_GOOD, "artifacts_bucket": "sim2real-report-test"}

@@ -13,7 +13,7 @@ from sim2real.orchestration import stages
 from sim2real.orchestration.stages import PLANNED, STAGES, plan_run
 from sim2real.orchestration.stages._base import PlanSection, flat_xcoms, refs
 
-from .test_config import GOOD
+from tests.orchestration.test_config import GOOD
 from .test_stages import PARAMS
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from sim2real.contract import task_ids as ids
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+from tests.paths import DAGS
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +91,7 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     import json
     from types import SimpleNamespace
 
-    from tests.unit.test_config import GOOD
+    from tests.orchestration.test_config import GOOD
 
     run_defaults = {"task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2, "train_time_budget_seconds": 0,
                     "min_success_rate": 0.6}

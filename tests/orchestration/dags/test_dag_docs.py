@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from sim2real.contract import task_ids as ids
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+from tests.paths import DAGS
 
 
 @pytest.fixture(scope="module")
