@@ -144,6 +144,26 @@ def test_failure_statuses_fail_within_one_poll(moto_endpoint, ec2, s3, context, 
     assert "Traceback: boom" in str(err.value)
 
 
+def test_an_api_error_right_after_send_is_not_the_commands_failure(moto_endpoint, ec2, s3, context):
+    """AccessDenied on GetCommandInvocation says nothing about the command: the task fails retryably with the
+    API error (not "ended Failed ... exited non-zero") and cancels the command it sent."""
+    iid = workstation(ec2, "ws-denied")
+    op = operator("ws-denied")
+    with Stubber(op.hook.conn) as stub:
+        stub_until_send(stub, iid)
+        stub.add_client_error("get_command_invocation", service_error_code="AccessDeniedException",
+                              service_message="not authorized to perform ssm:GetCommandInvocation",
+                              http_status_code=400, expected_params={"CommandId": CMD, "InstanceId": iid})
+        stub.add_response("cancel_command", {}, {"CommandId": CMD, "InstanceIds": [iid]})
+        with pytest.raises(AirflowException) as err:
+            op.execute(context)
+        stub.assert_no_pending_responses()
+    assert not isinstance(err.value, AirflowFailException)
+    message = str(err.value)
+    assert "AccessDenied" in message and "GetCommandInvocation" in message and f"cancelled on {iid}" in message
+    assert "exited non-zero" not in message and "ended Failed" not in message
+
+
 def test_stopped_workstation_is_started_and_recorded(moto_endpoint, ec2, s3, context):
     iid = workstation(ec2, "ws-stopped", state="stopped")
     s3.put_object(Bucket=BUCKET, Key=ssm_output_key(PREFIX, CMD, iid), Body=b"ok\n")

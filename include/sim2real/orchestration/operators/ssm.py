@@ -221,12 +221,15 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         over = self._over(command_id, targets)  # already over: no trigger to race
         if over is not None:
             self.log.info("SSM command %s is already over (%s): not deferring", command_id, over.outcome)
-            if over.outcome == "failure" and over.payload.get("instance_id"):
+            # A command that ended Failed/TimedOut/Cancelled on an instance is the command's failure; an API error
+            # (no command status: e.g. AccessDenied on GetCommandInvocation) is not, and the command may still run.
+            if over.outcome == "failure" and over.payload.get("instance_id") and over.payload.get("command_status"):
                 raise AirflowFailException(self._failure_message(
-                    command_id, over.payload["instance_id"], over.payload.get("command_status", "Failed"),
+                    command_id, over.payload["instance_id"], over.payload["command_status"],
                     over.payload.get("exit_code", -1)))
             if over.outcome != "success":
-                raise AirflowException(over.reason)
+                raise AirflowException(f"SSM command {command_id} could not be followed: {over.reason}; it was "
+                                       f"cancelled on {', '.join(targets)}." + self._cancel(command_id, targets))
             return self._result(command_id, instance_id, started)
         self.defer(
             trigger=WorkstationCommandTrigger(
