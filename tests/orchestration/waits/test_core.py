@@ -90,6 +90,18 @@ def test_driver_retries_throttling_and_fails_other_client_errors():
     assert event["error_code"] == "AccessDeniedException"
 
 
+def test_throttled_polls_do_not_use_up_attempts():
+    """Throttling / 5xx says nothing about the resource: 2 attempts survive 3 throttled answers in between."""
+    throttled = ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "Describe")
+    unavailable = ClientError({"Error": {"Code": "ServiceUnavailable", "Message": "later"}}, "Describe")
+    responses = _Responses({"Status": "RUNNING"}, throttled, unavailable, throttled, {"Status": "DONE"})
+    event = _run(drive(_count_step, responses, WaitState(), max_attempts=2))
+    assert event["status"] == "success" and not responses.items
+    # without throttling, the same limit ends the wait
+    event = _run(drive(_count_step, _Responses({"Status": "RUNNING"}, {"Status": "RUNNING"}), WaitState(), max_attempts=2))
+    assert event["status"] == "timeout"
+
+
 def test_driver_performs_the_action_and_reports_it():
     done: list[Action] = []
 

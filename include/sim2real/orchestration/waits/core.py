@@ -24,7 +24,6 @@ and 5xx codes (the provider's ``RETRIABLE_ERROR_CODES``) retry, any other code f
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -175,17 +174,19 @@ async def drive(
     :return: the event payload: ``{"status": "success" | "failure" | "timeout", "message", **payload}``,
         plus ``"action": {"name", "params", "done", "error"}`` when the step had an action. After
         ``max_attempts`` responses without a terminal step: ``timeout`` with the last step's reason
-        and payload.
+        and payload. Throttling / 5xx error responses (:data:`RETRIABLE_ERROR_CODES`) are retried without
+        counting as an attempt.
         ``max_attempts`` None: no attempt limit (the deferral's ``timeout`` bounds the wait).
     :raises ValueError: when ``max_attempts`` < 1.
     """
     if max_attempts is not None and max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
     step: Step | None = None
-    attempts = itertools.count() if max_attempts is None else range(max_attempts)
-    for attempt in attempts:
-        if attempt:
+    counted, first = 0, True
+    while max_attempts is None or counted < max_attempts:
+        if not first:
             await sleep(state.poll_interval_s)
+        first = False
         asked = time.monotonic()
         try:
             response = await next_response(state)
@@ -198,6 +199,10 @@ async def drive(
         if log is not None:
             log.info("%s", step.reason)
         state = state.after(step)
+        # A throttled / 5xx answer says nothing about the resource: it does not use up an attempt (the
+        # deferral's timeout still bounds the wait).
+        if error_code(response) not in RETRIABLE_ERROR_CODES:
+            counted += 1
     last = step.reason if step is not None else ""
     return event_payload(Step(
         "timeout",
