@@ -410,6 +410,23 @@ def test_trigger_runnable_past_budget_fails_and_terminates(moto_server, moto_bat
     assert [j for j, _ in script["terminated"]] == [job_id]
 
 
+def test_runnable_diagnosis_survives_a_failed_terminate(moto_server, moto_batch_gaps, script, monkeypatch):
+    """TerminateJob refused: the event says the job was NOT stopped and still carries the compute environments."""
+    job_id = submit_on_server(moto_server)
+    script[job_id] = [("RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", None)]
+
+    def refuse(self, job_id, reason):
+        from moto.batch.exceptions import ClientException
+        raise ClientException("not authorized to perform batch:TerminateJob")
+
+    monkeypatch.setattr(BatchBackend, "terminate_job", refuse)
+    event = first_event(
+        BatchTrainingJobTrigger(job_id=job_id, runnable_timeout_seconds=0, waiter_delay=0, waiter_max_attempts=5)
+    )
+    assert event["status"] == "failure" and event["action"]["done"] is False
+    assert "TerminateJob" in event["message"] and f"compute environment {CE}: state=ENABLED" in event["message"]
+
+
 def test_trigger_on_kill_terminates_job(moto_server, moto_batch_gaps, script):
     job_id = submit_on_server(moto_server)
     asyncio.run(BatchTrainingJobTrigger(job_id=job_id).on_kill())

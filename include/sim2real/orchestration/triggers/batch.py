@@ -113,7 +113,13 @@ class BatchTrainingJobTrigger(StepWaitTrigger):
         detail = ""
         if action.params.get("describe_queue"):
             detail = await self._compute_environments(client, action.params["describe_queue"])
-        await client.terminate_job(jobId=action.params["job_id"], reason=action.params["reason"])
+        try:
+            await client.terminate_job(jobId=action.params["job_id"], reason=action.params["reason"])
+        except Exception as err:
+            if not detail:
+                raise
+            # the driver reports the failed action with this error: keep the diagnosis in it
+            raise RuntimeError(f"{err}. {detail}") from err
         self.log.error("AWS Batch job %s terminated: %s", self.job_id, action.params["reason"])
         return detail
 
