@@ -43,21 +43,48 @@ class S3ObjectLink(BaseAwsLink):
     Download). S3 console URL layout: ``/s3/object/<bucket>?region=<region>&prefix=<key>``.
 
     Subclasses name the object; the operator persists ``bucket`` and ``key`` (no link when it did not).
+    In the local sandbox (no console) the operator also persists the sandbox's S3 ``endpoint_url``
+    (127.0.0.1): the link is then the object's own path-style URL there (:func:`object_url`), which the
+    browser opens directly.
     """
 
     format_str = BASE_AWS_CONSOLE_LINK + "/s3/object/{bucket}?region={region_name}&prefix={key}"
 
     def format_link(self, **kwargs) -> str:
+        if kwargs.get("endpoint_url"):
+            return object_url(kwargs["endpoint_url"], kwargs["bucket"], kwargs["key"])
         if "key" in kwargs:
             kwargs["key"] = quote(kwargs["key"], safe="")
         return super().format_link(**kwargs)
 
     @classmethod
-    def persist_for_object(cls, ti: Any, plan: Mapping[str, Any], key: str) -> None:
+    def persist_for_object(cls, ti: Any, plan: Mapping[str, Any], key: str, *, endpoint_url: str | None = None) -> None:
         """Persist the link of ``s3://<plan bucket>/<key>`` for the running task instance ``ti``
-        (``plan``: ``prepare_run``'s output, for the bucket and region)."""
+        (``plan``: ``prepare_run``'s output, for the bucket and region). ``endpoint_url``: the sandbox's S3
+        endpoint (then the link is the object URL there); ``None`` on AWS (the S3 console page)."""
+        extra = {"endpoint_url": endpoint_url} if endpoint_url else {}
         cls.persist(context={"ti": ti}, operator=ti.task, region_name=plan["region"],
-                    aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], key=key)
+                    aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], key=key, **extra)
+
+
+def console_object_url(region: str, bucket: str, key: str) -> str:
+    """The S3 console page of ``s3://<bucket>/<key>`` (the URL :class:`S3ObjectLink` renders)."""
+    return S3ObjectLink.format_str.format(aws_domain=BaseAwsLink.get_aws_domain(partition_of(region)),
+                                          bucket=bucket, region_name=region, key=quote(key, safe=""))
+
+
+def object_url(endpoint_url: str, bucket: str, key: str) -> str:
+    """Path-style URL of ``s3://<bucket>/<key>`` at an S3 endpoint: ``<endpoint>/<bucket>/<key>`` (S3 User
+    Guide, "Path-style requests"). The sandbox's S3 (moto on 127.0.0.1) answers it without signing."""
+    return f"{endpoint_url.rstrip('/')}/{bucket}/{quote(key, safe='/')}"
+
+
+def sandbox_endpoint(env: Mapping[str, Any], s3_client: Any) -> str | None:
+    """The S3 endpoint of the local sandbox (the client's ``meta.endpoint_url``) when the environment config
+    says ``"sandbox": true``; ``None`` on AWS, where the console links are the way in."""
+    if not env.get("sandbox"):
+        return None
+    return getattr(getattr(s3_client, "meta", None), "endpoint_url", None)
 
 
 class S3TrainingCurveLink(S3ObjectLink):
