@@ -24,7 +24,7 @@ from typing import Any
 
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.lineage import _get, build_lineage, figure_entry, lineage_errors, render_markdown
-from sim2real.orchestration.links.s3 import sandbox_endpoint
+from sim2real.orchestration.links.s3 import presigned_get_url, sandbox_endpoint
 from sim2real.orchestration.stages import hyperpod, lineage_sources
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,8 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
 
     :param parts: the stages' outputs by lineage key (:data:`SOURCES`).
     :param hook: the ``S3Hook`` used to read the events and write the PNGs.
-    :param endpoint_url: the sandbox's S3 endpoint: the links then open the PNGs there (None: S3 console).
+    :param endpoint_url: the sandbox's S3 endpoint: the links then open the PNGs there through presigned URLs
+        (None: the S3 console).
     :return: the lineage ``figures`` entries (:func:`sim2real.orchestration.lineage.figure_entry`); raises nothing for a
         picture (an upload error is recorded as its reason like any other).
     """
@@ -186,7 +187,8 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
         figures[name] = figure_entry(uri=uri, source=source, points=points)
         link = FIGURE_LINKS.get(name)
         if ti is not None and link is not None:
-            link.persist_for_object(ti, plan, key, endpoint_url=endpoint_url)
+            link.persist_for_object(ti, plan, key, url=presigned_get_url(hook.get_conn(), bucket, key)
+                                    if endpoint_url else None)
     return figures
 
 
@@ -240,22 +242,24 @@ def _environment() -> dict[str, Any]:
         return {}
 
 
-def note_links(plan: Mapping[str, Any], lineage: Mapping[str, Any],
-               endpoint_url: str | None) -> tuple[dict[str, str | None], dict[str, str | None]]:
+def note_links(plan: Mapping[str, Any], lineage: Mapping[str, Any], endpoint_url: str | None,
+               s3_client: Any = None) -> tuple[dict[str, str | None], dict[str, str | None]]:
     """The run note's ``(links, images)``: the S3 run folder, lineage.md and the report's pictures,
-    as S3 console URLs on AWS, as object URLs on the sandbox's S3 (``endpoint_url``), where the pictures are
-    also embedded (the browser loads them from 127.0.0.1; the console needs a sign-in, so AWS gets links only)."""
+    as S3 console URLs on AWS, as presigned URLs on the sandbox's S3 (``endpoint_url``, ``s3_client``), where
+    the pictures are also embedded when they fit (the browser loads them from 127.0.0.1; the console needs a
+    sign-in, so AWS gets links only)."""
     from sim2real.orchestration.lineage import FIGURES
-    from sim2real.orchestration.links.s3 import S3RunFolderLink, console_object_url, object_url, partition_of
+    from sim2real.orchestration.links.s3 import PRESIGNED_MAX_S, S3RunFolderLink, console_object_url, partition_of
 
     bucket, prefix, region = plan["bucket"], plan["run_prefix"], plan["region"]
     common = {"region_name": region, "aws_domain": S3RunFolderLink.get_aws_domain(partition_of(region)),
               "bucket": bucket}
 
     def obj(key: str) -> str:
-        return object_url(endpoint_url, bucket, key) if endpoint_url else console_object_url(region, bucket, key)
+        return presigned_get_url(s3_client, bucket, key) if endpoint_url else console_object_url(region, bucket, key)
 
-    folder = (f"{endpoint_url.rstrip('/')}/{bucket}?list-type=2&prefix={prefix}" if endpoint_url
+    folder = (s3_client.generate_presigned_url("list_objects_v2", Params={"Bucket": bucket, "Prefix": prefix},
+                                               ExpiresIn=PRESIGNED_MAX_S) if endpoint_url
               else S3RunFolderLink().format_link(**common, prefix=prefix))
     links: dict[str, str | None] = {"S3 run folder": folder, "lineage.md": obj(f"{prefix}lineage.md")}
     images: dict[str, str | None] = {}
@@ -269,7 +273,7 @@ def note_links(plan: Mapping[str, Any], lineage: Mapping[str, Any],
 
 
 def write_run_note(lineage: Mapping[str, Any], *, plan: Mapping[str, Any], env: Mapping[str, Any],
-                   endpoint_url: str | None = None) -> dict[str, Any]:
+                   endpoint_url: str | None = None, s3_client: Any = None) -> dict[str, Any]:
     """Render the run note (:func:`sim2real.orchestration.run_note.render_run_note`, with the quality gate's
     warnings) and set it on the DAG run; never raises.
 
@@ -281,7 +285,7 @@ def write_run_note(lineage: Mapping[str, Any], *, plan: Mapping[str, Any], env: 
     warnings = gate_warnings(plan.get("params") or lineage.get("params") or {})
     for warning in warnings:
         log.warning("quality gate: %s", warning)
-    links, images = note_links(plan, lineage, endpoint_url)
+    links, images = note_links(plan, lineage, endpoint_url, s3_client)
     markdown = render_run_note(lineage, warnings=warnings, links=links, images=images)
     result = set_run_note(dag_id=lineage["dag_id"], run_id=lineage["run_id"], note=markdown, env=env)
     return {**result, "warnings": warnings, "markdown": markdown}
@@ -331,7 +335,7 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     hook.load_string(render_markdown(lineage), key=f"{prefix}lineage.md", bucket_name=bucket, replace=True)
     uri = f"s3://{bucket}/{prefix}lineage.json"
     log.info("lineage written to %s", uri)
-    note = write_run_note(lineage, plan=plan, env=env, endpoint_url=endpoint)
+    note = write_run_note(lineage, plan=plan, env=env, endpoint_url=endpoint, s3_client=hook.get_conn())
     if errors:
         from sim2real.orchestration.lineage import LineageSchemaError
 

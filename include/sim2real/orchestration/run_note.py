@@ -126,8 +126,8 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
 
     In order: the warnings, the success rate with its interval and the threshold, the gate verdict, estimated
     vs actual cost, the stage table, the links, the embedded pictures. What does not fit ``limit`` is left out
-    from the end (pictures first, then links but the first two, then the stage table's rows that succeeded or
-    were skipped), and the note then says so; the warnings and the verdict always stay.
+    from the end (pictures first, then links but the first two, then the links, then the stage table's rows
+    that succeeded or were skipped), and the note then says so; the warnings and the verdict always stay.
 
     :param warnings: one line each, shown first (e.g. :func:`sim2real.orchestration.stages.gate.gate_warnings`).
     :param links: title → URL (``None``: left out), most important first.
@@ -158,6 +158,7 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
     for candidate in (assemble(table(False), shown, pictures, False),
                       assemble(table(False), shown, [], True),
                       assemble(table(False), shown[:2], [], True),
+                      assemble(table(False), [], [], True),
                       assemble(table(True), shown[:2], [], True),
                       assemble(table(True), [], [], True)):
         if len(candidate) <= limit:

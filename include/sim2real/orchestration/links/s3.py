@@ -43,26 +43,26 @@ class S3ObjectLink(BaseAwsLink):
     Download). S3 console URL layout: ``/s3/object/<bucket>?region=<region>&prefix=<key>``.
 
     Subclasses name the object; the operator persists ``bucket`` and ``key`` (no link when it did not).
-    In the local sandbox (no console) the operator also persists the sandbox's S3 ``endpoint_url``
-    (127.0.0.1): the link is then the object's own path-style URL there (:func:`object_url`), which the
+    In the local sandbox (no console) the operator persists ``url`` instead: a presigned GET URL of the
+    object on the sandbox's S3 (127.0.0.1; the bucket is private, an unsigned GET is refused), which the
     browser opens directly.
     """
 
     format_str = BASE_AWS_CONSOLE_LINK + "/s3/object/{bucket}?region={region_name}&prefix={key}"
 
     def format_link(self, **kwargs) -> str:
-        if kwargs.get("endpoint_url"):
-            return object_url(kwargs["endpoint_url"], kwargs["bucket"], kwargs["key"])
+        if kwargs.get("url"):
+            return kwargs["url"]
         if "key" in kwargs:
             kwargs["key"] = quote(kwargs["key"], safe="")
         return super().format_link(**kwargs)
 
     @classmethod
-    def persist_for_object(cls, ti: Any, plan: Mapping[str, Any], key: str, *, endpoint_url: str | None = None) -> None:
+    def persist_for_object(cls, ti: Any, plan: Mapping[str, Any], key: str, *, url: str | None = None) -> None:
         """Persist the link of ``s3://<plan bucket>/<key>`` for the running task instance ``ti``
-        (``plan``: ``prepare_run``'s output, for the bucket and region). ``endpoint_url``: the sandbox's S3
-        endpoint (then the link is the object URL there); ``None`` on AWS (the S3 console page)."""
-        extra = {"endpoint_url": endpoint_url} if endpoint_url else {}
+        (``plan``: ``prepare_run``'s output, for the bucket and region). ``url``: in the sandbox, the object's
+        presigned URL there (:func:`presigned_get_url`); ``None`` on AWS (the S3 console page)."""
+        extra = {"url": url} if url else {}
         cls.persist(context={"ti": ti}, operator=ti.task, region_name=plan["region"],
                     aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], key=key, **extra)
 
@@ -73,10 +73,13 @@ def console_object_url(region: str, bucket: str, key: str) -> str:
                                           bucket=bucket, region_name=region, key=quote(key, safe=""))
 
 
-def object_url(endpoint_url: str, bucket: str, key: str) -> str:
-    """Path-style URL of ``s3://<bucket>/<key>`` at an S3 endpoint: ``<endpoint>/<bucket>/<key>`` (S3 User
-    Guide, "Path-style requests"). The sandbox's S3 (moto on 127.0.0.1) answers it without signing."""
-    return f"{endpoint_url.rstrip('/')}/{bucket}/{quote(key, safe='/')}"
+#: Longest validity of a SigV4 presigned URL (S3 User Guide, "Sharing objects with presigned URLs"): 7 days.
+PRESIGNED_MAX_S = 7 * 24 * 3600
+
+
+def presigned_get_url(s3_client: Any, bucket: str, key: str, expires_s: int = PRESIGNED_MAX_S) -> str:
+    """A presigned ``GetObject`` URL of ``s3://<bucket>/<key>`` (botocore ``generate_presigned_url``)."""
+    return s3_client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires_s)
 
 
 def sandbox_endpoint(env: Mapping[str, Any], s3_client: Any) -> str | None:
