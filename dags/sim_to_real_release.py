@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import Asset, dag, task
+from airflow.sdk import dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sim2real.orchestration import notifications as notify
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, POLL
 from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
 from sim2real.orchestration.release import build_release_params
-
-#: The release's outlet: one event per successful deployment (package, deployment id, devices).
-DEPLOYED_MODEL_PACKAGE_ASSET = Asset(name="sim2real_deployed_model_package",
-                                     uri="sim2real://edge/deployed-model-package")
+from sim2real.orchestration.stages.deploy import DEPLOYED_MODEL_PACKAGE_ASSET  # also sim_to_real's outlet
 
 
 def _deployed_post_execute(context, result=None) -> None:

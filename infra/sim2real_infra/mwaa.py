@@ -292,6 +292,10 @@ class MwaaStack(cdk.Stack):
         # notifications
         self._add("Notify", ["sns:Publish"], [t.topic_arn])
         self._add("NotifyEncrypt", ["kms:Decrypt", "kms:GenerateDataKey*"], [t.topic_key.key_arn])
+        # 10 report: write_lineage sets its DAG run's note through MWAA's REST API (InvokeRestApi, PATCH
+        # dagRuns), as this environment's User Airflow role (MWAA User Guide, "Using the Apache Airflow REST API")
+        self._add("RunNote", ["airflow:InvokeRestApi"],
+                  [arn("airflow", "role", f"{self.environment_name}/User")])
         # HyperPod (optional backend)
         if t.hyperpod_role_arn:
             self._add("HyperPodScale", ["sagemaker:DescribeCluster", "sagemaker:UpdateCluster",

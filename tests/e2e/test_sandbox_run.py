@@ -87,7 +87,8 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
         "https://console.aws.amazon.com/s3/buckets/sim2real-artifacts-123456789012?region=us-east-1"
         f"&prefix=runs%2F{summary['run_key']}%2F&showversions=false")
     # The report's pictures beside lineage.json, drawn from the run's TensorBoard events and eval report,
-    # with write_lineage's console links to them.
+    # with write_lineage's extra links to them: in the sandbox a presigned URL of the object on its S3
+    # (127.0.0.1), which a browser opens (the console links need AWS).
     from PIL import Image
 
     figures = summary["lineage"]["figures"]
@@ -97,8 +98,22 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
         assert figures[name]["skipped_reason"] is None and figures[name]["points"] >= 1
         with Image.open(summary["figures"][name]["local_path"]) as img:
             assert img.format == "PNG" and img.size[0] >= 640
-        assert summary["figure_links"][name] == (
-            "https://console.aws.amazon.com/s3/object/sim2real-artifacts-123456789012?region=us-east-1"
-            f"&prefix=runs%2F{summary['run_key']}%2Freport%2F{name}.png")
+        link = summary["figure_links"][name]
+        assert link.startswith("http://127.0.0.1:") and (
+            f"/sim2real-artifacts-123456789012/runs/{summary['run_key']}/report/{name}.png?" in link), link
+        assert summary["figure_link_fetch"][name] == {"status": 200, "content_type": "image/png", "png": True}
     assert figures["eval_outcome"]["points"] == evaluation["episodes"]
     assert figures["training_curve"]["source"].endswith(f"/runs/{summary['run_key']}/checkpoints/tensorboard/")
+    # The run's note (set by write_lineage): stage table, success rate and interval against the threshold,
+    # estimated vs actual cost, links; the gate at 0 is flagged, never changed.
+    note = summary["run_note"]
+    assert note and len(note) <= 1000, note
+    assert f"**Success rate:** {chain['success_rate']:.3f}, 95% Wilson [{lo:.3f}, {hi:.3f}]" in note, note
+    assert "threshold 0.000" in note and "Quality gate at 0" in note and "**Quality gate passed:**" in note
+    assert f"estimated ${cost['total_usd']:.2f}" in note and f"actual ${actual['total_usd']:.2f}" in note
+    assert "| stage | state | time (s) |" in note and "| deployment | success |" in note
+    assert summary["lineage"]["params"]["min_success_rate"] == 0.0
+    # sim_to_real's successful deployment is the deployed-model asset's event.
+    deployed = extras["sim2real_deployed_model_package"]
+    assert deployed["deployment_id"] == chain["deployment_id"] and deployed["model_package_arn"] == chain["model_package_arn"]
+    assert deployed["devices"] == chain["device_statuses"] and deployed["run_key"] == summary["run_key"]

@@ -108,3 +108,9 @@ def test_the_resource_preflight_may_make_every_call_it_makes(synth: Synth) -> No
               "iam:GetRole", "sagemaker:DescribeModelPackageGroup", "iot:DescribeThingGroup",
               "greengrass:ListCoreDevices"}
     assert needed <= granted, sorted(needed - granted)
+
+
+def test_mwaa_role_may_set_run_notes_as_the_user_airflow_role_only(synth: Synth) -> None:
+    rest = [st for _, st in _statements(synth) if "airflow:InvokeRestApi" in _list(st["Action"])]
+    assert len(rest) == 1 and _list(rest[0]["Action"]) == ["airflow:InvokeRestApi"], rest
+    assert ":role/" in str(rest[0]["Resource"]) and "/User" in str(rest[0]["Resource"]), rest

@@ -50,3 +50,17 @@ def test_no_result_no_crash():
     events = Events()
     assets.model_package_post_execute({"task": SimpleNamespace(outlets=[], run_key="k"), "outlet_events": events})
     assert events == {}
+
+
+def test_deployment_event_has_package_deployment_group_and_devices():
+    asset = Asset(name="sim2real_deployed_model_package", uri="sim2real://edge/deployed-model-package")
+    events = Events()
+    ctx = {"task": SimpleNamespace(outlets=[asset], run_key=None, thing_group_name="sim2real-robots"),
+           "dag_run": SimpleNamespace(dag_id="sim_to_real", run_id="manual__1"), "outlet_events": events}
+    assets.deployed_model_post_execute(ctx, {"deployment_id": "d-1", "model_package_arn": "arn:pkg/1",
+                                             "model_approval_status": "Approved",
+                                             "devices": {"robot-1": "SUCCEEDED"}, "iot_job_id": "j"})
+    extra = events[asset].extra
+    assert extra["deployment_id"] == "d-1" and extra["model_package_arn"] == "arn:pkg/1"
+    assert extra["thing_group_name"] == "sim2real-robots" and extra["devices"] == {"robot-1": "SUCCEEDED"}
+    assert extra["run_key"].startswith("sim-to-real-manual-1-")

@@ -145,3 +145,14 @@ def test_bad_input_is_a_clear_usage_error(env, needle, monkeypatch):
         monkeypatch.setenv(key, value)
     with pytest.raises(UsageError, match=re.escape(needle)):
         parse_args([])
+
+
+def test_progress_eta_respects_the_time_budget(tmp_path):
+    # 10000 iterations would take far longer than the 2 s budget: every ETA stays within the budget left
+    proc = run_train(clean_env(TASK="Reacher-v5", MAX_ITERATIONS="10000", NUM_ENVS="2", OUTPUT_URI=str(tmp_path),
+                               CHECKPOINT_INTERVAL="10000", TIME_BUDGET_SECONDS="2"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [m.groups() for m in map(PROGRESS.match, proc.stdout.splitlines()) if m]
+    assert lines
+    for *_, elapsed, eta in lines:
+        assert float(eta) <= max(2.0 - float(elapsed), 0.0) + 0.05, (elapsed, eta)

@@ -7,8 +7,9 @@ Format (one line, fields separated by one space)::
     [sim2real] iteration=12/40 timesteps=12288 mean_reward=-20.100 elapsed_s=15.2 eta_s=35.0
 
 ``iteration`` counts completed iterations out of ``max_iterations``; ``timesteps`` the environment steps of
-this process; ``elapsed_s`` / ``eta_s`` are seconds since the training loop started / until
-``max_iterations`` at the mean iteration time. Standard library only.
+this process; ``elapsed_s`` / ``eta_s`` are seconds since the training loop started / until training ends at
+the mean iteration time: at ``max_iterations``, or earlier at the training time budget when one is set
+(:func:`eta_seconds`). Standard library only.
 """
 
 from __future__ import annotations
@@ -36,6 +37,26 @@ class Progress:
     mean_reward: float
     elapsed_s: float
     eta_s: float
+
+
+def eta_seconds(*, elapsed_s: float, iterations_done: int, max_iterations: int,
+                time_budget_s: float | None = None) -> float:
+    """Seconds until training ends, at the mean iteration time so far (``elapsed_s / iterations_done``).
+
+    Without a time budget: the iterations left to ``max_iterations``. With one (``time_budget_s`` > 0): the
+    fewer of those and of the iterations that still fit the budget, as the trainer starts another iteration
+    only while ``elapsed + mean iteration time <= time_budget_s`` (it then stops and checkpoints).
+
+    :return: seconds >= 0 (0 before the first iteration is done, nothing to extrapolate from).
+    """
+    if iterations_done <= 0:
+        return 0.0
+    per_iter = elapsed_s / iterations_done
+    remaining = max(max_iterations - iterations_done, 0)
+    if time_budget_s is not None and time_budget_s > 0 and per_iter > 0:
+        fit = max(int((time_budget_s - elapsed_s) // per_iter), 0)
+        remaining = min(remaining, fit)
+    return per_iter * remaining
 
 
 def format_progress(*, iteration: int, max_iterations: int, timesteps: int, mean_reward: float,

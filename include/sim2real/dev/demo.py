@@ -164,6 +164,31 @@ def figure_links(dag_run) -> dict[str, str | None]:
     return {name: _persisted_link(dag_run, ids.WRITE_LINEAGE, link()) for name, link in FIGURE_LINKS.items()}
 
 
+def run_note(dag_run) -> str | None:
+    """The run's note as the UI shows it (write_lineage sets it)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalar(select(DagRun).where(DagRun.dag_id == dag_run.dag_id, DagRun.run_id == dag_run.run_id))
+        return row.note if row is not None else None
+
+
+def fetch_link(url: str | None) -> dict[str, Any] | None:
+    """GET ``url`` as a browser opening the extra link would (sandbox S3 on 127.0.0.1 only): status,
+    content type and the first bytes' PNG signature; ``None`` for no link or one off this machine."""
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    if not url or urlsplit(url).hostname not in ("127.0.0.1", "localhost"):
+        return None
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback sandbox only
+        head = resp.read(8)
+        return {"status": resp.status, "content_type": resp.headers.get("Content-Type"),
+                "png": head == b"\x89PNG\r\n\x1a\n"}
+
+
 def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)] if rows else [len(h) for h in header]
     line = "+-" + "-+-".join("-" * w for w in widths) + "-+"
@@ -220,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["asset_events"] = asset_events(dag_run)
         summary["run_folder_link"] = run_folder_link(dag_run)
         summary["figure_links"] = figure_links(dag_run)
+        summary["figure_link_fetch"] = {name: fetch_link(url) for name, url in summary["figure_links"].items()}
+        summary["run_note"] = run_note(dag_run)
     elapsed = time.monotonic() - started
 
     _print_table(f"sim_to_real run {dag_run.run_id}: {state.upper()}", ("task", "state", "duration (s)"),
@@ -238,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"extra link: {(summary.get('figure_links') or {}).get(name)}")
         else:
             print(f"[demo] report picture {name}: not drawn — {fig.get('skipped_reason')}")
+    if summary.get("run_note"):
+        print(f"[demo] the run's note (Airflow UI, the run's Note panel):\n{summary['run_note']}")
     for event in summary.get("asset_events", []):
         print(f"[demo] asset event {event['asset']} from {event['task_id']}: {json.dumps(event['extra'], sort_keys=True)}")
     print("[demo] emulated by the sandbox (what ran of it in this run): CodeBuild build (image pushed with a real "

@@ -7,7 +7,10 @@ Each producing task attaches an ``extra`` to its outlet's event through ``outlet
 - ``sim2real_eval_report`` (``evaluate.read_eval_report``): success rate, its 95% interval, episodes,
   the evaluated checkpoint's sha256, the report URI;
 - ``sim2real_approved_model_package`` (``vla.wait_for_approval``): model package ARN, model data URI,
-  approval status.
+  approval status;
+- ``sim2real_deployed_model_package`` (``deploy.deploy_to_robots`` here, ``deploy_to_robots`` in
+  ``sim_to_real_release``): model package ARN, deployment id, thing group, each device's status. Airflow
+  emits an outlet's event only when its task succeeds: a skipped or failed deployment emits none.
 
 Every extra carries the ``run_key``. Operators and sensors get it through their ``post_execute``
 hook (which receives the task's return value, after a deferral too); TaskFlow tasks set it in their body.
@@ -95,3 +98,27 @@ def model_package_post_execute(context: Mapping[str, Any], result: Any = None) -
 def set_eval_report_extra(outlet_events: Any, asset: Any, report: Mapping[str, Any], run_key: str) -> None:
     """From the body of ``read_eval_report``: the success rate on the asset event."""
     outlet_events[asset].extra.update(eval_report_extra(report, run_key))
+
+
+#: The deployed model package (both DAGs that deploy emit it: ``sim_to_real`` and ``sim_to_real_release``).
+def deployed_model_extra(result: Mapping[str, Any] | None, run_key: str | None = None, *,
+                         thing_group_name: str | None = None) -> dict[str, Any]:
+    """Event extra of the deployed-model-package asset, from the deployment operator's result
+    (``model_package_arn``, ``deployment_id``, ``devices``: core device → status)."""
+    r = result or {}
+    extra = {
+        "run_key": run_key,
+        "model_package_arn": r.get("model_package_arn"),
+        "deployment_id": r.get("deployment_id"),
+        "thing_group_name": thing_group_name or r.get("thing_group_name"),
+        "devices": r.get("devices"),
+    }
+    return {k: v for k, v in extra.items() if v is not None}
+
+
+def deployed_model_post_execute(context: Mapping[str, Any], result: Any = None) -> None:
+    """``post_execute`` of ``sim_to_real``'s deployment: package, deployment id and devices on the asset event."""
+    task = context.get("task")
+    _set_outlet_extra(context, deployed_model_extra(result if isinstance(result, Mapping) else None,
+                                                    _run_key(context),
+                                                    thing_group_name=getattr(task, "thing_group_name", None)))

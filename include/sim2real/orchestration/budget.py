@@ -201,6 +201,24 @@ def training_cost_limit(estimate: Mapping[str, Any]) -> float | None:
     return round(max(budget - sum(float(i["usd"]) for i in others), 0.0), 2)
 
 
+def cost_limit_explanation(limit_usd: float | None, usd_per_node_hour: float | None, num_nodes: int) -> str:
+    """One log line saying what the training job's cost limit is, where it comes from and what happens at it.
+
+    :param limit_usd: :func:`training_cost_limit` (None: not checked); :param usd_per_node_hour: the
+        instance type's on-demand price; :param num_nodes: nodes of the job.
+    """
+    if limit_usd is None or usd_per_node_hour is None:
+        return ("Training cost limit: none (max_budget_usd is 0, or a price is unknown): the job's cost is not "
+                "checked while it runs.")
+    hours = limit_usd / (usd_per_node_hour * max(num_nodes, 1)) if usd_per_node_hour > 0 else float("inf")
+    return (f"Training cost limit ${limit_usd:.2f}: the form's max_budget_usd (\"Max budget (USD)\") minus the "
+            f"cost estimate of the run's other stages. At every poll the job's cost so far ({num_nodes} node(s) x "
+            f"${usd_per_node_hour:.4g} per node-hour x run time) is logged as \"elapsed cost $... of limit $...\"; "
+            f"when the cost at the next poll would pass the limit (after about {hours:.2f} h of running), the "
+            "job is terminated and this task fails without retry (checkpoints written so far stay in S3). "
+            "To stop earlier and cleanly, set train_time_budget_seconds: the trainer then checkpoints and exits.")
+
+
 def optional_usd(field: str, value: Any) -> float | None:
     """A templated USD argument as a float >= 0, or None when unset (``None``, ``""``, ``"None"``).
 

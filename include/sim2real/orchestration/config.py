@@ -58,6 +58,8 @@ Shape (JSON object; every key below is required unless marked optional)::
         "container_mounts": "/fsx:/fsx"        # optional; pyxis --container-mounts
       },
       "notifications": {"sns_topic_arn": "arn:aws:sns:..."},   # optional; no topic = notifications skipped
+      "airflow": {"mwaa_environment_name": "sim2real"},        # optional; the run note is set through this
+                                               # environment's REST API (default: MWAA's AIRFLOW_ENV_NAME)
       "schedule_timezone": "UTC",              # optional (default UTC); IANA zone of the nightly 02:00 run.
                                                # The DAG reads it at parse time from the Airflow option
                                                # [sim2real] schedule_timezone, which infra/ sets to this value

@@ -24,6 +24,7 @@ from typing import Any
 
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.lineage import _get, build_lineage, figure_entry, lineage_errors, render_markdown
+from sim2real.orchestration.links.s3 import presigned_get_url, sandbox_endpoint
 from sim2real.orchestration.stages import hyperpod, lineage_sources
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ FIGURE_DRAWERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any], Any], 
 
 
 def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any,
-                  ti: Any = None) -> dict[str, dict[str, Any]]:
+                  ti: Any = None, endpoint_url: str | None = None) -> dict[str, dict[str, Any]]:
     """Draw each of :data:`FIGURE_DRAWERS` and upload it as ``image/png`` to ``runs/<run_key>/report/``.
 
     A picture that is skipped (:class:`FigureSkipped`) or fails to draw is logged and recorded with its
@@ -157,6 +158,8 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
 
     :param parts: the stages' outputs by lineage key (:data:`SOURCES`).
     :param hook: the ``S3Hook`` used to read the events and write the PNGs.
+    :param endpoint_url: the sandbox's S3 endpoint: the links then open the PNGs there through presigned URLs
+        (None: the S3 console).
     :return: the lineage ``figures`` entries (:func:`sim2real.orchestration.lineage.figure_entry`); raises nothing for a
         picture (an upload error is recorded as its reason like any other).
     """
@@ -184,7 +187,8 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
         figures[name] = figure_entry(uri=uri, source=source, points=points)
         link = FIGURE_LINKS.get(name)
         if ti is not None and link is not None:
-            link.persist_for_object(ti, plan, key)
+            link.persist_for_object(ti, plan, key, url=presigned_get_url(hook.get_conn(), bucket, key)
+                                    if endpoint_url else None)
     return figures
 
 
@@ -227,6 +231,66 @@ def collect_task_states(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _environment() -> dict[str, Any]:
+    """The environment config (``{}`` when it cannot be read: the report then uses console links)."""
+    from sim2real.orchestration.config import load_environment
+
+    try:
+        return dict(load_environment())
+    except Exception as err:  # noqa: BLE001 - prepare_run read it already; the report never fails for it
+        log.warning("could not read the environment config: %s", err)
+        return {}
+
+
+def note_links(plan: Mapping[str, Any], lineage: Mapping[str, Any], endpoint_url: str | None,
+               s3_client: Any = None) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """The run note's ``(links, images)``: the S3 run folder, lineage.md and the report's pictures,
+    as S3 console URLs on AWS, as presigned URLs on the sandbox's S3 (``endpoint_url``, ``s3_client``), where
+    the pictures are also embedded when they fit (the browser loads them from 127.0.0.1; the console needs a
+    sign-in, so AWS gets links only)."""
+    from sim2real.orchestration.lineage import FIGURES
+    from sim2real.orchestration.links.s3 import PRESIGNED_MAX_S, S3RunFolderLink, console_object_url, partition_of
+
+    bucket, prefix, region = plan["bucket"], plan["run_prefix"], plan["region"]
+    common = {"region_name": region, "aws_domain": S3RunFolderLink.get_aws_domain(partition_of(region)),
+              "bucket": bucket}
+
+    def obj(key: str) -> str:
+        return presigned_get_url(s3_client, bucket, key) if endpoint_url else console_object_url(region, bucket, key)
+
+    folder = (s3_client.generate_presigned_url("list_objects_v2", Params={"Bucket": bucket, "Prefix": prefix},
+                                               ExpiresIn=PRESIGNED_MAX_S) if endpoint_url
+              else S3RunFolderLink().format_link(**common, prefix=prefix))
+    links: dict[str, str | None] = {"S3 run folder": folder, "lineage.md": obj(f"{prefix}lineage.md")}
+    images: dict[str, str | None] = {}
+    for name, title in FIGURES.items():
+        key = FIGURE_KEYS[name]
+        drawn = bool(((lineage.get("figures") or {}).get(name) or {}).get("uri"))
+        links[title] = obj(f"{prefix}{key}") if drawn else None
+        if endpoint_url and drawn:
+            images[title] = links[title]
+    return links, images
+
+
+def write_run_note(lineage: Mapping[str, Any], *, plan: Mapping[str, Any], env: Mapping[str, Any],
+                   endpoint_url: str | None = None, s3_client: Any = None) -> dict[str, Any]:
+    """Render the run note (:func:`sim2real.orchestration.run_note.render_run_note`, with the quality gate's
+    warnings) and set it on the DAG run; never raises.
+
+    :return: :func:`sim2real.orchestration.run_note.set_run_note`'s result plus ``markdown`` and ``warnings``.
+    """
+    from sim2real.orchestration.run_note import render_run_note, set_run_note
+    from sim2real.orchestration.stages.gate import gate_warnings
+
+    warnings = gate_warnings(plan.get("params") or lineage.get("params") or {})
+    for warning in warnings:
+        log.warning("quality gate: %s", warning)
+    links, images = note_links(plan, lineage, endpoint_url, s3_client)
+    markdown = render_run_note(lineage, warnings=warnings, links=links, images=images)
+    result = set_run_note(dag_id=lineage["dag_id"], run_id=lineage["run_id"], note=markdown, env=env)
+    return {**result, "warnings": warnings, "markdown": markdown}
+
+
 def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_run: Any, ti: Any) -> dict[str, Any]:
     """Build the lineage from the run's XComs and write it (JSON + Markdown) under the run prefix, after
     the report's pictures (:func:`write_figures`).
@@ -234,8 +298,10 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     The document is checked against ``sim2real/contract/schemas/lineage.schema.json``; it is written even
     when it does not match (the record of the run is kept), and the task then fails with the list.
 
-    :return: ``{"lineage_uri", "markdown_uri", "chain", "figures"}`` (``figures``: the PNG URIs by name,
-        ``None`` for one that was skipped).
+    Then sets the DAG run's note (:func:`write_run_note`).
+
+    :return: ``{"lineage_uri", "markdown_uri", "chain", "figures", "run_note"}`` (``figures``: the PNG URIs by
+        name, ``None`` for one that was skipped; ``run_note``: :func:`write_run_note`'s result).
     :raises botocore.exceptions.ClientError: when the artifacts bucket cannot be written.
     :raises sim2real.orchestration.lineage.LineageSchemaError: when the document does not match the schema.
     """
@@ -249,7 +315,9 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
         scaling = {key: _pull(ti, task_id) for key, task_id in HYPERPOD_SCALING_SOURCES.items()}
     bucket, prefix = plan["bucket"], plan["run_prefix"]
     hook = S3Hook()
-    figures = write_figures(plan=plan, parts=parts, hook=hook, ti=ti)
+    env = _environment()
+    endpoint = sandbox_endpoint(env, hook.get_conn())  # sandbox: links open the PNGs on its S3, not the console
+    figures = write_figures(plan=plan, parts=parts, hook=hook, ti=ti, endpoint_url=endpoint)
     try:
         sagemaker = SageMakerHook().conn if parts.get("vla") else None
     except Exception as err:  # noqa: BLE001 - no client: the fine-tune's cost is reported unknown
@@ -267,10 +335,11 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     hook.load_string(render_markdown(lineage), key=f"{prefix}lineage.md", bucket_name=bucket, replace=True)
     uri = f"s3://{bucket}/{prefix}lineage.json"
     log.info("lineage written to %s", uri)
+    note = write_run_note(lineage, plan=plan, env=env, endpoint_url=endpoint, s3_client=hook.get_conn())
     if errors:
         from sim2real.orchestration.lineage import LineageSchemaError
 
         raise LineageSchemaError(errors)
     log.info("lineage matches lineage.schema.json")
     return {"lineage_uri": uri, "markdown_uri": f"s3://{bucket}/{prefix}lineage.md", "chain": lineage["chain"],
-            "figures": {name: fig["uri"] for name, fig in figures.items()}}
+            "figures": {name: fig["uri"] for name, fig in figures.items()}, "run_note": note}

@@ -51,7 +51,8 @@ manifest is (re)written.
 
 ``mean_reward`` is the mean return of the last (≤100) episodes completed during training (stochastic
 policy), ``nan`` before the first one ends; ``elapsed_s`` counts from this process's start of training;
-``eta_s`` extrapolates this process's mean iteration time. ``timesteps`` counts this rank's environments
+``eta_s`` extrapolates this process's mean iteration time to ``MAX_ITERATIONS``, or to the time budget when
+that comes first (:func:`sim2real.contract.progress.eta_seconds`). ``timesteps`` counts this rank's environments
 only. Every rank prints its device once (``[sim2real] rank=0 local_rank=0 world_size=2 device=cuda:0``) and,
 at the end, rank 0 prints the throughput of the whole group (all ranks' environments), on one line::
 
@@ -99,7 +100,7 @@ from typing import Any
 
 from sim2real.contract import env_vars as ev
 from sim2real.contract import storage
-from sim2real.contract.progress import PREFIX, format_progress
+from sim2real.contract.progress import PREFIX, eta_seconds, format_progress
 from sim2real.workloads.tasks import get_task
 
 MANIFEST_NAME = "manifest.json"
@@ -459,7 +460,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             iter_times.append(time.monotonic() - it_start)
             elapsed = time.monotonic() - t0
             per_iter = elapsed / len(iter_times)
-            eta = per_iter * (args.max_iterations - iteration)
+            eta = eta_seconds(elapsed_s=elapsed, iterations_done=len(iter_times), max_iterations=len(iter_times)
+                              + args.max_iterations - iteration, time_budget_s=args.time_budget_seconds)
             if is_writer:
                 print(format_progress(iteration=iteration, max_iterations=args.max_iterations, timesteps=timesteps,
                                       mean_reward=mean_reward(), elapsed_s=elapsed, eta_s=eta), flush=True)

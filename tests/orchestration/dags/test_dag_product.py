@@ -126,3 +126,20 @@ def test_optional_text_fields_of_both_forms_accept_the_forms_empty_value(build):
     # Their patterns still refuse a wrong value.
     with pytest.raises(Exception, match="does not match"):
         Param("bad value!", **optional[next(iter(optional))].schema).resolve()
+
+
+def test_the_deployment_is_the_deployed_model_assets_producer(dag):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from sim2real.orchestration import assets
+    from sim2real.orchestration.stages.deploy import DEPLOYED_MODEL_PACKAGE_ASSET
+
+    deploy = dag.get_task(ids.DEPLOY_TO_ROBOTS)
+    assert deploy.outlets == [DEPLOYED_MODEL_PACKAGE_ASSET]
+    assert deploy._post_execute_hook is assets.deployed_model_post_execute
+    # the same asset as the release DAG's deployment (one asset, two producers)
+    release = DagBag(dag_folder=str(DAGS / "sim_to_real_release.py")).dags["sim_to_real_release"]
+    assert [a.name for a in release.get_task("deploy_to_robots").outlets] == [DEPLOYED_MODEL_PACKAGE_ASSET.name]
+    # only the deployment produces it: a run whose deployment is skipped or fails emits no event
+    producers = [t.task_id for t in dag.tasks if DEPLOYED_MODEL_PACKAGE_ASSET in (t.outlets or [])]
+    assert producers == [ids.DEPLOY_TO_ROBOTS]

@@ -134,3 +134,21 @@ def test_bad_cost_arguments_name_the_field(aws_env, moto_batch_gaps, field, valu
     setup_batch()
     with pytest.raises(ValueError, match=f"{field} must be a number of USD >= 0 or None"):
         make_op(**{field: value}).execute({})
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_log_explains_the_cost_limit_before_submitting(aws_env, moto_batch_gaps, started, monkeypatch):
+    from sim2real.orchestration.operators.batch import BatchTrainingOperator
+
+    setup_batch()
+    started["*"] = [("SUCCEEDED", None, 0)]
+    log = RecordingLog()
+    monkeypatch.setattr(BatchTrainingOperator, "log", property(lambda self: log))
+    make_op(cost_limit_usd=14.4, usd_per_node_hour=PRICE).execute({})
+    line = next(m for m in log.messages if m.startswith("Training cost limit"))
+    # what it is, where it comes from (form field), what happens when reached
+    assert "$14.40" in line and "max_budget_usd" in line and "other stages" in line
+    assert "terminated" in line and "fails without retry" in line
+    assert "after about 2.00 h" in line  # $14.40 / (2 nodes x $3.60/h)
+    make_op(job_name="other-job").execute({})
+    assert any(m.startswith("Training cost limit: none") for m in log.messages)

@@ -43,21 +43,51 @@ class S3ObjectLink(BaseAwsLink):
     Download). S3 console URL layout: ``/s3/object/<bucket>?region=<region>&prefix=<key>``.
 
     Subclasses name the object; the operator persists ``bucket`` and ``key`` (no link when it did not).
+    In the local sandbox (no console) the operator persists ``url`` instead: a presigned GET URL of the
+    object on the sandbox's S3 (127.0.0.1; the bucket is private, an unsigned GET is refused), which the
+    browser opens directly.
     """
 
     format_str = BASE_AWS_CONSOLE_LINK + "/s3/object/{bucket}?region={region_name}&prefix={key}"
 
     def format_link(self, **kwargs) -> str:
+        if kwargs.get("url"):
+            return kwargs["url"]
         if "key" in kwargs:
             kwargs["key"] = quote(kwargs["key"], safe="")
         return super().format_link(**kwargs)
 
     @classmethod
-    def persist_for_object(cls, ti: Any, plan: Mapping[str, Any], key: str) -> None:
+    def persist_for_object(cls, ti: Any, plan: Mapping[str, Any], key: str, *, url: str | None = None) -> None:
         """Persist the link of ``s3://<plan bucket>/<key>`` for the running task instance ``ti``
-        (``plan``: ``prepare_run``'s output, for the bucket and region)."""
+        (``plan``: ``prepare_run``'s output, for the bucket and region). ``url``: in the sandbox, the object's
+        presigned URL there (:func:`presigned_get_url`); ``None`` on AWS (the S3 console page)."""
+        extra = {"url": url} if url else {}
         cls.persist(context={"ti": ti}, operator=ti.task, region_name=plan["region"],
-                    aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], key=key)
+                    aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], key=key, **extra)
+
+
+def console_object_url(region: str, bucket: str, key: str) -> str:
+    """The S3 console page of ``s3://<bucket>/<key>`` (the URL :class:`S3ObjectLink` renders)."""
+    return S3ObjectLink.format_str.format(aws_domain=BaseAwsLink.get_aws_domain(partition_of(region)),
+                                          bucket=bucket, region_name=region, key=quote(key, safe=""))
+
+
+#: Longest validity of a SigV4 presigned URL (S3 User Guide, "Sharing objects with presigned URLs"): 7 days.
+PRESIGNED_MAX_S = 7 * 24 * 3600
+
+
+def presigned_get_url(s3_client: Any, bucket: str, key: str, expires_s: int = PRESIGNED_MAX_S) -> str:
+    """A presigned ``GetObject`` URL of ``s3://<bucket>/<key>`` (botocore ``generate_presigned_url``)."""
+    return s3_client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires_s)
+
+
+def sandbox_endpoint(env: Mapping[str, Any], s3_client: Any) -> str | None:
+    """The S3 endpoint of the local sandbox (the client's ``meta.endpoint_url``) when the environment config
+    says ``"sandbox": true``; ``None`` on AWS, where the console links are the way in."""
+    if not env.get("sandbox"):
+        return None
+    return getattr(getattr(s3_client, "meta", None), "endpoint_url", None)
 
 
 class S3TrainingCurveLink(S3ObjectLink):

@@ -12,7 +12,7 @@ from airflow.providers.amazon.aws.links.logs import CloudWatchEventsLink
 from airflow.providers.amazon.aws.operators.batch import BatchOperator
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from sim2real.orchestration.budget import optional_usd
+from sim2real.orchestration.budget import cost_limit_explanation, optional_usd
 from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.failures import FailureClass, classify_failure
 from sim2real.orchestration.hooks.batch import (
@@ -175,6 +175,7 @@ class BatchTrainingOperator(BatchOperator):
         if not is_valid_run_key(str(self.run_key)):
             raise ValueError(f"run_key {self.run_key!r} is not a valid run key (see sim2real.contract.run_key)")
         self._validate_cost_args()
+        self.log.info(cost_limit_explanation(self.cost_limit_usd, self.usd_per_node_hour, num_nodes))
         if not image_digest_of(self.image_uri):
             self.log.warning("image_uri %s is not pinned to a digest (<repo>@sha256:...)", self.image_uri)
 

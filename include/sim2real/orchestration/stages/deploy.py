@@ -8,8 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow.sdk import Asset
+
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+
+#: The model running on the robots: one event per successful deployment (``sim_to_real`` and ``sim_to_real_release``).
+DEPLOYED_MODEL_PACKAGE_ASSET = Asset(name="sim2real_deployed_model_package",
+                                     uri="sim2real://edge/deployed-model-package")
 
 DOC = """\
 **Deploy to the robots (AWS IoT Greengrass v2).** Calls IoT `DescribeThingGroup`, SageMaker
@@ -19,7 +25,8 @@ DOC = """\
 `ListEffectiveDeployments`; `CancelDeployment` on failure, timeout or kill. Waits (deferred) until every
 core device of the thing group reports SUCCEEDED, at most the form's `deployment_timeout_minutes` (then
 cancelled and failed without retry, naming each unfinished robot). Hands on the deployment id, each
-device's status and the package's status at deploy time; a "deployed" SNS notification lists them.
+device's status and the package's status at deploy time; a "deployed" SNS notification lists them, and
+the `sim2real_deployed_model_package` asset gets an event (none when the deployment is skipped or fails).
 """
 
 GROUP_ID = ids.DEPLOY_GROUP
@@ -130,7 +137,7 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
     """Add the ``deploy`` group after the approval; return the deployment operator."""
     from airflow.sdk import TaskGroup, task
 
-    from sim2real.orchestration import notifications as notify
+    from sim2real.orchestration import assets, notifications as notify
     from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
 
@@ -159,6 +166,8 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
             execution_timeout=dt.timedelta(hours=2),
             doc_md=DOC,
             on_success_callback=notify.deployed(),
+            outlets=[DEPLOYED_MODEL_PACKAGE_ASSET],  # emitted only when every robot reports SUCCEEDED
+            post_execute=assets.deployed_model_post_execute,  # package, deployment id, devices on the event
         )
         approval >> deploy_enabled(plan["plan"]) >> components >> deployment
     return deployment

@@ -55,6 +55,9 @@ def params() -> dict[str, Any]:
 
     return {
         "eval_episodes": Param(100, type="integer", title="Episodes",
+                               description="Episodes of the evaluation (episode i: seed eval_seed + i). Warning: "
+                               "below 20 the 95% interval is too wide for the quality gate to mean much; the run "
+                               "note then says so. The value is used as given, never changed.",
                                section=SECTION_EVAL, **_range(minimum=1, maximum=10_000)),
         "eval_seed": Param(1000, type="integer", title="First episode seed",
                            description="Episode i uses seed eval_seed + i.", section=SECTION_EVAL,

@@ -48,7 +48,8 @@ def params() -> dict[str, Any]:
             "lower bound) reaches this value. Reference for the default task (Reacher-v5, success = fingertip "
             "within 0.05 m of the target at the last step): a uniform random policy scores about 0.05-0.10; 60 s "
             "of training with 32 environments on 2 cores 0.98-1.00 (lower bound 0.93-0.96 over 100 episodes). "
-            "Set it per task: Pusher-v5 reaches about 0.2 in 300 s.",
+            "Set it per task: Pusher-v5 reaches about 0.2 in 300 s. Warning: 0 lets every policy pass (no gate); "
+            "the run note then says so. The value is used as given, never changed.",
             section=SECTION_EVAL, **_range(minimum=0, maximum=1)),
         "gate_on_lower_bound": Param(
             True, type="boolean", title="Gate on the 95% interval's lower bound",
@@ -75,6 +76,32 @@ def quality_gate(report: Mapping[str, Any], *, min_success_rate: float, on_lower
               f"({report['successes']}/{report['episodes']} episodes succeeded, "
               f"95% CI [{report['ci95'][0]:.3f}, {report['ci95'][1]:.3f}])")
     return {"passed": passed, "metric": metric, "value": value, "threshold": min_success_rate, "reason": reason}
+
+
+#: Below this many evaluation episodes the run note warns that the Wilson 95% interval is too wide to gate on.
+MIN_GATE_EPISODES = 20
+
+
+def gate_warnings(params: Mapping[str, Any]) -> list[str]:
+    """Why this run's quality gate says little, one sentence each (empty when it is sound).
+
+    Flags a threshold of 0 (``min_success_rate``: every policy passes) and fewer than
+    :data:`MIN_GATE_EPISODES` evaluation episodes (``eval_episodes``: the interval's half-width at a 0.5
+    success rate is then above 0.2). The values are reported as given, never changed.
+    """
+    from sim2real.contract.stats import wilson_interval
+
+    out = []
+    threshold = params.get("min_success_rate")
+    if threshold is not None and float(threshold) <= 0:
+        out.append("Quality gate at 0 (`min_success_rate`): every evaluated policy passes, the gate checks nothing.")
+    episodes = params.get("eval_episodes")
+    if episodes is not None and int(episodes) < MIN_GATE_EPISODES:
+        n = int(episodes)
+        lo, hi = wilson_interval(n // 2, n)
+        out.append(f"Only {n} evaluation episodes (`eval_episodes` < {MIN_GATE_EPISODES}): the 95% Wilson interval "
+                   f"of a 0.5 success rate is [{lo:.2f}, {hi:.2f}], too wide to gate on.")
+    return out
 
 
 def add_tasks(plan: Any, *, report: Any) -> Any:

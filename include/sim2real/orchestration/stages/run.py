@@ -47,7 +47,11 @@ WRITE_LINEAGE_DOC = """\
 `prepare_run` succeeded, also when the run is marked failed) and waits for nothing; a lineage that cannot be
 written fails the run. Hands on `runs/<run_key>/lineage.json` (checked against
 `sim2real/contract/schemas/lineage.schema.json`) and `lineage.md`: image digest → Batch job → checkpoint sha256 →
-success rate → pipeline execution → model package → deployment.
+success rate → pipeline execution → model package → deployment. Sets the run's note (the UI's Note panel):
+the success rate and its 95% interval against the gate threshold, a warning for a gate at 0 or fewer than 20
+episodes, estimated vs actual cost, the stage table and links (on MWAA through `InvokeRestApi`; a note that
+cannot be set is logged, never failing the run). The "Training curve" / "Evaluation outcome" links open the
+pictures (S3 console; in the sandbox the object on its S3).
 """
 
 RUN_OUTCOME_DOC = """\
