@@ -4,17 +4,15 @@ on the run's metadata row; weak gate settings flagged in the form and the note."
 
 from __future__ import annotations
 
-import json
 
 import boto3
-import pytest
 from botocore.stub import Stubber
 
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import run_note
 from sim2real.orchestration.stages import gate
-from tests.unit import test_report_figures as figs
-from tests.unit.test_report_figures import BUCKET, PREFIX, RUN_KEY, RunningTask, events_dir, s3  # noqa: F401
+from tests.orchestration import test_report_figures as figs
+from tests.orchestration.test_report_figures import BUCKET, PREFIX, RUN_KEY, RunningTask, events_dir, s3  # noqa: F401
 
 
 def lineage(**over):
@@ -139,8 +137,8 @@ def test_report_in_the_sandbox_links_and_embeds_the_pictures_on_its_s3(s3, event
     endpoint = s3.meta.endpoint_url
     curve = S3TrainingCurveLink().format_link(**ti.pushed[S3TrainingCurveLink.key])
     # a presigned GET of the PNG on the sandbox's S3 (the bucket is private): it opens the object
-    assert curve.startswith(f"{endpoint}/{BUCKET}/{PREFIX}report/training_curve.png?") or \
-        curve.startswith(f"https://{BUCKET}.s3.amazonaws.com/{PREFIX}report/training_curve.png?"), curve
+    assert curve.startswith((f"{endpoint}/{BUCKET}/{PREFIX}report/training_curve.png?",
+                             f"https://{BUCKET}.s3.amazonaws.com/{PREFIX}report/training_curve.png?")), curve
     assert "Signature" in curve
     import requests  # mock_aws answers requests' calls too
 
