@@ -19,8 +19,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: What is checked: every tracked file under these paths (text files; binary files are skipped).
-ROOTS = ("include", "dags", "plugins", "scripts", "infra", "containers", "docs", "tests", "README.md", "Makefile",
-         "pyproject.toml")
+ROOTS = ("include", "dags", "plugins", "scripts", "infra", "containers", "docs", "tests", "bench", ".ci", "README.md",
+         "Makefile", "pyproject.toml", "Dockerfile", "constraints", "constraints.txt", "requirements.txt",
+         "requirements-dev.txt", "requirements-workload.txt", "requirements-infra.txt", "requirements-pipeline.txt")
 #: ``(pattern, why)``: each is a citation of something outside the repository.
 PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\u00a7"), "section sign: a section of a document outside the repository"),
