@@ -23,6 +23,7 @@ from sim2real.orchestration import assets
 from sim2real.orchestration import notifications as notify
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, POLL, schedule_timezone
 from sim2real.orchestration import stage_docs as docs
+from sim2real.orchestration.links.mlflow import MlflowRunLink
 from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
 from sim2real.orchestration.operators.batch import BatchTrainingOperator
 from sim2real.orchestration.operators.codebuild import CodeBuildImageOperator
@@ -76,6 +77,12 @@ def sim_to_real():
         except (ParamRuleError, ValueError) as err:
             raise AirflowFailException(str(err)) from err
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        # MLflow: the parent run and the stages' child runs; their ids go into the jobs' environments.
+        from sim2real.orchestration.tracking import apply_tracking, start_tracking
+
+        apply_tracking(plan, start_tracking(plan=plan, env=load_environment(), dag_id=dag.dag_id,
+                                            run_id=dag_run.run_id), load_environment())
+        MlflowRunLink.persist(get_current_context()["ti"], plan["tracking"])
         # Record this run (runs/<run_key>/run.json) and stop what earlier, dead runs left running.
         from sim2real.orchestration.sweeper import sweep_before_run
 
@@ -93,7 +100,7 @@ def sim_to_real():
         return flat
 
     plan = prepare_run()
-    plan.operator.operator_extra_links = (S3RunFolderLink(),)  # runs/<run_key>/ in the S3 console
+    plan.operator.operator_extra_links = (S3RunFolderLink(), MlflowRunLink())  # runs/<run_key>/, MLflow run
 
     # Every named resource of the stages this run uses, and the job definition's shape: before the build.
     resources = ResourcePreflightOperator(
@@ -364,7 +371,8 @@ def sim_to_real():
                     ", ".join(fallback), image["image_uri"])
             text = pipeline_definition_json(role_arn=plan["vla"]["role_arn"],
                                             model_package_group=plan["vla"]["model_package_group"],
-                                            images=images, bucket=plan["bucket"])
+                                            images=images, bucket=plan["bucket"],
+                                            mlflow=plan["vla"].get("mlflow"))  # MlflowConfig when tracked
             logging.getLogger(__name__).info("GR00T pipeline definition sha256 %s (%d bytes)",
                                              hashlib.sha256(text.encode()).hexdigest(), len(text))
             return text
@@ -442,20 +450,29 @@ def sim_to_real():
         from sim2real.orchestration.report import write_run_report
 
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        MlflowRunLink.persist(ti, plan.get("tracking"))
         return write_run_report(plan=plan, params=plan["params"], dag_run=dag_run, ti=ti)
 
     # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded), also
     # when the run is marked failed (teardowns are left to run); a report that cannot be written fails the run.
     lineage = write_lineage(plan["plan"]).as_teardown(setups=plan, on_failure_fail_dagrun=True)
-    lineage.operator.operator_extra_links = (S3RunFolderLink(), S3TrainingCurveLink(), S3EvalOutcomeLink())
+    lineage.operator.operator_extra_links = (S3RunFolderLink(), S3TrainingCurveLink(), S3EvalOutcomeLink(),
+                                             MlflowRunLink())
     [deployment, gate, stop_workstation] >> lineage
 
     @task(multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2), doc_md=docs.RUN_OUTCOME)
     def run_outcome(dag_run=None, ti=None) -> dict:
         """Fail when any task of the run failed (the run's state is this verdict: sim2real.orchestration.run_state)."""
         from sim2real.orchestration.run_state import check_run_outcome
+        from sim2real.orchestration.tracking import close_dag_run
 
-        return check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
+        try:
+            outcome = check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
+        except Exception:
+            close_dag_run(ti, dag_run.dag_id, dag_run.run_id, succeeded=False)  # MLflow parent run: FAILED
+            raise
+        close_dag_run(ti, dag_run.dag_id, dag_run.run_id, succeeded=True)
+        return outcome
 
     # Last teardown, the run's only effective leaf with scale_down: the leaves before the report no longer
     # decide the run's state (sim2real.orchestration.run_state says why), this task does, from every task's state.

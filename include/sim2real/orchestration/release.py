@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 #: JSON schema (draft 2020-12) of ``release.json``.
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "release.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "contract" / "schemas" / "release.schema.json"
 
 SECTION_PACKAGE = "Model package"
 SECTION_DEPLOY = "Edge deployment"

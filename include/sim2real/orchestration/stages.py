@@ -249,7 +249,9 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[
         "task": manifest.get("task") or plan["checkpoint"]["task"],
     }
     quoted = {k: shlex.quote(str(v)) for k, v in fields.items()}
-    return bash_commands([ev["command_template"].format(**quoted)])
+    # the evaluation's MLflow child run (sim2real.orchestration.tracking.apply_tracking; none when tracking is off)
+    exports = [f"export {k}={shlex.quote(str(v))}" for k, v in sorted((ev.get("environment") or {}).items())]
+    return bash_commands([*exports, ev["command_template"].format(**quoted)])
 
 
 def check_report(report: Mapping[str, Any], *, expected_sha256: str, expected_episodes: int) -> None:
