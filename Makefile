@@ -29,11 +29,11 @@ demo: install
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
 ## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures).
 PYTEST_WORKERS ?= 2
-test: install browser-deps $(CDK_CLI)
+test: install mlflow-venv browser-deps $(CDK_CLI)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## Everything but the end-to-end DAG runs and the MWAA bundle install check.
-test-fast: install
+test-fast: install mlflow-venv
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not e2e and not package_check" $(PYTEST_ARGS)
 
 ## Forward compatibility: tests/operators and tests/dags on the newest Amazon and standard provider releases, in
@@ -64,8 +64,9 @@ faults: install
 	$(BIN)/python -m sim2real.dev.faults --json-out .sandbox/faults-results.json --markdown
 
 ## The Airflow UI (airflow standalone: scheduler, dag-processor, triggerer, API server) against the local
-## AWS sandbox, at http://127.0.0.1:8080 (no login: local sandbox, every visitor is admin). Ctrl-C stops it.
-ui: install
+## AWS sandbox, at http://127.0.0.1:8080 (no login: local sandbox, every visitor is admin), and the MLflow UI of
+## the sandbox's tracking server (its URL is printed; compare runs there). Ctrl-C stops both.
+ui: install mlflow-venv
 	$(BIN)/python -m sim2real.dev.ui $(UI_ARGS)
 
 ## Chromium from Debian for the browser test (tests/ui/), installed only when `chromium` is not on PATH.
@@ -139,3 +140,21 @@ deploy: package $(CDK_CLI)
 	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheel
 	$(BIN)/python scripts/package_mwaa.py upload --out dist/mwaa --bucket sim2real-mwaa-$(ACCOUNT)
 	$(CDK) deploy --require-approval broadening --all
+
+# ---------------------------------------------------------------------------------------------
+# The sandbox's MLflow tracking server (`mlflow server`, the full mlflow package) in its own venv .venv/mlflow:
+# mlflow's graphene 3 needs graphql-core<3.3, the dev venv pins graphql-core 3.3.2 (moto's). The dev venv and
+# the images have the client only (mlflow-skinny, requirements-workload.txt), at this server's version.
+MLFLOW_VENV := $(VENV)/mlflow
+MLFLOW_STAMP := $(MLFLOW_VENV)/.installed-$(shell cat requirements-mlflow-server.txt | sha256sum | cut -c1-12)
+
+$(MLFLOW_STAMP): requirements-mlflow-server.txt
+	rm -rf $(MLFLOW_VENV)
+	$(PY) -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
+	$(MLFLOW_VENV)/bin/python -m pip install -q --no-deps -r requirements-mlflow-server.txt
+	$(MLFLOW_VENV)/bin/python -m pip check
+	touch $@
+
+.PHONY: mlflow-venv
+mlflow-venv: $(MLFLOW_STAMP)

@@ -4,7 +4,9 @@ Two process trees, both started in their own session so that one Ctrl-C (or SIGT
 everything they started:
 
 1. the sandbox (``python -m sim2real.dev.sandbox serve``): moto + responders + provisioning + the
-   emulated reviewer and robots; it writes the Airflow environment (``aws_default`` connection,
+   emulated reviewer and robots + the local MLflow tracking server, whose UI (printed at start, also the
+   "MLflow run" link of each DAG run) lists every run's parent and child runs: tick two runs there and
+   Compare; it writes the Airflow environment (``aws_default`` connection,
    ``sim2real_environment`` Variable, ``SIM2REAL_POLL_SECONDS``) to ``<home>/sandbox.env``;
 2. ``airflow standalone`` (scheduler with the LocalExecutor, dag-processor, triggerer, API server)
    with a fresh ``AIRFLOW_HOME`` (SQLite) under ``<home>/airflow``, DAGs from ``dags/``, plugins from
@@ -363,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"[ui] AWS sandbox endpoint: {read_env_file(stack.env_file)['AWS_ENDPOINT_URL']} "
               f"(environment in {stack.env_file})", flush=True)
+        mlflow_url = read_env_file(stack.env_file).get("SIM2REAL_MLFLOW_UI_URL")
+        if mlflow_url:
+            print(f"[ui] MLflow UI: {mlflow_url} (each run's parent run, with its training, evaluation and "
+                  "fine-tune runs; select two runs → Compare)", flush=True)
         print(f"[ui] logs: {stack.airflow_log}, {stack.sandbox_log}", flush=True)
         print("[ui] trigger the DAG from its page (Trigger → the form); Ctrl-C stops everything", flush=True)
         while True:

@@ -96,7 +96,8 @@ def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: s
         return {"enabled": False, "reason": "the environment config has no mlflow.tracking_uri"}
     from sim2real.orchestration.hooks.mlflow import MlflowApiError, MlflowHook
 
-    hook = hook or MlflowHook(settings["tracking_uri"])
+    # short timeouts: this runs inside the first task, whose own deadline is minutes
+    hook = hook or MlflowHook(settings["tracking_uri"], timeout=10, retries=2)
     run_key = plan["run_key"]
     try:
         ui_url = settings["ui_url"]
