@@ -53,6 +53,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="what the emulated approver decides")
     ap.add_argument("--home", default=None, help="Airflow home (default: a fresh folder under .sandbox/)")
     ap.add_argument("--json-out", default=None, help="also write the summary as JSON here")
+    ap.add_argument("--no-mlflow", dest="mlflow", action="store_false",
+                    help="no local MLflow tracking server (the run is untracked)")
     return ap.parse_args(argv)
 
 
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     print(f"[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
-    with Sandbox(repo_root=REPO_ROOT) as sandbox:
+    with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow") as sandbox:
         env_config = sandbox.provision()
         from sim2real.dev.sandbox.device import PolicyDeviceCheck
 
@@ -218,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["asset_events"] = asset_events(dag_run)
         summary["run_folder_link"] = run_folder_link(dag_run)
         summary["figure_links"] = figure_links(dag_run)
+        summary["mlflow"] = mlflow_summary(sandbox, summary.get("lineage_uri"))
     elapsed = time.monotonic() - started
 
     _print_table(f"sim_to_real run {dag_run.run_id}: {state.upper()}", ("task", "state", "duration (s)"),
@@ -238,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[demo] report picture {name}: not drawn — {fig.get('skipped_reason')}")
     for event in summary.get("asset_events", []):
         print(f"[demo] asset event {event['asset']} from {event['task_id']}: {json.dumps(event['extra'], sort_keys=True)}")
+    tracked = summary.get("mlflow") or {}
+    if tracked.get("parent_run_url"):
+        print(f"[demo] MLflow run (extra link 'MLflow run'): {tracked['parent_run_url']}; runs: "
+              + ", ".join(f"{k} {v}" for k, v in tracked.get("statuses", {}).items()))
     print("[demo] emulated by the sandbox (what ran of it in this run): CodeBuild build (image pushed with a real "
           "digest), Batch compute (training ran here through the real launcher), the workstation (SSM command ran "
           "here), the GR00T pipeline (RegisterModel only), the reviewer's approval, the Greengrass core devices "
@@ -248,6 +255,23 @@ def main(argv: list[str] | None = None) -> int:
                                                    "elapsed_s": elapsed}, indent=2, default=str))
     ok = state == "success" and summary["checks_ok"]
     return 0 if ok else 1
+
+
+def mlflow_summary(sandbox, lineage_uri: str | None) -> dict[str, Any] | None:
+    """The lineage's ``mlflow`` entry plus each run's status read back from the tracking server (``None``: the
+    sandbox ran without MLflow or the lineage is missing)."""
+    if sandbox.mlflow is None or not lineage_uri:
+        return None
+    from sim2real.contract.storage import split_s3
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
+
+    bucket, key = split_s3(lineage_uri)
+    entry = json.loads(sandbox.client("s3", internal=True).get_object(Bucket=bucket, Key=key)["Body"].read()).get("mlflow")
+    if not entry or not entry.get("enabled"):
+        return entry
+    hook = MlflowHook(entry["tracking_uri"])
+    runs = {"parent": entry["parent_run_id"], **entry["runs"]}
+    return {**entry, "statuses": {name: hook.get_run(rid)["info"]["status"] for name, rid in runs.items()}}
 
 
 def subscribe_notifications(sandbox, env_config: dict[str, Any]) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -37,16 +38,21 @@ class MlflowServerError(RuntimeError):
 
 
 def mlflow_executable(repo_root: Path) -> Path:
-    """The ``mlflow`` CLI of the server venv (or ``SIM2REAL_MLFLOW_SERVER_BIN``).
+    """The ``mlflow`` CLI of the server venv (or ``SIM2REAL_MLFLOW_SERVER_BIN``): ``<repo_root>/.venv/mlflow``, else
+    ``mlflow/`` inside the running venv (where ``make mlflow-venv`` puts it).
 
     :raises MlflowServerError: when it is not there (run ``make mlflow-venv``).
     """
     override = os.environ.get(MLFLOW_BIN_ENV)
-    path = Path(override) if override else Path(repo_root) / MLFLOW_VENV / "bin" / "mlflow"
-    if not path.is_file():
-        raise MlflowServerError(f"no MLflow server at {path}: run `make mlflow-venv` (the full mlflow package, "
-                                f"requirements-mlflow-server.txt) or set {MLFLOW_BIN_ENV}")
-    return path
+    if override:
+        candidates = [Path(override)]
+    else:  # the checkout's .venv/mlflow, or the one inside the running dev venv (sys.prefix = .venv)
+        candidates = [Path(repo_root) / MLFLOW_VENV / "bin" / "mlflow", Path(sys.prefix) / "mlflow" / "bin" / "mlflow"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise MlflowServerError(f"no MLflow server at {candidates[0]}: run `make mlflow-venv` (the full mlflow package, "
+                            f"requirements-mlflow-server.txt) or set {MLFLOW_BIN_ENV}")
 
 
 class MlflowServer:
