@@ -29,12 +29,12 @@ demo: install
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
 ## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures).
 PYTEST_WORKERS ?= 2
-test: install mlflow-venv browser-deps $(CDK_CLI)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+test: install mlflow-venv browser-deps $(CDK_CLI) lint
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## Everything but the end-to-end DAG runs and the MWAA bundle install check.
-test-fast: install mlflow-venv
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not e2e and not package_check" $(PYTEST_ARGS)
+test-fast: install mlflow-venv lint
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not e2e and not package_check" $(PYTEST_ARGS)
 
 ## Forward compatibility: tests/operators and tests/dags on the newest Amazon and standard provider releases, in
 ## their own venv (.venv-latest: the workload/infra/dev pins, the Airflow side resolved to the newest releases).
@@ -50,7 +50,7 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pip check
 	$(LATEST_VENV)/bin/python -m pip install -q --no-deps -e .
 	@$(LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -E "^(apache-airflow-providers-(amazon|standard)|boto3|aiobotocore) "
-	$(LATEST_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests/operators tests/dags $(PYTEST_ARGS)
+	$(LATEST_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/operators tests/dags $(PYTEST_ARGS)
 
 ## Benchmarks: printed as a table, written to bench-results.json (DAG parse vs a plain-provider DAG,
 ## orchestration latency / worker-slot seconds / API calls from one sandbox run, trainer, policy server, and
@@ -59,7 +59,7 @@ test-latest:
 bench: install
 	$(BIN)/python -m sim2real.dev.bench $(BENCH_ARGS)
 
-## Fault replay (DESIGN §5): every injected fault in one sandbox run; results in .sandbox/faults-results.json.
+## Fault replay: every failure mode the sandbox injects, in one sandbox run; results in .sandbox/faults-results.json.
 faults: install
 	$(BIN)/python -m sim2real.dev.faults --json-out .sandbox/faults-results.json --markdown
 
@@ -81,9 +81,19 @@ browser-deps:
 	{ $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
 	  || echo "browser-deps: could not install chromium (see above): the browser test will be skipped"
 
-## Lint: ruff's Airflow rules (AIR, preview) over the DAGs, the package and the plugin.
+## Lint (seconds; `make test` runs it first): ruff (pyproject.toml [tool.ruff]: pyflakes, pycodestyle errors,
+## bugbear, the Airflow AIR rules, ...), the import contracts between the runtime packages (lint-imports:
+## [tool.importlinter]), and no reference to a document outside the repository (scripts/check_references.py).
+LINT_PATHS := dags include plugins scripts infra tests
 lint: install
-	$(BIN)/ruff check --select AIR --preview dags include plugins
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python scripts/check_references.py
+
+## One wheel per runtime in dist/wheels/ (sim2real-contract, -workloads, -orchestration, -edge; scripts/build_wheels.py).
+.PHONY: wheels
+wheels: install
+	$(BIN)/python scripts/build_wheels.py --out dist/wheels
 
 clean:
 	rm -rf $(VENV) $(LATEST_VENV) .sandbox .pytest_cache
@@ -136,8 +146,8 @@ CDK := cd infra && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 node_modules
 ACCOUNT = $(shell aws sts get-caller-identity --query Account --output text)
 deploy: package $(CDK_CLI)
 	$(CDK) deploy --require-approval broadening Sim2realNetwork Sim2realStorage
-	$(BIN)/python -m pip wheel -q --no-deps -w dist/wheel .
-	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheel
+	$(BIN)/python scripts/build_wheels.py --out dist/wheels contract edge
+	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheels
 	$(BIN)/python scripts/package_mwaa.py upload --out dist/mwaa --bucket sim2real-mwaa-$(ACCOUNT)
 	$(CDK) deploy --require-approval broadening --all
 

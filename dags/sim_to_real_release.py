@@ -110,7 +110,6 @@ def sim_to_real_release():
     components = deployment_components(prepared["plan"], resolved)
     deployment = GreengrassDeploymentOperator(
         task_id="deploy_to_robots",
-        deferrable=True,
         thing_group_name=prepared["deploy_thing_group_name"],
         components=components,
         deployment_name=prepared["deploy_deployment_name"],

@@ -117,7 +117,14 @@ def build(out: Path, airflow_version: str = AIRFLOW_VERSION) -> Path:
     with zipfile.ZipFile(out / "plugins.zip", "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for plugin in sorted((REPO_ROOT / "plugins").glob("*.py")):
             zf.write(plugin, plugin.name)
-        for path, arcname in _package_files():
+        files = _package_files()
+        # Directory entries too: zipimport finds the ``sim2real`` namespace package (no __init__.py) only
+        # through its directory entry, so the zip stays importable as it is, not only once unzipped.
+        folders = sorted({str(Path(arc).parent.as_posix()) + "/" for _, arc in files}
+                         | {"/".join(arc.split("/")[:i]) + "/" for _, arc in files for i in range(1, arc.count("/"))})
+        for folder in folders:
+            zf.writestr(zipfile.ZipInfo(folder), "")
+        for path, arcname in files:
             zf.write(path, arcname)
     (out / "requirements.txt").write_text(requirements_text(airflow_version))
     (out / "startup.sh").write_text(STARTUP)
@@ -312,7 +319,8 @@ def upload(out: Path, bucket: str, client=None) -> dict[str, str]:
 
 
 def upload_greengrass(bucket: str, wheel_dir: Path, client=None) -> list[str]:
-    """Upload the artifacts every recipe names (``sim2real-*.whl`` from ``wheel_dir``,
+    """Upload the artifacts every recipe names (the ``sim2real_edge`` and ``sim2real_contract`` wheels from
+    ``wheel_dir``, built by ``scripts/build_wheels.py``;
     ``requirements-edge.txt`` from ``containers/greengrass/artifacts``). Returns the S3 keys."""
     import boto3
 
@@ -326,7 +334,7 @@ def upload_greengrass(bucket: str, wheel_dir: Path, client=None) -> list[str]:
     for recipe in load_recipes().values():
         for name, key in artifact_keys(recipe).items():
             if name not in sources:
-                raise SystemExit(f"artifact {name} of {recipe['ComponentName']} not found (build the wheel first)")
+                raise SystemExit(f"artifact {name} of {recipe['ComponentName']} not found (build the wheels first: make wheels)")
             s3.upload_file(str(sources[name]), bucket, key)
             keys.append(key)
     return keys
@@ -341,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bucket", help="S3 bucket (upload: the MWAA source bucket; upload-greengrass: artifacts)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="check: folder of the clean venv (reused while requirements are unchanged)")
-    parser.add_argument("--wheel-dir", type=Path, default=REPO_ROOT / "dist" / "wheel")
+    parser.add_argument("--wheel-dir", type=Path, default=REPO_ROOT / "dist" / "wheels")
     args = parser.parse_args(argv)
     if args.command in ("upload", "upload-greengrass") and not args.bucket:
         parser.error("--bucket is required")

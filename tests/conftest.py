@@ -30,3 +30,31 @@ for _k, _v in {
 # A test must never reach a real AWS endpoint: drop anything that could point at one.
 for _k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"):
     os.environ.pop(_k, None)
+
+
+#: The longest test files (each a few minutes: DAG runs, browser, fresh venvs), longest first. They are collected
+#: first so that pytest-xdist (``--dist loadfile --no-loadscope-reorder``, see the Makefile) starts them first,
+#: on different workers, and the short files fill in around them instead of the long ones ending the run alone.
+SLOW_FILES_FIRST = (
+    "tests/faults/test_fault_replay.py",
+    "tests/e2e/test_release_dag.py",
+    "tests/e2e/test_hyperpod_run.py",
+    "tests/e2e/test_sandbox_run.py",
+    "tests/ui/test_trigger_form.py",
+    "tests/infra/test_mwaa_package_check.py",
+    "tests/pipelines/test_pipeline_venv.py",
+    "tests/infra/test_cdk_cli.py",
+    "tests/ui/test_ui_stack.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):  # noqa: ARG001 - pytest hook signature
+    """Move the items of :data:`SLOW_FILES_FIRST` to the front, in that order; the rest keep their order."""
+    rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
+
+    def key(indexed):
+        index, item = indexed
+        path = item.nodeid.split("::", 1)[0]
+        return (rank.get(path, len(rank)), index)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]

@@ -22,7 +22,9 @@ from .notifications import NotificationsStack
 from .policies import artifacts_bucket_name, mwaa_bucket_name
 from .sagemaker import SageMakerStack
 from .settings import Settings
+from sim2real.orchestration.events.patterns import ProjectResources
 from .storage import StorageStack
+from .wait_events import WaitEventsStack
 
 #: Service Quotas code of "Running On-Demand G and VT instances" (vCPU), checked by the preflight.
 GPU_QUOTA = {"service_code": "ec2", "quota_code": "L-DB2E81BA"}
@@ -45,11 +47,12 @@ class Sim2RealStacks:
     environment: EnvironmentStack
     hyperpod: HyperPodStack | None
     config: dict[str, Any]
+    wait_events: WaitEventsStack | None = None
 
     def all(self) -> list[cdk.Stack]:
         """The stacks in deployment order."""
         stacks = [self.network, self.storage, self.notifications, self.images, self.batch, self.evaluation,
-                  self.sagemaker, self.greengrass, self.hyperpod, self.environment, self.mwaa]
+                  self.sagemaker, self.greengrass, self.hyperpod, self.wait_events, self.environment, self.mwaa]
         return [s for s in stacks if s is not None]
 
 
@@ -97,6 +100,9 @@ def environment_config(settings: Settings, stacks: dict[str, Any]) -> dict[str, 
         "schedule_timezone": settings.schedule_timezone,
         "sandbox": False,
     }
+    if stacks.get("wait_events") is not None:
+        config["events"] = {"mode": "events", "queue_url": stacks["wait_events"].queue_url,
+                            "reconcile_interval_seconds": 600}
     if stacks.get("hyperpod") is not None:
         config["hyperpod"] = {"cluster_name": stacks["hyperpod"].cluster_name, "gpu_instance_group": "gpu",
                               "instance_type": stacks["hyperpod"].GPU_INSTANCE_TYPE, "head_instance_group": "head",
@@ -142,12 +148,22 @@ def build_app(app: cdk.App, settings: Settings | None = None, *, nag: bool = Tru
         stack.add_stack_dependency(storage, "uses the artifacts bucket by name")
     hyperpod = (HyperPodStack(app, f"{p}HyperPod", settings=s, vpc=network.vpc, artifacts=artifacts_name,
                               description="sim2real: optional HyperPod cluster") if s.hyperpod else None)
-    parts = {"batch": batch, "sagemaker": sm, "greengrass": greengrass, "hyperpod": hyperpod}
+    arn = lambda service, rest: f"arn:{cdk.Aws.PARTITION}:{service}:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:{rest}"  # noqa: E731
+    wait_events = WaitEventsStack(app, f"{p}WaitEvents", settings=s, resources=ProjectResources(
+        job_queue_arn=arn("batch", f"job-queue/{s.name('gpu')}"),
+        codebuild_project=s.name("training-image"),
+        ssm_documents=(evaluation.document_name, "AWS-RunShellScript"),
+        pipeline_arn=arn("sagemaker", f"pipeline/{sm.pipeline_name}"),
+        model_package_group=sm.model_package_group_name,
+        hyperpod_cluster=hyperpod.cluster_name if hyperpod else "",
+    ), description="sim2real: EventBridge rules of the waited-on state changes, wait-event SQS queue")
+    parts = {"batch": batch, "sagemaker": sm, "greengrass": greengrass, "hyperpod": hyperpod,
+             "wait_events": wait_events}
     config = environment_config(s, parts)
     variables_prefix = f"/{s.prefix}/airflow/variables"
     environment = EnvironmentStack(app, f"{p}Environment", config=config, variables_prefix=variables_prefix,
                                    description="sim2real: environment config in SSM")
-    for stack in (storage, images, batch, evaluation, sm, greengrass, notifications) + ((hyperpod,) if hyperpod else ()):
+    for stack in (storage, images, batch, evaluation, sm, greengrass, notifications, wait_events) + ((hyperpod,) if hyperpod else ()):
         environment.add_stack_dependency(stack, "the config names these resources")
     targets = MwaaTargets(
         artifacts=artifacts_name,
@@ -171,6 +187,7 @@ def build_app(app: cdk.App, settings: Settings | None = None, *, nag: bool = Tru
         environment_parameter_names=environment.parameter_names,
         quota_code=GPU_QUOTA["quota_code"],
         hyperpod_role_arn=hyperpod.role.role_arn if hyperpod else None,
+        wait_events_queue_arn=WaitEventsStack.queue_arn_for(s),
         hyperpod_submit_host_tag=((s.hyperpod_submit_host_tag_key, s.hyperpod_submit_host_tag_value)
                                   if hyperpod else None),
     )
@@ -180,7 +197,7 @@ def build_app(app: cdk.App, settings: Settings | None = None, *, nag: bool = Tru
     mwaa_stack.add_stack_dependency(environment, "Variables come from the environment parameters")
     stacks = Sim2RealStacks(settings=s, network=network, storage=storage, notifications=notifications, images=images,
                             batch=batch, evaluation=evaluation, sagemaker=sm, greengrass=greengrass, mwaa=mwaa_stack,
-                            environment=environment, hyperpod=hyperpod, config=config)
+                            environment=environment, hyperpod=hyperpod, config=config, wait_events=wait_events)
     for stack in stacks.all():
         cdk.Tags.of(stack).add("project", s.prefix)
     if nag:

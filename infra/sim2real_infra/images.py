@@ -25,11 +25,14 @@ BUILDSPEC = {
             "aws ecr get-login-password --region ${AWS_DEFAULT_REGION} | docker login --username AWS --password-stdin ${REGISTRY}",
         ]},
         "build": {"commands": [
-            "docker build -f containers/rl/Dockerfile --label org.opencontainers.image.revision=${CODEBUILD_RESOLVED_SOURCE_VERSION} -t ${REGISTRY}/${IMAGE_REPO_NAME}:${IMAGE_TAG} .",
+            "docker build -f containers/rl/Dockerfile"
+            " --label org.opencontainers.image.revision=${CODEBUILD_RESOLVED_SOURCE_VERSION}"
+            " -t ${REGISTRY}/${IMAGE_REPO_NAME}:${IMAGE_TAG} .",
         ]},
         "post_build": {"commands": [
             "docker push ${REGISTRY}/${IMAGE_REPO_NAME}:${IMAGE_TAG}",
-            "IMAGE_DIGEST=$(aws ecr describe-images --repository-name ${IMAGE_REPO_NAME} --image-ids imageTag=${IMAGE_TAG} --query 'imageDetails[0].imageDigest' --output text)",
+            "IMAGE_DIGEST=$(aws ecr describe-images --repository-name ${IMAGE_REPO_NAME} --image-ids imageTag=${IMAGE_TAG}"
+            " --query 'imageDetails[0].imageDigest' --output text)",
             "echo pushed ${IMAGE_REPO_NAME}@${IMAGE_DIGEST}",
         ]},
     },

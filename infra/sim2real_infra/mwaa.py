@@ -99,6 +99,8 @@ class MwaaTargets:
     hyperpod_role_arn: str | None = None
     #: EC2 tag ``(key, value)`` of the HyperPod submit (head/login) node; ``None`` without HyperPod.
     hyperpod_submit_host_tag: tuple[str, str] | None = None
+    #: ARN of the wait-event SQS queue (``WaitEventsStack``); ``None``: no wait events.
+    wait_events_queue_arn: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -302,6 +304,10 @@ class MwaaStack(cdk.Stack):
             head_key, head_value = t.hyperpod_submit_host_tag
             self._add("HyperPodHeadCommand", ["ssm:SendCommand"], [instances],
                       {"StringEquals": {f"ssm:resourceTag/{head_key}": head_value}})
+        # wait events: consume the wait-event queue (SSE-SQS: no KMS permission needed)
+        if t.wait_events_queue_arn:
+            self._add("WaitEventsConsume", ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
+                                            "sqs:GetQueueAttributes"], [t.wait_events_queue_arn])
         # calls with no resource-level permissions
         self._add("Unscoped", sorted(UNSCOPED_ACTIONS), ["*"])
         self._target = None

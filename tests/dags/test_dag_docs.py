@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from sim2real.contract import task_ids as ids
+
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
@@ -20,11 +22,12 @@ def serialized_dag():
 
 
 GROUPS = ("build", "preflight", "train", "hyperpod", "checkpoint", "evaluate", "vla", "deploy")
-STAGE_TASKS = ("prepare_run", "build.build_image", "preflight.check_capacity", "train.train_policy",
-               "checkpoint.wait_for_checkpoint", "evaluate.run_evaluation", "quality_gate",
-               "vla.finetune_groot", "vla.wait_for_approval", "deploy.deploy_to_robots", "write_lineage",
-               "training_backend", "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.wait_for_nodes", "hyperpod.train_policy",
-               "hyperpod.scale_down", "checkpoint.training_job")
+STAGE_TASKS = (ids.PREPARE_RUN, ids.BUILD_IMAGE, ids.BATCH_CHECK_CAPACITY, ids.BATCH_TRAIN_POLICY,
+               ids.WAIT_FOR_CHECKPOINT, ids.RUN_EVALUATION, "quality_gate",
+               ids.FINETUNE_GROOT, ids.WAIT_FOR_APPROVAL, ids.DEPLOY_TO_ROBOTS, ids.WRITE_LINEAGE,
+               ids.TRAINING_BACKEND, ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES,
+               ids.HYPERPOD_TRAIN_POLICY,
+               ids.HYPERPOD_SCALE_DOWN, ids.TRAINING_JOB)
 
 
 @pytest.mark.parametrize("group_id", GROUPS)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sim2real.contract import task_ids as ids
+
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
@@ -46,7 +48,7 @@ def serialized_dag(dagbag):
 
 
 def test_dag_serializes_with_its_extra_links(serialized_dag):
-    task = serialized_dag.get_task("train.train_policy")
+    task = serialized_dag.get_task(ids.BATCH_TRAIN_POLICY)
     assert task.operator_extra_links, "extra links lost in serialization (plugin not registered?)"
 
 
@@ -65,55 +67,55 @@ def test_every_task_has_a_timeout_and_retries(dagbag):
 
 def test_long_waits_are_deferrable(dagbag):
     dag = dagbag.dags["sim_to_real"]
-    for task_id in ("build.build_image", "train.train_policy", "checkpoint.wait_for_checkpoint",
-                    "hyperpod.wait_for_nodes", "hyperpod.train_policy", "hyperpod.scale_down",
-                    "evaluate.run_evaluation", "vla.finetune_groot", "vla.wait_for_approval",
-                    "deploy.deploy_to_robots"):
+    for task_id in (ids.BUILD_IMAGE, ids.BATCH_TRAIN_POLICY, ids.WAIT_FOR_CHECKPOINT,
+                    ids.HYPERPOD_WAIT_FOR_NODES, ids.HYPERPOD_TRAIN_POLICY, ids.HYPERPOD_SCALE_DOWN,
+                    ids.RUN_EVALUATION, ids.FINETUNE_GROOT, ids.WAIT_FOR_APPROVAL,
+                    ids.DEPLOY_TO_ROBOTS):
         assert dag.get_task(task_id).deferrable is True, task_id
 
 
 def test_stages_match_the_design(dagbag):
     dag = dagbag.dags["sim_to_real"]
-    ids = set(dag.task_ids)
-    for expected in ("prepare_run", "build.build_image", "preflight.check_capacity", "train.train_policy",
-                     "checkpoint.wait_for_checkpoint", "evaluate.run_evaluation", "evaluate.read_eval_report",
-                     "evaluate.stop_workstation", "quality_gate", "vla.upsert_pipeline", "vla.finetune_groot",
-                     "vla.wait_for_approval", "deploy.deploy_to_robots", "write_lineage", "training_backend",
-                     "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.wait_for_nodes", "hyperpod.train_policy",
-                     "hyperpod.scale_down"):
-        assert expected in ids, expected
+    present = set(dag.task_ids)
+    for expected in (ids.PREPARE_RUN, ids.BUILD_IMAGE, ids.BATCH_CHECK_CAPACITY, ids.BATCH_TRAIN_POLICY,
+                     ids.WAIT_FOR_CHECKPOINT, ids.RUN_EVALUATION, ids.READ_EVAL_REPORT,
+                     ids.STOP_WORKSTATION, ids.QUALITY_GATE, ids.UPSERT_PIPELINE, ids.FINETUNE_GROOT,
+                     ids.WAIT_FOR_APPROVAL, ids.DEPLOY_TO_ROBOTS, ids.WRITE_LINEAGE, ids.TRAINING_BACKEND,
+                     ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES, ids.HYPERPOD_TRAIN_POLICY,
+                     ids.HYPERPOD_SCALE_DOWN):
+        assert expected in present, expected
     # The workstation is stopped whatever the evaluation did; training waits for the capacity check.
-    assert dag.get_task("evaluate.stop_workstation").trigger_rule == "all_done"
-    assert "evaluate.run_evaluation" in dag.get_task("evaluate.stop_workstation").upstream_task_ids
-    assert "preflight.check_capacity" in dag.get_task("train.train_policy").upstream_task_ids
+    assert dag.get_task(ids.STOP_WORKSTATION).trigger_rule == "all_done"
+    assert ids.RUN_EVALUATION in dag.get_task(ids.STOP_WORKSTATION).upstream_task_ids
+    assert ids.BATCH_CHECK_CAPACITY in dag.get_task(ids.BATCH_TRAIN_POLICY).upstream_task_ids
     # One branch picks the backend before any capacity check; each path checks capacity before spending.
-    assert dag.get_task("training_backend").upstream_task_ids == {"prepare_run", "check_resources"}
+    assert dag.get_task("training_backend").upstream_task_ids == {"prepare_run", ids.CHECK_RESOURCES}
     # Every named resource is checked before the build and before either backend (no spend before it).
-    assert dag.get_task("check_resources").upstream_task_ids == {"prepare_run"}
-    assert "check_resources" in dag.get_task("build.build_image").upstream_task_ids
+    assert dag.get_task(ids.CHECK_RESOURCES).upstream_task_ids == {"prepare_run"}
+    assert ids.CHECK_RESOURCES in dag.get_task(ids.BUILD_IMAGE).upstream_task_ids
     assert dag.get_task("training_backend").downstream_task_ids == {"preflight.check_capacity",
-                                                                   "hyperpod.check_capacity"}
-    assert "hyperpod.check_capacity" in dag.get_task("hyperpod.scale_up").upstream_task_ids
-    assert "hyperpod.scale_up" in dag.get_task("hyperpod.wait_for_nodes").upstream_task_ids
-    assert "hyperpod.wait_for_nodes" in dag.get_task("hyperpod.train_policy").upstream_task_ids
+                                                                   ids.HYPERPOD_CHECK_CAPACITY}
+    assert ids.HYPERPOD_CHECK_CAPACITY in dag.get_task(ids.HYPERPOD_SCALE_UP).upstream_task_ids
+    assert ids.HYPERPOD_SCALE_UP in dag.get_task(ids.HYPERPOD_WAIT_FOR_NODES).upstream_task_ids
+    assert ids.HYPERPOD_WAIT_FOR_NODES in dag.get_task(ids.HYPERPOD_TRAIN_POLICY).upstream_task_ids
     # HyperPod: the scale-down is the scale-up's teardown (runs whatever the Slurm job did). The setup only
     # sends UpdateCluster (the wait is a task of its own): nodes that fail to come up still get scaled down.
-    scale_up, scale_down = dag.get_task("hyperpod.scale_up"), dag.get_task("hyperpod.scale_down")
+    scale_up, scale_down = dag.get_task(ids.HYPERPOD_SCALE_UP), dag.get_task(ids.HYPERPOD_SCALE_DOWN)
     assert scale_up.is_setup and scale_down.is_teardown
-    assert scale_up.wait_for_completion is False and dag.get_task("hyperpod.wait_for_nodes").wait_for_completion
+    assert scale_up.wait_for_completion is False and dag.get_task(ids.HYPERPOD_WAIT_FOR_NODES).wait_for_completion
     assert scale_down.on_failure_fail_dagrun is True  # nodes left running must fail the run
-    assert {"hyperpod.scale_up", "hyperpod.train_policy"} <= scale_down.upstream_task_ids
+    assert {"hyperpod.scale_up", ids.HYPERPOD_TRAIN_POLICY} <= scale_down.upstream_task_ids
     # The checkpoint sensor runs after whichever backend trained (the other one is skipped).
-    join = dag.get_task("checkpoint.training_job")
-    assert join.upstream_task_ids == {"train.train_policy", "hyperpod.train_policy"}
+    join = dag.get_task(ids.TRAINING_JOB)
+    assert join.upstream_task_ids == {"train.train_policy", ids.HYPERPOD_TRAIN_POLICY}
     assert join.trigger_rule == "none_failed_min_one_success"
-    assert "checkpoint.training_job" in dag.get_task("checkpoint.wait_for_checkpoint").upstream_task_ids
+    assert ids.TRAINING_JOB in dag.get_task(ids.WAIT_FOR_CHECKPOINT).upstream_task_ids
     # The report runs whatever failed upstream, without masking the failure in the run state.
-    assert dag.get_task("write_lineage").is_teardown and dag.get_task("prepare_run").is_setup
+    assert dag.get_task(ids.WRITE_LINEAGE).is_teardown and dag.get_task(ids.PREPARE_RUN).is_setup
     assert dag.max_active_runs == 1 and dag.catchup is False
     # The release stages depend on the quality gate; the gate on the evaluation.
-    assert "quality_gate" in dag.get_task("vla.vla_enabled").upstream_task_ids
-    assert "evaluate.read_eval_report" in dag.get_task("quality_gate").upstream_task_ids
+    assert "quality_gate" in dag.get_task(ids.VLA_ENABLED).upstream_task_ids
+    assert ids.READ_EVAL_REPORT in dag.get_task("quality_gate").upstream_task_ids
 
 
 @pytest.mark.parametrize("conf, message", [

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from sim2real.contract import task_ids as ids
+
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
@@ -28,15 +30,15 @@ def _events(callbacks) -> list[str]:
 def test_notifications_are_wired_to_the_four_events(dag):
     assert _events(dag.on_failure_callback) == ["run_failed"]
     assert _events(dag.get_task("quality_gate").on_failure_callback) == ["gate_failed"]
-    assert _events(dag.get_task("vla.wait_for_approval").on_execute_callback) == ["approval_needed"]
-    assert _events(dag.get_task("deploy.deploy_to_robots").on_success_callback) == ["deployed"]
+    assert _events(dag.get_task(ids.WAIT_FOR_APPROVAL).on_execute_callback) == ["approval_needed"]
+    assert _events(dag.get_task(ids.DEPLOY_TO_ROBOTS).on_success_callback) == ["deployed"]
 
 
 def test_run_folder_link_survives_serialization(dag):
     from airflow.serialization.serialized_objects import DagSerialization
 
     serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
-    for task_id in ("prepare_run", "write_lineage"):
+    for task_id in (ids.PREPARE_RUN, ids.WRITE_LINEAGE):
         assert "S3 run folder" in serialized.get_task(task_id).extra_links, task_id
 
 
@@ -95,7 +97,7 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     run_defaults = {"task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2, "train_time_budget_seconds": 0,
                     "min_success_rate": 0.6}
     monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps({**GOOD, "run_defaults": run_defaults}))
-    prepare = dag.get_task("prepare_run").python_callable
+    prepare = dag.get_task(ids.PREPARE_RUN).python_callable
     monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: {"ti": None, "task": None})
     monkeypatch.setattr("sim2real.orchestration.sweeper.sweep_before_run", lambda *args, **kwargs: None)  # no AWS here
     form = dag.params.validate()

@@ -44,9 +44,11 @@ def test_render_fills_bucket(recipes):
     rendered = render_recipe(setup, "sim2real-artifacts-123456789012")
     validate_recipe(rendered, require_rendered=True)
     assert BUCKET_PLACEHOLDER in json.dumps(setup)  # the original is not modified
-    assert artifact_keys(rendered) == {
-        "sim2real-0.1.0-py3-none-any.whl": "greengrass/artifacts/com.sim2real.PolicySetup/1.0.0/sim2real-0.1.0-py3-none-any.whl",
-        "requirements-edge.txt": "greengrass/artifacts/com.sim2real.PolicySetup/1.0.0/requirements-edge.txt"}
+    prefix = "greengrass/artifacts/com.sim2real.PolicySetup/1.0.0/"
+    assert artifact_keys(rendered) == {  # the edge package and the contract, each its own wheel
+        "sim2real_contract-0.1.0-py3-none-any.whl": prefix + "sim2real_contract-0.1.0-py3-none-any.whl",
+        "sim2real_edge-0.1.0-py3-none-any.whl": prefix + "sim2real_edge-0.1.0-py3-none-any.whl",
+        "requirements-edge.txt": prefix + "requirements-edge.txt"}
     with pytest.raises(ValueError, match="invalid S3 bucket name"):
         render_recipe(setup, "Bad_Bucket")
 

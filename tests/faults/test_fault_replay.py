@@ -1,4 +1,4 @@
-"""Fault replay (DESIGN §5): every injected fault ends the DAG run the way it must.
+"""Fault replay: every injected fault ends the DAG run the way it must.
 
 One subprocess (``python -m sim2real.dev.faults``) runs every scenario against one sandbox, one
 Airflow home and one DagBag; each test below reads its scenario's checks from the JSON it writes.
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sim2real.dev.faults import SCENARIO_NAMES
+from sim2real.dev.faults import SCENARIO_NAMES, runs_of
 
 #: The replay's processes run before the first test: its timeout covers them (the fixture waits up to 1200 s).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
@@ -25,13 +25,37 @@ KNOWN_DEFECTS: dict[str, str] = {}
 #: mostly wait on polls (the stuck-deployment scenario waits out a 60 s bound), so three share the 2 cores.
 WORKERS = 3
 
+#: Seconds each scenario's run took in a one-process replay (the README's table): the runs are dealt to the
+#: processes longest first, each to the least loaded one, so the three end near the same time. A scenario not
+#: listed counts as DEFAULT_COST_S.
+COST_S = {
+    "greengrass_device_stuck": 283, "worker_lost_after_submit": 229, "greengrass_device_fails": 220,
+    "throttling_and_5xx": 219, "model_package_rejected": 212, "package_rejected_before_deploy": 183,
+    "pipeline_completed_with_failures": 182, "orphan_of_a_deleted_run": 155, "batch_runnable": 151,
+    "ssm_timeout": 144, "batch_node_fails": 140, "checkpoint_bad_sha256": 110, "build_over_at_once": 88,
+    "quota_below_need": 87, "thing_group_without_devices": 39, "conf_unknown_keys": 27,
+    "missing_release_resources": 23, "instance_type_too_small": 21, "invalid_bucket_name": 20,
+    "conf_out_of_range": 6,
+}
+DEFAULT_COST_S = 150
+
+
+def shards(workers: int = WORKERS) -> list[list[str]]:
+    """The scenario names each replay process runs: whole shared runs, longest first to the least loaded."""
+    runs = sorted(runs_of(), key=lambda run: -max(COST_S.get(n, DEFAULT_COST_S) for n in run))
+    load, out = [0.0] * workers, [[] for _ in range(workers)]
+    for run in runs:
+        i = load.index(min(load))
+        load[i] += max(COST_S.get(n, DEFAULT_COST_S) for n in run)
+        out[i].extend(run)
+    return [names for names in out if names]
+
 
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("faults")
-    shards = [SCENARIO_NAMES[i::WORKERS] for i in range(WORKERS)]
     procs = []
-    for i, names in enumerate(shards):
+    for i, names in enumerate(shards()):
         out, log = folder / f"faults-{i}.json", folder / f"faults-{i}.log"
         with log.open("w") as fh:  # a file, not a pipe: a full pipe would stall the other worker
             procs.append((out, log, subprocess.Popen(

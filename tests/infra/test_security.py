@@ -102,7 +102,8 @@ def test_every_suppression_has_a_written_reason() -> None:
 def test_the_resource_preflight_may_make_every_call_it_makes(synth: Synth) -> None:
     """check_resources (sim2real.orchestration.operators.preflight) reads these; each is granted to the MWAA role."""
     granted = {a for _, st in _statements(synth) if st["Effect"] == "Allow" for a in _list(st["Action"])}
-    needed = {"s3:ListBucket", "s3:PutObject", "codebuild:BatchGetProjects", "codebuild:ListBuildsForProject", "ecr:DescribeRepositories", "batch:DescribeJobQueues",
+    needed = {"s3:ListBucket", "s3:PutObject", "codebuild:BatchGetProjects", "codebuild:ListBuildsForProject",
+              "ecr:DescribeRepositories", "batch:DescribeJobQueues",
               "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions", "ec2:DescribeInstanceTypes",
               "iam:GetRole", "sagemaker:DescribeModelPackageGroup", "iot:DescribeThingGroup",
               "greengrass:ListCoreDevices"}

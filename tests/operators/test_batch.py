@@ -147,7 +147,6 @@ def make_op(**kw) -> BatchTrainingOperator:
         runnable_timeout_seconds=3600,
         poll_interval=0,
         max_retries=1,
-        deferrable=False,
     )
     args.update(kw)
     return BatchTrainingOperator(**args)
@@ -174,10 +173,11 @@ def test_job_definition_revision_reused_when_digest_unchanged_new_when_changed(a
     assert changed["nodeProperties"]["nodeRangeProperties"][0]["container"]["image"] == IMAGE_B
 
 
-# -- sync: success, contract shape, tags, overrides -------------------------------------------
+# -- success, contract shape, tags, overrides (a job already over: settled without deferring) --
 @mock_aws(config=MOTO_BATCH)
-def test_sync_success_returns_contract_dict(aws_env, moto_batch_gaps):
+def test_success_returns_contract_dict(aws_env, moto_batch_gaps, script):
     clients = setup_batch()
+    script["*"] = [("SUCCEEDED", None, 0)]
     submitted = {}
     op = make_op()
     original_submit = op.hook.conn.submit_job
@@ -206,8 +206,9 @@ def test_sync_success_returns_contract_dict(aws_env, moto_batch_gaps):
 
 
 @mock_aws(config=MOTO_BATCH)
-def test_log_stream_failure_does_not_change_outcome(aws_env, moto_batch_gaps, monkeypatch):
+def test_log_stream_failure_does_not_change_outcome(aws_env, moto_batch_gaps, monkeypatch, script):
     setup_batch()
+    script["*"] = [("SUCCEEDED", None, 0)]
 
     def boom(*a, **k):
         raise RuntimeError("CloudWatch is down")
@@ -255,13 +256,13 @@ def test_failed_job_is_not_reattached(aws_env, moto_batch_gaps, monkeypatch):
     assert statuses == ["FAILED", "SUCCEEDED"]
 
 
-# -- sync: every status in one poll -----------------------------------------------------------
+# -- a job already over when the task would defer: the step function settles it -------------
 @pytest.mark.parametrize("status", ["SUCCEEDED", "FAILED", *INTERMEDIATE])
 @mock_aws(config=MOTO_BATCH)
-def test_sync_status_table_one_poll(aws_env, moto_batch_gaps, script, status):
+def test_job_already_over_settles_else_defers(aws_env, moto_batch_gaps, script, status):
     setup_batch()
     reason = "Essential container in task exited" if status == "FAILED" else None
-    script["*"] = [("RUNNING", None, None), (status, reason, 137 if status == "FAILED" else None)]
+    script["*"] = [(status, reason, 137 if status == "FAILED" else None)]
     op = make_op(runnable_timeout_seconds=None)
     if status == "SUCCEEDED":
         assert op.execute({})["status"] == "SUCCEEDED"
@@ -273,15 +274,14 @@ def test_sync_status_table_one_poll(aws_env, moto_batch_gaps, script, status):
         assert "ended FAILED" in message and "exit code=137" in message
         assert "failure class OUT_OF_MEMORY" in message and reason in message
         return
-    with pytest.raises(AirflowException, match="exceeded max_retries") as err:
+    with pytest.raises(TaskDeferred):
         op.execute({})
-    assert not isinstance(err.value, AirflowFailException)
 
 
 @mock_aws(config=MOTO_BATCH)
-def test_sync_failure_classified_from_log_tail_is_retryable(aws_env, moto_batch_gaps, script):
+def test_failure_classified_from_log_tail_is_retryable(aws_env, moto_batch_gaps, script):
     clients = setup_batch()
-    script["*"] = [("RUNNING", None, None), ("FAILED", "Essential container in task exited", 1)]
+    script["*"] = [("FAILED", "Essential container in task exited", 1)]
     op = make_op()
     with pytest.raises(AirflowException) as err:
         # log stream of node 0 exists once the job ran: write a rendezvous failure into it
@@ -313,22 +313,9 @@ def test_sync_failure_classified_from_log_tail_is_retryable(aws_env, moto_batch_
 
 
 @mock_aws(config=MOTO_BATCH)
-def test_sync_runnable_past_budget_fails_and_terminates(aws_env, moto_batch_gaps, script):
+def test_on_kill_terminates(aws_env, moto_batch_gaps, script):
     setup_batch()
-    reason = "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - no instance type can satisfy the job"
-    script["*"] = [("RUNNABLE", reason, None)]
-    op = make_op(runnable_timeout_seconds=0)
-    with pytest.raises(AirflowFailException) as err:
-        op.execute({})
-    message = str(err.value)
-    assert reason in message and f"compute environment {CE}: state=ENABLED status=VALID" in message
-    assert "desiredvCpus" in message and "failure class CAPACITY" in message and "terminated" in message
-    assert [j for j, _ in script["terminated"]] == [op.job_id]
-
-
-@mock_aws(config=MOTO_BATCH)
-def test_sync_on_kill_terminates(aws_env, moto_batch_gaps, script):
-    setup_batch()
+    script["*"] = [("SUCCEEDED", None, 0)]
     op = make_op()
     op.on_kill()  # nothing started: no call
     assert script["terminated"] == []
@@ -337,12 +324,12 @@ def test_sync_on_kill_terminates(aws_env, moto_batch_gaps, script):
     assert [j for j, _ in script["terminated"]] == [op.job_id]
 
 
-# -- deferrable -------------------------------------------------------------------------------
+# -- deferred wait ----------------------------------------------------------------------------
 @mock_aws(config=MOTO_BATCH)
-def test_deferrable_defers_with_our_trigger_and_execute_complete(aws_env, moto_batch_gaps, script):
+def test_defers_with_our_trigger_and_execute_complete(aws_env, moto_batch_gaps, script):
     setup_batch()
     script["*"] = [("RUNNABLE", None, None)]
-    op = make_op(deferrable=True, runnable_timeout_seconds=900, poll_interval=15, max_retries=100)
+    op = make_op(runnable_timeout_seconds=900, poll_interval=15, max_retries=100)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute({})
     trigger = deferred.value.trigger
@@ -364,7 +351,10 @@ def test_deferrable_defers_with_our_trigger_and_execute_complete(aws_env, moto_b
                 "message": "stayed RUNNABLE",
             },
         )
-    with pytest.raises(AirflowException, match="throttled"):
+    with pytest.raises(AirflowException, match="no end after") as err:
+        op.execute_complete({}, {"status": "timeout", "job_id": op.job_id, "message": "no end after 100 polls"})
+    assert not isinstance(err.value, AirflowFailException)
+    with pytest.raises(ValueError, match="unexpected trigger event"):  # one set of event names
         op.execute_complete({}, {"status": "error", "job_id": op.job_id, "message": "throttled"})
     script[op.job_id] = [("FAILED", "Host EC2 (instance i-0123456789abcdef0) terminated.", None)]
     with pytest.raises(AirflowException) as err:
@@ -375,11 +365,11 @@ def test_deferrable_defers_with_our_trigger_and_execute_complete(aws_env, moto_b
 
 
 @mock_aws(config=MOTO_BATCH)
-def test_deferrable_job_already_over_completes_without_deferring(aws_env, moto_batch_gaps, script):
+def test_job_already_over_completes_without_deferring(aws_env, moto_batch_gaps, script):
     """No trigger race: a job that ended before the task would defer (a retry reattaching to it) is settled."""
     setup_batch()
     script["*"] = [("SUCCEEDED", None, 0)]
-    op = make_op(deferrable=True, runnable_timeout_seconds=900, poll_interval=15, max_retries=100)
+    op = make_op(runnable_timeout_seconds=900, poll_interval=15, max_retries=100)
     assert op.execute({})["status"] == "SUCCEEDED"  # no TaskDeferred
 
 
@@ -398,12 +388,12 @@ def test_trigger_status_table_one_poll(moto_server, moto_batch_gaps, script, sta
     )
     event = first_event(trigger)
     assert event["job_id"] == job_id
-    expected = {"SUCCEEDED": "success", "FAILED": "failure"}.get(status, "error")
+    expected = {"SUCCEEDED": "success", "FAILED": "failure"}.get(status, "timeout")
     assert event["status"] == expected
     if status == "FAILED":
         assert event["job_status"] == "FAILED" and "Essential container" in event["message"]
-    if expected == "error":
-        assert "max attempts" in event["message"]
+    if expected == "timeout":
+        assert "no end after 1 polls" in event["message"]
     assert script["terminated"] == []
 
 
@@ -446,5 +436,5 @@ def test_trigger_logs_progress_while_running(moto_server, moto_batch_gaps, scrip
     trigger = BatchTrainingJobTrigger(job_id=job_id, waiter_delay=0, waiter_max_attempts=1)
     trigger._log = RecordingLog()
     event = first_event(trigger)
-    assert event["status"] == "error"
+    assert event["status"] == "timeout"
     assert any(line in message for message in trigger._log.messages)

@@ -42,7 +42,6 @@ def write_local(tmp_path, **kw) -> str:
 
 
 def sensor(uri: str, **kw) -> CheckpointManifestSensor:
-    kw.setdefault("deferrable", False)
     return CheckpointManifestSensor(task_id="checkpoint", manifest_uri=uri, poke_interval=0, timeout=5, **kw)
 
 
@@ -79,7 +78,7 @@ def test_invalid_manifest_fails(aws_env, tmp_path, kw, sensor_kw, fragment):
 
 def test_missing_manifest_defers_then_trigger_fires(aws_env, tmp_path):
     uri = str(tmp_path / "manifest.json")
-    op = sensor(uri, deferrable=True)
+    op = sensor(uri)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute({})
     trigger = deferred.value.trigger
@@ -89,7 +88,7 @@ def test_missing_manifest_defers_then_trigger_fires(aws_env, tmp_path):
     assert CheckpointManifestTrigger(**kwargs).serialize() == (path, kwargs)
     write_local(tmp_path)
     event = first_event(trigger)
-    assert event == {"status": "success", "manifest_uri": uri}
+    assert event["status"] == "success" and event["manifest_uri"] == uri and uri in event["message"]
     assert op.execute_complete({}, event)["verified_sha256"] is True
     with pytest.raises(AirflowFailException, match="job x is FAILED"):
         op.execute_complete({}, {"status": "failure", "manifest_uri": uri, "message": "job x is FAILED"})

@@ -49,7 +49,6 @@ def group_arn(moto_endpoint):
 
 
 def operator(**kwargs):
-    kwargs.setdefault("deferrable", False)
     return GreengrassDeploymentOperator(
         task_id="deploy", thing_group_name=GROUP, components=COMPONENTS, deployment_name="run-1",
         waiter_delay=0, **kwargs,
@@ -108,7 +107,7 @@ def stub_devices(stub, group_arn, statuses: dict[str, dict]):
         stub.add_response("list_effective_deployments", response, {"coreDeviceThingName": thing})
 
 
-# ---------------------------------------------------------------- sync
+# ---------------------------------------------------------------- settled without deferring
 @pytest.mark.parametrize("status", ["SUCCEEDED", "COMPLETED"])
 def test_success_statuses(moto_endpoint, group_arn, context, status):
     op = operator()
@@ -129,7 +128,8 @@ def test_failure_statuses_cancel_and_list_devices(moto_endpoint, group_arn, cont
         stub_create(stub, group_arn)
         stub_devices(
             stub, group_arn,
-            {"robot-a": effective("SUCCEEDED"), "robot-b": effective(status, reason="component com.sim2real.PolicyInference broke", errors=["COMPONENT_BROKEN"])},
+            {"robot-a": effective("SUCCEEDED"),
+             "robot-b": effective(status, reason="component com.sim2real.PolicyInference broke", errors=["COMPONENT_BROKEN"])},
         )
         stub.add_response("cancel_deployment", {"message": "ok"}, {"deploymentId": DEP})
         with pytest.raises(AirflowException) as err:
@@ -141,24 +141,16 @@ def test_failure_statuses_cancel_and_list_devices(moto_endpoint, group_arn, cont
     assert "cancelled" in text and "roll back" in text
 
 
-def test_in_progress_and_queued_keep_polling(moto_endpoint, group_arn, context):
+def test_in_progress_queued_or_not_received_defers(moto_endpoint, group_arn, context):
+    """Not over on every device (another deployment's status is ignored): the wait defers."""
     op = operator()
     with Stubber(op.hook.conn) as stub:
         stub_create(stub, group_arn)
-        stub_devices(stub, group_arn, {"robot-a": effective("QUEUED"), "robot-b": {"effectiveDeployments": []}})
-        stub_devices(stub, group_arn, {"robot-a": effective("IN_PROGRESS"), "robot-b": effective("IN_PROGRESS")})
-        stub_devices(stub, group_arn, {"robot-a": effective("SUCCEEDED"), "robot-b": effective("SUCCEEDED")})
-        assert op.execute(context)["devices"] == {"robot-a": "SUCCEEDED", "robot-b": "SUCCEEDED"}
-
-
-def test_other_deployments_status_is_ignored(moto_endpoint, group_arn, context):
-    op = operator(waiter_max_attempts=1)
-    with Stubber(op.hook.conn) as stub:
-        stub_create(stub, group_arn)
-        stub_devices(stub, group_arn, {"robot-a": effective("FAILED", deployment_id="someone-else")})
-        stub.add_response("cancel_deployment", {}, {"deploymentId": DEP})
-        with pytest.raises(AirflowException, match="timed out"):  # stuck: not received -> cancel + fail
+        stub_devices(stub, group_arn, {"robot-a": effective("QUEUED"),
+                                       "robot-b": effective("FAILED", deployment_id="someone-else")})
+        with pytest.raises(TaskDeferred):
             op.execute(context)
+        stub.assert_no_pending_responses()
 
 
 def test_retry_reuses_active_deployment(moto_endpoint, group_arn, context):
@@ -182,34 +174,31 @@ def test_no_core_devices_fails_before_any_deployment(moto_endpoint, group_arn, c
     assert "no deployment was created" in str(err.value) and "None" not in str(err.value)
 
 
-def test_timeout_is_one_bound_from_the_form_and_names_the_unfinished_devices(moto_endpoint, group_arn, context,
-                                                                              monkeypatch):
-    """deployment_timeout_seconds (rendered from the run's form) sets the polls; a timeout cancels and fails
-    with AirflowFailException (no retry: a retry would create a second deployment and double the bound)."""
+def test_timeout_is_one_bound_from_the_form_and_names_the_unfinished_devices(moto_endpoint, group_arn, context):
+    """deployment_timeout_seconds (rendered from the run's form) sets the polls; a timeout event cancels and
+    fails with AirflowFailException (no retry: a retry would create a second deployment and double the bound)."""
     op = operator(deployment_timeout_seconds=90)
     op.waiter_delay = 30  # 90 s / 30 s = 3 polls
-    import sim2real.orchestration.operators.greengrass as module
-
-    sleeps: list = []
-    monkeypatch.setattr(module.time, "sleep", sleeps.append)
+    devices = {"robot-a": {"status": "SUCCEEDED", "outcome": "success", "reason": None},
+               "robot-b": {"status": "IN_PROGRESS", "outcome": "retry", "reason": None}}
+    event = {"status": "timeout", "message": "no end after 3 polls 30 s apart", "deployment_id": DEP,
+             "devices": devices}
+    base = {"deployment_id": DEP, "iot_job_id": "job-1", "target_arn": group_arn, "thing_group_name": GROUP}
     with Stubber(op.hook.conn) as stub:
-        stub_create(stub, group_arn, things=("robot-a", "robot-b"))
-        for _ in range(3):
-            stub_devices(stub, group_arn, {"robot-a": effective("SUCCEEDED"), "robot-b": effective("IN_PROGRESS")})
         stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": DEP})
         with pytest.raises(AirflowFailException) as err:
-            op.execute(context)
-        stub.assert_no_pending_responses()  # exactly 3 polls, then CancelDeployment
-    assert sleeps == [30, 30] and op.waiter_max_attempts == 3
+            op.execute_complete(context, event, base)
+        stub.assert_no_pending_responses()
+    assert op.waiter_max_attempts == 3
     text = str(err.value)
     assert "timed out" in text and "unfinished devices: robot-b: IN_PROGRESS" in text
-    assert "within the deployment timeout of 90 s" in text
+    assert "within the deployment timeout of 90 s" in text and "no end after 3 polls" in text
     assert "robot-a: SUCCEEDED" not in text.split("unfinished devices:")[1].split(".")[0]
     assert "cancelled" in text and "deployment_timeout_minutes" in text
 
 
 def test_trigger_gets_the_form_timeout(moto_endpoint, group_arn, context):
-    op = operator(deferrable=True, deployment_timeout_seconds=600)
+    op = operator(deployment_timeout_seconds=600)
     op.waiter_delay = 30
     with Stubber(op.hook.conn) as stub:
         stub_create(stub, group_arn)
@@ -240,7 +229,7 @@ def test_package_no_longer_approved_is_not_deployed(moto_endpoint, group_arn, co
     sm, arn = model_package
     sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus=status)
     op = operator(model_package_arn=arn)
-    with Stubber(op.hook.conn) as stub:  # no Greengrass call stubbed but the device list: nothing is created
+    with Stubber(op.hook.conn):  # no Greengrass call stubbed but the device list: nothing is created
         with pytest.raises(AirflowFailException) as err:
             op.execute(context)
     assert f"{arn} is {status}" in str(err.value) and "no Greengrass deployment was created" in str(err.value)
@@ -260,7 +249,7 @@ def test_package_still_approved_is_deployed_and_recorded(moto_endpoint, group_ar
 
 
 def test_unknown_thing_group(moto_endpoint, context):
-    op = GreengrassDeploymentOperator(task_id="d", thing_group_name="nope", components=COMPONENTS, deployment_name="r", deferrable=False)
+    op = GreengrassDeploymentOperator(task_id="d", thing_group_name="nope", components=COMPONENTS, deployment_name="r")
     with pytest.raises(ValueError, match="thing group 'nope' does not exist"):
         op.execute(context)
 
@@ -273,8 +262,8 @@ def test_components_validation():
             normalize_components(bad)
 
 
-def test_deferrable_defers(moto_endpoint, group_arn, context):
-    op = operator(deferrable=True)
+def test_defers(moto_endpoint, group_arn, context):
+    op = operator()
     with Stubber(op.hook.conn) as stub:
         stub_create(stub, group_arn)
         stub_devices(stub, group_arn, {"robot-a": effective("IN_PROGRESS"), "robot-b": effective("SUCCEEDED")})
@@ -289,7 +278,7 @@ def test_deferrable_defers(moto_endpoint, group_arn, context):
 @pytest.mark.parametrize("statuses, succeeds", [(("SUCCEEDED", "SUCCEEDED"), True), (("SUCCEEDED", "FAILED"), False)])
 def test_a_deployment_already_over_completes_without_deferring(moto_endpoint, group_arn, context, statuses, succeeds):
     """No trigger race: a deployment that finished on every device (or failed on one) is settled in the task."""
-    op = operator(deferrable=True)
+    op = operator()
     with Stubber(op.hook.conn) as stub:
         stub_create(stub, group_arn, reuse=True)
         stub_devices(stub, group_arn, {"robot-a": effective(statuses[0]), "robot-b": effective(statuses[1])})
@@ -369,30 +358,3 @@ def test_trigger_serializes_round_trip():
     path, kwargs = t.serialize()
     assert path == "sim2real.orchestration.triggers.greengrass.GreengrassDeploymentTrigger"
     assert GreengrassDeploymentTrigger(**kwargs).serialize() == (path, kwargs)
-
-
-def test_one_poll_answers_the_same_for_the_deferrable_check_and_the_sync_wait():
-    """``_over`` is the one poll ``_wait_sync`` repeats: a group emptied after the deployment was created fails
-    with the same message either way; an unfinished deployment is polled again and times out with the last
-    poll's reports."""
-
-    class Hook:
-        def __init__(self, things):
-            self.things, self.polls = things, 0
-
-        def list_core_device_names(self, arn):
-            self.polls += 1
-            return self.things
-
-        def device_reports(self, deployment_id, things):
-            return {t: {"status": "IN_PROGRESS", "outcome": "pending"} for t in things}
-
-    arn = f"arn:aws:iot:{REGION}:123456789012:thinggroup/{GROUP}"
-    op = operator(waiter_max_attempts=2)
-    op.__dict__["hook"] = Hook([])
-    empty = ("failure", {}, f"thing group {GROUP!r} ({arn}) has no core devices")
-    assert op._over(DEP, arn) == empty and op._wait_sync(DEP, arn) == empty
-    op.__dict__["hook"] = hook = Hook(["robot-a"])
-    assert op._over(DEP, arn) == (None, {"robot-a": {"status": "IN_PROGRESS", "outcome": "pending"}}, "")
-    status, reports, message = op._wait_sync(DEP, arn)
-    assert (status, list(reports), hook.polls) == ("timeout", ["robot-a"], 3) and "after 2 polls" in message

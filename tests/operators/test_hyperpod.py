@@ -17,6 +17,7 @@ from moto.sagemaker.models import sagemaker_backends
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration.hooks.hyperpod import instance_group_specs
 from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator
 from sim2real.orchestration.triggers.hyperpod import HyperPodScaleTrigger
@@ -81,7 +82,7 @@ def _nodes(group, n, status="Running"):
 
 def test_update_cluster_request_lists_every_group(sm, cluster, context):
     describe = sm.describe_cluster(ClusterName=cluster)
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=4, deferrable=False, waiter_delay=0)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=4, waiter_delay=0)
     expected_groups = [
         {**_group("head", "ml.m5.xlarge", 1)},
         {**_group("gpu", "ml.g5.12xlarge", 4)},
@@ -93,15 +94,12 @@ def test_update_cluster_request_lists_every_group(sm, cluster, context):
             "update_cluster", {"ClusterArn": describe["ClusterArn"]}, {"ClusterName": cluster, "InstanceGroups": expected_groups}
         )
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
-        stub.add_response("describe_cluster", _scaled(describe, "gpu", 4), {"ClusterName": cluster})
-        stub.add_response("list_cluster_nodes", _nodes("gpu", 3) | {"ClusterNodeSummaries": _nodes("gpu", 3)["ClusterNodeSummaries"] + _nodes("gpu", 1, "Pending")["ClusterNodeSummaries"]})
-        stub.add_response("describe_cluster", _scaled(describe, "gpu", 4), {"ClusterName": cluster})
-        stub.add_response("list_cluster_nodes", _nodes("gpu", 4))
-        result = op.execute(context)
+        with pytest.raises(TaskDeferred) as deferred:  # not at the target yet: the wait is deferred
+            op.execute(context)
         stub.assert_no_pending_responses()
-    assert result == {
+    assert deferred.value.kwargs["result"] == {
         "cluster_name": "hp", "cluster_arn": describe["ClusterArn"], "instance_group_name": "gpu",
-        "previous_count": 2, "target_count": 4, "current_count": 4, "updated": True,
+        "previous_count": 2, "target_count": 4, "current_count": None, "updated": True,
     }
 
 
@@ -117,28 +115,28 @@ def test_specs_drop_describe_only_fields_and_map_counts(sm, cluster):
 
 
 def test_unknown_group_lists_groups(sm, cluster, context):
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu-big", target_count=1, deferrable=False)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu-big", target_count=1)
     with pytest.raises(ValueError, match="no instance group 'gpu-big'; its groups are: head, gpu, login"):
         op.execute(context)
 
 
 @pytest.mark.parametrize("count", [-1, "many"])
 def test_bad_count(cluster, context, count):
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=count, deferrable=False)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=count)
     with pytest.raises(ValueError, match="target_count"):
         op.execute(context)
 
 
 def test_already_at_target_skips_update_and_waits(sm, cluster, context):
     # moto: gpu group is InService with 2 Running nodes; no UpdateCluster (moto would answer 500).
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=2, deferrable=False, waiter_delay=0)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=2, waiter_delay=0)
     result = op.execute(context)
     assert result["updated"] is False and result["current_count"] == 2
 
 
 def test_cluster_failure_fails(sm, cluster, context):
     describe = sm.describe_cluster(ClusterName=cluster)
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=8, deferrable=False, waiter_delay=0)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=8, waiter_delay=0)
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
         stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
@@ -151,7 +149,7 @@ def test_cluster_failure_fails(sm, cluster, context):
 
 def test_deferrable_defers_after_update(sm, cluster, context):
     describe = sm.describe_cluster(ClusterName=cluster)
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=3, deferrable=True)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=3)
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
         stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
@@ -165,7 +163,7 @@ def test_deferrable_defers_after_update(sm, cluster, context):
 def test_a_group_already_at_its_target_completes_without_deferring(sm, cluster, context):
     """No trigger race: a group whose nodes are already Running at the target is settled in the task."""
     describe = sm.describe_cluster(ClusterName=cluster)
-    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=3, deferrable=True)
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=3)
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
         stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
@@ -184,7 +182,8 @@ def test_trigger_states(sm, cluster, context, status, target, expected):
     backend.clusters[cluster].status = status
     try:
         event = first_event(
-            HyperPodScaleTrigger(cluster_name=cluster, instance_group_name="gpu", target_count=target, waiter_delay=0, waiter_max_attempts=1)
+            HyperPodScaleTrigger(cluster_name=cluster, instance_group_name="gpu", target_count=target, waiter_delay=0,
+                                 waiter_max_attempts=1)
         )
     finally:
         backend.clusters[cluster].status = "InService"
@@ -208,7 +207,7 @@ def test_update_waits_for_in_service_and_retries_a_conflict(sm, cluster, context
     """A scale-down while the scale-up is still Updating: wait, and treat ConflictException as 'wait again'."""
     describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
     op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
-                               deferrable=False, wait_for_completion=False, waiter_delay=0, waiter_max_attempts=5)
+                               wait_for_completion=False, waiter_delay=0, waiter_max_attempts=5)
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 2), {"ClusterName": cluster})
@@ -225,7 +224,7 @@ def test_update_waits_for_in_service_and_retries_a_conflict(sm, cluster, context
 def test_update_refused_on_a_failed_cluster(sm, cluster, context, status):
     describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
     op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
-                               deferrable=False, waiter_delay=0, waiter_max_attempts=5)
+                               waiter_delay=0, waiter_max_attempts=5)
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status=status), {"ClusterName": cluster})
         with pytest.raises(AirflowException, match=f"the cluster is {status}"):
@@ -235,7 +234,7 @@ def test_update_refused_on_a_failed_cluster(sm, cluster, context, status):
 def test_update_gives_up_when_the_cluster_stays_updating(sm, cluster, context):
     describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
     op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
-                               deferrable=False, waiter_delay=0, waiter_max_attempts=2)
+                               waiter_delay=0, waiter_max_attempts=2)
     with Stubber(op.hook.conn) as stub:
         for _ in range(2):
             stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
@@ -254,13 +253,13 @@ def test_scale_down_skips_without_any_call_when_its_scale_up_did_not_run():
     from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator
 
     op = HyperPodScaleOperator(task_id="scale_down", cluster_name="sim2real-hyperpod", instance_group_name="gpu",
-                               target_count=0, only_after_task_id="hyperpod.scale_up", region_name="us-east-1")
+                               target_count=0, only_after_task_id=ids.HYPERPOD_SCALE_UP, region_name="us-east-1")
     pulled, pushed = [], {}
     ti = SimpleNamespace(xcom_pull=lambda task_ids: pulled.append(task_ids),
                          xcom_push=lambda key, value: pushed.__setitem__(key, value))
     op.__dict__["hook"] = None  # any AWS call would fail on this
     with pytest.raises(AirflowSkipException, match="hyperpod.scale_up did not scale sim2real-hyperpod"):
         op.execute({"ti": ti})
-    assert pulled == ["hyperpod.scale_up"]
+    assert pulled == [ids.HYPERPOD_SCALE_UP]
     # The cluster link's key is written anyway: a skipped task's links are rendered too.
     assert pushed["sim2real_hyperpod_cluster"]["cluster_name"] == "sim2real-hyperpod"

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration import slurm
 from sim2real.orchestration.hooks.hyperpod import instance_group_specs
 from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
@@ -54,7 +55,7 @@ def sandbox(tmp_path_factory):
 def context():
     from operator_helpers import FakeTI
 
-    return {"ti": FakeTI("hyperpod.train_policy")}
+    return {"ti": FakeTI(ids.HYPERPOD_TRAIN_POLICY)}
 
 
 def make_operator(sb, name: str, nodes: int = 2, **env: str) -> HyperPodSlurmJobOperator:
@@ -68,7 +69,7 @@ def make_operator(sb, name: str, nodes: int = 2, **env: str) -> HyperPodSlurmJob
     return HyperPodSlurmJobOperator(
         task_id="train_policy", cluster_name="sim2real-hyperpod", submit_host_tag_key=hp["submit_host_tag_key"],
         submit_host_tag_value=hp["submit_host_tag_value"], job_name=name, submit_commands=commands,
-        log_path=log_path, poll_interval=1, agent_online_timeout_seconds=10, deferrable=True,
+        log_path=log_path, poll_interval=1, agent_online_timeout_seconds=10,
     )
 
 
@@ -109,13 +110,13 @@ def test_failed_job_names_cluster_job_state_exit_code_and_log(sandbox, context):
         assert needle in message, (needle, message)
 
 
-def test_fault_fails_the_job_and_sync_mode_raises(sandbox, context):
+def test_fault_fails_the_job(sandbox, context):
     sandbox.faults["slurm_job_fail"] = True
     try:
         op = make_operator(sandbox, "t-fault", nodes=1)
-        op.deferrable = False
+        trigger, _ = defer(op, context)
         with pytest.raises(AirflowFailException, match=r"ended FAILED, exit code 1:0"):
-            op.execute(context)
+            op.execute_complete(context, event=first_event(trigger))
     finally:
         sandbox.faults.clear()
 
@@ -228,28 +229,13 @@ def test_running_job_over_the_cost_limit_is_scancelled_and_fails_without_retry(s
     assert_stopped_at_the_limit(sandbox, context, trigger.job_id, str(err.value), 6.0)
 
 
-def test_sync_mode_stops_a_running_job_at_the_cost_limit(sandbox, context):
-    op = make_operator(sandbox, "t-cost-sync", SLEEP_SECONDS="60")
-    op.deferrable = False
-    op.num_nodes, op.cost_limit_usd, op.usd_per_node_hour = 2, 6.0, PRICE
-    with pytest.raises(AirflowFailException) as err:
-        op.execute(context)
-    assert_stopped_at_the_limit(sandbox, context, context["ti"].xcom["slurm_job_id"], str(err.value), 6.0)
-
-
-@pytest.mark.parametrize("deferrable", [True, False])
 @pytest.mark.parametrize("limit", [10_000.0, None], ids=["below-the-limit", "no-limit"])
-def test_job_within_the_limit_or_without_one_completes_with_its_run_window_and_cost(sandbox, context, deferrable,
-                                                                                      limit):
-    name = f"t-cost-ok-{deferrable}-{limit}".replace(".", "-")
+def test_job_within_the_limit_or_without_one_completes_with_its_run_window_and_cost(sandbox, context, limit):
+    name = f"t-cost-ok-{limit}".replace(".", "-")
     op = make_operator(sandbox, name, SLEEP_SECONDS="2")
-    op.deferrable = deferrable
     op.num_nodes, op.cost_limit_usd, op.usd_per_node_hour = 2, limit, PRICE
-    if deferrable:
-        trigger, _ = defer(op, context)
-        result = op.execute_complete(context, event=first_event(trigger))
-    else:
-        result = op.execute(context)
+    trigger, _ = defer(op, context)
+    result = op.execute_complete(context, event=first_event(trigger))
     assert result["state"] == "COMPLETED" and "job_cost" not in context["ti"].xcom
     slurm_job = job(sandbox, result["job_id"])
     # started_at/stopped_at: the job's Slurm Start/End (whole seconds), not the submit time.

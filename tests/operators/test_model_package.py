@@ -10,7 +10,6 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSensorTimeout
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
-from sim2real.orchestration.hooks.model_registry import approve_command
 from sim2real.orchestration.sensors.model_package import ModelPackageApprovalSensor
 from sim2real.orchestration.triggers.model_package import ModelPackageApprovalTrigger
 
@@ -56,12 +55,11 @@ def register(sm, group, run_key, status, description=None, url=None):
 
 
 def sensor(group, run_key, **kwargs):
-    kwargs.setdefault("deferrable", False)
     kwargs.setdefault("poke_interval", 0)
     return ModelPackageApprovalSensor(task_id="approval", model_package_group_name=group, run_key=run_key, **kwargs)
 
 
-# ---------------------------------------------------------------- sync
+# ---------------------------------------------------------------- settled without deferring
 def test_approved_returns_contract_dict_and_ignores_other_runs(moto_endpoint, sm, context):
     mine = register(sm, "g-approved", "run-1", "Approved", description="looks good")
     register(sm, "g-approved", "run-2", "Rejected")  # newer package of another run
@@ -81,19 +79,10 @@ def test_rejected_fails_without_retry_with_description(moto_endpoint, sm, contex
         sensor("g-rejected", "run-1").execute(context)
 
 
-def test_pending_times_out_naming_package_and_command(moto_endpoint, sm, context):
-    arn = register(sm, "g-pending", "run-1", "PendingManualApproval")
-    with pytest.raises(AirflowSensorTimeout) as err:
-        sensor("g-pending", "run-1", timeout=0).execute(context)
-    assert arn in str(err.value)
-    assert approve_command(arn) in str(err.value)
-    assert "aws sagemaker update-model-package --model-package-arn" in str(err.value)
-
-
-def test_missing_package_times_out_naming_run_key(moto_endpoint, sm, context):
-    sm.create_model_package_group(ModelPackageGroupName="g-empty")
+def test_missing_package_timeout_event_names_run_key(moto_endpoint, sm, context):
     with pytest.raises(AirflowSensorTimeout, match="sim2real:run-key=run-9"):
-        sensor("g-empty", "run-9", timeout=0).execute(context)
+        sensor("g-empty", "run-9").execute_complete(
+            context, {"status": "timeout", "message": "no end", "model_package_arn": None, "approval_status": None})
 
 
 def test_pipeline_execution_arn_cross_check(moto_endpoint, sm, context):
@@ -106,19 +95,19 @@ def test_pipeline_execution_arn_cross_check(moto_endpoint, sm, context):
                                 "SupportedContentTypes": ["a"], "SupportedResponseMIMETypes": ["a"]},
     )["ModelPackageArn"]
     assert sensor("g-exec", "run-1", pipeline_execution_arn="arn:exec/1").execute(context)["model_package_arn"] == arn
-    with pytest.raises(AirflowSensorTimeout):
-        sensor("g-exec", "run-1", pipeline_execution_arn="arn:exec/2", timeout=0).execute(context)
+    with pytest.raises(TaskDeferred):  # not this execution's package: keep waiting
+        sensor("g-exec", "run-1", pipeline_execution_arn="arn:exec/2", timeout=60).execute(context)
 
 
-# ---------------------------------------------------------------- deferrable
-def test_deferrable_returns_at_once_when_already_approved(moto_endpoint, sm, context):
+# ---------------------------------------------------------------- deferred
+def test_returns_at_once_when_already_approved(moto_endpoint, sm, context):
     register(sm, "g-def-ok", "run-1", "Approved")
-    assert sensor("g-def-ok", "run-1", deferrable=True).execute(context)["approval_status"] == "Approved"
+    assert sensor("g-def-ok", "run-1").execute(context)["approval_status"] == "Approved"
 
 
-def test_deferrable_defers_with_located_package(moto_endpoint, sm, context):
+def test_defers_with_located_package(moto_endpoint, sm, context):
     arn = register(sm, "g-def", "run-1", "PendingManualApproval")
-    s = sensor("g-def", "run-1", deferrable=True, poke_interval=30, timeout=timedelta(hours=1))
+    s = sensor("g-def", "run-1", poke_interval=30, timeout=timedelta(hours=1))
     with pytest.raises(TaskDeferred) as deferred:
         s.execute(context)
     trigger = deferred.value.trigger
@@ -130,7 +119,7 @@ def test_deferrable_defers_with_located_package(moto_endpoint, sm, context):
 
 @pytest.mark.parametrize(
     ("status", "expected"),
-    [("Approved", "success"), ("Rejected", "rejected"), ("PendingManualApproval", "timeout")],
+    [("Approved", "success"), ("Rejected", "failure"), ("PendingManualApproval", "timeout")],
 )
 def test_trigger_states_and_execute_complete(moto_endpoint, sm, context, status, expected):
     group = f"g-trig-{status.lower()}"
@@ -141,10 +130,10 @@ def test_trigger_states_and_execute_complete(moto_endpoint, sm, context, status,
     )
     assert event["status"] == expected
     assert event["model_package_arn"] == arn
-    s = sensor(group, "run-1", deferrable=True)
+    s = sensor(group, "run-1")
     if expected == "success":
         assert s.execute_complete(context, event)["model_data_url"] == "s3://bucket/runs/run-1/vla/model.tar.gz"
-    elif expected == "rejected":
+    elif expected == "failure":
         with pytest.raises(AirflowFailException, match="reason text"):
             s.execute_complete(context, event)
     else:
@@ -157,11 +146,13 @@ def test_trigger_not_found_times_out_without_arn(moto_endpoint, sm):
     event = first_event(
         ModelPackageApprovalTrigger(model_package_group_name="g-trig-none", run_key="run-x", waiter_delay=0, waiter_max_attempts=1)
     )
-    assert event == {"status": "timeout", "model_package_arn": None, "approval_status": None}
+    assert event["status"] == "timeout" and event["model_package_arn"] is None and event["approval_status"] is None
+    assert "no model package for run run-x" in event["message"]
 
 
 def test_trigger_serializes_round_trip():
-    t = ModelPackageApprovalTrigger(model_package_group_name="g", run_key="k", model_package_arn="arn:p/1", waiter_delay=5, waiter_max_attempts=3)
+    t = ModelPackageApprovalTrigger(model_package_group_name="g", run_key="k", model_package_arn="arn:p/1", waiter_delay=5,
+                                    waiter_max_attempts=3)
     path, kwargs = t.serialize()
     assert path == "sim2real.orchestration.triggers.model_package.ModelPackageApprovalTrigger"
     assert ModelPackageApprovalTrigger(**kwargs).serialize() == (path, kwargs)

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration.operators.preflight import (
     ResourcePreflightOperator,
     bucket_name_problems,
@@ -37,7 +38,7 @@ def plan(sandbox):
 
 
 def run(plan: dict) -> dict:
-    return ResourcePreflightOperator(task_id="check_resources", plan=plan).execute({})
+    return ResourcePreflightOperator(task_id=ids.CHECK_RESOURCES, plan=plan).execute({})
 
 
 def refused(plan: dict) -> str:

@@ -109,7 +109,7 @@ def test_start_with_typed_params_returns_arn_and_status(moto_endpoint, context, 
     _pipeline(sm, "p-start")
     op = PipelineExecutionOperator(
         task_id="x", pipeline_name="p-start", display_name="run-abc-12345678",
-        pipeline_params={"Epochs": 3, "UseLora": False}, deferrable=False, check_interval=0,
+        pipeline_params={"Epochs": 3, "UseLora": False}, check_interval=0,
     )
     result = op.execute(context)
     assert result["status"] == "Succeeded"
@@ -120,7 +120,7 @@ def test_start_with_typed_params_returns_arn_and_status(moto_endpoint, context, 
 
 @pytest.mark.parametrize("name", ["bad_name", "-lead", "x" * 83, ""])
 def test_invalid_display_name_refused(moto_endpoint, context, name):
-    op = PipelineExecutionOperator(task_id="x", pipeline_name="p", display_name=name, deferrable=False)
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p", display_name=name)
     with pytest.raises(ValueError, match="PipelineExecutionDisplayName"):
         op.execute(context)
 
@@ -129,7 +129,7 @@ def test_reattaches_to_executing_execution_and_defers(moto_endpoint, context, sm
     _pipeline(sm, "p-reattach")
     arn = sm.start_pipeline_execution(PipelineName="p-reattach", PipelineExecutionDisplayName="run-r1")["PipelineExecutionArn"]
     _set_status(arn, "Executing")
-    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-reattach", display_name="run-r1", deferrable=True)
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-reattach", display_name="run-r1")
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context)
     trigger = deferred.value.trigger
@@ -142,7 +142,7 @@ def test_reattaches_to_executing_execution_and_defers(moto_endpoint, context, sm
 def test_reattach_to_succeeded_returns_without_waiting(moto_endpoint, context, sm):
     _pipeline(sm, "p-done")
     arn = sm.start_pipeline_execution(PipelineName="p-done", PipelineExecutionDisplayName="run-d1")["PipelineExecutionArn"]
-    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-done", display_name="run-d1", deferrable=True)
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-done", display_name="run-d1")
     assert op.execute(context) == {"pipeline_execution_arn": arn, "status": "Succeeded"}
 
 
@@ -160,8 +160,7 @@ def test_a_new_execution_already_over_completes_without_deferring(moto_endpoint,
         return arn
 
     monkeypatch.setattr(SageMakerPipelineHook, "start_pipeline", start_and_end)
-    op = PipelineExecutionOperator(task_id="x", pipeline_name=f"p-over-{status.lower()}", display_name="run-o1",
-                                   deferrable=True)
+    op = PipelineExecutionOperator(task_id="x", pipeline_name=f"p-over-{status.lower()}", display_name="run-o1")
     if status == "Succeeded":
         assert op.execute(context)["status"] == "Succeeded"  # no TaskDeferred
     else:
@@ -182,8 +181,8 @@ ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:pipeline/p-stub/execution/abc123"
 
 
 @pytest.mark.parametrize("status", ["Failed", "Stopped", "CompletedWithFailures"])
-def test_sync_failure_statuses_name_the_failing_step(moto_endpoint, context, status):
-    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", deferrable=False, check_interval=0)
+def test_failure_statuses_name_the_failing_step(moto_endpoint, context, status):
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", check_interval=0)
     with Stubber(op.hook.conn) as stub:
         _stub_start(stub, ARN)
         stub.add_response("describe_pipeline_execution", {"PipelineExecutionStatus": status, "FailureReason": "step failed"})
@@ -203,8 +202,8 @@ def test_sync_failure_statuses_name_the_failing_step(moto_endpoint, context, sta
     assert "TransformDataset" not in str(err.value)
 
 
-def test_sync_failure_without_list_steps_still_fails(moto_endpoint, context):
-    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", deferrable=False, check_interval=0)
+def test_failure_without_list_steps_still_fails(moto_endpoint, context):
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", check_interval=0)
     with Stubber(op.hook.conn) as stub:
         _stub_start(stub, ARN)
         stub.add_response("describe_pipeline_execution", {"PipelineExecutionStatus": "Failed"})
@@ -213,29 +212,12 @@ def test_sync_failure_without_list_steps_still_fails(moto_endpoint, context):
             op.execute(context)
 
 
-def test_sync_keeps_polling_through_executing_and_stopping(moto_endpoint, context):
-    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", deferrable=False, check_interval=0)
-    with Stubber(op.hook.conn) as stub:
-        _stub_start(stub, ARN)
-        for status in ("Executing", "Executing", "Succeeded"):
-            stub.add_response("describe_pipeline_execution", {"PipelineExecutionStatus": status})
-        assert op.execute(context) == {"pipeline_execution_arn": ARN, "status": "Succeeded"}
-    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", deferrable=False, check_interval=0)
-    with Stubber(op.hook.conn) as stub:
-        _stub_start(stub, ARN)
-        for status in ("Stopping", "Stopped"):
-            stub.add_response("describe_pipeline_execution", {"PipelineExecutionStatus": status})
-        stub.add_response("list_pipeline_execution_steps", {"PipelineExecutionSteps": []})
-        with pytest.raises(AirflowException, match="ended Stopped"):
-            op.execute(context)
-
-
-def test_sync_on_kill_stops_execution(moto_endpoint, context):
-    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", deferrable=False, check_interval=0, waiter_max_attempts=1)
+def test_on_kill_stops_execution(moto_endpoint, context):
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", check_interval=0, waiter_max_attempts=1)
     with Stubber(op.hook.conn) as stub:
         _stub_start(stub, ARN)
         stub.add_response("describe_pipeline_execution", {"PipelineExecutionStatus": "Executing"})
-        with pytest.raises(AirflowException, match="still Executing"):
+        with pytest.raises(TaskDeferred):
             op.execute(context)
         stub.add_response("stop_pipeline_execution", {"PipelineExecutionArn": ARN}, {"PipelineExecutionArn": ARN})
         stub.add_response("describe_pipeline_execution", {"PipelineExecutionStatus": "Stopping"}, {"PipelineExecutionArn": ARN})
@@ -275,7 +257,8 @@ def test_trigger_failure_names_step_when_list_steps_answers(moto_endpoint, sm, m
     def list_pipeline_execution_steps(self):
         from moto.core.responses import ActionResult
 
-        return ActionResult({"PipelineExecutionSteps": [{"StepName": "SmokeGate", "StepStatus": "Failed", "FailureReason": "success rate 0.1 < 0.5"}]})
+        return ActionResult({"PipelineExecutionSteps": [
+            {"StepName": "SmokeGate", "StepStatus": "Failed", "FailureReason": "success rate 0.1 < 0.5"}]})
 
     monkeypatch.setattr(SageMakerResponse, "list_pipeline_execution_steps", list_pipeline_execution_steps, raising=False)
     event = first_event(PipelineExecutionTrigger(pipeline_execution_arn=arn, waiter_delay=0, waiter_max_attempts=1))

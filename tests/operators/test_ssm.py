@@ -65,7 +65,6 @@ def workstation(ec2, value, state="running"):
 
 
 def operator(value, **kwargs):
-    kwargs.setdefault("deferrable", False)
     return WorkstationCommandOperator(
         task_id="evaluate",
         workstation_tag_key="sim2real:role",
@@ -113,7 +112,6 @@ def test_success_reads_full_stdout_from_s3(moto_endpoint, ec2, s3, context):
     op = operator("ws-success")
     with Stubber(op.hook.conn) as stub:
         stub_until_send(stub, iid)
-        stub.add_response("get_command_invocation", invocation(iid, "InProgress"), {"CommandId": CMD, "InstanceId": iid})
         stub.add_response("get_command_invocation", invocation(iid, "Success"), {"CommandId": CMD, "InstanceId": iid})
         stub.add_response("get_command_invocation", invocation(iid, "Success", stdout=full[:24_000]), {"CommandId": CMD, "InstanceId": iid})
         result = op.execute(context)
@@ -192,14 +190,14 @@ def test_tag_must_select_exactly_one_instance(moto_endpoint, ec2, context):
 )
 def test_bad_arguments_refused(moto_endpoint, context, kwargs, match):
     base = dict(task_id="e", workstation_tag_key="k", workstation_tag_value="v", commands=["true"],
-                execution_timeout_seconds=60, output_s3_bucket=BUCKET, output_s3_key_prefix=PREFIX, deferrable=False)
+                execution_timeout_seconds=60, output_s3_bucket=BUCKET, output_s3_key_prefix=PREFIX)
     with pytest.raises(ValueError, match=match):
         WorkstationCommandOperator(**{**base, **kwargs}).execute(context)
 
 
-def test_deferrable_defers_with_resolved_instance_ids(moto_endpoint, ec2, context):
+def test_defers_with_resolved_instance_ids(moto_endpoint, ec2, context):
     iid = workstation(ec2, "ws-defer")
-    op = operator("ws-defer", deferrable=True)
+    op = operator("ws-defer")
     with Stubber(op.hook.conn) as stub:
         stub_until_send(stub, iid)
         stub.add_response("get_command_invocation", invocation(iid, "InProgress"), {"CommandId": CMD, "InstanceId": iid})
@@ -213,11 +211,11 @@ def test_deferrable_defers_with_resolved_instance_ids(moto_endpoint, ec2, contex
 
 
 @pytest.mark.parametrize("status", ["Success", "Failed"])
-def test_deferrable_command_already_over_completes_without_deferring(moto_endpoint, ec2, s3, context, status):
+def test_command_already_over_completes_without_deferring(moto_endpoint, ec2, s3, context, status):
     """No trigger race: a command that ended before the task would defer is settled in the task."""
     iid = workstation(ec2, f"ws-over-{status}")
     s3.put_object(Bucket=BUCKET, Key=ssm_output_key(PREFIX, CMD, iid), Body=b"episode 0 success=1\n")
-    op = operator(f"ws-over-{status}", deferrable=True)
+    op = operator(f"ws-over-{status}")
     with Stubber(op.hook.conn) as stub:
         stub_until_send(stub, iid)
         for _ in range(2):
@@ -230,14 +228,13 @@ def test_deferrable_command_already_over_completes_without_deferring(moto_endpoi
                 op.execute(context)
 
 
-def test_sync_on_kill_cancels_command(moto_endpoint, ec2, context):
+def test_on_kill_cancels_command(moto_endpoint, ec2, context):
     iid = workstation(ec2, "ws-kill")
     op = operator("ws-kill", waiter_max_attempts=1)
     with Stubber(op.hook.conn) as stub:
         stub_until_send(stub, iid)
         stub.add_response("get_command_invocation", invocation(iid, "InProgress"))
-        stub.add_response("cancel_command", {}, {"CommandId": CMD, "InstanceIds": [iid]})
-        with pytest.raises(AirflowException, match="not finished"):
+        with pytest.raises(TaskDeferred):
             op.execute(context)
         stub.add_response("cancel_command", {}, {"CommandId": CMD, "InstanceIds": [iid]})
         op.on_kill()
@@ -260,8 +257,8 @@ def _set_status(cid, status, code):
 
 @pytest.mark.parametrize(
     ("status", "expected"),
-    [("Success", "success"), ("Failed", "failed"), ("Cancelled", "failed"), ("TimedOut", "failed"),
-     ("Cancelling", "failed"), ("InProgress", "timeout"), ("Pending", "timeout"), ("Delayed", "timeout")],
+    [("Success", "success"), ("Failed", "failure"), ("Cancelled", "failure"), ("TimedOut", "failure"),
+     ("Cancelling", "failure"), ("InProgress", "timeout"), ("Pending", "timeout"), ("Delayed", "timeout")],
 )
 def test_trigger_status_table(moto_endpoint, ec2, context, status, expected):
     iid, cid = _sent_command(moto_endpoint, ec2, f"ws-trig-{status.lower()}")
@@ -269,7 +266,7 @@ def test_trigger_status_table(moto_endpoint, ec2, context, status, expected):
     # moto has no ListCommandInvocations: the trigger only uses GetCommandInvocation per instance id.
     event = first_event(WorkstationCommandTrigger(command_id=cid, instance_ids=[iid], waiter_delay=0, waiter_max_attempts=1))
     assert event["status"] == expected
-    if expected == "failed":
+    if expected == "failure":
         assert event["command_status"] == status and event["instance_id"] == iid
         op = operator(f"ws-trig-{status.lower()}")
         with pytest.raises(AirflowException, match=f"ended {status}"):

@@ -10,6 +10,7 @@ import pytest
 from moto import mock_aws
 
 from operator_helpers import FakeTI
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration.operators.ssm import STARTED_BY_TAG, WorkstationCommandOperator, WorkstationStopOperator
 from sim2real.contract.run_key import make_run_key
 
@@ -45,18 +46,18 @@ def _command_op():
 
 def test_retry_knows_the_run_started_the_workstation_and_the_stop_still_happens(workstation):
     ec2, iid = workstation
-    first_try = FakeTI("evaluate.run_evaluation")
+    first_try = FakeTI(ids.RUN_EVALUATION)
     assert _command_op()._ensure_running(_context(first_try)) == (iid, True)
     tags = {t["Key"]: t["Value"] for t in ec2.describe_tags()["Tags"] if t["ResourceId"] == iid}
     assert tags[STARTED_BY_TAG] == make_run_key("sim_to_real", RUN_ID)
 
     # Retry: the instance is already running; the XComs of the first try are gone.
-    retry = FakeTI("evaluate.run_evaluation")
+    retry = FakeTI(ids.RUN_EVALUATION)
     assert _command_op()._ensure_running(_context(retry)) == (iid, True)
 
     # Even with a retry that recorded "not started", the stop reads the tag and stops the instance.
     retry.xcom.update({"started_instance": False, "instance_id": iid})
-    stop = WorkstationStopOperator(task_id="stop_workstation", command_task_id="evaluate.run_evaluation",
+    stop = WorkstationStopOperator(task_id="stop_workstation", command_task_id=ids.RUN_EVALUATION,
                                    wait_for_stopped=False, region_name=REGION)
     result = stop.execute(_context(retry))
     assert result["stopped"] is True
@@ -69,9 +70,9 @@ def test_an_instance_started_by_another_run_is_left_alone(workstation):
     ec2, iid = workstation
     ec2.start_instances(InstanceIds=[iid])
     ec2.create_tags(Resources=[iid], Tags=[{"Key": STARTED_BY_TAG, "Value": "some-other-run-0000"}])
-    ti = FakeTI("evaluate.run_evaluation")
+    ti = FakeTI(ids.RUN_EVALUATION)
     assert _command_op()._ensure_running(_context(ti)) == (iid, False)
     ti.xcom.update({"started_instance": False, "instance_id": iid})
-    stop = WorkstationStopOperator(task_id="stop_workstation", command_task_id="evaluate.run_evaluation",
+    stop = WorkstationStopOperator(task_id="stop_workstation", command_task_id=ids.RUN_EVALUATION,
                                    wait_for_stopped=False, region_name=REGION)
     assert stop.execute(_context(ti))["stopped"] is False

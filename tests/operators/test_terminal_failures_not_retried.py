@@ -48,5 +48,5 @@ def test_evaluation_command_timeout_is_not_retried(aws_env, monkeypatch):
                                     output_s3_key_prefix="p")
     monkeypatch.setattr(type(op.hook), "read_output", lambda self, *a, **k: "")
     with pytest.raises(AirflowFailException, match="TimedOut"):
-        op.execute_complete({}, {"status": "failed", "command_id": "c-1", "instance_id": "i-1",
+        op.execute_complete({}, {"status": "failure", "command_id": "c-1", "instance_id": "i-1",
                                  "command_status": "TimedOut", "exit_code": -1})

@@ -15,7 +15,7 @@ import pytest
 from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
 
 import sim2real.orchestration.triggers
-from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
+from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger, StepWaitTrigger
 
 
 def waiter_triggers() -> list[type]:
@@ -23,7 +23,7 @@ def waiter_triggers() -> list[type]:
     for info in pkgutil.iter_modules(sim2real.orchestration.triggers.__path__, "sim2real.orchestration.triggers."):
         module = importlib.import_module(info.name)
         found += [obj for obj in vars(module).values() if inspect.isclass(obj) and obj.__module__ == info.name
-                  and issubclass(obj, AwsBaseWaiterTrigger) and obj is not AwsHookWaiterTrigger]
+                  and issubclass(obj, AwsBaseWaiterTrigger) and obj not in (AwsHookWaiterTrigger, StepWaitTrigger)]
     return sorted(found, key=lambda c: c.__name__)
 
 
@@ -33,6 +33,8 @@ def test_all_eight_waiter_triggers_use_the_base() -> None:
                             "HyperPodScaleTrigger", "HyperPodSlurmJobTrigger", "ModelPackageApprovalTrigger",
                             "PipelineExecutionTrigger", "WorkstationCommandTrigger"])
     assert all(issubclass(c, AwsHookWaiterTrigger) for c in waiter_triggers())
+    # every wait runs through the one wait core: a step function and the shared driver
+    assert all(issubclass(c, StepWaitTrigger) and callable(c.step_function) for c in waiter_triggers())
 
 
 @pytest.mark.parametrize("trigger_class", waiter_triggers(), ids=lambda c: c.__name__)

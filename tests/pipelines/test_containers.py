@@ -59,7 +59,7 @@ def test_requirements_pinned_and_processing_matches_the_tested_lock():
 
 def test_entry_points_named_by_the_definition_exist():
     template = groot.TEMPLATE_PATH.read_text()
-    modules = set(re.findall(r'"-m","(sim2real\.pipelines\.[a-z_]+)"', template))
+    modules = set(re.findall(r'"-m","(sim2real\.workloads\.groot\.[a-z_]+)"', template))
     assert modules == {"sim2real.workloads.groot.transform_dataset", "sim2real.workloads.groot.smoke_eval"}
     for module in modules | {"sim2real.workloads.groot.finetune_entry"}:
         assert callable(importlib.import_module(module).main)

@@ -86,8 +86,8 @@ def test_plan_parameters_are_all_declared_with_matching_types(definition):
     """StartPipelineExecution refuses undeclared parameters: every one the run plan sends must exist."""
     from sim2real.orchestration.stages import plan_run
 
-    from ..unit.test_config import GOOD
-    from ..unit.test_stages import PARAMS
+    from tests.unit.test_config import GOOD
+    from tests.unit.test_stages import PARAMS
 
     plan = plan_run(dag_id="sim_to_real", run_id="manual__2026-11-29T00:00:00+00:00", params=PARAMS, env=GOOD)
     declared = {p["Name"]: p["Type"] for p in definition["Parameters"]}

@@ -131,3 +131,58 @@ def test_airflow_env_points_at_the_sandbox(sb: Sandbox) -> None:
     resources = ce["computeEnvironments"][0]
     assert (resources["state"], resources["status"]) == ("ENABLED", "VALID")
     assert resources["computeResources"]["maxvCpus"] >= 48
+
+
+def _queued_events(sb: Sandbox, key: str, want: int, timeout: float = 30.0) -> list[dict]:
+    """Wait-event queue messages about ``key`` (deleted once read), in arrival order, until ``want`` came."""
+    from sim2real.orchestration.events.envelope import EventEnvelope
+
+    sqs, url = sb.client("sqs"), sb.config["events"]["queue_url"]
+    found: list[dict] = []
+
+    def collect():
+        for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            if EventEnvelope.parse(m["Body"]).resource_key().ident == key:
+                found.append(json.loads(m["Body"]))
+        return found if len(found) >= want else None
+
+    wait_until(collect, timeout=timeout, interval=0.0)
+    return found
+
+
+def test_every_job_state_change_reaches_the_wait_event_queue_as_aws_sends_it(sb: Sandbox) -> None:
+    """moto's EventBridge applies the provisioned rule (detail.jobQueue = the project's queue) and delivers the
+    ``Batch Job State Change`` envelope to the SQS queue; the detail is the DescribeJobs job."""
+    from botocore.session import get_session
+
+    from sim2real.orchestration.events.envelope import EventEnvelope
+
+    sb.client("sqs").purge_queue(QueueUrl=sb.config["events"]["queue_url"])
+    job_id = _submit(sb, "evented-job")
+    assert _terminal(sb, job_id)["status"] == "SUCCEEDED"
+    events = _queued_events(sb, job_id, want=6)
+    assert [e["detail"]["status"] for e in events] == ["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING",
+                                                       "SUCCEEDED"]
+    first = events[0]
+    assert (first["source"], first["detail-type"]) == ("aws.batch", "Batch Job State Change")
+    assert first["resources"] == [first["detail"]["jobArn"]]
+    assert first["detail"]["jobQueue"].endswith(":job-queue/sim2real-gpu")
+    job_shape = get_session().get_service_model("batch").operation_model("DescribeJobs").output_shape
+    members = set(job_shape.members["jobs"].member.members)
+    assert set(events[-1]["detail"]) <= members, set(events[-1]["detail"]) - members
+    assert EventEnvelope.parse(json.dumps(events[-1])).describe_response()["jobs"][0]["status"] == "SUCCEEDED"
+
+
+def test_event_faults_drop_and_duplicate(sb: Sandbox) -> None:
+    sb.faults["events_drop"] = ["Batch Job State Change"]
+    dropped = _submit(sb, "dropped-events")
+    assert _terminal(sb, dropped)["status"] == "SUCCEEDED"
+    assert len(sb.events.find("events", "dropped", key=dropped)) == 6
+    sb.faults.pop("events_drop")
+    sb.faults["events_duplicate"] = 1
+    duplicated = _submit(sb, "duplicated-events")
+    assert _terminal(sb, duplicated)["status"] == "SUCCEEDED"
+    events = _queued_events(sb, duplicated, want=7)
+    assert events[0]["id"] == events[1]["id"] and events[0]["detail"]["status"] == "SUBMITTED"
+    assert not [e for e in events if e["detail"]["jobId"] == dropped]

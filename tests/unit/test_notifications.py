@@ -11,6 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration import notifications as n
 from sim2real.contract.run_key import make_run_key
 
@@ -50,7 +51,7 @@ def topic(monkeypatch):
         yield SimpleNamespace(arn=arn, received=received)
 
 
-def dag_failure_context(task_id="train.train_policy"):
+def dag_failure_context(task_id=ids.BATCH_TRAIN_POLICY):
     ti = SimpleNamespace(task_id=task_id, try_number=3, dag_id="sim_to_real", run_id=RUN_ID,
                          xcom_pull=lambda **kw: None)
     return {"dag": _dag(), "run_id": RUN_ID, "reason": "task_failure", "ti": ti}
@@ -83,7 +84,7 @@ def test_release_dag_failure_points_at_its_release_record(topic):
 def test_gate_failure_carries_the_reason(topic):
     report = {"report_uri": "s3://b/runs/k/eval/report.json"}
     ti = SimpleNamespace(task_id="quality_gate", try_number=1, dag_id="sim_to_real", run_id=RUN_ID,
-                         xcom_pull=lambda task_ids: report if task_ids == "evaluate.read_eval_report" else None)
+                         xcom_pull=lambda task_ids: report if task_ids == ids.READ_EVAL_REPORT else None)
     err = Exception("QUALITY GATE FAILED: success_rate 0.100 < threshold 0.150 (5/50 episodes succeeded)")
     n.gate_failed()({"dag": _dag(), "run_id": RUN_ID, "ti": ti, "exception": err})
     [msg] = topic.received()
@@ -106,7 +107,7 @@ def test_approval_needed_names_the_package_and_the_command(topic):
     )["ModelPackageArn"]
     task = SimpleNamespace(model_package_group_name="grp", run_key=run_key, pipeline_execution_arn=None,
                            aws_conn_id=None, region_name="us-east-1")
-    ti = SimpleNamespace(task_id="vla.wait_for_approval", try_number=1, dag_id="sim_to_real", run_id=RUN_ID,
+    ti = SimpleNamespace(task_id=ids.WAIT_FOR_APPROVAL, try_number=1, dag_id="sim_to_real", run_id=RUN_ID,
                          _ti_context_from_server=SimpleNamespace(next_method=None))
     ctx = {"dag": _dag(), "run_id": RUN_ID, "ti": ti, "task": task}
     n.approval_needed()(ctx)
@@ -121,7 +122,7 @@ def test_approval_needed_names_the_package_and_the_command(topic):
 
 def test_deployed_lists_the_devices(topic):
     result = {"deployment_id": "dep-1", "devices": {"robot-1": "SUCCEEDED", "robot-2": "SUCCEEDED"}}
-    ti = SimpleNamespace(task_id="deploy.deploy_to_robots", try_number=1, dag_id="sim_to_real", run_id=RUN_ID,
+    ti = SimpleNamespace(task_id=ids.DEPLOY_TO_ROBOTS, try_number=1, dag_id="sim_to_real", run_id=RUN_ID,
                          xcom_pull=lambda task_ids: result)
     n.deployed()({"dag": _dag(), "run_id": RUN_ID, "ti": ti,
                   "task": SimpleNamespace(thing_group_name="sim2real-robots")})

@@ -57,7 +57,7 @@ def test_the_reward_series_of_a_real_training_run_is_what_skrl_logged(trained_di
     assert series.steps == (64, 128)
     assert series.values == pytest.approx([v for _, v in expected], abs=0, rel=1e-7)
     low, high = scalars[plots.REWARD_MIN_TAG], scalars[plots.REWARD_MAX_TAG]
-    assert all(lo <= mean <= hi for lo, mean, hi in zip(low.values, series.values, high.values))
+    assert all(lo <= mean <= hi for lo, mean, hi in zip(low.values, series.values, high.values, strict=True))
 
 
 def test_training_curve_from_real_events_plots_iterations_and_values(trained_dir):  # noqa: F811

@@ -388,8 +388,13 @@ def test_mwaa_bundle_ships_the_release_dag_and_its_schema(tmp_path):
         (REPO_ROOT / "dags" / "sim_to_real_release.py").read_bytes()
     names = zipfile.ZipFile(bundle / "plugins.zip").namelist()
     assert {"sim2real/orchestration/release.py", "sim2real/contract/schemas/release.schema.json"} <= set(names)
-    code = "import sim2real.orchestration.release as r; print(r.__file__); print(sorted(r.build_release_params()))"
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(bundle / "plugins.zip")},
+    plugins = tmp_path / "plugins"  # MWAA unpacks plugins.zip there; the checkout's include/ is taken off the path
+    zipfile.ZipFile(bundle / "plugins.zip").extractall(plugins)
+    code = (f"import sys; sys.path[:] = [p for p in sys.path if p != {str(REPO_ROOT / 'include')!r}]; "
+            "import sim2real.orchestration.release as r; print(r.__file__); print(r.SCHEMA_PATH); "
+            "print(sorted(r.build_release_params()))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(plugins)},
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "plugins.zip" in out.stdout and "model_package_arn" in out.stdout
+    module, schema = out.stdout.splitlines()[:2]
+    assert module.startswith(str(plugins)) and schema.startswith(str(plugins)) and "model_package_arn" in out.stdout

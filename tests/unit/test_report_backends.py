@@ -13,6 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration.budget import ON_DEMAND_USD_PER_HOUR
 from sim2real.orchestration.lineage import lineage_errors, render_markdown
 from sim2real.orchestration.stages import plan_run
@@ -73,12 +74,12 @@ def test_a_hyperpod_run_records_its_slurm_job_cluster_and_scaling():
              "state": "COMPLETED", "exit_code": "0:0", "log_path": "/fsx/sim2real/logs/x-17.out",
              "submit_host_instance_id": "i-0123456789abcdef0", "reattached": False}
     lineage = write(plan, {
-        ("hyperpod.check_capacity", "return_value"): {"ok": True, "instance_type": "ml.g5.12xlarge"},
-        ("hyperpod.scale_up", "return_value"): scale(0, 1),
-        ("hyperpod.train_policy", "return_value"): slurm,
-        ("hyperpod.scale_down", "return_value"): scale(1, 0),
+        (ids.HYPERPOD_CHECK_CAPACITY, "return_value"): {"ok": True, "instance_type": "ml.g5.12xlarge"},
+        (ids.HYPERPOD_SCALE_UP, "return_value"): scale(0, 1),
+        (ids.HYPERPOD_TRAIN_POLICY, "return_value"): slurm,
+        (ids.HYPERPOD_SCALE_DOWN, "return_value"): scale(1, 0),
         # A Batch task of the same run (skipped branch) must not be read.
-        ("train.train_policy", "return_value"): {"job_id": "not-this-one"},
+        (ids.BATCH_TRAIN_POLICY, "return_value"): {"job_id": "not-this-one"},
     })
     assert lineage_errors(lineage) == []
     chain = lineage["chain"]
@@ -103,7 +104,7 @@ def test_a_batch_job_stopped_at_the_cost_limit_still_gets_its_actual_cost():
                 "stopped_at": 4_600.0, "run_seconds": 3_600.0, "usd_per_node_hour": price,
                 "cost_usd": round(price, 2), "stopped_by_budget": True}
     # The training task failed (stopped at the limit): no return value, only its job_cost XCom.
-    lineage = write(plan, {("train.train_policy", "job_cost"): job_cost})
+    lineage = write(plan, {(ids.BATCH_TRAIN_POLICY, "job_cost"): job_cost})
     assert lineage_errors(lineage) == []
     assert lineage["chain"]["training_backend"] == "batch" and lineage["stages"]["training"] is None
     actual = lineage["cost_actual"]

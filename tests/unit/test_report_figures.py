@@ -11,6 +11,7 @@ import pytest
 from moto import mock_aws
 from PIL import Image
 
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration import plots
 from sim2real.orchestration.lineage import lineage_errors
 from sim2real.contract.stats import wilson_interval
@@ -107,9 +108,9 @@ def stored(s3, key):
 def test_a_full_run_gets_both_pictures_recorded_linked_and_embedded(s3, events_dir):
     upload_events(s3, events_dir)
     ti = RunningTask({
-        "train.train_policy": {"job_id": "712d25ad-4769-4599-bcfc-4605b0af382a"},
-        "checkpoint.wait_for_checkpoint": manifest(),
-        "evaluate.read_eval_report": evaluation(),
+        ids.BATCH_TRAIN_POLICY: {"job_id": "712d25ad-4769-4599-bcfc-4605b0af382a"},
+        ids.WAIT_FOR_CHECKPOINT: manifest(),
+        ids.READ_EVAL_REPORT: evaluation(),
         "quality_gate": {"passed": True, "reason": "success_rate 0.300 >= threshold 0.150",
                          "metric": "success_rate", "value": 0.3, "threshold": 0.15},
     })

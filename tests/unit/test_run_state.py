@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration.run_state import check_run_outcome, failed_tasks
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -71,7 +72,7 @@ def finish_teardowns(dag, states: dict[str, str | None], outcome_task: str | Non
     out = dict(states)
     for task_id in dag.task_ids:
         if dag.get_task(task_id).is_teardown and out.get(task_id) is None and task_id != outcome_task:
-            out[task_id] = "success" if task_id in ("write_lineage", "write_release_record") else "skipped"
+            out[task_id] = "success" if task_id in (ids.WRITE_LINEAGE, "write_release_record") else "skipped"
     if outcome_task in dag.task_ids:
         crumbs = [{"task_id": t, "map_index": -1, "state": s} for t, s in out.items() if t != outcome_task]
         try:
@@ -84,65 +85,65 @@ def finish_teardowns(dag, states: dict[str, str | None], outcome_task: str | Non
 
 def test_run_marked_failed_while_training_ends_failed(main_dag):
     states = {t: None for t in main_dag.task_ids}
-    states.update({"prepare_run": "success", "training_backend": "success", "build.build_image": "success",
-                   "preflight.check_capacity": "success", "train.train_policy": "deferred"})
+    states.update({"prepare_run": "success", "training_backend": "success", ids.BUILD_IMAGE: "success",
+                   ids.BATCH_CHECK_CAPACITY: "success", ids.BATCH_TRAIN_POLICY: "deferred"})
     for task_id in main_dag.task_ids:
         if task_id.startswith("hyperpod."):
             states[task_id] = "skipped"
-    after = finish_teardowns(main_dag, mark_failed(main_dag, states), "run_outcome")
-    assert after["train.train_policy"] == "failed" and after["write_lineage"] == "success"
-    assert after["run_outcome"] == "failed"
+    after = finish_teardowns(main_dag, mark_failed(main_dag, states), ids.RUN_OUTCOME)
+    assert after[ids.BATCH_TRAIN_POLICY] == "failed" and after[ids.WRITE_LINEAGE] == "success"
+    assert after[ids.RUN_OUTCOME] == "failed"
     assert run_state(main_dag, after) == "failed"
 
 
 def test_failed_stage_with_report_written_ends_failed(main_dag):
     states = {t: "success" for t in main_dag.task_ids}
     states.update({t: "skipped" for t in main_dag.task_ids if t.startswith("hyperpod.")})
-    states["vla.wait_for_approval"] = "failed"
-    for task_id in ("deploy.deploy_enabled", "deploy.deployment_components", "deploy.deploy_to_robots"):
+    states[ids.WAIT_FOR_APPROVAL] = "failed"
+    for task_id in (ids.DEPLOY_ENABLED, ids.DEPLOYMENT_COMPONENTS, ids.DEPLOY_TO_ROBOTS):
         states[task_id] = "upstream_failed"
-    states["run_outcome"] = None
-    after = finish_teardowns(main_dag, states, "run_outcome")
+    states[ids.RUN_OUTCOME] = None
+    after = finish_teardowns(main_dag, states, ids.RUN_OUTCOME)
     assert run_state(main_dag, after) == "failed"
 
 
 def test_report_that_cannot_be_written_fails_the_run(main_dag, release_dag):
-    for dag, report in ((main_dag, "write_lineage"), (release_dag, "write_release_record")):
+    for dag, report in ((main_dag, ids.WRITE_LINEAGE), (release_dag, "write_release_record")):
         states = {t: "success" for t in dag.task_ids}
         states.update({t: "skipped" for t in dag.task_ids if t.startswith("hyperpod.")})
         states[report] = "failed"
         assert dag.get_task(report).is_teardown and dag.get_task(report).on_failure_fail_dagrun
-        states["run_outcome"] = None
-        assert run_state(dag, finish_teardowns(dag, states, "run_outcome")) == "failed", dag.dag_id
+        states[ids.RUN_OUTCOME] = None
+        assert run_state(dag, finish_teardowns(dag, states, ids.RUN_OUTCOME)) == "failed", dag.dag_id
 
 
 def test_a_clean_run_still_succeeds(main_dag, release_dag):
     for dag in (main_dag, release_dag):
         states = {t: "success" for t in dag.task_ids}
         states.update({t: "skipped" for t in dag.task_ids if t.startswith("hyperpod.")})
-        states["run_outcome"] = None
-        after = finish_teardowns(dag, states, "run_outcome")
-        assert after["run_outcome"] == "success" and run_state(dag, after) == "success"
+        states[ids.RUN_OUTCOME] = None
+        after = finish_teardowns(dag, states, ids.RUN_OUTCOME)
+        assert after[ids.RUN_OUTCOME] == "success" and run_state(dag, after) == "success"
 
 
 def test_run_outcome_is_the_last_teardown(main_dag, release_dag):
-    for dag, report in ((main_dag, "write_lineage"), (release_dag, "write_release_record")):
-        outcome = dag.get_task("run_outcome")
+    for dag, report in ((main_dag, ids.WRITE_LINEAGE), (release_dag, "write_release_record")):
+        outcome = dag.get_task(ids.RUN_OUTCOME)
         assert outcome.is_teardown and outcome.on_failure_fail_dagrun and outcome.retries == 0
         assert report in outcome.upstream_task_ids and not outcome.downstream_task_ids
-    assert "hyperpod.scale_down" in main_dag.get_task("run_outcome").upstream_task_ids
+    assert ids.HYPERPOD_SCALE_DOWN in main_dag.get_task(ids.RUN_OUTCOME).upstream_task_ids
 
 
 def test_failed_tasks_and_message():
     crumbs = [{"task_id": "a", "map_index": -1, "state": "success"},
               {"task_id": "b", "map_index": -1, "state": "failed"},
               {"task_id": "c", "map_index": 2, "state": "upstream_failed"},
-              {"task_id": "run_outcome", "map_index": -1, "state": "failed"}]
-    assert failed_tasks(crumbs, exclude=["run_outcome"]) == {"b": "failed", "c[2]": "upstream_failed"}
+              {"task_id": ids.RUN_OUTCOME, "map_index": -1, "state": "failed"}]
+    assert failed_tasks(crumbs, exclude=[ids.RUN_OUTCOME]) == {"b": "failed", "c[2]": "upstream_failed"}
     from airflow.sdk.exceptions import AirflowFailException
 
     with pytest.raises(AirflowFailException, match=r"failed: b; not run because of them \(upstream_failed\): c\[2\]"):
-        check_run_outcome("d", "r", own_task_id="run_outcome", breadcrumbs=crumbs)
+        check_run_outcome("d", "r", own_task_id=ids.RUN_OUTCOME, breadcrumbs=crumbs)
     assert check_run_outcome("d", "r", own_task_id="x", breadcrumbs=crumbs[:1]) == {"state": "success", "tasks": 1}
 
 
@@ -161,10 +162,10 @@ def test_lineage_of_a_cleared_task_matches_the_schema(monkeypatch):
     from sim2real.orchestration.lineage import build_lineage, lineage_errors
 
     fake = SimpleNamespace(RuntimeTaskInstance=SimpleNamespace(get_task_breadcrumbs=lambda dag_id, run_id: [
-        {"task_id": "train.train_policy", "map_index": -1, "state": "success", "duration": -61.77},
-        {"task_id": "prepare_run", "map_index": -1, "state": "success", "duration": 1.2}]))
+        {"task_id": ids.BATCH_TRAIN_POLICY, "map_index": -1, "state": "success", "duration": -61.77},
+        {"task_id": ids.PREPARE_RUN, "map_index": -1, "state": "success", "duration": 1.2}]))
     monkeypatch.setitem(sys.modules, "airflow.sdk.execution_time.task_runner", fake)
     states = report.collect_task_states("sim_to_real", "r")
-    assert states["train.train_policy"] == {"state": "success", "duration_s": None}
+    assert states[ids.BATCH_TRAIN_POLICY] == {"state": "success", "duration_s": None}
     lineage = build_lineage(run_key="k-00000000", dag_id="sim_to_real", run_id="r", params={}, task_states=states)
     assert lineage_errors(lineage) == []

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from sim2real.contract import env_vars
 from sim2real.contract import tracking as contract
 
 ARN = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/sim2real"
@@ -36,41 +37,66 @@ def test_off_by_default_nothing_imported_nothing_changed():
     assert proc.stdout.split() == ["False", "False"], proc.stderr
 
 
+def _plan(**overrides):
+    from sim2real.orchestration.stages import plan_run
+
+    from .test_config import GOOD
+    from .test_stages import PARAMS
+
+    return plan_run(dag_id="sim_to_real", run_id="manual__2026-11-29T00:00:00+00:00",
+                    params={**PARAMS, **overrides}, env=GOOD)
+
+
 def test_start_tracking_without_config_leaves_the_plan_as_it_was():
     from sim2real.orchestration.stages import eval_commands
+    from sim2real.orchestration.stages.run import TrackingPlan
     from sim2real.orchestration.tracking import apply_tracking, start_tracking
 
-    plan = {"run_key": "k", "params": {}, "batch": {"environment": {"TASK": "Reacher-v5"}},
-            "vla": {"enabled": True, "parameters": {"RunKey": "k"}},
-            "checkpoint": {"manifest_uri": "s3://b/m.json", "task": "Reacher-v5"},
-            "evaluation": {"report_uri": "s3://b/r.json", "episodes": 2, "seed": 0,
-                           "command_template": "sim2real-evaluate --manifest-uri {manifest_uri}"}}
+    plan = _plan()
+    assert TrackingPlan.from_plan(plan) == TrackingPlan.off("not started (prepare_run starts it)")
     before = json.loads(json.dumps(plan))
     tracking = start_tracking(plan=plan, env={}, dag_id="d", run_id="r")
     assert tracking == {"enabled": False, "reason": "the environment config has no mlflow.tracking_uri"}
     apply_tracking(plan, tracking, {})
-    assert plan["batch"] == before["batch"] and plan["vla"] == before["vla"]
-    assert eval_commands(plan, {"checkpoint_uri": "s3://b/c.pt"}) == eval_commands(before, {"checkpoint_uri": "s3://b/c.pt"})
+    assert plan["tracking"] == TrackingPlan.off("the environment config has no mlflow.tracking_uri").to_json()
+    assert {k: v for k, v in plan.items() if k != "tracking"} == {k: v for k, v in before.items() if k != "tracking"}
+    manifest = {"checkpoint_uri": "s3://b/c.pt"}
+    assert eval_commands(plan, manifest) == eval_commands(before, manifest)
+    assert "export " not in eval_commands(plan, manifest)[0]
 
 
 def test_apply_tracking_puts_each_child_run_in_its_stage():
     from sim2real.orchestration.stages import eval_commands
+    from sim2real.orchestration.stages.evaluate import EvaluationPlan
+    from sim2real.orchestration.stages.run import TrackingPlan
+    from sim2real.orchestration.stages.vla import VlaPlan
     from sim2real.orchestration.tracking import apply_tracking
 
-    plan = {"run_key": "k", "params": {"num_nodes": 1, "training_backend": "batch"},
-            "batch": {"environment": {"TASK": "Reacher-v5"}}, "vla": {"enabled": True, "parameters": {}},
-            "checkpoint": {"manifest_uri": "s3://b/m.json", "task": "Reacher-v5"},
-            "evaluation": {"report_uri": "s3://b/r.json", "episodes": 2, "seed": 0,
-                           "command_template": "sim2real-evaluate --manifest-uri {manifest_uri}"}}
-    env = {"hyperpod": {}}
-    apply_tracking(plan, TRACKING, env)
-    assert plan["batch"]["environment"][contract.RUN_ID_ENV] == "b" * 32
-    assert plan["batch"]["environment"][contract.TRACKING_URI_ENV] == ARN
-    assert plan["hyperpod"]["environment"][contract.RUN_ID_ENV] == "b" * 32
-    assert plan["evaluation"]["environment"][contract.RUN_ID_ENV] == "c" * 32
-    assert plan["vla"]["parameters"]["MlflowRunId"] == "d" * 32
-    command = eval_commands(plan, {"checkpoint_uri": "s3://b/c.pt"})[0]
-    assert f"export MLFLOW_RUN_ID={'c' * 32}" in command and "sim2real-evaluate" in command
+    from .test_config import GOOD
+
+    plan = json.loads(json.dumps(_plan()))  # as an XCom pull hands it on
+    apply_tracking(plan, TRACKING, GOOD)
+    assert TrackingPlan.from_plan(plan).runs == TRACKING["runs"]
+    assert plan["batch"]["environment"][env_vars.MLFLOW_RUN_ID] == "b" * 32
+    assert plan["batch"]["environment"][env_vars.MLFLOW_TRACKING_URI] == ARN
+    assert plan["batch"]["environment"][env_vars.MLFLOW_PARENT_RUN_ID] == "a" * 32
+    assert plan["hyperpod"]["environment"][env_vars.MLFLOW_RUN_ID] == "b" * 32
+    assert EvaluationPlan.from_plan(plan).environment[env_vars.MLFLOW_RUN_ID] == "c" * 32
+    vla = VlaPlan.from_plan(plan)
+    assert vla.parameters["MlflowRunId"] == "d" * 32
+    assert vla.mlflow == {"tracking_uri": ARN, "experiment_name": "sim2real"}
+    commands = eval_commands(plan, {"checkpoint_uri": "s3://b/c.pt"})
+    assert f"export MLFLOW_RUN_ID={'c' * 32}" in commands[0] and "sim2real-evaluate" in commands[0]
+    assert commands[0].index("export MLFLOW_RUN_ID") < commands[0].index("sim2real-evaluate")
+
+
+def test_apply_tracking_refuses_a_record_that_is_not_a_tracking_plan():
+    from sim2real.orchestration.tracking import apply_tracking
+
+    from .test_config import GOOD
+
+    with pytest.raises(TypeError, match="run_ids"):
+        apply_tracking(_plan(), {**TRACKING, "run_ids": {}}, GOOD)
 
 
 def test_server_version_must_match_the_client():

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from sim2real.contract import schemas
 from sim2real.workloads.evaluate import wilson_interval
 from tests.workloads.conftest import clean_env
 
@@ -36,6 +37,9 @@ def test_same_checkpoint_and_seeds_give_identical_reports(trained_dir, tmp_path)
     assert r["checkpoint_uri"] == str(trained_dir / "agent_000002.pt")
     assert "0.05 m" in r["success_definition"]
     assert r["mean_return"] == pytest.approx(sum(r["returns"]) / 3)
+    assert schemas.errors("eval_report", r) == []
+    # the manifest the evaluator read, as the trainer wrote it
+    assert schemas.errors("checkpoint_manifest", json.loads((trained_dir / "manifest.json").read_text())) == []
 
 
 def test_sha256_mismatch_exits_3_and_writes_no_report(trained_dir, tmp_path):

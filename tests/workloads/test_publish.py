@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sim2real.contract import schemas
 from sim2real.workloads import publish
 from tests.workloads.conftest import LAUNCHER, clean_env
 
@@ -144,6 +145,7 @@ def test_publish_to_local_dir_is_complete_and_idempotent(log_dir, tmp_path):
     assert manifest["schema_version"] == 1 and manifest["created_at"].endswith("Z")
     assert {"torch", "skrl", "gymnasium", "mujoco"} <= set(manifest["library_versions"])
     assert manifest["tensorboard_uri"] == str(out / "tensorboard") + "/"
+    assert schemas.errors("checkpoint_manifest", manifest) == []
     events = list((out / "tensorboard" / "2026-01-02_09-30-00_ppo_torch").glob("events.out.tfevents.*"))
     assert len(events) == 1
     assert sorted(p.name for p in out.iterdir()) == ["agent_000072.pt", "agent_000072.pt.sha256", "manifest.json",
@@ -233,6 +235,7 @@ def test_resumed_run_continues_step_numbering(tmp_path):
     # no params/*.yaml and no events: iteration/timesteps fall back to the step, reward is unknown
     assert manifest["iteration"] == 120 and manifest["timesteps"] == 120 and manifest["rollouts"] is None
     assert manifest["mean_reward"] is None and manifest["completed"] is False
+    assert schemas.errors("checkpoint_manifest", manifest) == []
 
 
 def test_no_checkpoint_other_rank_and_bad_input(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import re
 import boto3
 import pytest
 
+from sim2real.contract import schemas
 from sim2real.contract import storage
 from sim2real.workloads.policy import deterministic_policy, load_checkpoint
 from sim2real.workloads.train import find_latest_complete_checkpoint, parse_args, UsageError
@@ -31,6 +32,7 @@ def test_local_run_writes_checkpoints_sidecars_tensorboard_and_one_manifest(trai
     assert manifest["resumed_from"] is None and manifest["image_digest"] is None
     assert set(manifest["library_versions"]) == {"torch", "skrl", "gymnasium", "mujoco"}
     assert manifest["created_at"].endswith("Z")
+    assert schemas.errors("checkpoint_manifest", manifest) == []
     ckpt = load_checkpoint(manifest["checkpoint_uri"])
     assert ckpt["sim2real"]["iteration"] == 2 and ckpt["sim2real"]["obs_dim"] == 10
     policy = deterministic_policy(ckpt)
@@ -70,6 +72,7 @@ def test_resume_continues_from_latest_complete_checkpoint(tmp_path):
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["resumed_from"] == str(tmp_path / "agent_000002.pt")
     assert manifest["iteration"] == 4 and manifest["timesteps"] == 4 * 64 * 2
+    assert schemas.errors("checkpoint_manifest", manifest) == []
     assert load_checkpoint(manifest["checkpoint_uri"])["sim2real"]["iteration"] == 4
 
 
@@ -107,6 +110,7 @@ def test_s3_output_through_moto_server(moto_server, monkeypatch):
     assert manifest["checkpoint_uri"] == "s3://sim2real-test/runs/k1/checkpoints/agent_000002.pt"
     assert manifest["tensorboard_uri"] == "s3://sim2real-test/runs/k1/checkpoints/tensorboard/"
     assert storage.sha256_uri(manifest["checkpoint_uri"]) == manifest["sha256"]
+    assert schemas.errors("checkpoint_manifest", manifest) == []
     assert load_checkpoint(manifest["checkpoint_uri"])["sim2real"]["task"] == "Reacher-v5"
 
 

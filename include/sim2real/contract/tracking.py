@@ -7,30 +7,14 @@ metrics and artefacts into that run. With no tracking URI set, tracking is off a
 
 Standard library only (imported in the MWAA environment and in every image).
 
-Variable names: the first three are MLflow's own (``mlflow.environment_variables``: ``MLFLOW_TRACKING_URI``,
-``MLFLOW_EXPERIMENT_ID``, ``MLFLOW_RUN_ID``), so the MLflow client picks them up as it would anywhere;
-the parent run id is ours (MLflow links a child to its parent with the ``mlflow.parentRunId`` tag).
+Variable names: :mod:`sim2real.contract.env_vars` (``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID``,
+``MLFLOW_RUN_ID`` are MLflow's own; the parent run id is ours: MLflow links a child to its parent with the
+``mlflow.parentRunId`` tag).
 """
 
 from __future__ import annotations
 
 import re
-
-#: Where the workload logs: ``http(s)://host:port`` of an MLflow tracking server, or the ARN of a SageMaker
-#: managed MLflow tracking server (``arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>``),
-#: resolved by the ``sagemaker-mlflow`` plugin. Unset or empty: tracking off.
-TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
-#: The experiment (id) the run belongs to.
-EXPERIMENT_ID_ENV = "MLFLOW_EXPERIMENT_ID"
-#: The stage's child run, created by the Airflow side; the workload logs into it (and resumes it on retry).
-RUN_ID_ENV = "MLFLOW_RUN_ID"
-#: The DAG run's parent run (recorded on a run the workload has to create itself, e.g. a manual run).
-PARENT_RUN_ID_ENV = "SIM2REAL_MLFLOW_PARENT_RUN_ID"
-#: Metrics are sent in batches (``log_batch``) of at most this many iterations' worth (default 10).
-FLUSH_EVERY_ENV = "SIM2REAL_MLFLOW_FLUSH_EVERY"
-
-#: Every variable above, in the order a launcher passes them on.
-TRACKING_ENV_VARS = (TRACKING_URI_ENV, EXPERIMENT_ID_ENV, RUN_ID_ENV, PARENT_RUN_ID_ENV, FLUSH_EVERY_ENV)
 
 #: MLflow's system tag naming a run's parent (``mlflow.utils.mlflow_tags.MLFLOW_PARENT_RUN_ID``).
 PARENT_RUN_TAG = "mlflow.parentRunId"

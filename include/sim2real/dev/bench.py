@@ -19,6 +19,8 @@ Rows:
   seeds, the Wilson 95 % interval of all seeds' episodes pooled (100 evaluation episodes per seed, seeds
   2000..2099), each seed's rate and the median env-steps/s (:mod:`sim2real.workloads.bench`). ``--rl-budgets``,
   ``--rl-seeds`` and ``--only rl`` make it shorter;
+* optional (``--only waits``): wait-event latency and AWS calls per waiting hour at 1, 10 and 50 concurrent
+  Batch waits in the sandbox (:mod:`sim2real.dev.bench_waits`);
 * policy server latency p50/p99 (ms) and throughput (requests/s) over real ZMQ on loopback,
   onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy.
 
@@ -37,7 +39,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from sim2real.contract import env_vars as ev
+from sim2real.contract import task_ids as ids
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
 _PARSE_SNIPPET = """
 import time, sys
@@ -63,13 +68,13 @@ def dag_parse_seconds(path: Path, repeats: int = 5) -> dict[str, float]:
 #: waiting task -> (services whose calls are its polls, sandbox event marking the terminal state,
 #: event data filter) — the event with the latest time among matches is the terminal one.
 WAITS: dict[str, tuple[tuple[str, ...], str, str, dict[str, Any]]] = {
-    "build.build_image": (("codebuild",), "codebuild", "build-status", {"status": "SUCCEEDED"}),
-    "train.train_policy": (("batch", "logs"), "batch", "job-done", {"status": "SUCCEEDED"}),
-    "checkpoint.wait_for_checkpoint": (("s3",), "", "", {}),
-    "evaluate.run_evaluation": (("ssm",), "ssm", "command-done", {"status": "Success"}),
-    "vla.finetune_groot": (("sagemaker",), "sagemaker", "pipeline-status", {"status": "Succeeded"}),
-    "vla.wait_for_approval": (("sagemaker",), "approver", "decision", {"decision": "Approved"}),
-    "deploy.deploy_to_robots": (("greengrassv2", "iot"), "greengrass", "device-status", {"status": "SUCCEEDED"}),
+    ids.BUILD_IMAGE: (("codebuild",), "codebuild", "build-status", {"status": "SUCCEEDED"}),
+    ids.BATCH_TRAIN_POLICY: (("batch", "logs"), "batch", "job-done", {"status": "SUCCEEDED"}),
+    ids.WAIT_FOR_CHECKPOINT: (("s3",), "", "", {}),
+    ids.RUN_EVALUATION: (("ssm",), "ssm", "command-done", {"status": "Success"}),
+    ids.FINETUNE_GROOT: (("sagemaker",), "sagemaker", "pipeline-status", {"status": "Succeeded"}),
+    ids.WAIT_FOR_APPROVAL: (("sagemaker",), "approver", "decision", {"decision": "Approved"}),
+    ids.DEPLOY_TO_ROBOTS: (("greengrassv2", "iot"), "greengrass", "device-status", {"status": "SUCCEEDED"}),
 }
 
 
@@ -178,7 +183,7 @@ def policy_latency(n: int = 1000) -> dict[str, Any]:
     from sim2real.workloads.export import export_onnx
 
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "TASK": "Reacher-v5", "MAX_ITERATIONS": "1", "NUM_ENVS": "2", "OUTPUT_URI": tmp}
+        env = {**os.environ, ev.TASK: "Reacher-v5", ev.MAX_ITERATIONS: "1", ev.NUM_ENVS: "2", ev.OUTPUT_URI: tmp}
         env.pop("AWS_ENDPOINT_URL", None)
         subprocess.run([sys.executable, "-m", "sim2real.workloads.train"], env=env, check=True,
                        capture_output=True)
@@ -263,8 +268,9 @@ def _parse_main(argv: list[str]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
-    ap.add_argument("--only", choices=("all", "rl"), default="all",
-                    help="rl: only the policy-quality rows (ours vs Stable-Baselines3)")
+    ap.add_argument("--only", choices=("all", "rl", "waits"), default="all",
+                    help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait-event "
+                         "rows (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox)")
     ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
     ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
     args = ap.parse_args(argv)
@@ -284,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     from sim2real.workloads.bench import env_steps_per_second
 
     results: dict[str, Any] = {"machine": _machine()}
+    if args.only == "waits":
+        from sim2real.dev import bench_waits
+
+        results["wait_events"] = bench_waits.run([1, 10, 50])
+        return _print_and_write(results, bench_waits.rows(results["wait_events"]), "wait events only (sandbox)")
     if args.only == "rl":
         results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
         rows = _quality_rows(results["policy_quality"])

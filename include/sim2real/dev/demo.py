@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from sim2real.contract import task_ids as ids
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
 
 #: The demo's default training seed and first evaluation seed (``--random-seeds`` for new ones).
@@ -153,7 +155,7 @@ def run_folder_link(dag_run) -> str | None:
     """The "S3 run folder" extra link of ``prepare_run`` as the UI would render it (from its XCom)."""
     from sim2real.orchestration.links.s3 import S3RunFolderLink
 
-    return _persisted_link(dag_run, "prepare_run", S3RunFolderLink())
+    return _persisted_link(dag_run, ids.PREPARE_RUN, S3RunFolderLink())
 
 
 def figure_links(dag_run) -> dict[str, str | None]:
@@ -161,17 +163,17 @@ def figure_links(dag_run) -> dict[str, str | None]:
     S3 console URL, ``None`` when the picture was not written)."""
     from sim2real.orchestration.links.s3 import FIGURE_LINKS
 
-    return {name: _persisted_link(dag_run, "write_lineage", link()) for name, link in FIGURE_LINKS.items()}
+    return {name: _persisted_link(dag_run, ids.WRITE_LINEAGE, link()) for name, link in FIGURE_LINKS.items()}
 
 
 def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)] if rows else [len(h) for h in header]
     line = "+-" + "-+-".join("-" * w for w in widths) + "-+"
     print(f"\n{title}\n{line}")
-    print("| " + " | ".join(str(h).ljust(w) for h, w in zip(header, widths)) + " |")
+    print("| " + " | ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
     print(line)
     for row in rows:
-        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
     print(line)
 
 
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     from sim2real.dev.sandbox import Sandbox
 
     started = time.monotonic()
-    print(f"[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
+    print("[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
     with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow") as sandbox:
         env_config = sandbox.provision()
         from sim2real.dev.sandbox.device import PolicyDeviceCheck

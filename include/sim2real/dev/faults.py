@@ -1,5 +1,5 @@
 """Fault replay: run the real ``sim_to_real`` DAG against the sandbox once per injected fault
-(DESIGN §5) and check that each run ends the way it must.
+and check that each run ends the way it must.
 
 All scenarios share one process, one sandbox, one Airflow home (SQLite) and one DagBag; each is
 one ``dag.test()`` run with tiny training (2 PPO iterations, no time budget, 3 evaluation episodes),
@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from sim2real.contract import task_ids as ids
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
 #: Every scenario's run conf starts from this: tiny training and evaluation, gate always passes.
 BASE_CONF: dict[str, Any] = {
@@ -44,10 +46,10 @@ BASE_CONF: dict[str, Any] = {
 #: Stop the release after the quality gate (scenarios whose fault is upstream of the fine-tune).
 NO_RELEASE = {"run_vla_finetune": False, "deploy_to_edge": False}
 
-LINEAGE = "write_lineage"
-STOP_WS = "evaluate.stop_workstation"
-TRAIN = "train.train_policy"
-OUTCOME = "run_outcome"
+LINEAGE = ids.WRITE_LINEAGE
+STOP_WS = ids.STOP_WORKSTATION
+TRAIN = ids.BATCH_TRAIN_POLICY
+OUTCOME = ids.RUN_OUTCOME
 
 Check = Callable[["Outcome"], list[tuple[str, bool, str]]]
 
@@ -56,8 +58,8 @@ Check = Callable[["Outcome"], list[tuple[str, bool, str]]]
 class Scenario:
     name: str
     fault: str          # what is injected, in words
-    design: str         # DESIGN §5 item
-    expected: str       # the outcome DESIGN asks for, in words
+    failure_mode: str   # the kind of failure, in a few words (the report's "failure mode" column)
+    expected: str       # the outcome the run must have, in words
     check: Check
     faults: dict[str, Any] = field(default_factory=dict)
     conf: dict[str, Any] = field(default_factory=dict)
@@ -76,6 +78,9 @@ class Scenario:
     teardowns: bool = True
     #: Airflow refuses to create the run (ParamValidationError): no run, only the scenario's own check
     refused: bool = False
+    #: name of an earlier scenario whose DAG run this one shares: both faults are injected into that one run and
+    #: each scenario's checks read its outcome (only for faults in independent stages of runs that both succeed)
+    shares_run: str | None = None
 
 
 @dataclass
@@ -154,7 +159,7 @@ def teardowns_ran(o: Outcome) -> list[tuple[str, bool, str]]:
            _c("run_outcome ran (last teardown) and agrees with the run's state",
               o.state_of(OUTCOME) == o.state and o.state in ("success", "failed"),
               f"run_outcome {o.state_of(OUTCOME)}, run {o.state}")]
-    if o.state_of("evaluate.run_evaluation") in ("success", "failed", "up_for_retry"):
+    if o.state_of(ids.RUN_EVALUATION) in ("success", "failed", "up_for_retry"):
         out.append(_c("stop_workstation ran (teardown)", o.state_of(STOP_WS) == "success", o.state_of(STOP_WS)))
     return out
 
@@ -292,7 +297,7 @@ def _stale_tag(sandbox, env_config) -> None:
 
 
 def _built_not_stale(o: Outcome) -> tuple[bool, Any]:
-    digest = ((o.tasks.get("build.build_image") or {}).get("xcom") or {}).get("image_digest")
+    digest = ((o.tasks.get(ids.BUILD_IMAGE) or {}).get("xcom") or {}).get("image_digest")
     return (bool(digest) and digest != STALE.get("digest") and o.requests.get("StartBuild", 0) == 1,
             {"digest": digest, "stale": STALE.get("digest"), "StartBuild": o.requests.get("StartBuild", 0)})
 
@@ -300,27 +305,27 @@ def _built_not_stale(o: Outcome) -> tuple[bool, Any]:
 SCENARIOS: list[Scenario] = [
     Scenario(
         "batch_runnable", "Batch job held RUNNABLE (no capacity); budget runnable_timeout_minutes=1, the job reports "
-        "createdAt 57 s in the past", "§5.1",
+        "createdAt 57 s in the past", "capacity",
         "train fails within the budget with the Batch statusReason and the compute environment state; job terminated",
         all_of(fails_with(TRAIN, "stayed RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "compute environment",
                           "the job was terminated"),
                custom("job terminated (FAILED, budget reason)", _job_terminated),
                custom("no retry", lambda o: (o.tries(TRAIN) == 1, o.tries(TRAIN))),
-               submits(1), not_run("checkpoint.wait_for_checkpoint", "evaluate.run_evaluation")),
+               submits(1), not_run(ids.WAIT_FOR_CHECKPOINT, ids.RUN_EVALUATION)),
         faults={"batch_stuck_runnable": True, "batch_runnable_since_seconds": 57},
         conf={"runnable_timeout_minutes": 1, **NO_RELEASE},
     ),
     Scenario(
-        "batch_node_fails", "the multi-node job FAILS: node 0's essential container exits 1", "§5.2",
+        "batch_node_fails", "the multi-node job FAILS: node 0's essential container exits 1", "job failure",
         "train fails with the job's statusReason, exit code and failure class (user code: no retry)",
         all_of(fails_with(TRAIN, "ended FAILED", "Essential container in task exited", "exit code=1",
                           "failure class"),
-               submits(1), not_run("checkpoint.wait_for_checkpoint", "evaluate.run_evaluation")),
+               submits(1), not_run(ids.WAIT_FOR_CHECKPOINT, ids.RUN_EVALUATION)),
         faults={"batch_fail_node": True}, conf=NO_RELEASE,
     ),
     Scenario(
         "worker_lost_after_submit", "the first try of train dies right after SubmitJob (its next DescribeJobs fails "
-        "with a non-retryable ClientException); Airflow retries the task", "§5.3",
+        "with a non-retryable ClientException); Airflow retries the task", "lost worker",
         "the retry reattaches to the same job (ListJobs by name + run-key tag): exactly one job, run succeeds",
         all_of(succeeds, submits(1),
                custom("train retried once", lambda o: (o.tries(TRAIN) == 2, o.tries(TRAIN))),
@@ -332,7 +337,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "throttling_and_5xx", f"{sum(THROTTLE.values())} ThrottlingException and {sum(SERVER_ERROR.values())} HTTP 503 "
-        "answers spread over Batch, SSM, EC2, Service Quotas and ECR calls", "§5.12",
+        "answers spread over Batch, SSM, EC2, Service Quotas and ECR calls", "throttling",
         "every error retried by botocore (adaptive mode); the whole loop succeeds with no task retry and one job",
         all_of(succeeds, faults_consumed, submits(1),
                custom("no task retried", lambda o: (all(v["try_number"] <= 1 for v in o.tasks.values()),
@@ -340,24 +345,24 @@ SCENARIOS: list[Scenario] = [
         faults={"throttle": THROTTLE, "server_error": SERVER_ERROR},
     ),
     Scenario(
-        "ssm_timeout", "the evaluation command times out on the workstation (SSM TimedOut)", "§5.2, §5.6",
+        "ssm_timeout", "the evaluation command times out on the workstation (SSM TimedOut)", "timeout",
         "run_evaluation fails naming TimedOut and the execution timeout; the workstation is stopped",
-        all_of(fails_with("evaluate.run_evaluation", "TimedOut"),
-               not_run("evaluate.read_eval_report", "quality_gate")),
+        all_of(fails_with(ids.RUN_EVALUATION, "TimedOut"),
+               not_run(ids.READ_EVAL_REPORT, ids.QUALITY_GATE)),
         faults={"ssm_timeout": True}, conf=NO_RELEASE,
     ),
     Scenario(
         "pipeline_completed_with_failures", "the GR00T pipeline ends CompletedWithFailures (step GR00TFinetune)",
-        "§5.2", "finetune_groot fails with the status and the failing step; no approval wait, no deployment",
-        all_of(fails_with("vla.finetune_groot", "CompletedWithFailures", "GR00TFinetune"),
-               not_run("vla.wait_for_approval", "deploy.deploy_to_robots")),
+        "job failure", "finetune_groot fails with the status and the failing step; no approval wait, no deployment",
+        all_of(fails_with(ids.FINETUNE_GROOT, "CompletedWithFailures", "GR00TFinetune"),
+               not_run(ids.WAIT_FOR_APPROVAL, ids.DEPLOY_TO_ROBOTS)),
         faults={"pipeline_status": "CompletedWithFailures"},
     ),
     Scenario(
-        "model_package_rejected", "the reviewer rejects the run's model package in the Model Registry", "§2 (approval)",
+        "model_package_rejected", "the reviewer rejects the run's model package in the Model Registry", "approval",
         "wait_for_approval fails with Rejected and the reviewer's reason; nothing is deployed; lineage written",
-        all_of(fails_with("vla.wait_for_approval", "Rejected", "rejected by the fault replay's reviewer"),
-               not_run("deploy.deploy_to_robots"),
+        all_of(fails_with(ids.WAIT_FOR_APPROVAL, "Rejected", "rejected by the fault replay's reviewer"),
+               not_run(ids.DEPLOY_TO_ROBOTS),
                custom("lineage has no deployment, has the checkpoint",
                       lambda o: (bool(o.lineage) and o.lineage["chain"].get("deployment_id") is None
                                  and bool(o.lineage["chain"].get("checkpoint_sha256")),
@@ -365,18 +370,18 @@ SCENARIOS: list[Scenario] = [
         faults={"reject_model_package": True}, decision="Rejected",
     ),
     Scenario(
-        "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "§5.8",
+        "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "partial deployment",
         "deploy_to_robots fails naming the device; the deployment is cancelled and the device rolled back",
-        all_of(fails_with("deploy.deploy_to_robots", "sim2real-robot-2", "FAILED"),
+        all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "sim2real-robot-2", "FAILED"),
                custom("deployment CANCELED", lambda o: (bool(o.deployments) and all(
                    d["status"] == "CANCELED" for d in o.deployments), o.deployments))),
         faults={"greengrass_device_fail": "sim2real-robot-2"},
     ),
     Scenario(
         "quota_below_need", "EC2 quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 8 vCPU; the job "
-        "needs 48", "§5.9",
+        "needs 48", "quota",
         "check_capacity refuses with the quota name, code, limit, usage and the request command; no SubmitJob",
-        all_of(fails_with("preflight.check_capacity", "L-DB2E81BA", "Running On-Demand G and VT instances",
+        all_of(fails_with(ids.BATCH_CHECK_CAPACITY, "L-DB2E81BA", "Running On-Demand G and VT instances",
                           "request-service-quota-increase"),
                submits(0), custom("no job definition registered",
                                   lambda o: (o.requests.get("RegisterJobDefinition", 0) == 0,
@@ -385,51 +390,51 @@ SCENARIOS: list[Scenario] = [
         quota_limits={"L-DB2E81BA": 8.0}, conf=NO_RELEASE,
     ),
     Scenario(
-        "checkpoint_bad_sha256", "after training, manifest.json is rewritten with a wrong sha256", "§2 (checkpoint), "
-        "§5.10", "wait_for_checkpoint fails with the sha256 mismatch; nothing is evaluated",
-        all_of(fails_with("checkpoint.wait_for_checkpoint", "sha256 mismatch"),
-               custom("no retry (fail fast)", lambda o: (o.tries("checkpoint.wait_for_checkpoint") == 1,
-                                                         o.tries("checkpoint.wait_for_checkpoint"))),
-               submits(1), not_run("evaluate.run_evaluation")),
+        "checkpoint_bad_sha256", "after training, manifest.json is rewritten with a wrong sha256", "checkpoint integrity",
+        "wait_for_checkpoint fails with the sha256 mismatch; nothing is evaluated",
+        all_of(fails_with(ids.WAIT_FOR_CHECKPOINT, "sha256 mismatch"),
+               custom("no retry (fail fast)", lambda o: (o.tries(ids.WAIT_FOR_CHECKPOINT) == 1,
+                                                         o.tries(ids.WAIT_FOR_CHECKPOINT))),
+               submits(1), not_run(ids.RUN_EVALUATION)),
         faults={"checkpoint_bad_sha256": True}, conf=NO_RELEASE,
     ),
     Scenario(
         "package_rejected_before_deploy", "the model package is approved, then rejected by the reviewer after "
-        "the approval wait returned and before the deploy stage", "§2 (approval)",
+        "the approval wait returned and before the deploy stage", "approval",
         "deploy_to_robots refuses it (status read again before CreateDeployment): no deployment, run failed, "
         "lineage says Rejected",
-        all_of(fails_with("deploy.deploy_to_robots", "is Rejected", "no Greengrass deployment was created"),
+        all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "is Rejected", "no Greengrass deployment was created"),
                custom("no deployment created", lambda o: (not o.deployments and o.requests.get("CreateDeployment", 0) == 0,
                                                           o.deployments)),
                custom("lineage records Rejected at deploy time",
                       lambda o: (bool(o.lineage) and o.lineage["chain"].get("model_approval_status") == "Rejected"
                                  and o.lineage["chain"].get("model_approval_checked_at") == "deploy",
                                  (o.lineage or {}).get("chain")))),
-        on_task_start={"deploy.deploy_to_robots": _reject_package},
+        on_task_start={ids.DEPLOY_TO_ROBOTS: _reject_package},
     ),
     Scenario(
         "greengrass_device_stuck", "one robot (sim2real-robot-2) stays IN_PROGRESS; deployment_timeout_minutes=1",
-        "§5.8", "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
+        "deployment timeout", "deploy_to_robots fails after the one bound, naming the unfinished robot; one deployment, "
         "cancelled; no retry",
-        all_of(fails_with("deploy.deploy_to_robots", "timed out", "within the deployment timeout of 60 s",
+        all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "timed out", "within the deployment timeout of 60 s",
                           "unfinished devices: sim2real-robot-2: IN_PROGRESS"),
-               custom("no retry", lambda o: (o.tries("deploy.deploy_to_robots") == 1, o.tries("deploy.deploy_to_robots"))),
+               custom("no retry", lambda o: (o.tries(ids.DEPLOY_TO_ROBOTS) == 1, o.tries(ids.DEPLOY_TO_ROBOTS))),
                custom("exactly one deployment, CANCELED",
                       lambda o: (len(o.deployments) == 1 and o.deployments[0]["status"] == "CANCELED", o.deployments))),
         faults={"greengrass_stuck": "sim2real-robot-2"}, conf={"deployment_timeout_minutes": 1},
     ),
     Scenario(
         "thing_group_without_devices", f"the run deploys to thing group {EMPTY_GROUP}, which has no core devices",
-        "§5.8", "check_resources refuses the run naming the group, before the build, any training or deployment",
-        all_of(fails_with("check_resources", f"IoT thing group '{EMPTY_GROUP}' has no Greengrass core device"),
-               nothing_started, not_run("build.build_image", TRAIN, "deploy.deploy_to_robots"),
+        "preflight", "check_resources refuses the run naming the group, before the build, any training or deployment",
+        all_of(fails_with(ids.CHECK_RESOURCES, f"IoT thing group '{EMPTY_GROUP}' has no Greengrass core device"),
+               nothing_started, not_run(ids.BUILD_IMAGE, TRAIN, ids.DEPLOY_TO_ROBOTS),
                custom("no deployment created", lambda o: (o.requests.get("CreateDeployment", 0) == 0 and not o.deployments,
                                                           o.deployments))),
         setup=_empty_thing_group, conf={"thing_group_name": EMPTY_GROUP},
     ),
     Scenario(
         "orphan_of_a_deleted_run", "a Batch job of an earlier run whose DAG run no longer exists (deleted; its "
-        "process died) is still RUNNABLE when a new run starts", "§5.3",
+        "process died) is still RUNNABLE when a new run starts", "orphaned job",
         "prepare_run's sweep terminates it (reason names the sweeper and the run); the new run succeeds",
         all_of(succeeds,
                custom("orphan terminated by the sweep", lambda o: (
@@ -438,16 +443,16 @@ SCENARIOS: list[Scenario] = [
         setup=_orphan_job, probe=_orphan_probe, conf=NO_RELEASE,
     ),
     Scenario(
-        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "§2 (input)",
+        "conf_unknown_keys", "run conf with typos: {num_node: 4, eval_epsiodes: 7} (REST API / CLI)", "bad input",
         "prepare_run refuses the run naming each unknown key with the closest field; nothing is started",
-        all_of(fails_with("prepare_run", "'num_node' is not a field", "did you mean 'num_nodes'",
+        all_of(fails_with(ids.PREPARE_RUN, "'num_node' is not a field", "did you mean 'num_nodes'",
                           "'eval_epsiodes' is not a field", "did you mean 'eval_episodes'"),
-               custom("no retry", lambda o: (o.tries("prepare_run") == 1, o.tries("prepare_run"))),
-               nothing_started, not_run("check_resources", "build.build_image", TRAIN)),
+               custom("no retry", lambda o: (o.tries(ids.PREPARE_RUN) == 1, o.tries(ids.PREPARE_RUN))),
+               nothing_started, not_run(ids.CHECK_RESOURCES, ids.BUILD_IMAGE, TRAIN)),
         conf={"num_node": 4, "eval_epsiodes": 7, **NO_RELEASE}, teardowns=False,
     ),
     Scenario(
-        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "§2 (input)",
+        "conf_out_of_range", "run conf with eval_episodes = -5 (the form used to clamp it to 1)", "bad input",
         "Airflow refuses to create the run, with the reason; no run exists",
         lambda o: [_c("run creation refused", o.state == "refused", o.state),
                    _c("the reason names the field and the bound",
@@ -456,41 +461,43 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "invalid_bucket_name", "environment config artifacts_bucket 'Sim2Real-Artifacts' (upper case)",
-        "§2 (preflight)", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
-        all_of(fails_with("check_resources", "'Sim2Real-Artifacts' is not a valid S3 bucket name",
+        "preflight", "check_resources refuses the run with the S3 naming rule broken; no build, no training",
+        all_of(fails_with(ids.CHECK_RESOURCES, "'Sim2Real-Artifacts' is not a valid S3 bucket name",
                           "upper-case letters"),
-               nothing_started, not_run("build.build_image", TRAIN)),
+               nothing_started, not_run(ids.BUILD_IMAGE, TRAIN)),
         env_patch={"artifacts_bucket": "Sim2Real-Artifacts"}, conf=NO_RELEASE, teardowns=False,
     ),
     Scenario(
         "missing_release_resources", "the model package group and the pipeline role of the config do not exist",
-        "§2 (preflight)", "check_resources lists both problems at once, before the build and the GPU fine-tune",
-        all_of(fails_with("check_resources", "2 problem(s)",
+        "preflight", "check_resources lists both problems at once, before the build and the GPU fine-tune",
+        all_of(fails_with(ids.CHECK_RESOURCES, "2 problem(s)",
                           "model package group 'sim2real-missing-models' does not exist",
                           "role/sim2real-missing-role' does not exist"),
-               nothing_started, not_run("build.build_image", TRAIN, "vla.finetune_groot")),
+               nothing_started, not_run(ids.BUILD_IMAGE, TRAIN, ids.FINETUNE_GROOT)),
         env_patch={"sagemaker": {"model_package_group": "sim2real-missing-models",
                                  "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-missing-role"}},
     ),
     Scenario(
         "instance_type_too_small", "batch.instance_type g6.xlarge (1 GPU, 4 vCPU) for the 4-GPU, 48-vCPU job "
-        "definition", "§5.9", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
-        all_of(fails_with("check_resources", "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
+        "definition", "capacity preflight", "check_resources refuses with the GPU and vCPU shortfall per node; no job is submitted",
+        all_of(fails_with(ids.CHECK_RESOURCES, "asks for GPU 4 per node", "g6.xlarge has 1", "RUNNABLE"),
                submits(0), nothing_started, not_run(TRAIN)),
         # max_budget_usd 0: the price table has no g6.xlarge (the budget check would refuse the run first)
         env_patch={"batch": {"instance_type": "g6.xlarge"}}, conf={**NO_RELEASE, "max_budget_usd": 0},
     ),
     Scenario(
         "build_over_at_once", "the image build is over before the task's first read (CodeBuild finishes inside "
-        "StartBuild); ECR holds a stale image under the old branch tag src-main", "§2 (build)",
+        "StartBuild); ECR holds a stale image under the old branch tag src-main", "stale image",
         "build_image finishes in its first try without deferring (no trigger race) and the run trains on the "
         "image it built, not the stale tag",
         all_of(succeeds,
                custom("build_image succeeded in one try", lambda o: (
-                   o.state_of("build.build_image") == "success" and o.tries("build.build_image") == 1,
-                   (o.state_of("build.build_image"), o.tries("build.build_image")))),
+                   o.state_of(ids.BUILD_IMAGE) == "success" and o.tries(ids.BUILD_IMAGE) == 1,
+                   (o.state_of(ids.BUILD_IMAGE), o.tries(ids.BUILD_IMAGE)))),
                custom("built (one StartBuild), digest is not the stale tag's", _built_not_stale)),
         faults={"codebuild_instant": True}, conf=NO_RELEASE, setup=_stale_tag,
+        # the build stage's fault, beside the train stage's retry: one successful run checks both
+        shares_run="worker_lost_after_submit",
     ),
 ]
 for _s in SCENARIOS:  # every scenario also checks the invariants
@@ -499,6 +506,43 @@ for _s in SCENARIOS:  # every scenario also checks the invariants
     _s.check.__name__ = _s.name
 
 SCENARIO_NAMES = [s.name for s in SCENARIOS]
+
+
+def _check_shared_runs(scenarios: list[Scenario]) -> None:
+    """A scenario may share the run of an earlier one that shares no other's, with the same reviewer decision, no
+    refusal, and no fault, task hook or conf key set both ways (one would hide the other).
+
+    :raises ValueError: naming the scenario and what clashes.
+    """
+    earlier: dict[str, Scenario] = {}
+    for s in scenarios:
+        lead = earlier.get(s.shares_run) if s.shares_run else None
+        if s.shares_run and lead is None:
+            raise ValueError(f"scenario {s.name}: shares_run {s.shares_run!r} is not an earlier scenario")
+        if lead is not None:
+            clash = sorted((set(s.faults) & set(lead.faults)) | (set(s.on_task_start) & set(lead.on_task_start))
+                           | {k for k in set(s.conf) & set(lead.conf) if s.conf[k] != lead.conf[k]}
+                           | set(s.quota_limits) & set(lead.quota_limits))
+            if lead.shares_run or s.refused or lead.refused or s.decision != lead.decision or s.env_patch or clash:
+                raise ValueError(f"scenario {s.name} cannot share the run of {lead.name}: "
+                                 f"{clash or 'refused runs, env patches, chains or decisions differ'}")
+        earlier[s.name] = s
+
+
+_check_shared_runs(SCENARIOS)
+
+
+def runs_of(names: list[str] | None = None) -> list[list[str]]:
+    """The DAG runs that replaying ``names`` (default: every scenario) takes, each as the scenario names it checks.
+
+    A scenario whose ``shares_run`` is among ``names`` joins that scenario's run; otherwise it runs alone.
+    """
+    selected = [s for s in SCENARIOS if names is None or s.name in names]
+    chosen = {s.name for s in selected}
+    runs: dict[str, list[str]] = {}
+    for s in selected:
+        runs.setdefault(s.shares_run if s.shares_run in chosen else s.name, []).append(s.name)
+    return list(runs.values())
 
 
 # -- running -----------------------------------------------------------------------------------------
@@ -577,7 +621,7 @@ def _collect(sandbox, env_config, dag_run, before, listener, t0: float, faults: 
                                  "duration": ti.duration}
         rows = session.execute(select(XComModel.task_id, XComModel.value).where(
             XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id,
-            XComModel.task_id.in_([TRAIN, "build.build_image"]), XComModel.key == "return_value")).all()
+            XComModel.task_id.in_([TRAIN, ids.BUILD_IMAGE]), XComModel.key == "return_value")).all()
         for task_id, value in rows:
             try:
                 tasks[task_id]["xcom"] = json.loads(value) if isinstance(value, (str, bytes)) else value
@@ -612,7 +656,8 @@ def _collect(sandbox, env_config, dag_run, before, listener, t0: float, faults: 
                    requests=requests, injected=Counter(e.data.get("action") for e in sandbox.events.find("sandbox", "fault")
                                                        if e.time >= t0 and e.data.get("action")),
                    jobs=jobs, commands=commands, executions=executions, deployments=deployments,
-                   instances=instances, instances_before=before["instances"], lineage=lineage, faults_left=json.loads(json.dumps(faults, default=str)),
+                   instances=instances, instances_before=before["instances"], lineage=lineage,
+                   faults_left=json.loads(json.dumps(faults, default=str)),
                    elapsed_s=0.0)  # filled in by the caller
 
 
@@ -641,35 +686,44 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
             defaults = dag.params.dump()
             listener = FailureListener()
             listener.install()
-            for scenario in selected:
+            by_name = {s.name: s for s in selected}
+            for group in [[by_name[n] for n in run] for run in runs_of([s.name for s in selected])]:
+                lead = group[0]
                 sandbox.faults.clear()
-                sandbox.faults.update(json.loads(json.dumps(scenario.faults)))
+                for scenario in group:
+                    sandbox.faults.update(json.loads(json.dumps(scenario.faults)))
                 sandbox.quotas.limits.clear()
-                sandbox.quotas.limits.update({**default_limits, **scenario.quota_limits})
+                sandbox.quotas.limits.update(default_limits)
+                for scenario in group:
+                    sandbox.quotas.limits.update(scenario.quota_limits)
                 # the workstation starts stopped, so the run starts it and must stop it again
                 ec2 = sandbox.client("ec2", internal=True)
                 ids = [i for i, st in _instances(sandbox).items() if st == "running"]
                 if ids:
                     ec2.stop_instances(InstanceIds=ids)
-                setup_state = scenario.setup(sandbox, env_config) if scenario.setup else None
+                setup_states = [s.setup(sandbox, env_config) if s.setup else None for s in group]
                 listener.on_start = {task_id: (lambda fn=fn: fn(sandbox, env_config))
-                                     for task_id, fn in scenario.on_task_start.items()}
+                                     for s in group for task_id, fn in s.on_task_start.items()}
                 before = _snapshot(sandbox)
-                echo(f"[faults] {scenario.name}: {scenario.fault}")
+                label = " + ".join(s.name for s in group)
+                echo(f"[faults] {label}: {'; '.join(s.fault for s in group)}")
                 approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
-                                    decision=scenario.decision,
-                                    description=f"{scenario.decision.lower()} by the fault replay's reviewer")
+                                    decision=lead.decision,
+                                    description=f"{lead.decision.lower()} by the fault replay's reviewer")
                 approver.start()
                 env_var = "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"
                 saved_env = os.environ.get(env_var)
-                if scenario.env_patch:
-                    os.environ[env_var] = json.dumps(_merge(env_config, scenario.env_patch))
+                if lead.env_patch:
+                    os.environ[env_var] = json.dumps(_merge(env_config, lead.env_patch))
+                conf = {**defaults, **BASE_CONF}
+                for scenario in group:
+                    conf.update(scenario.conf)
                 t0, m0 = time.time(), time.monotonic()
                 refusal = ""
                 try:
-                    dag_run = dag.test(run_conf={**defaults, **BASE_CONF, **scenario.conf})
+                    dag_run = dag.test(run_conf=conf)
                 except Exception as err:  # ParamValidationError: Airflow refused the run (others re-raised)
-                    if not scenario.refused or type(err).__name__ != "ParamValidationError":
+                    if not lead.refused or type(err).__name__ != "ParamValidationError":
                         raise
                     dag_run, refusal = None, f"{type(err).__name__}: {err}"
                 finally:
@@ -683,16 +737,16 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                                       injected=Counter(), jobs=[], commands=[], executions=[], deployments=[],
                                       instances={}, instances_before={}, lineage=None, faults_left={},
                                       elapsed_s=time.monotonic() - m0)
-                    checks = scenario.check(outcome)
+                    checks = lead.check(outcome)
                     passed = all(ok for _, ok, _ in checks)
                     results.append({
-                        "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
-                        "expected": scenario.expected, "passed": passed, "state": "refused", "failed_tasks": [],
+                        "name": lead.name, "fault": lead.fault, "failure_mode": lead.failure_mode,
+                        "expected": lead.expected, "passed": passed, "state": "refused", "failed_tasks": [],
                         "messages": {"dag.test": refusal[:500]}, "tries": {}, "submit_job_calls": 0, "jobs": [],
                         "commands": [], "executions": [], "deployments": [], "teardowns": {},
                         "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
                         "elapsed_s": round(outcome.elapsed_s, 1)})
-                    echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} (run refused at creation)")
+                    echo(f"[faults] {lead.name}: {'PASS' if passed else 'FAIL'} (run refused at creation)")
                     for n, ok, d in checks:
                         if not ok:
                             echo(f"[faults]   FAILED check {n}: {d}")
@@ -700,31 +754,33 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                 _settle(sandbox, before)
                 outcome = _collect(sandbox, env_config, dag_run, before, listener, t0, sandbox.faults)
                 outcome.elapsed_s = time.monotonic() - m0
-                if scenario.probe:
-                    outcome.probe = scenario.probe(sandbox, env_config, setup_state)
-                checks = scenario.check(outcome)
-                passed = all(ok for _, ok, _ in checks)
                 # the stage that failed first, run_outcome (which only repeats it) last
                 failed = sorted((t for t, v in outcome.tasks.items() if v["state"] == "failed"),
                                 key=lambda t: (t == OUTCOME, t))
-                results.append({
-                    "name": scenario.name, "fault": scenario.fault, "design": scenario.design,
-                    "expected": scenario.expected, "passed": passed, "state": outcome.state,
-                    "failed_tasks": failed,
-                    "messages": {t: outcome.errors.get(t, [])[-1][:500] for t in failed if outcome.errors.get(t)},
-                    "tries": {t: v["try_number"] for t, v in outcome.tasks.items() if v["try_number"] > 1},
-                    "submit_job_calls": outcome.requests.get("SubmitJob", 0),
-                    "jobs": outcome.jobs, "commands": outcome.commands, "executions": outcome.executions,
-                    "deployments": outcome.deployments,
-                    "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE, OUTCOME)},
-                    "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
-                    "elapsed_s": round(outcome.elapsed_s, 1),
-                })
-                echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} in {outcome.elapsed_s:.0f} s "
-                     f"(run {outcome.state}; failed: {', '.join(failed) or '-'})")
-                for n, ok, d in checks:
-                    if not ok:
-                        echo(f"[faults]   FAILED check {n}: {d}")
+                for scenario, setup_state in zip(group, setup_states, strict=True):
+                    outcome.probe = scenario.probe(sandbox, env_config, setup_state) if scenario.probe else {}
+                    checks = scenario.check(outcome)
+                    passed = all(ok for _, ok, _ in checks)
+                    results.append({
+                        "name": scenario.name, "fault": scenario.fault, "failure_mode": scenario.failure_mode,
+                        "expected": scenario.expected, "passed": passed, "state": outcome.state,
+                        "failed_tasks": failed,
+                        "messages": {t: outcome.errors.get(t, [])[-1][:500] for t in failed if outcome.errors.get(t)},
+                        "tries": {t: v["try_number"] for t, v in outcome.tasks.items() if v["try_number"] > 1},
+                        "submit_job_calls": outcome.requests.get("SubmitJob", 0),
+                        "jobs": outcome.jobs, "commands": outcome.commands, "executions": outcome.executions,
+                        "deployments": outcome.deployments,
+                        "teardowns": {t: outcome.state_of(t) for t in (STOP_WS, LINEAGE, OUTCOME)},
+                        "checks": [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks],
+                        "elapsed_s": round(outcome.elapsed_s, 1),
+                        "shared_run": [s.name for s in group if s is not scenario],
+                    })
+                    echo(f"[faults] {scenario.name}: {'PASS' if passed else 'FAIL'} in {outcome.elapsed_s:.0f} s "
+                         f"(run {outcome.state}; failed: {', '.join(failed) or '-'}"
+                         f"{'; run shared with ' + label if len(group) > 1 else ''})")
+                    for n, ok, d in checks:
+                        if not ok:
+                            echo(f"[faults]   FAILED check {n}: {d}")
     finally:
         if own_home:
             shutil.rmtree(home, ignore_errors=True)
@@ -748,7 +804,7 @@ def _short(message: str) -> str:
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
-    lines = ["| fault injected | DESIGN | run | failed task: message | what was left running | teardowns | result |",
+    lines = ["| fault injected | failure mode | run | failed task: message | what was left running | teardowns | result |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
         failed = "; ".join(f"`{t}`: {_short(r['messages'].get(t, ''))}"
@@ -769,7 +825,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
         run = r["state"] + (f" (tries: {retries})" if retries else "")
         teardowns = ", ".join(f"{t.split('.')[-1]} {s or '—'}" for t, s in r["teardowns"].items())
         result = f"{'PASS' if r['passed'] else 'FAIL'} ({r['elapsed_s']:.0f} s)"
-        lines.append(f"| {r['fault']} | {r['design']} | {run} | {failed} | {'; '.join(left)} | {teardowns} | {result} |")
+        lines.append(f"| {r['fault']} | {r['failure_mode']} | {run} | {failed} | {'; '.join(left)} | {teardowns} | {result} |")
     return "\n".join(lines)
 
 

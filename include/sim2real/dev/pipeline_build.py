@@ -161,7 +161,7 @@ def build_pipeline() -> Any:
     role = PLACEHOLDERS["role_arn"]
     bucket = PLACEHOLDERS["bucket"]
 
-    # Parameters: the workshop's defaults (seed-repo §10 #10) + RunKey, OutputS3Uri, ActionHorizon.
+    # Parameters: the workshop's fine-tuning defaults + RunKey, OutputS3Uri, ActionHorizon.
     run_key = ParameterString(name="RunKey", default_value="manual")
     embodiment = ParameterString(name="EmbodimentTag", default_value="new_embodiment")
     base_model = ParameterString(name="BaseModelS3Uri", default_value=f"s3://{bucket}/models/groot-base/")

@@ -43,7 +43,7 @@ from typing import Any
 
 from sim2real.dev.sandbox._core import free_port  # noqa: F401 - re-exported for callers of this module
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 DAG_ID = "sim_to_real"
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 

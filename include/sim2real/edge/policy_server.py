@@ -280,7 +280,7 @@ class OnnxPolicy:
     @staticmethod
     def _finish(parts: list[np.ndarray], sizes: list[int], labels: list[str]) -> np.ndarray:
         if sizes.count(sizes[0]) != len(sizes):
-            raise RequestError(f"batch sizes differ across the observation: {dict(zip(labels, sizes))}")
+            raise RequestError(f"batch sizes differ across the observation: {dict(zip(labels, sizes, strict=True))}")
         if sizes[0] == 0:
             raise RequestError("batch size must be >= 1")
         flat = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
@@ -870,9 +870,9 @@ def wait_for_server(host: str, port: int, timeout_s: float = 60.0, interval_s: f
         while True:
             try:
                 return client.ping()
-            except PolicyServerTimeout:
+            except PolicyServerTimeout as err:
                 if time.monotonic() >= deadline:
-                    raise PolicyServerTimeout(f"policy server tcp://{host}:{port} did not answer ping within {timeout_s}s")
+                    raise PolicyServerTimeout(f"policy server tcp://{host}:{port} did not answer ping within {timeout_s}s") from err
 
 
 def _bool(text: str) -> bool:

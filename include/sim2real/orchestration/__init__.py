@@ -2,7 +2,8 @@
 
 * ``hooks`` / ``operators`` / ``sensors`` / ``triggers`` / ``waiters`` / ``links``: AWS code in the
   style of ``apache-airflow-providers-amazon``.
-* ``stages``, ``params``, ``stage_docs``: the run plan, the trigger form and the stage docs.
+* ``stages`` (one module per stage: its form fields, plan section, task group, lineage sources and docs)
+  and ``params`` (the trigger form and its cross-field rules).
 * ``report``, ``lineage``, ``plots``, ``budget``, ``notifications``, ``release``, ``sweeper``,
   ``config``: reporting, cost, configuration and the release and clean-up logic.
 

@@ -70,6 +70,11 @@ Shape (JSON object; every key below is required unless marked optional)::
         "task": "Isaac-Velocity-Rough-H1-v0",  # form's sandbox-sized defaults (manual runs keep the form)
         "num_nodes": 2, "max_iterations": 3000, "train_time_budget_seconds": 0
       },
+      "events": {                               # optional; waits resume on AWS events (EventBridge -> SQS)
+        "mode": "events",                      # "events" or "polling" (polling only); see
+        "queue_url": "https://sqs...",         # sim2real.orchestration.events.settings for every key
+        "reconcile_interval_seconds": 600
+      },
       "sandbox": false                          # optional; true only in the local sandbox
     }
 """
@@ -139,6 +144,9 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
                 check_tracking_uri(mlflow["tracking_uri"])
             except ValueError as err:
                 problems.append(f"mlflow.tracking_uri: {err}")
+    from sim2real.orchestration.events.settings import settings_problems
+
+    problems += [f"{p}" for p in settings_problems(env.get("events"))]
     if env.get("schedule_timezone") is not None:
         try:
             check_timezone(env["schedule_timezone"])

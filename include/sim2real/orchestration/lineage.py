@@ -11,15 +11,15 @@ import datetime as _dt
 import json
 from collections.abc import Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
+from sim2real.contract import schemas
 from sim2real.contract.run_key import run_prefix
 
 SCHEMA_VERSION = 1
 
-#: JSON schema (draft 2020-12) of ``lineage.json``, in the contract package (``sim2real/contract/schemas/``).
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "contract" / "schemas" / "lineage.schema.json"
+#: JSON schema (draft 2020-12) of ``lineage.json``, in the contract package (``sim2real.contract.schemas``).
+SCHEMA_PATH = schemas.path("lineage")
 
 
 class LineageSchemaError(ValueError):

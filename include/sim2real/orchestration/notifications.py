@@ -29,6 +29,8 @@ from typing import Any
 
 from airflow.providers.amazon.aws.notifications.sns import SnsNotifier
 
+from sim2real.contract import task_ids as ids
+
 log = logging.getLogger(__name__)
 
 RUN_FAILED = "run_failed"
@@ -151,7 +153,7 @@ def compose(event: str, context: Mapping[str, Any], env: Mapping[str, Any] | Non
         title = "quality gate FAILED"
         reason = str(context.get("exception") or "the quality gate failed")
         body = [f"Reason: {reason}", "The release (fine-tune, approval, deployment) was not started."]
-        report = _xcom(context, "evaluate.read_eval_report") or {}
+        report = _xcom(context, ids.READ_EVAL_REPORT) or {}
         if report.get("report_uri"):
             body.append(f"Evaluation report: {report['report_uri']}")
     elif event == APPROVAL_NEEDED:
@@ -160,7 +162,7 @@ def compose(event: str, context: Mapping[str, Any], env: Mapping[str, Any] | Non
                 "deployed to the robots.", *_approval_details(context)]
     else:
         title = "deployed to robots"
-        result = _xcom(context, _ti_value(ti, "task_id") or "deploy.deploy_to_robots") or {}
+        result = _xcom(context, _ti_value(ti, "task_id") or ids.DEPLOY_TO_ROBOTS) or {}
         body = [f"Deployment: {result.get('deployment_id')}",
                 f"Thing group: {result.get('thing_group_name') or getattr(context.get('task'), 'thing_group_name', None)}"]
         devices = result.get("devices") or {}

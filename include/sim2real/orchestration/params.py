@@ -19,17 +19,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: Tasks the training image can run. MuJoCo tasks run on CPU nodes and in the sandbox;
-#: Isaac Lab tasks need the Isaac Lab GPU image (containers/isaaclab/).
-MUJOCO_TASKS = ("Reacher-v5", "InvertedPendulum-v5", "Pusher-v5")
-ISAACLAB_TASKS = ("Isaac-Velocity-Rough-H1-v0", "Isaac-Reach-SO101-v0", "Isaac-Lift-SO101-v0")
-TASKS = MUJOCO_TASKS + ISAACLAB_TASKS
+#: Tasks the training image can run (:mod:`sim2real.contract.tasks`). MuJoCo tasks run on CPU nodes and in
+#: the sandbox; Isaac Lab tasks need the Isaac Lab GPU image (containers/isaaclab/).
+from sim2real.contract.tasks import ISAACLAB_TASKS, MUJOCO_TASKS, TASKS  # noqa: F401 (re-exported)
+
 
 SECTION_TRAINING = "Training (RL)"
 SECTION_EVAL = "Closed-loop evaluation"
 SECTION_VLA = "VLA fine-tune (GR00T)"
 SECTION_DEPLOY = "Edge deployment"
 SECTION_BUDGET = "Budget and timeouts"
+#: The trigger form's sections, in display order.
+FORM_SECTIONS = (SECTION_TRAINING, SECTION_EVAL, SECTION_VLA, SECTION_DEPLOY, SECTION_BUDGET)
 
 #: SageMaker training instance types offered for the GR00T fine-tune (GPU count per instance,
 #: from the SageMaker instance type pages).
@@ -42,120 +43,14 @@ VLA_INSTANCE_GPUS = {
 
 
 def build_params() -> dict[str, Any]:
-    """Return the DAG's ``params`` mapping (``airflow.sdk.Param`` objects).
+    """Return the DAG's ``params`` mapping (``airflow.sdk.Param`` objects): every stage's fields
+    (:func:`sim2real.orchestration.stages.form_params`, each stage module's ``params()``), in form-section order.
 
     Imported by the DAG file at parse time: it builds objects only, no I/O.
     """
-    from airflow.sdk import Param
+    from sim2real.orchestration.stages import form_params
 
-    params = {
-        # ---------------- training
-        "training_backend": Param(
-            "batch", type="string", enum=["batch", "hyperpod"], title="Training backend",
-            description="batch: an AWS Batch multi-node job. hyperpod: a Slurm job (sbatch through SSM on "
-            "the head node) on a SageMaker HyperPod cluster whose GPU instance group is scaled up for the "
-            "run and back to its minimum afterwards.",
-            section=SECTION_TRAINING,
-        ),
-        "task": Param(
-            "Reacher-v5", type="string", enum=list(TASKS), title="Task",
-            description="Gymnasium/MuJoCo task id (CPU) or Isaac Lab task id (GPU image).",
-            section=SECTION_TRAINING,
-        ),
-        "num_nodes": Param(
-            1, type="integer", title="Nodes",
-            description="Nodes of the multi-node job (each node: all GPUs of one instance).",
-            section=SECTION_TRAINING, **_range(minimum=1, maximum=16)),
-        "max_iterations": Param(
-            1000, type="integer", title="Max iterations",
-            description="PPO iterations (one rollout per environment + one update each).",
-            section=SECTION_TRAINING, **_range(minimum=1, maximum=100_000)),
-        "num_envs": Param(
-            32, type="integer", title="Vectorised environments per process",
-            section=SECTION_TRAINING, **_range(minimum=1, maximum=65_536)),
-        "seed": Param(0, type="integer", title="Training seed",
-                      section=SECTION_TRAINING, **_range(minimum=0, maximum=2**31 - 1)),
-        "train_time_budget_seconds": Param(
-            60, type="integer", title="Training time budget (s)",
-            description="The trainer stops after this many seconds and still writes its final checkpoint "
-            "and manifest. 0 = no budget (runs max_iterations).",
-            section=SECTION_TRAINING, **_range(minimum=0, maximum=7 * 24 * 3600)),
-        # Optional text fields are nullable: the trigger form sends an empty field as null, and a field
-        # whose type does not allow null is required there (its Trigger button stays disabled).
-        "image_source_version": Param(
-            None, type=["null", "string"], maxLength=128, pattern=r"^[A-Za-z0-9._/-]*$",
-            title="Training image source version",
-            description="Git ref / commit CodeBuild builds. Empty: the environment config's source_version.",
-            section=SECTION_TRAINING,
-        ),
-        "hyperpod_cluster_name": Param(
-            None, type=["null", "string"], maxLength=63, pattern=r"^([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})?$",
-            title="HyperPod cluster", description="Needed when the backend is hyperpod "
-            "(empty: the environment config's cluster).", section=SECTION_TRAINING,
-        ),
-        # ---------------- evaluation
-        "eval_episodes": Param(100, type="integer", title="Episodes",
-                               section=SECTION_EVAL, **_range(minimum=1, maximum=10_000)),
-        "eval_seed": Param(1000, type="integer", title="First episode seed",
-                           description="Episode i uses seed eval_seed + i.", section=SECTION_EVAL,
-                           **_range(minimum=0, maximum=2**31 - 1)),
-        "min_success_rate": Param(
-            0.8, type="number", title="Quality gate: minimum success rate",
-            description="The release stops unless the evaluated success rate (by default its 95% interval's "
-            "lower bound) reaches this value. Reference for the default task (Reacher-v5, success = fingertip "
-            "within 0.05 m of the target at the last step): a uniform random policy scores about 0.05-0.10; 60 s "
-            "of training with 32 environments on 2 cores 0.98-1.00 (lower bound 0.93-0.96 over 100 episodes). "
-            "Set it per task: Pusher-v5 reaches about 0.2 in 300 s.",
-            section=SECTION_EVAL, **_range(minimum=0, maximum=1)),
-        "gate_on_lower_bound": Param(
-            True, type="boolean", title="Gate on the 95% interval's lower bound",
-            description="Stricter: compare the Wilson lower bound instead of the point estimate.",
-            section=SECTION_EVAL,
-        ),
-        # ---------------- VLA fine-tune
-        "run_vla_finetune": Param(True, type="boolean", title="Fine-tune GR00T and release",
-                                  description="Off: stop after the quality gate (RL only).", section=SECTION_VLA),
-        "embodiment_tag": Param("new_embodiment", type="string", pattern=r"^[a-z0-9_]+$",
-                                title="Embodiment tag", section=SECTION_VLA),
-        "vla_instance_type": Param("ml.p4d.24xlarge", type="string", enum=list(VLA_INSTANCE_GPUS),
-                                   title="Fine-tune instance type", section=SECTION_VLA),
-        "vla_max_steps": Param(10_000, type="integer", title="Max steps",
-                               section=SECTION_VLA, **_range(minimum=1, maximum=1_000_000)),
-        "vla_global_batch_size": Param(32, type="integer", title="Global batch size", section=SECTION_VLA,
-                                       **_range(minimum=1, maximum=4096)),
-        "dataset_s3_uri": Param(None, type=["null", "string"], pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?)?$",
-                                title="Dataset S3 URI", description="LeRobot dataset. Empty: the bucket's "
-                                "datasets/default/.", section=SECTION_VLA),
-        "deploy_to_edge": Param(True, type="boolean", title="Deploy to robots", section=SECTION_DEPLOY),
-        "thing_group_name": Param(None, type=["null", "string"], maxLength=128, pattern=r"^[a-zA-Z0-9:_-]*$",
-                                  title="Thing group", description="Empty: the environment config's group.",
-                                  section=SECTION_DEPLOY),
-        "rollout_max_per_minute": Param(10, type="integer", title="Rollout: devices per minute",
-                                        section=SECTION_DEPLOY, **_range(minimum=1, maximum=1000)),
-        "abort_failure_threshold_percent": Param(10.0, type="number",
-                                                 title="Abort when this % of devices fail",
-                                                 section=SECTION_DEPLOY, **_range(minimum=0, maximum=100)),
-        "deployment_timeout_minutes": Param(
-            60, type="integer", title="Deployment timeout (min)",
-            description="Cancel the Greengrass deployment and fail (no retry), naming each robot that has not "
-            "finished, when the robots have not all finished after this long (below the stage's 2 h limit).",
-            section=SECTION_DEPLOY, **_range(minimum=1, maximum=110)),
-        "runnable_timeout_minutes": Param(
-            30, type="integer", title="Max minutes in RUNNABLE",
-            description="Fail (and terminate the job) when the training job waits for capacity longer.",
-            section=SECTION_BUDGET, **_range(minimum=1, maximum=24 * 60)),
-        "training_timeout_hours": Param(12.0, type="number",
-                                        title="Training duration bound (h)",
-                                        description="Costs the run when no time budget is set, and must exceed "
-                                        "the time budget. The training task itself gives up after 12 h.",
-                                        section=SECTION_BUDGET, **_range(exclusiveMinimum=0, maximum=12)),
-        "eval_timeout_minutes": Param(30, type="integer",
-                                      title="Evaluation command timeout (min)",
-                                      description="SSM executionTimeout (the SSM default would be 1 h).",
-                                      section=SECTION_BUDGET, **_range(minimum=1, maximum=110)),
-        "max_budget_usd": Param(500.0, type="number", title="Max budget (USD)",
-                                section=SECTION_BUDGET, **_range(minimum=0)),
-    }
+    params = form_params()
     for spec in params.values():  # the form shows no bounds (see _range): the description states them
         allowed = range_text(spec.schema)
         if allowed:

@@ -192,7 +192,7 @@ def training_curve_figure(scalars: Mapping[str, ScalarSeries], *, run_key: str, 
     ax = fig.add_subplot()
     low, high = scalars.get(REWARD_MIN_TAG), scalars.get(REWARD_MAX_TAG)
     if low and high:
-        lo, hi = dict(zip(low.steps, low.values)), dict(zip(high.steps, high.values))
+        lo, hi = dict(zip(low.steps, low.values, strict=True)), dict(zip(high.steps, high.values, strict=True))
         band = [s for s in series.steps if s in lo and s in hi]
         if band:
             ax.fill_between([s / scale for s in band], [lo[s] for s in band], [hi[s] for s in band],

@@ -26,9 +26,9 @@ import logging
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
+from sim2real.contract import schemas
 from sim2real.orchestration.params import ParamRuleError
 from sim2real.contract.run_key import make_run_key, run_prefix
 from sim2real.orchestration.stages import deployment_timeout_seconds, iot_job_configuration
@@ -36,8 +36,8 @@ from sim2real.orchestration.stages import deployment_timeout_seconds, iot_job_co
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-#: JSON schema (draft 2020-12) of ``release.json``.
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "contract" / "schemas" / "release.schema.json"
+#: JSON schema (draft 2020-12) of ``release.json``, in the contract package (``sim2real.contract.schemas``).
+SCHEMA_PATH = schemas.path("release")
 
 SECTION_PACKAGE = "Model package"
 SECTION_DEPLOY = "Edge deployment"
@@ -461,7 +461,7 @@ def render_release_markdown(record: Mapping[str, Any]) -> str:
         f"(version {pkg.get('version', '-')}, {pkg.get('approval_status') or 'not resolved'}, "
         f"selected by {pkg.get('selected_by') or '-'})",
         f"- Model data: `{pkg.get('model_data_url') or '-'}`",
-        f"- RL policy: " + (f"`{pol['checkpoint_uri']}` sha256 `{pol['sha256']}` (verified)" if pol else "none"),
+        "- RL policy: " + (f"`{pol['checkpoint_uri']}` sha256 `{pol['sha256']}` (verified)" if pol else "none"),
         f"- Thing group: `{record['thing_group_name']}`, deployment `{dep.get('deployment_id') or '-'}` "
         f"({dep.get('deployment_status') or 'not created'})",
     ]

@@ -22,32 +22,20 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration.lineage import _get, build_lineage, figure_entry, lineage_errors, render_markdown
+from sim2real.orchestration.stages import hyperpod, lineage_sources
 
 log = logging.getLogger(__name__)
 
-#: lineage key → task id whose return value fills it.
-SOURCES = {
-    "image": "build.build_image",
-    "preflight": "preflight.check_capacity",
-    "training": "train.train_policy",
-    "checkpoint": "checkpoint.wait_for_checkpoint",
-    "evaluation": "evaluate.read_eval_report",
-    "quality_gate": "quality_gate",
-    "vla": "vla.finetune_groot",
-    "model_package": "vla.wait_for_approval",
-    "deployment": "deploy.deploy_to_robots",
-}
+#: lineage key → task id whose return value fills it: every stage module's ``LINEAGE_SOURCES``.
+SOURCES = lineage_sources()
 
 #: What differs for a ``training_backend: hyperpod`` run (the plan's ``backend``): its capacity check
 #: and training are the ``hyperpod`` group's tasks (the Slurm job's result is the ``training`` stage).
-HYPERPOD_SOURCES = {
-    "preflight": "hyperpod.check_capacity",
-    "training": "hyperpod.train_policy",
-}
+HYPERPOD_SOURCES = hyperpod.LINEAGE_SOURCES
 #: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
-HYPERPOD_SCALING_SOURCES = {"scale_up": "hyperpod.scale_up", "wait_for_nodes": "hyperpod.wait_for_nodes",
-                            "scale_down": "hyperpod.scale_down"}
+HYPERPOD_SCALING_SOURCES = hyperpod.LINEAGE_SCALING_SOURCES
 
 
 def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
@@ -148,7 +136,7 @@ def draw_eval_outcome(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: A
     metric = gate.get("metric") or ("ci95_lower" if _get(plan, "quality_gate", "on_lower_bound") else "success_rate")
     png = plots.eval_outcome_png(report, run_key=plan["run_key"], threshold=threshold, gate_metric=metric,
                                  task=report.get("task") or _get(plan, "checkpoint", "task"))
-    source = report.get("report_uri") or _get(plan, "evaluation", "report_uri") or "evaluate.read_eval_report"
+    source = report.get("report_uri") or _get(plan, "evaluation", "report_uri") or ids.READ_EVAL_REPORT
     return png, source, int(report["episodes"])
 
 

@@ -67,6 +67,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sim2real.contract import task_ids as ids
 from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.contract.run_key import is_valid_run_key, run_prefix
 
@@ -83,7 +84,7 @@ ACTIVE_DAG_RUN_STATES = ("queued", "running")
 #: Task instance states of a run that is still working (``get_ti_count``): such a run is not taken for dead.
 BUSY_TI_STATES = ("running", "deferred", "queued", "up_for_retry", "scheduled", "up_for_reschedule", "restarting")
 #: The Greengrass deploy task of ``sim_to_real`` (in task group ``deploy``) and of ``sim_to_real_release``.
-DEPLOY_TASK_IDS = ("deploy.deploy_to_robots", "deploy_to_robots")
+DEPLOY_TASK_IDS = (ids.DEPLOY_TO_ROBOTS, ids.local(ids.DEPLOY_TO_ROBOTS))
 #: ``prepare_run``'s budget for its sweep (seconds of its 2-minute ``execution_timeout``).
 PREPARE_RUN_DEADLINE_S = 45.0
 #: Seconds the Slurm commands are given at most (SSM ``executionTimeout``): ``squeue`` and ``scancel``.

@@ -28,15 +28,17 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from sim2real.contract import task_ids as ids
+from sim2real.contract import env_vars
 from sim2real.contract import tracking as contract
 
 log = logging.getLogger(__name__)
 
 #: Stage → the DAG tasks whose states decide the child run's status (the first that ran counts).
 STAGE_TASKS: dict[str, tuple[str, ...]] = {
-    "rl_training": ("train.train_policy", "hyperpod.train_policy"),
-    "evaluation": ("evaluate.run_evaluation",),
-    "vla_finetune": ("vla.finetune_groot",),
+    "rl_training": (ids.BATCH_TRAIN_POLICY, ids.HYPERPOD_TRAIN_POLICY),
+    "evaluation": (ids.RUN_EVALUATION,),
+    "vla_finetune": (ids.FINETUNE_GROOT,),
 }
 #: Airflow task state → MLflow run status (``mlflow.entities.RunStatus``).
 _STATUS = {"success": "FINISHED", "failed": "FAILED", "upstream_failed": "KILLED", "skipped": "KILLED",
@@ -139,27 +141,31 @@ def stage_env(tracking: Mapping[str, Any] | None, stage: str) -> dict[str, str]:
     """The tracking variables of one stage's workload (empty when tracking is off or the stage has no run)."""
     if not tracking or not tracking.get("enabled") or stage not in (tracking.get("runs") or {}):
         return {}
-    return {contract.TRACKING_URI_ENV: tracking["tracking_uri"], contract.EXPERIMENT_ID_ENV: tracking["experiment_id"],
-            contract.RUN_ID_ENV: tracking["runs"][stage], contract.PARENT_RUN_ID_ENV: tracking["parent_run_id"]}
+    return {env_vars.MLFLOW_TRACKING_URI: tracking["tracking_uri"], env_vars.MLFLOW_EXPERIMENT_ID: tracking["experiment_id"],
+            env_vars.MLFLOW_RUN_ID: tracking["runs"][stage], env_vars.MLFLOW_PARENT_RUN_ID: tracking["parent_run_id"]}
 
 
 def apply_tracking(plan: dict[str, Any], tracking: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]:
     """Put the child runs' variables into ``plan`` (in place; returned): ``batch.environment``, the HyperPod section
     (re-planned with them, so the Slurm script exports them), ``evaluation.environment`` and the fine-tune's
-    ``MlflowRunId`` pipeline parameter; ``plan["tracking"] = tracking``. With tracking off only the latter.
+    ``MlflowRunId`` pipeline parameter and ``vla.mlflow``; ``plan["tracking"]`` = ``tracking`` (a
+    :class:`~sim2real.orchestration.stages.run.TrackingPlan`). With tracking off only the latter.
+
+    :raises TypeError: ``tracking`` has keys that are not :class:`TrackingPlan` fields.
     """
-    plan["tracking"] = dict(tracking)
+    from sim2real.orchestration.stages import hyperpod_plan
+    from sim2real.orchestration.stages.run import TrackingPlan
+
+    plan[TrackingPlan.SECTION] = TrackingPlan(**tracking).to_json()
     training = stage_env(tracking, "rl_training")
     if training:
-        from sim2real.orchestration.stages import hyperpod_plan
-
         plan["batch"]["environment"] = {**plan["batch"]["environment"], **training}
         plan["hyperpod"] = hyperpod_plan(plan["run_key"], plan["params"], env, plan["batch"]["environment"],
                                          plan.get("budget"))
     plan["evaluation"]["environment"] = stage_env(tracking, "evaluation")
     finetune = stage_env(tracking, "vla_finetune")
     if finetune and (plan.get("vla") or {}).get("enabled"):
-        plan["vla"]["parameters"] = {**plan["vla"]["parameters"], "MlflowRunId": finetune[contract.RUN_ID_ENV]}
+        plan["vla"]["parameters"] = {**plan["vla"]["parameters"], "MlflowRunId": finetune[env_vars.MLFLOW_RUN_ID]}
         plan["vla"]["mlflow"] = {"tracking_uri": tracking["tracking_uri"],
                                  "experiment_name": tracking["experiment_name"]}
     return plan
@@ -213,7 +219,7 @@ def close_dag_run(ti: Any, dag_id: str, run_id: str, *, succeeded: bool) -> dict
     """:func:`close_tracking` from inside the run's last task: the tracking record from ``prepare_run``'s plan,
     the stages' states from the Task Execution API. Never raises (logged)."""
     try:
-        plan = (ti.xcom_pull(task_ids="prepare_run") or {}).get("plan") or {}
+        plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {}).get("plan") or {}
     except Exception as err:  # noqa: BLE001
         log.warning("no plan to close the MLflow runs from: %s", err)
         return {}

@@ -24,9 +24,10 @@ import tempfile
 import time
 from typing import Any
 
+from sim2real.contract.progress import parse_progress
+
 EVAL_SEED = 2000
 EVAL_EPISODES = 100
-_ITER_RE = re.compile(r"^\[sim2real\] iteration=(\d+)/\d+ timesteps=(\d+) .* elapsed_s=([\d.]+)")
 _RATE_RE = re.compile(r"^\[sim2real\] throughput .* env_steps=(\d+) wall_s=([\d.]+) env_steps_per_s=([\d.]+)")
 
 
@@ -110,8 +111,8 @@ def train_ours(*, task: str, num_envs: int, seed: int, seconds: float, snapshots
             raise RuntimeError(f"trainer failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         with open(os.path.join(tmp, "manifest.json")) as fh:
             manifest = json.load(fh)
-        progress = [(int(m.group(1)), int(m.group(2)), float(m.group(3)))
-                    for m in map(_ITER_RE.match, proc.stdout.splitlines()) if m]
+        progress = [(p.iteration, p.timesteps, p.elapsed_s)
+                    for p in map(parse_progress, proc.stdout.splitlines()) if p]
         rate = next(m for m in map(_RATE_RE.match, proc.stdout.splitlines()) if m)
         saved = {it for it, _, _ in progress if it % checkpoint_interval == 0} | {int(manifest["iteration"])}
         results = []

@@ -1,6 +1,6 @@
 """``sim2real-evaluate``: run N seeded episodes of a trained policy and write ``report.json``.
 
-Flags (see /work/contracts.md)::
+Flags (the report's shape: ``eval_report`` in :mod:`sim2real.contract.schemas`)::
 
     sim2real-evaluate --manifest-uri URI [--checkpoint-uri URI] --episodes N --seed S --report-uri URI
 
@@ -184,7 +184,7 @@ def track_report(report: dict[str, Any], text: str) -> None:
                         "checkpoint_uri": report["checkpoint_uri"], "checkpoint_sha256": report["checkpoint_sha256"],
                         "iteration": report["iteration"], "policy": report["policy"], "ci_method": report["ci_method"]})
     for i, (ret, length, ok) in enumerate(zip(report["returns"], report["episode_lengths"],
-                                              report["successes_per_episode"])):
+                                              report["successes_per_episode"], strict=True)):
         tracker.log_metrics({"episode_return": ret, "episode_length": length, "episode_success": float(ok)}, step=i)
     tracker.log_metrics({"success_rate": report["success_rate"], "ci95_lower": report["ci95"][0],
                          "ci95_upper": report["ci95"][1], "mean_return": report["mean_return"],

@@ -78,7 +78,7 @@ def export_onnx(checkpoint_path_or_uri: str, onnx_out: str, task: str | None = N
     if task is not None and meta.get("task") != task:
         raise ValueError(f"checkpoint {checkpoint_path_or_uri} is for task {meta.get('task')!r}, not {task!r}")
     policy = deterministic_policy(ckpt)
-    obs_dim, act_dim = int(meta["obs_dim"]), int(meta["act_dim"])
+    obs_dim = int(meta["obs_dim"])
     layout = modality_layout_for(meta, modality_layout)
 
     with tempfile.TemporaryDirectory(prefix="sim2real-onnx-") as tmp:

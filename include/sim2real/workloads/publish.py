@@ -29,7 +29,8 @@ sensor, the evaluator and the export read both the same way.
    its sidecar exists and matches**). Skipped when the destination already holds a matching sidecar and object.
    The run directory's TensorBoard event files go to ``<OUTPUT_URI>/tensorboard/<run directory name>/``.
 4. *Manifest* ``<OUTPUT_URI>/manifest.json``, written LAST (storage.write_bytes: local tmp + rename, S3 one
-   PutObject), same schema as the trainer's (/work/contracts.md) plus ``"trainer": "isaaclab-skrl"``, ``step``,
+   PutObject), same schema as the trainer's (``checkpoint_manifest``, :mod:`sim2real.contract.schemas`) plus
+   ``"trainer": "isaaclab-skrl"``, ``step``,
    ``rollouts``, ``num_envs`` and ``source_checkpoint``:
 
    * ``iteration`` = ``step // rollouts`` and ``timesteps`` = ``step * num_envs`` (environment steps of one

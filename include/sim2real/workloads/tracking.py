@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from sim2real.contract import env_vars
 from sim2real.contract import tracking as contract
 
 PREFIX = "[sim2real] mlflow:"
@@ -177,13 +178,13 @@ class RunLogger(NullRunLogger):
 
 
 def _flush_every() -> int:
-    raw = (os.environ.get(contract.FLUSH_EVERY_ENV) or "").strip()
+    raw = (os.environ.get(env_vars.MLFLOW_FLUSH_EVERY) or "").strip()
     try:
         value = int(raw) if raw else 10
     except ValueError:
-        raise ValueError(f"{contract.FLUSH_EVERY_ENV}={raw!r} is not an integer") from None
+        raise ValueError(f"{env_vars.MLFLOW_FLUSH_EVERY}={raw!r} is not an integer") from None
     if value < 1:
-        raise ValueError(f"{contract.FLUSH_EVERY_ENV} must be >= 1, got {value}")
+        raise ValueError(f"{env_vars.MLFLOW_FLUSH_EVERY} must be >= 1, got {value}")
     return value
 
 
@@ -200,12 +201,12 @@ def run_logger_from_env(*, stage: str, run_name: str, tags: Mapping[str, Any] | 
         (bad input: the caller reports it like its other settings).
     """
     env = os.environ if environ is None else environ
-    uri = (env.get(contract.TRACKING_URI_ENV) or "").strip()
+    uri = (env.get(env_vars.MLFLOW_TRACKING_URI) or "").strip()
     if not uri:
         return NullRunLogger()
     contract.check_tracking_uri(uri)
     flush_every = _flush_every()
-    run_id = (env.get(contract.RUN_ID_ENV) or "").strip()
+    run_id = (env.get(env_vars.MLFLOW_RUN_ID) or "").strip()
     try:
         from mlflow import MlflowClient
 
@@ -216,12 +217,12 @@ def run_logger_from_env(*, stage: str, run_name: str, tags: Mapping[str, Any] | 
             client.update_run(run_id, status="RUNNING")
             experiment_id = run.info.experiment_id
         else:
-            experiment_id = (env.get(contract.EXPERIMENT_ID_ENV) or "").strip()
+            experiment_id = (env.get(env_vars.MLFLOW_EXPERIMENT_ID) or "").strip()
             if not experiment_id:
                 found = client.get_experiment_by_name(contract.DEFAULT_EXPERIMENT_NAME)
                 experiment_id = (found.experiment_id if found is not None
                                  else client.create_experiment(contract.DEFAULT_EXPERIMENT_NAME))
-            parent = (env.get(contract.PARENT_RUN_ID_ENV) or "").strip()
+            parent = (env.get(env_vars.MLFLOW_PARENT_RUN_ID) or "").strip()
             if parent:
                 all_tags[contract.PARENT_RUN_TAG] = parent
             run = client.create_run(experiment_id, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()})

@@ -40,7 +40,7 @@ constant NUM_ENVS across resumes).
 * ``agent_<iteration:06d>.pt.sha256`` — sidecar with the checkpoint's hex sha256, written only after
   the checkpoint is fully written/uploaded. **A checkpoint is complete iff its sidecar exists and matches**;
 * ``manifest.json`` — written LAST, once, atomically (local: tmp + rename; S3: one PutObject), pointing at
-  the final checkpoint (schema in /work/contracts.md).
+  the final checkpoint (schema: ``checkpoint_manifest`` in :mod:`sim2real.contract.schemas`).
 
 **Experiment tracking** (:mod:`sim2real.workloads.tracking`; off without ``MLFLOW_TRACKING_URI``): rank 0 logs
 the run's params (settings, PPO hyperparameters, library versions), per-iteration metrics (``mean_reward``,
@@ -61,9 +61,10 @@ manifest is (re)written.
 policy), ``nan`` before the first one ends; ``elapsed_s`` counts from this process's start of training;
 ``eta_s`` extrapolates this process's mean iteration time. ``timesteps`` counts this rank's environments
 only. Every rank prints its device once (``[sim2real] rank=0 local_rank=0 world_size=2 device=cuda:0``) and,
-at the end, rank 0 prints the throughput of the whole group (all ranks' environments)::
+at the end, rank 0 prints the throughput of the whole group (all ranks' environments), on one line::
 
-    [sim2real] throughput world_size=2 num_envs_per_rank=64 iterations=20 env_steps=163840 wall_s=40.1 env_steps_per_s=4085.8 steady_env_steps_per_s=4120.3
+    [sim2real] throughput world_size=2 num_envs_per_rank=64 iterations=20 env_steps=163840 wall_s=40.1
+        env_steps_per_s=4085.8 steady_env_steps_per_s=4120.3
 
 ``steady_env_steps_per_s`` leaves out this process's first iteration (CUDA/NCCL warm-up); ``wall_s`` is the
 training loop only (rollouts + updates, checkpoint writes included), not imports, env creation or resume.
@@ -104,13 +105,14 @@ import tempfile
 import time
 from typing import Any
 
+from sim2real.contract import env_vars as ev
 from sim2real.contract import storage
+from sim2real.contract.progress import PREFIX, format_progress
 from sim2real.workloads.tasks import get_task
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
 _CKPT_RE = re.compile(r"^agent_(\d{6,})\.pt$")
-PREFIX = "[sim2real]"
 DEVICE_CHOICES = ("auto", "cuda", "cpu")
 
 
@@ -140,31 +142,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         unknown or Isaac-Lab-only task.
     """
     parser = argparse.ArgumentParser(prog="sim2real-train", description="PPO (skrl) on gymnasium MuJoCo tasks")
-    parser.add_argument("--task", default=os.environ.get("TASK"))
+    parser.add_argument("--task", default=os.environ.get(ev.TASK))
     parser.add_argument("--max-iterations", type=int, default=None)
     parser.add_argument("--num-envs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--output-uri", default=os.environ.get("OUTPUT_URI"))
+    parser.add_argument("--output-uri", default=os.environ.get(ev.OUTPUT_URI))
     parser.add_argument("--checkpoint-interval", type=int, default=None)
     parser.add_argument("--time-budget-seconds", type=float, default=None)
-    parser.add_argument("--run-key", default=os.environ.get("RUN_KEY", ""))
-    parser.add_argument("--image-digest", default=os.environ.get("IMAGE_DIGEST") or None)
-    parser.add_argument("--device", default=os.environ.get("DEVICE") or "auto")
+    parser.add_argument("--run-key", default=os.environ.get(ev.RUN_KEY, ""))
+    parser.add_argument("--image-digest", default=os.environ.get(ev.IMAGE_DIGEST) or None)
+    parser.add_argument("--device", default=os.environ.get(ev.DEVICE) or "auto")
     parser.add_argument("--digest-interval", type=int, default=None)
     args = parser.parse_args(argv)
 
     if args.max_iterations is None:
-        args.max_iterations = _env_int("MAX_ITERATIONS", None)
+        args.max_iterations = _env_int(ev.MAX_ITERATIONS, None)
     if args.num_envs is None:
-        args.num_envs = _env_int("NUM_ENVS", 8)
+        args.num_envs = _env_int(ev.NUM_ENVS, 8)
     if args.seed is None:
-        args.seed = _env_int("SEED", 0)
+        args.seed = _env_int(ev.SEED, 0)
     if args.checkpoint_interval is None:
-        args.checkpoint_interval = _env_int("CHECKPOINT_INTERVAL", None)
+        args.checkpoint_interval = _env_int(ev.CHECKPOINT_INTERVAL, None)
     if args.digest_interval is None:
-        args.digest_interval = _env_int("DIGEST_INTERVAL", 0)
+        args.digest_interval = _env_int(ev.DIGEST_INTERVAL, 0)
     if args.time_budget_seconds is None:
-        raw = os.environ.get("TIME_BUDGET_SECONDS", "").strip()
+        raw = os.environ.get(ev.TIME_BUDGET_SECONDS, "").strip()
         if raw:
             try:
                 args.time_budget_seconds = float(raw)
@@ -474,8 +476,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             per_iter = elapsed / len(iter_times)
             eta = per_iter * (args.max_iterations - iteration)
             if is_writer:
-                print(f"{PREFIX} iteration={iteration}/{args.max_iterations} timesteps={timesteps} "
-                      f"mean_reward={mean_reward():.3f} elapsed_s={elapsed:.1f} eta_s={eta:.1f}", flush=True)
+                print(format_progress(iteration=iteration, max_iterations=args.max_iterations, timesteps=timesteps,
+                                      mean_reward=mean_reward(), elapsed_s=elapsed, eta_s=eta), flush=True)
                 if tracker is not None:
                     tracker.log_metrics({"mean_reward": mean_reward(), "timesteps": timesteps,
                                          "iteration_s": iter_times[-1], "elapsed_s": elapsed,

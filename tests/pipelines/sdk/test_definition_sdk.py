@@ -13,7 +13,7 @@ from golden_env import GOLDEN_NAME, KWARGS  # noqa: E402
 
 import pytest  # noqa: E402
 
-from sim2real.dev import pipeline_build as build
+from sim2real.dev import pipeline_build as build  # noqa: E402
 from sim2real.orchestration.pipelines import groot  # noqa: E402
 
 

@@ -7,7 +7,12 @@ does not import moto.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names __all__ exports, for type checkers and linters (imported lazily below)
+    from sim2real.dev.sandbox.approver import Approver
+    from sim2real.dev.sandbox.provision import provision
+    from sim2real.dev.sandbox.server import Sandbox
 
 __all__ = ["Approver", "Sandbox", "provision"]
 

@@ -35,7 +35,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]  # include/sim2real/dev/sandbox/__main__.py -> repository root
 
 
 def write_env_file(path: Path, env: dict[str, str]) -> None:

@@ -286,6 +286,9 @@ def provision(
                               "partition": "dev", "shared_dir": sandbox.slurm.shared_dir,
                               "launcher": str(root / "containers" / "rl" / "distributed_run.bash"),
                               "use_container_image": False, "container_mounts": ""}
+    from sim2real.dev.sandbox.aws_events import provision_wait_events
+
+    config["events"] = provision_wait_events(sandbox, config)
     config = validate_environment(config)
     sandbox.config = config
     sandbox.events.emit(

@@ -42,6 +42,9 @@ Faults (``Sandbox(faults={...})`` or ``sandbox.faults[...] = ...`` at any time):
   s seconds in the past (as a job that had already waited s seconds for capacity).
 * ``checkpoint_bad_sha256``: True — after training succeeds, ``manifest.json`` is rewritten with a
   wrong sha256 before the job is reported SUCCEEDED.
+* ``events_drop`` / ``events_duplicate``: True, n or a list of detail-types — AWS state-change events are
+  not published / reach the wait-event queue twice with the same id; ``events_delay``: seconds each event is
+  held back (:mod:`sim2real.dev.sandbox.aws_events`).
 * ``slurm_job_fail``: True — a Slurm job submitted (``sbatch`` on the HyperPod head node) while it is
   set ends FAILED with exit code 1 instead of running its script.
 """
@@ -66,6 +69,7 @@ from moto.core.responses import ActionResult, BaseResponse
 from moto.moto_server.werkzeug_app import MotoRequestHandler
 from moto.server import ThreadedMotoServer
 
+from sim2real.dev.sandbox.aws_events import AwsEventBus
 from sim2real.dev.sandbox._core import INTERNAL_UA, PREFIX, EventLog, Patcher, RequestLog, log, set_active
 from sim2real.dev.sandbox.responders.batch import BatchResponder
 from sim2real.dev.sandbox.responders.codebuild import CodeBuildResponder
@@ -123,7 +127,7 @@ def _operation_name(resp: BaseResponse) -> str:
 
 def _default_repo_root() -> Path:
     # include/sim2real/dev/sandbox/server.py -> repository root
-    return Path(__file__).resolve().parents[3]
+    return Path(__file__).resolve().parents[4]
 
 
 class Sandbox:
@@ -177,6 +181,9 @@ class Sandbox:
         self.codebuild = CodeBuildResponder(self, step_seconds)
         self.quotas = QuotaResponder(self, quota_limits, quota_usage)
         self.greengrass = GreengrassResponder(self, device_check, step_seconds)
+        #: AWS state-change events to moto's EventBridge (faults events_drop / events_duplicate / events_delay)
+        self.aws_events = AwsEventBus(self)
+        self.wait_events_dead_letter_queue_url: str | None = None  # set by provision()
         self._server: ThreadedMotoServer | None = None
         self._patcher = Patcher()
         self._endpoint: str | None = None
@@ -206,6 +213,7 @@ class Sandbox:
             # moto's state is per process: start from a clean account.
             urllib.request.urlopen(urllib.request.Request(self._endpoint + "/moto-api/reset", data=b"", method="POST"))
             self.quotas.start_publishing()
+            self.aws_events.start()
         except BaseException:
             self.stop()
             raise
@@ -225,6 +233,7 @@ class Sandbox:
                 responder.shutdown()
             except Exception:  # noqa: BLE001
                 log.exception("%s responder shutdown failed", PREFIX)
+        self.aws_events.shutdown()
         if self._server is not None:
             try:
                 self._server.stop()

@@ -11,7 +11,6 @@ node jobs are ``<jobId>#<nodeIndex>``, ``DescribeJobQueues``, ``DescribeComputeE
 from __future__ import annotations
 
 import copy
-import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from sim2real.orchestration.budget import BudgetVerdict, batch_job_run_seconds, budget_verdict
 from sim2real.orchestration.budget import job_cost_record as cost_record
+from sim2real.contract import progress
 from sim2real.orchestration.config import RUN_KEY_TAG
 
 WAITERS_DIR = Path(__file__).resolve().parents[1] / "waiters"
@@ -29,9 +29,9 @@ WAITERS_DIR = Path(__file__).resolve().parents[1] / "waiters"
 IMAGE_DIGEST_TAG = "sim2real:image-digest"
 DEFAULT_LOG_GROUP = "/aws/batch/job"
 
-#: Trainer progress line (workload CLI contract), e.g.
+#: Trainer progress line (:mod:`sim2real.contract.progress`), e.g.
 #: ``[sim2real] iteration=12/40 timesteps=12288 mean_reward=-20.1 elapsed_s=15.2 eta_s=35.0``.
-PROGRESS_RE = re.compile(r"\[sim2real\] iteration=\S+.*")
+PROGRESS_RE = progress.PROGRESS_RE
 
 
 def image_digest_of(image_uri: str) -> str | None:
@@ -114,10 +114,12 @@ def runnable_elapsed(job: dict[str, Any], now: float, first_seen_runnable: float
 
 
 def format_runnable_timeout(
-    job: dict[str, Any], elapsed: float, budget: float, compute_environments: list[dict[str, Any]], terminated: bool
+    job: dict[str, Any], elapsed: float, budget: float, compute_environments: list[dict[str, Any]] | None,
+    terminated: bool,
 ) -> str:
-    """The failure message for a job stuck RUNNABLE: status reason + each compute environment's state."""
-    ces = (
+    """The failure message for a job stuck RUNNABLE: status reason + each compute environment's state
+    (``compute_environments`` None: left out, the caller adds them)."""
+    ces = "" if compute_environments is None else (
         "; ".join(
             f"compute environment {ce.get('computeEnvironmentName')}: state={ce.get('state')} "
             f"status={ce.get('status')} statusReason={ce.get('statusReason') or '-'} "
@@ -129,7 +131,8 @@ def format_runnable_timeout(
     )
     return (
         f"AWS Batch job {job.get('jobId')} ({job.get('jobName')}) stayed RUNNABLE for {elapsed:.0f} s, past the "
-        f"budget of {budget:.0f} s; statusReason: {job.get('statusReason') or 'none given'}; {ces}; "
+        f"budget of {budget:.0f} s; statusReason: {job.get('statusReason') or 'none given'}; "
+        + (f"{ces}; " if ces else "")
         + ("the job was terminated." if terminated else "terminating the job FAILED, terminate it by hand.")
         + " Check the EC2 vCPU quota, the compute environment's instance types, subnets and maxvCpus."
     )
@@ -395,9 +398,9 @@ class BatchTrainingHook(BatchClientHook):
     def latest_progress(lines: list[str]) -> str | None:
         """The last ``[sim2real] iteration=...`` line of ``lines``, or None."""
         for line in reversed(lines):
-            match = PROGRESS_RE.search(line)
-            if match:
-                return match.group(0)
+            found = progress.find_progress(line)
+            if found:
+                return found
         return None
 
     # -- RUNNABLE diagnosis -----------------------------------------------------------------

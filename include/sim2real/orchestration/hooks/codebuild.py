@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import urllib.error
 import urllib.request
 from functools import cached_property
 from pathlib import Path

@@ -94,7 +94,8 @@ def scale_state(
     if outcome == "failure":
         return "failure", f"cluster is {status}: {describe.get('FailureMessage') or 'no FailureMessage'}"
     running = None if nodes is None else sum(1 for n in nodes if (n.get("InstanceStatus") or {}).get("Status") == "Running")
-    text = f"cluster {status}, group {group} CurrentCount={current} TargetCount={details.get('TargetCount')}, running nodes={running}, target={target}"
+    text = (f"cluster {status}, group {group} CurrentCount={current} TargetCount={details.get('TargetCount')}, "
+            f"running nodes={running}, target={target}")
     if outcome == "success" and current == target and running == target:
         return "success", text
     return "retry", text

@@ -51,3 +51,24 @@ def classify_response(
         if acceptor.matcher_func(response):
             return acceptor.state  # type: ignore[return-value]
     return "retry"
+
+
+@lru_cache(maxsize=16)
+def _service_waiter_model(service: str) -> WaiterModel:
+    import botocore.session
+
+    return botocore.session.get_session().get_waiter_model(service)
+
+
+def classify_service_response(service: str, waiter_name: str, response: dict[str, Any]) -> Outcome:
+    """Classify one API response with the acceptors of one of botocore's own waiters (e.g. ``ssm``
+    ``CommandExecuted``), as botocore's waiter would decide.
+
+    :return: the state of the first matching acceptor, or ``retry`` when none matches.
+    :raises ValueError: when botocore has no such waiter for ``service``.
+    """
+    waiter_config = _service_waiter_model(service).get_waiter(waiter_name)
+    for acceptor in waiter_config.acceptors:
+        if acceptor.matcher_func(response):
+            return acceptor.state  # type: ignore[return-value]
+    return "retry"

@@ -10,10 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.amazon.aws.links.batch import BatchJobDetailsLink
 from airflow.providers.amazon.aws.links.logs import CloudWatchEventsLink
 from airflow.providers.amazon.aws.operators.batch import BatchOperator
-from airflow.providers.amazon.aws.utils import validate_execute_complete_event
-from airflow.providers.amazon.aws.utils.waiter_with_logging import RETRIABLE_ERROR_CODES
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
-from botocore.exceptions import WaiterError
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 from sim2real.orchestration.budget import optional_usd
 from sim2real.orchestration.config import RUN_KEY_TAG
@@ -21,18 +18,15 @@ from sim2real.orchestration.failures import FailureClass, classify_failure
 from sim2real.orchestration.hooks.batch import (
     DEFAULT_LOG_GROUP,
     BatchTrainingHook,
-    cost_limit_reason,
     exit_code_of,
-    format_cost_limit,
-    format_runnable_timeout,
     image_digest_of,
     job_cost_record,
-    job_cost_verdict,
-    runnable_elapsed,
 )
 from sim2real.orchestration.links.batch import NODE_LOG_LINKS
 from sim2real.contract.run_key import is_valid_run_key
 from sim2real.orchestration.triggers.batch import BatchTrainingJobTrigger
+from sim2real.orchestration.waits.batch import batch_job_step
+from sim2real.orchestration.waits.core import event_outcome, settle_now
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -53,16 +47,16 @@ class BatchTrainingOperator(BatchOperator):
       "containerOverrides": {"environment": [...]}}]}`` (container job definitions: ``containerOverrides``)
       and tags ``{"sim2real:run-key": run_key}``; the environment gets ``RUN_KEY`` and ``IMAGE_DIGEST``
       unless given;
-    * waits (deferrable by default, :class:`~sim2real.orchestration.triggers.batch.BatchTrainingJobTrigger`; sync:
-      the same waiter with the same RUNNABLE budget) and fails when the job stays RUNNABLE longer than
-      ``runnable_timeout_seconds``, terminating it;
+    * waits deferred (:class:`~sim2real.orchestration.triggers.batch.BatchTrainingJobTrigger`, step function
+      :func:`~sim2real.orchestration.waits.batch.batch_job_step`; a job already over is settled without
+      deferring) and fails when the job stays RUNNABLE longer than ``runnable_timeout_seconds``, terminating it;
     * at each poll while RUNNING, logs the elapsed cost (nodes x ``usd_per_node_hour`` x time since
       ``startedAt``) next to the progress line and, when both ``cost_limit_usd`` and
       ``usd_per_node_hour`` are set, terminates the job (reason ``sim2real: cost limit ... reached``) and
       fails the task, not retried, when the cost at the next poll would be above ``cost_limit_usd``
       (:func:`sim2real.orchestration.budget.budget_verdict`); the figures of the stopped job are pushed as XCom
       ``job_cost`` (:func:`~sim2real.orchestration.hooks.batch.job_cost_record`) for the run's actual cost;
-    * ``on_kill`` (sync) / trigger ``on_kill`` (deferred) terminate the job.
+    * ``on_kill`` (in the worker) / the trigger's ``on_kill`` (deferred) terminate the job.
 
     :param image_uri: ``<registry>/<repo>@sha256:<hex>`` to run (templated).
     :param num_nodes: number of nodes (templated; string digits accepted).
@@ -77,8 +71,7 @@ class BatchTrainingOperator(BatchOperator):
     :param job_name: Batch job name; default ``run_key``.
     :param job_definition: job definition name (no revision) to pin (``BatchOperator``).
     :param job_queue: job queue (``BatchOperator``).
-    :param poll_interval: seconds between polls in both modes (default 30).
-    :param deferrable: default ``[operators] default_deferrable``, fallback True.
+    :param poll_interval: seconds between polls of the deferred wait (default 30).
     :param kwargs: every other ``BatchOperator`` argument (``max_retries`` = poll attempts, ...).
     :return: ``{"job_id", "job_name", "job_definition_arn", "status": "SUCCEEDED", "attempts": int
         (number of job attempts), "log_streams": [{"node_index", "job_id", "log_group",
@@ -126,11 +119,11 @@ class BatchTrainingOperator(BatchOperator):
         usd_per_node_hour: float | str | None = None,
         log_group: str = DEFAULT_LOG_GROUP,
         job_name: str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         poll_interval: int = 30,
         **kwargs,
     ) -> None:
-        super().__init__(job_name=job_name or run_key, deferrable=deferrable, poll_interval=poll_interval, **kwargs)
+        # The wait is always deferred (BatchTrainingJobTrigger); there is no blocking mode to choose.
+        super().__init__(job_name=job_name or run_key, deferrable=True, poll_interval=poll_interval, **kwargs)
         self.image_uri = image_uri
         self.num_nodes = num_nodes
         self.run_key = run_key
@@ -240,120 +233,38 @@ class BatchTrainingOperator(BatchOperator):
             except Exception as err:  # noqa: BLE001 - links never change the outcome
                 self.log.debug("could not reserve link %s: %s", link.key, err)
 
+    def _step_params(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "runnable_timeout_seconds": self.runnable_timeout_seconds,
+                "cost_limit_usd": self.cost_limit_usd, "usd_per_node_hour": self.usd_per_node_hour,
+                "num_nodes": self._validated_num_nodes()}
+
     def _settle(self, context: Context, job: dict[str, Any]) -> dict[str, Any]:
-        status = job.get("status")
-        if status == self.hook.SUCCESS_STATE:
-            return self._success(context, job)
-        if status == self.hook.FAILURE_STATE:
+        """Settle a job already over (the wait's step function on its description), else defer."""
+        step = settle_now(batch_job_step, {"jobs": [job]}, self._step_params())
+        if step is not None and step.action is None:  # a step with an action is left to the trigger
+            self.log.info("AWS Batch job %s already %s: not deferring", self.job_id, job.get("status"))
+            if step.outcome == "success":
+                return self._success(context, job)
             raise self._failure(job)
-        if self.deferrable:
-            self.defer(
-                timeout=self.execution_timeout,
-                trigger=BatchTrainingJobTrigger(
-                    job_id=self.job_id,
-                    runnable_timeout_seconds=self.runnable_timeout_seconds,
-                    log_group=self.log_group,
-                    cost_limit_usd=self.cost_limit_usd,
-                    usd_per_node_hour=self.usd_per_node_hour,
-                    num_nodes=self._validated_num_nodes(),
-                    waiter_delay=self.poll_interval,
-                    waiter_max_attempts=self.max_retries,
-                    aws_conn_id=self.aws_conn_id,
-                    region_name=self.region_name,
-                    verify=self.verify,
-                    botocore_config=self.botocore_config,
-                ),
-                method_name="execute_complete",
-            )
-        self._wait_sync(context)
-        job = self.hook.get_job_description(self.job_id)
-        if job.get("status") == self.hook.SUCCESS_STATE:
-            return self._success(context, job)
-        raise self._failure(job)
-
-    def _wait_sync(self, context: Context | None = None) -> None:
-        """Same poll as the trigger, blocking: returns on SUCCEEDED/FAILED, raises on the RUNNABLE budget
-        and the cost limit."""
-        waiter = self.hook.get_waiter("training_job_complete")
-        first_runnable: float | None = None
-        attempt = 0
-        while attempt < self.max_retries:
-            if attempt:
-                time.sleep(self.poll_interval)
-            try:
-                waiter.wait(jobs=[self.job_id], WaiterConfig={"MaxAttempts": 1})
-                return
-            except WaiterError as error:
-                if "terminal failure" in str(error):
-                    return
-                response = error.last_response or {}
-                code = (response.get("Error") or {}).get("Code")
-                if code:
-                    if code in RETRIABLE_ERROR_CODES:
-                        time.sleep(self.poll_interval)
-                        continue
-                    raise AirflowException(f"AWS Batch job {self.job_id}: DescribeJobs failed: {error}") from error
-                jobs = response.get("jobs") or []
-                if not jobs:
-                    raise AirflowException(f"AWS Batch job {self.job_id} not found (DescribeJobs)") from error
-                job = jobs[0]
-                status = job.get("status")
-                self.log.info("AWS Batch job %s status %s %s", self.job_id, status, job.get("statusReason") or "")
-                if status == "RUNNABLE":
-                    first_runnable = first_runnable or time.time()
-                    elapsed = runnable_elapsed(job, time.time(), first_runnable)
-                    if self.runnable_timeout_seconds is not None and elapsed >= float(self.runnable_timeout_seconds):
-                        raise AirflowFailException(self._runnable_timeout(job, elapsed)) from None
-                else:
-                    first_runnable = None
-                if status == "RUNNING":
-                    now = time.time()
-                    verdict = job_cost_verdict(
-                        job,
-                        now,
-                        cost_limit_usd=self.cost_limit_usd,
-                        usd_per_node_hour=self.usd_per_node_hour,
-                        poll_interval_s=self.poll_interval,
-                        default_nodes=self._validated_num_nodes(),
-                    )
-                    self._log_progress(job, verdict.describe() if verdict else None)
-                    if verdict is not None and verdict.over_budget:
-                        raise AirflowFailException(self._cost_limit(context, job, verdict, now)) from None
-            attempt += 1
-        raise AirflowException(f"AWS Batch job {self.job_id}: status checks exceeded max_retries ({self.max_retries})")
-
-    def _runnable_timeout(self, job: dict[str, Any], elapsed: float) -> str:
-        try:
-            ces = self.hook.queue_compute_environments(job["jobQueue"])
-        except Exception as err:  # noqa: BLE001
-            self.log.warning("Could not describe the compute environments: %s", err)
-            ces = []
-        terminated = True
-        try:
-            self.hook.terminate_job(
-                self.job_id, f"RUNNABLE for {elapsed:.0f} s, past the budget of {self.runnable_timeout_seconds} s"
-            )
-        except Exception as err:  # noqa: BLE001
-            terminated = False
-            self.log.error("TerminateJob %s failed: %s", self.job_id, err)
-        message = format_runnable_timeout(job, elapsed, float(self.runnable_timeout_seconds), ces, terminated)
-        return f"{message} {classify_failure(job.get('statusReason'), job_status='RUNNABLE').describe()}"
-
-    def _cost_limit(self, context: Context | None, job: dict[str, Any], verdict, now: float) -> str:
-        """Terminate the job stopped at its cost limit, push its figures (XCom ``job_cost``), build the message."""
-        terminated = True
-        try:
-            self.hook.terminate_job(self.job_id, cost_limit_reason(verdict))
-        except Exception as err:  # noqa: BLE001
-            terminated = False
-            self.log.error("TerminateJob %s failed: %s", self.job_id, err)
-        self._push_job_cost(
-            context,
-            job_cost_record(job, now, self.usd_per_node_hour, self._validated_num_nodes(), stopped_by_budget=True),
+        self.defer(
+            timeout=self.execution_timeout,
+            trigger=BatchTrainingJobTrigger(
+                job_id=self.job_id,
+                runnable_timeout_seconds=self.runnable_timeout_seconds,
+                log_group=self.log_group,
+                cost_limit_usd=self.cost_limit_usd,
+                usd_per_node_hour=self.usd_per_node_hour,
+                num_nodes=self._validated_num_nodes(),
+                waiter_delay=self.poll_interval,
+                waiter_max_attempts=self.max_retries,
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region_name,
+                verify=self.verify,
+                botocore_config=self.botocore_config,
+            ),
+            method_name="execute_complete",
         )
-        message = format_cost_limit(job, verdict, terminated)
-        self.log.error(message)
-        return message
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
 
     def _push_job_cost(self, context: Context | None, record: dict[str, Any] | None) -> None:
         """XCom ``job_cost`` of a job that failed the task (the task has no return value to carry it)."""
@@ -364,26 +275,11 @@ class BatchTrainingOperator(BatchOperator):
         except Exception as err:  # noqa: BLE001 - the record never changes the outcome
             self.log.warning("Could not push the job's cost figures: %s", err)
 
-    def _log_progress(self, job: dict[str, Any], cost: str | None = None) -> None:
-        line = None
-        try:
-            main = (job.get("nodeProperties") or {}).get("mainNode")
-            source = job
-            if main is not None:
-                children = self.hook.conn.describe_jobs(jobs=[f"{self.job_id}#{main}"]).get("jobs") or []
-                source = children[0] if children else job
-            stream = (source.get("container") or {}).get("logStreamName")
-            if stream:
-                line = self.hook.latest_progress(self.hook.log_tail(self.log_group, stream, limit=20))
-        except Exception as err:  # noqa: BLE001 - progress is informational only
-            self.log.debug("No progress line for job %s: %s", self.job_id, err)
-        if line or cost:
-            self.log.info("AWS Batch job %s progress: %s", self.job_id, "; ".join(p for p in (line, cost) if p))
-
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:  # type: ignore[override]
-        event = validate_execute_complete_event(event)
+        """Resume after :class:`~sim2real.orchestration.triggers.batch.BatchTrainingJobTrigger`: the result
+        of a SUCCEEDED job, else the failure (``reason`` ``cost_limit`` / ``runnable_timeout``: not retried)."""
+        status, message = event_outcome(event, f"AWS Batch job {self.job_id}")
         self.job_id = event.get("job_id") or self.job_id
-        status = event.get("status")
         if status == "success":
             job = self.hook.get_job_description(self.job_id)
             if job.get("status") != self.hook.SUCCESS_STATE:
@@ -391,14 +287,12 @@ class BatchTrainingOperator(BatchOperator):
             return self._success(context, job)
         if event.get("reason") == "cost_limit":
             self._push_job_cost(context, event.get("job_cost"))
-            raise AirflowFailException(event.get("message") or f"AWS Batch job {self.job_id} stopped at its cost limit")
+            raise AirflowFailException(message or f"AWS Batch job {self.job_id} stopped at its cost limit")
         if event.get("reason") == "runnable_timeout":
-            raise AirflowFailException(
-                f"{event.get('message')} {classify_failure(None, job_status='RUNNABLE').describe()}"
-            )
-        if status == "failure":
+            raise AirflowFailException(f"{message} {classify_failure(None, job_status='RUNNABLE').describe()}")
+        if status == "failure" and event.get("job_status") == self.hook.FAILURE_STATE:
             raise self._failure(self.hook.get_job_description(self.job_id))
-        raise AirflowException(f"Waiting for AWS Batch job {self.job_id} failed: {event.get('message')}")
+        raise AirflowException(f"Waiting for AWS Batch job {self.job_id} failed ({status}): {message}")
 
     # -- outcome ------------------------------------------------------------------------------
     def _log_streams(self, job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -492,7 +386,8 @@ class BatchTrainingOperator(BatchOperator):
         return AirflowFailException(message)
 
     def on_kill(self) -> None:
-        """Terminate the job this task started or reattached to (sync path; deferred: trigger ``on_kill``)."""
+        """Terminate the job this task started or reattached to while the task runs in the worker (the
+        deferred wait: the trigger's ``on_kill``)."""
         if self.job_id:
             self.hook.terminate_job(self.job_id, "Airflow task killed by the user")
             self.log.info("AWS Batch job %s terminated (task killed)", self.job_id)

@@ -9,17 +9,13 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
-from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.amazon.aws.utils.waiter_with_logging import wait
 from airflow.providers.common.compat.sdk import (
     AirflowException,
     AirflowFailException,
-    conf,
 )
 
 from sim2real.orchestration.hooks.codebuild import (
-    CODEBUILD_TERMINAL_STATUSES,
     COMMIT_ID,
     CodeBuildHook,
     EcrImageHook,
@@ -28,6 +24,8 @@ from sim2real.orchestration.hooks.codebuild import (
 )
 from sim2real.orchestration.links.codebuild import CodeBuildBuildLink
 from sim2real.orchestration.triggers.codebuild import CodeBuildBuildCompleteTrigger
+from sim2real.orchestration.waits.codebuild import codebuild_build_step
+from sim2real.orchestration.waits.core import event_outcome, settle_now
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -49,7 +47,7 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
        a new commit, does not match a record.
     3. Otherwise ``StartBuild`` on the resolved commit (``sourceVersion``) with ``IMAGE_TAG=<prefix><key[:40]>``
        and ``IMAGE_REPO_NAME``; on a retry, a build of the same tag still IN_PROGRESS is reattached instead
-       (``ListBuildsForProject``). The wait is deferrable; a build that is already over when it would defer is
+       (``ListBuildsForProject``). The wait is deferred; a build that is already over when it would defer is
        finished at once (no trigger). The digest is the build's exported ``IMAGE_DIGEST`` (buildspec
        ``env.exported-variables``), else ECR's image of the tag; it is recorded under the key (and under the
        key of the build's ``resolvedSourceVersion`` when the source could not be resolved beforehand).
@@ -63,7 +61,6 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
     :param environment_variables: extra build environment variables, name -> value (templated).
     :param waiter_delay: seconds between status polls (default 30).
     :param waiter_max_attempts: polls before giving up (default 240 = 2 h at 30 s).
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, fallback True).
     :return: ``{"image_uri": "<acct>.dkr.ecr.<region>.amazonaws.com/<repo>@sha256:<hex>",
         "image_digest": "sha256:<hex>", "image_tag": str, "build_id": str | None, "skipped": bool,
         "image_key": str | None, "source_commit": str | None, "context_sha256": str}``; ``build_id`` of a reused
@@ -73,6 +70,9 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
         build SUCCEEDED but neither its exported ``IMAGE_DIGEST`` nor ECR names the image it pushed.
     :raises AirflowFailException: the CodeBuild project does not exist.
     """
+
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
 
     aws_hook_class = CodeBuildHook
     ui_color = "#d4e7c5"
@@ -95,7 +95,6 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
         environment_variables: dict[str, str] | None = None,
         waiter_delay: int = 30,
         waiter_max_attempts: int = 240,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -108,7 +107,6 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
         self.environment_variables = environment_variables
         self.waiter_delay = waiter_delay
         self.waiter_max_attempts = waiter_max_attempts
-        self.deferrable = deferrable
         self.build_id: str | None = None
         self.key_facts: dict[str, Any] = {}
 
@@ -212,39 +210,25 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
         self._persist_link(context, self.build_id, self.hook.build_account_id(build))
 
         current = self.hook.get_build(self.build_id)  # already over: finish here, no trigger to race
-        if current.get("buildStatus") in CODEBUILD_TERMINAL_STATUSES:
+        if settle_now(codebuild_build_step, {"builds": [current]}, {"build_id": self.build_id}) is not None:
             self.log.info("CodeBuild build %s is already %s: not deferring", self.build_id, current["buildStatus"])
             return self._finish(current)
 
-        if self.deferrable:
-            self.defer(
-                trigger=CodeBuildBuildCompleteTrigger(
-                    build_id=self.build_id,
-                    waiter_delay=self.waiter_delay,
-                    waiter_max_attempts=self.waiter_max_attempts,
-                    aws_conn_id=self.aws_conn_id,
-                    region_name=self.region_name,
-                    verify=self.verify,
-                    botocore_config=self.botocore_config,
-                ),
-                method_name="execute_complete",
-                kwargs={"key_facts": self.key_facts},
-                timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 60),
-            )
-
-        try:
-            wait(
-                waiter=self.hook.get_waiter("build_complete"),
+        self.defer(
+            trigger=CodeBuildBuildCompleteTrigger(
+                build_id=self.build_id,
                 waiter_delay=self.waiter_delay,
                 waiter_max_attempts=self.waiter_max_attempts,
-                args={"ids": [self.build_id]},
-                failure_message=f"CodeBuild build {self.build_id} failed",
-                status_message=f"CodeBuild build {self.build_id} status",
-                status_args=["builds[0].buildStatus", "builds[0].currentPhase"],
-            )
-        except AirflowException as err:
-            raise AirflowException(self._failure_message(self.build_id, str(err))) from err
-        return self._finish(self.hook.get_build(self.build_id))
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region_name,
+                verify=self.verify,
+                botocore_config=self.botocore_config,
+            ),
+            method_name="execute_complete",
+            kwargs={"key_facts": self.key_facts},
+            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 60),
+        )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
 
     def _finish(self, build: dict[str, Any]) -> dict[str, Any]:
         """Result of a finished build: its digest recorded under the image key (raises on a failed build)."""
@@ -304,11 +288,11 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None,
                          key_facts: dict[str, Any] | None = None) -> dict[str, Any]:
-        event = validate_execute_complete_event(event)
-        self.build_id = event.get("build_id")
+        status, message = event_outcome(event, f"CodeBuild build {self.build_id}")
+        self.build_id = event.get("build_id") or self.build_id
         self.key_facts = dict(key_facts or {})
-        if event.get("status") != "success":
-            raise AirflowException(self._failure_message(self.build_id, event.get("message", "")))
+        if status != "success":
+            raise AirflowException(self._failure_message(self.build_id, f"{status}: {message}"))
         build = self.hook.get_build(self.build_id)
         if not self.key_facts.get("context_sha256"):  # resumed without the deferral's kwargs
             self.key_facts = self._facts_from_build(build)
@@ -345,7 +329,8 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
         )
 
     def on_kill(self) -> None:
-        """Stop the build this task started (``StopBuild``); sync path only (deferred: trigger ``on_kill``)."""
+        """Stop the build this task started (``StopBuild``) while the task runs in the worker (the deferred
+        wait: the trigger's ``on_kill``)."""
         if self.build_id:
             self.hook.stop_build(self.build_id)
             self.log.info("CodeBuild build %s stopped (task killed)", self.build_id)

@@ -9,18 +9,19 @@ GetDeployment; ListDeployments; CancelDeployment; ListCoreDevices; ListEffective
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
-from airflow.providers.amazon.aws.utils import trim_none_values, validate_execute_complete_event
+from airflow.providers.amazon.aws.utils import trim_none_values
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowFailException, conf
+from airflow.providers.common.compat.sdk import AirflowFailException
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, summarize
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
+from sim2real.orchestration.waits.core import event_outcome, settle_now
+from sim2real.orchestration.waits.greengrass import greengrass_deployment_step
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -86,7 +87,6 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         (DescribeModelPackage) right before CreateDeployment: a package that is no longer ``Approved``
         (rejected, set back to PendingManualApproval after its approval) is refused and nothing is deployed.
         The status seen then is in the result and in XCom ``model_package_check``.
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
     :return: ``{"deployment_id", "iot_job_id", "target_arn", "devices": {thing: status}}``, plus
         ``model_package_arn`` and ``model_approval_status`` (the status read before CreateDeployment) when a
         package was given.
@@ -95,6 +95,9 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         has no core devices (checked before CreateDeployment: nothing is created), or the model package is
         not Approved.
     """
+
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
 
     aws_hook_class = GreengrassV2Hook
     template_fields: Sequence[str] = aws_template_fields(
@@ -116,7 +119,6 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         waiter_max_attempts: int = 120,
         deployment_timeout_seconds: int | None = None,
         model_package_arn: str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -129,7 +131,6 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         self.iot_job_configuration = iot_job_configuration
         self.waiter_delay = waiter_delay
         self.waiter_max_attempts = waiter_max_attempts
-        self.deferrable = deferrable
 
     def execute(self, context: Context) -> dict[str, Any]:
         if self.failure_handling_policy not in ("ROLLBACK", "DO_NOTHING"):
@@ -176,27 +177,26 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         base = {"deployment_id": deployment_id, "iot_job_id": iot_job_id, "target_arn": target_arn,
                 "thing_group_name": self.thing_group_name, **package}
 
-        if self.deferrable:
-            over = self._over(deployment_id, target_arn)  # already finished on every device: no trigger race
-            if over[0] is not None:
-                self.log.info("Deployment %s is already over (%s): not deferring", deployment_id, over[0])
-                return self._finish(base, *over)
-            self.defer(
-                trigger=GreengrassDeploymentTrigger(
-                    deployment_id=deployment_id,
-                    thing_group_arn=target_arn,
-                    waiter_delay=self.waiter_delay,
-                    waiter_max_attempts=self.waiter_max_attempts,
-                    aws_conn_id=self.aws_conn_id,
-                    region_name=self.region_name,
-                    verify=self.verify,
-                    botocore_config=self.botocore_config,
-                ),
-                method_name="execute_complete",
-                kwargs={"base": base},
-                timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
-            )
-        return self._finish(base, *self._wait_sync(deployment_id, target_arn))
+        over = self._over(deployment_id, target_arn)  # already finished on every device: no trigger race
+        if over is not None:
+            self.log.info("Deployment %s is already over (%s): not deferring", deployment_id, over[0])
+            return self._finish(base, *over)
+        self.defer(
+            trigger=GreengrassDeploymentTrigger(
+                deployment_id=deployment_id,
+                thing_group_arn=target_arn,
+                waiter_delay=self.waiter_delay,
+                waiter_max_attempts=self.waiter_max_attempts,
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region_name,
+                verify=self.verify,
+                botocore_config=self.botocore_config,
+            ),
+            method_name="execute_complete",
+            kwargs={"base": base},
+            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
+        )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
 
     def _apply_timeout(self) -> None:
         """``deployment_timeout_seconds`` (rendered) → ``waiter_max_attempts`` polls ``waiter_delay`` s apart."""
@@ -228,40 +228,23 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                 "Not deployed (no Greengrass deployment was created): " + not_approved_message(package))
         return seen
 
-    def _over(self, deployment_id: str, target_arn: str) -> tuple[str | None, dict[str, dict[str, Any]], str]:
-        """One poll of the group's core devices (ListCoreDevices, then ListEffectiveDeployments per device).
+    def _over(self, deployment_id: str, target_arn: str) -> tuple[str, dict[str, dict[str, Any]], str] | None:
+        """One poll of the group's core devices (ListCoreDevices, then ListEffectiveDeployments per device),
+        decided by the wait's step function
+        (:func:`~sim2real.orchestration.waits.greengrass.greengrass_deployment_step`).
 
-        :return: ``(status, reports, message)``: status ``"success"`` when the deployment succeeded on every
-            device, ``"failure"`` when it failed on one or the group has no core devices (``message`` says so),
-            None while it is unfinished; ``reports`` maps each device to its
-            :func:`~sim2real.orchestration.hooks.greengrass.device_report`.
+        :return: ``(status, reports, message)`` when the deployment is over (``"success"`` on every device,
+            ``"failure"`` on one, or no core device), None while it is unfinished.
         """
         things = self.hook.list_core_device_names(target_arn)
-        if not things:
-            return "failure", {}, f"thing group {self.thing_group_name!r} ({target_arn}) has no core devices"
-        reports = self.hook.device_reports(deployment_id, things)
-        outcomes = {r["outcome"] for r in reports.values()}
-        if "failure" in outcomes:
-            return "failure", reports, ""
-        if outcomes == {"success"}:
-            return "success", reports, ""
-        return None, reports, ""
-
-    def _wait_sync(self, deployment_id: str, target_arn: str) -> tuple[str, dict[str, dict[str, Any]], str]:
-        """Poll (:meth:`_over`) up to ``waiter_max_attempts`` times ``waiter_delay`` s apart.
-
-        :return: ``(status, reports, message)`` of the poll that found the deployment over, else
-            ``("timeout", <the last poll's reports>, <how long it polled>)``.
-        """
-        reports: dict[str, dict[str, Any]] = {}
-        for attempt in range(self.waiter_max_attempts):
-            if attempt:
-                time.sleep(self.waiter_delay)
-            status, reports, message = self._over(deployment_id, target_arn)
-            if status is not None:
-                return status, reports, message
-            self.log.info("Deployment %s: %s", deployment_id, {t: r["status"] for t, r in reports.items()})
-        return "timeout", reports, f"not finished after {self.waiter_max_attempts} polls {self.waiter_delay} s apart"
+        response = {"devices": {thing: self.hook.conn.list_effective_deployments(coreDeviceThingName=thing)
+                                for thing in things}}
+        step = settle_now(greengrass_deployment_step, response,
+                          {"deployment_id": deployment_id, "thing_group_arn": target_arn})
+        if step is None:
+            return None
+        reports = dict(step.payload.get("devices") or {})
+        return step.outcome, reports, "" if reports else step.reason
 
     def _finish(self, base: dict[str, Any], status: str, reports: dict[str, dict[str, Any]], message: str) -> dict[str, Any]:
         if status == "success":
@@ -296,10 +279,12 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         self, context: Context, event: dict[str, Any] | None = None, base: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Resume after the trigger: return the device statuses or cancel and fail."""
-        event = validate_execute_complete_event(event)
+        status, message = event_outcome(event, f"Greengrass deployment of {self.deployment_name}")
         self._apply_timeout()  # a resumed task is a fresh operator: the bound in the message is the form's
         if base is None:  # resumed without the deferral's kwargs (dag.test hands on the event only)
             check = context["ti"].xcom_pull(task_ids=self.task_id, key="model_package_check") or {}
             base = {"deployment_id": event["deployment_id"], "iot_job_id": None, "target_arn": None,
                     "thing_group_name": self.thing_group_name, **check}
-        return self._finish(base, event["status"], event.get("devices") or {}, event.get("message") or "")
+        devices = event.get("devices") or {}
+        # a device failure is named by the device reports; the message adds what they do not say
+        return self._finish(base, status, devices, "" if status == "failure" and devices else message)

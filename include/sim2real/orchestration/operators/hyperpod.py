@@ -17,15 +17,21 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
-from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException
 from sim2real.orchestration import slurm
-from sim2real.orchestration.budget import budget_verdict, optional_usd
-from sim2real.orchestration.hooks.hyperpod import HyperPodHook, instance_group_specs, scale_state
+from sim2real.orchestration.budget import optional_usd
+from sim2real.orchestration.hooks.hyperpod import HyperPodHook, instance_group_specs
 from sim2real.orchestration.hooks.workstation import WorkstationHook
 from sim2real.orchestration.links.sagemaker import HyperPodClusterLink
 from sim2real.orchestration.triggers.hyperpod import HyperPodScaleTrigger, HyperPodSlurmJobTrigger
+from sim2real.orchestration.waits.core import WaitState, event_outcome, settle_now
+from sim2real.orchestration.waits.hyperpod import (
+    DEFAULT_MAX_FAILED_QUERIES,
+    NODES_KEY,
+    hyperpod_scale_step,
+    slurm_job_step,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -52,7 +58,6 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
     :param wait_for_completion: wait for the nodes (default True).
     :param waiter_delay: seconds between polls (default 60).
     :param waiter_max_attempts: polls before failing (default 120).
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
     :param only_after_task_id: scale only if that task of the run handed on a result (the scale-up a
         scale-down undoes); otherwise skip without any AWS call, so a teardown never resizes a cluster
         its run did not scale (e.g. a run on the other training backend).
@@ -62,6 +67,9 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
     :raises AirflowException: the cluster failed or is being deleted, it was not InService for an update
         within ``waiter_max_attempts`` polls, or the nodes did not come up in time.
     """
+
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
 
     aws_hook_class = HyperPodHook
     template_fields: Sequence[str] = aws_template_fields("cluster_name", "instance_group_name", "target_count")
@@ -76,7 +84,6 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         wait_for_completion: bool = True,
         waiter_delay: int = 60,
         waiter_max_attempts: int = 120,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         only_after_task_id: str | None = None,
         **kwargs,
     ):
@@ -88,7 +95,6 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         self.only_after_task_id = only_after_task_id
         self.waiter_delay = waiter_delay
         self.waiter_max_attempts = waiter_max_attempts
-        self.deferrable = deferrable
 
     def execute(self, context: Context) -> dict[str, Any]:
         if self.only_after_task_id and context["ti"].xcom_pull(task_ids=self.only_after_task_id) is None:
@@ -123,53 +129,43 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         }
         if not self.wait_for_completion:
             return result
-        if self.deferrable:
-            # Already at the target (or failed): settled here, no trigger that would fire at once.
-            outcome, text = self._scale_state(target)
-            if outcome == "success":
-                self.log.info("HyperPod %s: group %s already at %s: not deferring", name, self.instance_group_name,
-                              target)
-                return {**result, "current_count": target}
-            if outcome == "failure":
-                raise AirflowException(self._failure(text))
-            self.defer(
-                trigger=HyperPodScaleTrigger(
-                    cluster_name=self.cluster_name,
-                    instance_group_name=self.instance_group_name,
-                    target_count=target,
-                    waiter_delay=self.waiter_delay,
-                    waiter_max_attempts=self.waiter_max_attempts,
-                    aws_conn_id=self.aws_conn_id,
-                    region_name=self.region_name,
-                    verify=self.verify,
-                    botocore_config=self.botocore_config,
-                ),
-                method_name="execute_complete",
-                kwargs={"result": result},
-                timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
-            )
-        text = ""
-        for attempt in range(self.waiter_max_attempts):
-            if attempt:
-                time.sleep(self.waiter_delay)
-            outcome, text = self._scale_state(target)
-            if outcome == "success":
-                return {**result, "current_count": target}
-            if outcome == "failure":
-                raise AirflowException(self._failure(text))
-            self.log.info("HyperPod %s: %s", name, text)
-        raise AirflowException(self._failure(f"timed out after {self.waiter_max_attempts} polls; {text}"))
+        # Already at the target (or failed): settled here, no trigger that would fire at once.
+        outcome, text = self._scale_state(target)
+        if outcome == "success":
+            self.log.info("HyperPod %s: group %s already at %s: not deferring", name, self.instance_group_name,
+                          target)
+            return {**result, "current_count": target}
+        if outcome == "failure":
+            raise AirflowException(self._failure(text))
+        self.defer(
+            trigger=HyperPodScaleTrigger(
+                cluster_name=self.cluster_name,
+                instance_group_name=self.instance_group_name,
+                target_count=target,
+                waiter_delay=self.waiter_delay,
+                waiter_max_attempts=self.waiter_max_attempts,
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region_name,
+                verify=self.verify,
+                botocore_config=self.botocore_config,
+            ),
+            method_name="execute_complete",
+            kwargs={"result": result},
+            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
+        )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
 
     def _scale_state(self, target: int) -> tuple[str, str]:
-        """One poll of the group (``DescribeCluster`` + ``ListClusterNodes`` once InService): ``scale_state``'s
+        """One poll of the group (``DescribeCluster`` + ``ListClusterNodes`` once InService) decided by the
+        wait's step function (:func:`~sim2real.orchestration.waits.hyperpod.hyperpod_scale_step`):
         ``(outcome, text)``, outcome ``success`` / ``failure`` / ``retry``."""
         describe = self.hook.conn.describe_cluster(ClusterName=self.cluster_name)
-        nodes = (
-            self.hook.list_group_nodes(self.cluster_name, self.instance_group_name)
-            if describe.get("ClusterStatus") == "InService"
-            else None
-        )
-        return scale_state(self.hook.waiter_path, describe, nodes, self.instance_group_name, target)
+        if describe.get("ClusterStatus") == "InService":
+            describe = {**describe, NODES_KEY: self.hook.list_group_nodes(self.cluster_name, self.instance_group_name)}
+        step = hyperpod_scale_step(describe, WaitState(params={
+            "cluster_name": self.cluster_name, "instance_group_name": self.instance_group_name,
+            "target_count": target}))
+        return step.outcome, step.reason
 
     def _update(self, target: int) -> tuple[dict[str, Any], int, bool]:
         """UpdateCluster once the cluster is InService (``(describe, previous_target, updated)``).
@@ -223,9 +219,9 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         self, context: Context, event: dict[str, Any] | None = None, result: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Resume after the trigger."""
-        event = validate_execute_complete_event(event)
-        if event["status"] != "success":
-            raise AirflowException(self._failure(event.get("message", str(event))))
+        status, message = event_outcome(event, f"HyperPod cluster {self.cluster_name}")
+        if status != "success":
+            raise AirflowException(self._failure(f"{status}: {message}"))
         # The deferral kwargs are not handed back by every runner (dag.test passes only the event).
         fallback = {"cluster_name": self.cluster_name, "cluster_arn": None,
                     "instance_group_name": self.instance_group_name, "previous_count": None,
@@ -256,7 +252,7 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     (else ``scontrol show job -o``) through SSM, deferred
     (:class:`~sim2real.orchestration.triggers.hyperpod.HyperPodSlurmJobTrigger`) until COMPLETED or a failure state
     (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, BOOT_FAIL, DEADLINE).
-    ``on_kill`` (sync) and the trigger's ``on_kill`` (deferred) run ``scancel <job id>``.
+    ``on_kill`` (in the worker) and the trigger's ``on_kill`` (deferred) run ``scancel <job id>``.
 
     Cost limit (as for the Batch training job): at each poll while the job runs, its elapsed cost is
     ``num_nodes`` x ``usd_per_node_hour`` x the time since the job's Slurm ``Start`` (``sacct``; else
@@ -288,7 +284,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         check (templated; number or numeric string).
     :param usd_per_node_hour: on-demand USD per node-hour of the GPU group's instance type
         (``sim2real.orchestration.budget.training_usd_per_node_hour``); None = no cost check and no ``cost_usd`` (templated).
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
+    :param max_failed_queries: consecutive status queries that fail (the SSM command not Success, or the
+        job unknown to both sacct and scontrol) before the task fails, retried (default
+        :data:`~sim2real.orchestration.waits.hyperpod.DEFAULT_MAX_FAILED_QUERIES`).
     :return: ``{"cluster_name", "job_id", "job_name", "state": "COMPLETED", "exit_code", "log_path",
         "submit_host_instance_id", "reattached": bool, "num_nodes", "started_at", "stopped_at" (the job's
         Slurm Start/End, epoch seconds, None when unknown), "run_seconds", "usd_per_node_hour",
@@ -297,12 +295,16 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     :raises ValueError: bad arguments (e.g. a non-numeric ``cost_limit_usd``, ``num_nodes`` < 1); no or
         several instances carry the tag.
     :raises AirflowFailException: (not retried) the job ended FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY
-        or DEADLINE, or was still running after ``max_attempts`` polls (then it is cancelled); the message names the cluster, job id, state, exit code, log path and the log's end.
+        or DEADLINE, or was still running after ``max_attempts`` polls (then it is cancelled); the message names the
+        cluster, job id, state, exit code, log path and the log's end.
         Also when stopped at the cost limit: the message has the run time, cost, limit, nodes, price and
         what to change.
     :raises AirflowException: (retried) submission failed, the job ended NODE_FAIL / PREEMPTED /
         BOOT_FAIL, or the state could not be read.
     """
+
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
 
     aws_hook_class = WorkstationHook
     template_fields: Sequence[str] = aws_template_fields(
@@ -328,7 +330,7 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         num_nodes: int | str | None = None,
         cost_limit_usd: float | str | None = None,
         usd_per_node_hour: float | str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        max_failed_queries: int = DEFAULT_MAX_FAILED_QUERIES,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -345,7 +347,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         self.poll_interval = poll_interval
         self.max_attempts = max_attempts
         self.agent_online_timeout_seconds = agent_online_timeout_seconds
-        self.deferrable = deferrable
+        if int(max_failed_queries) < 1:
+            raise ValueError(f"max_failed_queries must be >= 1, got {max_failed_queries!r}")
+        self.max_failed_queries = int(max_failed_queries)
         self._job_id: str | None = None
         self._instance_id: str | None = None
 
@@ -420,50 +424,56 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         base = {"cluster_name": self.cluster_name, "job_id": job_id, "job_name": self.job_name,
                 "log_path": slurm.log_path_for(self.log_path, job_id, self.job_name),
                 "submit_host_instance_id": instance_id, "reattached": reattached}
-        if self.deferrable:
-            # A job that already ended (a reattached COMPLETED one, one refused at once) is settled here.
-            ended = self._ended(context, base)
-            if ended is not None:
-                return ended
-            self.defer(
-                trigger=HyperPodSlurmJobTrigger(
-                    cluster_name=self.cluster_name,
-                    instance_id=instance_id,
-                    job_id=job_id,
-                    waiter_delay=self.poll_interval,
-                    waiter_max_attempts=self._attempts(),
-                    reattached=reattached,
-                    job_name=self.job_name,
-                    num_nodes=self.num_nodes,
-                    cost_limit_usd=self.cost_limit_usd,
-                    usd_per_node_hour=self.usd_per_node_hour,
-                    aws_conn_id=self.aws_conn_id,
-                    region_name=self.region_name,
-                    verify=self.verify,
-                    botocore_config=self.botocore_config,
-                ),
-                method_name="execute_complete",
-                timeout=timedelta(seconds=self.poll_interval * self._attempts() + 600),
-            )
-        return self._wait_sync(context, base)
+        # A job that already ended (a reattached COMPLETED one, one refused at once) is settled here.
+        ended = self._ended(context, base)
+        if ended is not None:
+            return ended
+        self.defer(
+            trigger=HyperPodSlurmJobTrigger(
+                cluster_name=self.cluster_name,
+                instance_id=instance_id,
+                job_id=job_id,
+                waiter_delay=self.poll_interval,
+                waiter_max_attempts=self._attempts(),
+                reattached=reattached,
+                max_failed_queries=self.max_failed_queries,
+                job_name=self.job_name,
+                num_nodes=self.num_nodes,
+                cost_limit_usd=self.cost_limit_usd,
+                usd_per_node_hour=self.usd_per_node_hour,
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region_name,
+                verify=self.verify,
+                botocore_config=self.botocore_config,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.poll_interval * self._attempts() + 600),
+        )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
 
     def _ended(self, context: Context, base: dict[str, Any]) -> dict[str, Any] | None:
         """One Slurm status query: the result of a job that already COMPLETED (raises for one that ended in a
         failure state), None while it is pending or running (or its state is unknown yet)."""
         result = self.hook.run_shell_script(base["submit_host_instance_id"], slurm.status_commands(base["job_id"]),
                                             execution_timeout_seconds=120, poll_seconds=1.0)
-        if result["status"] != "Success":
-            return None
-        state, exit_code = slurm.parse_status_output(result["stdout"])
-        if state not in slurm.SLURM_SUCCESS_STATES | slurm.SLURM_FAILURE_STATES:
-            return None
-        now = time.time()
-        window = slurm.run_window(slurm.parse_status_times(result["stdout"]), None, now, ended=True)
+        response = {"Status": result["status"], "StandardOutputContent": result["stdout"],
+                    "StandardErrorContent": result.get("stderr", "")}
+        step = settle_now(slurm_job_step, response, self._step_params(base))
+        if step is None or step.action is not None or step.payload.get("reason"):
+            return None  # running, pending, unknown: the trigger waits (and acts) from here
+        state, exit_code = step.payload["state"], step.payload["exit_code"]
         self.log.info("Slurm job %s already ended %s: not deferring", base["job_id"], state)
-        if state in slurm.SLURM_SUCCESS_STATES:
-            return self._result(base, state, exit_code, self._record(base["job_id"], window))
-        self._push_job_cost(context, self._record(base["job_id"], window))
+        if step.outcome == "success":
+            return self._result(base, state, exit_code, step.payload["job_cost"])
+        self._push_job_cost(context, step.payload["job_cost"])
         raise self._job_failed(base, state, exit_code)
+
+    def _step_params(self, base: dict[str, Any]) -> dict[str, Any]:
+        """The Slurm wait's step parameters (as the trigger serializes them)."""
+        return {"cluster_name": self.cluster_name, "instance_id": base["submit_host_instance_id"],
+                "job_id": base["job_id"], "job_name": self.job_name, "reattached": base["reattached"],
+                "max_failed_queries": self.max_failed_queries, "num_nodes": self.num_nodes,
+                "cost_limit_usd": self.cost_limit_usd, "usd_per_node_hour": self.usd_per_node_hour}
 
     def _record(self, job_id: str, window: tuple[float | None, float | None, float | None],
                 stopped_by_budget: bool = False) -> dict[str, Any]:
@@ -471,55 +481,6 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         return slurm.job_cost_record(job_id=job_id, cluster_name=self.cluster_name, started_at=started_at,
                                      stopped_at=stopped_at, elapsed_s=elapsed, num_nodes=self.num_nodes,
                                      usd_per_node_hour=self.usd_per_node_hour, stopped_by_budget=stopped_by_budget)
-
-    def _wait_sync(self, context: Context, base: dict[str, Any]) -> dict[str, Any]:
-        state, exit_code, unknown = "UNKNOWN", "", 0
-        first_running_at: float | None = None
-        window: tuple[float | None, float | None, float | None] = (None, None, None)
-        for attempt in range(self._attempts()):
-            if attempt:
-                time.sleep(self.poll_interval)
-            asked = time.monotonic()
-            result = self.hook.run_shell_script(base["submit_host_instance_id"], slurm.status_commands(base["job_id"]),
-                                                execution_timeout_seconds=120, poll_seconds=1.0)
-            query_s = time.monotonic() - asked
-            ok = result["status"] == "Success"
-            state, exit_code = slurm.parse_status_output(result["stdout"]) if ok else ("UNKNOWN", "")
-            now = time.time()
-            if state == "RUNNING" and first_running_at is None:
-                first_running_at = now
-            if ok:
-                window = slurm.run_window(slurm.parse_status_times(result["stdout"]), first_running_at, now,
-                                          ended=state in slurm.SLURM_SUCCESS_STATES | slurm.SLURM_FAILURE_STATES)
-            if state in slurm.SLURM_SUCCESS_STATES:
-                return self._result(base, state, exit_code, self._record(base["job_id"], window))
-            if state in slurm.SLURM_FAILURE_STATES:
-                self._push_job_cost(context, self._record(base["job_id"], window))
-                raise self._job_failed(base, state, exit_code)
-            unknown = unknown + 1 if state == "UNKNOWN" else 0
-            if unknown >= 10:
-                raise AirflowException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name}: state "
-                                       "unknown to sacct and scontrol 10 polls in a row")
-            verdict = None
-            if window[2] is not None and self.num_nodes:
-                verdict = budget_verdict(elapsed_s=window[2], instances=int(self.num_nodes),
-                                         usd_per_hour=self.usd_per_node_hour, limit_usd=self.cost_limit_usd,
-                                         # the next poll: the delay, a query as long as this one, and
-                                         # Slurm's whole-second Start
-                                         poll_interval_s=float(self.poll_interval) + query_s
-                                         + slurm.TIME_RESOLUTION_SECONDS)
-            if verdict is not None and verdict.over_budget:
-                note = self._cancel()
-                self._push_job_cost(context, self._record(
-                    base["job_id"], (window[0], (window[0] or 0.0) + verdict.elapsed_s, verdict.elapsed_s),
-                    stopped_by_budget=True))
-                raise AirflowFailException(slurm.cost_limit_message(
-                    job_id=base["job_id"], job_name=self.job_name, cluster_name=self.cluster_name, verdict=verdict,
-                    cancelled=not note, cancel_error=note.strip()))
-            self.log.info("Slurm job %s on %s: %s%s", base["job_id"], self.cluster_name, state,
-                          f" ({verdict.describe()})" if verdict else "")
-        raise AirflowFailException(f"Slurm job {base['job_id']} on HyperPod cluster {self.cluster_name} still "
-                                   f"{state} after {self._attempts()} polls; it was cancelled." + self._cancel())
 
     def _result(self, base: dict[str, Any], state: str, exit_code: str, record: dict[str, Any] | None) -> dict[str, Any]:
         """The task's result: ``base``, the end state and the job's run window and cost."""
@@ -561,24 +522,24 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger: the job's end state (everything from the event and the task's fields)."""
-        event = validate_execute_complete_event(event)
+        status, event_message = event_outcome(event, f"Slurm job {self._job_id} on {self.cluster_name}")
         job_id = event.get("job_id")
         base = {"cluster_name": self.cluster_name, "job_id": job_id, "job_name": self.job_name,
                 "log_path": slurm.log_path_for(self.log_path, job_id, self.job_name),
                 "submit_host_instance_id": event.get("instance_id"), "reattached": bool(event.get("reattached"))}
         self._job_id, self._instance_id = base.get("job_id"), base.get("submit_host_instance_id")
         state, exit_code = event.get("state", "UNKNOWN"), event.get("exit_code", "")
-        if event["status"] == "success":
+        if status == "success":
             self.log.info("Slurm job %s on %s %s (exit code %s)", base.get("job_id"), self.cluster_name, state, exit_code)
             return self._result(base, state, exit_code, event.get("job_cost"))
         self._push_job_cost(context, event.get("job_cost"))
         if event.get("reason") == "cost_limit":
             raise AirflowFailException(event.get("message") or f"Slurm job {job_id} stopped at its cost limit")
-        if event["status"] == "failure":
+        if status == "failure" and not event.get("reason"):
             raise self._job_failed(base, state, exit_code)
-        message = (f"Slurm job {base.get('job_id')} on HyperPod cluster {self.cluster_name}: {event.get('message')} "
+        message = (f"Slurm job {base.get('job_id')} on HyperPod cluster {self.cluster_name}: {event_message} "
                    f"(last state {state}); log: {base.get('log_path')}")
-        if event["status"] == "timeout":
+        if status == "timeout":
             # The wait window is spent: a retry would only wait for (or pay for) the same job again.
             raise AirflowFailException(f"{message}; it was cancelled (scancel).{self._cancel()}")
         raise AirflowException(message)

@@ -136,7 +136,8 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
     Reads vCPUs / GPUs / memory per node from EC2 ``DescribeInstanceTypes`` (``VCpuInfo.DefaultVCpus``,
     ``GpuInfo.Gpus[].Count``, ``MemoryInfo.SizeInMiB``), the job definition's per-node
     ``resourceRequirements`` from Batch ``DescribeJobDefinitions`` (latest ACTIVE revision; each must fit
-    one instance: :func:`sim2real.orchestration.operators.preflight.job_shape_problems`), the quota from Service Quotas ``GetServiceQuota`` (code from
+    one instance: :func:`sim2real.orchestration.operators.preflight.job_shape_problems`), the quota from Service Quotas
+    ``GetServiceQuota`` (code from
     :data:`sim2real.orchestration.hooks.service_quotas.EC2_ON_DEMAND_VCPU_QUOTAS` unless ``quota_code`` is given),
     current usage from CloudWatch ``AWS/Usage`` ``ResourceCount``, and the Batch compute
     environment from ``DescribeComputeEnvironments``; the decision is :func:`compute_verdict`.
@@ -151,7 +152,8 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
     :return: the verdict dict of :func:`compute_verdict` with ``ok=True``.
     :raises AirflowFailException: (no retries) when the quota or the compute environment cannot hold
         the run, when the job definition has no ACTIVE revision, or when one node of it needs more GPUs,
-        vCPUs or memory than one ``instance_type`` has (the job would stay RUNNABLE); the message has the quota name, code, limit, in use, needed and the exact
+        vCPUs or memory than one ``instance_type`` has (the job would stay RUNNABLE); the message has the quota name,
+        code, limit, in use, needed and the exact
         ``aws service-quotas request-service-quota-increase`` command.
     :raises ValueError: bad input (num_nodes < 1, unknown instance type / family).
     """

@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.operators.sagemaker import SageMakerStartPipelineOperator
-from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from sim2real.orchestration.hooks.sagemaker_pipeline import (
     PIPELINE_SUCCESS_STATES,
     SageMakerPipelineHook,
     pipeline_failure_message,
 )
-from sim2real.orchestration.hooks.waiter_rounds import classify_response
 from sim2real.orchestration.links.sagemaker import SageMakerPipelineExecutionLink
 from sim2real.orchestration.triggers.sagemaker import PipelineExecutionTrigger
+from sim2real.orchestration.waits.core import WaitState, event_outcome, settle_now
+from sim2real.orchestration.waits.sagemaker import pipeline_execution_step
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -96,7 +96,6 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
     :param check_interval: seconds between status polls.
     :param waiter_max_attempts: polls before failing (default 2880 × 30 s = 24 h).
     :param reattach: reuse an Executing/Succeeded execution with this display name.
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
     :return: ``{"pipeline_execution_arn": str, "status": "Succeeded"}``.
     :raises ValueError: bad display name or parameter value.
     :raises AirflowException: the execution ended Failed/Stopped/CompletedWithFailures, or timed out.
@@ -114,7 +113,6 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
         check_interval: int = 30,
         waiter_max_attempts: int = 2880,
         reattach: bool = True,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         **kwargs,
     ):
         super().__init__(
@@ -125,7 +123,7 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
             check_interval=check_interval,
             waiter_max_attempts=waiter_max_attempts,
             verbose=False,
-            deferrable=deferrable,
+            deferrable=True,  # the wait is always deferred (PipelineExecutionTrigger)
             **kwargs,
         )
         self.reattach = reattach
@@ -164,52 +162,33 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
         )
         if status in PIPELINE_SUCCESS_STATES:
             return {"pipeline_execution_arn": arn, "status": status}
-        if self.deferrable:
-            # An execution that is already over (a reattached one, or one that failed at once) is settled here:
-            # a trigger that fires at once would race the task's own state report.
-            response = self.hook.conn.describe_pipeline_execution(PipelineExecutionArn=arn)
-            if classify_response(self.hook.waiter_path, "pipeline_execution_terminal", response) in ("success",
-                                                                                                     "failure"):
-                self.log.info("Pipeline execution %s is already %s: not deferring", arn,
-                              response.get("PipelineExecutionStatus"))
-                return self._settle(arn, response)
-            self.defer(
-                trigger=PipelineExecutionTrigger(
-                    pipeline_execution_arn=arn,
-                    waiter_delay=self.check_interval,
-                    waiter_max_attempts=self.waiter_max_attempts,
-                    aws_conn_id=self.aws_conn_id,
-                    region_name=self.region_name,
-                    verify=self.verify,
-                    botocore_config=self.botocore_config,
-                ),
-                method_name="execute_complete",
-                timeout=timedelta(seconds=self.check_interval * self.waiter_max_attempts + 120),
-            )
-        return self._wait_sync(arn)
-
-    def _wait_sync(self, arn: str) -> dict[str, str]:
-        import time
-
-        status = "unknown"
-        for attempt in range(self.waiter_max_attempts):
-            if attempt:
-                time.sleep(self.check_interval)
-            response = self.hook.conn.describe_pipeline_execution(PipelineExecutionArn=arn)
-            status = response.get("PipelineExecutionStatus", "unknown")
-            if classify_response(self.hook.waiter_path, "pipeline_execution_terminal", response) in ("success",
-                                                                                                     "failure"):
-                return self._settle(arn, response)
-            self.log.info("Pipeline execution %s is %s", arn, status)
-        raise AirflowException(
-            f"SageMaker pipeline execution {arn} still {status} after {self.waiter_max_attempts} polls "
-            f"{self.check_interval} s apart; stop it in SageMaker Studio or raise waiter_max_attempts."
+        # An execution that is already over (a reattached one, or one that failed at once) is settled here:
+        # a trigger that fires at once would race the task's own state report.
+        response = self.hook.conn.describe_pipeline_execution(PipelineExecutionArn=arn)
+        if settle_now(pipeline_execution_step, response, {"pipeline_execution_arn": arn}) is not None:
+            self.log.info("Pipeline execution %s is already %s: not deferring", arn,
+                          response.get("PipelineExecutionStatus"))
+            return self._settle(arn, response)
+        self.defer(
+            trigger=PipelineExecutionTrigger(
+                pipeline_execution_arn=arn,
+                waiter_delay=self.check_interval,
+                waiter_max_attempts=self.waiter_max_attempts,
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region_name,
+                verify=self.verify,
+                botocore_config=self.botocore_config,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.check_interval * self.waiter_max_attempts + 120),
         )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
 
     def _settle(self, arn: str, response: dict[str, Any]) -> dict[str, str]:
         """The result of a terminal ``DescribePipelineExecution`` answer: success, or the failure raised."""
         status = response.get("PipelineExecutionStatus", "unknown")
-        if classify_response(self.hook.waiter_path, "pipeline_execution_terminal", response) == "success":
+        step = pipeline_execution_step(response, WaitState(params={"pipeline_execution_arn": arn}))
+        if step.outcome == "success":
             return {"pipeline_execution_arn": arn, "status": status}
         # A terminal failure is a verdict on this execution: not retried (a retry would start
         # another GPU fine-tune). Infrastructure errors stay AirflowException (retried).
@@ -218,15 +197,18 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, str]:  # type: ignore[override]
-        event = validate_execute_complete_event(event)
-        if event["status"] == "failure":  # terminal Failed / Stopped / CompletedWithFailures: not retried
-            raise AirflowFailException(event.get("message") or f"Pipeline execution failed: {event}")
-        if event["status"] != "success":
-            raise AirflowException(event.get("message") or f"Pipeline execution failed: {event}")
+        status, message = event_outcome(event, f"SageMaker pipeline execution {self._execution_arn}")
+        if status == "failure" and not event.get("error_code"):
+            # terminal Failed / Stopped / CompletedWithFailures: not retried
+            raise AirflowFailException(message or f"Pipeline execution failed: {event}")
+        if status != "success":
+            raise AirflowException(f"{message}; stop it in SageMaker Studio or raise waiter_max_attempts"
+                                   if status == "timeout" else message or f"Pipeline execution failed: {event}")
         return {"pipeline_execution_arn": event["pipeline_execution_arn"], "status": event["execution_status"]}
 
     def on_kill(self) -> None:
-        """StopPipelineExecution for the execution this (synchronous) try waits on."""
+        """StopPipelineExecution for the execution this try started or reattached to, while the task runs in
+        the worker (deferred: the trigger's ``on_kill``)."""
         if self._execution_arn:
             self.log.info("Stopping pipeline execution %s", self._execution_arn)
             self.hook.stop_pipeline(self._execution_arn)

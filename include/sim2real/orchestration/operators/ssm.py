@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.operators.ssm import SsmRunCommandOperator
-from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from sim2real.orchestration.hooks.workstation import (
-    SSM_FAILURE_STATES,
     SSM_INLINE_OUTPUT_LIMIT,
     SSM_SUCCESS_STATES,
     WorkstationHook,
@@ -27,6 +25,8 @@ from sim2real.orchestration.hooks.workstation import (
 )
 from sim2real.orchestration.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
 from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger
+from sim2real.orchestration.waits.core import Step, event_outcome, settle_now
+from sim2real.orchestration.waits.ssm import invocations_response, ssm_command_step
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -62,15 +62,16 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
     Steps: DescribeInstances by tag (exactly one non-terminated instance, else ``ValueError``);
     if it is stopped and ``start_if_stopped``, StartInstances, wait ``instance_running`` and SSM
     agent ``Online`` (a stopped instance with ``start_if_stopped=False`` → ``AirflowException``);
-    SendCommand to that instance id with ``executionTimeout`` and S3 output; wait per instance
-    (deferrable: :class:`~sim2real.orchestration.triggers.ssm.WorkstationCommandTrigger`); read the full
-    stdout from S3.
+    SendCommand to that instance id with ``executionTimeout`` and S3 output; wait deferred on every
+    instance the command targets (:class:`~sim2real.orchestration.triggers.ssm.WorkstationCommandTrigger`,
+    step function :func:`~sim2real.orchestration.waits.ssm.ssm_command_step`; a command already over is
+    settled without deferring); read the full stdout from S3.
 
     Gaps of the provider operator fixed here: tag targets are resolved to instance ids first, so
     the wait never skips them; stdout is read from S3, not the 24,000-character
     ``StandardOutputContent``; ``executionTimeout`` is always set (the document default is one
-    hour); Failed, Cancelled, TimedOut and Cancelling are failures in both modes; ``on_kill``
-    (sync) and the trigger's ``on_kill`` (deferred) call CancelCommand.
+    hour); Failed, Cancelled, TimedOut and Cancelling are failures (botocore's ``CommandExecuted``
+    waiter); ``on_kill`` (in the worker) and the trigger's ``on_kill`` (deferred) call CancelCommand.
 
     :param workstation_tag_key: EC2 tag key selecting the workstation.
     :param workstation_tag_value: EC2 tag value selecting the workstation.
@@ -82,7 +83,6 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
     :param waiter_delay: seconds between status polls (default 15).
     :param waiter_max_attempts: polls before failing; default covers the execution timeout + 10 min.
     :param instance_ready_timeout_seconds: how long to wait for running + agent Online (seconds).
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
 
     :return: ``{"command_id", "instance_id", "status": "Success", "response_code": int,
         "stdout": str (full), "stdout_s3_uri": "s3://...", "started_instance": bool}``.
@@ -117,7 +117,6 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         waiter_delay: int = 15,
         waiter_max_attempts: int | None = None,
         instance_ready_timeout_seconds: int = 600,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         **kwargs,
     ):
         super().__init__(
@@ -127,7 +126,7 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
             waiter_delay=waiter_delay,
             waiter_max_attempts=waiter_max_attempts or 1,
             fail_on_nonzero_exit=True,
-            deferrable=deferrable,
+            deferrable=True,  # the wait is always deferred (WorkstationCommandTrigger)
             **kwargs,
         )
         self.workstation_tag_key = workstation_tag_key
@@ -150,8 +149,8 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
             raise ValueError(f"every command must be a non-empty string, got {self.commands!r}")
         try:
             timeout = int(self.execution_timeout_seconds)
-        except (TypeError, ValueError):
-            raise ValueError(f"execution_timeout_seconds must be an integer, got {self.execution_timeout_seconds!r}")
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"execution_timeout_seconds must be an integer, got {self.execution_timeout_seconds!r}") from err
         if not 1 <= timeout <= 172_800:
             raise ValueError(f"execution_timeout_seconds must be 1..172800 (AWS-RunShellScript), got {timeout}")
         if not self.output_s3_bucket:
@@ -218,70 +217,53 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         )
         self.log.info("Sent SSM command %s to %s (executionTimeout %s s)", command_id, instance_id, timeout)
 
-        if self.deferrable and self._over(command_id, instance_id):  # already over: no trigger to race
-            self.log.info("SSM command %s is already over: not deferring", command_id)
+        targets = list(response["Command"].get("InstanceIds") or [instance_id])  # every instance it targets
+        over = self._over(command_id, targets)  # already over: no trigger to race
+        if over is not None:
+            self.log.info("SSM command %s is already over (%s): not deferring", command_id, over.outcome)
+            if over.outcome == "failure" and over.payload.get("instance_id"):
+                raise AirflowFailException(self._failure_message(
+                    command_id, over.payload["instance_id"], over.payload.get("command_status", "Failed"),
+                    over.payload.get("exit_code", -1)))
+            if over.outcome != "success":
+                raise AirflowException(over.reason)
             return self._result(command_id, instance_id, started)
-        if self.deferrable:
-            self.defer(
-                trigger=WorkstationCommandTrigger(
-                    command_id=command_id,
-                    instance_ids=[instance_id],
-                    waiter_delay=self.waiter_delay,
-                    waiter_max_attempts=self.waiter_max_attempts,
-                    aws_conn_id=self.aws_conn_id,
-                    region_name=self.region_name,
-                    verify=self.verify,
-                    botocore_config=self.botocore_config,
-                ),
-                method_name="execute_complete",
-                kwargs={"started_instance": started},
-                timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
-            )
-        self._wait_sync(command_id, instance_id)
-        return self._result(command_id, instance_id, started)
-
-    def _over(self, command_id: str, instance_id: str) -> bool:
-        """Whether the command's invocation on the instance already reached a terminal status (one
-        ``GetCommandInvocation``; an invocation SSM does not list yet is not over)."""
-        from botocore.exceptions import ClientError
-
-        try:
-            status = self.hook.get_command_invocation(command_id, instance_id).get("Status", "")
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "InvocationDoesNotExist":
-                return False
-            raise
-        return status in SSM_SUCCESS_STATES or status in SSM_FAILURE_STATES
-
-    def _wait_sync(self, command_id: str, instance_id: str) -> None:
-        import time
-
-        from botocore.exceptions import ClientError
-
-        for attempt in range(self.waiter_max_attempts):
-            if attempt:
-                time.sleep(self.waiter_delay)
-            try:
-                inv = self.hook.get_command_invocation(command_id, instance_id)
-            except ClientError as error:
-                if error.response["Error"]["Code"] == "InvocationDoesNotExist":
-                    continue
-                raise
-            status = inv.get("Status", "")
-            if status in SSM_SUCCESS_STATES:
-                return
-            if status in SSM_FAILURE_STATES:
-                raise AirflowFailException(self._failure_message(command_id, instance_id, status, inv.get("ResponseCode", -1)))
-            self.log.info("SSM command %s on %s is %s", command_id, instance_id, status)
-        raise AirflowException(
-            f"SSM command {command_id} on {instance_id} not finished after "
-            f"{self.waiter_max_attempts} polls {self.waiter_delay} s apart; it was cancelled."
-            + self._cancel(command_id, instance_id)
+        self.defer(
+            trigger=WorkstationCommandTrigger(
+                command_id=command_id,
+                instance_ids=targets,
+                waiter_delay=self.waiter_delay,
+                waiter_max_attempts=self.waiter_max_attempts,
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region_name,
+                verify=self.verify,
+                botocore_config=self.botocore_config,
+            ),
+            method_name="execute_complete",
+            kwargs={"started_instance": started},
+            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
         )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
 
-    def _cancel(self, command_id: str, instance_id: str) -> str:
+    def _over(self, command_id: str, instance_ids: list[str]) -> Step | None:
+        """The wait's terminal step when the command already ended on every instance (or failed on one),
+        else None: one ``GetCommandInvocation`` per instance, decided by
+        :func:`~sim2real.orchestration.waits.ssm.ssm_command_step` (an invocation SSM does not list yet is
+        not over)."""
+        from botocore.exceptions import ClientError
+
+        invocations = []
+        for instance_id in instance_ids:
+            try:
+                invocations.append(self.hook.get_command_invocation(command_id, instance_id))
+            except ClientError as error:
+                invocations.append({**error.response, "InstanceId": instance_id})
+        return settle_now(ssm_command_step, invocations_response(invocations),
+                          {"command_id": command_id, "instance_ids": list(instance_ids)})
+
+    def _cancel(self, command_id: str, instance_ids: list[str]) -> str:
         try:
-            self.hook.cancel_command(command_id, [instance_id])
+            self.hook.cancel_command(command_id, list(instance_ids))
             return ""
         except Exception as error:  # the failure message matters more than the cancel
             return f" (CancelCommand failed: {error})"
@@ -339,24 +321,23 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         self, context: Context, event: dict[str, Any] | None = None, started_instance: bool = False
     ) -> dict[str, Any]:
         """Resume after the trigger: raise on failure/timeout, else read the result."""
-        event = validate_execute_complete_event(event)
+        status, message = event_outcome(event, f"SSM command {self._command_id}")
         command_id = event["command_id"]
-        if event["status"] == "failed":
-            status, code = event.get("command_status", "Failed"), event.get("exit_code", -1)
-            raise AirflowFailException(self._failure_message(command_id, event["instance_id"], status, code))
-        if event["status"] == "success":
-            instance_id = event.get("instance_ids", [None])[0]
-        else:
-            instance_id = next(iter(event.get("pending", {})), None)
-        if event["status"] != "success":
+        if status == "failure" and event.get("instance_id") and event.get("command_status"):
+            raise AirflowFailException(self._failure_message(command_id, event["instance_id"],
+                                                             event["command_status"], event.get("exit_code", -1)))
+        if status != "success":
+            pending = list(event.get("pending") or {})
             raise AirflowException(
-                f"SSM command {command_id} did not finish: {event.get('message')}; it was cancelled."
-                + (self._cancel(command_id, instance_id) if instance_id else "")
+                f"SSM command {command_id} did not finish ({status}): {message}"
+                + (f"; it was cancelled on {', '.join(pending)}." + self._cancel(command_id, pending) if pending else "")
             )
+        instance_id = (event.get("instance_ids") or [None])[0]
         return self._result(command_id, instance_id, bool(started_instance))
 
     def on_kill(self) -> None:
-        """CancelCommand for the command this (synchronous) try sent."""
+        """CancelCommand for the command this try sent, while the task runs in the worker (deferred: the
+        trigger's ``on_kill``)."""
         if self._command_id:
             self.log.info("Cancelling SSM command %s", self._command_id)
             self.hook.cancel_command(self._command_id, [self._instance_id] if self._instance_id else None)

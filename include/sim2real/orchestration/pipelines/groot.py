@@ -114,6 +114,7 @@ def add_mlflow(definition: dict[str, Any], *, tracking_uri: str, experiment_name
     :raises ValueError: a tracking URI that is neither http(s) nor a SageMaker MLflow ARN, or a definition
         without the ``GR00TFinetune`` training step.
     """
+    from sim2real.contract import env_vars
     from sim2real.contract import tracking as contract
 
     contract.check_tracking_uri(tracking_uri)
@@ -126,8 +127,8 @@ def add_mlflow(definition: dict[str, Any], *, tracking_uri: str, experiment_name
     if step is None:
         raise ValueError(f"the pipeline definition has no {MLFLOW_STEP} step to log to MLflow")
     step["Arguments"].setdefault("Environment", {}).update({
-        contract.TRACKING_URI_ENV: tracking_uri, "MLFLOW_EXPERIMENT_NAME": experiment_name,
-        contract.RUN_ID_ENV: {"Get": f"Parameters.{MLFLOW_RUN_PARAMETER}"},
+        env_vars.MLFLOW_TRACKING_URI: tracking_uri, env_vars.MLFLOW_EXPERIMENT_NAME: experiment_name,
+        env_vars.MLFLOW_RUN_ID: {"Get": f"Parameters.{MLFLOW_RUN_PARAMETER}"},
     })
     return out
 

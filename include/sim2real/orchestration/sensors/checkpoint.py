@@ -12,10 +12,12 @@ from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.sensors.base_aws import AwsBaseSensor
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import PokeReturnValue
 
 from sim2real.orchestration.triggers.checkpoint import CheckpointManifestTrigger, manifest_path
+from sim2real.orchestration.waits.checkpoint import checkpoint_manifest_step
+from sim2real.orchestration.waits.core import Step, WaitState, event_outcome
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -58,19 +60,21 @@ class CheckpointManifestSensor(AwsBaseSensor[S3Hook]):
     Wait for ``manifest.json`` (written last by the trainer), validate it and verify the checkpoint.
 
     Works on ``s3://`` (through the AWS connection) and on local / EFS paths (``file://`` or a plain
-    path), via ``airflow.sdk.ObjectStoragePath`` (``s3://`` needs ``s3fs``). Deferrable by default:
-    pokes once, then defers to :class:`~sim2real.orchestration.triggers.checkpoint.CheckpointManifestTrigger`.
+    path), via ``airflow.sdk.ObjectStoragePath`` (``s3://`` needs ``s3fs``). Always deferred:
+    checks once, then defers to :class:`~sim2real.orchestration.triggers.checkpoint.CheckpointManifestTrigger`.
 
     :param manifest_uri: where the manifest appears (templated).
     :param expected_task: the task the manifest must name (``TASK``), or None (templated).
     :param batch_job_id: the training job; FAILED -> fail early instead of waiting (templated).
-    :param deferrable: default ``[operators] default_deferrable``, fallback True.
     :return: the manifest dict plus ``"verified_sha256": True``.
     :raises AirflowFailException: the Batch job is FAILED; the manifest is not a JSON object, lacks
         ``sha256`` / ``checkpoint_uri``, or names another task; the checkpoint's sha256 differs
         (message has both hashes).
     :raises AirflowSensorTimeout: the manifest did not appear within ``timeout``.
     """
+
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
 
     aws_hook_class = S3Hook
     template_fields: Sequence[str] = aws_template_fields("manifest_uri", "expected_task", "batch_job_id")
@@ -82,25 +86,22 @@ class CheckpointManifestSensor(AwsBaseSensor[S3Hook]):
         manifest_uri: str,
         expected_task: str | None = None,
         batch_job_id: str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
         self.manifest_uri = manifest_uri
         self.expected_task = expected_task
         self.batch_job_id = batch_job_id
-        self.deferrable = deferrable
 
-    def _check_job(self) -> None:
-        if not self.batch_job_id:
-            return
-        hook = BatchClientHook(**self._hook_parameters)
-        job = hook.get_job_description(self.batch_job_id)
-        if job.get("status") == hook.FAILURE_STATE:
-            raise AirflowFailException(
-                f"AWS Batch job {self.batch_job_id} is FAILED ({job.get('statusReason')}) and "
-                f"{self.manifest_uri} was not written"
-            )
+    def _check(self) -> Step:
+        """One check of the manifest (and of the job while it is missing), decided by the wait's step
+        function (:func:`~sim2real.orchestration.waits.checkpoint.checkpoint_manifest_step`)."""
+        response: dict[str, Any] = {"manifest_exists": manifest_path(self.manifest_uri, self.aws_conn_id).exists()}
+        if not response["manifest_exists"] and self.batch_job_id:
+            hook = BatchClientHook(**self._hook_parameters)
+            response["jobs"] = [hook.get_job_description(self.batch_job_id)]
+        return checkpoint_manifest_step(response, WaitState(params={"manifest_uri": self.manifest_uri,
+                                                                    "batch_job_id": self.batch_job_id}))
 
     def verify_manifest(self) -> dict[str, Any]:
         """Read, validate and verify the manifest (it must exist); returns the manifest + ``verified_sha256``."""
@@ -126,15 +127,16 @@ class CheckpointManifestSensor(AwsBaseSensor[S3Hook]):
         return {**manifest, "verified_sha256": True}
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
-        if manifest_path(self.manifest_uri, self.aws_conn_id).exists():
+        step = self._check()
+        if step.outcome == "success":
             return PokeReturnValue(is_done=True, xcom_value=self.verify_manifest())
-        self._check_job()
-        self.log.info("Checkpoint manifest %s not there yet", self.manifest_uri)
+        if step.outcome == "failure":
+            raise AirflowFailException(step.reason)
+        self.log.info("%s", step.reason)
         return False
 
     def execute(self, context: Context) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
+        """Check once (a manifest already there, or a FAILED job, settles without deferring), then defer."""
         result = self.poke(context)
         if isinstance(result, PokeReturnValue) and result.is_done:
             return result.xcom_value
@@ -153,8 +155,7 @@ class CheckpointManifestSensor(AwsBaseSensor[S3Hook]):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        if not event:
-            raise AirflowException("CheckpointManifestSensor resumed without an event")
-        if event.get("status") != "success":
-            raise AirflowFailException(event.get("message", f"waiting for {self.manifest_uri} failed"))
+        status, message = event_outcome(event, f"checkpoint manifest {self.manifest_uri}")
+        if status != "success":
+            raise AirflowFailException(message or f"waiting for {self.manifest_uri} failed ({status})")
         return self.verify_manifest()

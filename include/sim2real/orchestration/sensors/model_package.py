@@ -11,20 +11,19 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.sensors.base_aws import AwsBaseSensor
-from airflow.providers.amazon.aws.utils import validate_execute_complete_event
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import (
     AirflowException,
     AirflowFailException,
     AirflowSensorTimeout,
     PokeReturnValue,
-    conf,
 )
 from sim2real.orchestration.config import RUN_KEY_TAG
-from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, approval_result, approve_command
-from sim2real.orchestration.hooks.waiter_rounds import classify_response
+from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, approve_command
 from sim2real.orchestration.links.sagemaker import SageMakerModelPackageLink
 from sim2real.orchestration.triggers.model_package import ModelPackageApprovalTrigger
+from sim2real.orchestration.waits.core import event_outcome, settle_now
+from sim2real.orchestration.waits.sagemaker import model_package_step
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -43,7 +42,6 @@ class ModelPackageApprovalSensor(AwsBaseSensor[ModelRegistryHook]):
     :param model_package_group_name: the model package group.
     :param run_key: this DAG run's key.
     :param pipeline_execution_arn: optional execution that registered the package.
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``, True).
     :param poke_interval: seconds between polls (default 60).
     :param timeout: seconds to wait for an approval (default 24 h).
     :return: ``{"model_package_arn", "model_data_url" (InferenceSpecification.Containers[0].ModelDataUrl),
@@ -52,6 +50,9 @@ class ModelPackageApprovalSensor(AwsBaseSensor[ModelRegistryHook]):
     :raises AirflowSensorTimeout: no approval within ``timeout``; the message names the package
         and the command that approves it.
     """
+
+    #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
+    deferrable = True
 
     aws_hook_class = ModelRegistryHook
     template_fields: Sequence[str] = aws_template_fields(
@@ -65,7 +66,6 @@ class ModelPackageApprovalSensor(AwsBaseSensor[ModelRegistryHook]):
         model_package_group_name: str,
         run_key: str,
         pipeline_execution_arn: str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         poke_interval: float = 60,
         timeout: float | timedelta = 24 * 3600,
         **kwargs,
@@ -74,7 +74,6 @@ class ModelPackageApprovalSensor(AwsBaseSensor[ModelRegistryHook]):
         self.model_package_group_name = model_package_group_name
         self.run_key = run_key
         self.pipeline_execution_arn = pipeline_execution_arn
-        self.deferrable = deferrable
         self._package_arn: str | None = None
         self._status: str | None = None
         self._link_persisted = False
@@ -110,10 +109,11 @@ class ModelPackageApprovalSensor(AwsBaseSensor[ModelRegistryHook]):
             self._package_arn = package["ModelPackageArn"]
             self._persist_link(context, self._package_arn)
         self._status = package.get("ModelApprovalStatus")
-        outcome = classify_response(self.hook.waiter_path, "model_package_approved", package)
-        if outcome == "success":
-            return PokeReturnValue(is_done=True, xcom_value=approval_result(package))
-        if outcome == "failure":
+        step = settle_now(model_package_step, package, {"model_package_group_name": self.model_package_group_name,
+                                                        "run_key": self.run_key})
+        if step is not None and step.outcome == "success":
+            return PokeReturnValue(is_done=True, xcom_value=dict(step.payload))
+        if step is not None:
             raise AirflowFailException(self._rejected_message(self._package_arn, package.get("ApprovalDescription")))
         self.log.info("Model package %s is %s", self._package_arn, self._status)
         return False
@@ -140,11 +140,7 @@ class ModelPackageApprovalSensor(AwsBaseSensor[ModelRegistryHook]):
         )
 
     def execute(self, context: Context) -> Any:
-        if not self.deferrable:
-            try:
-                return super().execute(context)
-            except AirflowSensorTimeout as error:
-                raise AirflowSensorTimeout(self._timeout_message(self._package_arn, self._status)) from error
+        """Check once (an Approved or Rejected package settles without deferring), then defer."""
         first = self.poke(context)
         if first:
             return first.xcom_value if isinstance(first, PokeReturnValue) else None
@@ -168,15 +164,14 @@ class ModelPackageApprovalSensor(AwsBaseSensor[ModelRegistryHook]):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger: return the approval, or fail (rejected / timeout)."""
-        event = validate_execute_complete_event(event)
-        status = event.get("status")
+        status, message = event_outcome(event, f"the model package of run {self.run_key}")
         arn = event.get("model_package_arn")
         if arn:
             self._persist_link(context, arn)
         if status == "success":
             return {k: event.get(k) for k in ("model_package_arn", "model_data_url", "approval_status", "approval_description")}
-        if status == "rejected":
+        if status == "failure" and event.get("approval_status") == "Rejected":
             raise AirflowFailException(self._rejected_message(arn, event.get("approval_description")))
         if status == "timeout":
             raise AirflowSensorTimeout(self._timeout_message(arn, event.get("approval_status")))
-        raise AirflowException(f"Model package approval wait failed: {event}")
+        raise AirflowException(f"Model package approval wait failed: {message}")

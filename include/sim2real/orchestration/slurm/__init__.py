@@ -10,7 +10,8 @@ job's times into its cost-limit figures.
 
 Sources: Slurm documentation — ``sbatch`` (``--parsable`` prints ``jobid[;cluster]``), ``squeue``
 (``-h -n <name> -t <states> -o %i``), ``sacct`` (``-X -n -P -o State,ExitCode,Start,End``: ``ExitCode`` is
-``<exit>:<signal>``, ``Start``/``End`` local time or ``Unknown``/``None``), ``scontrol show job -o`` (``JobState=``, ``ExitCode=``), ``scancel``, the job
+``<exit>:<signal>``, ``Start``/``End`` local time or ``Unknown``/``None``), ``scontrol show job -o`` (``JobState=``,
+``ExitCode=``), ``scancel``, the job
 state codes; SageMaker HyperPod developer guide (managed Slurm creates the partition ``dev``).
 """
 

@@ -9,10 +9,14 @@ every deferred wait would fail there. This class implements ``hook()`` the way b
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsGenericHook
 from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+from airflow.triggers.base import TriggerEvent
+
+from sim2real.orchestration.waits.core import Action, Step, WaitState, drive
 
 
 class AwsHookWaiterTrigger(AwsBaseWaiterTrigger):
@@ -39,3 +43,40 @@ class AwsHookWaiterTrigger(AwsBaseWaiterTrigger):
         if hook_class is None:
             raise AttributeError(f"{type(self).__name__}.aws_hook_class is not set")
         return hook_class(**self._hook_parameters)
+
+
+class StepWaitTrigger(AwsHookWaiterTrigger):
+    """A wait run by the wait core: ``step_function`` decides each response, :func:`~sim2real.orchestration.waits.core.drive`
+    polls, and the trigger yields ONE event (``status``: ``success`` / ``failure`` / ``timeout``).
+
+    Subclasses set ``aws_hook_class`` and ``step_function`` and implement :meth:`describe` (the hook
+    call that returns the next response) and, when the step can ask for an action, :meth:`perform`.
+    :meth:`step_params` (default: the serialized fields) is the step's ``WaitState.params``.
+    """
+
+    step_function: Callable[[Mapping[str, Any], WaitState], Step]
+
+    def step_params(self) -> dict[str, Any]:
+        """The fixed parameters the step function reads (ids, limits)."""
+        return dict(self.serialize()[1])
+
+    async def describe(self, client: Any, state: WaitState) -> Mapping[str, Any]:
+        """The next response of the watched resource (one API round)."""
+        raise NotImplementedError
+
+    async def perform(self, client: Any, action: Action) -> str:
+        """Do ``action`` (stop what was started); return "" or a sentence for the event's message."""
+        raise NotImplementedError(f"{type(self).__name__} cannot perform {action.name}")
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        step_function = type(self).step_function
+        async with await self.hook().get_async_conn() as client:
+            event = await drive(
+                step_function,
+                lambda state: self.describe(client, state),
+                WaitState(params=self.step_params(), poll_interval_s=float(self.waiter_delay)),
+                max_attempts=int(self.attempts),
+                perform=lambda action: self.perform(client, action),
+                log=self.log,
+            )
+        yield TriggerEvent(event)

@@ -2,48 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
-from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
-from airflow.providers.amazon.aws.utils.waiter_with_logging import RETRIABLE_ERROR_CODES
-from airflow.triggers.base import TriggerEvent
-from botocore.exceptions import WaiterError
 
-from sim2real.orchestration.hooks.batch import (
-    DEFAULT_LOG_GROUP,
-    PROGRESS_RE,
-    BatchTrainingHook,
-    cost_limit_reason,
-    format_cost_limit,
-    format_runnable_timeout,
-    job_cost_record,
-    job_cost_verdict,
-    runnable_elapsed,
-)
+from sim2real.orchestration.hooks.batch import DEFAULT_LOG_GROUP, PROGRESS_RE, BatchTrainingHook
+from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.waits.batch import batch_job_step
+from sim2real.orchestration.waits.core import Action, WaitState
 
 
-class BatchTrainingJobTrigger(AwsHookWaiterTrigger):
+class BatchTrainingJobTrigger(StepWaitTrigger):
     """
-    Poll a Batch job (custom waiter ``training_job_complete`` on ``DescribeJobs``, one attempt per poll).
+    Wait for a Batch job: :func:`~sim2real.orchestration.waits.batch.batch_job_step` decides each
+    ``DescribeJobs`` response (waiter ``training_job_complete``, the RUNNABLE budget, the cost limit).
 
-    Per poll: SUCCEEDED -> event ``{"status": "success", "job_id"}``; FAILED -> ``{"status": "failure",
-    "job_id", "job_status": "FAILED", "message"}``; RUNNABLE for longer than
-    ``runnable_timeout_seconds`` -> describes the job queue's compute environments, terminates the
-    job (``TerminateJob``) and yields ``{"status": "failure", "job_id", "job_status": "RUNNABLE",
-    "reason": "runnable_timeout", "message"}`` (message: statusReason, each compute environment's
-    state / status / statusReason / desiredvCpus); RUNNING -> logs the latest ``[sim2real] iteration=``
-    line of the main node's log stream (``GetLogEvents``, errors ignored) with the elapsed cost and,
-    when ``cost_limit_usd`` and ``usd_per_node_hour`` are set, checks the cost: when the cost at the
-    next poll (run time from ``startedAt`` + ``waiter_delay``, x nodes x price) would be above the
-    limit, terminates the job (``TerminateJob``, reason ``sim2real: cost limit ... reached``) and
-    yields ``{"status": "failure", "job_id", "job_status": "RUNNING", "reason": "cost_limit",
-    "message", "job_cost": {...}}`` (``job_cost``: :func:`~sim2real.orchestration.hooks.batch.job_cost_record`).
-    Throttling and 5xx are retried without counting an attempt; other API errors and max attempts
-    -> ``{"status": "error"}``.
+    One event, ``{"status": "success" | "failure" | "timeout", "message", "job_id", "job_status"}``;
+    a job stopped at its RUNNABLE budget or cost limit has ``"reason": "runnable_timeout" |
+    "cost_limit"`` (and ``job_cost``), after ``TerminateJob`` (``"action"`` says whether it worked).
+    While RUNNING, the latest ``[sim2real] iteration=`` line of the main node's stream is logged.
 
     ``on_kill`` (Airflow 3.3+ ``BaseTrigger.on_kill``: user marks the deferred task failed/success or
     clears it) terminates the job when ``terminate_on_kill``.
@@ -118,128 +95,46 @@ class BatchTrainingJobTrigger(AwsHookWaiterTrigger):
         self.num_nodes = num_nodes
         self._progress_stream: str | None = None
 
-    def _event(self, status: str, **fields: Any) -> TriggerEvent:
-        return TriggerEvent({"status": status, "job_id": self.job_id, **fields})
+    step_function = staticmethod(batch_job_step)
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = self.hook()
-        async with await hook.get_async_conn() as client:
-            waiter = hook.get_waiter(self.waiter_name, deferrable=True, client=client)
-            first_runnable: float | None = None
-            attempt = 0
-            while attempt < self.attempts:
-                if attempt:
-                    await asyncio.sleep(self.waiter_delay)
-                try:
-                    await waiter.wait(jobs=[self.job_id], WaiterConfig={"MaxAttempts": 1})
-                except WaiterError as error:
-                    response = error.last_response or {}
-                    code = (response.get("Error") or {}).get("Code")
-                    if code:
-                        if code in RETRIABLE_ERROR_CODES:
-                            self.log.info("Batch DescribeJobs retriable error %s; retrying", code)
-                            await asyncio.sleep(self.waiter_delay)
-                            continue
-                        yield self._event("error", message=f"AWS Batch job {self.job_id}: DescribeJobs failed: {error}")
-                        return
-                    jobs = response.get("jobs") or []
-                    if not jobs:
-                        yield self._event("error", message=f"AWS Batch job {self.job_id} not found (DescribeJobs)")
-                        return
-                    job = jobs[0]
-                    status = job.get("status")
-                    if "terminal failure" in str(error):
-                        yield self._event(
-                            "failure",
-                            job_status=status,
-                            message=f"AWS Batch job {self.job_id} is {status}: {job.get('statusReason')}",
-                        )
-                        return
-                    self.log.info("AWS Batch job %s status %s %s", self.job_id, status, job.get("statusReason") or "")
-                    if status == "RUNNABLE":
-                        if first_runnable is None:
-                            first_runnable = time.time()
-                        elapsed = runnable_elapsed(job, time.time(), first_runnable)
-                        if self.runnable_timeout_seconds is not None and elapsed >= float(
-                            self.runnable_timeout_seconds
-                        ):
-                            message = await self._runnable_timeout(client, job, elapsed)
-                            yield self._event(
-                                "failure", job_status="RUNNABLE", reason="runnable_timeout", message=message
-                            )
-                            return
-                    else:
-                        first_runnable = None
-                    if status == "RUNNING":
-                        now = time.time()
-                        verdict = job_cost_verdict(
-                            job,
-                            now,
-                            cost_limit_usd=self.cost_limit_usd,
-                            usd_per_node_hour=self.usd_per_node_hour,
-                            poll_interval_s=self.waiter_delay,
-                            default_nodes=self.num_nodes,
-                        )
-                        if self.progress:
-                            await self._log_progress(client, job, verdict.describe() if verdict else None)
-                        elif verdict is not None:
-                            self.log.info("AWS Batch job %s: %s", self.job_id, verdict.describe())
-                        if verdict is not None and verdict.over_budget:
-                            message = await self._cost_limit(client, job, verdict)
-                            yield self._event(
-                                "failure",
-                                job_status="RUNNING",
-                                reason="cost_limit",
-                                message=message,
-                                job_cost=job_cost_record(
-                                    job, now, self.usd_per_node_hour, self.num_nodes, stopped_by_budget=True
-                                ),
-                            )
-                            return
-                else:
-                    yield self._event("success")
-                    return
-                attempt += 1
-            yield self._event(
-                "error", message=f"AWS Batch job {self.job_id}: waiter max attempts ({self.attempts}) reached"
-            )
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """``DescribeJobs`` of the job; while it runs, logs its latest progress line (``GetLogEvents``)."""
+        response = await client.describe_jobs(jobs=[self.job_id])
+        jobs = response.get("jobs") or []
+        if self.progress and jobs and jobs[0].get("status") == "RUNNING":
+            await self._log_progress(client, jobs[0])
+        return response
 
-    async def _runnable_timeout(self, client, job: dict[str, Any], elapsed: float) -> str:
-        ces: list[dict[str, Any]] = []
+    async def perform(self, client, action: Action) -> str:
+        """``terminate_job``: TerminateJob with the step's reason; with ``describe_queue``, first the queue's
+        compute environments (DescribeJobQueues + DescribeComputeEnvironments) for the message."""
+        if action.name != "terminate_job":
+            raise ValueError(f"unknown action {action.name}")
+        detail = ""
+        if action.params.get("describe_queue"):
+            detail = await self._compute_environments(client, action.params["describe_queue"])
+        await client.terminate_job(jobId=action.params["job_id"], reason=action.params["reason"])
+        self.log.error("AWS Batch job %s terminated: %s", self.job_id, action.params["reason"])
+        return detail
+
+    async def _compute_environments(self, client, queue: str) -> str:
         try:
-            queues = (await client.describe_job_queues(jobQueues=[job["jobQueue"]])).get("jobQueues") or []
+            queues = (await client.describe_job_queues(jobQueues=[queue])).get("jobQueues") or []
             names = [o["computeEnvironment"] for q in queues for o in q.get("computeEnvironmentOrder") or []]
-            if names:
-                ces = (await client.describe_compute_environments(computeEnvironments=names)).get(
-                    "computeEnvironments"
-                ) or []
+            ces = (await client.describe_compute_environments(computeEnvironments=names)).get(
+                "computeEnvironments") or [] if names else []
         except Exception as err:  # noqa: BLE001 - the diagnosis is best effort
             self.log.warning("Could not describe the compute environments of job %s: %s", self.job_id, err)
-        terminated = True
-        try:
-            await client.terminate_job(
-                jobId=self.job_id,
-                reason=f"RUNNABLE for {elapsed:.0f} s, past the budget of {self.runnable_timeout_seconds} s",
-            )
-        except Exception as err:  # noqa: BLE001
-            terminated = False
-            self.log.error("TerminateJob %s failed: %s", self.job_id, err)
-        message = format_runnable_timeout(job, elapsed, float(self.runnable_timeout_seconds), ces, terminated)
-        self.log.error(message)
-        return message
+            return "Compute environments not described."
+        return "; ".join(
+            f"compute environment {ce.get('computeEnvironmentName')}: state={ce.get('state')} "
+            f"status={ce.get('status')} statusReason={ce.get('statusReason') or '-'} "
+            f"desiredvCpus={(ce.get('computeResources') or {}).get('desiredvCpus')} "
+            f"maxvCpus={(ce.get('computeResources') or {}).get('maxvCpus')}"
+            for ce in ces
+        ) or "No compute environment in the queue."
 
-    async def _cost_limit(self, client, job: dict[str, Any], verdict) -> str:
-        terminated = True
-        try:
-            await client.terminate_job(jobId=self.job_id, reason=cost_limit_reason(verdict))
-        except Exception as err:  # noqa: BLE001
-            terminated = False
-            self.log.error("TerminateJob %s failed: %s", self.job_id, err)
-        message = format_cost_limit(job, verdict, terminated)
-        self.log.error(message)
-        return message
-
-    async def _log_progress(self, client, job: dict[str, Any], cost: str | None = None) -> None:
+    async def _log_progress(self, client, job: dict[str, Any]) -> None:
         line = None
         try:
             if self._progress_stream is None:
@@ -253,8 +148,8 @@ class BatchTrainingJobTrigger(AwsHookWaiterTrigger):
                 line = await self._latest_progress()
         except Exception as err:  # noqa: BLE001 - progress is informational only
             self.log.debug("No progress line for job %s: %s", self.job_id, err)
-        if line or cost:
-            self.log.info("AWS Batch job %s progress: %s", self.job_id, "; ".join(p for p in (line, cost) if p))
+        if line:
+            self.log.info("AWS Batch job %s progress: %s", self.job_id, line)
 
     async def _latest_progress(self) -> str | None:
         """The last ``[sim2real] iteration=`` line of the main node's stream (``GetLogEvents``), or None."""

@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
-from airflow.providers.amazon.aws.utils.waiter_with_logging import RETRIABLE_ERROR_CODES
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from botocore.exceptions import ClientError
+
+from sim2real.orchestration.waits.checkpoint import checkpoint_manifest_step
+from sim2real.orchestration.waits.core import WaitState, drive
 
 
 def manifest_path(uri: str, conn_id: str | None):
@@ -34,10 +36,10 @@ class CheckpointManifestTrigger(BaseTrigger):
     """
     Poll until ``manifest_uri`` exists; fail early when ``batch_job_id`` is FAILED.
 
-    Events: ``{"status": "success", "manifest_uri"}`` when the manifest exists;
-    ``{"status": "failure", "manifest_uri", "message"}`` when the Batch job is FAILED (``DescribeJobs``)
-    or the check raises a non-transient error (throttling / 5xx codes are retried). The defer
-    ``timeout`` bounds the wait.
+    One event (:func:`~sim2real.orchestration.waits.checkpoint.checkpoint_manifest_step`):
+    ``{"status": "success", "message", "manifest_uri"}`` when the manifest exists; ``{"status": "failure",
+    "message", "manifest_uri"}`` when the Batch job is FAILED (``DescribeJobs``) or the check raises a
+    non-transient error (throttling / 5xx codes are retried). The defer ``timeout`` bounds the wait.
 
     :param manifest_uri: ``s3://bucket/runs/<run_key>/checkpoints/manifest.json`` or a local / EFS path.
     :param batch_job_id: the training job to watch, or None.
@@ -81,41 +83,35 @@ class CheckpointManifestTrigger(BaseTrigger):
             },
         )
 
-    def _event(self, status: str, **fields: Any) -> TriggerEvent:
-        return TriggerEvent({"status": status, "manifest_uri": self.manifest_uri, **fields})
-
-    async def _job_failed(self) -> str | None:
+    async def describe(self, state: WaitState) -> dict[str, Any]:
+        """Whether the manifest exists (a thread: ``ObjectStoragePath.exists``), and, while it does not and a
+        job is watched, the job's ``DescribeJobs.jobs``."""
+        if await asyncio.to_thread(manifest_exists, self.manifest_uri, self.aws_conn_id):
+            return {"manifest_exists": True}
+        if not self.batch_job_id:
+            return {"manifest_exists": False}
         hook = BatchClientHook(
             aws_conn_id=self.aws_conn_id, region_name=self.region_name, verify=self.verify, config=self.botocore_config
         )
         async with await hook.get_async_conn() as client:
             jobs = (await client.describe_jobs(jobs=[self.batch_job_id])).get("jobs") or []
-        if jobs and jobs[0].get("status") == "FAILED":
-            return (
-                f"AWS Batch job {self.batch_job_id} is FAILED ({jobs[0].get('statusReason')}) before "
-                f"{self.manifest_uri} was written"
-            )
-        return None
+        return {"manifest_exists": False, "jobs": jobs}
+
+    async def _next(self, state: WaitState) -> dict[str, Any]:
+        try:
+            return await self.describe(state)
+        except ClientError:
+            raise  # the driver hands its error response to the step
+        except Exception as err:  # noqa: BLE001 - reported to the task, which fails with it
+            return {"Error": {"Code": type(err).__name__, "Message": f"checking {self.manifest_uri} failed: {err}"}}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            try:
-                if await asyncio.to_thread(manifest_exists, self.manifest_uri, self.aws_conn_id):
-                    yield self._event("success")
-                    return
-                if self.batch_job_id:
-                    failed = await self._job_failed()
-                    if failed:
-                        yield self._event("failure", message=failed)
-                        return
-            except ClientError as err:
-                code = err.response.get("Error", {}).get("Code")
-                if code not in RETRIABLE_ERROR_CODES:
-                    yield self._event("failure", message=f"checking {self.manifest_uri} failed: {err}")
-                    return
-                self.log.info("Retriable error %s while checking %s; retrying", code, self.manifest_uri)
-            except Exception as err:  # noqa: BLE001 - reported to the task, which fails with it
-                yield self._event("failure", message=f"checking {self.manifest_uri} failed: {err}")
-                return
-            self.log.info("Checkpoint manifest %s not there yet", self.manifest_uri)
-            await asyncio.sleep(self.poke_interval)
+        event = await drive(
+            checkpoint_manifest_step,
+            self._next,
+            WaitState(params={"manifest_uri": self.manifest_uri, "batch_job_id": self.batch_job_id},
+                      poll_interval_s=float(self.poke_interval)),
+            max_attempts=None,
+            log=self.log,
+        )
+        yield TriggerEvent(event)

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
+from typing import Any
 
 from sim2real.orchestration.hooks.codebuild import CodeBuildHook
+from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.waits.codebuild import codebuild_build_step
+from sim2real.orchestration.waits.core import WaitState
 
 
-class CodeBuildBuildCompleteTrigger(AwsHookWaiterTrigger):
+class CodeBuildBuildCompleteTrigger(StepWaitTrigger):
     """
-    Poll a CodeBuild build until it reaches a terminal status.
+    Poll a CodeBuild build (``BatchGetBuilds``) until
+    :func:`~sim2real.orchestration.waits.codebuild.codebuild_build_step` (waiter ``build_complete``) ends it.
 
-    Event: ``{"status": "success", "build_id": ...}`` on SUCCEEDED;
-    ``{"status": "error", "message": ..., "build_id": ...}`` on FAILED / FAULT / TIMED_OUT / STOPPED,
-    on max attempts, or on a non-retriable API error. The operator's ``execute_complete`` then
-    describes the build to name the failing phase.
+    One event: ``{"status": "success" | "failure" | "timeout", "message", "build_id", "build_status",
+    "current_phase"}``. The operator's ``execute_complete`` then describes the build to name the
+    failing phase.
 
     When a user marks the deferred task failed / success or clears it (Airflow 3.3+
     ``BaseTrigger.on_kill``), the build is stopped (``StopBuild``) if ``stop_on_kill``.
@@ -60,6 +63,12 @@ class CodeBuildBuildCompleteTrigger(AwsHookWaiterTrigger):
         )
         self.build_id = build_id
         self.stop_on_kill = stop_on_kill
+
+    step_function = staticmethod(codebuild_build_step)
+
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """``BatchGetBuilds`` of the build."""
+        return await client.batch_get_builds(ids=[self.build_id])
 
     async def on_kill(self) -> None:
         """Stop the build (``StopBuild``) when the user kills the deferred task (Airflow 3.3+)."""

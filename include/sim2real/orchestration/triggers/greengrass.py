@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
-from airflow.triggers.base import TriggerEvent
-from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, device_report
+from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
+from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.waits.core import WaitState
+from sim2real.orchestration.waits.greengrass import greengrass_deployment_step
 
 
-class GreengrassDeploymentTrigger(AwsHookWaiterTrigger):
-    """Poll ListEffectiveDeployments of each core device until all are terminal or one failed.
+class GreengrassDeploymentTrigger(StepWaitTrigger):
+    """Poll ListEffectiveDeployments of each core device until all are terminal or one failed
+    (:func:`~sim2real.orchestration.waits.greengrass.greengrass_deployment_step`).
 
     Per-device states come from waiter ``core_device_deployment_complete``
     (``sim2real/orchestration/waiters/greengrassv2.json``): SUCCEEDED/COMPLETED success; FAILED/TIMED_OUT/
@@ -24,8 +24,8 @@ class GreengrassDeploymentTrigger(AwsHookWaiterTrigger):
     :param waiter_max_attempts: polls before a ``timeout`` event.
     :param cancel_on_kill: CancelDeployment when the user kills the deferred task.
 
-    Events (``devices`` maps thing name → ``{"status", "outcome", "reason"}``):
-    ``{"status": "success" | "failure" | "timeout", "deployment_id", "devices", "message"}``.
+    One event (``devices`` maps thing name → ``{"status", "outcome", "reason"}``):
+    ``{"status": "success" | "failure" | "timeout", "message", "deployment_id", "devices"}``.
     """
 
     aws_hook_class = GreengrassV2Hook
@@ -77,50 +77,12 @@ class GreengrassDeploymentTrigger(AwsHookWaiterTrigger):
                 return sorted(names)
             kwargs["nextToken"] = page["nextToken"]
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = self.hook()
-        reports: dict[str, dict[str, Any]] = {}
-        async with await hook.get_async_conn() as client:
-            for attempt in range(self.attempts):
-                if attempt:
-                    await asyncio.sleep(self.waiter_delay)
-                things = await self._things(client)
-                if not things:
-                    yield TriggerEvent(
-                        {
-                            "status": "failure",
-                            "deployment_id": self.deployment_id,
-                            "devices": {},
-                            "message": f"thing group {self.thing_group_arn} has no core devices",
-                        }
-                    )
-                    return
-                reports = {}
-                for thing in things:
-                    response = await client.list_effective_deployments(coreDeviceThingName=thing)
-                    reports[thing] = device_report(response, self.deployment_id)
-                outcomes = {r["outcome"] for r in reports.values()}
-                if "failure" in outcomes:
-                    yield TriggerEvent(
-                        {"status": "failure", "deployment_id": self.deployment_id, "devices": reports, "message": ""}
-                    )
-                    return
-                if outcomes == {"success"}:
-                    yield TriggerEvent(
-                        {"status": "success", "deployment_id": self.deployment_id, "devices": reports, "message": ""}
-                    )
-                    return
-                self.log.info(
-                    "Deployment %s: %s", self.deployment_id, {t: r["status"] for t, r in reports.items()}
-                )
-        yield TriggerEvent(
-            {
-                "status": "timeout",
-                "deployment_id": self.deployment_id,
-                "devices": reports,
-                "message": f"not finished after {self.attempts} polls {self.waiter_delay} s apart",
-            }
-        )
+    step_function = staticmethod(greengrass_deployment_step)
+
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """ListCoreDevices of the group, then ListEffectiveDeployments of each core device."""
+        return {"devices": {thing: await client.list_effective_deployments(coreDeviceThingName=thing)
+                            for thing in await self._things(client)}}
 
     async def on_kill(self) -> None:
         """CancelDeployment when the user kills the deferred task (Airflow 3.3+)."""

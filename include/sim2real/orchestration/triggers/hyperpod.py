@@ -3,32 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
-from airflow.triggers.base import TriggerEvent
-from sim2real.orchestration.budget import budget_verdict
-from sim2real.orchestration.hooks.hyperpod import HyperPodHook, scale_state
+from sim2real.orchestration.hooks.hyperpod import HyperPodHook
 from sim2real.orchestration.hooks.workstation import SSM_FAILURE_STATES, SSM_SUCCESS_STATES, WorkstationHook
-from sim2real.orchestration.slurm import (
-    SLURM_FAILURE_STATES,
-    SLURM_SUCCESS_STATES,
-    TIME_RESOLUTION_SECONDS,
-    cancel_commands,
-    cost_limit_message,
-    job_cost_record,
-    parse_status_output,
-    parse_status_times,
-    run_window,
-    status_commands,
+from sim2real.orchestration.slurm import cancel_commands, status_commands
+from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.waits.core import Action, WaitState
+from sim2real.orchestration.waits.hyperpod import (
+    DEFAULT_MAX_FAILED_QUERIES,
+    NODES_KEY,
+    hyperpod_scale_step,
+    slurm_job_step,
 )
 
 
-class HyperPodScaleTrigger(AwsHookWaiterTrigger):
+class HyperPodScaleTrigger(StepWaitTrigger):
     """Poll DescribeCluster + ListClusterNodes until :func:`~sim2real.orchestration.hooks.hyperpod.scale_state` decides.
 
     :param cluster_name: the HyperPod cluster.
@@ -37,7 +29,8 @@ class HyperPodScaleTrigger(AwsHookWaiterTrigger):
     :param waiter_delay: seconds between polls.
     :param waiter_max_attempts: polls before a ``timeout`` event.
 
-    Events: ``{"status": "success" | "failure" | "timeout", "cluster_name", "message", "current_count"}``.
+    One event (:func:`~sim2real.orchestration.waits.hyperpod.hyperpod_scale_step`):
+    ``{"status": "success" | "failure" | "timeout", "message", "cluster_name", "current_count"}``.
     """
 
     aws_hook_class = HyperPodHook
@@ -89,29 +82,17 @@ class HyperPodScaleTrigger(AwsHookWaiterTrigger):
                 return nodes
             kwargs["NextToken"] = page["NextToken"]
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = self.hook()
-        text = ""
-        current = None
-        async with await hook.get_async_conn() as client:
-            for attempt in range(self.attempts):
-                if attempt:
-                    await asyncio.sleep(self.waiter_delay)
-                describe = await client.describe_cluster(ClusterName=self.cluster_name)
-                nodes = await self._nodes(client) if describe.get("ClusterStatus") == "InService" else None
-                outcome, text = scale_state(hook.waiter_path, describe, nodes, self.instance_group_name, self.target_count)
-                current = next(
-                    (g.get("CurrentCount") for g in describe.get("InstanceGroups", []) if g.get("InstanceGroupName") == self.instance_group_name),
-                    None,
-                )
-                if outcome != "retry":
-                    yield TriggerEvent({"status": outcome, "cluster_name": self.cluster_name, "message": text, "current_count": current})
-                    return
-                self.log.info("HyperPod %s: %s", self.cluster_name, text)
-        yield TriggerEvent({"status": "timeout", "cluster_name": self.cluster_name, "message": text, "current_count": current})
+    step_function = staticmethod(hyperpod_scale_step)
+
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """DescribeCluster, plus the group's nodes (ListClusterNodes) once the cluster is InService."""
+        describe = await client.describe_cluster(ClusterName=self.cluster_name)
+        if describe.get("ClusterStatus") == "InService":
+            describe = {**describe, NODES_KEY: await self._nodes(client)}
+        return describe
 
 
-class HyperPodSlurmJobTrigger(AwsHookWaiterTrigger):
+class HyperPodSlurmJobTrigger(StepWaitTrigger):
     """Poll a Slurm job's state through SSM Run Command on the cluster's head/login node.
 
     Each poll sends :func:`sim2real.orchestration.slurm.status_commands` (``sacct``, else ``scontrol show job``) with
@@ -131,7 +112,8 @@ class HyperPodSlurmJobTrigger(AwsHookWaiterTrigger):
     :param waiter_delay: seconds between polls.
     :param waiter_max_attempts: polls before a ``timeout`` event.
     :param max_failed_queries: consecutive status queries that fail (SSM command not Success, or the
-        job unknown to both sacct and scontrol) before an ``error`` event.
+        job unknown to both sacct and scontrol) before a ``failure`` event with ``"reason":
+        "status_queries_failed"``.
     :param job_name: the Slurm job name (messages).
     :param num_nodes: nodes the job is billed for (the instance group's target count); None = no cost.
     :param cost_limit_usd: USD the job may spend; None = no cost check.
@@ -140,7 +122,8 @@ class HyperPodSlurmJobTrigger(AwsHookWaiterTrigger):
     ``on_kill`` (the deferred task killed, Airflow 3.3+) always runs ``scancel``: a job nobody waits
     for would keep the GPU nodes busy.
 
-    Events: ``{"status": "success" | "failure" | "timeout" | "error", "cluster_name", "job_id",
+    One event (:func:`~sim2real.orchestration.waits.hyperpod.slurm_job_step`):
+    ``{"status": "success" | "failure" | "timeout", "cluster_name", "job_id",
     "instance_id", "reattached", "state", "exit_code", "message", "job_cost"}`` (self-contained: the
     resumed task needs nothing else; ``job_cost`` has ``started_at``/``stopped_at`` epoch seconds and
     ``cost_usd``); ``failure`` for any state of :data:`~sim2real.orchestration.slurm.SLURM_FAILURE_STATES`, and with
@@ -157,7 +140,7 @@ class HyperPodSlurmJobTrigger(AwsHookWaiterTrigger):
         job_id: str,
         waiter_delay: int = 30,
         waiter_max_attempts: int = 1440,
-        max_failed_queries: int = 10,
+        max_failed_queries: int = DEFAULT_MAX_FAILED_QUERIES,
         reattached: bool = False,
         job_name: str = "",
         num_nodes: int | None = None,
@@ -225,94 +208,26 @@ class HyperPodSlurmJobTrigger(AwsHookWaiterTrigger):
                 return inv
         return {"Status": "TimedOut", "StandardOutputContent": "", "StandardErrorContent": "no answer in 300 s"}
 
-    def _event(self, status: str, state: str, exit_code: str, message: str,
-               job_cost: dict[str, Any] | None = None, **extra: Any) -> TriggerEvent:
-        return TriggerEvent({"status": status, "cluster_name": self.cluster_name, "job_id": self.job_id,
-                             "instance_id": self.instance_id, "reattached": self.reattached,
-                             "state": state, "exit_code": exit_code, "message": message,
-                             "job_cost": job_cost, **extra})
+    step_function = staticmethod(slurm_job_step)
 
-    def _record(self, window: tuple[float | None, float | None, float | None], **kwargs: Any) -> dict[str, Any]:
-        started_at, stopped_at, elapsed = window
-        return job_cost_record(job_id=self.job_id, cluster_name=self.cluster_name, started_at=started_at,
-                               stopped_at=stopped_at, elapsed_s=elapsed, num_nodes=self.num_nodes, usd_per_node_hour=self.usd_per_node_hour, **kwargs)
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """One status query (``sacct``, else ``scontrol``) through SSM: its GetCommandInvocation."""
+        return await self._run_script(client, status_commands(self.job_id))
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        failed_queries = 0
-        state, exit_code, note = "UNKNOWN", "", ""
-        first_running_at: float | None = None
-        window: tuple[float | None, float | None, float | None] = (None, None, None)
-        async with await self.hook().get_async_conn() as client:
-            for attempt in range(self.attempts):
-                if attempt:
-                    await asyncio.sleep(self.waiter_delay)
-                asked = time.monotonic()
-                inv = await self._run_script(client, status_commands(self.job_id))
-                query_s = time.monotonic() - asked
-                if inv.get("Status") != "Success":
-                    failed_queries += 1
-                    note = (f"status query on {self.instance_id} ended {inv.get('Status')}: "
-                            f"{(inv.get('StandardErrorContent') or '')[-300:]}")
-                else:
-                    stdout = inv.get("StandardOutputContent", "")
-                    state, exit_code = parse_status_output(stdout)
-                    now = time.time()
-                    if state == "RUNNING" and first_running_at is None:
-                        first_running_at = now
-                    window = run_window(parse_status_times(stdout), first_running_at, now,
-                                        ended=state in SLURM_SUCCESS_STATES | SLURM_FAILURE_STATES)
-                    if state in SLURM_SUCCESS_STATES:
-                        yield self._event("success", state, exit_code, f"Slurm job {self.job_id} {state}",
-                                          self._record(window))
-                        return
-                    if state in SLURM_FAILURE_STATES:
-                        yield self._event("failure", state, exit_code, f"Slurm job {self.job_id} {state}",
-                                          self._record(window))
-                        return
-                    if state == "UNKNOWN":
-                        failed_queries += 1
-                        note = "neither sacct nor scontrol knows the job"
-                    else:
-                        failed_queries = 0
-                        note = ""
-                    verdict = None
-                    if window[2] is not None and self.num_nodes:
-                        verdict = budget_verdict(elapsed_s=window[2], instances=int(self.num_nodes),
-                                                 usd_per_hour=self.usd_per_node_hour, limit_usd=self.cost_limit_usd,
-                                                 poll_interval_s=self._next_poll_s(query_s))
-                    if verdict is not None:
-                        note = verdict.describe()
-                    if verdict is not None and verdict.over_budget:
-                        cancel_error = await self._scancel(client)
-                        record = self._record((window[0], window[0] + verdict.elapsed_s, verdict.elapsed_s),
-                                              stopped_by_budget=True)
-                        yield self._event(
-                            "failure", state, exit_code,
-                            cost_limit_message(job_id=self.job_id, job_name=self.job_name or "?",
-                                               cluster_name=self.cluster_name, verdict=verdict,
-                                               cancelled=not cancel_error, cancel_error=cancel_error),
-                            record, reason="cost_limit")
-                        return
-                if failed_queries >= self.max_failed_queries:
-                    yield self._event("error", state, exit_code,
-                                      f"{failed_queries} status queries in a row failed; last: {note}")
-                    return
-                self.log.info("Slurm job %s on %s: %s%s", self.job_id, self.cluster_name, state,
-                              f" ({note})" if note else "")
-        yield self._event("timeout", state, exit_code,
-                          f"still {state} after {self.attempts} polls {self.waiter_delay} s apart",
-                          self._record(window))
-
-    def _next_poll_s(self, query_s: float) -> float:
-        """Seconds until the next poll sees the job: the delay, a status query as long as this one, and
-        Slurm's time resolution (the cost check judges the job's cost then)."""
-        return float(self.waiter_delay) + query_s + TIME_RESOLUTION_SECONDS
+    async def perform(self, client, action: Action) -> str:
+        """``scancel``: run the cancel commands on the submit host and wait for them."""
+        if action.name != "scancel":
+            raise ValueError(f"unknown action {action.name}")
+        error = await self._scancel(client)
+        if error:
+            raise RuntimeError(error)
+        return ""
 
     async def _scancel(self, client) -> str:
         """``scancel`` the job and wait for the command; "" on success, else what went wrong."""
         try:
             inv = await self._run_script(client, cancel_commands(self.job_id))
-        except Exception as error:  # noqa: BLE001 - the cost-limit event must still be sent
+        except Exception as error:  # noqa: BLE001 - reported in the event
             return str(error)
         if inv.get("Status") != "Success":
             return f"{inv.get('Status')}: {(inv.get('StandardErrorContent') or '')[-300:]}"

@@ -7,18 +7,17 @@ waiter ``model_package_approved`` (``sim2real/orchestration/waiters/sagemaker_ex
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
-from airflow.triggers.base import TriggerEvent
-from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, approval_result, package_matches
-from sim2real.orchestration.hooks.waiter_rounds import classify_response
+from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, package_matches
+from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.waits.core import WaitState
+from sim2real.orchestration.waits.sagemaker import model_package_step
 
 
-class ModelPackageApprovalTrigger(AwsHookWaiterTrigger):
-    """Poll the model registry until this run's package is Approved or Rejected.
+class ModelPackageApprovalTrigger(StepWaitTrigger):
+    """Poll the model registry until this run's package is Approved or Rejected
+    (:func:`~sim2real.orchestration.waits.sagemaker.model_package_step`).
 
     :param model_package_group_name: the model package group.
     :param run_key: value of ``CustomerMetadataProperties["sim2real:run-key"]``.
@@ -27,9 +26,9 @@ class ModelPackageApprovalTrigger(AwsHookWaiterTrigger):
     :param waiter_delay: seconds between polls.
     :param waiter_max_attempts: polls before a ``timeout`` event.
 
-    Events: ``{"status": "success", **approval_result}``; ``{"status": "rejected",
-    "model_package_arn", "approval_description"}``; ``{"status": "timeout", "model_package_arn"
-    (None when never found), "approval_status"}``.
+    One event: ``{"status": "success", "message", **approval_result}``; ``{"status": "failure",
+    "message", "model_package_arn", "approval_status": "Rejected", "approval_description"}``;
+    ``{"status": "timeout", "message", "model_package_arn" (None when never found), "approval_status"}``.
     """
 
     aws_hook_class = ModelRegistryHook
@@ -90,39 +89,16 @@ class ModelPackageApprovalTrigger(AwsHookWaiterTrigger):
                 return None
             kwargs["NextToken"] = page["NextToken"]
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = self.hook()
-        status = None
-        async with await hook.get_async_conn() as client:
-            for attempt in range(self.attempts):
-                if attempt:
-                    await asyncio.sleep(self.waiter_delay)
-                if self.model_package_arn:
-                    package = await client.describe_model_package(ModelPackageName=self.model_package_arn)
-                else:
-                    package = await self._locate(client)
-                    if package is None:
-                        self.log.info(
-                            "No package for run %s in group %s yet", self.run_key, self.model_package_group_name
-                        )
-                        continue
-                    self.model_package_arn = package["ModelPackageArn"]
-                    self.log.info("Found model package %s for run %s", self.model_package_arn, self.run_key)
-                status = package.get("ModelApprovalStatus")
-                outcome = classify_response(hook.waiter_path, self.waiter_name, package)
-                if outcome == "success":
-                    yield TriggerEvent({"status": "success", **approval_result(package)})
-                    return
-                if outcome == "failure":
-                    yield TriggerEvent(
-                        {
-                            "status": "rejected",
-                            "model_package_arn": self.model_package_arn,
-                            "approval_description": package.get("ApprovalDescription"),
-                        }
-                    )
-                    return
-                self.log.info("Model package %s is %s", self.model_package_arn, status)
-        yield TriggerEvent(
-            {"status": "timeout", "model_package_arn": self.model_package_arn, "approval_status": status}
-        )
+    step_function = staticmethod(model_package_step)
+
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """DescribeModelPackage of the package, located first (ListModelPackages) while unknown;
+        ``{}`` while this run's package is not registered yet."""
+        if not self.model_package_arn:
+            package = await self._locate(client)
+            if package is None:
+                return {}
+            self.model_package_arn = package["ModelPackageArn"]
+            self.log.info("Found model package %s for run %s", self.model_package_arn, self.run_key)
+            return package
+        return await client.describe_model_package(ModelPackageName=self.model_package_arn)

@@ -8,27 +8,29 @@ StopPipelineExecution (Amazon SageMaker API Reference).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+from typing import Any
 
-from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
-from airflow.triggers.base import TriggerEvent
-from sim2real.orchestration.hooks.sagemaker_pipeline import SageMakerPipelineHook, pipeline_failure_message
-from sim2real.orchestration.hooks.waiter_rounds import classify_response
+from sim2real.orchestration.hooks.sagemaker_pipeline import SageMakerPipelineHook
+from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.waits.core import WaitState
+from sim2real.orchestration.waits.sagemaker import STEPS_KEY, pipeline_execution_step
+
+#: Statuses whose failing steps the describe round lists (the waiter's failure acceptors).
+FAILED_STATUSES = frozenset({"Failed", "Stopped", "CompletedWithFailures"})
 
 
-class PipelineExecutionTrigger(AwsHookWaiterTrigger):
-    """Poll DescribePipelineExecution until a terminal status.
+class PipelineExecutionTrigger(StepWaitTrigger):
+    """Poll DescribePipelineExecution until :func:`~sim2real.orchestration.waits.sagemaker.pipeline_execution_step`
+    ends the wait.
 
     :param pipeline_execution_arn: the execution to watch.
     :param waiter_delay: seconds between polls.
     :param waiter_max_attempts: polls before a ``timeout`` event.
     :param stop_on_kill: StopPipelineExecution when the user kills the deferred task.
 
-    Events: ``{"status": "success", "pipeline_execution_arn", "execution_status": "Succeeded"}``;
-    ``{"status": "failure", "pipeline_execution_arn", "execution_status", "message"}`` (message
-    names the failing step and its FailureReason when ListPipelineExecutionSteps answers);
-    ``{"status": "timeout", "pipeline_execution_arn", "execution_status", "message"}``.
+    One event: ``{"status": "success" | "failure" | "timeout", "message", "pipeline_execution_arn",
+    "execution_status"}`` (a failure's message names the failing step and its FailureReason when
+    ListPipelineExecutionSteps answers).
     """
 
     aws_hook_class = SageMakerPipelineHook
@@ -64,45 +66,20 @@ class PipelineExecutionTrigger(AwsHookWaiterTrigger):
         self.pipeline_execution_arn = pipeline_execution_arn
         self.stop_on_kill = stop_on_kill
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = self.hook()
+    step_function = staticmethod(pipeline_execution_step)
+
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """DescribePipelineExecution; for a failed execution also its steps (ListPipelineExecutionSteps,
+        best effort) under :data:`~sim2real.orchestration.waits.sagemaker.STEPS_KEY`."""
         arn = self.pipeline_execution_arn
-        status = "unknown"
-        async with await hook.get_async_conn() as client:
-            for attempt in range(self.attempts):
-                if attempt:
-                    await asyncio.sleep(self.waiter_delay)
-                response = await client.describe_pipeline_execution(PipelineExecutionArn=arn)
-                status = response.get("PipelineExecutionStatus", "unknown")
-                outcome = classify_response(hook.waiter_path, self.waiter_name, response)
-                if outcome == "success":
-                    yield TriggerEvent({"status": "success", "pipeline_execution_arn": arn, "execution_status": status})
-                    return
-                if outcome == "failure":
-                    steps = ""
-                    try:
-                        res = await client.list_pipeline_execution_steps(PipelineExecutionArn=arn)
-                        steps = hook.failing_steps_from(res.get("PipelineExecutionSteps", []))
-                    except Exception as error:  # best effort
-                        self.log.warning("ListPipelineExecutionSteps failed for %s: %s", arn, error)
-                    yield TriggerEvent(
-                        {
-                            "status": "failure",
-                            "pipeline_execution_arn": arn,
-                            "execution_status": status,
-                            "message": pipeline_failure_message(arn, status, response.get("FailureReason"), steps),
-                        }
-                    )
-                    return
-                self.log.info("Pipeline execution %s is %s", arn, status)
-        yield TriggerEvent(
-            {
-                "status": "timeout",
-                "pipeline_execution_arn": arn,
-                "execution_status": status,
-                "message": f"pipeline execution {arn} still {status} after {self.attempts} polls {self.waiter_delay} s apart",
-            }
-        )
+        response = await client.describe_pipeline_execution(PipelineExecutionArn=arn)
+        if response.get("PipelineExecutionStatus") in FAILED_STATUSES:
+            try:
+                steps = await client.list_pipeline_execution_steps(PipelineExecutionArn=arn)
+                response = {**response, STEPS_KEY: steps.get("PipelineExecutionSteps", [])}
+            except Exception as error:  # noqa: BLE001 - best effort
+                self.log.warning("ListPipelineExecutionSteps failed for %s: %s", arn, error)
+        return response
 
     async def on_kill(self) -> None:
         """StopPipelineExecution when the user kills the deferred task (Airflow 3.3+)."""

@@ -7,23 +7,20 @@ passes them. Source: AWS Systems Manager API Reference, GetCommandInvocation / C
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger
-from airflow.triggers.base import TriggerEvent
-from sim2real.orchestration.hooks.workstation import (
-    SSM_FAILURE_STATES,
-    SSM_SUCCESS_STATES,
-    WorkstationHook,
-)
+from sim2real.orchestration.hooks.workstation import WorkstationHook
+from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.waits.core import WaitState
+from sim2real.orchestration.waits.ssm import invocations_response, ssm_command_step
 
 
-class WorkstationCommandTrigger(AwsHookWaiterTrigger):
-    """Poll GetCommandInvocation for every instance until each one is terminal.
+class WorkstationCommandTrigger(StepWaitTrigger):
+    """Poll GetCommandInvocation for every instance until
+    :func:`~sim2real.orchestration.waits.ssm.ssm_command_step` (botocore's ``CommandExecuted`` acceptors)
+    ends the wait.
 
     :param command_id: the SendCommand ``CommandId``.
     :param instance_ids: the instance ids the command was sent to.
@@ -32,10 +29,11 @@ class WorkstationCommandTrigger(AwsHookWaiterTrigger):
     :param cancel_on_kill: CancelCommand when the user kills the deferred task (Airflow 3.3
         ``BaseTrigger.on_kill``).
 
-    Events: ``{"status": "success", "command_id", "instance_ids", "invocations": {id: {"status",
-    "response_code"}}}``; ``{"status": "failed", "command_id", "instance_id", "command_status",
-    "exit_code", "message"}`` as soon as one instance is Failed/Cancelled/TimedOut/Cancelling;
-    ``{"status": "timeout", "command_id", "pending": {id: status}, "message"}``.
+    One event: ``{"status": "success", "message", "command_id", "instance_ids", "invocations": {id:
+    {"status", "response_code"}}}``; ``{"status": "failure", "message", "command_id", "instance_id",
+    "command_status", "exit_code"}`` as soon as one instance is Failed / Cancelled / TimedOut /
+    Cancelling; ``{"status": "timeout", "message",
+    "command_id", "pending": {id: status}}``.
     """
 
     aws_hook_class = WorkstationHook
@@ -77,60 +75,19 @@ class WorkstationCommandTrigger(AwsHookWaiterTrigger):
         self.instance_ids = list(instance_ids)
         self.cancel_on_kill = cancel_on_kill
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = self.hook()
-        pending: dict[str, str] = dict.fromkeys(self.instance_ids, "Pending")
-        done: dict[str, dict[str, Any]] = {}
-        async with await hook.get_async_conn() as client:
-            for attempt in range(self.attempts):
-                if attempt:
-                    await asyncio.sleep(self.waiter_delay)
-                for instance_id in list(pending):
-                    try:
-                        inv = await client.get_command_invocation(
-                            CommandId=self.command_id, InstanceId=instance_id
-                        )
-                    except ClientError as error:
-                        if error.response["Error"]["Code"] == "InvocationDoesNotExist":
-                            continue  # not delivered yet: keep polling
-                        raise
-                    status = inv.get("Status", "")
-                    if status in SSM_SUCCESS_STATES:
-                        done[instance_id] = {"status": status, "response_code": inv.get("ResponseCode")}
-                        del pending[instance_id]
-                    elif status in SSM_FAILURE_STATES:
-                        yield TriggerEvent(
-                            {
-                                "status": "failed",
-                                "command_id": self.command_id,
-                                "instance_id": instance_id,
-                                "command_status": status,
-                                "exit_code": inv.get("ResponseCode", -1),
-                                "message": inv.get("StatusDetails", status),
-                            }
-                        )
-                        return
-                    else:
-                        pending[instance_id] = status
-                if not pending:
-                    yield TriggerEvent(
-                        {
-                            "status": "success",
-                            "command_id": self.command_id,
-                            "instance_ids": self.instance_ids,
-                            "invocations": done,
-                        }
-                    )
-                    return
-                self.log.info("SSM command %s still running on %s", self.command_id, pending)
-        yield TriggerEvent(
-            {
-                "status": "timeout",
-                "command_id": self.command_id,
-                "pending": pending,
-                "message": f"still {pending} after {self.attempts} polls {self.waiter_delay} s apart",
-            }
-        )
+    step_function = staticmethod(ssm_command_step)
+
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """``GetCommandInvocation`` of every instance still pending (an error answers as its error response)."""
+        pending = state.memory.get("pending") or dict.fromkeys(self.instance_ids, "Pending")
+        invocations = []
+        for instance_id in pending:
+            try:
+                invocations.append(await client.get_command_invocation(CommandId=self.command_id,
+                                                                       InstanceId=instance_id))
+            except ClientError as error:
+                invocations.append({**error.response, "InstanceId": instance_id})
+        return invocations_response(invocations)
 
     async def on_kill(self) -> None:
         """CancelCommand on the instances when the user kills the deferred task (Airflow 3.3+)."""

@@ -166,7 +166,7 @@ def convert_v30(src: Path, dst: Path, info: dict[str, Any], run: Runner = _run) 
     task_col = "task" if "task" in cols else next((c for c in cols if c.startswith("__index_level")), None)
     if "task_index" not in cols or task_col is None:
         raise DatasetError([f"meta/tasks.parquet needs task_index and task columns, has {cols}"])
-    tasks = sorted(zip(tasks_table.column("task_index").to_pylist(), tasks_table.column(task_col).to_pylist()))
+    tasks = sorted(zip(tasks_table.column("task_index").to_pylist(), tasks_table.column(task_col).to_pylist(), strict=True))
     episodes = sorted((row for f in episodes_files for row in pq.read_table(f).to_pylist()),
                       key=lambda r: r["episode_index"])
     if len(episodes) != int(info["total_episodes"]):

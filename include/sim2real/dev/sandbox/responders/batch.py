@@ -244,6 +244,7 @@ class BatchResponder:
             f" (nodes requested: {num_nodes}; only node 0 runs locally)",
             job_id=job.job_id, status="SUBMITTED",
         )
+        self.sandbox.aws_events.batch_job(job.describe())
         self._threads.append(safe_thread(self._drive, f"batch-{job.job_id[:8]}", job))
         return json.dumps({"jobId": job.job_id, "jobName": job_name, "jobArn": job.arn})
 
@@ -256,6 +257,7 @@ class BatchResponder:
             "batch", "job-status", f"job {job.job_name} ({job.job_id}) {status}" + (f": {reason}" if reason else ""),
             job_id=job.job_id, status=status,
         )
+        self.sandbox.aws_events.batch_job(job.describe())
 
     def _finish(self, job: SandboxJob, success: bool, reason: str | None = None, exit_code: int | None = None) -> None:
         if job.job_stopped:

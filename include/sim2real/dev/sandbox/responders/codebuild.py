@@ -89,6 +89,7 @@ class CodeBuildResponder:
             "codebuild", "build-status", f"build {build_id} IN_PROGRESS (image build emulated: a manifest is pushed, "
             "nothing is compiled)", build_id=build_id, status="IN_PROGRESS",
         )
+        self.sandbox.aws_events.codebuild_build(build)
         if self.sandbox.faults.get("codebuild_instant"):
             self._run(build_id, step_seconds=0.0)
             return
@@ -164,6 +165,7 @@ class CodeBuildResponder:
             "codebuild", "build-status", f"build {build['id']} {status}" + (f": {message}" if message else ""),
             build_id=build["id"], status=status,
         )
+        self.sandbox.aws_events.codebuild_build(build)
 
     def _push(self, build: dict[str, Any], env: dict[str, str]) -> tuple[str, str]:
         repo = env.get("IMAGE_REPO_NAME") or self.sandbox.config.get("image_build", {}).get("ecr_repository")

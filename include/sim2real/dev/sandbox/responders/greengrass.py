@@ -311,6 +311,7 @@ class GreengrassResponder:
                 entry["statusDetails"] = {"errorStack": ["DEPLOYMENT_FAILURE", *error_types], "errorTypes": error_types}
         self.sandbox.events.emit("greengrass", "device-status", f"device {thing} deployment {deployment_id} {status}"
                                  + (f": {reason}" if reason else ""), deployment_id=deployment_id, thing=thing, status=status)
+        self.sandbox.aws_events.greengrass_device(deployment_id, thing, status, reason, entry.get("statusDetails"))
         self._maybe_finish(deployment_id)
 
     def _maybe_finish(self, deployment_id: str) -> None:

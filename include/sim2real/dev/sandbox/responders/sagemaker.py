@@ -127,6 +127,7 @@ class SageMakerResponder:
                 + (f" ({approval_description})" if approval_description else ""),
                 arn=package.arn, status=package.model_approval_status,
             )
+            active().sagemaker._publish_package(package)
             return package.arn
 
         def valid_cluster_node_instance_types(self: Cluster, instance_type: str) -> None:
@@ -160,10 +161,13 @@ class SageMakerResponder:
             "the GR00T steps are played, not run",
             arn=arn, status="Executing",
         )
+        self.sandbox.aws_events.pipeline_execution(arn, "Executing", None, execution.pipeline_execution_display_name,
+                                                   getattr(execution, "start_time", None))
         self._threads.append(safe_thread(self._play, f"pipeline-{arn[-8:]}", arn))
 
     def _set_status(self, arn: str, status: str, reason: str | None = None) -> None:
         execution = get_pipeline_execution_from_arn(self._backend().pipelines, arn)
+        previous = execution.pipeline_execution_status
         execution.pipeline_execution_status = status
         execution.last_modified_time = _now()
         if reason:
@@ -172,6 +176,8 @@ class SageMakerResponder:
             "sagemaker", "pipeline-status", f"pipeline execution {arn} {status}" + (f": {reason}" if reason else ""),
             arn=arn, status=status,
         )
+        self.sandbox.aws_events.pipeline_execution(arn, status, previous, execution.pipeline_execution_display_name,
+                                                   getattr(execution, "start_time", None))
 
     def _definition(self, arn: str) -> dict[str, Any]:
         execution = get_pipeline_execution_from_arn(self._backend().pipelines, arn)
@@ -271,7 +277,15 @@ class SageMakerResponder:
             f"model data {model_url}",
             arn=package_arn, run_key=run_key, group=group, model_data_url=model_url,
         )
+        backend = self._backend()
+        package = backend.model_packages.get(backend.model_package_name_mapping.get(package_arn, package_arn))
+        if package is not None:
+            self._publish_package(package)
         return package_arn
+
+    def _publish_package(self, package: Any) -> None:
+        """The package's ``SageMaker Model Package State Change`` (detail: its DescribeModelPackage response)."""
+        self.sandbox.aws_events.model_package(package.gen_response_object())
 
     def _list_steps(self, resp: SageMakerResponse) -> dict[str, Any]:
         arn = resp._get_param("PipelineExecutionArn")

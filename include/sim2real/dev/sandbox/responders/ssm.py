@@ -116,7 +116,7 @@ class SsmResponder:
         patcher.setattr(SimpleSystemManagerResponse, "describe_instance_information", describe_instance_information)
 
     def shutdown(self) -> None:
-        for key, process in list(self.processes.items()):
+        for process in list(self.processes.values()):
             _kill(process)
         for thread in self._threads:
             thread.join(timeout=10)
@@ -151,6 +151,8 @@ class SsmResponder:
             f"{', '.join(command.instance_ids) or 'no instances'}",
             command_id=command.command_id, instance_ids=list(command.instance_ids),
         )
+        for invocation in command.invocations:
+            self._publish(command, invocation["InstanceId"], "Pending")
         if not command.instance_ids:
             command.status = command.status_details = "Success"
             return
@@ -184,6 +186,7 @@ class SsmResponder:
         self.plugins[(command.command_id, instance_id)].update(
             {"Status": "InProgress", "StatusDetails": "InProgress", "ResponseStartDateTime": _now()})
         command.status = command.status_details = "InProgress"
+        self._publish(command, instance_id, "InProgress")
         with tempfile.TemporaryDirectory(prefix="sim2real-ssm-") as tmp:
             script = Path(tmp) / "_script.sh"
             script.write_text("\n".join(commands) + "\n", encoding="utf-8")
@@ -261,6 +264,12 @@ class SsmResponder:
             f"stdout {len(stdout)} chars" + (f" -> {urls[0]}" if urls[0] else ""),
             command_id=command.command_id, instance_id=instance_id, status=status,
         )
+        self._publish(command, instance_id, status)
+
+    def _publish(self, command: Command, instance_id: str, status: str) -> None:
+        """The invocation's ``EC2 Command Invocation Status-change Notification``."""
+        self.sandbox.aws_events.ssm_invocation(command.command_id, command.document_name, instance_id,
+                                               getattr(command, "requested_date_time", None), status)
 
     def _upload(self, command: Command, instance_id: str, stdout: str, stderr: str) -> tuple[str, str]:
         bucket = command.output_s3_bucket_name

@@ -1,0 +1,79 @@
+"""Task ids of the ``sim_to_real`` DAG: the names the UI, the lineage, the run report, the orphan sweep, the
+fault replay and the benchmark read.
+
+A task inside a task group has the id ``<group>.<task>``; :func:`local` gives the part the group's builder
+passes as ``task_id``. Standard library only: imported by the Airflow side and by the dev tools alike.
+"""
+
+from __future__ import annotations
+
+# ---- task groups
+BUILD_GROUP = "build"
+PREFLIGHT_GROUP = "preflight"
+TRAIN_GROUP = "train"
+HYPERPOD_GROUP = "hyperpod"
+CHECKPOINT_GROUP = "checkpoint"
+EVALUATE_GROUP = "evaluate"
+VLA_GROUP = "vla"
+DEPLOY_GROUP = "deploy"
+
+# ---- run (outside any group)
+PREPARE_RUN = "prepare_run"
+CHECK_RESOURCES = "check_resources"
+TRAINING_BACKEND = "training_backend"
+QUALITY_GATE = "quality_gate"
+WRITE_LINEAGE = "write_lineage"
+RUN_OUTCOME = "run_outcome"
+
+# ---- build
+BUILD_IMAGE = f"{BUILD_GROUP}.build_image"
+
+# ---- AWS Batch training
+BATCH_CHECK_CAPACITY = f"{PREFLIGHT_GROUP}.check_capacity"
+BATCH_TRAIN_POLICY = f"{TRAIN_GROUP}.train_policy"
+
+# ---- SageMaker HyperPod training
+HYPERPOD_CHECK_CAPACITY = f"{HYPERPOD_GROUP}.check_capacity"
+HYPERPOD_SCALE_UP = f"{HYPERPOD_GROUP}.scale_up"
+HYPERPOD_WAIT_FOR_NODES = f"{HYPERPOD_GROUP}.wait_for_nodes"
+HYPERPOD_TRAIN_POLICY = f"{HYPERPOD_GROUP}.train_policy"
+HYPERPOD_SCALE_DOWN = f"{HYPERPOD_GROUP}.scale_down"
+
+# ---- checkpoint
+TRAINING_JOB = f"{CHECKPOINT_GROUP}.training_job"
+WAIT_FOR_CHECKPOINT = f"{CHECKPOINT_GROUP}.wait_for_checkpoint"
+
+# ---- evaluation
+EVAL_COMMAND = f"{EVALUATE_GROUP}.eval_command"
+RUN_EVALUATION = f"{EVALUATE_GROUP}.run_evaluation"
+READ_EVAL_REPORT = f"{EVALUATE_GROUP}.read_eval_report"
+STOP_WORKSTATION = f"{EVALUATE_GROUP}.stop_workstation"
+
+# ---- GR00T fine-tune and approval
+VLA_ENABLED = f"{VLA_GROUP}.vla_enabled"
+PIPELINE_DEFINITION = f"{VLA_GROUP}.pipeline_definition"
+UPSERT_PIPELINE = f"{VLA_GROUP}.upsert_pipeline"
+FINETUNE_GROOT = f"{VLA_GROUP}.finetune_groot"
+WAIT_FOR_APPROVAL = f"{VLA_GROUP}.wait_for_approval"
+
+# ---- Greengrass deployment
+DEPLOY_ENABLED = f"{DEPLOY_GROUP}.deploy_enabled"
+DEPLOYMENT_COMPONENTS = f"{DEPLOY_GROUP}.deployment_components"
+DEPLOY_TO_ROBOTS = f"{DEPLOY_GROUP}.deploy_to_robots"
+
+GROUPS = (BUILD_GROUP, PREFLIGHT_GROUP, TRAIN_GROUP, HYPERPOD_GROUP, CHECKPOINT_GROUP, EVALUATE_GROUP,
+          VLA_GROUP, DEPLOY_GROUP)
+
+#: Every task id of ``sim_to_real`` (the DAG integrity test checks the DAG has exactly these).
+ALL = (
+    PREPARE_RUN, CHECK_RESOURCES, TRAINING_BACKEND, BUILD_IMAGE, BATCH_CHECK_CAPACITY, BATCH_TRAIN_POLICY,
+    HYPERPOD_CHECK_CAPACITY, HYPERPOD_SCALE_UP, HYPERPOD_WAIT_FOR_NODES, HYPERPOD_TRAIN_POLICY, HYPERPOD_SCALE_DOWN,
+    TRAINING_JOB, WAIT_FOR_CHECKPOINT, EVAL_COMMAND, RUN_EVALUATION, READ_EVAL_REPORT, STOP_WORKSTATION,
+    QUALITY_GATE, VLA_ENABLED, PIPELINE_DEFINITION, UPSERT_PIPELINE, FINETUNE_GROOT, WAIT_FOR_APPROVAL,
+    DEPLOY_ENABLED, DEPLOYMENT_COMPONENTS, DEPLOY_TO_ROBOTS, WRITE_LINEAGE, RUN_OUTCOME,
+)
+
+
+def local(task_id: str) -> str:
+    """The id a task is created with inside its group: ``"evaluate.run_evaluation"`` → ``"run_evaluation"``."""
+    return task_id.rsplit(".", 1)[-1]

@@ -1,0 +1,236 @@
+"""The run's own tasks outside the stage groups: ``prepare_run`` (the plan), ``check_resources``,
+the ``training_backend`` branch, and the two closing teardowns ``write_lineage`` and ``run_outcome``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow.sdk import get_current_context
+
+from sim2real.contract import task_ids as ids
+from sim2real.orchestration.stages._base import PlanContext, PlanSection
+
+PREPARE_RUN_DOC = """\
+**Prepare the run.** Reads the environment config (Airflow Variable `sim2real_environment`, written by
+infra/), writes the run record `runs/<run_key>/run.json` and stops what earlier, dead runs left running
+(the orphan sweep: Batch, Slurm, pipeline executions, Greengrass deployments; see `sim_to_real_sweeper`).
+Waits for nothing. Checks the rules that span several form fields (for example `num_nodes > 1` on a
+CPU MuJoCo task, deploying without the fine-tune, a training time budget longer than the stage timeout),
+listing every broken rule at once, then estimates the run's GPU cost (on-demand price table × instance-hours)
+and refuses to start above `max_budget_usd` — all before any spend. A scheduled (nightly) run takes the
+environment config's `run_defaults` over the form's sandbox-sized defaults; a manual run keeps the form's values.
+Hands on the run key, the cost estimate and every name and URI of the run (`runs/<run_key>/` in the
+artifacts bucket, also as the "S3 run folder" extra link).
+"""
+
+CHECK_RESOURCES_DOC = """\
+**Resource preflight.** Calls only read APIs: S3 `ListObjectsV2`, CodeBuild `BatchGetProjects`, ECR
+`DescribeRepositories`, Batch `DescribeJobQueues` / `DescribeComputeEnvironments` / `DescribeJobDefinitions`,
+EC2 `DescribeInstanceTypes`, IAM `GetRole`, SageMaker `DescribeModelPackageGroup` / `DescribeCluster`, IoT
+`DescribeThingGroup` and Greengrass `ListCoreDevices` — for the stages this run uses. Waits for nothing: before
+the build and any GPU, it refuses the run listing every problem at once (invalid or unreachable bucket,
+disabled queue or compute environment, missing job definition, a job definition whose per-node GPUs / vCPUs /
+memory exceed the instance type, missing pipeline role or model package group, a thing group without core
+devices, a missing HyperPod cluster or group), each with the resource and what to change. Hands on what it checked.
+"""
+
+TRAINING_BACKEND_DOC = """\
+**Training backend.** Calls no AWS API: follows the form's `training_backend` — `batch` goes on with
+`preflight.check_capacity` and the AWS Batch job, `hyperpod` with the `hyperpod` group (the other path is
+skipped). Waits for nothing. Hands on the task id of the path taken.
+"""
+
+WRITE_LINEAGE_DOC = """\
+**Write the lineage (the run's teardown).** Calls S3 `PutObject`. Runs whatever failed upstream (once
+`prepare_run` succeeded, also when the run is marked failed) and waits for nothing; a lineage that cannot be
+written fails the run. Hands on `runs/<run_key>/lineage.json` (checked against
+`sim2real/contract/schemas/lineage.schema.json`) and `lineage.md`: image digest → Batch job → checkpoint sha256 →
+success rate → pipeline execution → model package → deployment.
+"""
+
+RUN_OUTCOME_DOC = """\
+**Run outcome (the last teardown).** Calls no AWS API: reads the state of every task of this run through
+the Task Execution API. Waits for nothing; runs after the report whatever happened, also when the run was
+marked failed from the UI or the API. Fails, naming each failed task, when any task failed or was
+upstream-failed: the run's final state is this verdict (a report that succeeded never turns a failed run
+into a success). Hands on the number of tasks it checked.
+"""
+
+GROUP_ID = None
+TASK_IDS = (ids.PREPARE_RUN, ids.CHECK_RESOURCES, ids.TRAINING_BACKEND, ids.WRITE_LINEAGE, ids.RUN_OUTCOME)
+LINEAGE_SOURCES: dict[str, str] = {}  # the plan itself is the lineage's frame (run key, params, budget)
+DOC = PREPARE_RUN_DOC
+
+
+@dataclass(frozen=True)
+class RunPlan(PlanSection):
+    """The run-wide part of the plan (top-level keys, no section of its own)."""
+
+    SECTION = ""
+    run_key: str
+    backend: str  #: ``batch`` or ``hyperpod``
+    bucket: str
+    run_prefix: str  #: ``runs/<run_key>/``
+    run_uri: str  #: ``s3://<bucket>/runs/<run_key>/``
+    region: str
+    tags: dict[str, str]  #: put on every resource the run creates
+    budget: dict[str, Any]  #: the cost estimate (:func:`sim2real.orchestration.budget.estimate_run_cost`)
+    params: dict[str, Any]  #: the params the run uses
+    run_defaults_applied: dict[str, Any]
+
+    @classmethod
+    def from_plan(cls, plan: Any) -> "RunPlan":
+        return cls(**{name: plan[name] for name in cls.field_names()})
+
+
+@dataclass(frozen=True)
+class TrackingPlan(PlanSection):
+    """The run's MLflow tracking (:mod:`sim2real.orchestration.tracking`): the parent run of the DAG run and one
+    child run per stage. ``plan_run`` plans it off (it makes no call); ``prepare_run`` starts it
+    (:func:`~sim2real.orchestration.tracking.start_tracking`) when the environment config has an ``mlflow``
+    section and replaces this section with the result."""
+
+    SECTION = "tracking"
+    enabled: bool
+    reason: str | None = None  #: why tracking is off (``enabled`` false)
+    tracking_uri: str | None = None  #: ``http(s)://…`` or a SageMaker MLflow ARN
+    experiment_name: str | None = None
+    experiment_id: str | None = None
+    parent_run_id: str | None = None  #: the DAG run's run
+    runs: dict[str, str] = field(default_factory=dict)  #: stage (``sim2real.contract.tracking.STAGES``) → child run id
+    ui_url: str | None = None  #: the MLflow UI (``None``: unknown)
+
+    @classmethod
+    def off(cls, reason: str) -> "TrackingPlan":
+        return cls(enabled=False, reason=reason)
+
+
+def params() -> dict[str, Any]:
+    """The run-wide fields of the trigger form."""
+    from airflow.sdk import Param
+
+    from sim2real.orchestration.params import SECTION_BUDGET, _range
+
+    return {
+        "max_budget_usd": Param(500.0, type="number", title="Max budget (USD)",
+                                section=SECTION_BUDGET, **_range(minimum=0)),
+    }
+
+
+def plan(ctx: PlanContext, *, applied: dict[str, Any]) -> RunPlan:
+    from sim2real.orchestration.config import RUN_KEY_TAG
+
+    return RunPlan(run_key=ctx.run_key, backend=ctx.params.get("training_backend", "batch"), bucket=ctx.bucket,
+                   run_prefix=ctx.run_prefix, run_uri=ctx.run_uri, region=ctx.env["region"],
+                   tags={RUN_KEY_TAG: ctx.run_key}, budget=dict(ctx.budget), params=dict(ctx.params),
+                   run_defaults_applied=applied)
+
+
+def add_opening_tasks() -> tuple[Any, Any, Any]:
+    """Add ``prepare_run``, ``check_resources`` and the ``training_backend`` branch; return them
+    (``prepare_run``'s XComArg is the ``plan`` every stage reads)."""
+    from airflow.sdk import task
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from sim2real.orchestration.links.mlflow import MlflowRunLink
+    from sim2real.orchestration.links.s3 import S3RunFolderLink
+    from sim2real.orchestration.operators.preflight import ResourcePreflightOperator
+
+    @task(task_id=ids.PREPARE_RUN, multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2),
+          doc_md=PREPARE_RUN_DOC)
+    def prepare_run(params=None, dag_run=None, dag=None) -> dict:
+        """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
+        from sim2real.orchestration.config import load_environment
+        from sim2real.orchestration.params import ParamRuleError, check_conf_keys
+        from sim2real.orchestration.stages import plan_run
+        from sim2real.orchestration.stages._base import flat_xcoms
+        from sim2real.orchestration.sweeper import sweep_before_run
+        from sim2real.orchestration.tracking import apply_tracking, start_tracking
+
+        try:
+            check_conf_keys(dag_run.conf, dag.params)  # a typo'd key would otherwise run on the default
+            plan = plan_run(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params), env=load_environment(),
+                            run_type=dag_run.run_type)  # scheduled runs: the config's run_defaults
+        except (ParamRuleError, ValueError) as err:
+            raise AirflowFailException(str(err)) from err
+        S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        # MLflow: the parent run and the stages' child runs; their ids go into the workloads' environments
+        # (never fails the run: a server that cannot be reached leaves the run untracked, with the reason).
+        env = load_environment()
+        apply_tracking(plan, start_tracking(plan=plan, env=env, dag_id=dag.dag_id, run_id=dag_run.run_id), env)
+        MlflowRunLink.persist(get_current_context()["ti"], plan[TrackingPlan.SECTION])
+        # Record this run (runs/<run_key>/run.json) and stop what earlier, dead runs left running.
+        # Its own deadline (PREPARE_RUN_DEADLINE_S of this task's 2 minutes); executions older than a run can
+        # last are not listed.
+        sweep_before_run(get_current_context()["ti"], plan, dag_id=dag.dag_id, run_id=dag_run.run_id,
+                         env=load_environment(), max_active_runs=dag.max_active_runs, run_type=dag_run.run_type,
+                         max_age=dag.dagrun_timeout)
+        return flat_xcoms(plan)
+
+    plan = prepare_run()
+    plan.operator.operator_extra_links = (S3RunFolderLink(), MlflowRunLink())  # runs/<run_key>/, MLflow run
+
+    # Every named resource of the stages this run uses, and the job definition's shape: before the build.
+    resources = ResourcePreflightOperator(
+        task_id=ids.CHECK_RESOURCES,
+        plan=plan["plan"],
+        retries=1,
+        execution_timeout=dt.timedelta(minutes=5),
+        doc_md=CHECK_RESOURCES_DOC,
+    )
+
+    @task.branch(task_id=ids.TRAINING_BACKEND, retries=0, execution_timeout=dt.timedelta(minutes=1),
+                 doc_md=TRAINING_BACKEND_DOC)
+    def training_backend(plan: dict) -> str:
+        """AWS Batch (preflight.check_capacity) or SageMaker HyperPod (hyperpod.check_capacity)."""
+        return ids.HYPERPOD_CHECK_CAPACITY if plan["backend"] == "hyperpod" else ids.BATCH_CHECK_CAPACITY
+
+    backend = training_backend(plan["plan"])
+    return plan, resources, backend
+
+
+def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> None:
+    """Add the run's teardowns: ``write_lineage`` after ``leaves``, then ``run_outcome`` after it and
+    ``teardowns`` (the run's only effective leaves)."""
+    from airflow.sdk import task
+
+    from sim2real.orchestration.links.mlflow import MlflowRunLink
+    from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
+
+    @task(task_id=ids.WRITE_LINEAGE, multiple_outputs=True, retries=1, execution_timeout=dt.timedelta(minutes=5),
+          doc_md=WRITE_LINEAGE_DOC)
+    def write_lineage(plan: dict, dag_run=None, ti=None) -> dict:
+        """Write runs/<run_key>/lineage.json and lineage.md, whatever happened upstream."""
+        from sim2real.orchestration.report import write_run_report
+
+        S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        MlflowRunLink.persist(ti, plan.get(TrackingPlan.SECTION))
+        return write_run_report(plan=plan, params=plan["params"], dag_run=dag_run, ti=ti)
+
+    # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded), also
+    # when the run is marked failed (teardowns are left to run); a report that cannot be written fails the run.
+    lineage = write_lineage(plan["plan"]).as_teardown(setups=plan, on_failure_fail_dagrun=True)
+    lineage.operator.operator_extra_links = (S3RunFolderLink(), S3TrainingCurveLink(), S3EvalOutcomeLink(),
+                                             MlflowRunLink())
+    leaves >> lineage
+
+    @task(task_id=ids.RUN_OUTCOME, multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2),
+          doc_md=RUN_OUTCOME_DOC)
+    def run_outcome(dag_run=None, ti=None) -> dict:
+        """Fail when any task of the run failed (the run's state is this verdict: sim2real.orchestration.run_state)."""
+        from sim2real.orchestration.run_state import check_run_outcome
+        from sim2real.orchestration.tracking import close_dag_run
+
+        try:
+            outcome = check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
+        except Exception:
+            close_dag_run(ti, dag_run.dag_id, dag_run.run_id, succeeded=False)  # MLflow parent run: FAILED
+            raise
+        close_dag_run(ti, dag_run.dag_id, dag_run.run_id, succeeded=True)
+        return outcome
+
+    # Last teardown, the run's only effective leaf with scale_down: the leaves before the report no longer
+    # decide the run's state (sim2real.orchestration.run_state says why), this task does, from every task's state.
+    [lineage, *teardowns] >> run_outcome().as_teardown(setups=plan, on_failure_fail_dagrun=True)

@@ -1,0 +1,177 @@
+"""GR00T fine-tune and approval (group ``vla``): SageMaker Pipelines, then the Model Registry approval."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.sdk import Asset
+
+from sim2real.contract import task_ids as ids
+from sim2real.orchestration.params import VLA_INSTANCE_GPUS
+from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+
+DOC = """\
+**Fine-tune GR00T and wait for approval.** Calls SageMaker `DescribePipeline`, `CreatePipeline` /
+`UpdatePipeline` (only when the definition changed), `ListPipelineExecutions` (reattach),
+`StartPipelineExecution`, `DescribePipelineExecution`, `ListPipelineExecutionSteps`
+(`StopPipelineExecution` when killed); then Model Registry `ListModelPackages` / `DescribeModelPackage`.
+Waits (deferred) for the execution to Succeed (Failed / Stopped / CompletedWithFailures fail with the
+failing step), then for this run's model package to be `Approved` (`Rejected` fails with the
+reviewer's reason); an "approval needed" SNS notification names the package and how to approve it when
+the wait starts. Hands on the execution ARN,
+the model package ARN and its model data URI.
+"""
+
+GROUP_ID = ids.VLA_GROUP
+TASK_IDS = (ids.VLA_ENABLED, ids.PIPELINE_DEFINITION, ids.UPSERT_PIPELINE, ids.FINETUNE_GROOT,
+            ids.WAIT_FOR_APPROVAL)
+LINEAGE_SOURCES = {"vla": ids.FINETUNE_GROOT, "model_package": ids.WAIT_FOR_APPROVAL}
+#: Updated by ``wait_for_approval`` (the package ARN on the event).
+MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
+
+@dataclass(frozen=True)
+class VlaPlan(PlanSection):
+    """The GR00T fine-tune pipeline of a run and its Model Registry group."""
+
+    SECTION = "vla"
+    enabled: bool
+    pipeline_name: str
+    role_arn: str
+    model_package_group: str
+    display_name: str
+    parameters: dict[str, Any]  #: the pipeline execution's parameters (name → value)
+    images: dict[str, str]  #: configured step images (processing / training / smoke_eval → URI)
+    #: ``{"tracking_uri", "experiment_name"}`` when the run is tracked (the definition's ``MlflowConfig``; set by
+    #: :func:`sim2real.orchestration.tracking.apply_tracking`, with the ``MlflowRunId`` parameter), else ``None``
+    mlflow: dict[str, str] | None = None
+
+
+def params() -> dict[str, Any]:
+    """The fine-tune's fields of the trigger form."""
+    from airflow.sdk import Param
+
+    from sim2real.orchestration.params import SECTION_VLA, _range
+
+    return {
+        "run_vla_finetune": Param(True, type="boolean", title="Fine-tune GR00T and release",
+                                  description="Off: stop after the quality gate (RL only).", section=SECTION_VLA),
+        "embodiment_tag": Param("new_embodiment", type="string", pattern=r"^[a-z0-9_]+$",
+                                title="Embodiment tag", section=SECTION_VLA),
+        "vla_instance_type": Param("ml.p4d.24xlarge", type="string", enum=list(VLA_INSTANCE_GPUS),
+                                   title="Fine-tune instance type", section=SECTION_VLA),
+        "vla_max_steps": Param(10_000, type="integer", title="Max steps",
+                               section=SECTION_VLA, **_range(minimum=1, maximum=1_000_000)),
+        "vla_global_batch_size": Param(32, type="integer", title="Global batch size", section=SECTION_VLA,
+                                       **_range(minimum=1, maximum=4096)),
+        "dataset_s3_uri": Param(None, type=["null", "string"], pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?)?$",
+                                title="Dataset S3 URI", description="LeRobot dataset. Empty: the bucket's "
+                                "datasets/default/.", section=SECTION_VLA),
+    }
+
+
+def plan(ctx: PlanContext) -> VlaPlan:
+    p, sm = ctx.params, ctx.env["sagemaker"]
+    return VlaPlan(
+        enabled=bool(p["run_vla_finetune"]),
+        pipeline_name=sm["pipeline_name"],
+        role_arn=sm["pipeline_role_arn"],
+        model_package_group=sm["model_package_group"],
+        display_name=ctx.run_key,
+        parameters={
+            "RunKey": ctx.run_key,
+            "EmbodimentTag": p["embodiment_tag"],
+            "BaseModelS3Uri": f"s3://{ctx.bucket}/models/groot-base/",
+            "DatasetS3Uri": p.get("dataset_s3_uri") or f"s3://{ctx.bucket}/datasets/default/",
+            "OutputS3Uri": f"{ctx.run_uri}vla/",
+            "InstanceType": p["vla_instance_type"],
+            "MaxSteps": int(p["vla_max_steps"]),
+            "GlobalBatchSize": int(p["vla_global_batch_size"]),
+            "NumGpus": VLA_INSTANCE_GPUS[p["vla_instance_type"]],
+        },
+        images=sm.get("images") or {},
+    )
+
+
+def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
+    """Add the ``vla`` group after the quality gate; return the approval sensor (its ``output``: the
+    model package ARN and model data URI)."""
+    from airflow.sdk import TaskGroup, task
+
+    from sim2real.orchestration import assets
+    from sim2real.orchestration import notifications as notify
+    from sim2real.orchestration.dag_defaults import POLL
+    from sim2real.orchestration.operators.sagemaker_pipeline import (PipelineDefinitionUpsertOperator,
+                                                                     PipelineExecutionOperator)
+    from sim2real.orchestration.sensors.model_package import ModelPackageApprovalSensor
+
+    vla = refs(plan, VlaPlan)
+    with TaskGroup(GROUP_ID, tooltip="GR00T fine-tune (SageMaker Pipelines) and Model Registry approval",
+                   doc_md=DOC):
+
+        @task.short_circuit(task_id=ids.local(ids.VLA_ENABLED), ignore_downstream_trigger_rules=False)
+        def vla_enabled(plan: dict) -> bool:
+            return VlaPlan.from_plan(plan).enabled
+
+        @task(task_id=ids.local(ids.PIPELINE_DEFINITION), execution_timeout=dt.timedelta(minutes=1))
+        def pipeline_definition(plan: dict, image: dict) -> str:
+            # The SDK-generated template (make pipeline-definition) with this environment's values
+            # substituted as plain JSON: no SageMaker SDK in the Airflow runtime, same bytes for
+            # the same values (the upsert stays a no-op and step caching survives).
+            import hashlib
+            import logging
+
+            from sim2real.orchestration.pipelines.groot import pipeline_definition_json
+
+            section = VlaPlan.from_plan(plan)
+            configured = section.images
+            images = {"processing": image["image_uri"], "training": image["image_uri"],
+                      "smoke_eval": image["image_uri"], **configured}
+            fallback = sorted({"processing", "training", "smoke_eval"} - set(configured))
+            if fallback:
+                logging.getLogger(__name__).warning(
+                    "environment config sagemaker.images lacks %s: using this run's training image %s",
+                    ", ".join(fallback), image["image_uri"])
+            text = pipeline_definition_json(role_arn=section.role_arn,
+                                            model_package_group=section.model_package_group,
+                                            images=images, bucket=plan["bucket"], mlflow=section.mlflow)
+            logging.getLogger(__name__).info("GR00T pipeline definition sha256 %s (%d bytes)",
+                                             hashlib.sha256(text.encode()).hexdigest(), len(text))
+            return text
+
+        enabled = vla_enabled(plan["plan"])
+        definition = pipeline_definition(plan["plan"], image.output)
+        upsert = PipelineDefinitionUpsertOperator(
+            task_id=ids.local(ids.UPSERT_PIPELINE),
+            pipeline_name=vla.pipeline_name,
+            definition=definition,
+            role_arn=vla.role_arn,
+            execution_timeout=dt.timedelta(minutes=5),
+        )
+        finetune = PipelineExecutionOperator(
+            task_id=ids.local(ids.FINETUNE_GROOT),
+            pipeline_name=vla.pipeline_name,
+            display_name=vla.display_name,
+            pipeline_params=vla.parameters,
+            check_interval=POLL,
+            multiple_outputs=True,
+            execution_timeout=dt.timedelta(hours=30),
+            doc_md=DOC,
+        )
+        approval = ModelPackageApprovalSensor(
+            task_id=ids.local(ids.WAIT_FOR_APPROVAL),
+            model_package_group_name=vla.model_package_group,
+            run_key=plan["run_key"],
+            pipeline_execution_arn=finetune.output["pipeline_execution_arn"],
+            poke_interval=POLL,
+            timeout=24 * 3600,
+            execution_timeout=dt.timedelta(days=2),
+            outlets=[MODEL_PACKAGE_ASSET],
+            multiple_outputs=True,  # approval.output["model_package_arn"] for the deploy-time check
+            post_execute=assets.model_package_post_execute,  # package ARN on the asset event
+            doc_md=DOC,
+            on_execute_callback=notify.approval_needed(),
+        )
+        gate >> enabled >> definition >> upsert >> finetune >> approval
+    return approval

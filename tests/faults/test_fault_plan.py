@@ -1,0 +1,48 @@
+"""The fault replay's plan, without running it: which scenarios share a DAG run, and how the runs are dealt to the
+replay's processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim2real.dev import faults
+from tests.faults.test_fault_replay import shards
+
+
+def test_shards_cover_every_scenario_once_and_keep_shared_runs_together():
+    dealt = [n for names in shards() for n in names]
+    assert sorted(dealt) == sorted(faults.SCENARIO_NAMES)
+    assert len(shards()) == 3
+    for run in faults.runs_of():
+        assert sum(set(run) <= set(names) for names in shards()) == 1, run
+
+
+def test_a_shared_run_is_one_run_of_both_scenarios_and_a_lone_pick_runs_alone():
+    runs = faults.runs_of()
+    assert ["worker_lost_after_submit", "build_over_at_once"] in runs
+    assert len(runs) == len(faults.SCENARIO_NAMES) - 1
+    assert faults.runs_of(["build_over_at_once"]) == [["build_over_at_once"]]
+    assert faults.runs_of(["build_over_at_once", "worker_lost_after_submit", "quota_below_need"]) == [
+        ["worker_lost_after_submit", "build_over_at_once"], ["quota_below_need"]]
+
+
+def _scenario(name: str, **kw) -> faults.Scenario:
+    return faults.Scenario(name, "fault", "-", "expected", faults.succeeds, **kw)
+
+
+@pytest.mark.parametrize(("follower", "needle"), [
+    (_scenario("b", shares_run="a", faults={"batch_fail_node": True}), "batch_fail_node"),
+    (_scenario("b", shares_run="a", conf={"deploy_to_edge": True}), "deploy_to_edge"),
+    (_scenario("b", shares_run="a", decision="Rejected"), "decisions differ"),
+    (_scenario("b", shares_run="a", env_patch={"artifacts_bucket": "x"}), "env patches"),
+    (_scenario("b", shares_run="nobody"), "is not an earlier scenario"),
+])
+def test_a_shared_run_that_would_hide_a_fault_is_refused(follower, needle):
+    lead = _scenario("a", faults={"batch_fail_node": True}, conf={"deploy_to_edge": False})
+    with pytest.raises(ValueError, match=needle):
+        faults._check_shared_runs([lead, follower])
+
+
+def test_every_declared_shared_run_is_valid():
+    faults._check_shared_runs(faults.SCENARIOS)
+    assert [s.name for s in faults.SCENARIOS if s.shares_run] == ["build_over_at_once"]
