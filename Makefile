@@ -22,8 +22,9 @@ $(STAMP):
 
 install: $(STAMP)
 
-## Run the sim_to_real DAG end to end against the local AWS sandbox (no AWS account needed).
-demo: install
+## Run the sim_to_real DAG end to end against the local AWS sandbox (no AWS account needed), tracked in a local
+## MLflow server (its venv: mlflow-venv; DEMO_ARGS=--no-mlflow for an untracked run).
+demo: install mlflow-venv
 	$(BIN)/python -m sim2real.dev.demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).

@@ -157,3 +157,13 @@ def test_lineage_records_tracking_off_with_the_reason():
                                   "tracking": {**TRACKING, "ui_url": "https://t-1.us-east-1.experiments.sagemaker.aws"}})
     validate_lineage(tracked)
     assert tracked["mlflow"]["parent_run_url"].endswith(f"/#/experiments/7/runs/{'a' * 32}")
+
+
+def test_demo_without_the_server_venv_stops_before_starting_and_says_what_to_do(tmp_path, monkeypatch, capsys):
+    from sim2real.dev import demo
+
+    monkeypatch.setenv("SIM2REAL_MLFLOW_SERVER_BIN", str(tmp_path / "no-such" / "mlflow"))
+    assert demo.main(["--home", str(tmp_path / "airflow")]) == 2
+    err = capsys.readouterr().err
+    assert "make mlflow-venv" in err and "--no-mlflow" in err
+    assert not (tmp_path / "airflow").exists()  # nothing was started

@@ -191,6 +191,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from sim2real.dev.sandbox import Sandbox
 
+    if args.mlflow:  # before anything starts: a tracked demo needs the server venv
+        from sim2real.dev.sandbox.mlflow_server import MlflowServerError, mlflow_executable
+
+        try:
+            mlflow_executable(REPO_ROOT)
+        except MlflowServerError as err:
+            print(f"[demo] {err}; or run the demo untracked with --no-mlflow (make demo DEMO_ARGS=--no-mlflow)",
+                  file=sys.stderr)
+            return 2
+    else:
+        print("[demo] MLflow tracking off (--no-mlflow): the run is untracked")
+
     started = time.monotonic()
     print("[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
     with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow") as sandbox:
@@ -260,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def mlflow_summary(sandbox, lineage_uri: str | None) -> dict[str, Any] | None:
-    """The lineage's ``mlflow`` entry plus each run's status read back from the tracking server (``None``: the
-    sandbox ran without MLflow or the lineage is missing)."""
+    """The lineage's ``mlflow`` entry plus each run's status and metric names read back from the tracking server
+    (``statuses`` / ``metrics``: ``parent`` and stage → ...; ``None``: the sandbox ran without MLflow or the lineage
+    is missing)."""
     if sandbox.mlflow is None or not lineage_uri:
         return None
     from sim2real.contract.storage import split_s3
@@ -272,8 +285,10 @@ def mlflow_summary(sandbox, lineage_uri: str | None) -> dict[str, Any] | None:
     if not entry or not entry.get("enabled"):
         return entry
     hook = MlflowHook(entry["tracking_uri"])
-    runs = {"parent": entry["parent_run_id"], **entry["runs"]}
-    return {**entry, "statuses": {name: hook.get_run(rid)["info"]["status"] for name, rid in runs.items()}}
+    runs = {name: hook.get_run(rid) for name, rid in {"parent": entry["parent_run_id"], **entry["runs"]}.items()}
+    return {**entry, "statuses": {name: run["info"]["status"] for name, run in runs.items()},
+            "metrics": {name: sorted({m["key"] for m in (run.get("data") or {}).get("metrics") or []})
+                        for name, run in runs.items()}}
 
 
 def subscribe_notifications(sandbox, env_config: dict[str, Any]) -> str | None:
