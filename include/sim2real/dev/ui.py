@@ -76,11 +76,14 @@ class UiStack:
     :param decision: what the emulated reviewer decides on each model package.
     :param parallelism: ``[core] parallelism`` (task slots of the LocalExecutor; default 4).
     :param extra_env: more environment for both processes (e.g. ``SIM2REAL_RETRY_DELAY_SECONDS``).
+    :param mlflow: also run the local MLflow tracking server (``make ui``; default on); off: untracked runs.
     """
 
     def __init__(self, home: str | os.PathLike | None = None, *, api_port: int = 8080, poll_seconds: int = 2,
-                 decision: str = "Approved", parallelism: int = 4, extra_env: dict[str, str] | None = None) -> None:
+                 decision: str = "Approved", parallelism: int = 4, extra_env: dict[str, str] | None = None,
+                 mlflow: bool = True) -> None:
         self.home = Path(home).resolve() if home else REPO_ROOT / ".sandbox" / "ui"
+        self.mlflow = mlflow  # the served sandbox also runs a local MLflow tracking server
         self.api_port = api_port
         self.poll_seconds = poll_seconds
         self.decision = decision
@@ -134,7 +137,7 @@ class UiStack:
         self.env_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "sim2real.dev.sandbox", "serve", "--env-file", str(self.env_file),
                "--work-dir", str(self.home / "sandbox"), "--poll-seconds", str(self.poll_seconds),
-               "--decision", self.decision]
+               "--decision", self.decision, *([] if self.mlflow else ["--no-mlflow"])]
         env = {**os.environ, **self.extra_env, "PYTHONUNBUFFERED": "1"}
         for key in ("AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"):
             env.pop(key, None)
