@@ -22,18 +22,19 @@ $(STAMP):
 
 install: $(STAMP)
 
-## Run the sim_to_real DAG end to end against the local AWS sandbox (no AWS account needed).
-demo: install
+## Run the sim_to_real DAG end to end against the local AWS sandbox (no AWS account needed), tracked in a local
+## MLflow server (its venv: mlflow-venv; DEMO_ARGS=--no-mlflow for an untracked run).
+demo: install mlflow-venv
 	$(BIN)/python -m sim2real.dev.demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
 ## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures).
 PYTEST_WORKERS ?= 2
-test: install browser-deps $(CDK_CLI) lint
+test: install mlflow-venv browser-deps $(CDK_CLI) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## Everything but the end-to-end DAG runs and the MWAA bundle install check.
-test-fast: install lint
+test-fast: install mlflow-venv lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not e2e and not package_check" $(PYTEST_ARGS)
 
 ## Forward compatibility: tests/orchestration/operators and tests/orchestration/dags on the newest Amazon and standard provider releases, in
@@ -64,8 +65,9 @@ faults: install
 	$(BIN)/python -m sim2real.dev.faults --json-out .sandbox/faults-results.json --markdown
 
 ## The Airflow UI (airflow standalone: scheduler, dag-processor, triggerer, API server) against the local
-## AWS sandbox, at http://127.0.0.1:8080 (no login: local sandbox, every visitor is admin). Ctrl-C stops it.
-ui: install
+## AWS sandbox, at http://127.0.0.1:8080 (no login: local sandbox, every visitor is admin), and the MLflow UI of
+## the sandbox's tracking server (its URL is printed; compare runs there). Ctrl-C stops both.
+ui: install mlflow-venv
 	$(BIN)/python -m sim2real.dev.ui $(UI_ARGS)
 
 ## Chromium from Debian for the browser test (tests/dev/ui/), installed only when `chromium` is not on PATH.
@@ -149,3 +151,21 @@ deploy: package $(CDK_CLI)
 	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheels
 	$(BIN)/python scripts/package_mwaa.py upload --out dist/mwaa --bucket sim2real-mwaa-$(ACCOUNT)
 	$(CDK) deploy --require-approval broadening --all
+
+# ---------------------------------------------------------------------------------------------
+# The sandbox's MLflow tracking server (`mlflow server`, the full mlflow package) in its own venv .venv/mlflow:
+# mlflow's graphene 3 needs graphql-core<3.3, the dev venv pins graphql-core 3.3.2 (moto's). The dev venv and
+# the images have the client only (mlflow-skinny, requirements-workload.txt), at this server's version.
+MLFLOW_VENV := $(VENV)/mlflow
+MLFLOW_STAMP := $(MLFLOW_VENV)/.installed-$(shell cat requirements-mlflow-server.txt | sha256sum | cut -c1-12)
+
+$(MLFLOW_STAMP): requirements-mlflow-server.txt
+	rm -rf $(MLFLOW_VENV)
+	$(PY) -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
+	$(MLFLOW_VENV)/bin/python -m pip install -q --no-deps -r requirements-mlflow-server.txt
+	$(MLFLOW_VENV)/bin/python -m pip check
+	touch $@
+
+.PHONY: mlflow-venv
+mlflow-venv: $(MLFLOW_STAMP)

@@ -12,6 +12,7 @@ from airflow.plugins_manager import AirflowPlugin
 from sim2real.orchestration.links.batch import BatchNodeLogsLink
 from sim2real.orchestration.links.codebuild import CodeBuildBuildLink
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
+from sim2real.orchestration.links.mlflow import MlflowRunLink
 from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
 from sim2real.orchestration.links.sagemaker import HyperPodClusterLink, SageMakerModelPackageLink, SageMakerPipelineExecutionLink
 from sim2real.orchestration.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
@@ -20,7 +21,7 @@ from sim2real.orchestration.links.ssm import SsmRunCommandLink, WorkstationInsta
 class Sim2RealPlugin(AirflowPlugin):
     """Extra links: CodeBuild build, Batch node log streams, SSM command, workstation, pipeline
     execution, model package, HyperPod cluster, Greengrass deployment, the run's S3 folder, the run
-    report's training curve and evaluation outcome PNGs."""
+    report's training curve and evaluation outcome PNGs, the run's MLflow parent run."""
 
     name = "sim2real"
     operator_extra_links = [
@@ -35,4 +36,5 @@ class Sim2RealPlugin(AirflowPlugin):
         S3RunFolderLink(),
         S3TrainingCurveLink(),
         S3EvalOutcomeLink(),
+        MlflowRunLink(),
     ]

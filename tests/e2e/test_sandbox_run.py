@@ -82,6 +82,18 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     # The cost estimate prepare_run checked against max_budget_usd is in the lineage.
     cost = summary["lineage"]["cost_estimate"]
     assert 0 < cost["total_usd"] <= cost["max_budget_usd"] and cost["price_source"].startswith("AWS on-demand")
+    # MLflow (the sandbox's local tracking server): the run's parent run and one child run per stage, each closed
+    # with its stage's outcome (read back from the server by the demo); the training and evaluation logged into
+    # their child runs.
+    tracked = summary["mlflow"]
+    assert tracked["enabled"] and tracked["parent_run_id"] and tracked["parent_run_url"], tracked
+    assert lineage_errors(summary["lineage"]) == [] and summary["lineage"]["mlflow"]["runs"] == tracked["runs"]
+    assert set(tracked["runs"]) == {"rl_training", "evaluation", "vla_finetune"}, tracked
+    assert tracked["statuses"] == {"parent": "FINISHED", "rl_training": "FINISHED", "evaluation": "FINISHED",
+                                   "vla_finetune": "FINISHED"}, tracked
+    assert {"mean_reward", "timesteps"} <= set(tracked["metrics"]["rl_training"]), tracked["metrics"]
+    assert {"success_rate", "episode_success"} <= set(tracked["metrics"]["evaluation"]), tracked["metrics"]
+    assert "[demo] MLflow run (extra link 'MLflow run')" in proc.stdout
     # The run folder's extra link (persisted by prepare_run) opens runs/<run_key>/ in the S3 console.
     assert summary["run_folder_link"] == (
         "https://console.aws.amazon.com/s3/buckets/sim2real-artifacts-123456789012?region=us-east-1"

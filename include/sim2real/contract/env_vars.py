@@ -1,5 +1,6 @@
 """Environment variables the Airflow side sets for the training containers (AWS Batch job, HyperPod Slurm
-job) and that the trainer (``sim2real-train``) and the publisher read.
+job) and that the trainer (``sim2real-train``) and the publisher read; the MLflow tracking variables, also set
+for the evaluation command and the GR00T fine-tune (:mod:`sim2real.contract.tracking`).
 
 Standard library only. The values are strings (container environments carry strings).
 """
@@ -20,3 +21,20 @@ DEVICE = "DEVICE"  #: ``auto`` / ``cpu`` / ``cuda``
 
 #: What ``plan_run`` always sets for a training job (``TIME_BUDGET_SECONDS`` only with a budget).
 TRAINING = (TASK, MAX_ITERATIONS, NUM_ENVS, SEED, OUTPUT_URI, RUN_KEY)
+
+# --- Experiment tracking (MLflow). The first four are MLflow's own (``mlflow.environment_variables``), so the
+# MLflow client picks them up as it would anywhere; the last two are ours.
+#: ``http(s)://host:port`` of an MLflow tracking server or a SageMaker MLflow ARN (resolved by the
+#: ``sagemaker-mlflow`` plugin). Unset or empty: tracking off.
+MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
+MLFLOW_EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"  #: the experiment (id) the run belongs to
+MLFLOW_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"  #: the experiment by name (the fine-tune's steps)
+#: the stage's child run, created by the Airflow side; the workload logs into it (and resumes it on retry)
+MLFLOW_RUN_ID = "MLFLOW_RUN_ID"
+#: the DAG run's parent run (recorded on a run the workload has to create itself, e.g. a manual run)
+MLFLOW_PARENT_RUN_ID = "SIM2REAL_MLFLOW_PARENT_RUN_ID"
+#: metrics are sent in batches (``log_batch``) of at most this many iterations' worth (default 10)
+MLFLOW_FLUSH_EVERY = "SIM2REAL_MLFLOW_FLUSH_EVERY"
+
+#: The tracking variables, in the order a launcher passes them on.
+TRACKING = (MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_ID, MLFLOW_RUN_ID, MLFLOW_PARENT_RUN_ID, MLFLOW_FLUSH_EVERY)

@@ -55,6 +55,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="what the emulated approver decides")
     ap.add_argument("--home", default=None, help="Airflow home (default: a fresh folder under .sandbox/)")
     ap.add_argument("--json-out", default=None, help="also write the summary as JSON here")
+    ap.add_argument("--no-mlflow", dest="mlflow", action="store_false",
+                    help="no local MLflow tracking server (the run is untracked)")
     return ap.parse_args(argv)
 
 
@@ -214,9 +216,21 @@ def main(argv: list[str] | None = None) -> int:
 
     from sim2real.dev.sandbox import Sandbox
 
+    if args.mlflow:  # before anything starts: a tracked demo needs the server venv
+        from sim2real.dev.sandbox.mlflow_server import MlflowServerError, mlflow_executable
+
+        try:
+            mlflow_executable(REPO_ROOT)
+        except MlflowServerError as err:
+            print(f"[demo] {err}; or run the demo untracked with --no-mlflow (make demo DEMO_ARGS=--no-mlflow)",
+                  file=sys.stderr)
+            return 2
+    else:
+        print("[demo] MLflow tracking off (--no-mlflow): the run is untracked")
+
     started = time.monotonic()
     print("[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
-    with Sandbox(repo_root=REPO_ROOT) as sandbox:
+    with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow") as sandbox:
         env_config = sandbox.provision()
         from sim2real.dev.sandbox.device import PolicyDeviceCheck
 
@@ -247,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["figure_links"] = figure_links(dag_run)
         summary["figure_link_fetch"] = {name: fetch_link(url) for name, url in summary["figure_links"].items()}
         summary["run_note"] = run_note(dag_run)
+        summary["mlflow"] = mlflow_summary(sandbox, summary.get("lineage_uri"))
     elapsed = time.monotonic() - started
 
     _print_table(f"sim_to_real run {dag_run.run_id}: {state.upper()}", ("task", "state", "duration (s)"),
@@ -269,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[demo] the run's note (Airflow UI, the run's Note panel):\n{summary['run_note']}")
     for event in summary.get("asset_events", []):
         print(f"[demo] asset event {event['asset']} from {event['task_id']}: {json.dumps(event['extra'], sort_keys=True)}")
+    tracked = summary.get("mlflow") or {}
+    if tracked.get("parent_run_url"):
+        print(f"[demo] MLflow run (extra link 'MLflow run'): {tracked['parent_run_url']}; runs: "
+              + ", ".join(f"{k} {v}" for k, v in tracked.get("statuses", {}).items()))
     print("[demo] emulated by the sandbox (what ran of it in this run): CodeBuild build (image pushed with a real "
           "digest), Batch compute (training ran here through the real launcher), the workstation (SSM command ran "
           "here), the GR00T pipeline (RegisterModel only), the reviewer's approval, the Greengrass core devices "
@@ -279,6 +298,26 @@ def main(argv: list[str] | None = None) -> int:
                                                    "elapsed_s": elapsed}, indent=2, default=str))
     ok = state == "success" and summary["checks_ok"]
     return 0 if ok else 1
+
+
+def mlflow_summary(sandbox, lineage_uri: str | None) -> dict[str, Any] | None:
+    """The lineage's ``mlflow`` entry plus each run's status and metric names read back from the tracking server
+    (``statuses`` / ``metrics``: ``parent`` and stage → ...; ``None``: the sandbox ran without MLflow or the lineage
+    is missing)."""
+    if sandbox.mlflow is None or not lineage_uri:
+        return None
+    from sim2real.contract.storage import split_s3
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
+
+    bucket, key = split_s3(lineage_uri)
+    entry = json.loads(sandbox.client("s3", internal=True).get_object(Bucket=bucket, Key=key)["Body"].read()).get("mlflow")
+    if not entry or not entry.get("enabled"):
+        return entry
+    hook = MlflowHook(entry["tracking_uri"])
+    runs = {name: hook.get_run(rid) for name, rid in {"parent": entry["parent_run_id"], **entry["runs"]}.items()}
+    return {**entry, "statuses": {name: run["info"]["status"] for name, run in runs.items()},
+            "metrics": {name: sorted({m["key"] for m in (run.get("data") or {}).get("metrics") or []})
+                        for name, run in runs.items()}}
 
 
 def subscribe_notifications(sandbox, env_config: dict[str, Any]) -> str | None:

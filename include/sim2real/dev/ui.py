@@ -4,7 +4,9 @@ Two process trees, both started in their own session so that one Ctrl-C (or SIGT
 everything they started:
 
 1. the sandbox (``python -m sim2real.dev.sandbox serve``): moto + responders + provisioning + the
-   emulated reviewer and robots; it writes the Airflow environment (``aws_default`` connection,
+   emulated reviewer and robots + the local MLflow tracking server, whose UI (printed at start, also the
+   "MLflow run" link of each DAG run) lists every run's parent and child runs: tick two runs there and
+   Compare; it writes the Airflow environment (``aws_default`` connection,
    ``sim2real_environment`` Variable, ``SIM2REAL_POLL_SECONDS``) to ``<home>/sandbox.env``;
 2. ``airflow standalone`` (scheduler with the LocalExecutor, dag-processor, triggerer, API server)
    with a fresh ``AIRFLOW_HOME`` (SQLite) under ``<home>/airflow``, DAGs from ``dags/``, plugins from
@@ -74,11 +76,14 @@ class UiStack:
     :param decision: what the emulated reviewer decides on each model package.
     :param parallelism: ``[core] parallelism`` (task slots of the LocalExecutor; default 4).
     :param extra_env: more environment for both processes (e.g. ``SIM2REAL_RETRY_DELAY_SECONDS``).
+    :param mlflow: also run the local MLflow tracking server (``make ui``; default on); off: untracked runs.
     """
 
     def __init__(self, home: str | os.PathLike | None = None, *, api_port: int = 8080, poll_seconds: int = 2,
-                 decision: str = "Approved", parallelism: int = 4, extra_env: dict[str, str] | None = None) -> None:
+                 decision: str = "Approved", parallelism: int = 4, extra_env: dict[str, str] | None = None,
+                 mlflow: bool = True) -> None:
         self.home = Path(home).resolve() if home else REPO_ROOT / ".sandbox" / "ui"
+        self.mlflow = mlflow  # the served sandbox also runs a local MLflow tracking server
         self.api_port = api_port
         self.poll_seconds = poll_seconds
         self.decision = decision
@@ -132,7 +137,7 @@ class UiStack:
         self.env_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "sim2real.dev.sandbox", "serve", "--env-file", str(self.env_file),
                "--work-dir", str(self.home / "sandbox"), "--poll-seconds", str(self.poll_seconds),
-               "--decision", self.decision]
+               "--decision", self.decision, *([] if self.mlflow else ["--no-mlflow"])]
         env = {**os.environ, **self.extra_env, "PYTHONUNBUFFERED": "1"}
         for key in ("AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"):
             env.pop(key, None)
@@ -363,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"[ui] AWS sandbox endpoint: {read_env_file(stack.env_file)['AWS_ENDPOINT_URL']} "
               f"(environment in {stack.env_file})", flush=True)
+        mlflow_url = read_env_file(stack.env_file).get("SIM2REAL_MLFLOW_UI_URL")
+        if mlflow_url:
+            print(f"[ui] MLflow UI: {mlflow_url} (each run's parent run, with its training, evaluation and "
+                  "fine-tune runs; select two runs → Compare)", flush=True)
         print(f"[ui] logs: {stack.airflow_log}, {stack.sandbox_log}", flush=True)
         print("[ui] trigger the DAG from its page (Trigger → the form); Ctrl-C stops everything", flush=True)
         while True:

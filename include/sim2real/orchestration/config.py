@@ -60,6 +60,11 @@ Shape (JSON object; every key below is required unless marked optional)::
       "notifications": {"sns_topic_arn": "arn:aws:sns:..."},   # optional; no topic = notifications skipped
       "airflow": {"mwaa_environment_name": "sim2real"},        # optional; the run note is set through this
                                                # environment's REST API (default: MWAA's AIRFLOW_ENV_NAME)
+      "mlflow": {                              # optional; no tracking_uri = runs untracked
+        "tracking_uri": "arn:aws:sagemaker:...:mlflow-tracking-server/sim2real",   # or http(s)://host:port
+        "experiment_name": "sim2real",         # optional (default sim2real)
+        "ui_url": "https://..."                # optional; default the server's TrackingServerUrl
+      },                                       # (see sim2real.orchestration.tracking)
       "schedule_timezone": "UTC",              # optional (default UTC); IANA zone of the nightly 02:00 run.
                                                # The DAG reads it at parse time from the Airflow option
                                                # [sim2real] schedule_timezone, which infra/ sets to this value
@@ -130,6 +135,17 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
             if scope.get(key) in (None, ""):
                 missing.append(f"{section}.{key}" if section else key)
     problems = _hyperpod_problems(env.get("hyperpod"))
+    mlflow = env.get("mlflow")
+    if mlflow is not None:
+        from sim2real.contract.tracking import check_tracking_uri
+
+        if not isinstance(mlflow, Mapping):
+            problems.append(f"mlflow must be an object, got {type(mlflow).__name__}")
+        elif mlflow.get("tracking_uri"):
+            try:
+                check_tracking_uri(mlflow["tracking_uri"])
+            except ValueError as err:
+                problems.append(f"mlflow.tracking_uri: {err}")
     from sim2real.orchestration.events.settings import settings_problems
 
     problems += [f"{p}" for p in settings_problems(env.get("events"))]

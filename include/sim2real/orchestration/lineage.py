@@ -74,7 +74,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   figures: Mapping[str, Mapping[str, Any]] | None = None,
                   hyperpod_scaling: Mapping[str, Any] | None = None,
                   cost_actual: Mapping[str, Any] | None = None,
-                  deploy_check: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  deploy_check: Mapping[str, Any] | None = None,
+                  mlflow: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -90,8 +91,10 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         (``{"model_package_arn", "model_approval_status"}``, XCom ``model_package_check``). When present, the
         chain's ``model_approval_status`` is that status (``model_approval_checked_at: "deploy"``), not the
         one the approval sensor saw earlier (``"approval"``): a package rejected in between shows as Rejected.
+    :param mlflow: the run's MLflow tracking (:func:`sim2real.orchestration.tracking.start_tracking`'s result, the
+        plan's ``tracking``): parent and child run ids; default: the plan's ``tracking``; ``None``: not known.
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
-        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures"}`` where ``chain`` is the
+        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow"}`` where ``chain`` is the
         one-line lineage (image digest → training job (Batch job, or Slurm job on the HyperPod cluster) →
         checkpoint sha256 → success rate → execution → package → deployment).
     """
@@ -142,7 +145,21 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         },
         "tasks": {k: dict(v) for k, v in (task_states or {}).items()},
         "figures": {name: dict(fig) for name, fig in figures.items()} if figures is not None else None,
+        "mlflow": _mlflow_entry(mlflow if mlflow is not None else _get(plan, "tracking")),
     }
+
+
+def _mlflow_entry(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The lineage ``mlflow`` entry: the tracking record plus the parent run's UI URL (when enabled)."""
+    if not tracking:
+        return None
+    if not tracking.get("enabled"):
+        return {"enabled": False, "reason": str(tracking.get("reason") or "tracking off")}
+    from sim2real.orchestration.tracking import run_url
+
+    keys = ("enabled", "tracking_uri", "experiment_name", "experiment_id", "parent_run_id", "runs", "ui_url")
+    return {**{k: tracking.get(k) for k in keys}, "runs": dict(tracking.get("runs") or {}),
+            "parent_run_url": run_url(tracking)}
 
 
 #: The report's pictures: lineage ``figures`` key → title (Markdown, links).
@@ -192,7 +209,16 @@ def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("device status", _fmt(c.get("device_statuses"))),
         ("estimated cost", _cost(lineage.get("cost_estimate"))),
         ("actual cost", _actual_cost(lineage.get("cost_actual"))),
+        ("MLflow run", _mlflow_row(lineage.get("mlflow"))),
     ]
+
+
+def _mlflow_row(entry: Mapping[str, Any] | None) -> str:
+    if not entry:
+        return "—"
+    if not entry.get("enabled"):
+        return f"off ({entry.get('reason')})"
+    return entry.get("parent_run_url") or f"{entry.get('parent_run_id')} on {entry.get('tracking_uri')}"
 
 
 def _actual_cost(actual: Mapping[str, Any] | None) -> str:

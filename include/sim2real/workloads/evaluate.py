@@ -14,6 +14,12 @@ Flags (the report's shape: ``eval_report`` in :mod:`sim2real.contract.schemas`):
   Success per episode is the task's definition (:mod:`sim2real.workloads.tasks`) on the last step.
 * The success rate's 95 % interval is Wilson's score interval (:func:`wilson_interval`).
 * Same checkpoint + same seeds → the same report except ``created_at`` (CPU, one thread, MuJoCo is deterministic).
+* Experiment tracking (:mod:`sim2real.workloads.tracking`, only with ``MLFLOW_TRACKING_URI`` set): the run's
+  params (episodes, seed, task, checkpoint), the summary metrics (``success_rate``, ``ci95_lower``,
+  ``ci95_upper``, ``mean_return``, ``successes``), each episode's ``episode_return`` / ``episode_length`` /
+  ``episode_success`` (step = episode index), all in batches, and the artefacts ``report.json`` and
+  ``model/policy.onnx`` (the evaluated policy, :func:`sim2real.workloads.export.export_onnx`) go to the MLflow
+  run ``MLFLOW_RUN_ID``. Tracking errors never change the exit code or the report.
 
 Exit codes: 0 the evaluation ran (whatever the score); 2 bad input (missing manifest/checkpoint, unknown
 task); 3 checkpoint sha256 differs from the manifest.
@@ -154,7 +160,50 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report, indent=2)
     storage.write_bytes(args.report_uri, text.encode())
     print(text, flush=True)
+    track_report(report, text)
     return 0
+
+
+def track_report(report: dict[str, Any], text: str) -> None:
+    """Log the evaluation to MLflow (see the module docstring); nothing without ``MLFLOW_TRACKING_URI``."""
+    import os
+    import tempfile
+
+    from sim2real.contract.tracking import RUN_KEY_TAG
+    from sim2real.workloads.tracking import run_logger_from_env
+
+    try:
+        tracker = run_logger_from_env(stage="evaluation", run_name=f"evaluation {report['task']}",
+                                      tags={RUN_KEY_TAG: os.environ.get("RUN_KEY") or None})
+    except ValueError as err:
+        print(f"[sim2real] mlflow: {err}; tracking is off for this evaluation", file=sys.stderr, flush=True)
+        return
+    if not tracker.enabled:
+        return
+    tracker.log_params({"task": report["task"], "episodes": report["episodes"], "seed": report["seeds"][0],
+                        "checkpoint_uri": report["checkpoint_uri"], "checkpoint_sha256": report["checkpoint_sha256"],
+                        "iteration": report["iteration"], "policy": report["policy"], "ci_method": report["ci_method"]})
+    for i, (ret, length, ok) in enumerate(zip(report["returns"], report["episode_lengths"],
+                                              report["successes_per_episode"], strict=True)):
+        tracker.log_metrics({"episode_return": ret, "episode_length": length, "episode_success": float(ok)}, step=i)
+    tracker.log_metrics({"success_rate": report["success_rate"], "ci95_lower": report["ci95"][0],
+                         "ci95_upper": report["ci95"][1], "mean_return": report["mean_return"],
+                         "successes": report["successes"]}, step=0)
+    with tempfile.TemporaryDirectory(prefix="sim2real-eval-track-") as tmp:
+        path = os.path.join(tmp, "report.json")
+        with open(path, "w") as fh:
+            fh.write(text)
+        tracker.log_artifact(path)
+        try:
+            from sim2real.workloads.export import export_onnx
+
+            onnx_path = os.path.join(tmp, "policy.onnx")
+            export_onnx(report["checkpoint_uri"], onnx_path, report["task"])
+            tracker.log_artifact(onnx_path, "model")
+        except Exception as err:  # noqa: BLE001 - the ONNX artefact is extra; the evaluation stands
+            print(f"[sim2real] mlflow: ONNX export for the artefact failed: {type(err).__name__}: {err}",
+                  file=sys.stderr, flush=True)
+    tracker.finish("FINISHED")
 
 
 if __name__ == "__main__":

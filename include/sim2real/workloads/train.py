@@ -23,6 +23,8 @@ DEVICE                 ``auto`` (``cuda:LOCAL_RANK`` when CUDA is there, else   
                        ``cpu``), ``cuda`` or ``cpu``; WORLD_SIZE > 1 needs CUDA
 DIGEST_INTERVAL        every N iterations (and at the last one) each rank prints    0 (off)
                        the sha256 of its policy/value parameters (see below)
+MLFLOW_TRACKING_URI    MLflow tracking server (http(s) or SageMaker MLflow ARN);    none (off)
+                       with ``MLFLOW_RUN_ID`` etc., see below
 =====================  ===========================================================  ==========
 
 **Iteration**: one PPO rollout of ``rollouts`` vectorised steps (each step advances every one of the
@@ -39,6 +41,12 @@ constant NUM_ENVS across resumes).
   the checkpoint is fully written/uploaded. **A checkpoint is complete iff its sidecar exists and matches**;
 * ``manifest.json`` — written LAST, once, atomically (local: tmp + rename; S3: one PutObject), pointing at
   the final checkpoint (schema: ``checkpoint_manifest`` in :mod:`sim2real.contract.schemas`).
+
+**Experiment tracking** (:mod:`sim2real.workloads.tracking`; off without ``MLFLOW_TRACKING_URI``): rank 0 logs
+the run's params (settings, PPO hyperparameters, library versions), per-iteration metrics (``mean_reward``,
+``timesteps``, ``iteration_s``, ``env_steps_per_s``, step = iteration, sent in batches) and, at the end, the
+final checkpoint (``checkpoint/agent_<n>.pt``) and ``manifest.json`` as artefacts into the MLflow run
+``MLFLOW_RUN_ID`` (a resumed job continues the same run and curve). Tracking errors never stop training.
 
 Only rank 0 (``RANK`` env, default 0) writes anything. **Auto-resume**: at start, the newest complete
 checkpoint under OUTPUT_URI is loaded (agent modules incl. optimizer and normalisers) and training continues
@@ -363,6 +371,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     staging = tempfile.mkdtemp(prefix="sim2real-train-")
     tb_dir = os.path.join(out, "tensorboard") if local_out else os.path.join(staging, "tensorboard")
     versions = library_versions()
+    tracker = _open_tracker(args, spec, versions, world_size) if is_writer else None
+    kept: dict[str, str] = {}  # the newest checkpoint's local copy, for the tracking artefact
 
     try:
         set_seed(args.seed)
@@ -440,7 +450,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             uri = storage.join(out, checkpoint_name(it))
             storage.upload_file(local, uri)
             storage.write_bytes(uri + ".sha256", f"{sha}  {checkpoint_name(it)}\n".encode())
-            os.unlink(local)
+            if tracker is not None and tracker.enabled:  # keep the newest copy: logged as an artefact at the end
+                if kept.get("path") and os.path.exists(kept["path"]):
+                    os.unlink(kept["path"])
+                kept["path"] = local
+            else:
+                os.unlink(local)
             _sync_tensorboard(agent, tb_dir, out, local_out)
             return it, uri, sha
 
@@ -465,6 +480,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if is_writer:
                 print(format_progress(iteration=iteration, max_iterations=args.max_iterations, timesteps=timesteps,
                                       mean_reward=mean_reward(), elapsed_s=elapsed, eta_s=eta), flush=True)
+                if tracker is not None:
+                    tracker.log_metrics({"mean_reward": mean_reward(), "timesteps": timesteps,
+                                         "iteration_s": iter_times[-1], "elapsed_s": elapsed,
+                                         "env_steps_per_s": world_size * rollouts * args.num_envs / iter_times[-1]
+                                         if iter_times[-1] > 0 else None}, step=iteration)
             out_of_time = (args.time_budget_seconds is not None
                            and elapsed + per_iter > args.time_budget_seconds and iteration < args.max_iterations)
             if args.time_budget_seconds is not None and torch.distributed.is_available() \
@@ -517,9 +537,54 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{PREFIX} manifest {storage.join(out, MANIFEST_NAME)} iteration={manifest['iteration']} "
               f"sha256={manifest['sha256']}", flush=True)
         env.close()
+        if tracker is not None:
+            _close_tracker(tracker, manifest, staging, kept.get("path"))
+            tracker = None
         return manifest
+    except BaseException:
+        if tracker is not None:
+            tracker.finish("FAILED")
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _open_tracker(args: argparse.Namespace, spec, versions: dict[str, str], world_size: int):
+    """The MLflow run logger of this training job (rank 0), its params logged; tracking off without a URI.
+
+    :raises UsageError: a malformed ``MLFLOW_TRACKING_URI`` or ``SIM2REAL_MLFLOW_FLUSH_EVERY``.
+    """
+    from sim2real.contract.tracking import RUN_KEY_TAG
+    from sim2real.workloads.tracking import run_logger_from_env
+
+    try:
+        tracker = run_logger_from_env(stage="rl_training", run_name=f"rl_training {args.run_key or args.task}",
+                                      tags={RUN_KEY_TAG: args.run_key or None})
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    params = {
+        "task": args.task, "max_iterations": args.max_iterations, "num_envs": args.num_envs, "seed": args.seed,
+        "checkpoint_interval": args.checkpoint_interval, "time_budget_seconds": args.time_budget_seconds,
+        "world_size": world_size, "hidden": list(spec.hidden), "initial_log_std": spec.initial_log_std,
+        **{f"ppo.{k}": v for k, v in sorted(dict(spec.ppo).items())},
+        **{f"version.{k}": v for k, v in versions.items()},
+    }
+    tracker.log_params(params)
+    tracker.set_tags({"image_digest": args.image_digest})
+    return tracker
+
+
+def _close_tracker(tracker, manifest: dict[str, Any], staging: str, checkpoint_path: str | None) -> None:
+    """Log the final checkpoint and the manifest as artefacts and end the run (FINISHED)."""
+    tracker.set_tags({"checkpoint_uri": manifest["checkpoint_uri"], "checkpoint_sha256": manifest["sha256"],
+                      "completed": str(manifest["completed"]).lower(), "resumed_from": manifest["resumed_from"]})
+    if checkpoint_path and os.path.exists(checkpoint_path):
+        tracker.log_artifact(checkpoint_path, "checkpoint")
+    path = os.path.join(staging, MANIFEST_NAME)
+    with open(path, "w") as fh:
+        json.dump(manifest, fh, indent=2)
+    tracker.log_artifact(path)
+    tracker.finish("FINISHED")
 
 
 def throughput_line(*, world_size: int, num_envs: int, rollouts: int, iter_times: list[float], wall_s: float) -> str:

@@ -42,7 +42,9 @@ SAVE_SCREENSHOTS = os.environ.get("SIM2REAL_SAVE_SCREENSHOTS") == "1"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[UiStack]:
     home = tmp_path_factory.mktemp("ui-stack")
-    ui = UiStack(home, api_port=free_port(), poll_seconds=1, extra_env={"SIM2REAL_RETRY_DELAY_SECONDS": "1"})
+    # no MLflow server: this test is about the form (tracking is covered by the end-to-end run)
+    ui = UiStack(home, api_port=free_port(), poll_seconds=1, extra_env={"SIM2REAL_RETRY_DELAY_SECONDS": "1"},
+                 mlflow=False)
     started = time.monotonic()
     ui.start(timeout=300)
     print(f"UI stack ready in {time.monotonic() - started:.0f} s at {ui.url}")

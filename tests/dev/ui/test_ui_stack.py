@@ -38,7 +38,7 @@ def test_env_file_refuses_multi_line_values(tmp_path):
 def test_served_sandbox_writes_the_airflow_env_and_stops_on_sigterm(tmp_path):
     env_file = tmp_path / "sandbox.env"
     proc = subprocess.Popen([sys.executable, "-m", "sim2real.dev.sandbox", "serve", "--env-file", str(env_file),
-                             "--work-dir", str(tmp_path / "work"), "--poll-seconds", "3"],
+                             "--work-dir", str(tmp_path / "work"), "--poll-seconds", "3", "--no-mlflow"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120

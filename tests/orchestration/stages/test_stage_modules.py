@@ -45,7 +45,8 @@ def test_every_plan_section_round_trips_through_json(backend):
     # every top-level key is a run-wide field or a stage's section: nothing is planned outside them
     sections = {c.SECTION for c in classes if c.SECTION}
     assert set(plan) == sections | set(stages.run.RunPlan.field_names())
-    assert len(sections) == len(PLANNED)
+    # one section per planned stage, and the run's tracking section (planned off, started by prepare_run)
+    assert len(sections) == len(PLANNED) + 1 and stages.run.TrackingPlan.SECTION in sections
 
 
 def test_the_plan_keeps_its_sections_and_their_order():

@@ -15,7 +15,9 @@ and :func:`read_env_file` parses it):
 * ``AIRFLOW_CONN_AWS_DEFAULT`` — the ``aws_default`` connection (sandbox endpoint, fake credentials);
 * ``AIRFLOW_VAR_SIM2REAL_ENVIRONMENT`` — the provisioned environment config (JSON);
 * ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, ``AWS_REGION``;
-* ``SIM2REAL_POLL_SECONDS`` (``--poll-seconds``) and ``AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=True``.
+* ``SIM2REAL_POLL_SECONDS`` (``--poll-seconds``) and ``AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=True``;
+* ``SIM2REAL_MLFLOW_UI_URL`` — the local MLflow tracking server (UI and tracking URI; the environment config's
+  ``mlflow`` section points the DAG at it), unless ``--no-mlflow``.
 
 The file is written atomically once everything is provisioned: its existence means "ready". It is
 removed on shutdown. Nothing listens outside 127.0.0.1.
@@ -116,6 +118,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--decision", choices=["Approved", "Rejected"], default="Approved",
                        help="what the emulated reviewer decides on each model package (default Approved)")
     serve.add_argument("--robots", type=int, default=2, help="emulated Greengrass core devices, 1..10 (default 2)")
+    serve.add_argument("--no-mlflow", dest="mlflow", action="store_false",
+                       help="no local MLflow tracking server (the DAG runs untracked)")
     args = ap.parse_args(argv)
     if args.poll_seconds < 1:
         ap.error(f"--poll-seconds must be >= 1, got {args.poll_seconds}")
@@ -139,7 +143,8 @@ def serve(args: argparse.Namespace) -> int:
     env_file: Path = args.env_file.resolve()
     env_file.unlink(missing_ok=True)
     echo = lambda line: print(line, flush=True)  # noqa: E731
-    with Sandbox(repo_root=REPO_ROOT, echo=echo) as sandbox:
+    with Sandbox(repo_root=REPO_ROOT, echo=echo, mlflow=args.mlflow,
+                 mlflow_dir=args.work_dir.resolve() / "mlflow") as sandbox:
         config = sandbox.provision(robots=args.robots)
         sandbox.greengrass.device_check = PolicyDeviceCheck(sandbox, args.work_dir.resolve() / "greengrass-devices")
         approvals = ApprovalLoop(sandbox, config["sagemaker"]["model_package_group"], args.decision)
@@ -149,6 +154,7 @@ def serve(args: argparse.Namespace) -> int:
                 **sandbox.airflow_env(),
                 "SIM2REAL_POLL_SECONDS": str(args.poll_seconds),
                 "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
+                **({"SIM2REAL_MLFLOW_UI_URL": sandbox.mlflow.url} if sandbox.mlflow is not None else {}),
             }
             write_env_file(env_file, env)
             print(f"[sandbox] AWS endpoint {sandbox.endpoint_url} (region {sandbox.region}); provisioned bucket "

@@ -145,6 +145,10 @@ class Sandbox:
     :param step_seconds: delay between emulated status steps (seconds, default 0.3).
     :param echo: optional callable receiving each ``[sandbox:emulated]`` line (e.g. ``print``).
     :param region: AWS region name the sandbox answers for (default us-east-1).
+    :param mlflow: also run a local MLflow tracking server (:mod:`sim2real.dev.sandbox.mlflow_server`), started by
+        :meth:`provision` (its artefacts go to the artifacts bucket's ``mlflow/`` prefix) and stopped with the
+        sandbox; the environment config then has an ``mlflow`` section pointing at it. Default off.
+    :param mlflow_dir: folder of the server's SQLite database and log (default ``<repo>/.sandbox/mlflow``).
     """
 
     def __init__(
@@ -159,6 +163,8 @@ class Sandbox:
         step_seconds: float = 0.3,
         echo: Callable[[str], None] | None = None,
         region: str = "us-east-1",
+        mlflow: bool = False,
+        mlflow_dir: str | os.PathLike | None = None,
     ) -> None:
         self.repo_root = Path(repo_root).resolve() if repo_root else _default_repo_root()
         self.region = region
@@ -184,6 +190,9 @@ class Sandbox:
         self._clients: dict[tuple[str, bool], Any] = {}
         self._client_lock = threading.Lock()
         self._lost_after_submit = 0  # armed by the batch_lost_after_submit fault
+        self.mlflow_enabled = mlflow
+        self.mlflow_dir = Path(mlflow_dir) if mlflow_dir else self.repo_root / ".sandbox" / "mlflow"
+        self.mlflow: Any = None  # the MlflowServer once provision() started it
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -212,6 +221,12 @@ class Sandbox:
         return self
 
     def stop(self) -> None:
+        if self.mlflow is not None:
+            try:
+                self.mlflow.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("%s MLflow server stop failed", PREFIX)
+            self.mlflow = None
         for responder in (self.batch, self.ssm, self.slurm, self.sagemaker, self.codebuild, self.greengrass,
                           self.quotas):
             try:
@@ -344,4 +359,27 @@ class Sandbox:
         from sim2real.dev.sandbox.provision import provision
 
         kwargs.setdefault("repo_root", self.repo_root)
-        return provision(self, **kwargs)
+        config = provision(self, **kwargs)
+        if self.mlflow_enabled and self.mlflow is None:
+            config = self.start_mlflow(config)
+        return config
+
+    def start_mlflow(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Start the local MLflow tracking server (artefacts in ``s3://<artifacts bucket>/mlflow/``) and add the
+        environment config's ``mlflow`` section; return the config (also stored on :attr:`config`).
+
+        :raises sim2real.dev.sandbox.mlflow_server.MlflowServerError: when the server cannot start.
+        """
+        from sim2real.contract.tracking import DEFAULT_EXPERIMENT_NAME
+        from sim2real.dev.sandbox.mlflow_server import MlflowServer
+
+        bucket = config["artifacts_bucket"]
+        self.mlflow = MlflowServer(repo_root=self.repo_root, work_dir=self.mlflow_dir,
+                                   artifacts_destination=f"s3://{bucket}/mlflow", s3_endpoint_url=self.endpoint_url,
+                                   aws_env=self.aws_env()).start()
+        config = {**config, "mlflow": {"tracking_uri": self.mlflow.url, "experiment_name": DEFAULT_EXPERIMENT_NAME,
+                                       "ui_url": self.mlflow.url}}
+        self.config = config
+        self.events.emit("mlflow", "start", f"MLflow tracking server (mlflow server, SQLite) on {self.mlflow.url}, "
+                         f"artefacts in s3://{bucket}/mlflow", url=self.mlflow.url)
+        return config

@@ -11,6 +11,14 @@ checkpoints on this execution's S3 prefix) → SmokeEval (Processing, ``smoke.js
 (Condition on ``smoke.json``'s ``passed``) → RegisterModel (PendingManualApproval, run key and
 execution ARN in ``CustomerMetadataProperties``) or SmokeFailed (Fail step with the reason).
 
+Experiment tracking (``mlflow=``, the DAG run's tracking): the definition gets the SageMaker ``MlflowConfig``
+(``MlflowResourceArn`` + ``MlflowExperimentName``, what SDK v3's ``Pipeline(mlflow_config=MlflowConfig(...))``
+writes; only for a SageMaker MLflow ARN, which is all the service accepts), a ``MlflowRunId`` String parameter,
+and the fine-tune's training environment ``MLFLOW_TRACKING_URI`` / ``MLFLOW_EXPERIMENT_NAME`` /
+``MLFLOW_RUN_ID`` (the parameter), so the fine-tune logs into the DAG run's ``vla_finetune`` child run (the
+Hugging Face Trainer's MLflow callback reads these variables). Added here rather than in the SDK template because
+the ARN is per environment; without ``mlflow`` the definition is the template's, byte for byte.
+
 Output is deterministic: the same template and values give the same bytes
 (:func:`pipeline_definition_json`), so upserts are idempotent and step caching survives.
 """
@@ -94,8 +102,39 @@ def fill_template(template: dict[str, Any], *, role_arn: str, bucket: str, model
     return filled
 
 
+#: The pipeline parameter carrying the fine-tune's MLflow child run id.
+MLFLOW_RUN_PARAMETER = "MlflowRunId"
+#: The training step that logs to MLflow.
+MLFLOW_STEP = "GR00TFinetune"
+
+
+def add_mlflow(definition: dict[str, Any], *, tracking_uri: str, experiment_name: str) -> dict[str, Any]:
+    """Add experiment tracking to a filled definition (see the module docstring); returns a new dict.
+
+    :raises ValueError: a tracking URI that is neither http(s) nor a SageMaker MLflow ARN, or a definition
+        without the ``GR00TFinetune`` training step.
+    """
+    from sim2real.contract import env_vars
+    from sim2real.contract import tracking as contract
+
+    contract.check_tracking_uri(tracking_uri)
+    out = json.loads(json.dumps(definition))
+    if contract.is_sagemaker_arn(tracking_uri):
+        out["MlflowConfig"] = {"MlflowResourceArn": tracking_uri, "MlflowExperimentName": experiment_name}
+    params = [p for p in out.get("Parameters", []) if p.get("Name") != MLFLOW_RUN_PARAMETER]
+    out["Parameters"] = params + [{"Name": MLFLOW_RUN_PARAMETER, "Type": "String", "DefaultValue": ""}]
+    step = next((s for s in out.get("Steps", []) if s.get("Name") == MLFLOW_STEP), None)
+    if step is None:
+        raise ValueError(f"the pipeline definition has no {MLFLOW_STEP} step to log to MLflow")
+    step["Arguments"].setdefault("Environment", {}).update({
+        env_vars.MLFLOW_TRACKING_URI: tracking_uri, env_vars.MLFLOW_EXPERIMENT_NAME: experiment_name,
+        env_vars.MLFLOW_RUN_ID: {"Get": f"Parameters.{MLFLOW_RUN_PARAMETER}"},
+    })
+    return out
+
+
 def pipeline_definition(*, role_arn: str, model_package_group: str, images: dict[str, str],
-                        bucket: str) -> dict[str, Any]:
+                        bucket: str, mlflow: dict[str, str] | None = None) -> dict[str, Any]:
     """Return the pipeline definition for one environment as a dict (``json.dumps`` it for the API).
 
     :param role_arn: execution role of the pipeline's jobs.
@@ -103,11 +142,16 @@ def pipeline_definition(*, role_arn: str, model_package_group: str, images: dict
     :param images: ECR image URIs for ``processing``, ``training``, ``smoke_eval`` (and optionally
         ``inference``; defaults to the training image).
     :param bucket: artifacts bucket (checkpoints under ``runs/<RunKey>/vla/checkpoints/<execution id>``).
+    :param mlflow: ``{"tracking_uri", "experiment_name"}`` to log the fine-tune to MLflow (:func:`add_mlflow`);
+        ``None``: the template as generated.
     :raises KeyError: when a required image URI is missing.
     :raises ValueError: when a value is malformed.
     """
-    return fill_template(load_template(), role_arn=role_arn, bucket=bucket,
-                         model_package_group=model_package_group, images=images)
+    filled = fill_template(load_template(), role_arn=role_arn, bucket=bucket,
+                           model_package_group=model_package_group, images=images)
+    if mlflow:
+        filled = add_mlflow(filled, tracking_uri=mlflow["tracking_uri"], experiment_name=mlflow["experiment_name"])
+    return filled
 
 
 def pipeline_definition_json(**kwargs: Any) -> str:

@@ -53,7 +53,8 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
         the form's defaults (:func:`sim2real.orchestration.params.apply_run_defaults`).
     :return: the plan (plain JSON): the run-wide keys of :class:`.run.RunPlan` (``run_key``, ``run_uri``
         ``s3://<bucket>/runs/<run_key>/``, ``budget``, ``params``, ...) and one section per stage
-        (``dataclasses.asdict`` of its plan dataclass, under its ``SECTION``).
+        (``dataclasses.asdict`` of its plan dataclass, under its ``SECTION``), ``tracking``
+        (:class:`.run.TrackingPlan`, off until ``prepare_run`` starts it).
     :raises sim2real.orchestration.params.ParamRuleError: when a cross-field rule is broken (before any spend).
     :raises sim2real.orchestration.budget.BudgetExceeded: when the estimated cost is above ``max_budget_usd``.
     """
@@ -70,6 +71,8 @@ def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mappin
     ctx = PlanContext(run_key=run_key, bucket=bucket, run_prefix=prefix, run_uri=f"s3://{bucket}/{prefix}",
                       params=dict(params), env=env, budget=budget)
     plan = run.plan(ctx, applied=applied).to_json()
+    # planned off: prepare_run starts it (MLflow calls) and replaces the section
+    plan[run.TrackingPlan.SECTION] = run.TrackingPlan.off("not started (prepare_run starts it)").to_json()
     for stage in PLANNED:
         section = stage.plan(ctx)
         plan[section.SECTION] = section.to_json()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow.sdk import Asset
@@ -45,6 +45,9 @@ class EvaluationPlan(PlanSection):
     output_s3_bucket: str
     output_s3_key_prefix: str  #: the command's stdout/stderr: ``runs/<run_key>/eval/ssm``
     command_template: str  #: ``str.format`` template; fields in :func:`eval_commands`
+    #: exported before the command: the evaluation's MLflow child run (``sim2real.contract.env_vars``; set by
+    #: :func:`sim2real.orchestration.tracking.apply_tracking`, empty when tracking is off)
+    environment: dict[str, str] = field(default_factory=dict)
 
 
 def params() -> dict[str, Any]:
@@ -91,8 +94,9 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[
 
     :param plan: ``plan_run``'s output.
     :param manifest: the validated checkpoint manifest (``checkpoint_uri``, ``task``).
-    :return: one-element list: the evaluation command with every value shell-quoted, run with
-        ``bash -euo pipefail`` (:func:`sim2real.orchestration.slurm.bash_commands`: AWS-RunShellScript uses ``sh``).
+    :return: the section's ``environment`` as ``export NAME=value`` lines (sorted by name), then the evaluation
+        command, every value shell-quoted, run with ``bash -euo pipefail``
+        (:func:`sim2real.orchestration.slurm.bash_commands`: AWS-RunShellScript uses ``sh``).
     """
     from sim2real.orchestration.slurm import bash_commands
     from sim2real.orchestration.stages.checkpoint import CheckpointPlan
@@ -108,7 +112,8 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[
         "task": manifest.get("task") or ckpt.task,
     }
     quoted = {k: shlex.quote(str(v)) for k, v in fields.items()}
-    return bash_commands([ev.command_template.format(**quoted)])
+    exports = [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(ev.environment.items())]
+    return bash_commands([*exports, ev.command_template.format(**quoted)])
 
 
 def check_report(report: Mapping[str, Any], *, expected_sha256: str, expected_episodes: int) -> None:

@@ -4,7 +4,7 @@ the ``training_backend`` branch, and the two closing teardowns ``write_lineage``
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow.sdk import get_current_context
@@ -89,6 +89,28 @@ class RunPlan(PlanSection):
         return cls(**{name: plan[name] for name in cls.field_names()})
 
 
+@dataclass(frozen=True)
+class TrackingPlan(PlanSection):
+    """The run's MLflow tracking (:mod:`sim2real.orchestration.tracking`): the parent run of the DAG run and one
+    child run per stage. ``plan_run`` plans it off (it makes no call); ``prepare_run`` starts it
+    (:func:`~sim2real.orchestration.tracking.start_tracking`) when the environment config has an ``mlflow``
+    section and replaces this section with the result."""
+
+    SECTION = "tracking"
+    enabled: bool
+    reason: str | None = None  #: why tracking is off (``enabled`` false)
+    tracking_uri: str | None = None  #: ``http(s)://…`` or a SageMaker MLflow ARN
+    experiment_name: str | None = None
+    experiment_id: str | None = None
+    parent_run_id: str | None = None  #: the DAG run's run
+    runs: dict[str, str] = field(default_factory=dict)  #: stage (``sim2real.contract.tracking.STAGES``) → child run id
+    ui_url: str | None = None  #: the MLflow UI (``None``: unknown)
+
+    @classmethod
+    def off(cls, reason: str) -> "TrackingPlan":
+        return cls(enabled=False, reason=reason)
+
+
 def params() -> dict[str, Any]:
     """The run-wide fields of the trigger form."""
     from airflow.sdk import Param
@@ -116,6 +138,7 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
     from airflow.sdk import task
     from airflow.sdk.exceptions import AirflowFailException
 
+    from sim2real.orchestration.links.mlflow import MlflowRunLink
     from sim2real.orchestration.links.s3 import S3RunFolderLink
     from sim2real.orchestration.operators.preflight import ResourcePreflightOperator
 
@@ -128,6 +151,7 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
         from sim2real.orchestration.stages import plan_run
         from sim2real.orchestration.stages._base import flat_xcoms
         from sim2real.orchestration.sweeper import sweep_before_run
+        from sim2real.orchestration.tracking import apply_tracking, start_tracking
 
         try:
             check_conf_keys(dag_run.conf, dag.params)  # a typo'd key would otherwise run on the default
@@ -136,6 +160,11 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
         except (ParamRuleError, ValueError) as err:
             raise AirflowFailException(str(err)) from err
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        # MLflow: the parent run and the stages' child runs; their ids go into the workloads' environments
+        # (never fails the run: a server that cannot be reached leaves the run untracked, with the reason).
+        env = load_environment()
+        apply_tracking(plan, start_tracking(plan=plan, env=env, dag_id=dag.dag_id, run_id=dag_run.run_id), env)
+        MlflowRunLink.persist(get_current_context()["ti"], plan[TrackingPlan.SECTION])
         # Record this run (runs/<run_key>/run.json) and stop what earlier, dead runs left running.
         # Its own deadline (PREPARE_RUN_DEADLINE_S of this task's 2 minutes); executions older than a run can
         # last are not listed.
@@ -145,7 +174,7 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
         return flat_xcoms(plan)
 
     plan = prepare_run()
-    plan.operator.operator_extra_links = (S3RunFolderLink(),)  # runs/<run_key>/ in the S3 console
+    plan.operator.operator_extra_links = (S3RunFolderLink(), MlflowRunLink())  # runs/<run_key>/, MLflow run
 
     # Every named resource of the stages this run uses, and the job definition's shape: before the build.
     resources = ResourcePreflightOperator(
@@ -171,6 +200,7 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
     ``teardowns`` (the run's only effective leaves)."""
     from airflow.sdk import task
 
+    from sim2real.orchestration.links.mlflow import MlflowRunLink
     from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
 
     @task(task_id=ids.WRITE_LINEAGE, multiple_outputs=True, retries=1, execution_timeout=dt.timedelta(minutes=5),
@@ -180,12 +210,14 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
         from sim2real.orchestration.report import write_run_report
 
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        MlflowRunLink.persist(ti, plan.get(TrackingPlan.SECTION))
         return write_run_report(plan=plan, params=plan["params"], dag_run=dag_run, ti=ti)
 
     # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded), also
     # when the run is marked failed (teardowns are left to run); a report that cannot be written fails the run.
     lineage = write_lineage(plan["plan"]).as_teardown(setups=plan, on_failure_fail_dagrun=True)
-    lineage.operator.operator_extra_links = (S3RunFolderLink(), S3TrainingCurveLink(), S3EvalOutcomeLink())
+    lineage.operator.operator_extra_links = (S3RunFolderLink(), S3TrainingCurveLink(), S3EvalOutcomeLink(),
+                                             MlflowRunLink())
     leaves >> lineage
 
     @task(task_id=ids.RUN_OUTCOME, multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2),
@@ -193,8 +225,15 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
     def run_outcome(dag_run=None, ti=None) -> dict:
         """Fail when any task of the run failed (the run's state is this verdict: sim2real.orchestration.run_state)."""
         from sim2real.orchestration.run_state import check_run_outcome
+        from sim2real.orchestration.tracking import close_dag_run
 
-        return check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
+        try:
+            outcome = check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
+        except Exception:
+            close_dag_run(ti, dag_run.dag_id, dag_run.run_id, succeeded=False)  # MLflow parent run: FAILED
+            raise
+        close_dag_run(ti, dag_run.dag_id, dag_run.run_id, succeeded=True)
+        return outcome
 
     # Last teardown, the run's only effective leaf with scale_down: the leaves before the report no longer
     # decide the run's state (sim2real.orchestration.run_state says why), this task does, from every task's state.

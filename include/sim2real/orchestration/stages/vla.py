@@ -43,6 +43,9 @@ class VlaPlan(PlanSection):
     display_name: str
     parameters: dict[str, Any]  #: the pipeline execution's parameters (name → value)
     images: dict[str, str]  #: configured step images (processing / training / smoke_eval → URI)
+    #: ``{"tracking_uri", "experiment_name"}`` when the run is tracked (the definition's ``MlflowConfig``; set by
+    #: :func:`sim2real.orchestration.tracking.apply_tracking`, with the ``MlflowRunId`` parameter), else ``None``
+    mlflow: dict[str, str] | None = None
 
 
 def params() -> dict[str, Any]:
@@ -132,7 +135,7 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
                     ", ".join(fallback), image["image_uri"])
             text = pipeline_definition_json(role_arn=section.role_arn,
                                             model_package_group=section.model_package_group,
-                                            images=images, bucket=plan["bucket"])
+                                            images=images, bucket=plan["bucket"], mlflow=section.mlflow)
             logging.getLogger(__name__).info("GR00T pipeline definition sha256 %s (%d bytes)",
                                              hashlib.sha256(text.encode()).hexdigest(), len(text))
             return text

@@ -1,0 +1,233 @@
+"""One MLflow parent run per DAG run, with a child run per stage (RL training, evaluation, GR00T fine-tune).
+
+Configured by the environment config's optional ``mlflow`` section::
+
+    "mlflow": {
+      "tracking_uri": "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/sim2real",  # or http(s)://
+      "experiment_name": "sim2real",     # optional (default sim2real)
+      "ui_url": "https://..."            # optional; default: the server's TrackingServerUrl, else the URI
+    }
+
+Without it tracking is off: no MLflow call, the plan and every command are what they were.
+
+:func:`start_tracking` (first task) creates the experiment when missing, the parent run (named after the run key,
+the run's params logged, tags ``sim2real.run_key``, ``airflow.dag_id``, ``airflow.run_id``) and the child runs
+(tag ``mlflow.parentRunId``: MLflow's UI nests them under the parent); :func:`apply_tracking` puts each child's
+variables (:mod:`sim2real.contract.tracking`) into the plan: the training job's environment (Batch and the
+HyperPod Slurm script), the evaluation command's, and the fine-tune's pipeline parameter. :func:`close_tracking`
+(last task) ends each child that a workload left open with its stage's outcome and the parent with the run's.
+
+Tracking never decides a run's outcome: when the server cannot be reached, refuses a call, or runs another MLflow
+version than the images' client, the reason is logged and recorded (``{"enabled": false, "reason": ...}`` in the
+plan and the lineage) and the run goes on untracked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sim2real.contract import task_ids as ids
+from sim2real.contract import env_vars
+from sim2real.contract import tracking as contract
+
+log = logging.getLogger(__name__)
+
+#: Stage → the DAG tasks whose states decide the child run's status (the first that ran counts).
+STAGE_TASKS: dict[str, tuple[str, ...]] = {
+    "rl_training": (ids.BATCH_TRAIN_POLICY, ids.HYPERPOD_TRAIN_POLICY),
+    "evaluation": (ids.RUN_EVALUATION,),
+    "vla_finetune": (ids.FINETUNE_GROOT,),
+}
+#: Airflow task state → MLflow run status (``mlflow.entities.RunStatus``).
+_STATUS = {"success": "FINISHED", "failed": "FAILED", "upstream_failed": "KILLED", "skipped": "KILLED",
+           "removed": "KILLED"}
+
+
+class MlflowTrackingError(RuntimeError):
+    """Tracking could not be set up for this run (the message says why and what to do)."""
+
+
+def mlflow_settings(env: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The environment config's ``mlflow`` section, checked; ``None`` when tracking is off.
+
+    :raises ValueError: a tracking URI that is neither http(s) nor a SageMaker MLflow ARN.
+    """
+    section = env.get("mlflow") or {}
+    uri = str(section.get("tracking_uri") or "").strip()
+    if not uri:
+        return None
+    return {"tracking_uri": contract.check_tracking_uri(uri),
+            "experiment_name": section.get("experiment_name") or contract.DEFAULT_EXPERIMENT_NAME,
+            "ui_url": (section.get("ui_url") or "").rstrip("/") or None}
+
+
+def _major_minor(version: str) -> tuple[str, ...]:
+    return tuple(str(version).split(".")[:2])
+
+
+def check_server_version(server_version: str | None, client_version: str = contract.MLFLOW_CLIENT_VERSION) -> None:
+    """Refuse a SageMaker tracking server whose MLflow major.minor differs from the images' client.
+
+    :raises MlflowTrackingError: naming both versions and the two ways to fix it.
+    """
+    if server_version and _major_minor(server_version) != _major_minor(client_version):
+        raise MlflowTrackingError(
+            f"the MLflow tracking server runs MLflow {server_version}, the training and evaluation images log with "
+            f"client {client_version} (requirements-workload.txt): MLflow needs one version on both sides; update "
+            f"the tracking server (UpdateMlflowTrackingServer --mlflow-version) or the image pin")
+
+
+def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: str, run_id: str,
+                   hook: Any = None) -> dict[str, Any]:
+    """Create the parent run and the stage child runs of this DAG run.
+
+    :param plan: ``plan_run``'s output (run key, params, whether the fine-tune runs).
+    :param env: the environment config.
+    :param hook: an :class:`~sim2real.orchestration.hooks.mlflow.MlflowHook` (default: one for the config's URI).
+    :return: ``{"enabled": False, "reason"}`` when tracking is off or could not be set up, else ``{"enabled": True,
+        "tracking_uri", "experiment_name", "experiment_id", "parent_run_id", "runs": {stage: run_id}, "ui_url"}``.
+    """
+    try:
+        settings = mlflow_settings(env)
+    except ValueError as err:
+        log.warning("MLflow tracking off for this run: %s", err)
+        return {"enabled": False, "reason": str(err)}
+    if settings is None:
+        return {"enabled": False, "reason": "the environment config has no mlflow.tracking_uri"}
+    from sim2real.orchestration.hooks.mlflow import MlflowApiError, MlflowHook
+
+    # short timeouts: this runs inside the first task, whose own deadline is minutes
+    hook = hook or MlflowHook(settings["tracking_uri"], timeout=10, retries=2)
+    run_key = plan["run_key"]
+    try:
+        ui_url = settings["ui_url"]
+        server = hook.describe_server()
+        if server is not None:
+            check_server_version(server.get("MlflowVersion"))
+            if server.get("TrackingServerStatus") not in (None, "Created", "Updated", "Started"):
+                raise MlflowTrackingError(f"MLflow tracking server {settings['tracking_uri']} is "
+                                          f"{server.get('TrackingServerStatus')}: start it (StartMlflowTrackingServer)")
+            ui_url = ui_url or (server.get("TrackingServerUrl") or "").rstrip("/") or None
+        experiment_id = hook.get_or_create_experiment(settings["experiment_name"])
+        base_tags = {contract.RUN_KEY_TAG: run_key, "airflow.dag_id": dag_id, "airflow.run_id": run_id}
+        parent = hook.create_run(experiment_id, run_key, {**base_tags, contract.STAGE_TAG: "dag_run"})
+        parent_id = parent["run_id"]
+        hook.log_batch(parent_id, params={k: v for k, v in sorted((plan.get("params") or {}).items())})
+        stages = [s for s in contract.STAGES if s != "vla_finetune" or (plan.get("vla") or {}).get("enabled")]
+        runs = {}
+        for stage in stages:
+            child = hook.create_run(experiment_id, f"{stage} {run_key}",
+                                    {**base_tags, contract.STAGE_TAG: stage, contract.PARENT_RUN_TAG: parent_id})
+            runs[stage] = child["run_id"]
+    except (MlflowApiError, MlflowTrackingError) as err:
+        log.warning("MLflow tracking off for run %s: %s", run_key, err)
+        return {"enabled": False, "reason": str(err)}
+    except Exception as err:  # noqa: BLE001 - e.g. no AWS credentials for SigV4: tracking never fails the run
+        log.warning("MLflow tracking off for run %s: %s: %s", run_key, type(err).__name__, err)
+        return {"enabled": False, "reason": f"{type(err).__name__}: {err}"}
+    tracking = {"enabled": True, "tracking_uri": settings["tracking_uri"],
+                "experiment_name": settings["experiment_name"], "experiment_id": experiment_id,
+                "parent_run_id": parent_id, "runs": runs,
+                "ui_url": ui_url or (None if contract.is_sagemaker_arn(settings["tracking_uri"])
+                                     else settings["tracking_uri"].rstrip("/"))}
+    log.info("MLflow parent run %s (experiment %s, %s) with child runs %s", parent_id, experiment_id,
+             settings["tracking_uri"], runs)
+    return tracking
+
+
+def stage_env(tracking: Mapping[str, Any] | None, stage: str) -> dict[str, str]:
+    """The tracking variables of one stage's workload (empty when tracking is off or the stage has no run)."""
+    if not tracking or not tracking.get("enabled") or stage not in (tracking.get("runs") or {}):
+        return {}
+    return {env_vars.MLFLOW_TRACKING_URI: tracking["tracking_uri"], env_vars.MLFLOW_EXPERIMENT_ID: tracking["experiment_id"],
+            env_vars.MLFLOW_RUN_ID: tracking["runs"][stage], env_vars.MLFLOW_PARENT_RUN_ID: tracking["parent_run_id"]}
+
+
+def apply_tracking(plan: dict[str, Any], tracking: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]:
+    """Put the child runs' variables into ``plan`` (in place; returned): ``batch.environment``, the HyperPod section
+    (re-planned with them, so the Slurm script exports them), ``evaluation.environment`` and the fine-tune's
+    ``MlflowRunId`` pipeline parameter and ``vla.mlflow``; ``plan["tracking"]`` = ``tracking`` (a
+    :class:`~sim2real.orchestration.stages.run.TrackingPlan`). With tracking off only the latter.
+
+    :raises TypeError: ``tracking`` has keys that are not :class:`TrackingPlan` fields.
+    """
+    from sim2real.orchestration.stages import hyperpod_plan
+    from sim2real.orchestration.stages.run import TrackingPlan
+
+    plan[TrackingPlan.SECTION] = TrackingPlan(**tracking).to_json()
+    training = stage_env(tracking, "rl_training")
+    if training:
+        plan["batch"]["environment"] = {**plan["batch"]["environment"], **training}
+        plan["hyperpod"] = hyperpod_plan(plan["run_key"], plan["params"], env, plan["batch"]["environment"],
+                                         plan.get("budget"))
+    plan["evaluation"]["environment"] = stage_env(tracking, "evaluation")
+    finetune = stage_env(tracking, "vla_finetune")
+    if finetune and (plan.get("vla") or {}).get("enabled"):
+        plan["vla"]["parameters"] = {**plan["vla"]["parameters"], "MlflowRunId": finetune[env_vars.MLFLOW_RUN_ID]}
+        plan["vla"]["mlflow"] = {"tracking_uri": tracking["tracking_uri"],
+                                 "experiment_name": tracking["experiment_name"]}
+    return plan
+
+
+def run_url(tracking: Mapping[str, Any] | None, run_id: str | None = None) -> str | None:
+    """The MLflow UI page of ``run_id`` (default the parent run): ``<ui>/#/experiments/<id>/runs/<run id>``;
+    ``None`` when tracking is off or no UI URL is known."""
+    if not tracking or not tracking.get("enabled") or not tracking.get("ui_url"):
+        return None
+    return f"{tracking['ui_url'].rstrip('/')}/#/experiments/{tracking['experiment_id']}/runs/" \
+           f"{run_id or tracking['parent_run_id']}"
+
+
+def close_tracking(tracking: Mapping[str, Any] | None, *, succeeded: bool,
+                   task_states: Mapping[str, Mapping[str, Any]] | None = None, hook: Any = None) -> dict[str, Any]:
+    """End the child runs still RUNNING (status from their stage's task state; a stage that never ran → KILLED)
+    and the parent (FINISHED when the DAG run succeeded, else FAILED).
+
+    :param task_states: ``{task_id: {"state": ...}}`` (``sim2real.orchestration.report.collect_task_states``).
+    :return: ``{"parent": status, stage: status, ...}`` as set; ``{}`` when tracking is off. Errors are logged.
+    """
+    if not tracking or not tracking.get("enabled"):
+        return {}
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
+
+    hook = hook or MlflowHook(tracking["tracking_uri"])
+    states = task_states or {}
+    closed: dict[str, str] = {}
+    try:
+        for stage, run_id in (tracking.get("runs") or {}).items():
+            current = hook.get_run(run_id)["info"].get("status")
+            state = next((states[t].get("state") for t in STAGE_TASKS.get(stage, ()) if t in states
+                          and states[t].get("state") not in (None, "skipped")), None)
+            status = _STATUS.get(str(state), "KILLED") if state else "KILLED"
+            if current == "RUNNING" or (current == "FINISHED" and status == "FAILED"):
+                hook.update_run(run_id, status)
+                closed[stage] = status
+            else:
+                closed[stage] = current
+        status = "FINISHED" if succeeded else "FAILED"
+        hook.update_run(tracking["parent_run_id"], status)
+        closed["parent"] = status
+    except Exception as err:  # noqa: BLE001 - the report and the run's verdict do not depend on it
+        log.warning("could not close the MLflow runs of %s: %s: %s", tracking.get("parent_run_id"),
+                    type(err).__name__, err)
+    return closed
+
+
+def close_dag_run(ti: Any, dag_id: str, run_id: str, *, succeeded: bool) -> dict[str, Any]:
+    """:func:`close_tracking` from inside the run's last task: the tracking record from ``prepare_run``'s plan,
+    the stages' states from the Task Execution API. Never raises (logged)."""
+    try:
+        plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {}).get("plan") or {}
+    except Exception as err:  # noqa: BLE001
+        log.warning("no plan to close the MLflow runs from: %s", err)
+        return {}
+    tracking = plan.get("tracking")
+    if not tracking or not tracking.get("enabled"):
+        return {}
+    from sim2real.orchestration.report import collect_task_states
+
+    closed = close_tracking(tracking, succeeded=succeeded, task_states=collect_task_states(dag_id, run_id))
+    log.info("MLflow runs closed: %s", closed)
+    return closed

@@ -1,0 +1,169 @@
+"""MLflow tracking without a server: off by default, the contract, SigV4 for SageMaker MLflow, the pipeline's
+MlflowConfig against botocore's shape, the plan's environments."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sim2real.contract import env_vars
+from sim2real.contract import tracking as contract
+
+ARN = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/sim2real"
+TRACKING = {"enabled": True, "tracking_uri": ARN, "experiment_name": "sim2real", "experiment_id": "7",
+            "parent_run_id": "a" * 32, "runs": {"rl_training": "b" * 32, "evaluation": "c" * 32,
+                                                "vla_finetune": "d" * 32}, "ui_url": None}
+
+
+def test_tracking_uri_check():
+    assert contract.check_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    assert contract.check_tracking_uri(ARN) == ARN
+    assert contract.parse_sagemaker_arn(ARN)["name"] == "sim2real"
+    for bad in ("file:///tmp/mlruns", "databricks", "arn:aws:s3:::bucket"):
+        with pytest.raises(ValueError, match="neither http"):
+            contract.check_tracking_uri(bad)
+
+
+def test_off_by_default_nothing_imported_nothing_changed():
+    code = ("import os, sys; os.environ.pop('MLFLOW_TRACKING_URI', None); "
+            "from sim2real.workloads.tracking import run_logger_from_env; "
+            "l = run_logger_from_env(stage='rl_training', run_name='x'); "
+            "l.log_metrics({'a': 1.0}, step=1); l.finish(); "
+            "print(l.enabled, 'mlflow' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["False", "False"], proc.stderr
+
+
+def _plan(**overrides):
+    from sim2real.orchestration.stages import plan_run
+
+    from .test_config import GOOD
+    from .test_stages import PARAMS
+
+    return plan_run(dag_id="sim_to_real", run_id="manual__2026-11-29T00:00:00+00:00",
+                    params={**PARAMS, **overrides}, env=GOOD)
+
+
+def test_start_tracking_without_config_leaves_the_plan_as_it_was():
+    from sim2real.orchestration.stages import eval_commands
+    from sim2real.orchestration.stages.run import TrackingPlan
+    from sim2real.orchestration.tracking import apply_tracking, start_tracking
+
+    plan = _plan()
+    assert TrackingPlan.from_plan(plan) == TrackingPlan.off("not started (prepare_run starts it)")
+    before = json.loads(json.dumps(plan))
+    tracking = start_tracking(plan=plan, env={}, dag_id="d", run_id="r")
+    assert tracking == {"enabled": False, "reason": "the environment config has no mlflow.tracking_uri"}
+    apply_tracking(plan, tracking, {})
+    assert plan["tracking"] == TrackingPlan.off("the environment config has no mlflow.tracking_uri").to_json()
+    assert {k: v for k, v in plan.items() if k != "tracking"} == {k: v for k, v in before.items() if k != "tracking"}
+    manifest = {"checkpoint_uri": "s3://b/c.pt"}
+    assert eval_commands(plan, manifest) == eval_commands(before, manifest)
+    assert "export " not in eval_commands(plan, manifest)[0]
+
+
+def test_apply_tracking_puts_each_child_run_in_its_stage():
+    from sim2real.orchestration.stages import eval_commands
+    from sim2real.orchestration.stages.evaluate import EvaluationPlan
+    from sim2real.orchestration.stages.run import TrackingPlan
+    from sim2real.orchestration.stages.vla import VlaPlan
+    from sim2real.orchestration.tracking import apply_tracking
+
+    from .test_config import GOOD
+
+    plan = json.loads(json.dumps(_plan()))  # as an XCom pull hands it on
+    apply_tracking(plan, TRACKING, GOOD)
+    assert TrackingPlan.from_plan(plan).runs == TRACKING["runs"]
+    assert plan["batch"]["environment"][env_vars.MLFLOW_RUN_ID] == "b" * 32
+    assert plan["batch"]["environment"][env_vars.MLFLOW_TRACKING_URI] == ARN
+    assert plan["batch"]["environment"][env_vars.MLFLOW_PARENT_RUN_ID] == "a" * 32
+    assert plan["hyperpod"]["environment"][env_vars.MLFLOW_RUN_ID] == "b" * 32
+    assert EvaluationPlan.from_plan(plan).environment[env_vars.MLFLOW_RUN_ID] == "c" * 32
+    vla = VlaPlan.from_plan(plan)
+    assert vla.parameters["MlflowRunId"] == "d" * 32
+    assert vla.mlflow == {"tracking_uri": ARN, "experiment_name": "sim2real"}
+    commands = eval_commands(plan, {"checkpoint_uri": "s3://b/c.pt"})
+    assert f"export MLFLOW_RUN_ID={'c' * 32}" in commands[0] and "sim2real-evaluate" in commands[0]
+    assert commands[0].index("export MLFLOW_RUN_ID") < commands[0].index("sim2real-evaluate")
+
+
+def test_apply_tracking_refuses_a_record_that_is_not_a_tracking_plan():
+    from sim2real.orchestration.tracking import apply_tracking
+
+    from .test_config import GOOD
+
+    with pytest.raises(TypeError, match="run_ids"):
+        apply_tracking(_plan(), {**TRACKING, "run_ids": {}}, GOOD)
+
+
+def test_server_version_must_match_the_client():
+    from sim2real.orchestration.tracking import MlflowTrackingError, check_server_version
+
+    check_server_version("3.17", "3.17.2")
+    with pytest.raises(MlflowTrackingError, match="MLflow 2.16.*client 3.17.2"):
+        check_server_version("2.16", "3.17.2")
+
+
+def test_sagemaker_arn_requests_are_sigv4_signed_for_sagemaker_mlflow():
+    from botocore.credentials import Credentials
+
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
+
+    hook = MlflowHook(ARN)
+    hook._credentials = Credentials("AKIDEXAMPLE", "secret").get_frozen_credentials()
+    assert hook.base_url == "https://us-east-1.experiments.sagemaker.aws"
+    url = hook.base_url + "/api/2.0/mlflow/runs/create"
+    headers = hook._headers_and_auth("POST", url, b"{}")
+    assert headers["x-mlflow-sm-tracking-server-arn"] == ARN
+    assert "/us-east-1/sagemaker-mlflow/aws4_request" in headers["Authorization"]
+
+
+def test_pipeline_mlflow_config_matches_botocore_shape_and_off_is_the_template():
+    from botocore.session import get_session
+    from botocore.validate import ParamValidator
+
+    from sim2real.orchestration.pipelines.groot import pipeline_definition
+
+    kwargs = {"role_arn": "arn:aws:iam::123456789012:role/p", "model_package_group": "g", "bucket": "b",
+              "images": {k: f"123456789012.dkr.ecr.us-east-1.amazonaws.com/r:{k}"
+                         for k in ("processing", "training", "smoke_eval")}}
+    plain = pipeline_definition(**kwargs)
+    assert plain["MlflowConfig"] is None  # the SDK template's, untouched without tracking
+    tracked = pipeline_definition(**kwargs, mlflow={"tracking_uri": ARN, "experiment_name": "sim2real"})
+    shape = get_session().get_service_model("sagemaker").shape_for("MlflowConfig")
+    report = ParamValidator().validate(tracked["MlflowConfig"], shape)
+    assert not report.has_errors(), report.generate_report()
+    assert {"Name": "MlflowRunId", "Type": "String", "DefaultValue": ""} in tracked["Parameters"]
+    step = next(s for s in tracked["Steps"] if s["Name"] == "GR00TFinetune")
+    assert step["Arguments"]["Environment"]["MLFLOW_RUN_ID"] == {"Get": "Parameters.MlflowRunId"}
+    # a local (http) server: no MlflowConfig (the service takes an ARN only), the run id still passed on
+    local = pipeline_definition(**kwargs, mlflow={"tracking_uri": "http://127.0.0.1:5000", "experiment_name": "s"})
+    assert local["MlflowConfig"] is None and "MlflowRunId" in json.dumps(local["Parameters"])
+
+
+def test_lineage_records_tracking_off_with_the_reason():
+    from sim2real.orchestration.lineage import build_lineage, validate_lineage
+
+    lineage = build_lineage(run_key="k", dag_id="d", run_id="r", params={},
+                            plan={"run_key": "k", "bucket": "b", "run_uri": "s3://b/runs/k/",
+                                  "tracking": {"enabled": False, "reason": "no tracking URI"}})
+    validate_lineage(lineage)
+    assert lineage["mlflow"] == {"enabled": False, "reason": "no tracking URI"}
+    tracked = build_lineage(run_key="k", dag_id="d", run_id="r", params={},
+                            plan={"run_key": "k", "bucket": "b", "run_uri": "s3://b/runs/k/",
+                                  "tracking": {**TRACKING, "ui_url": "https://t-1.us-east-1.experiments.sagemaker.aws"}})
+    validate_lineage(tracked)
+    assert tracked["mlflow"]["parent_run_url"].endswith(f"/#/experiments/7/runs/{'a' * 32}")
+
+
+def test_demo_without_the_server_venv_stops_before_starting_and_says_what_to_do(tmp_path, monkeypatch, capsys):
+    from sim2real.dev import demo
+
+    monkeypatch.setenv("SIM2REAL_MLFLOW_SERVER_BIN", str(tmp_path / "no-such" / "mlflow"))
+    assert demo.main(["--home", str(tmp_path / "airflow")]) == 2
+    err = capsys.readouterr().err
+    assert "make mlflow-venv" in err and "--no-mlflow" in err
+    assert not (tmp_path / "airflow").exists()  # nothing was started

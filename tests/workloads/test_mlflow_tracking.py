@@ -1,0 +1,236 @@
+"""Experiment tracking against a real local ``mlflow server`` (SQLite, artefacts in moto S3), at toy scale.
+
+One server (and one moto) for the module: the DAG side creates the parent and child runs over REST
+(:mod:`sim2real.orchestration.tracking`), the real trainer and evaluator log into their child runs, and
+everything is read back with ``mlflow.MlflowClient`` and boto3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sim2real.contract import tracking as contract
+
+from .conftest import REPO_ROOT, clean_env, free_port, run_train
+
+pytestmark = pytest.mark.skipif(not (REPO_ROOT / ".venv" / "mlflow" / "bin" / "mlflow").is_file()
+                                and not os.environ.get("SIM2REAL_MLFLOW_SERVER_BIN"),
+                                reason="no MLflow server venv: run `make mlflow-venv`")
+
+BUCKET = "sim2real-test"
+RUN_KEY = "sim-to-real-mlflow-toy"
+
+
+@pytest.fixture(scope="module")
+def mlflow_stack(tmp_path_factory):
+    """moto (S3) + ``mlflow server``; yields ``{"s3": endpoint, "url": tracking URI}``."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from sim2real.dev.sandbox.mlflow_server import MlflowServer
+
+    port = free_port()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    s3 = f"http://127.0.0.1:{port}"
+    aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    boto3.client("s3", endpoint_url=s3, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket=BUCKET)
+    server = MlflowServer(repo_root=REPO_ROOT, work_dir=tmp_path_factory.mktemp("mlflow"),
+                          artifacts_destination=f"s3://{BUCKET}/mlflow", s3_endpoint_url=s3, aws_env=aws).start()
+    try:
+        yield {"s3": s3, "url": server.url, "aws": aws}
+    finally:
+        server.stop()
+        moto.stop()
+
+
+def _plan(vla: bool = False) -> dict:
+    return {"run_key": RUN_KEY, "params": {"task": "Reacher-v5", "max_iterations": 3, "seed": 0},
+            "vla": {"enabled": vla, "parameters": {"RunKey": RUN_KEY}},
+            "batch": {"environment": {"TASK": "Reacher-v5"}}, "evaluation": {}}
+
+
+@pytest.fixture(scope="module")
+def tracked_run(mlflow_stack, tmp_path_factory):
+    """Parent + children created by the DAG side, then the toy trainer (3 iterations) and the evaluator run."""
+    from sim2real.orchestration.tracking import start_tracking, stage_env
+
+    tracking = start_tracking(plan=_plan(vla=True), env={"mlflow": {"tracking_uri": mlflow_stack["url"]}},
+                              dag_id="sim_to_real", run_id="manual__toy")
+    assert tracking["enabled"], tracking
+    out = tmp_path_factory.mktemp("ckpt")
+    env = clean_env(TASK="Reacher-v5", MAX_ITERATIONS="3", NUM_ENVS="2", OUTPUT_URI=str(out), RUN_KEY=RUN_KEY,
+                    CHECKPOINT_INTERVAL="1", SIM2REAL_MLFLOW_FLUSH_EVERY="2",
+                    **stage_env(tracking, "rl_training"))
+    train = run_train(env)
+    assert train.returncode == 0, train.stderr[-3000:]
+    report = out / "report.json"
+    ev = subprocess.run([sys.executable, "-m", "sim2real.workloads.evaluate", "--manifest-uri",
+                         str(out / "manifest.json"), "--episodes", "3", "--seed", "0", "--report-uri", str(report)],
+                        env=clean_env(RUN_KEY=RUN_KEY, **stage_env(tracking, "evaluation")), capture_output=True,
+                        text=True, timeout=120)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    return {"tracking": tracking, "out": out, "train": train, "eval": ev, "report": json.loads(report.read_text())}
+
+
+def _client(url: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=url)
+
+
+def test_trainer_logs_params_batched_metrics_and_artefacts(mlflow_stack, tracked_run):
+    client = _client(mlflow_stack["url"])
+    run = client.get_run(tracked_run["tracking"]["runs"]["rl_training"])
+    assert run.info.status == "FINISHED"
+    params = run.data.params
+    assert params["task"] == "Reacher-v5" and params["max_iterations"] == "3" and params["num_envs"] == "2"
+    assert params["ppo.rollouts"] == "64" and params["version.torch"]
+    history = client.get_metric_history(run.info.run_id, "mean_reward")
+    assert [m.step for m in history] == [1, 2, 3]
+    timesteps = client.get_metric_history(run.info.run_id, "timesteps")
+    assert [m.value for m in timesteps] == [128.0, 256.0, 384.0]  # 64 rollouts x 2 envs per iteration
+    manifest = json.loads((tracked_run["out"] / "manifest.json").read_text())
+    assert run.data.tags["checkpoint_sha256"] == manifest["sha256"]
+    assert run.data.tags[contract.RUN_KEY_TAG] == RUN_KEY
+    names = {a.path for a in client.list_artifacts(run.info.run_id)} | \
+        {a.path for a in client.list_artifacts(run.info.run_id, "checkpoint")}
+    assert {"manifest.json", "checkpoint/agent_000003.pt"} <= names
+    # the checkpoint artefact is the checkpoint, byte for byte, stored in the sandbox's S3 under mlflow/
+    local = client.download_artifacts(run.info.run_id, "checkpoint/agent_000003.pt",
+                                      str(tracked_run["out"] / "dl"))
+    import hashlib
+
+    assert hashlib.sha256(Path(local).read_bytes()).hexdigest() == manifest["sha256"]
+    import boto3
+
+    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=mlflow_stack["s3"], region_name="us-east-1",
+                                           aws_access_key_id="testing", aws_secret_access_key="testing")
+            .list_objects_v2(Bucket=BUCKET, Prefix="mlflow/")["Contents"]]
+    assert any(k.endswith(f"{run.info.run_id}/artifacts/checkpoint/agent_000003.pt") for k in keys), keys
+
+
+def test_trainer_sends_metrics_in_batches_not_per_metric(tracked_run):
+    # 3 iterations, flush every 2: the metrics go in 2 log_batch requests (iterations 1-2, then 3 at the end);
+    # the server's access log is not needed: the trainer's own line says where it logs, and no per-metric call
+    # exists in the code path (RunLogger only calls log_batch)
+    from sim2real.workloads.tracking import RunLogger
+
+    sent = []
+
+    class Client:
+        def log_batch(self, run_id, metrics=(), params=(), tags=()):
+            sent.append(len(metrics))
+
+        def set_terminated(self, run_id, status):
+            sent.append(status)
+
+    logger = RunLogger(Client(), "r", flush_every=2)
+    for step in (1, 2, 3):
+        logger.log_metrics({"mean_reward": -1.0 * step, "timesteps": 128 * step, "nan": float("nan")}, step=step)
+    logger.finish()
+    assert sent == [4, 2, "FINISHED"]
+    assert "logging to run" in tracked_run["train"].stdout
+
+
+def test_evaluator_logs_summary_episodes_report_and_onnx(mlflow_stack, tracked_run):
+    client = _client(mlflow_stack["url"])
+    run = client.get_run(tracked_run["tracking"]["runs"]["evaluation"])
+    report = tracked_run["report"]
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["success_rate"] == pytest.approx(report["success_rate"])
+    assert run.data.metrics["ci95_lower"] == pytest.approx(report["ci95"][0])
+    assert run.data.params["checkpoint_sha256"] == report["checkpoint_sha256"]
+    returns = client.get_metric_history(run.info.run_id, "episode_return")
+    assert [m.step for m in returns] == [0, 1, 2]
+    assert [m.value for m in returns] == pytest.approx(report["returns"])
+    paths = {a.path for a in client.list_artifacts(run.info.run_id)} | \
+        {a.path for a in client.list_artifacts(run.info.run_id, "model")}
+    assert {"report.json", "model/policy.onnx"} <= paths
+    import onnx
+
+    onnx.checker.check_model(onnx.load(client.download_artifacts(run.info.run_id, "model/policy.onnx",
+                                                                 str(tracked_run["out"] / "dl-onnx"))))
+
+
+def test_parent_child_structure_and_close(mlflow_stack, tracked_run):
+    from sim2real.orchestration.tracking import close_tracking
+
+    client = _client(mlflow_stack["url"])
+    tracking = tracked_run["tracking"]
+    parent = client.get_run(tracking["parent_run_id"])
+    assert parent.info.run_name == RUN_KEY and parent.info.status == "RUNNING"
+    assert parent.data.params["max_iterations"] == "3"  # the run's params, to compare runs in the UI
+    children = client.search_runs([tracking["experiment_id"]],
+                                  f"tags.`mlflow.parentRunId` = '{tracking['parent_run_id']}'")
+    by_stage = {r.data.tags[contract.STAGE_TAG]: r.info.run_id for r in children}
+    assert by_stage == tracking["runs"]
+    assert set(by_stage) == {"rl_training", "evaluation", "vla_finetune"}
+    closed = close_tracking(tracking, succeeded=False, task_states={
+        "train.train_policy": {"state": "success"}, "evaluate.run_evaluation": {"state": "success"},
+        "vla.finetune_groot": {"state": "upstream_failed"}})
+    assert closed == {"rl_training": "FINISHED", "evaluation": "FINISHED", "vla_finetune": "KILLED",
+                      "parent": "FAILED"}
+    assert client.get_run(tracking["parent_run_id"]).info.status == "FAILED"
+    assert client.get_run(tracking["runs"]["vla_finetune"]).info.status == "KILLED"
+
+
+def test_mlflow_run_link_points_at_the_parent_run_page(mlflow_stack, tracked_run):
+    from sim2real.orchestration.links.mlflow import MlflowRunLink
+
+    tracking = tracked_run["tracking"]
+    pushed = {}
+
+    class TI:
+        def xcom_push(self, key, value):
+            pushed[key] = value
+
+    url = MlflowRunLink.persist(TI(), tracking)
+    assert url == f"{mlflow_stack['url']}/#/experiments/{tracking['experiment_id']}/runs/{tracking['parent_run_id']}"
+    assert pushed == {MlflowRunLink.key: url}
+    with urllib.request.urlopen(url.split("#")[0], timeout=10) as resp:  # the MLflow UI itself
+        assert resp.status == 200 and b"MLflow" in resp.read()
+    assert MlflowRunLink.persist(TI(), {"enabled": False, "reason": "off"}) is None
+
+
+def test_lineage_holds_the_run_ids(tracked_run):
+    from sim2real.orchestration.lineage import build_lineage, render_markdown, validate_lineage
+
+    tracking = tracked_run["tracking"]
+    lineage = build_lineage(run_key=RUN_KEY, dag_id="sim_to_real", run_id="manual__toy", params={},
+                            plan={"run_key": RUN_KEY, "bucket": BUCKET, "run_uri": f"s3://{BUCKET}/runs/{RUN_KEY}/",
+                                  "tracking": tracking})
+    validate_lineage(lineage)
+    assert lineage["mlflow"]["parent_run_id"] == tracking["parent_run_id"]
+    assert lineage["mlflow"]["runs"] == tracking["runs"]
+    assert tracking["parent_run_id"] in render_markdown(lineage)
+
+
+def test_unreachable_server_turns_tracking_off_without_failing(tmp_path):
+    from sim2real.orchestration.tracking import start_tracking
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
+
+    result = start_tracking(plan=_plan(), env={"mlflow": {"tracking_uri": dead}}, dag_id="d", run_id="r",
+                            hook=MlflowHook(dead, retries=1, timeout=2))
+    assert result["enabled"] is False and "reachable" in result["reason"]
+    # the trainer side: a dead server is reported and the job goes on untracked
+    from sim2real.workloads.tracking import NullRunLogger, run_logger_from_env
+
+    code = ("import sys; from sim2real.workloads.tracking import run_logger_from_env as f; "
+            "l = f(stage='rl_training', run_name='x'); print(type(l).__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=clean_env(MLFLOW_TRACKING_URI=dead, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+                                        MLFLOW_HTTP_REQUEST_TIMEOUT="2"))
+    assert proc.returncode == 0 and proc.stdout.strip() == "NullRunLogger", proc.stderr
+    assert "tracking is off" in proc.stderr
+    assert isinstance(run_logger_from_env(stage="x", run_name="x", environ={}), NullRunLogger)
