@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sim2real.contract import task_ids as ids
 
 pytestmark = pytest.mark.e2e
 SCRIPT = Path(__file__).with_name("hyperpod_run.py")
@@ -40,15 +41,15 @@ def test_hyperpod_run_scales_up_trains_scales_down_and_evaluates(runs):
     run = runs["success"]
     states = _states(run)
     assert run["state"] == "success", states
-    for task in ("training_backend", "hyperpod.check_capacity", "hyperpod.scale_up", "hyperpod.wait_for_nodes",
-                 "hyperpod.train_policy",
-                 "hyperpod.scale_down", "checkpoint.training_job", "checkpoint.wait_for_checkpoint",
-                 "evaluate.run_evaluation", "evaluate.read_eval_report", "quality_gate", "write_lineage"):
+    for task in (ids.TRAINING_BACKEND, ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES,
+                 ids.HYPERPOD_TRAIN_POLICY,
+                 ids.HYPERPOD_SCALE_DOWN, ids.TRAINING_JOB, ids.WAIT_FOR_CHECKPOINT,
+                 ids.RUN_EVALUATION, ids.READ_EVAL_REPORT, ids.QUALITY_GATE, ids.WRITE_LINEAGE):
         assert states[task] == "success", (task, states)
-    assert states["preflight.check_capacity"] == "skipped" and states["train.train_policy"] == "skipped"
+    assert states[ids.BATCH_CHECK_CAPACITY] == "skipped" and states[ids.BATCH_TRAIN_POLICY] == "skipped"
     order = _order(run)
-    assert (order.index("hyperpod.scale_up") < order.index("hyperpod.wait_for_nodes")
-            < order.index("hyperpod.train_policy") < order.index("hyperpod.scale_down"))
+    assert (order.index(ids.HYPERPOD_SCALE_UP) < order.index(ids.HYPERPOD_WAIT_FOR_NODES)
+            < order.index(ids.HYPERPOD_TRAIN_POLICY) < order.index(ids.HYPERPOD_SCALE_DOWN))
     # One UpdateCluster up to num_nodes, one back to min_count (0); the group ends empty.
     assert run["cluster_updates"] == ["UpdateCluster sim2real-hyperpod: head=1, gpu=1",
                                       "UpdateCluster sim2real-hyperpod: head=1, gpu=0"]
@@ -68,11 +69,11 @@ def test_failed_slurm_job_still_scales_down_and_fails_the_run(runs):
     run = runs["slurm_job_fail"]
     states = _states(run)
     assert run["state"] == "failed", states
-    assert states["hyperpod.scale_up"] == "success"
-    assert states["hyperpod.train_policy"] == "failed"
-    assert states["hyperpod.scale_down"] == "success"  # the teardown ran
-    assert states["checkpoint.wait_for_checkpoint"] == "upstream_failed"
-    assert states["write_lineage"] == "success"
+    assert states[ids.HYPERPOD_SCALE_UP] == "success"
+    assert states[ids.HYPERPOD_TRAIN_POLICY] == "failed"
+    assert states[ids.HYPERPOD_SCALE_DOWN] == "success"  # the teardown ran
+    assert states[ids.WAIT_FOR_CHECKPOINT] == "upstream_failed"
+    assert states[ids.WRITE_LINEAGE] == "success"
     assert run["cluster_updates"][-1] == "UpdateCluster sim2real-hyperpod: head=1, gpu=0"
     assert run["groups"]["gpu"] == {"current": 0, "target": 0} and run["gpu_nodes"] == 0
     # A FAILED job is the job's verdict: not retried, so exactly one more job was submitted.

@@ -40,8 +40,8 @@ def test_off_by_default_nothing_imported_nothing_changed():
 def _plan(**overrides):
     from sim2real.orchestration.stages import plan_run
 
-    from .test_config import GOOD
-    from .test_stages import PARAMS
+    from tests.orchestration.test_config import GOOD
+    from tests.orchestration.stages.test_stages import PARAMS
 
     return plan_run(dag_id="sim_to_real", run_id="manual__2026-11-29T00:00:00+00:00",
                     params={**PARAMS, **overrides}, env=GOOD)
@@ -72,7 +72,7 @@ def test_apply_tracking_puts_each_child_run_in_its_stage():
     from sim2real.orchestration.stages.vla import VlaPlan
     from sim2real.orchestration.tracking import apply_tracking
 
-    from .test_config import GOOD
+    from tests.orchestration.test_config import GOOD
 
     plan = json.loads(json.dumps(_plan()))  # as an XCom pull hands it on
     apply_tracking(plan, TRACKING, GOOD)
@@ -93,7 +93,7 @@ def test_apply_tracking_puts_each_child_run_in_its_stage():
 def test_apply_tracking_refuses_a_record_that_is_not_a_tracking_plan():
     from sim2real.orchestration.tracking import apply_tracking
 
-    from .test_config import GOOD
+    from tests.orchestration.test_config import GOOD
 
     with pytest.raises(TypeError, match="run_ids"):
         apply_tracking(_plan(), {**TRACKING, "run_ids": {}}, GOOD)

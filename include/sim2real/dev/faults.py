@@ -258,7 +258,7 @@ def _orphan_probe(sandbox, env_config, state) -> dict[str, Any]:
 
 
 THROTTLE = {"SubmitJob": 2, "DescribeJobs": 3, "ListJobs": 1, "SendCommand": 2, "GetCommandInvocation": 2,
-            "DescribeInstances": 1, "GetServiceQuota": 1, "DescribeImages": 1}
+            "DescribeInstances": 1, "GetServiceQuota": 1, "DescribeRepositories": 1}
 SERVER_ERROR = {"DescribeJobs": 2, "SubmitJob": 1, "GetCommandInvocation": 2, "DescribeComputeEnvironments": 1,
                 "DescribeInstanceTypes": 1}
 

@@ -44,6 +44,11 @@ def _threaded_moto_server():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    # moto's backends live in this process, not in the server: start each module from an empty account
+    # (another file's sandbox may have left e.g. the thing group sim2real-robots behind in this worker).
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"), timeout=30)
     try:
         yield f"http://{host}:{port}"
     finally:

@@ -114,8 +114,10 @@ def test_fault_fails_the_job(sandbox, context):
     sandbox.faults["slurm_job_fail"] = True
     try:
         op = make_operator(sandbox, "t-fault", nodes=1)
-        trigger, _ = defer(op, context)
+        # the faulted job exits at once: the operator either defers and the trigger reports it, or finds it
+        # already over and settles without deferring — either way the task fails with the job's end
         with pytest.raises(AirflowFailException, match=r"ended FAILED, exit code 1:0"):
+            trigger, _ = defer(op, context)
             op.execute_complete(context, event=first_event(trigger))
     finally:
         sandbox.faults.clear()
@@ -174,7 +176,9 @@ def test_retry_after_the_job_completed_reports_it_instead_of_submitting_again(sa
 def test_a_failed_job_is_not_reattached_a_retry_submits_again(sandbox, context):
     first, _ = defer(make_operator(sandbox, "t-refail", nodes=1, EXIT_CODE="2"), context)
     assert first_event(first)["state"] == "FAILED"
-    second, _ = defer(make_operator(sandbox, "t-refail", nodes=1), context)
+    # the retry's job runs 15 s, so it is still running when the operator looks (a job already over is
+    # settled without deferring)
+    second, _ = defer(make_operator(sandbox, "t-refail", nodes=1, SLEEP_SECONDS="15"), context)
     assert second.job_id != first.job_id and second.reattached is False
 
 
