@@ -84,7 +84,7 @@ def job(sb, job_id: str) -> dict:
 
 
 def test_two_node_job_completes(sandbox, context):
-    op = make_operator(sandbox, "t-success")
+    op = make_operator(sandbox, "t-success", SLEEP_SECONDS="3")  # still running when the operator looks
     trigger, _ = defer(op, context)
     assert context["ti"].xcom["slurm_job_id"] == trigger.job_id
     event = first_event(trigger)
@@ -98,7 +98,7 @@ def test_two_node_job_completes(sandbox, context):
 
 
 def test_failed_job_names_cluster_job_state_exit_code_and_log(sandbox, context):
-    op = make_operator(sandbox, "t-failed", EXIT_CODE="3")
+    op = make_operator(sandbox, "t-failed", EXIT_CODE="3", SLEEP_SECONDS="3")
     trigger, _ = defer(op, context)
     event = first_event(trigger)
     assert event["status"] == "failure" and event["state"] == "FAILED" and event["exit_code"] == "3:0"
@@ -174,7 +174,7 @@ def test_retry_after_the_job_completed_reports_it_instead_of_submitting_again(sa
 
 
 def test_a_failed_job_is_not_reattached_a_retry_submits_again(sandbox, context):
-    first, _ = defer(make_operator(sandbox, "t-refail", nodes=1, EXIT_CODE="2"), context)
+    first, _ = defer(make_operator(sandbox, "t-refail", nodes=1, EXIT_CODE="2", SLEEP_SECONDS="3"), context)
     assert first_event(first)["state"] == "FAILED"
     # the retry's job runs 15 s, so it is still running when the operator looks (a job already over is
     # settled without deferring)
