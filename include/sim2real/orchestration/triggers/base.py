@@ -56,6 +56,28 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
 
     step_function: Callable[[Mapping[str, Any], WaitState], Step]
 
+    def __init__(
+        self,
+        *,
+        serialized_fields: dict[str, Any],
+        waiter_delay: int,
+        waiter_max_attempts: int,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        verify: bool | str | None = None,
+        botocore_config: dict | None = None,
+    ) -> None:
+        """The provider's trigger with what a step wait uses: the subclass's ``serialized_fields``, the poll
+        interval (s) and attempt limit, and the connection parameters. The provider's waiter-loop arguments
+        (``waiter_name``, ``failure_message``, ``status_queries``, ``return_value``, ...) are left empty: the
+        step function, not the provider's loop, decides each response."""
+        super().__init__(
+            serialized_fields=serialized_fields, waiter_name="", waiter_args={}, failure_message="",
+            status_message="", status_queries=[], return_value=None, waiter_delay=waiter_delay,
+            waiter_max_attempts=waiter_max_attempts, aws_conn_id=aws_conn_id, region_name=region_name,
+            verify=verify, botocore_config=botocore_config,
+        )
+
     def step_params(self) -> dict[str, Any]:
         """The fixed parameters the step function reads (ids, limits)."""
         return dict(self.serialize()[1])

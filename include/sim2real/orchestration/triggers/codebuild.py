@@ -47,13 +47,6 @@ class CodeBuildBuildCompleteTrigger(StepWaitTrigger):
     ) -> None:
         super().__init__(
             serialized_fields={"build_id": build_id, "stop_on_kill": stop_on_kill},
-            waiter_name="build_complete",
-            waiter_args={"ids": [build_id]},
-            failure_message=f"CodeBuild build {build_id} failed",
-            status_message=f"CodeBuild build {build_id} status",
-            status_queries=["builds[0].buildStatus", "builds[0].currentPhase"],
-            return_key="build_id",
-            return_value=build_id,
             waiter_delay=waiter_delay,
             waiter_max_attempts=waiter_max_attempts,
             aws_conn_id=aws_conn_id,

@@ -49,13 +49,6 @@ class PipelineExecutionTrigger(StepWaitTrigger):
     ) -> None:
         super().__init__(
             serialized_fields={"pipeline_execution_arn": pipeline_execution_arn, "stop_on_kill": stop_on_kill},
-            waiter_name="pipeline_execution_terminal",
-            waiter_args={"PipelineExecutionArn": pipeline_execution_arn},
-            failure_message="SageMaker pipeline execution failed",
-            status_message="SageMaker pipeline execution status",
-            status_queries=["PipelineExecutionStatus"],
-            return_key="pipeline_execution_arn",
-            return_value=pipeline_execution_arn,
             waiter_delay=waiter_delay,
             waiter_max_attempts=waiter_max_attempts,
             aws_conn_id=aws_conn_id,
