@@ -120,8 +120,7 @@ def build(out: Path, airflow_version: str = AIRFLOW_VERSION) -> Path:
         files = _package_files()
         # Directory entries too: zipimport finds the ``sim2real`` namespace package (no __init__.py) only
         # through its directory entry, so the zip stays importable as it is, not only once unzipped.
-        folders = sorted({str(Path(arc).parent.as_posix()) + "/" for _, arc in files}
-                         | {"/".join(arc.split("/")[:i]) + "/" for _, arc in files for i in range(1, arc.count("/"))})
+        folders = sorted({arc[: i + 1] for _, arc in files for i, char in enumerate(arc) if char == "/"})
         for folder in folders:
             zf.writestr(zipfile.ZipInfo(folder), "")
         for path, arcname in files:
