@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO_ROOT
 
 _HOME = tempfile.mkdtemp(prefix="sim2real-airflow-home-")
 for _k, _v in {

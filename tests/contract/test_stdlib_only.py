@@ -14,7 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-INCLUDE = Path(__file__).resolve().parents[2] / "include"
+from tests.paths import REPO_ROOT
+
+INCLUDE = REPO_ROOT / "include"
 
 PROBE = r"""
 import importlib, json, pkgutil, sys

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+from tests.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
 
 
 def _register(sm, s3, group: str, bucket: str, version_tag: str, status: str) -> str:

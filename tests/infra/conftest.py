@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "infra"))
 
 cdk = pytest.importorskip("aws_cdk")

@@ -9,7 +9,6 @@ teardowns counted only when ``on_failure_fail_dagrun``) over the real, serialize
 from __future__ import annotations
 
 from collections import namedtuple
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.run_state import check_run_outcome, failed_tasks
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+from tests.paths import DAGS
 TI = namedtuple("TI", "task_id state")
 
 

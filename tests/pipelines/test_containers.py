@@ -5,11 +5,10 @@ from __future__ import annotations
 import importlib
 import re
 import subprocess
-from pathlib import Path
 
 from sim2real.orchestration.pipelines import groot
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT as REPO
 GROOT = REPO / "containers" / "groot"
 PINNED_COMMIT = "4b1dca9d88d2a0b9ea5a65aa61c82ff89f5c4f0e"
 

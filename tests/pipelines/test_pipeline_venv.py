@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT as REPO
 SDK_TESTS = REPO / "tests" / "pipelines" / "sdk"
 
 

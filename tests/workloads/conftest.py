@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
 LAUNCHER = REPO_ROOT / "containers" / "rl" / "distributed_run.bash"
 VENV_BIN = str(Path(sys.executable).parent)
 
