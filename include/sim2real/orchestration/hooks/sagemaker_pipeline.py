@@ -22,8 +22,6 @@ from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
 SAGEMAKER_EXT_WAITERS = Path(__file__).resolve().parents[1] / "waiters" / "sagemaker_ext.json"
 
 PIPELINE_SUCCESS_STATES = frozenset({"Succeeded"})
-PIPELINE_FAILURE_STATES = frozenset({"Failed", "Stopped", "CompletedWithFailures"})
-PIPELINE_INTERMEDIATE_STATES = frozenset({"Executing", "Stopping"})
 #: Executions a retry may reattach to instead of starting a second one.
 PIPELINE_REATTACH_STATES = frozenset({"Executing", "Succeeded"})
 

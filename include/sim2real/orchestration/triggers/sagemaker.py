@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim2real.orchestration.hooks.sagemaker_pipeline import SageMakerPipelineHook
+from sim2real.orchestration.hooks.sagemaker_pipeline import SAGEMAKER_EXT_WAITERS, SageMakerPipelineHook
+from sim2real.orchestration.hooks.waiter_rounds import classify_response
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
 from sim2real.orchestration.waits.sagemaker import STEPS_KEY, pipeline_execution_step
-
-#: Statuses whose failing steps the describe round lists (the waiter's failure acceptors).
-FAILED_STATUSES = frozenset({"Failed", "Stopped", "CompletedWithFailures"})
-
 
 class PipelineExecutionTrigger(StepWaitTrigger):
     """Poll DescribePipelineExecution until :func:`~sim2real.orchestration.waits.sagemaker.pipeline_execution_step`
@@ -66,7 +63,8 @@ class PipelineExecutionTrigger(StepWaitTrigger):
         best effort) under :data:`~sim2real.orchestration.waits.sagemaker.STEPS_KEY`."""
         arn = self.pipeline_execution_arn
         response = await client.describe_pipeline_execution(PipelineExecutionArn=arn)
-        if response.get("PipelineExecutionStatus") in FAILED_STATUSES:
+        # a failed execution (the waiter's failure acceptors) also gets its failing steps for the message
+        if classify_response(str(SAGEMAKER_EXT_WAITERS), "pipeline_execution_terminal", dict(response)) == "failure":
             try:
                 steps = await client.list_pipeline_execution_steps(PipelineExecutionArn=arn)
                 response = {**response, STEPS_KEY: steps.get("PipelineExecutionSteps", [])}
