@@ -113,26 +113,25 @@ def runnable_elapsed(job: dict[str, Any], now: float, first_seen_runnable: float
     return max(elapsed, 0.0)
 
 
-def format_runnable_timeout(
-    job: dict[str, Any], elapsed: float, budget: float, compute_environments: list[dict[str, Any]] | None,
-    terminated: bool,
-) -> str:
-    """The failure message for a job stuck RUNNABLE: status reason + each compute environment's state
-    (``compute_environments`` None: left out, the caller adds them)."""
-    ces = "" if compute_environments is None else (
-        "; ".join(
-            f"compute environment {ce.get('computeEnvironmentName')}: state={ce.get('state')} "
-            f"status={ce.get('status')} statusReason={ce.get('statusReason') or '-'} "
-            f"desiredvCpus={(ce.get('computeResources') or {}).get('desiredvCpus')} "
-            f"maxvCpus={(ce.get('computeResources') or {}).get('maxvCpus')}"
-            for ce in compute_environments
-        )
-        or "compute environments not described"
+def format_compute_environments(compute_environments: list[dict[str, Any]]) -> str:
+    """Each compute environment's state, status, status reason and vCPUs (DescribeComputeEnvironments
+    items), ``; ``-separated ("" for none): the diagnosis of a job stuck RUNNABLE."""
+    return "; ".join(
+        f"compute environment {ce.get('computeEnvironmentName')}: state={ce.get('state')} "
+        f"status={ce.get('status')} statusReason={ce.get('statusReason') or '-'} "
+        f"desiredvCpus={(ce.get('computeResources') or {}).get('desiredvCpus')} "
+        f"maxvCpus={(ce.get('computeResources') or {}).get('maxvCpus')}"
+        for ce in compute_environments
     )
+
+
+def format_runnable_timeout(job: dict[str, Any], elapsed: float, budget: float, terminated: bool) -> str:
+    """The failure message for a job stuck RUNNABLE past ``budget`` seconds: its status reason and what
+    to check (the compute environments' diagnosis, :func:`format_compute_environments`, is added by the
+    trigger that describes them)."""
     return (
         f"AWS Batch job {job.get('jobId')} ({job.get('jobName')}) stayed RUNNABLE for {elapsed:.0f} s, past the "
         f"budget of {budget:.0f} s; statusReason: {job.get('statusReason') or 'none given'}; "
-        + (f"{ces}; " if ces else "")
         + ("the job was terminated." if terminated else "terminating the job FAILED, terminate it by hand.")
         + " Check the EC2 vCPU quota, the compute environment's instance types, subnets and maxvCpus."
     )

@@ -6,7 +6,12 @@ from typing import Any
 
 from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
 
-from sim2real.orchestration.hooks.batch import DEFAULT_LOG_GROUP, PROGRESS_RE, BatchTrainingHook
+from sim2real.orchestration.hooks.batch import (
+    DEFAULT_LOG_GROUP,
+    PROGRESS_RE,
+    BatchTrainingHook,
+    format_compute_environments,
+)
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.batch import batch_job_step
 from sim2real.orchestration.waits.core import Action, WaitState
@@ -125,13 +130,7 @@ class BatchTrainingJobTrigger(StepWaitTrigger):
         except Exception as err:  # noqa: BLE001 - the diagnosis is best effort
             self.log.warning("Could not describe the compute environments of job %s: %s", self.job_id, err)
             return "Compute environments not described."
-        return "; ".join(
-            f"compute environment {ce.get('computeEnvironmentName')}: state={ce.get('state')} "
-            f"status={ce.get('status')} statusReason={ce.get('statusReason') or '-'} "
-            f"desiredvCpus={(ce.get('computeResources') or {}).get('desiredvCpus')} "
-            f"maxvCpus={(ce.get('computeResources') or {}).get('maxvCpus')}"
-            for ce in ces
-        ) or "No compute environment in the queue."
+        return format_compute_environments(ces) or "No compute environment in the queue."
 
     async def _log_progress(self, client, job: dict[str, Any]) -> None:
         line = None

@@ -71,11 +71,11 @@ def batch_job_step(response: Mapping[str, Any], state: WaitState) -> Step:
             terminate = f"RUNNABLE for {elapsed:.0f} s, past the budget of {budget} s"
             return Step(
                 "failure",
-                format_runnable_timeout(job, elapsed, float(budget), None, terminated=True),
+                format_runnable_timeout(job, elapsed, float(budget), terminated=True),
                 {**payload, "reason": "runnable_timeout"},
                 action=Action("terminate_job", {"job_id": job_id, "reason": terminate,
                                                 "describe_queue": job.get("jobQueue")}),
-                action_failed_reason=format_runnable_timeout(job, elapsed, float(budget), None, terminated=False),
+                action_failed_reason=format_runnable_timeout(job, elapsed, float(budget), terminated=False),
             )
     else:
         memory.pop("first_runnable", None)
