@@ -193,6 +193,27 @@ def client_error_problem(resource: str, action: str, err: ClientError, change: s
     return f"{resource}: {action} failed ({code}: {message}). {todo}"
 
 
+def _describe_one(describe, problems: list[str], resource: str, action: str, config_key: str) -> dict | None:
+    """The one item ``describe()`` lists for ``resource``, or None with the problem appended: the AWS error
+    (:func:`client_error_problem`, naming ``action``) or "does not exist" (set ``config_key``)."""
+    try:
+        items = describe() or []
+    except ClientError as err:
+        problems.append(client_error_problem(resource, action, err, f"{config_key} in the environment config"))
+        return None
+    if not items:
+        problems.append(f"{resource} does not exist. Set {config_key} in the environment config")
+        return None
+    return items[0]
+
+
+def _enabled_and_valid(item: Mapping[str, Any], resource: str, fix: str, problems: list[str]) -> None:
+    """Append a problem unless a Batch queue / compute environment is ENABLED and VALID (``fix``: the command)."""
+    if item.get("state") != "ENABLED" or item.get("status") != "VALID":
+        problems.append(f"{resource} is state={item.get('state')} status={item.get('status')} "
+                        f"(reason: {item.get('statusReason')}); it must be ENABLED and VALID ({fix})")
+
+
 class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
     """Check every AWS resource a run names, and the job definition's shape, before any spend.
 
@@ -299,43 +320,23 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                     f"instance type {itype}"]
         hook = self._hooks(BatchTrainingHook)
         batch = hook.client
-        try:
-            queues = batch.describe_job_queues(jobQueues=[queue_name]).get("jobQueues") or []
-        except ClientError as err:
-            problems.append(client_error_problem(f"Batch job queue {queue_name!r}", "batch:DescribeJobQueues", err,
-                                                 "batch.job_queue in the environment config"))
-            queues = None
-        if queues == []:
-            problems.append(f"Batch job queue {queue_name!r} does not exist. Set batch.job_queue in the environment "
-                            "config")
-        elif queues:
-            q = queues[0]
-            if q.get("state") != "ENABLED" or q.get("status") != "VALID":
-                problems.append(
-                    f"Batch job queue {queue_name!r} is state={q.get('state')} status={q.get('status')} "
-                    f"(reason: {q.get('statusReason')}); it must be ENABLED and VALID "
-                    f"(aws batch update-job-queue --job-queue {queue_name} --state ENABLED)")
+        q = _describe_one(lambda: batch.describe_job_queues(jobQueues=[queue_name]).get("jobQueues"), problems,
+                          f"Batch job queue {queue_name!r}", "batch:DescribeJobQueues", "batch.job_queue")
+        if q:
+            _enabled_and_valid(q, f"Batch job queue {queue_name!r}",
+                               f"aws batch update-job-queue --job-queue {queue_name} --state ENABLED", problems)
             order = [o.get("computeEnvironment", "") for o in q.get("computeEnvironmentOrder") or []]
             if order and not any(ce == ce_name or ce.endswith(f"/{ce_name}") for ce in order):
                 problems.append(f"Batch job queue {queue_name!r} does not use compute environment {ce_name!r} "
                                 f"(it uses {order}). Set batch.compute_environment to the queue's environment")
-        try:
-            ces = batch.describe_compute_environments(computeEnvironments=[ce_name]).get("computeEnvironments") or []
-        except ClientError as err:
-            problems.append(client_error_problem(
-                f"Batch compute environment {ce_name!r}", "batch:DescribeComputeEnvironments", err,
-                "batch.compute_environment in the environment config"))
-            ces = None
-        if ces == []:
-            problems.append(f"Batch compute environment {ce_name!r} does not exist. Set batch.compute_environment "
-                            "in the environment config")
-        elif ces:
-            ce = ces[0]
-            if ce.get("state") != "ENABLED" or ce.get("status") != "VALID":
-                problems.append(
-                    f"Batch compute environment {ce_name!r} is state={ce.get('state')} status={ce.get('status')} "
-                    f"(reason: {ce.get('statusReason')}); it must be ENABLED and VALID "
-                    f"(aws batch update-compute-environment --compute-environment {ce_name} --state ENABLED)")
+        ce = _describe_one(
+            lambda: batch.describe_compute_environments(computeEnvironments=[ce_name]).get("computeEnvironments"),
+            problems, f"Batch compute environment {ce_name!r}", "batch:DescribeComputeEnvironments",
+            "batch.compute_environment")
+        if ce:
+            _enabled_and_valid(ce, f"Batch compute environment {ce_name!r}",
+                               f"aws batch update-compute-environment --compute-environment {ce_name} --state ENABLED",
+                               problems)
             allowed = (ce.get("computeResources") or {}).get("instanceTypes") or []
             if allowed and itype not in allowed and itype.split(".")[0] not in allowed and "optimal" not in allowed:
                 problems.append(f"Batch compute environment {ce_name!r} launches {allowed}, not batch.instance_type "
