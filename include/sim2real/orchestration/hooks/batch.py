@@ -401,12 +401,3 @@ class BatchTrainingHook(BatchClientHook):
             if found:
                 return found
         return None
-
-    # -- RUNNABLE diagnosis -----------------------------------------------------------------
-    def queue_compute_environments(self, job_queue: str) -> list[dict[str, Any]]:
-        """``DescribeComputeEnvironments`` of every compute environment of ``job_queue``."""
-        queues = self.conn.describe_job_queues(jobQueues=[job_queue]).get("jobQueues") or []
-        names = [o["computeEnvironment"] for q in queues for o in q.get("computeEnvironmentOrder") or []]
-        if not names:
-            return []
-        return self.conn.describe_compute_environments(computeEnvironments=names).get("computeEnvironments") or []
