@@ -18,8 +18,6 @@ import re
 
 #: MLflow's system tag naming a run's parent (``mlflow.utils.mlflow_tags.MLFLOW_PARENT_RUN_ID``).
 PARENT_RUN_TAG = "mlflow.parentRunId"
-#: MLflow's system tag holding a run's display name (``mlflow.runName``).
-RUN_NAME_TAG = "mlflow.runName"
 #: Our tags on every run: the run key (as on every AWS resource of the run) and the stage.
 RUN_KEY_TAG = "sim2real.run_key"
 STAGE_TAG = "sim2real.stage"

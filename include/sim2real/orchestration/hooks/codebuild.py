@@ -19,16 +19,6 @@ from typing import Any
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from airflow.providers.amazon.aws.hooks.ecr import EcrHook
 
-#: CodeBuild build statuses that end a build, and whether each is a success.
-CODEBUILD_TERMINAL_STATUSES: dict[str, bool] = {
-    "SUCCEEDED": True,
-    "FAILED": False,
-    "FAULT": False,
-    "TIMED_OUT": False,
-    "STOPPED": False,
-}
-CODEBUILD_INTERMEDIATE_STATUSES = ("IN_PROGRESS",)
-
 WAITERS_DIR = Path(__file__).resolve().parents[1] / "waiters"
 
 #: A full git commit id (SHA-1, or SHA-256 for repositories in the sha256 object format).
