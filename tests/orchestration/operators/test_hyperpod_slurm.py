@@ -7,7 +7,9 @@ The batch step runs a tiny launcher (prints its node, sleeps, exits with a chose
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,8 @@ from operator_helpers import first_event
 
 LAUNCHER = """#!/bin/bash
 echo "task node=$SLURM_NODEID of $SLURM_NNODES master=$MASTER_ADDR rank=$NODE_RANK marker=$MARKER"
+# held until the test has seen the operator defer (see defer()): a job is never over before the operator looks
+while [ -n "${HOLD_FILE:-}" ] && [ ! -e "$HOLD_FILE" ]; do sleep 0.05; done
 sleep "${SLEEP_SECONDS:-0}"
 exit "${EXIT_CODE:-0}"
 """
@@ -59,23 +63,38 @@ def context():
 
 
 def make_operator(sb, name: str, nodes: int = 2, **env: str) -> HyperPodSlurmJobOperator:
+    """An operator submitting job ``name``, whose tasks wait for the operator's hold file before they run on
+    (``defer`` creates it once the operator deferred), so the job is still running whenever the operator first
+    looks at it, however loaded the machine is."""
     hp = sb.config["hyperpod"]
+    hold_file = Path(tempfile.mkdtemp(prefix="slurm-hold-")) / "release"
+    env = {"HOLD_FILE": str(hold_file), **env}
     log_path = f"{hp['shared_dir']}/logs/{name}-%j.out"
     script = slurm.render_script(job_name=name, num_nodes=nodes, log_path=log_path, launcher=sb.test_launcher,
                                  environment={"MARKER": "it's a test", **env}, use_container_image=False,
                                  time_limit_minutes=30)
     commands = slurm.submit_commands(script_path=f"{hp['shared_dir']}/jobs/{name}.sbatch", script_text=script,
                                      job_name=name, log_dir=f"{hp['shared_dir']}/logs")
-    return HyperPodSlurmJobOperator(
+    op = HyperPodSlurmJobOperator(
         task_id="train_policy", cluster_name="sim2real-hyperpod", submit_host_tag_key=hp["submit_host_tag_key"],
         submit_host_tag_value=hp["submit_host_tag_value"], job_name=name, submit_commands=commands,
         log_path=log_path, poll_interval=1, agent_online_timeout_seconds=10,
     )
+    HOLD_FILES[id(op)] = hold_file
+    return op
+
+
+#: operator id -> the file its job's tasks wait for
+HOLD_FILES: dict[int, Path] = {}
 
 
 def defer(op, context) -> tuple[HyperPodSlurmJobTrigger, dict]:
-    with pytest.raises(TaskDeferred) as info:
-        op.execute(context)
+    """Run ``op.execute`` expecting it to defer; then let its job run on (also when it did not defer)."""
+    try:
+        with pytest.raises(TaskDeferred) as info:
+            op.execute(context)
+    finally:
+        HOLD_FILES[id(op)].touch()
     return info.value.trigger, info.value.kwargs or {}
 
 
@@ -84,7 +103,7 @@ def job(sb, job_id: str) -> dict:
 
 
 def test_two_node_job_completes(sandbox, context):
-    op = make_operator(sandbox, "t-success", SLEEP_SECONDS="3")  # still running when the operator looks
+    op = make_operator(sandbox, "t-success")
     trigger, _ = defer(op, context)
     assert context["ti"].xcom["slurm_job_id"] == trigger.job_id
     event = first_event(trigger)
@@ -176,9 +195,7 @@ def test_retry_after_the_job_completed_reports_it_instead_of_submitting_again(sa
 def test_a_failed_job_is_not_reattached_a_retry_submits_again(sandbox, context):
     first, _ = defer(make_operator(sandbox, "t-refail", nodes=1, EXIT_CODE="2", SLEEP_SECONDS="3"), context)
     assert first_event(first)["state"] == "FAILED"
-    # the retry's job runs 15 s, so it is still running when the operator looks (a job already over is
-    # settled without deferring)
-    second, _ = defer(make_operator(sandbox, "t-refail", nodes=1, SLEEP_SECONDS="15"), context)
+    second, _ = defer(make_operator(sandbox, "t-refail", nodes=1), context)
     assert second.job_id != first.job_id and second.reattached is False
 
 
