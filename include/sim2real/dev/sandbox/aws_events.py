@@ -234,5 +234,5 @@ def provision_wait_events(sandbox: Sandbox, config: dict[str, Any], *, max_recei
                         f"{max_receive_count} receives) behind {len(rule_patterns(resources))} EventBridge rules",
                         queue_url=queue_url)
     sandbox.wait_events_dead_letter_queue_url = dlq_url
-    # "polling" until the triggers consume the queue (docs/architecture.md, Event-driven waits: Status)
-    return {"mode": "polling", "queue_url": queue_url, "reconcile_interval_seconds": 600}
+    # the waits consume the queue (docs/architecture.md, Event-driven waits); 10 min reconcile describe as in infra/
+    return {"mode": "events", "queue_url": queue_url, "reconcile_interval_seconds": 600}
