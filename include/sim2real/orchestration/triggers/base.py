@@ -97,6 +97,8 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
         :raises ValueError: when ``events`` is not a valid ``events`` section (names the key).
         """
         self.events = dict(events) if events else None
+        #: after an event-driven run: how many responses came from describes and from events (diagnostics, bench)
+        self.responses_seen: dict[str, int] = {}
         self.event_settings = EventSettings.from_dict(self.events)
         if self.events is not None:
             serialized_fields = {**serialized_fields, "events": self.events}
@@ -187,4 +189,5 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
                                sleep=_paced_by_source)
         finally:
             source.close()
+            self.responses_seen = {"describe": source.describes, "event": source.events}
             self.log.info("Wait on %s: %d describe call(s), %d event(s)", resource, source.describes, source.events)
