@@ -11,7 +11,9 @@ trigger per job runs on one asyncio event loop in its own thread, as the waits o
 the sandbox's wait-event queue, 20 s long polling, reconcile describe every 600 s). Measured per row:
 
 * resume latency: from the sandbox's state change to SUCCEEDED (the moment its responder changed the job and
-  published the event) to the trigger yielding its event (the task resuming), p50 / p95 over the waits;
+  handed the event to its one sender thread) to the trigger yielding its event (the task resuming), p50 / p95 over
+  the waits; beside it the same from moto's PutEvents returning (the difference is the sandbox's own publishing
+  backlog: one thread sends every event of every job, which at 50 jobs queues them; EventBridge has no such queue);
 * AWS calls, counted by the sandbox's server (every request from outside the sandbox): SQS (ReceiveMessage,
   DeleteMessageBatch, ChangeMessageVisibilityBatch) and DescribeJobs, separately and together, divided by the
   summed waiting hours (per wait) and by the wall hours of the row (all waits together);
@@ -56,10 +58,10 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def _succeeded_at(sandbox: Any, job_id: str) -> float | None:
-    """``time.time()`` of the sandbox's last state change of ``job_id`` (to SUCCEEDED, the terminal one), from the
-    responder's publish on the event bus (it publishes in both modes)."""
-    times = [changed for detail_type, key, changed, _, _ in list(sandbox.aws_events.published)
+def _succeeded_at(sandbox: Any, job_id: str) -> tuple[float, float] | None:
+    """``(time.time() of the sandbox's last state change of job_id, of its PutEvents returning)``: the change to
+    SUCCEEDED, the terminal one, from the responder's publish on the event bus (it publishes in both modes)."""
+    times = [(changed, put) for detail_type, key, changed, _, put in list(sandbox.aws_events.published)
              if detail_type == "Batch Job State Change" and key == job_id]
     return max(times) if times else None
 
@@ -119,11 +121,12 @@ def _run_triggers(sandbox: Any, n: int, mode: str, poll_seconds: float) -> dict[
     requests = [r for r in sandbox.requests.since(t0) if r.time <= t_end + 0.001]
     sqs = {a: sum(1 for r in requests if r.action == a) for a in SQS_ACTIONS}
     describes = sum(1 for r in requests if r.action in DESCRIBE_ACTIONS)
-    latencies = []
+    latencies, from_put = [], []
     for job_id, at in resumed.items():
         changed = _succeeded_at(sandbox, job_id)
         if changed is not None:
-            latencies.append(at - changed)
+            latencies.append(at - changed[0])
+            from_put.append(at - changed[1])
     waiting_s = sum(resumed[j] - started[j] for j in resumed)
     wall_s = t_end - min(started.values())
     calls = sum(sqs.values()) + describes
@@ -133,6 +136,8 @@ def _run_triggers(sandbox: Any, n: int, mode: str, poll_seconds: float) -> dict[
         "responses_seen": seen,
         "latency_p50_s": statistics.median(latencies) if latencies else float("nan"),
         "latency_p95_s": _percentile(latencies, 0.95),
+        "from_put_events_p50_s": statistics.median(from_put) if from_put else float("nan"),
+        "from_put_events_p95_s": _percentile(from_put, 0.95),
         "sqs_calls": sqs, "describe_calls": describes, "calls": calls,
         "sqs_per_waiting_hour_per_wait": sum(sqs.values()) * per_wait_hour,
         "describes_per_waiting_hour_per_wait": describes * per_wait_hour,
@@ -202,7 +207,8 @@ def rows(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
         sqs = r["sqs_calls"]
         out.append((f"{head}: resume latency state change -> trigger event, p50 / p95",
                     f"{r['latency_p50_s']:.2f} / {r['latency_p95_s']:.2f} s ({r['latency_n']} waits, "
-                    f"outcomes {','.join(r['outcomes'])})"))
+                    f"outcomes {','.join(r['outcomes'])}; from the sandbox's PutEvents returning: "
+                    f"{r['from_put_events_p50_s']:.2f} / {r['from_put_events_p95_s']:.2f} s)"))
         out.append((f"{head}: AWS calls per waiting hour per wait, SQS + DescribeJobs = total",
                     f"{r['sqs_per_waiting_hour_per_wait']:.0f} + {r['describes_per_waiting_hour_per_wait']:.0f} = "
                     f"{r['calls_per_waiting_hour_per_wait']:.0f} (waits of {r['mean_wait_s']:.0f} s)"))
