@@ -59,11 +59,15 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _succeeded_at(sandbox: Any, job_id: str) -> tuple[float, float] | None:
-    """``(time.time() of the sandbox's last state change of job_id, of its PutEvents returning)``: the change to
-    SUCCEEDED, the terminal one, from the responder's publish on the event bus (it publishes in both modes)."""
-    times = [(changed, put) for detail_type, key, changed, _, put in list(sandbox.aws_events.published)
-             if detail_type == "Batch Job State Change" and key == job_id]
-    return max(times) if times else None
+    """``(time.time() when the sandbox's responder set job_id SUCCEEDED, when the PutEvents of that change
+    returned)``; None when either is missing. The first from the responder's own status log, the second from the
+    event bus's record of the SUCCEEDED event (matched on the detail's status)."""
+    changed = [e.time for e in sandbox.events.find("batch", "job-status", job_id=job_id, status="SUCCEEDED")]
+    put = [p for detail_type, key, c, _, p in list(sandbox.aws_events.published)
+           if detail_type == "Batch Job State Change" and key == job_id and changed and c >= changed[0] - 1e-3]
+    if not changed or not put:
+        return None
+    return changed[0], min(put)
 
 
 def _run_triggers(sandbox: Any, n: int, mode: str, poll_seconds: float) -> dict[str, Any]:
