@@ -58,16 +58,16 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def _succeeded_at(sandbox: Any, job_id: str) -> tuple[float, float] | None:
+def _succeeded_at(sandbox: Any, job_id: str) -> tuple[float, float | None] | None:
     """``(time.time() when the sandbox's responder set job_id SUCCEEDED, when the PutEvents of that change
-    returned)``; None when either is missing. The first from the responder's own status log, the second from the
-    event bus's record of the SUCCEEDED event (matched on the detail's status)."""
+    returned)``, from the responder's own status log and the event bus's record of the events sent since (None
+    when not sent yet: a polling wait can resume first); None when the job never got SUCCEEDED."""
     changed = [e.time for e in sandbox.events.find("batch", "job-status", job_id=job_id, status="SUCCEEDED")]
     put = [p for detail_type, key, c, _, p in list(sandbox.aws_events.published)
            if detail_type == "Batch Job State Change" and key == job_id and changed and c >= changed[0] - 1e-3]
-    if not changed or not put:
+    if not changed:
         return None
-    return changed[0], min(put)
+    return changed[0], (min(put) if put else None)
 
 
 def _run_triggers(sandbox: Any, n: int, mode: str, poll_seconds: float) -> dict[str, Any]:
@@ -130,7 +130,8 @@ def _run_triggers(sandbox: Any, n: int, mode: str, poll_seconds: float) -> dict[
         changed = _succeeded_at(sandbox, job_id)
         if changed is not None:
             latencies.append(at - changed[0])
-            from_put.append(at - changed[1])
+            if changed[1] is not None:
+                from_put.append(at - changed[1])
     waiting_s = sum(resumed[j] - started[j] for j in resumed)
     wall_s = t_end - min(started.values())
     calls = sum(sqs.values()) + describes
