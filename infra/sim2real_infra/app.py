@@ -101,7 +101,7 @@ def environment_config(settings: Settings, stacks: dict[str, Any]) -> dict[str, 
         "sandbox": False,
     }
     if stacks.get("wait_events") is not None:
-        config["events"] = {"mode": "polling", "queue_url": stacks["wait_events"].queue_url,
+        config["events"] = {"mode": "events", "queue_url": stacks["wait_events"].queue_url,
                             "reconcile_interval_seconds": 600}
     if stacks.get("hyperpod") is not None:
         config["hyperpod"] = {"cluster_name": stacks["hyperpod"].cluster_name, "gpu_instance_group": "gpu",

@@ -98,7 +98,7 @@ def test_wait_events_template_passes_cfn_lint(synth: Synth) -> None:
 def test_environment_config_names_the_queue(synth: Synth) -> None:
     section = synth.stacks.config["events"]
     settings = EventSettings.from_dict({**section, "queue_url": "https://sqs.example/q"})
-    # polling until the triggers consume the queue: the config must not claim event-driven waits
-    assert section["mode"] == "polling" and not settings.enabled and settings.reconcile_interval_seconds == 600
+    # the triggers consume the queue: events, with the 10 min reconcile describe
+    assert section["mode"] == "events" and settings.enabled and settings.reconcile_interval_seconds == 600
     url = render(synth.stacks.wait_events.resolve(section["queue_url"]))
     assert url == "https://sqs.us-east-1.amazonaws.com/123456789012/sim2real-wait-events"

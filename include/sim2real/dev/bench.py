@@ -19,8 +19,9 @@ Rows:
   seeds, the Wilson 95 % interval of all seeds' episodes pooled (100 evaluation episodes per seed, seeds
   2000..2099), each seed's rate and the median env-steps/s (:mod:`sim2real.workloads.bench`). ``--rl-budgets``,
   ``--rl-seeds`` and ``--only rl`` make it shorter;
-* optional (``--only waits``): wait-event latency and AWS calls per waiting hour at 1, 10 and 50 concurrent
-  Batch waits in the sandbox (:mod:`sim2real.dev.bench_waits`);
+* optional (``--only waits``): waits by polling vs by AWS events through the Batch trigger, at 1, 10 and 50
+  concurrent waits in the sandbox: resume latency p50/p95, AWS calls per waiting hour (SQS and DescribeJobs) and
+  triggerer CPU (:mod:`sim2real.dev.bench_waits`);
 * policy server latency p50/p99 (ms) and throughput (requests/s) over real ZMQ on loopback,
   onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy.
 
@@ -269,8 +270,8 @@ def _parse_main(argv: list[str]):
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
     ap.add_argument("--only", choices=("all", "rl", "waits"), default="all",
-                    help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait-event "
-                         "rows (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox)")
+                    help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait rows, "
+                         "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox)")
     ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
     ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
     args = ap.parse_args(argv)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -302,6 +303,100 @@ def _built_not_stale(o: Outcome) -> tuple[bool, Any]:
             {"digest": digest, "stale": STALE.get("digest"), "StartBuild": o.requests.get("StartBuild", 0)})
 
 
+
+# -- wait events (EventBridge -> SQS -> the triggers) ---------------------------------------------------------
+BATCH_EVENT = "Batch Job State Change"
+#: A Batch job of another DAG run in the same job queue (the rule lets it through; no wait of this run owns it).
+FOREIGN_JOB_ID = "0f0e0d0c-another-runs-job"
+
+
+def _since(sandbox, env_config) -> float:
+    return time.time()
+
+
+def _event_counts(sandbox, env_config, since: float) -> dict[str, Any]:
+    """What the sandbox's event bus did since ``since``: events dropped / duplicated / published per detail-type."""
+    found = [e for e in sandbox.events.find("events") if e.time >= since]
+    return {"dropped": Counter(e.data.get("detail_type") for e in found if e.kind == "dropped"),
+            "duplicated": Counter(e.data.get("detail_type") for e in found if e.kind == "duplicated"),
+            "published": Counter(e.data.get("detail_type") for e in found if e.kind == "published")}
+
+
+def _dropped_probe(sandbox, env_config, since) -> dict[str, Any]:
+    return _event_counts(sandbox, env_config, since)
+
+
+def _train_ended_without_batch_events(o: Outcome) -> tuple[bool, Any]:
+    dropped, published = o.probe["dropped"].get(BATCH_EVENT, 0), o.probe["published"].get(BATCH_EVENT, 0)
+    return (o.state_of(TRAIN) == "success" and dropped > 0 and published == 0,
+            {"train": o.state_of(TRAIN), "Batch events dropped": dropped, "Batch events published": published})
+
+
+def _duplicates_one_outcome(o: Outcome) -> tuple[bool, Any]:
+    duplicated = sum(o.probe["duplicated"].values())
+    tries = {t: o.tries(t) for t in (ids.BUILD_IMAGE, TRAIN, ids.RUN_EVALUATION)}
+    return (duplicated > 0 and all(n == 1 for n in tries.values()),
+            {"duplicated": dict(o.probe["duplicated"]), "tries": tries})
+
+
+def _foreign_batch_event(sandbox, env_config) -> None:
+    """Another run's job in this job queue FAILS while this run's training job is waited on."""
+    queue_arn = f"arn:aws:batch:{sandbox.region}:{sandbox.account_id}:job-queue/{env_config['batch']['job_queue']}"
+    job_arn = f"arn:aws:batch:{sandbox.region}:{sandbox.account_id}:job/{FOREIGN_JOB_ID}"
+    detail = {"jobArn": job_arn, "jobName": "sim2real-train-another-run", "jobId": FOREIGN_JOB_ID,
+              "jobQueue": queue_arn, "status": "FAILED", "statusReason": "another run's job failed",
+              "attempts": [], "createdAt": int(time.time() * 1000), "jobDefinition": env_config["batch"]["job_definition"]}
+    # straight to EventBridge: the events_drop fault of the shared run must not take this one
+    sandbox.client("events", internal=True).put_events(Entries=[{
+        "Source": "aws.batch", "DetailType": BATCH_EVENT, "Resources": [job_arn], "Detail": json.dumps(detail)}])
+    sandbox.events.emit("events", "foreign", f"{BATCH_EVENT} for {FOREIGN_JOB_ID} (another run) -> EventBridge",
+                        detail_type=BATCH_EVENT, key=FOREIGN_JOB_ID)
+
+
+def _foreign_probe(sandbox, env_config, since) -> dict[str, Any]:
+    return {"sent": len([e for e in sandbox.events.find("events", "foreign") if e.time >= since])}
+
+
+def _foreign_ignored(o: Outcome) -> tuple[bool, Any]:
+    return (o.probe["sent"] == 1 and o.state_of(TRAIN) == "success" and not o.error(TRAIN),
+            {"foreign events sent": o.probe["sent"], "train": o.state_of(TRAIN)})
+
+
+class _ConsumerLog(logging.Handler):
+    """Keeps the wait-event consumer's warnings (the queue unreachable) of one run."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _watch_consumer(sandbox, env_config) -> _ConsumerLog:
+    handler = _ConsumerLog()
+    logging.getLogger("sim2real.orchestration.events.consumer").addHandler(handler)
+    return handler
+
+
+def _queue_unreachable(sandbox, env_config) -> None:
+    """The wait-event queue refuses the next two receives (AccessDenied, which botocore does not retry): the
+    evaluation wait's consumer gives up on it and the wait polls."""
+    sandbox.faults.setdefault("access_denied", {})["ReceiveMessage"] = 2
+
+
+def _consumer_probe(sandbox, env_config, handler: _ConsumerLog) -> dict[str, Any]:
+    logging.getLogger("sim2real.orchestration.events.consumer").removeHandler(handler)
+    return {"warnings": list(handler.lines)}
+
+
+def _fell_back_and_logged(o: Outcome) -> tuple[bool, Any]:
+    warned = [w for w in o.probe["warnings"] if "unreachable" in w and "fall back to polling" in w]
+    return (o.injected.get("ReceiveMessage", 0) == 2 and bool(warned) and o.state_of(ids.RUN_EVALUATION) == "success",
+            {"ReceiveMessage refused": o.injected.get("ReceiveMessage", 0), "warnings": o.probe["warnings"][:2],
+             "run_evaluation": o.state_of(ids.RUN_EVALUATION)})
+
+
 SCENARIOS: list[Scenario] = [
     Scenario(
         "batch_runnable", "Batch job held RUNNABLE (no capacity); budget runnable_timeout_minutes=1, the job reports "
@@ -498,6 +593,37 @@ SCENARIOS: list[Scenario] = [
         faults={"codebuild_instant": True}, conf=NO_RELEASE, setup=_stale_tag,
         # the build stage's fault, beside the train stage's retry: one successful run checks both
         shares_run="worker_lost_after_submit",
+    ),
+    Scenario(
+        "event_dropped", "every Batch Job State Change event is dropped before EventBridge (reconcile describe "
+        "every 5 s)", "lost event",
+        "the training wait ends on its reconcile describe; the run succeeds",
+        all_of(succeeds, custom("train ended with no Batch event delivered", _train_ended_without_batch_events)),
+        faults={"events_drop": [BATCH_EVENT]}, conf=NO_RELEASE, setup=_since, probe=_dropped_probe,
+        env_patch={"events": {"reconcile_interval_seconds": 5}},
+    ),
+    Scenario(
+        "event_duplicated", "every state-change event that is not dropped (all but Batch's) reaches the queue "
+        "twice (same event id)",
+        "duplicate event", "one outcome per wait: each waiting task ends once, in one try; the run succeeds",
+        all_of(succeeds, custom("duplicates delivered, every wait ended once", _duplicates_one_outcome)),
+        faults={"events_duplicate": True}, conf=NO_RELEASE, setup=_since, probe=_dropped_probe,
+        shares_run="event_dropped",
+    ),
+    Scenario(
+        "event_for_another_run", "a Batch Job State Change event FAILED for another run's job in the same queue, "
+        "while training waits", "foreign event", "ignored: the training wait ends on its own job; the run succeeds",
+        all_of(succeeds, custom("the foreign FAILED event changed nothing", _foreign_ignored)),
+        conf=NO_RELEASE, setup=_since, probe=_foreign_probe,
+        on_task_start={TRAIN: _foreign_batch_event}, shares_run="event_dropped",
+    ),
+    Scenario(
+        "event_queue_unavailable", "the wait-event queue refuses ReceiveMessage (AccessDenied) while the "
+        "evaluation waits", "queue unavailable",
+        "the evaluation wait falls back to polling (logged) and ends as it would; the run succeeds",
+        all_of(succeeds, custom("fell back to polling, logged", _fell_back_and_logged)),
+        conf=NO_RELEASE, setup=_watch_consumer, probe=_consumer_probe,
+        on_task_start={ids.RUN_EVALUATION: _queue_unreachable}, shares_run="event_dropped",
     ),
 ]
 for _s in SCENARIOS:  # every scenario also checks the invariants

@@ -73,7 +73,7 @@ Shape (JSON object; every key below is required unless marked optional)::
         "num_nodes": 2, "max_iterations": 3000, "train_time_budget_seconds": 0
       },
       "events": {                               # optional; waits resume on AWS events (EventBridge -> SQS)
-        "mode": "polling",                     # "polling" (what the waits do today) or "events"; see
+        "mode": "events",                      # "events" (infra/ and the sandbox write it) or "polling"; see
         "queue_url": "https://sqs...",         # sim2real.orchestration.events.settings for every key
         "reconcile_interval_seconds": 600
       },

@@ -20,7 +20,9 @@ def test_shards_cover_every_scenario_once_and_keep_shared_runs_together():
 def test_a_shared_run_is_one_run_of_both_scenarios_and_a_lone_pick_runs_alone():
     runs = faults.runs_of()
     assert ["worker_lost_after_submit", "build_over_at_once"] in runs
-    assert len(runs) == len(faults.SCENARIO_NAMES) - 1
+    events = ["event_dropped", "event_duplicated", "event_for_another_run", "event_queue_unavailable"]
+    assert events in runs      # the four wait-event faults: one run, led by the one that patches the config
+    assert len(runs) == len(faults.SCENARIO_NAMES) - 1 - 3
     assert faults.runs_of(["build_over_at_once"]) == [["build_over_at_once"]]
     assert faults.runs_of(["build_over_at_once", "worker_lost_after_submit", "quota_below_need"]) == [
         ["worker_lost_after_submit", "build_over_at_once"], ["quota_below_need"]]
@@ -45,4 +47,5 @@ def test_a_shared_run_that_would_hide_a_fault_is_refused(follower, needle):
 
 def test_every_declared_shared_run_is_valid():
     faults._check_shared_runs(faults.SCENARIOS)
-    assert [s.name for s in faults.SCENARIOS if s.shares_run] == ["build_over_at_once"]
+    assert [s.name for s in faults.SCENARIOS if s.shares_run] == [
+        "build_over_at_once", "event_duplicated", "event_for_another_run", "event_queue_unavailable"]

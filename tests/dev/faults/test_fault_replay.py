@@ -35,7 +35,7 @@ COST_S = {
     "ssm_timeout": 144, "batch_node_fails": 140, "checkpoint_bad_sha256": 110, "build_over_at_once": 88,
     "quota_below_need": 87, "thing_group_without_devices": 39, "conf_unknown_keys": 27,
     "missing_release_resources": 23, "instance_type_too_small": 21, "invalid_bucket_name": 20,
-    "conf_out_of_range": 6,
+    "conf_out_of_range": 6, "event_dropped": 185,
 }
 DEFAULT_COST_S = 150
 

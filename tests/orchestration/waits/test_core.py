@@ -80,6 +80,23 @@ def test_driver_times_out_after_max_attempts_with_last_reason():
     assert not responses.items
 
 
+def test_driver_ends_at_its_deadline_however_few_responses_came():
+    """A source that paces itself (events) gives few responses: the deadline, not an attempt count, ends it."""
+    clock = iter([1000.0, 1000.0, 1600.0, 4700.0])   # start, then the time of each response
+    responses = _Responses({"Status": "PENDING"}, {"Status": "PENDING"}, {"Status": "PENDING"})
+    event = _run(drive(_count_step, responses, WaitState(poll_interval_s=30), max_attempts=None,
+                       deadline=1000.0 + 3600, clock=lambda: next(clock)))
+    assert event["status"] == "timeout" and "no end within 3600 s (the wait's deadline)" in event["message"]
+    assert event["seen"] == 3 and not responses.items
+
+
+def test_driver_deadline_does_not_hide_a_terminal_last_response():
+    clock = iter([0.0, 50.0, 200.0])
+    event = _run(drive(_count_step, _Responses({"Status": "PENDING"}, {"Status": "DONE"}), WaitState(),
+                       max_attempts=None, deadline=100.0, clock=lambda: next(clock)))
+    assert event["status"] == "success"
+
+
 def test_driver_retries_throttling_and_fails_other_client_errors():
     throttled = ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "Describe")
     denied = ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "Describe")

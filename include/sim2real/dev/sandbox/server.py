@@ -33,6 +33,8 @@ Faults (``Sandbox(faults={...})`` or ``sandbox.faults[...] = ...`` at any time):
 * ``greengrass_device_fail``: thing name or list — those devices fail the deployment.
 * ``greengrass_stuck``: True — devices stay IN_PROGRESS until the deployment is cancelled.
 * ``throttle``: {"<Action>": n} — the next n external calls of that action get ThrottlingException.
+* ``access_denied``: {"<Action>": n} — the next n external calls of that action get AccessDenied (HTTP 403; not
+  retried by botocore: e.g. ``{"ReceiveMessage": 2}`` makes the wait-event queue unreachable for the consumer).
 * ``server_error``: {"<Action>": n} — the next n external calls of that action get HTTP 503
   (``ServiceUnavailable``), a transient 5xx that clients retry.
 * ``batch_lost_after_submit``: n — the first DescribeJobs after each of the next n SubmitJobs fails
@@ -93,13 +95,18 @@ class _Unavailable(ServiceException):
     message = "Service unavailable (sandbox fault)"
 
 
+class _AccessDenied(ServiceException):
+    code = "AccessDenied"
+    message = "Access to the resource is denied (sandbox fault access_denied)"
+
+
 class _LostAfterSubmit(ServiceException):
     code = "ClientException"
     message = "sandbox fault batch_lost_after_submit: the submitting worker is gone"
 
 
 def take_fault(faults: dict[str, Any], kind: str, action: str) -> bool:
-    """Consume one injected error of ``kind`` ("throttle" / "server_error") for ``action``."""
+    """Consume one injected error of ``kind`` ("throttle" / "server_error" / "access_denied") for ``action``."""
     table = faults.get(kind) or {}
     if table.get(action, 0) > 0:
         table[action] -= 1
@@ -268,6 +275,9 @@ class Sandbox:
                     if take_fault(sandbox.faults, "throttle", action):
                         error = _Throttled()
                         sandbox.events.emit("sandbox", "fault", f"{action} throttled (fault)", action=action)
+                    elif take_fault(sandbox.faults, "access_denied", action):
+                        error, status_override = _AccessDenied(), 403
+                        sandbox.events.emit("sandbox", "fault", f"{action} answered AccessDenied (fault)", action=action)
                     elif take_fault(sandbox.faults, "server_error", action):
                         error, status_override = _Unavailable(), 503
                         sandbox.events.emit("sandbox", "fault", f"{action} answered 503 (fault)", action=action)

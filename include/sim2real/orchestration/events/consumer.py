@@ -69,16 +69,24 @@ class WaitEvent:
 
 
 class EventSubscription:
-    """One wait's registration for one resource key. Get events with :meth:`next_event`; :meth:`close` when done."""
+    """One wait's registration for one or more resource keys (e.g. an SSM command's invocation on each of its
+    instances), with one inbox. Get events with :meth:`next_event`; :meth:`close` when done."""
 
-    def __init__(self, consumer: EventConsumer, key: ResourceKey, remember: int = 512) -> None:
+    def __init__(self, consumer: EventConsumer, keys: tuple[ResourceKey, ...], remember: int = 512) -> None:
+        if not keys:
+            raise ValueError("a subscription needs at least one resource key")
         self.consumer = consumer
-        self.key = key
+        self.keys = keys
         self._queue: asyncio.Queue[WaitEvent | None] = asyncio.Queue()
         self._seen: deque[str] = deque(maxlen=remember)
         self._seen_set: set[str] = set()
         self.closed = False
         self.duplicates = 0
+
+    @property
+    def key(self) -> ResourceKey:
+        """The first (for most waits the only) resource key."""
+        return self.keys[0]
 
     @property
     def events_available(self) -> bool:
@@ -150,20 +158,24 @@ class EventConsumer:
         self._failures = 0
 
     # -- registration ----------------------------------------------------------------------------------------
-    def subscribe(self, key: ResourceKey) -> EventSubscription:
-        """Register a wait for ``key`` (call on the running event loop; starts the consumer's task)."""
-        sub = EventSubscription(self, key)
-        self._subs.setdefault(key, []).append(sub)
+    def subscribe(self, key: ResourceKey | tuple[ResourceKey, ...] | list[ResourceKey]) -> EventSubscription:
+        """Register a wait for ``key`` (or each of several keys, one inbox) (call on the running event loop;
+        starts the consumer's task)."""
+        keys = (key,) if isinstance(key, ResourceKey) else tuple(dict.fromkeys(key))
+        sub = EventSubscription(self, keys)
+        for k in keys:
+            self._subs.setdefault(k, []).append(sub)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim2real-wait-events")
         return sub
 
     def _unsubscribe(self, sub: EventSubscription) -> None:
-        subs = self._subs.get(sub.key, [])
-        if sub in subs:
-            subs.remove(sub)
-        if not subs:
-            self._subs.pop(sub.key, None)
+        for key in sub.keys:
+            subs = self._subs.get(key, [])
+            if sub in subs:
+                subs.remove(sub)
+            if not subs:
+                self._subs.pop(key, None)
         # the task sees no subscription after its current receive and ends by itself
 
     @property
@@ -180,7 +192,8 @@ class EventConsumer:
 
     @property
     def subscriptions(self) -> int:
-        return sum(len(v) for v in self._subs.values())
+        """Waits registered (a wait with several keys counts once)."""
+        return len({id(sub) for subs in self._subs.values() for sub in subs})
 
     async def stop(self) -> None:
         """Cancel the task and wait for it (tests, shutdown)."""
@@ -202,9 +215,8 @@ class EventConsumer:
         else:
             log.warning("wait-event queue %s unreachable (%s): waits fall back to polling at their normal "
                         "interval until it answers", self.settings.queue_url, reason)
-        for subs in self._subs.values():
-            for sub in subs:
-                sub._wake()
+        for sub in {id(s): s for subs in self._subs.values() for s in subs}.values():
+            sub._wake()
 
     async def _run(self) -> None:
         try:
@@ -311,17 +323,20 @@ def sqs_client_factory(aws_conn_id: str | None, region_name: str | None) -> Clie
     return hook.get_async_conn
 
 
-def subscribe(key: ResourceKey, settings: EventSettings, *, aws_conn_id: str | None = "aws_default",
+def subscribe(key: ResourceKey | tuple[ResourceKey, ...] | list[ResourceKey], settings: EventSettings, *,
+              aws_conn_id: str | None = "aws_default",
               region_name: str | None = None,
               client_factory: ClientFactory | None = None) -> EventSubscription | None:
-    """Register a wait for ``key`` with this process's consumer of ``settings.queue_url`` (created on first use).
+    """Register a wait for ``key`` (or several keys sharing one inbox) with this process's consumer of
+    ``settings.queue_url`` (created on first use).
 
     :return: the subscription, or None when events are off (polling only: no queue configured or mode
         ``polling``); the caller then polls.
     """
     if not settings.enabled:
+        idents = key.ident if isinstance(key, ResourceKey) else ", ".join(k.ident for k in key)
         log.info("wait events off (%s): %s is waited on by polling",
-                 "no queue configured" if not settings.queue_url else "mode polling", key.ident)
+                 "no queue configured" if not settings.queue_url else "mode polling", idents)
         return None
     loop = asyncio.get_running_loop()
     ident = (id(loop), settings.queue_url, aws_conn_id, region_name)
@@ -351,7 +366,7 @@ class Observation:
 class EventDrivenResponses:
     """The "get next response" of a wait: describe first, then events, with a describe every reconcile interval.
 
-    ``await source()`` returns the next :class:`Observation`:
+    ``await source(max_wait=None)`` returns the next :class:`Observation`:
 
     1. the first call describes the resource (the truth at registration: events sent before it are not needed);
     2. later calls return the next event for the key, or describe when none came within
@@ -359,14 +374,19 @@ class EventDrivenResponses:
     3. without a subscription (events off) or while the queue is unreachable, they sleep ``poll_interval``
        seconds and describe (polling). An availability change wakes a waiting call, which then describes.
 
+    ``max_wait`` (seconds) caps how long this call waits before it describes: a wait's deadline, or a time-based
+    check of its step function (a RUNNABLE budget running out, a cost limit) that no state change would announce.
+
     :param subscription: from :func:`subscribe` (None: polling only).
     :param describe: ``async () -> dict``: the service's describe call for the resource.
     :param poll_interval: seconds between describes when polling.
     :param settings: for the reconcile interval.
+    :param log: where a switch between events and the polling fallback is logged (default: this module's).
+    :param resource: names the resource in those lines.
     """
 
     def __init__(self, subscription: EventSubscription | None, describe: Callable[[], Awaitable[dict[str, Any]]],
-                 *, poll_interval: float, settings: EventSettings) -> None:
+                 *, poll_interval: float, settings: EventSettings, log: Any = None, resource: str = "") -> None:
         self.subscription = subscription
         self.describe = describe
         self.poll_interval = poll_interval
@@ -374,20 +394,39 @@ class EventDrivenResponses:
         self.describes = 0
         self.events = 0
         self._started = False
+        self._log = log if log is not None else logging.getLogger(__name__)
+        self._resource = resource or (subscription.key.ident if subscription is not None else "the resource")
+        self._polling_fallback = False
 
     async def _describe(self) -> Observation:
         self.describes += 1
         return Observation(await self.describe(), "describe")
 
-    async def __call__(self) -> Observation:
+    def _note_availability(self, available: bool) -> None:
+        if available == (not self._polling_fallback):
+            return
+        self._polling_fallback = not available
+        if available:
+            self._log.info("wait-event queue answers again: waiting on %s by events (reconcile describe every "
+                           "%.0f s)", self._resource, self.reconcile_interval)
+        else:
+            reason = self.subscription.consumer.unavailable_reason if self.subscription is not None else ""
+            self._log.warning("wait-event queue unreachable (%s): polling %s every %.0f s until it answers",
+                              reason or "no answer", self._resource, self.poll_interval)
+
+    async def __call__(self, max_wait: float | None = None) -> Observation:
         if not self._started:
             self._started = True
             return await self._describe()
+        cap = None if max_wait is None else max(float(max_wait), 0.0)
         sub = self.subscription
         if sub is None or not sub.events_available:
-            await asyncio.sleep(self.poll_interval)
+            if sub is not None:
+                self._note_availability(False)
+            await asyncio.sleep(self.poll_interval if cap is None else min(self.poll_interval, cap))
             return await self._describe()
-        event = await sub.next_event(self.reconcile_interval)
+        self._note_availability(True)
+        event = await sub.next_event(self.reconcile_interval if cap is None else min(self.reconcile_interval, cap))
         if event is None:
             return await self._describe()
         self.events += 1

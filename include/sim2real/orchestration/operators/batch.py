@@ -12,6 +12,7 @@ from airflow.providers.amazon.aws.links.logs import CloudWatchEventsLink
 from airflow.providers.amazon.aws.operators.batch import BatchOperator
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
+from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.budget import cost_limit_explanation, optional_usd
 from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.failures import FailureClass, classify_failure
@@ -262,6 +263,7 @@ class BatchTrainingOperator(BatchOperator):
                 region_name=self.region_name,
                 verify=self.verify,
                 botocore_config=self.botocore_config,
+                events=task_events_section(self.log),
             ),
             method_name="execute_complete",
         )

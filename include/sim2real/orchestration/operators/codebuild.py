@@ -15,6 +15,7 @@ from airflow.providers.common.compat.sdk import (
     AirflowFailException,
 )
 
+from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.hooks.codebuild import (
     COMMIT_ID,
     CodeBuildHook,
@@ -223,6 +224,7 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
                 region_name=self.region_name,
                 verify=self.verify,
                 botocore_config=self.botocore_config,
+                events=task_events_section(self.log),
             ),
             method_name="execute_complete",
             kwargs={"key_facts": self.key_facts},

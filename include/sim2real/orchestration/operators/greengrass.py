@@ -17,6 +17,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import trim_none_values
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowFailException
+from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, summarize
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
@@ -191,6 +192,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                 region_name=self.region_name,
                 verify=self.verify,
                 botocore_config=self.botocore_config,
+                events=task_events_section(self.log),
             ),
             method_name="execute_complete",
             kwargs={"base": base},

@@ -20,6 +20,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException
 from sim2real.orchestration import slurm
+from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.budget import optional_usd
 from sim2real.orchestration.hooks.hyperpod import HyperPodHook, instance_group_specs
 from sim2real.orchestration.hooks.workstation import WorkstationHook
@@ -148,6 +149,7 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
                 region_name=self.region_name,
                 verify=self.verify,
                 botocore_config=self.botocore_config,
+                events=task_events_section(self.log),
             ),
             method_name="execute_complete",
             kwargs={"result": result},

@@ -18,6 +18,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.operators.sagemaker import SageMakerStartPipelineOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.hooks.sagemaker_pipeline import (
     PIPELINE_SUCCESS_STATES,
     SageMakerPipelineHook,
@@ -178,6 +179,7 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
                 region_name=self.region_name,
                 verify=self.verify,
                 botocore_config=self.botocore_config,
+                events=task_events_section(self.log),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.check_interval * self.waiter_max_attempts + 120),

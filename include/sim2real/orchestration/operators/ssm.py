@@ -17,6 +17,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.operators.ssm import SsmRunCommandOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.hooks.workstation import (
     SSM_INLINE_OUTPUT_LIMIT,
     SSM_SUCCESS_STATES,
@@ -241,6 +242,7 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
                 region_name=self.region_name,
                 verify=self.verify,
                 botocore_config=self.botocore_config,
+                events=task_events_section(self.log),
             ),
             method_name="execute_complete",
             kwargs={"started_instance": started},

@@ -9,6 +9,7 @@ every deferred wait would fail there. This class implements ``hook()`` the way b
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -16,7 +17,14 @@ from airflow.providers.amazon.aws.hooks.base_aws import AwsGenericHook
 from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
 from airflow.triggers.base import TriggerEvent
 
+from sim2real.orchestration.events.consumer import EventDrivenResponses, WaitEvent, subscribe
+from sim2real.orchestration.events.envelope import ResourceKey
+from sim2real.orchestration.events.settings import EventSettings
 from sim2real.orchestration.waits.core import Action, Step, WaitState, drive
+
+
+async def _paced_by_source(_seconds: float) -> None:
+    """The driver's pause between responses when :class:`EventDrivenResponses` paces the wait itself."""
 
 
 class AwsHookWaiterTrigger(AwsBaseWaiterTrigger):
@@ -47,11 +55,23 @@ class AwsHookWaiterTrigger(AwsBaseWaiterTrigger):
 
 class StepWaitTrigger(AwsHookWaiterTrigger):
     """A wait run by the wait core: ``step_function`` decides each response, :func:`~sim2real.orchestration.waits.core.drive`
-    polls, and the trigger yields ONE event (``status``: ``success`` / ``failure`` / ``timeout``).
+    runs it, and the trigger yields ONE event (``status``: ``success`` / ``failure`` / ``timeout``).
 
     Subclasses set ``aws_hook_class`` and ``step_function`` and implement :meth:`describe` (the hook
     call that returns the next response) and, when the step can ask for an action, :meth:`perform`.
     :meth:`step_params` (default: the serialized fields) is the step's ``WaitState.params``.
+
+    **Responses: polling or AWS events.** ``events`` is the environment config's ``events`` section
+    (:class:`~sim2real.orchestration.events.settings.EventSettings`, serialized). When it is enabled and the
+    subclass names its resource keys (:meth:`event_keys`), :meth:`run` subscribes to them and the step function
+    reads the wait's :class:`~sim2real.orchestration.events.consumer.EventDrivenResponses`: one describe at
+    the start, then each state-change event as the service's describe-like response (:meth:`event_response`),
+    with a reconcile describe every ``reconcile_interval_seconds`` (or sooner, :meth:`max_event_wait`). The wait
+    then ends at a deadline, ``waiter_max_attempts`` x ``waiter_delay`` seconds after it started (events give
+    far fewer responses than polls, so the attempt count would not bound the time). Otherwise it polls:
+    ``describe`` every ``waiter_delay`` seconds, at most ``waiter_max_attempts`` times, as before. While the
+    queue is unreachable an event-driven wait polls every ``waiter_delay`` seconds (logged), and goes back to
+    events when the queue answers again (logged).
     """
 
     step_function: Callable[[Mapping[str, Any], WaitState], Step]
@@ -66,11 +86,22 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
+        events: Mapping[str, Any] | None = None,
     ) -> None:
         """The provider's trigger with what a step wait uses: the subclass's ``serialized_fields``, the poll
-        interval (s) and attempt limit, and the connection parameters. The provider's waiter-loop arguments
-        (``waiter_name``, ``failure_message``, ``status_queries``, ``return_value``, ...) are left empty: the
-        step function, not the provider's loop, decides each response."""
+        interval (s) and attempt limit, the connection parameters, and ``events`` (the environment config's
+        ``events`` section; None: polling). The provider's waiter-loop arguments (``waiter_name``,
+        ``failure_message``, ``status_queries``, ``return_value``, ...) are left empty: the step function, not
+        the provider's loop, decides each response.
+
+        :raises ValueError: when ``events`` is not a valid ``events`` section (names the key).
+        """
+        self.events = dict(events) if events else None
+        #: after an event-driven run: how many responses came from describes and from events (diagnostics, bench)
+        self.responses_seen: dict[str, int] = {}
+        self.event_settings = EventSettings.from_dict(self.events)
+        if self.events is not None:
+            serialized_fields = {**serialized_fields, "events": self.events}
         super().__init__(
             serialized_fields=serialized_fields, waiter_name="", waiter_args={}, failure_message="",
             status_message="", status_queries=[], return_value=None, waiter_delay=waiter_delay,
@@ -80,7 +111,25 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
 
     def step_params(self) -> dict[str, Any]:
         """The fixed parameters the step function reads (ids, limits)."""
-        return dict(self.serialize()[1])
+        params = dict(self.serialize()[1])
+        params.pop("events", None)
+        return params
+
+    def event_keys(self) -> list[ResourceKey]:
+        """The resource keys whose AWS state-change events answer this wait ([]: no such event, polling only).
+        Subclasses name them with the :mod:`~sim2real.orchestration.events.envelope` helpers."""
+        return []
+
+    async def event_response(self, client: Any, state: WaitState, event: WaitEvent) -> Mapping[str, Any]:
+        """The step function's response for a delivered event (default: its describe-like response as is).
+        A subclass whose step needs what the event lacks (an exit code, nodes) completes it here."""
+        return event.response
+
+    def max_event_wait(self, state: WaitState, last_response: Mapping[str, Any] | None) -> float | None:
+        """Seconds until the step function must see a fresh describe even without an event (a time-based
+        limit that no state change announces), or None (the reconcile interval). ``last_response``: what the
+        last step decided on."""
+        return None
 
     async def describe(self, client: Any, state: WaitState) -> Mapping[str, Any]:
         """The next response of the watched resource (one API round)."""
@@ -92,13 +141,53 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         step_function = type(self).step_function
+        state = WaitState(params=self.step_params(), poll_interval_s=float(self.waiter_delay))
+        keys = self.event_keys() if self.event_settings.enabled else []
         async with await self.hook().get_async_conn() as client:
-            event = await drive(
-                step_function,
-                lambda state: self.describe(client, state),
-                WaitState(params=self.step_params(), poll_interval_s=float(self.waiter_delay)),
-                max_attempts=int(self.attempts),
-                perform=lambda action: self.perform(client, action),
-                log=self.log,
-            )
+            if keys:
+                event = await self._drive_with_events(client, step_function, state, keys)
+            else:
+                event = await drive(
+                    step_function,
+                    lambda state: self.describe(client, state),
+                    state,
+                    max_attempts=int(self.attempts),
+                    perform=lambda action: self.perform(client, action),
+                    log=self.log,
+                )
         yield TriggerEvent(event)
+
+    async def _drive_with_events(self, client: Any, step_function: Callable[[Mapping[str, Any], WaitState], Step],
+                                 initial: WaitState, keys: list[ResourceKey]) -> dict[str, Any]:
+        """:func:`drive` over :class:`EventDrivenResponses` of ``keys``, bounded by the deadline."""
+        settings = self.event_settings
+        deadline = time.time() + float(self.waiter_delay) * int(self.attempts)
+        current = {"state": initial, "response": None}
+        subscription = subscribe(keys, settings, aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        resource = ", ".join(k.ident for k in keys)
+        source = EventDrivenResponses(subscription, lambda: self.describe(client, current["state"]),
+                                      poll_interval=float(self.waiter_delay), settings=settings, log=self.log,
+                                      resource=resource)
+        self.log.info("Waiting on %s by AWS events (queue %s; reconcile describe every %.0f s; deadline in %.0f s)",
+                      resource, settings.queue_url, settings.reconcile_interval_seconds, deadline - time.time())
+
+        async def next_response(state: WaitState) -> Mapping[str, Any]:
+            current["state"] = state
+            wait = max(deadline - time.time(), 0.0)
+            check = self.max_event_wait(state, current["response"])
+            observation = await source(max_wait=wait if check is None else min(wait, max(check, 0.0)))
+            if observation.event is not None:
+                response = await self.event_response(client, state, observation.event)
+            else:
+                response = observation.response
+            current["response"] = response
+            return response
+
+        try:
+            return await drive(step_function, next_response, initial, max_attempts=None, deadline=deadline,
+                               perform=lambda action: self.perform(client, action), log=self.log,
+                               sleep=_paced_by_source)
+        finally:
+            source.close()
+            self.responses_seen = {"describe": source.describes, "event": source.events}
+            self.log.info("Wait on %s: %d describe call(s), %d event(s)", resource, source.describes, source.events)

@@ -6,11 +6,13 @@ from typing import Any
 
 from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
 
+from sim2real.orchestration.events import envelope
 from sim2real.orchestration.hooks.batch import (
     DEFAULT_LOG_GROUP,
     PROGRESS_RE,
     BatchTrainingHook,
     format_compute_environments,
+    runnable_elapsed,
 )
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.batch import batch_job_step
@@ -61,6 +63,7 @@ class BatchTrainingJobTrigger(StepWaitTrigger):
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
+        events: dict[str, Any] | None = None,
         cost_limit_usd: float | None = None,
         usd_per_node_hour: float | None = None,
         num_nodes: int = 1,
@@ -82,6 +85,7 @@ class BatchTrainingJobTrigger(StepWaitTrigger):
             region_name=region_name,
             verify=verify,
             botocore_config=botocore_config,
+            events=events,
         )
         self.job_id = job_id
         self.runnable_timeout_seconds = runnable_timeout_seconds
@@ -94,6 +98,25 @@ class BatchTrainingJobTrigger(StepWaitTrigger):
         self._progress_stream: str | None = None
 
     step_function = staticmethod(batch_job_step)
+
+    def event_keys(self) -> list[envelope.ResourceKey]:
+        """``Batch Job State Change`` events of the job (their detail is the job as DescribeJobs returns it)."""
+        return [envelope.batch_job(self.job_id)]
+
+    def max_event_wait(self, state: WaitState, last_response: Any) -> float | None:
+        """No state change announces a RUNNABLE budget running out or a cost limit being reached: while RUNNABLE
+        with a budget, describe again when the budget ends; while RUNNING with a cost limit, every
+        ``waiter_delay`` seconds (the step's cost check looks one poll interval ahead, as when polling)."""
+        jobs = (last_response or {}).get("jobs") or []
+        if not jobs:
+            return None
+        job = jobs[0]
+        if job.get("status") == "RUNNABLE" and self.runnable_timeout_seconds is not None:
+            elapsed = runnable_elapsed(job, state.now, state.memory.get("first_runnable"))
+            return max(float(self.runnable_timeout_seconds) - elapsed, 1.0)
+        if job.get("status") == "RUNNING" and self.cost_limit_usd is not None and self.usd_per_node_hour is not None:
+            return float(self.waiter_delay)
+        return None
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
         """``DescribeJobs`` of the job; while it runs, logs its latest progress line (``GetLogEvents``)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim2real.orchestration.events import envelope
 from sim2real.orchestration.hooks.codebuild import CodeBuildHook
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.codebuild import codebuild_build_step
@@ -44,6 +45,7 @@ class CodeBuildBuildCompleteTrigger(StepWaitTrigger):
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
+        events: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             serialized_fields={"build_id": build_id, "stop_on_kill": stop_on_kill},
@@ -53,11 +55,16 @@ class CodeBuildBuildCompleteTrigger(StepWaitTrigger):
             region_name=region_name,
             verify=verify,
             botocore_config=botocore_config,
+            events=events,
         )
         self.build_id = build_id
         self.stop_on_kill = stop_on_kill
 
     step_function = staticmethod(codebuild_build_step)
+
+    def event_keys(self) -> list[envelope.ResourceKey]:
+        """``CodeBuild Build State Change`` events of the build (read as its BatchGetBuilds build)."""
+        return [envelope.codebuild_build(self.build_id)]
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
         """``BatchGetBuilds`` of the build."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim2real.orchestration.events import envelope
+from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
@@ -42,6 +44,7 @@ class GreengrassDeploymentTrigger(StepWaitTrigger):
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
+        events: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             serialized_fields={
@@ -55,6 +58,7 @@ class GreengrassDeploymentTrigger(StepWaitTrigger):
             region_name=region_name,
             verify=verify,
             botocore_config=botocore_config,
+            events=events,
         )
         self.deployment_id = deployment_id
         self.thing_group_arn = thing_group_arn
@@ -71,6 +75,18 @@ class GreengrassDeploymentTrigger(StepWaitTrigger):
             kwargs["nextToken"] = page["nextToken"]
 
     step_function = staticmethod(greengrass_deployment_step)
+
+    def event_keys(self) -> list[envelope.ResourceKey]:
+        """``Greengrass V2 Effective Deployment Status Change`` events of the deployment (one per core device)."""
+        return [envelope.greengrass_deployment(self.deployment_id)]
+
+    async def event_response(self, client, state: WaitState, event: WaitEvent) -> dict[str, Any]:
+        """The event's core device as a round of one device (the step keeps the others' last reports)."""
+        response = dict(event.response)
+        thing = response.pop("coreDeviceThingName", None)
+        if not thing:
+            return await self.describe(client, state)
+        return {"devices": {thing: response}}
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
         """ListCoreDevices of the group, then ListEffectiveDeployments of each core device."""

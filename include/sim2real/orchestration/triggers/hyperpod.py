@@ -7,6 +7,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from sim2real.orchestration.events import envelope
+from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.hyperpod import HyperPodHook
 from sim2real.orchestration.hooks.workstation import SSM_FAILURE_STATES, SSM_SUCCESS_STATES, WorkstationHook
 from sim2real.orchestration.slurm import cancel_commands, status_commands
@@ -47,6 +49,7 @@ class HyperPodScaleTrigger(StepWaitTrigger):
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
+        events: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             serialized_fields={
@@ -60,6 +63,7 @@ class HyperPodScaleTrigger(StepWaitTrigger):
             region_name=region_name,
             verify=verify,
             botocore_config=botocore_config,
+            events=events,
         )
         self.cluster_name = cluster_name
         self.instance_group_name = instance_group_name
@@ -76,6 +80,15 @@ class HyperPodScaleTrigger(StepWaitTrigger):
             kwargs["NextToken"] = page["NextToken"]
 
     step_function = staticmethod(hyperpod_scale_step)
+
+    def event_keys(self) -> list[envelope.ResourceKey]:
+        """``SageMaker HyperPod Cluster State Change`` / ``Cluster Node Health Event`` events of the cluster."""
+        return [envelope.hyperpod_cluster(self.cluster_name)]
+
+    async def event_response(self, client, state: WaitState, event: WaitEvent) -> dict[str, Any]:
+        """A cluster or node event says something changed; the step needs the group's nodes, which neither
+        event lists, so the event is answered with :meth:`describe` (DescribeCluster + ListClusterNodes)."""
+        return await self.describe(client, state)
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
         """DescribeCluster, plus the group's nodes (ListClusterNodes) once the cluster is InService."""

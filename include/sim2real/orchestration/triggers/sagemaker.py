@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim2real.orchestration.events import envelope
+from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.sagemaker_pipeline import SAGEMAKER_EXT_WAITERS, SageMakerPipelineHook
 from sim2real.orchestration.hooks.waiter_rounds import classify_response
 from sim2real.orchestration.triggers.base import StepWaitTrigger
@@ -43,6 +45,7 @@ class PipelineExecutionTrigger(StepWaitTrigger):
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
+        events: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             serialized_fields={"pipeline_execution_arn": pipeline_execution_arn, "stop_on_kill": stop_on_kill},
@@ -52,11 +55,26 @@ class PipelineExecutionTrigger(StepWaitTrigger):
             region_name=region_name,
             verify=verify,
             botocore_config=botocore_config,
+            events=events,
         )
         self.pipeline_execution_arn = pipeline_execution_arn
         self.stop_on_kill = stop_on_kill
 
     step_function = staticmethod(pipeline_execution_step)
+
+    def event_keys(self) -> list[envelope.ResourceKey]:
+        """``SageMaker Model Building Pipeline Execution Status Change`` events of the execution."""
+        return [envelope.pipeline_execution(self.pipeline_execution_arn)]
+
+    async def event_response(self, client, state: WaitState, event: WaitEvent) -> dict[str, Any]:
+        """The event's execution status; for a failed execution :meth:`describe` (the failing steps, which the
+        event does not carry, name the failure), unless that still shows an earlier status."""
+        response = dict(event.response)
+        if classify_response(str(SAGEMAKER_EXT_WAITERS), "pipeline_execution_terminal", response) == "failure":
+            described = await self.describe(client, state)
+            if described.get("PipelineExecutionStatus") == response.get("PipelineExecutionStatus"):
+                return described
+        return response
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
         """DescribePipelineExecution; for a failed execution also its steps (ListPipelineExecutionSteps,

@@ -11,6 +11,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from sim2real.orchestration.events import envelope
+from sim2real.orchestration.events.consumer import WaitEvent
+from sim2real.orchestration.hooks.waiter_rounds import classify_service_response
 from sim2real.orchestration.hooks.workstation import WorkstationHook
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
@@ -50,6 +53,7 @@ class WorkstationCommandTrigger(StepWaitTrigger):
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
+        events: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             serialized_fields={
@@ -63,12 +67,33 @@ class WorkstationCommandTrigger(StepWaitTrigger):
             region_name=region_name,
             verify=verify,
             botocore_config=botocore_config,
+            events=events,
         )
         self.command_id = command_id
         self.instance_ids = list(instance_ids)
         self.cancel_on_kill = cancel_on_kill
 
     step_function = staticmethod(ssm_command_step)
+
+    def event_keys(self) -> list[envelope.ResourceKey]:
+        """``EC2 Command Invocation Status-change Notification`` events of the command on each instance."""
+        return [envelope.ssm_invocation(self.command_id, i) for i in self.instance_ids]
+
+    async def event_response(self, client, state: WaitState, event: WaitEvent) -> dict[str, Any]:
+        """The event's invocation; when it ended, its GetCommandInvocation (the event has no ``ResponseCode``,
+        which the task reports), unless that still shows an earlier status (then the event as is)."""
+        invocation = dict(event.response)
+        if classify_service_response("ssm", "CommandExecuted", invocation) != "retry":
+            try:
+                described = await client.get_command_invocation(CommandId=self.command_id,
+                                                                InstanceId=invocation["InstanceId"])
+            except Exception as error:  # noqa: BLE001 - best effort: the event's status decides the step
+                self.log.warning("GetCommandInvocation of %s on %s after its %s event failed: %s", self.command_id,
+                                 invocation["InstanceId"], invocation.get("Status"), error)
+            else:
+                if described.get("Status") == invocation.get("Status"):
+                    invocation = described
+        return invocations_response([invocation])
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
         """``GetCommandInvocation`` of every instance still pending (an error answers as its error response)."""

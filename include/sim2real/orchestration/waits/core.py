@@ -163,8 +163,9 @@ async def drive(
     log: Any = None,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     clock: Callable[[], float] = time.time,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
-    """Run ``step_function`` over responses until a terminal step or ``max_attempts`` responses.
+    """Run ``step_function`` over responses until a terminal step, ``max_attempts`` responses or ``deadline``.
 
     Per attempt: sleep ``state.poll_interval_s`` (not before the first), ``await next_response(state)``
     (a ``ClientError`` becomes its error response, which the step classifies), apply the step with
@@ -177,12 +178,16 @@ async def drive(
         and payload. Throttling / 5xx error responses (:data:`RETRIABLE_ERROR_CODES`) are retried without
         counting as an attempt.
         ``max_attempts`` None: no attempt limit (the deferral's ``timeout`` bounds the wait).
+        ``deadline``: ``clock()`` time (epoch seconds) after which a non-terminal step ends the wait with
+        ``timeout``; for a source that paces itself (events: far fewer responses than polls, so an attempt count
+        would not bound the time). The source should answer by then (``EventDrivenResponses(max_wait=...)``).
     :raises ValueError: when ``max_attempts`` < 1.
     """
     if max_attempts is not None and max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
     step: Step | None = None
     counted, first = 0, True
+    started = clock()
     while max_attempts is None or counted < max_attempts:
         if not first:
             await sleep(state.poll_interval_s)
@@ -203,6 +208,10 @@ async def drive(
         # deferral's timeout still bounds the wait).
         if error_code(response) not in RETRIABLE_ERROR_CODES:
             counted += 1
+        if deadline is not None and state.now >= deadline:
+            return event_payload(Step(
+                "timeout", f"no end within {deadline - started:.0f} s (the wait's deadline); last: {step.reason}",
+                step.payload))
     last = step.reason if step is not None else ""
     return event_payload(Step(
         "timeout",
