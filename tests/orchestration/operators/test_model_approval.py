@@ -215,13 +215,32 @@ def test_an_answer_outside_the_options_is_refused(moto_endpoint, sm, context):
 
 
 # ---------------------------------------------------------------- the trigger: SageMaker's side, the timeout
-@pytest.fixture
-def no_airflow_answer(monkeypatch):
-    """No answer in Airflow (the trigger reads the request through the Task Execution API, absent here)."""
-    async def none(self):
-        return None
+class StubComms:
+    """The triggerer's side of the Task Execution API for the human-in-the-loop request: answers
+    ``GetHITLDetailResponse`` with ``detail`` and records ``UpdateHITLDetail``."""
 
-    monkeypatch.setattr(ModelPackageDecisionTrigger, "_airflow_answer", none)
+    def __init__(self, detail=None):
+        from airflow.sdk.api.datamodels._generated import HITLDetailResponse
+
+        self.detail = detail or HITLDetailResponse(response_received=False, responded_at=None, chosen_options=None)
+        self.updates = []
+
+    def send(self, msg):
+        if type(msg).__name__ == "GetHITLDetailResponse":
+            return self.detail
+        if type(msg).__name__ == "UpdateHITLDetail":
+            self.updates.append(msg)
+            return self.detail
+        raise AssertionError(f"unexpected request {msg!r}")
+
+
+@pytest.fixture
+def comms(monkeypatch):
+    import airflow.sdk.execution_time.task_runner as task_runner
+
+    stub = StubComms()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", stub, raising=False)
+    return stub
 
 
 def trigger(group, arn, **kwargs):
@@ -229,35 +248,56 @@ def trigger(group, arn, **kwargs):
                                        model_package_arn=arn, waiter_delay=0, **kwargs)
 
 
-def test_approved_in_sagemaker_ends_the_wait(moto_endpoint, sm, context, no_airflow_answer, monkeypatch):
+def test_an_answer_in_airflow_ends_the_wait_before_the_registry_is_read(moto_endpoint, sm, comms):
+    from airflow.sdk.api.datamodels._generated import HITLDetailResponse, HITLUser
+
+    arn = register(sm, "g-tr-af", "run-1")
+    at = dt.datetime(2026, 12, 2, 7, 0, tzinfo=dt.timezone.utc)
+    comms.detail = HITLDetailResponse(response_received=True, responded_at=at, chosen_options=["Approve"],
+                                      params_input={"comment": "ok"}, responded_by_user=HITLUser(id="7", name="alice"))
+    event = first_event(trigger("g-tr-af", arn, waiter_max_attempts=1))
+    assert (event["status"], event["via"], event["model_package_arn"]) == ("success", "airflow", arn)
+    assert event["hitl_response"] == {"chosen_options": ["Approve"], "params_input": {"comment": "ok"},
+                                      "responded_by_user": {"id": "7", "name": "alice"}, "responded_at": at}
+    assert comms.updates == []  # the answer is Airflow's own: nothing to write back
+
+
+def test_approved_in_sagemaker_ends_the_wait_and_answers_the_request(moto_endpoint, sm, context, comms):
     arn = register(sm, "g-sm", "run-1", "Approved", description="approved with the CLI")
     event = first_event(trigger("g-sm", arn, waiter_max_attempts=1))
     assert (event["status"], event["via"], event["model_package_arn"]) == ("success", "sagemaker", arn)
-    closed = []
-    import airflow.sdk.execution_time.hitl as sdk_hitl
-
-    monkeypatch.setattr(sdk_hitl, "update_hitl_detail_response", lambda **kw: closed.append(kw))
+    (answer,) = comms.updates  # the Airflow request is answered with the registry's decision
+    assert answer.chosen_options == ["Approve"] and "Approved in SageMaker" in answer.params_input["comment"]
+    assert "approved with the CLI" in answer.params_input["comment"]
     result = operator("g-sm", "run-1").execute_complete(context, event)
     assert result["decision"]["via"] == "sagemaker" and result["decision"]["comment"] == "approved with the CLI"
-    (answer,) = closed  # the Airflow request is answered with the registry's decision
-    assert answer["chosen_options"] == ["Approve"] and "in SageMaker" in answer["params_input"]["comment"]
 
 
-def test_rejected_in_sagemaker_fails_the_step(moto_endpoint, sm, context, no_airflow_answer, monkeypatch):
+def test_rejected_in_sagemaker_fails_the_step(moto_endpoint, sm, context, comms):
     arn = register(sm, "g-sm-no", "run-1", "Rejected", description="bad grasp")
     event = first_event(trigger("g-sm-no", arn, waiter_max_attempts=1))
     assert (event["status"], event["via"]) == ("failure", "sagemaker")
-    import airflow.sdk.execution_time.hitl as sdk_hitl
-
-    monkeypatch.setattr(sdk_hitl, "update_hitl_detail_response", lambda **kw: None)
+    assert [u.chosen_options for u in comms.updates] == [["Reject"]]
     with pytest.raises(AirflowFailException, match="bad grasp"):
         operator("g-sm-no", "run-1").execute_complete(context, event)
 
 
-def test_no_decision_times_out_with_the_ways_to_decide(moto_endpoint, sm, context, no_airflow_answer):
+def test_a_runner_without_the_hitl_route_still_ends_on_the_registry(moto_endpoint, sm, monkeypatch):
+    import airflow.sdk.execution_time.task_runner as task_runner
+
+    class Unserved:  # dag.test()'s in-process trigger supervisor answers "Unhandled request" with None
+        def send(self, msg):
+            return None
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Unserved(), raising=False)
+    arn = register(sm, "g-unserved", "run-1", "Approved", description="ok")
+    assert first_event(trigger("g-unserved", arn, waiter_max_attempts=1))["via"] == "sagemaker"
+
+
+def test_no_decision_times_out_with_the_ways_to_decide(moto_endpoint, sm, context, comms):
     arn = register(sm, "g-late", "run-1")
     event = first_event(trigger("g-late", arn, waiter_max_attempts=2))
-    assert event["status"] == "timeout" and "via" not in event
+    assert event["status"] == "timeout" and "via" not in event and comms.updates == []
     with pytest.raises(AirflowSensorTimeout, match="Required Actions.*--model-approval-status Approved"):
         operator("g-late", "run-1").execute_complete(context, event)
 

@@ -12,7 +12,7 @@ comes first:
   (``ModelApprovalStatus`` Approved / Rejected, ``ApprovalDescription`` naming the Airflow user, the time
   and the comment);
 * an approval or rejection of the package in SageMaker (Studio, the CLI ``update-model-package``, the API):
-  the operator answers the Airflow request for the record (so the Required Actions page shows it closed).
+  the trigger answers the Airflow request with it for the record (the Required Actions page shows it closed).
 
 Rejected (either way) fails the task with the reviewer's reason, without retry. No decision within
 ``response_timeout`` fails it with the package and the ways to decide (the DAG's failure notification
@@ -175,7 +175,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         if settle_now(model_package_step, package, {"model_package_group_name": self.model_package_group_name,
                                                     "run_key": self.run_key}) is not None:
             self.log.info("Model package %s is already %s in the registry", arn, package.get("ModelApprovalStatus"))
-            return self._decided_in_sagemaker(context, package, answer_request=False)
+            return self._decided_in_sagemaker(context, package)
         self.subject = f"{self.subject} Run {self.run_key}, model package {arn.rsplit('/', 2)[-2]} " \
                        f"v{arn.rsplit('/', 1)[-1]}"
         self.body = self._body(context, package)
@@ -218,7 +218,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
                 f"within {self.response_timeout}: it is still {event.get('approval_status') or 'PendingManualApproval'}. "
                 f"{self._ways_to_decide(arn)} — then clear this task.")
         if event.get("via") == "sagemaker" and arn:
-            return self._decided_in_sagemaker(context, self.hook.describe_model_package(arn), answer_request=True)
+            return self._decided_in_sagemaker(context, self.hook.describe_model_package(arn))
         raise AirflowException(f"Model package approval wait failed: {message}")
 
     def _locate_arn(self) -> str:
@@ -245,7 +245,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
             # Decided in the registry before the Airflow answer reached this step: that decision came first.
             self.log.warning("Model package %s was already %s in SageMaker; the Airflow answer %s is not applied",
                              arn, package.get("ModelApprovalStatus"), status)
-            return self._decided_in_sagemaker(context, package, answer_request=False)
+            return self._decided_in_sagemaker(context, package)
         user = answer.get("responded_by_user") or {}
         who = user.get("name") or user.get("id") or "unknown user"
         if user.get("id") and user.get("id") != user.get("name"):
@@ -261,34 +261,14 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
         return {**approval_result(package), "decision": decision}
 
-    def _decided_in_sagemaker(self, context: Context, package: Mapping[str, Any], *,
-                              answer_request: bool) -> dict[str, Any]:
+    def _decided_in_sagemaker(self, context: Context, package: Mapping[str, Any]) -> dict[str, Any]:
         arn = package["ModelPackageArn"]
         decision = sagemaker_decision(dict(package))
         status = decision["status"]
         if status not in ("Approved", "Rejected"):
             raise AirflowException(f"Model package {arn} is {status} again after a decision; "
                                    f"{self._ways_to_decide(arn)} — then clear this task.")
-        if answer_request:
-            self._answer_request(context, decision)
         if status == "Rejected":
             raise self._rejected(context, arn, decision)
         context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
         return {**approval_result(dict(package)), "decision": decision}
-
-    def _answer_request(self, context: Context, decision: Mapping[str, Any]) -> None:
-        """Record the SageMaker decision as the answer of the Airflow request (Task Execution API), so the
-        request does not stay open; a failure (e.g. answered in Airflow a moment later) is logged."""
-        from uuid import UUID
-
-        from airflow.sdk.execution_time.hitl import update_hitl_detail_response
-
-        option = self.APPROVE if decision["status"] == "Approved" else self.REJECT
-        note = (f"{decision['status']} in SageMaker by {decision.get('decided_by') or 'unknown'} at "
-                f"{decision.get('at') or 'unknown time'}; see the package's ApprovalDescription")
-        try:
-            update_hitl_detail_response(ti_id=UUID(str(context["task_instance"].id)), chosen_options=[option],
-                                        params_input={COMMENT: note})
-        except Exception as err:  # noqa: BLE001 - the registry holds the decision; the request is a view
-            self.log.warning("could not close the Airflow approval request with the SageMaker decision: %s", err)
-
