@@ -157,7 +157,8 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
                                      dag_id=context["dag_run"].dag_id, run_id=context["dag_run"].run_id)
             except Exception:  # noqa: BLE001 - a review that cannot be assembled still leaves the decision
                 self.log.exception("the review body could not be assembled; showing the package only")
-        return "\n\n".join(package_lines(package, self.hook.conn_region_name or "us-east-1")) + "\n"
+        region = self.hook.conn_region_name or package["ModelPackageArn"].split(":")[3]  # arn:aws:sagemaker:<region>:...
+        return "\n\n".join(package_lines(package, region)) + "\n"
 
     # ------------------------------------------------------------------------------------ execute
     def execute(self, context: Context) -> Any:
