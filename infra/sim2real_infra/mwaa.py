@@ -275,6 +275,9 @@ class MwaaStack(cdk.Stack):
         self._add("ModelPackages", ["sagemaker:DescribeModelPackage", "sagemaker:DescribeModelPackageGroup"],
                   [arn("sagemaker", "model-package-group", t.model_package_group_name),
                    arn("sagemaker", "model-package", f"{t.model_package_group_name}/*")])
+        # the reviewer's answer in Airflow is written to the package (UpdateModelPackage): this group's versions only
+        self._add("ModelPackageApproval", ["sagemaker:UpdateModelPackage"],
+                  [arn("sagemaker", "model-package", f"{t.model_package_group_name}/*")])
         # 9 deploy (Greengrass CreateDeployment drives an IoT job on the thing group)
         thing_group = arn("iot", "thinggroup", t.thing_group_name)
         self._add("EdgeDeploymentState", ["greengrass:GetDeployment", "greengrass:CancelDeployment"],

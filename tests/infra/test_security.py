@@ -110,6 +110,15 @@ def test_the_resource_preflight_may_make_every_call_it_makes(synth: Synth) -> No
     assert needed <= granted, sorted(needed - granted)
 
 
+def test_the_approval_step_may_update_only_the_groups_model_packages(synth: Synth) -> None:
+    """vla.wait_for_approval writes an Airflow answer with UpdateModelPackage: granted on the group's versions only."""
+    update = [st for _, st in _statements(synth) if "sagemaker:UpdateModelPackage" in _list(st["Action"])]
+    assert len(update) == 1 and _list(update[0]["Action"]) == ["sagemaker:UpdateModelPackage"], update
+    resources = _list(update[0]["Resource"])  # Fn::Join of the ARN's parts: the last part names the resource
+    tails = [r["Fn::Join"][1][-1] if isinstance(r, dict) else r for r in resources]
+    assert tails and all(":model-package/" in t and t.endswith("/*") for t in tails), resources
+
+
 def test_mwaa_role_may_set_run_notes_as_the_user_airflow_role_only(synth: Synth) -> None:
     rest = [st for _, st in _statements(synth) if "airflow:InvokeRestApi" in _list(st["Action"])]
     assert len(rest) == 1 and _list(rest[0]["Action"]) == ["airflow:InvokeRestApi"], rest

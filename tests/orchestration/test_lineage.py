@@ -99,3 +99,25 @@ def test_the_schema_refuses_a_figure_that_is_both_or_neither_or_not_a_png():
     assert any(e.startswith("$.figures") for e in lineage_errors(lin))
     del lin["figures"]
     assert "$: 'figures' is a required property" in lineage_errors(lin)
+
+
+def test_the_release_decision_records_who_where_when_and_why():
+    from sim2real.orchestration.lineage import lineage_errors
+
+    decision = {"decided_by": "alice", "via": "airflow", "at": "2026-12-02T07:00:00+00:00", "comment": "grasps 9/10",
+                "status": "Approved"}
+    approved = build_lineage(run_key="r", dag_id="d", run_id="x", params={},
+                             model_package={"model_package_arn": "arn:aws:sagemaker:us-east-1:123456789012:model-package/g/1",
+                                            "approval_status": "Approved",
+                                            "decision": decision})
+    assert approved["approval"] == decision and lineage_errors(approved) == []
+    assert "| release decision | `Approved in airflow by alice at 2026-12-02T07:00:00+00:00: grasps 9/10` |" in \
+        render_markdown(approved)
+    # A rejection fails the approval step: its decision comes from the step's XCom, not its return value.
+    rejected = build_lineage(run_key="r", dag_id="d", run_id="x", params={},
+                             approval={**decision, "via": "sagemaker", "decided_by": None, "status": "Rejected"})
+    assert rejected["approval"]["status"] == "Rejected" and lineage_errors(rejected) == []
+    assert build_lineage(run_key="r", dag_id="d", run_id="x", params={})["approval"] is None
+    for bad in ({**decision, "via": "email"}, {**decision, "status": "PendingManualApproval"}):
+        lin = build_lineage(run_key="r", dag_id="d", run_id="x", params={}, approval=bad)
+        assert any(e.startswith("$.approval") for e in lineage_errors(lin)), bad

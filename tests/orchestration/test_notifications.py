@@ -114,6 +114,7 @@ def test_approval_needed_names_the_package_and_the_command(topic):
     [msg] = topic.received()
     assert "approval needed" in msg["Subject"]
     assert arn in msg["Message"] and "--model-approval-status Approved" in msg["Message"]
+    assert "Browse > Required Actions" in msg["Message"]  # deciding in Airflow ends the wait too
     # A sensor resuming after its deferral runs on_execute_callback again: no second message.
     ti._ti_context_from_server = SimpleNamespace(next_method="execute_complete")
     n.approval_needed()(ctx)

@@ -167,3 +167,52 @@ def test_demo_without_the_server_venv_stops_before_starting_and_says_what_to_do(
     err = capsys.readouterr().err
     assert "make mlflow-venv" in err and "--no-mlflow" in err
     assert not (tmp_path / "airflow").exists()  # nothing was started
+
+
+def test_a_server_that_never_answers_cannot_hold_the_first_task():
+    """A tracking server that accepts connections and never answers: start_tracking gives up at its overall
+    deadline (not after every call's timeout and retries) and the run goes on untracked, saying why."""
+    import socket
+    import time
+
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
+    from sim2real.orchestration.tracking import start_tracking
+
+    black_hole = socket.socket()
+    black_hole.bind(("127.0.0.1", 0))
+    black_hole.listen(16)  # connections complete in the backlog; nothing ever reads or answers
+    try:
+        url = f"http://127.0.0.1:{black_hole.getsockname()[1]}"
+        hook = MlflowHook(url, timeout=30, retries=3)  # one call alone could take 3 x 30 s + pauses
+        started = time.monotonic()
+        tracking = start_tracking(plan=_plan(), env={"mlflow": {"tracking_uri": url}}, dag_id="d", run_id="r",
+                                  hook=hook, deadline_s=1.5)
+        elapsed = time.monotonic() - started
+    finally:
+        black_hole.close()
+    assert tracking["enabled"] is False and "deadline passed" in tracking["reason"], tracking
+    assert elapsed < 10, f"start_tracking took {elapsed:.1f} s with a 1.5 s deadline"
+
+
+def test_the_hook_deadline_stops_retries_and_cuts_the_request_timeout(monkeypatch):
+    import time
+
+    import requests
+
+    from sim2real.orchestration.hooks.mlflow import MlflowApiError, MlflowHook
+
+    timeouts = []
+
+    def refuse(self, method, url, **kwargs):
+        timeouts.append(kwargs["timeout"])
+        raise requests.ConnectionError("refused")
+
+    monkeypatch.setattr(requests.Session, "request", refuse)
+    hook = MlflowHook("http://127.0.0.1:9", timeout=30, retries=5, deadline=time.monotonic() + 1.5)
+    with pytest.raises(MlflowApiError, match="deadline passed.*refused"):
+        hook.call("GET", "/experiments/get-by-name", query={"experiment_name": "x"})
+    assert 1 <= len(timeouts) < 5 and all(t <= 1.5 for t in timeouts)
+    no_deadline = MlflowHook("http://127.0.0.1:9", timeout=30, retries=1)
+    with pytest.raises(MlflowApiError, match="failed after 1 attempt"):
+        no_deadline.call("GET", "/experiments/get-by-name")
+    assert timeouts[-1] == 30

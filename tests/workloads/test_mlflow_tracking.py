@@ -234,3 +234,42 @@ def test_unreachable_server_turns_tracking_off_without_failing(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "NullRunLogger", proc.stderr
     assert "tracking is off" in proc.stderr
     assert isinstance(run_logger_from_env(stage="x", run_name="x", environ={}), NullRunLogger)
+
+
+def test_groot_finetune_logs_params_and_the_trainer_history_to_its_child_run(mlflow_stack, tracked_run, tmp_path):
+    """The fine-tune's entry point (a stand-in trainer writing the Hugging Face Trainer's trainer_state.json)
+    logs into the vla_finetune child run the DAG created, as the pipeline's environment names it."""
+    from sim2real.orchestration.tracking import stage_env
+    from sim2real.workloads.groot import finetune_entry as fe
+    from sim2real.workloads.groot import smoke_eval as se
+
+    config, ckpt = tmp_path / "config", tmp_path / "checkpoints"
+    config.mkdir()
+    (config / "hyperparameters.json").write_text(json.dumps({"embodiment_tag": "so101_arm", "max_steps": "20",
+                                                             "global_batch_size": "4", "num_gpus": "1",
+                                                             "save_steps": "10"}))
+    (config / "checkpointconfig.json").write_text(json.dumps({"LocalPath": str(ckpt)}))
+
+    def trainer(cmd, env, cwd):
+        step_dir = ckpt / "checkpoint-20"
+        arm = {"single_arm": {"start": 0, "end": 5}, "gripper": {"start": 5, "end": 6}}
+        se.write_standin_checkpoint(step_dir, modality={"state": arm, "action": arm, "video": {
+            "front": {"original_key": "observation.images.front"}}}, seed=0)
+        history = [{"loss": 1.5, "grad_norm": 3.0, "learning_rate": 1e-4, "epoch": 0.5, "step": 10},
+                   {"loss": 0.7, "grad_norm": 2.0, "learning_rate": 5e-5, "epoch": 1.0, "step": 20},
+                   {"train_runtime": 12.5, "train_loss": 1.1, "total_flos": float("nan"), "step": 20}]
+        (step_dir / "trainer_state.json").write_text(json.dumps({"global_step": 20, "log_history": history}))
+        return 0
+
+    env = {"SM_CHANNEL_DATASET": str(tmp_path / "dataset"), "SM_CHANNEL_MODEL": str(tmp_path / "base"),
+           "SM_MODEL_DIR": str(tmp_path / "model"), "GROOT_HOME": str(tmp_path), "SIM2REAL_GPUS": "1",
+           "SIM2REAL_RUN_KEY": RUN_KEY, **mlflow_stack["aws"], **stage_env(tracked_run["tracking"], "vla_finetune")}
+    assert fe.main([], env=env, runner=trainer, config_dir=config) == 0
+    client = _client(mlflow_stack["url"])
+    run = client.get_run(tracked_run["tracking"]["runs"]["vla_finetune"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["embodiment_tag"] == "so101_arm" and run.data.params["max_steps"] == "20"
+    assert run.data.params["gpus"] == "1"
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss")] == [(10, 1.5), (20, 0.7)]
+    assert run.data.metrics["train_runtime"] == 12.5 and "total_flos" not in run.data.metrics  # NaN is left out
+    assert run.data.tags[contract.STAGE_TAG] == "vla_finetune"

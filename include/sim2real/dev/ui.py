@@ -4,9 +4,10 @@ Two process trees, both started in their own session so that one Ctrl-C (or SIGT
 everything they started:
 
 1. the sandbox (``python -m sim2real.dev.sandbox serve``): moto + responders + provisioning + the
-   emulated reviewer and robots + the local MLflow tracking server, whose UI (printed at start, also the
-   "MLflow run" link of each DAG run) lists every run's parent and child runs: tick two runs there and
-   Compare; it writes the Airflow environment (``aws_default`` connection,
+   emulated robots (and, with ``--decision Approved|Rejected``, an emulated reviewer deciding in the registry;
+   by default none: the release approval waits for you under Browse > Required Actions) + the local MLflow
+   tracking server, whose UI (printed at start, also the "MLflow run" link of each DAG run) lists every
+   run's parent and child runs: tick two runs there and Compare; it writes the Airflow environment (``aws_default`` connection,
    ``sim2real_environment`` Variable, ``SIM2REAL_POLL_SECONDS``) to ``<home>/sandbox.env``;
 2. ``airflow standalone`` (scheduler with the LocalExecutor, dag-processor, triggerer, API server)
    with a fresh ``AIRFLOW_HOME`` (SQLite) under ``<home>/airflow``, DAGs from ``dags/``, plugins from
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from sim2real.dev.sandbox._core import free_port  # noqa: F401 - re-exported for callers of this module
+from sim2real.dev.sandbox.__main__ import DECISIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 DAG_ID = "sim_to_real"
@@ -73,14 +75,16 @@ class UiStack:
         sandbox's AWS state is new on each start too.
     :param api_port: port of the Airflow API server and UI on 127.0.0.1 (default 8080).
     :param poll_seconds: ``SIM2REAL_POLL_SECONDS`` of the DAG's waits (default 2).
-    :param decision: what the emulated reviewer decides on each model package.
+    :param decision: ``airflow`` (default): no emulated reviewer, each model package waits for an answer in
+        Airflow (Required Actions) or in the registry; ``Approved`` / ``Rejected``: what the emulated reviewer
+        decides in the registry.
     :param parallelism: ``[core] parallelism`` (task slots of the LocalExecutor; default 4).
     :param extra_env: more environment for both processes (e.g. ``SIM2REAL_RETRY_DELAY_SECONDS``).
     :param mlflow: also run the local MLflow tracking server (``make ui``; default on); off: untracked runs.
     """
 
     def __init__(self, home: str | os.PathLike | None = None, *, api_port: int = 8080, poll_seconds: int = 2,
-                 decision: str = "Approved", parallelism: int = 4, extra_env: dict[str, str] | None = None,
+                 decision: str = "airflow", parallelism: int = 4, extra_env: dict[str, str] | None = None,
                  mlflow: bool = True) -> None:
         self.home = Path(home).resolve() if home else REPO_ROOT / ".sandbox" / "ui"
         self.mlflow = mlflow  # the served sandbox also runs a local MLflow tracking server
@@ -332,8 +336,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--home", default=None, help="folder for logs and the Airflow home (default .sandbox/ui)")
     ap.add_argument("--poll-seconds", type=int, default=int(os.environ.get("SIM2REAL_POLL_SECONDS", "2")),
                     help="status poll of every wait in the DAG (default 2, or $SIM2REAL_POLL_SECONDS)")
-    ap.add_argument("--decision", choices=["Approved", "Rejected"], default="Approved",
-                    help="what the emulated reviewer decides on each model package (default Approved)")
+    ap.add_argument("--decision", choices=DECISIONS, default="airflow",
+                    help="airflow (default): you approve each model package in the UI (Browse > Required "
+                         "Actions); Approved / Rejected: an emulated reviewer decides in the registry instead")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the start (default 300)")
     return ap.parse_args(argv)
 

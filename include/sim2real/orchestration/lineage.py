@@ -75,7 +75,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   hyperpod_scaling: Mapping[str, Any] | None = None,
                   cost_actual: Mapping[str, Any] | None = None,
                   deploy_check: Mapping[str, Any] | None = None,
-                  mlflow: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  mlflow: Mapping[str, Any] | None = None,
+                  approval: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -93,8 +94,11 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         one the approval sensor saw earlier (``"approval"``): a package rejected in between shows as Rejected.
     :param mlflow: the run's MLflow tracking (:func:`sim2real.orchestration.tracking.start_tracking`'s result, the
         plan's ``tracking``): parent and child run ids; default: the plan's ``tracking``; ``None``: not known.
+    :param approval: the release decision (the approval step's XCom ``decision``: ``{"decided_by", "via"
+        ("airflow" | "sagemaker"), "at", "comment", "status"}``); default: the one in ``model_package``; ``None``:
+        nobody decided (no fine-tune, or the approval timed out).
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
-        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow"}`` where ``chain`` is the
+        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow", "approval"}`` where ``chain`` is the
         one-line lineage (image digest → training job (Batch job, or Slurm job on the HyperPod cluster) →
         checkpoint sha256 → success rate → execution → package → deployment).
     """
@@ -146,7 +150,19 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "tasks": {k: dict(v) for k, v in (task_states or {}).items()},
         "figures": {name: dict(fig) for name, fig in figures.items()} if figures is not None else None,
         "mlflow": _mlflow_entry(mlflow if mlflow is not None else _get(plan, "tracking")),
+        "approval": _approval_entry(approval if approval is not None else _get(model_package, "decision")),
     }
+
+
+#: The keys of the lineage ``approval`` entry (who decided, where, when, why, what).
+APPROVAL_KEYS = ("decided_by", "via", "at", "comment", "status")
+
+
+def _approval_entry(decision: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The lineage ``approval`` entry: the decision's :data:`APPROVAL_KEYS`, or ``None`` when nobody decided."""
+    if not decision:
+        return None
+    return {key: decision.get(key) for key in APPROVAL_KEYS}
 
 
 def _mlflow_entry(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -210,7 +226,15 @@ def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("estimated cost", _cost(lineage.get("cost_estimate"))),
         ("actual cost", _actual_cost(lineage.get("cost_actual"))),
         ("MLflow run", _mlflow_row(lineage.get("mlflow"))),
+        ("release decision", _approval_row(lineage.get("approval"))),
     ]
+
+
+def _approval_row(entry: Mapping[str, Any] | None) -> str:
+    if not entry:
+        return "—"
+    return (f"{entry.get('status')} in {entry.get('via')} by {entry.get('decided_by') or 'unknown'} at "
+            f"{entry.get('at') or 'unknown time'}: {entry.get('comment') or 'no comment'}")
 
 
 def _mlflow_row(entry: Mapping[str, Any] | None) -> str:

@@ -12,8 +12,9 @@ Events (message attribute ``event``, usable in an SNS subscription filter policy
 - ``run_failed``: the DAG run failed (``on_failure_callback`` of the DAG);
 - ``gate_failed``: the quality gate stopped the release (``on_failure_callback`` of ``quality_gate``),
   with the reason;
-- ``approval_needed``: the approval sensor started waiting (``on_execute_callback`` of
-  ``vla.wait_for_approval``), with the model package and how to approve it;
+- ``approval_needed``: the approval step asks for a decision (``on_execute_callback`` of
+  ``vla.wait_for_approval``), with the model package and how to decide: in Airflow (Required Actions) or
+  in SageMaker;
 - ``deployed``: the Greengrass deployment succeeded on every robot (``on_success_callback`` of
   ``deploy.deploy_to_robots``).
 
@@ -109,6 +110,8 @@ def _approval_details(context: Mapping[str, Any]) -> list[str]:
             package = hook.find_model_package(group, run_key, execution)
         except Exception as err:  # noqa: BLE001 - the message still says how to find it
             log.info("notifications: could not look the model package up (%s)", err)
+    lines.append("Approve or reject it with a comment in Airflow: Browse > Required Actions, task "
+                 f"{getattr(task, 'task_id', 'vla.wait_for_approval')}; or in SageMaker (either ends the wait):")
     if package:
         arn = package["ModelPackageArn"]
         lines += [f"Model package: {arn} ({package.get('ModelApprovalStatus')})",

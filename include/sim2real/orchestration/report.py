@@ -327,7 +327,9 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
         run_key=plan["run_key"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, params=params, plan=plan,
         task_states=collect_task_states(dag_run.dag_id, dag_run.run_id), figures=figures,
         hyperpod_scaling=scaling, cost_actual=run_actual_cost(plan, parts, ti, sagemaker),
-        deploy_check=_pull(ti, SOURCES["deployment"], key="model_package_check"), **parts,
+        deploy_check=_pull(ti, SOURCES["deployment"], key="model_package_check"),
+        approval=_pull(ti, SOURCES["model_package"], key="decision"),  # also there when the package was Rejected
+        **parts,
     )
     errors = lineage_errors(lineage)
     hook.load_string(json.dumps(lineage, indent=2, sort_keys=True, default=str), key=f"{prefix}lineage.json",

@@ -84,7 +84,7 @@ NOTE_MAX_CHARS = 1000
 SHORTENED = "_(shortened to fit the note; lineage.md has everything)_"
 
 
-def _headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) -> list[str]:
+def headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) -> list[str]:
     chain = lineage.get("chain") or {}
     stages = lineage.get("stages") or {}
     gate = stages.get("quality_gate") or {}
@@ -133,7 +133,7 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
     :param links: title → URL (``None``: left out), most important first.
     :param images: title → URL of a picture the browser can load (the sandbox's S3), embedded.
     """
-    head = _headline(lineage, warnings)
+    head = headline(lineage, warnings)
     rows = stage_rows(lineage.get("tasks") or {})
     shown = [(title, url) for title, url in (links or {}).items() if url]
     pictures = [(title, url) for title, url in (images or {}).items() if url]

@@ -79,13 +79,21 @@ def check_server_version(server_version: str | None, client_version: str = contr
             f"the tracking server (UpdateMlflowTrackingServer --mlflow-version) or the image pin")
 
 
+#: Longest time :func:`start_tracking` talks to the tracking server, in seconds (every call and retry together).
+START_DEADLINE_S = 60.0
+
+
 def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: str, run_id: str,
-                   hook: Any = None) -> dict[str, Any]:
-    """Create the parent run and the stage child runs of this DAG run.
+                   hook: Any = None, deadline_s: float = START_DEADLINE_S) -> dict[str, Any]:
+    """Create the parent run and the stage child runs of this DAG run, within ``deadline_s`` seconds in all.
+
+    An unreachable or slow server cannot hold the first task: no call starts, and no request waits, after
+    ``deadline_s`` (the hook's ``deadline``); the run then goes on untracked with the reason logged and recorded.
 
     :param plan: ``plan_run``'s output (run key, params, whether the fine-tune runs).
     :param env: the environment config.
     :param hook: an :class:`~sim2real.orchestration.hooks.mlflow.MlflowHook` (default: one for the config's URI).
+    :param deadline_s: the bound on the whole set-up, seconds (default :data:`START_DEADLINE_S`).
     :return: ``{"enabled": False, "reason"}`` when tracking is off or could not be set up, else ``{"enabled": True,
         "tracking_uri", "experiment_name", "experiment_id", "parent_run_id", "runs": {stage: run_id}, "ui_url"}``.
     """
@@ -98,8 +106,11 @@ def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: s
         return {"enabled": False, "reason": "the environment config has no mlflow.tracking_uri"}
     from sim2real.orchestration.hooks.mlflow import MlflowApiError, MlflowHook
 
-    # short timeouts: this runs inside the first task, whose own deadline is minutes
+    import time
+
+    # short timeouts and one overall deadline: this runs inside the first task, whose own timeout is minutes
     hook = hook or MlflowHook(settings["tracking_uri"], timeout=10, retries=2)
+    hook.deadline = time.monotonic() + deadline_s
     run_key = plan["run_key"]
     try:
         ui_url = settings["ui_url"]

@@ -4,8 +4,14 @@ One :class:`sim2real.dev.ui.UiStack` (the ``make ui`` stack: the served sandbox 
 standalone``) runs on free ports for the whole module, with a 1 s status poll. The browser is
 Debian's ``chromium`` driven by Playwright (no browser download); without it the module is skipped.
 
-Screenshots (the filled form, the finished run's graph) go to the test's tmp dir, or to
-``docs/img/trigger-form.png`` and ``docs/img/run-graph.png`` when ``SIM2REAL_SAVE_SCREENSHOTS=1``.
+The run triggered from the form is released by a person in the UI: the stack leaves the approval to Airflow
+(no emulated reviewer), the test approves the model package on the approval step's Required Actions page with a
+comment, then checks the package is Approved in the registry with that comment and approver, the run deployed,
+and the run's "MLflow run" link opens the local MLflow tracking server's run.
+
+Screenshots (the filled form, the approval request, the finished run's graph) go to the test's tmp dir, or to
+``docs/img/trigger-form.png``, ``docs/img/approval.png`` and ``docs/img/run-graph.png`` when
+``SIM2REAL_SAVE_SCREENSHOTS=1``.
 """
 
 from __future__ import annotations
@@ -14,12 +20,15 @@ import json
 import os
 import shutil
 import time
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
+from sim2real.contract.run_key import make_run_key
 from sim2real.orchestration.params import build_params
 from sim2real.dev.sandbox.__main__ import read_env_file
 from sim2real.dev.ui import DAG_ID, REPO_ROOT, UiStack, free_port
@@ -42,9 +51,9 @@ SAVE_SCREENSHOTS = os.environ.get("SIM2REAL_SAVE_SCREENSHOTS") == "1"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[UiStack]:
     home = tmp_path_factory.mktemp("ui-stack")
-    # no MLflow server: this test is about the form (tracking is covered by the end-to-end run)
+    # the approval is left to the test (a person in the UI); the local MLflow server backs the "MLflow run" link
     ui = UiStack(home, api_port=free_port(), poll_seconds=1, extra_env={"SIM2REAL_RETRY_DELAY_SECONDS": "1"},
-                 mlflow=False)
+                 decision="airflow", mlflow=True)
     started = time.monotonic()
     ui.start(timeout=300)
     print(f"UI stack ready in {time.monotonic() - started:.0f} s at {ui.url}")
@@ -270,8 +279,6 @@ def wait_for_run(stack: UiStack, run_id: str, timeout: float) -> dict[str, Any]:
 
 def failed_task_logs(stack: UiStack, run_id: str) -> str:
     """The failed/unfinished tasks of the run and the tail of each failed task's log."""
-    from urllib.parse import quote
-
     base = f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}"
     tis = stack.api("GET", f"{base}/taskInstances?limit=100")["task_instances"]
     lines = [f"{ti['task_id']}: {ti['state']}" for ti in tis if ti["state"] not in ("success", "skipped")]
@@ -287,6 +294,81 @@ def failed_task_logs(stack: UiStack, run_id: str) -> str:
             except Exception as err:  # noqa: BLE001 - diagnostics only
                 lines.append(f"--- log of {ti['task_id']}: unreadable ({err})")
     return "\n".join(lines)
+
+
+APPROVAL_TASK = "vla.wait_for_approval"
+
+
+def approve_in_the_ui(page, stack: UiStack, tmp: Path, shots: Path, run_id: str, comment: str) -> None:
+    """Wait for the approval step's request, then Approve it on its Required Actions page with ``comment``."""
+    base = f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}"
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    request = None
+    while request is None:
+        try:
+            request = stack.api("GET", f"{base}/taskInstances/{APPROVAL_TASK}/-1/hitlDetails")
+        except (TimeoutError, urllib.error.URLError) as err:  # HTTPError included; 404: no request yet
+            if isinstance(err, urllib.error.HTTPError) and err.code != 404:
+                raise
+            if not isinstance(err, urllib.error.HTTPError):  # a busy API server (SQLite on a loaded machine)
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+                continue
+            run = stack.api("GET", base)
+            if run["state"] in ("success", "failed") or time.monotonic() > deadline:
+                pytest.fail(diagnose(page, stack, tmp, f"run {run_id} is {run['state']} and never asked for approval:\n"
+                                     + failed_task_logs(stack, run_id)))
+            time.sleep(2)
+    assert request["options"] == ["Approve", "Reject"] and not request["response_received"], request
+    for fact in ("Success rate", "Smoke check", "GPU cost so far", "Model package", "Training curve", "MLflow run"):
+        assert fact in request["body"], f"{fact!r} missing from the approval request:\n{request['body']}"
+    page.goto(f"{stack.dag_url}/runs/{quote(run_id, safe='')}/tasks/{APPROVAL_TASK}/required_actions")
+    try:
+        box = page.locator('[name="element_comment"]')
+        box.wait_for(state="visible")
+        box.fill(comment)
+        page.screenshot(path=str(shots / "approval.png"), full_page=True)
+        page.get_by_role("button", name="Approve", exact=True).click()
+    except sync_api.TimeoutError:
+        pytest.fail(diagnose(page, stack, tmp, "the approval request's form did not render on Required Actions"))
+    deadline = time.monotonic() + 60
+    while not stack.api("GET", f"{base}/taskInstances/{APPROVAL_TASK}/-1/hitlDetails")["response_received"]:
+        if time.monotonic() > deadline:
+            pytest.fail(diagnose(page, stack, tmp, "clicking Approve recorded no response"))
+        time.sleep(1)
+
+
+def run_model_package(stack: UiStack, run_id: str) -> dict[str, Any]:
+    """The run's model package in the sandbox's registry (DescribeModelPackage)."""
+    import boto3
+
+    from sim2real.orchestration.hooks.model_registry import package_matches
+
+    env = read_env_file(stack.env_file)
+    group = json.loads(env["AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"])["sagemaker"]["model_package_group"]
+    sm = boto3.client("sagemaker", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    run_key = make_run_key(DAG_ID, run_id)
+    for summary in sm.list_model_packages(ModelPackageGroupName=group)["ModelPackageSummaryList"]:
+        package = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
+        if package_matches(package, run_key, None):
+            return package
+    pytest.fail(f"no model package of run {run_key} in {group}")
+
+
+def check_mlflow_link(page, stack: UiStack, tmp: Path, run_id: str) -> None:
+    """The run's "MLflow run" extra link (on prepare_run) is there and opens the run in the MLflow UI."""
+    links = stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances/prepare_run/links")[
+        "extra_links"]
+    url = links.get("MLflow run")
+    env = read_env_file(stack.env_file)
+    assert url and url.startswith(env["SIM2REAL_MLFLOW_UI_URL"].rstrip("/") + "/#/experiments/"), links
+    page.goto(url)
+    try:
+        page.get_by_text(make_run_key(DAG_ID, run_id)).first.wait_for(state="visible")
+    except sync_api.TimeoutError:
+        pytest.fail(diagnose(page, stack, tmp, f"the MLflow run page {url} does not show the run"))
 
 
 def test_run_from_the_form_succeeds_with_the_typed_values(page, stack, tmp_path, shots):
@@ -307,6 +389,8 @@ def test_run_from_the_form_succeeds_with_the_typed_values(page, stack, tmp_path,
                                                      f"{resp.value.text()[:2000]}")
     run_id = resp.value.json()["dag_run_id"]
 
+    comment = "approved from the browser test after reading the review"
+    approve_in_the_ui(page, stack, tmp_path, shots, run_id, comment)
     run = wait_for_run(stack, run_id, RUN_TIMEOUT_S)
     assert run["state"] == "success", diagnose(
         page, stack, tmp_path, f"run {run_id} ended {run['state']} (or timed out after {RUN_TIMEOUT_S} s):\n"
@@ -317,14 +401,20 @@ def test_run_from_the_form_succeeds_with_the_typed_values(page, stack, tmp_path,
     assert conf["num_nodes"] == PARAMS["num_nodes"].value  # untouched fields keep their defaults
     # Optional text fields left empty reach the run as null (the run used the config's values).
     assert {k: conf.get(k) for k in EMPTY_OPTIONAL if k in PARAMS} == {k: None for k in EMPTY_OPTIONAL if k in PARAMS}
+    # The approval reached the registry: Approved, by the UI's user, with the comment; then the run deployed.
+    package = run_model_package(stack, run_id)
+    assert package["ModelApprovalStatus"] == "Approved", package
+    assert " in Airflow by " in package["ApprovalDescription"] and package["ApprovalDescription"].endswith(comment)
+    tasks = {ti["task_id"]: ti["state"] for ti in stack.api(
+        "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances?limit=100")["task_instances"]}
+    assert tasks["vla.wait_for_approval"] == "success" and tasks["deploy.deploy_to_robots"] == "success", tasks
+    check_mlflow_link(page, stack, tmp_path, run_id)
     # The waits deferred and their triggers ran in the standalone triggerer (one log per trigger).
     run_logs = stack.airflow_home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
     trigger_logs = list(run_logs.glob("task_id=*/attempt=*.log.trigger.*.log"))
     assert trigger_logs, f"no task of run {run_id} ran a trigger in the triggerer"
 
     # The finished run's graph, as a person would look at it.
-    from urllib.parse import quote
-
     page.set_viewport_size({"width": 1700, "height": 650})
     page.goto(f"{stack.dag_url}/runs/{quote(run_id, safe='')}")
     page.get_by_role("button", name="Show Graph (Press g)").click()

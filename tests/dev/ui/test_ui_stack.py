@@ -38,7 +38,8 @@ def test_env_file_refuses_multi_line_values(tmp_path):
 def test_served_sandbox_writes_the_airflow_env_and_stops_on_sigterm(tmp_path):
     env_file = tmp_path / "sandbox.env"
     proc = subprocess.Popen([sys.executable, "-m", "sim2real.dev.sandbox", "serve", "--env-file", str(env_file),
-                             "--work-dir", str(tmp_path / "work"), "--poll-seconds", "3", "--no-mlflow"],
+                             "--work-dir", str(tmp_path / "work"), "--poll-seconds", "3", "--no-mlflow",
+                             "--decision", "airflow"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -56,6 +57,18 @@ def test_served_sandbox_writes_the_airflow_env_and_stops_on_sigterm(tmp_path):
         s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
                           aws_access_key_id="testing", aws_secret_access_key="testing")
         s3.head_bucket(Bucket=config["artifacts_bucket"])
+        # --decision airflow: no emulated reviewer decides a package, however often it is looked at.
+        sm = boto3.client("sagemaker", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        arn = sm.create_model_package(
+            ModelPackageGroupName=config["sagemaker"]["model_package_group"], ModelApprovalStatus="PendingManualApproval",
+            CustomerMetadataProperties={"sim2real:run-key": "left-to-airflow"},
+            InferenceSpecification={"Containers": [{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/g:1"}],
+                                    "SupportedContentTypes": ["application/json"],
+                                    "SupportedResponseMIMETypes": ["application/json"]})["ModelPackageArn"]
+        for _ in range(4):  # an emulated reviewer would decide within a second of the first look
+            assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "PendingManualApproval"
+            time.sleep(1)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -65,6 +78,7 @@ def test_served_sandbox_writes_the_airflow_env_and_stops_on_sigterm(tmp_path):
     assert proc.returncode == 0, out
     assert "SIGTERM received" in out and "[sandbox] stopped" in out
     assert "[sandbox:emulated]" in out
+    assert "no emulated reviewer: approve or reject each model package in Airflow" in out
     assert not env_file.exists(), "the env file outlived the sandbox it points at"
 
 

@@ -4,10 +4,12 @@ For an Airflow that runs in other processes (``airflow standalone``, ``make ui``
 starts :class:`~sim2real.dev.sandbox.server.Sandbox` (moto on a free 127.0.0.1 port, the responders
 that play Batch jobs, SSM commands, pipelines and Greengrass devices), provisions every resource
 the DAG uses, runs the emulated reviewer (it approves each model package once the DAG's approval
-sensor polls it) and the emulated robots (the real setup component and policy server on the
-deployed policy), then writes the environment Airflow needs to ``--env-file`` and serves until
-SIGTERM or SIGINT. On either signal it stops the responders (terminating the Batch jobs and SSM
-commands they started as local subprocesses) and moto, then exits 0.
+step has looked at it, as a reviewer in SageMaker Studio would; ``--decision airflow``: no emulated
+reviewer, a person decides in Airflow's Required Actions page or in the registry) and the emulated
+robots (the real setup component and policy server on the deployed policy), then writes the
+environment Airflow needs to ``--env-file`` and serves until SIGTERM or SIGINT. On either signal it
+stops the responders (terminating the Batch jobs and SSM commands they started as local subprocesses)
+and moto, then exits 0.
 
 The env file has one ``KEY='value'`` line per variable (shell quoting: ``set -a; . FILE`` loads it,
 and :func:`read_env_file` parses it):
@@ -69,6 +71,12 @@ def read_env_file(path: Path) -> dict[str, str]:
     return env
 
 
+#: ``--decision`` values: the emulated reviewer's decision in the registry, or ``airflow`` (no emulated reviewer).
+DECISIONS = ("Approved", "Rejected", "airflow")
+#: The ``--decision`` that leaves the approval to a person in Airflow.
+LEAVE_TO_AIRFLOW = "airflow"
+
+
 class ApprovalLoop(threading.Thread):
     """Runs one :class:`~sim2real.dev.sandbox.approver.Approver` after another, so every run's model
     package gets a decision (the demo runs one Approver per run; a served sandbox sees many runs).
@@ -115,8 +123,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                        help="folder for the emulated robots' component files (default .sandbox/sandbox-serve)")
     serve.add_argument("--poll-seconds", type=int, default=2,
                        help="SIM2REAL_POLL_SECONDS written to the env file (status poll of every wait; default 2)")
-    serve.add_argument("--decision", choices=["Approved", "Rejected"], default="Approved",
-                       help="what the emulated reviewer decides on each model package (default Approved)")
+    serve.add_argument("--decision", choices=DECISIONS, default="Approved",
+                       help="what the emulated reviewer decides in the registry on each model package (default "
+                            "Approved); airflow: no emulated reviewer, the approval is left to a person in Airflow "
+                            "(Browse > Required Actions) or the registry")
     serve.add_argument("--robots", type=int, default=2, help="emulated Greengrass core devices, 1..10 (default 2)")
     serve.add_argument("--no-mlflow", dest="mlflow", action="store_false",
                        help="no local MLflow tracking server (the DAG runs untracked)")
@@ -147,8 +157,13 @@ def serve(args: argparse.Namespace) -> int:
                  mlflow_dir=args.work_dir.resolve() / "mlflow") as sandbox:
         config = sandbox.provision(robots=args.robots)
         sandbox.greengrass.device_check = PolicyDeviceCheck(sandbox, args.work_dir.resolve() / "greengrass-devices")
-        approvals = ApprovalLoop(sandbox, config["sagemaker"]["model_package_group"], args.decision)
-        approvals.start()
+        approvals = None
+        if args.decision == LEAVE_TO_AIRFLOW:
+            print("[sandbox] no emulated reviewer: approve or reject each model package in Airflow "
+                  "(Browse > Required Actions) or in the registry", flush=True)
+        else:
+            approvals = ApprovalLoop(sandbox, config["sagemaker"]["model_package_group"], args.decision)
+            approvals.start()
         try:
             env = {
                 **sandbox.airflow_env(),
@@ -163,7 +178,8 @@ def serve(args: argparse.Namespace) -> int:
             print(f"[sandbox] ready: Airflow environment in {env_file}", flush=True)
             stop.wait()
         finally:
-            approvals.cancel()
+            if approvals is not None:
+                approvals.cancel()
             env_file.unlink(missing_ok=True)
     print("[sandbox] stopped", flush=True)
     return 0

@@ -48,14 +48,18 @@ class MlflowHook(BaseHook):
     :param aws_conn_id: AWS connection for SigV4 signing and ``DescribeMlflowTrackingServer`` (ARN only).
     :param timeout: seconds per HTTP request.
     :param retries: attempts on a connection error, HTTP 429 or 5xx (with 1, 2, 4 ... s between them).
+    :param deadline: ``time.monotonic()`` value after which no call starts or waits any longer (``None``: no
+        overall bound; each call still ends within ``retries`` × ``timeout`` plus the pauses). A request's
+        timeout is cut to what is left, so a caller's whole conversation stays within it.
     :raises ValueError: a tracking URI that is neither.
     """
 
     hook_name = "MLflow tracking server"
 
     def __init__(self, tracking_uri: str, *, aws_conn_id: str | None = "aws_default", timeout: float = 30.0,
-                 retries: int = 3) -> None:
+                 retries: int = 3, deadline: float | None = None) -> None:
         super().__init__()
+        self.deadline = deadline
         self.tracking_uri = contract.check_tracking_uri(tracking_uri)
         self.aws_conn_id = aws_conn_id
         self.timeout = timeout
@@ -103,7 +107,8 @@ class MlflowHook(BaseHook):
         """One REST call (``path`` below ``/api/2.0/mlflow``); JSON in and out.
 
         :raises MlflowApiError: with the server's ``error_code`` and message, or the transport error, after the
-            retries (connection errors, 429, 5xx); a 4xx is not retried.
+            retries (connection errors, 429, 5xx); a 4xx is not retried; or when the hook's ``deadline`` passed
+            (before an attempt, or during the pause before the next one).
         """
         import requests
 
@@ -114,9 +119,17 @@ class MlflowHook(BaseHook):
         last: str = ""
         for attempt in range(self.retries):
             if attempt:
-                time.sleep(2 ** (attempt - 1))
+                pause = 2 ** (attempt - 1)
+                if self.deadline is not None and time.monotonic() + pause >= self.deadline:
+                    break
+                time.sleep(pause)
+            timeout = self.timeout
+            if self.deadline is not None:
+                timeout = min(timeout, self.deadline - time.monotonic())
+                if timeout <= 0:
+                    break
             try:
-                resp = self._session.request(method, url, data=data, timeout=self.timeout,
+                resp = self._session.request(method, url, data=data, timeout=timeout,
                                              headers=self._headers_and_auth(method, url, data))
             except requests.RequestException as err:
                 last = f"{type(err).__name__}: {err}"
@@ -133,8 +146,12 @@ class MlflowHook(BaseHook):
                                      f"{payload.get('error_code', '')}: {payload.get('message', '')}",
                                      status=resp.status_code, error_code=payload.get("error_code"))
             return payload
-        raise MlflowApiError(f"MLflow {method} {path} on {self.tracking_uri} failed after {self.retries} attempt(s): "
-                             f"{last}; check that the tracking server is running and reachable from the workers")
+        else:
+            raise MlflowApiError(f"MLflow {method} {path} on {self.tracking_uri} failed after {self.retries} attempt(s): "
+                                 f"{last}; check that the tracking server is running and reachable from the workers")
+        raise MlflowApiError(f"MLflow {method} {path} on {self.tracking_uri}: the caller's deadline passed"
+                             + (f" (last: {last})" if last else "")
+                             + "; check that the tracking server is running and reachable from the workers")
 
     # -- SageMaker managed MLflow ------------------------------------------------------------
     def describe_server(self) -> dict[str, Any] | None:

@@ -4,7 +4,9 @@ Sources: Amazon SageMaker API Reference — ListModelPackages (``ModelPackageGro
 ``SortBy=CreationTime``, ``SortOrder=Descending``), DescribeModelPackage
 (``ModelApprovalStatus`` ∈ Approved | Rejected | PendingManualApproval,
 ``CustomerMetadataProperties``, ``MetadataProperties.GeneratedBy``,
-``InferenceSpecification.Containers[].ModelDataUrl``, ``ApprovalDescription``), UpdateModelPackage.
+``InferenceSpecification.Containers[].ModelDataUrl``, ``ApprovalDescription``, ``LastModifiedBy``
+(``UserContext``: ``UserProfileName``, ``IamIdentity.Arn``), ``LastModifiedTime``), UpdateModelPackage
+(``ModelApprovalStatus``, ``ApprovalDescription``: at most 1024 characters).
 """
 
 from __future__ import annotations
@@ -52,6 +54,50 @@ def approve_command(model_package_arn: str) -> str:
         f"aws sagemaker update-model-package --model-package-arn {model_package_arn} "
         "--model-approval-status Approved --approval-description '<why>'"
     )
+
+
+#: Longest ``ApprovalDescription`` UpdateModelPackage accepts (botocore's SageMaker model: ``max`` 1024).
+APPROVAL_DESCRIPTION_MAX = 1024
+#: The registry's final approval states (UpdateModelPackage ``ModelApprovalStatus``).
+DECIDED_STATUSES = ("Approved", "Rejected")
+
+
+def airflow_approval_description(status: str, user: str, comment: str | None, at: str) -> str:
+    """The ``ApprovalDescription`` written for a decision made in Airflow: who, where, when and why.
+
+    :param status: ``Approved`` or ``Rejected``.
+    :param user: the Airflow user who answered (name, and id when it differs).
+    :param comment: the reviewer's comment (``None`` / empty: "no comment").
+    :param at: ISO 8601 time of the answer.
+    :raises ValueError: an unknown status, or a description longer than :data:`APPROVAL_DESCRIPTION_MAX`
+        (the comment is never cut: the form's comment field is limited to fit).
+    """
+    if status not in DECIDED_STATUSES:
+        raise ValueError(f"ModelApprovalStatus must be one of {DECIDED_STATUSES}, got {status!r}")
+    text = f"{status} in Airflow by {user} at {at}: {(comment or '').strip() or 'no comment'}"
+    if len(text) > APPROVAL_DESCRIPTION_MAX:
+        raise ValueError(f"ApprovalDescription would be {len(text)} characters; UpdateModelPackage accepts at "
+                         f"most {APPROVAL_DESCRIPTION_MAX}: shorten the comment")
+    return text
+
+
+def sagemaker_decision(package: dict[str, Any]) -> dict[str, Any]:
+    """Who decided a package outside Airflow (SageMaker Studio, the CLI or the API), from DescribeModelPackage.
+
+    :return: ``{"decided_by", "via": "sagemaker", "at", "comment", "status"}``: ``decided_by`` is
+        ``LastModifiedBy.UserProfileName`` (Studio), else ``LastModifiedBy.IamIdentity.Arn`` (CLI / API),
+        else ``None`` (the response names nobody); ``at`` is ``LastModifiedTime`` (ISO 8601) or ``None``;
+        ``comment`` is the ``ApprovalDescription``.
+    """
+    who = package.get("LastModifiedBy") or {}
+    at = package.get("LastModifiedTime")
+    return {
+        "decided_by": who.get("UserProfileName") or (who.get("IamIdentity") or {}).get("Arn"),
+        "via": "sagemaker",
+        "at": at.isoformat() if hasattr(at, "isoformat") else (str(at) if at else None),
+        "comment": package.get("ApprovalDescription"),
+        "status": package.get("ModelApprovalStatus"),
+    }
 
 
 class ModelRegistryHook(SageMakerExtHook):
@@ -118,3 +164,20 @@ class ModelRegistryHook(SageMakerExtHook):
             return None
         newest = max(summaries, key=lambda s: (s.get("CreationTime"), s.get("ModelPackageVersion") or 0))
         return self.describe_model_package(newest["ModelPackageArn"])
+
+    def update_approval(self, model_package_arn: str, status: str, description: str) -> dict[str, Any]:
+        """UpdateModelPackage with ``ModelApprovalStatus`` and ``ApprovalDescription``; returns the
+        DescribeModelPackage response after the update.
+
+        :param model_package_arn: the package version's ARN.
+        :param status: ``Approved`` or ``Rejected``.
+        :param description: the ``ApprovalDescription`` (:func:`airflow_approval_description`).
+        :raises ValueError: an unknown status.
+        :raises botocore.exceptions.ClientError: the package does not exist or the call is refused
+            (``sagemaker:UpdateModelPackage`` missing from the role).
+        """
+        if status not in DECIDED_STATUSES:
+            raise ValueError(f"ModelApprovalStatus must be one of {DECIDED_STATUSES}, got {status!r}")
+        self.conn.update_model_package(ModelPackageArn=model_package_arn, ModelApprovalStatus=status,
+                                       ApprovalDescription=description)
+        return self.describe_model_package(model_package_arn)

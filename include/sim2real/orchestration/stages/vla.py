@@ -13,15 +13,18 @@ from sim2real.orchestration.params import VLA_INSTANCE_GPUS
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
 DOC = """\
-**Fine-tune GR00T and wait for approval.** Calls SageMaker `DescribePipeline`, `CreatePipeline` /
+**Fine-tune GR00T and approve the release.** Calls SageMaker `DescribePipeline`, `CreatePipeline` /
 `UpdatePipeline` (only when the definition changed), `ListPipelineExecutions` (reattach),
 `StartPipelineExecution`, `DescribePipelineExecution`, `ListPipelineExecutionSteps`
-(`StopPipelineExecution` when killed); then Model Registry `ListModelPackages` / `DescribeModelPackage`.
-Waits (deferred) for the execution to Succeed (Failed / Stopped / CompletedWithFailures fail with the
-failing step), then for this run's model package to be `Approved` (`Rejected` fails with the
-reviewer's reason); an "approval needed" SNS notification names the package and how to approve it when
-the wait starts. Hands on the execution ARN,
-the model package ARN and its model data URI.
+(`StopPipelineExecution` when killed); then Model Registry `ListModelPackages` / `DescribeModelPackage` /
+`UpdateModelPackage`. Waits (deferred) for the execution to Succeed (Failed / Stopped / CompletedWithFailures
+fail with the failing step), then asks a reviewer in Airflow (**Browse > Required Actions**: the success
+rate with its interval, the gate threshold, the smoke check, the pictures, the cost so far, the package) to
+Approve or Reject with a comment, which is written to the package (`UpdateModelPackage`, approver and comment
+in `ApprovalDescription`). A decision made in SageMaker Studio or with the CLI ends the step too, whichever
+comes first; Rejected fails with the reviewer's reason. An "approval needed" SNS notification names the
+package and the ways to decide when the step starts. Hands on the execution ARN, the model package ARN, its
+model data URI and the decision (who, where, when, why).
 """
 
 GROUP_ID = ids.VLA_GROUP
@@ -95,8 +98,8 @@ def plan(ctx: PlanContext) -> VlaPlan:
 
 
 def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
-    """Add the ``vla`` group after the quality gate; return the approval sensor (its ``output``: the
-    model package ARN and model data URI)."""
+    """Add the ``vla`` group after the quality gate; return the approval step (its ``output``: the
+    model package ARN, model data URI and the decision)."""
     from airflow.sdk import TaskGroup, task
 
     from sim2real.orchestration import assets
@@ -104,7 +107,7 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
     from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.sagemaker_pipeline import (PipelineDefinitionUpsertOperator,
                                                                      PipelineExecutionOperator)
-    from sim2real.orchestration.sensors.model_package import ModelPackageApprovalSensor
+    from sim2real.orchestration.operators.model_approval import ModelPackageApprovalOperator
 
     vla = refs(plan, VlaPlan)
     with TaskGroup(GROUP_ID, tooltip="GR00T fine-tune (SageMaker Pipelines) and Model Registry approval",
@@ -159,14 +162,15 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
             execution_timeout=dt.timedelta(hours=30),
             doc_md=DOC,
         )
-        approval = ModelPackageApprovalSensor(
+        approval = ModelPackageApprovalOperator(
             task_id=ids.local(ids.WAIT_FOR_APPROVAL),
             model_package_group_name=vla.model_package_group,
             run_key=plan["run_key"],
             pipeline_execution_arn=finetune.output["pipeline_execution_arn"],
+            plan=plan["plan"],  # the review shown to the approver
             poke_interval=POLL,
-            timeout=24 * 3600,
-            execution_timeout=dt.timedelta(days=2),
+            response_timeout=dt.timedelta(hours=24),
+            execution_timeout=dt.timedelta(minutes=15),  # locating the package, the review, UpdateModelPackage
             outlets=[MODEL_PACKAGE_ASSET],
             multiple_outputs=True,  # approval.output["model_package_arn"] for the deploy-time check
             post_execute=assets.model_package_post_execute,  # package ARN on the asset event

@@ -7,12 +7,15 @@ waiter ``model_package_approved`` (``sim2real/orchestration/waiters/sagemaker_ex
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
+
+from airflow.triggers.base import TriggerEvent
 
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, package_matches
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
-from sim2real.orchestration.waits.sagemaker import model_package_step
+from sim2real.orchestration.waits.sagemaker import AIRFLOW_RESPONSE_KEY, model_package_decision_step, model_package_step
 
 
 class ModelPackageApprovalTrigger(StepWaitTrigger):
@@ -95,3 +98,94 @@ class ModelPackageApprovalTrigger(StepWaitTrigger):
             self.log.info("Found model package %s for run %s", self.model_package_arn, self.run_key)
             return package
         return await client.describe_model_package(ModelPackageName=self.model_package_arn)
+
+
+class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
+    """The approval step's wait: ends on whichever comes first, an answer to the task's human-in-the-loop
+    request in Airflow or an approval / rejection of the package in the registry (SageMaker Studio, the CLI).
+
+    Each round reads the task instance's human-in-the-loop detail (the provider's
+    ``get_hitl_detail_content_detail``, through the Task Execution API, as the provider's ``HITLTrigger``
+    does), then DescribeModelPackage (:class:`ModelPackageApprovalTrigger`), and decides with
+    :func:`~sim2real.orchestration.waits.sagemaker.model_package_decision_step`. On Airflow 3.3+ an answer
+    given through the Required Actions page or the REST API also resumes the deferred task at once (the
+    API's ``update_hitl_detail`` submits the answer as the event); the read here covers an answer recorded
+    any other way (e.g. ``dag.test()``).
+
+    :param ti_id: the task instance whose human-in-the-loop detail to read.
+    :param model_package_arn: the package (located before the step asks the reviewer).
+    Other parameters: :class:`ModelPackageApprovalTrigger`.
+
+    When the registry decided first, the trigger answers the Airflow request with that decision (the provider's
+    ``update_hitl_detail_response``, as ``HITLTrigger`` records a timeout's default): the Required Actions page
+    then shows it closed, and a later answer there is refused instead of being ignored.
+
+    One event: ``{"status": "success", "via": "airflow", "model_package_arn", "hitl_response"}``; or
+    :class:`ModelPackageApprovalTrigger`'s events with ``via: "sagemaker"`` (``timeout`` without ``via``).
+    """
+
+    def __init__(self, *, ti_id: str, model_package_arn: str, **kwargs: Any) -> None:
+        super().__init__(model_package_arn=model_package_arn, **kwargs)
+        self.ti_id = str(ti_id)
+        self.serialized_fields["ti_id"] = self.ti_id
+        self._unreadable_logged = False
+
+    step_function = staticmethod(model_package_decision_step)
+
+    async def _airflow_answer(self) -> dict[str, Any] | None:
+        from uuid import UUID
+
+        from asgiref.sync import sync_to_async
+
+        from airflow.sdk.execution_time.hitl import get_hitl_detail_content_detail
+
+        detail = await sync_to_async(get_hitl_detail_content_detail)(ti_id=UUID(self.ti_id))
+        if detail is None:  # a runner without the Task Execution API's HITL route (dag.test()'s in-process one)
+            if not self._unreadable_logged:
+                self.log.warning("this trigger runner cannot read the Airflow answer of task instance %s: here only "
+                                 "a decision in SageMaker (or Airflow's API resuming the task) ends the wait",
+                                 self.ti_id)
+                self._unreadable_logged = True
+            return None
+        if not (detail.response_received and detail.chosen_options):
+            return None
+        user = detail.responded_by_user
+        return {
+            "chosen_options": list(detail.chosen_options),
+            "params_input": dict(detail.params_input or {}),
+            "responded_by_user": {"id": user.id, "name": user.name} if user is not None else None,
+            "responded_at": detail.responded_at,
+        }
+
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """The package's DescribeModelPackage response, with the Airflow answer under
+        :data:`~sim2real.orchestration.waits.sagemaker.AIRFLOW_RESPONSE_KEY` once one is recorded."""
+        answer = await self._airflow_answer()
+        if answer is not None:
+            return {"ModelPackageArn": self.model_package_arn, AIRFLOW_RESPONSE_KEY: answer}
+        return await super().describe(client, state)
+
+    async def _close_request(self, event: dict[str, Any]) -> None:
+        from uuid import UUID
+
+        from asgiref.sync import sync_to_async
+
+        from airflow.sdk.execution_time.hitl import update_hitl_detail_response
+
+        status = event.get("approval_status")
+        option = "Approve" if status == "Approved" else "Reject"
+        note = (f"{status} in SageMaker (model package {event.get('model_package_arn')}): "
+                f"{event.get('approval_description') or 'no ApprovalDescription'}")
+        try:
+            await sync_to_async(update_hitl_detail_response)(ti_id=UUID(self.ti_id), chosen_options=[option],
+                                                             params_input={"comment": note})
+        except Exception as err:  # noqa: BLE001 - the registry holds the decision; the request is its view
+            self.log.warning("could not answer the Airflow request of task instance %s with the SageMaker "
+                             "decision: %s", self.ti_id, err)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        async for event in super().run():
+            if event.payload.get("via") == "sagemaker" and event.payload.get("approval_status") in ("Approved",
+                                                                                                    "Rejected"):
+                await self._close_request(event.payload)
+            yield event

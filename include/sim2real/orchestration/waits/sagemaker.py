@@ -71,3 +71,30 @@ def model_package_step(response: Mapping[str, Any], state: WaitState) -> Step:
         return Step("failure", f"model package {arn} {status}: {response.get('ApprovalDescription') or 'no description'}",
                     {**payload, "approval_description": response.get("ApprovalDescription")})
     return Step("retry", f"model package {arn} is {status}", payload)
+
+
+#: Key under which a describe round of the approval step adds the Airflow reviewer's answer (the task's
+#: human-in-the-loop detail, read through the Task Execution API) to the DescribeModelPackage response.
+AIRFLOW_RESPONSE_KEY = "AirflowHITLResponse"
+
+
+def model_package_decision_step(response: Mapping[str, Any], state: WaitState) -> Step:
+    """Decide one round of the approval step: whichever came first of an answer in Airflow (the response
+    carries :data:`AIRFLOW_RESPONSE_KEY`: ``{"chosen_options", "params_input", "responded_by_user",
+    "responded_at"}``) and a decision in the registry (:func:`model_package_step`).
+
+    :return: ``success`` with ``via: "airflow"`` and ``hitl_response`` (the answer, to be written to the
+        registry by the operator) when Airflow answered; else :func:`model_package_step`'s step, its payload
+        with ``via: "sagemaker"`` once terminal.
+    """
+    answer = response.get(AIRFLOW_RESPONSE_KEY) if isinstance(response, Mapping) else None
+    if answer:
+        user = answer.get("responded_by_user") or {}
+        arn = response.get("ModelPackageArn") or state.params.get("model_package_arn")
+        return Step("success", f"{user.get('name') or 'a reviewer'} answered {list(answer.get('chosen_options') or [])} "
+                               f"in Airflow for model package {arn}",
+                    {"via": "airflow", "model_package_arn": arn, "hitl_response": dict(answer)})
+    step = model_package_step(response, state)
+    if step.terminal and step.payload.get("model_package_arn"):
+        return Step(step.outcome, step.reason, {**step.payload, "via": "sagemaker"}, step.action, step.memory)
+    return step

@@ -19,6 +19,13 @@ Runs in ``containers/groot/training`` (Isaac-GR00T at a pinned commit, ``GROOT_H
 5. Exports the newest checkpoint (weights, config, ``processor/``, ``experiment_cfg/``) and
    ``inference_metadata.json`` (embodiment, the dataset's ``meta/modality.json``, action horizon)
    into ``SM_MODEL_DIR``; SageMaker uploads it to S3 as ``model.tar.gz``.
+
+Experiment tracking (:mod:`sim2real.workloads.tracking`): with ``MLFLOW_TRACKING_URI`` and ``MLFLOW_RUN_ID`` set
+(the pipeline's training environment: the DAG run's ``vla_finetune`` child run), the job logs the
+hyperparameters and the GPUs used as params, then the Hugging Face Trainer's log history of the newest
+checkpoint (``trainer_state.json`` ``log_history``: ``loss``, ``grad_norm``, ``learning_rate``, ... per
+``step``) as metrics, in batches, and ends the run FINISHED (FAILED when the trainer failed). Tracking never
+decides the job's outcome.
 """
 
 from __future__ import annotations
@@ -173,6 +180,35 @@ def export_model(output_dir: Path, model_dir: Path, metadata: dict[str, Any]) ->
     return model_dir
 
 
+def trainer_history(output_dir: Path) -> list[tuple[int, dict[str, float]]]:
+    """``(step, metrics)`` per entry of the newest complete checkpoint's ``trainer_state.json`` ``log_history``
+    (the Hugging Face Trainer's logs): every finite number but ``step``; ``[]`` when there is none."""
+    import math
+
+    latest = latest_checkpoint(output_dir)
+    if latest is None:
+        return []
+    state = json.loads((latest[1] / "trainer_state.json").read_text())
+    out = []
+    for entry in state.get("log_history") or []:
+        step = entry.get("step")
+        metrics = {k: float(v) for k, v in entry.items() if k != "step" and isinstance(v, (int, float))
+                   and not isinstance(v, bool) and math.isfinite(float(v))}
+        if isinstance(step, int) and metrics:
+            out.append((step, metrics))
+    return out
+
+
+def log_trainer_history(logger: Any, output_dir: Path) -> int:
+    """Log :func:`trainer_history` to ``logger`` (a :mod:`sim2real.workloads.tracking` run logger; batched by it);
+    return the number of entries logged."""
+    history = trainer_history(output_dir)
+    for step, metrics in history:
+        logger.log_metrics(metrics, step)
+    logger.flush()
+    return len(history)
+
+
 def _run(cmd: list[str], env: dict[str, str], cwd: str) -> int:
     return subprocess.run(cmd, env=env, cwd=cwd, check=False).returncode
 
@@ -206,11 +242,22 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         print("GR00TFinetune: no Hugging Face token configured (gated backbones will fail to download)", flush=True)
     groot_home = env.get("GROOT_HOME", "/opt/gr00t")
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (groot_home, env.get("PYTHONPATH", "")) if p)
+    from sim2real.contract import tracking as tracking_contract
+    from sim2real.workloads.tracking import run_logger_from_env
+
+    run_key = env.get("SIM2REAL_RUN_KEY")
+    tracker = run_logger_from_env(stage="vla_finetune", run_name=f"vla_finetune {run_key or ''}".strip(),
+                                  tags={tracking_contract.RUN_KEY_TAG: run_key}, environ=env)
+    tracker.log_params({**hp, "gpus": gpus, **({"resumed_from_step": resumed[0]} if resumed else {})})
     cmd = launch_command(hp, dataset=dataset, base_model=base_model, output_dir=ckpt, gpus=gpus)
     print("GR00TFinetune:", " ".join(cmd), flush=True)
     code = runner(cmd, child_env, groot_home)
+    logged = log_trainer_history(tracker, ckpt)
+    if tracker.enabled:
+        print(f"GR00TFinetune: {logged} trainer log entries logged to MLflow run {tracker.run_id}", flush=True)
     if code != 0:
         print(f"GR00TFinetune: trainer exited {code}", file=sys.stderr, flush=True)
+        tracker.finish("FAILED")
         return code
     modality_path = dataset / "meta" / "modality.json"
     metadata = {"embodiment_tag": hp["embodiment_tag"], "action_horizon": ACTION_HORIZON,
@@ -218,8 +265,13 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
                 "resumed_from_step": resumed[0] if resumed else None,
                 "run_key": env.get("SIM2REAL_RUN_KEY"),
                 "modality": json.loads(modality_path.read_text()) if modality_path.exists() else None}
-    export_model(ckpt, model_dir, metadata)
+    try:
+        export_model(ckpt, model_dir, metadata)
+    except Exception:
+        tracker.finish("FAILED")
+        raise
     print(f"GR00TFinetune: exported {ckpt} -> {model_dir}", flush=True)
+    tracker.finish("FINISHED")
     return 0
 
 

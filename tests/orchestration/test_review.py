@@ -1,0 +1,77 @@
+"""The approval request's review (sim2real.orchestration.review) from the run's XComs and S3 (moto)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from sim2real.contract import task_ids as ids
+from sim2real.orchestration.review import approval_body, smoke_line
+from tests.orchestration.test_report_figures import (BUCKET, PREFIX, RunningTask, events_dir, evaluation,  # noqa: F401
+                                                     manifest, plan, upload_events)
+
+ARN = "arn:aws:sagemaker:us-east-1:123456789012:model-package/sim2real-groot-models/3"
+PACKAGE = {"ModelPackageArn": ARN, "ModelPackageGroupName": "sim2real-groot-models",
+           "ModelApprovalStatus": "PendingManualApproval"}
+
+
+@pytest.fixture()
+def s3():
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def review_plan():
+    return {**plan(), "params": {"min_success_rate": 0.15, "eval_episodes": 10},
+            "vla": {"enabled": True, "parameters": {"OutputS3Uri": f"s3://{BUCKET}/{PREFIX}vla/"}},
+            "tracking": {"enabled": True, "ui_url": "https://mlflow.example", "experiment_id": "7",
+                         "parent_run_id": "p" * 32}}
+
+
+def outputs():
+    return {ids.WAIT_FOR_CHECKPOINT: manifest(), ids.READ_EVAL_REPORT: evaluation(),
+            ids.QUALITY_GATE: {"passed": True, "metric": "success_rate", "value": 0.3, "threshold": 0.15}}
+
+
+def body(env, **kwargs):
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    return approval_body(plan=review_plan(), ti=RunningTask(outputs()), package=PACKAGE, dag_id="sim_to_real",
+                         run_id="manual__1", s3_hook=S3Hook(aws_conn_id=None), sagemaker_client=None, env=env,
+                         **kwargs)
+
+
+def test_the_review_on_aws_has_every_fact_and_console_links_only(s3, events_dir):  # noqa: F811 - the fixture
+    upload_events(s3, events_dir)
+    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}vla/smoke/smoke.json",
+                  Body=json.dumps({"passed": True, "reason": "16-step chunks, finite actions"}))
+    text = body({})
+    assert "**Success rate:** 0.300, 95% Wilson [" in text and "threshold 0.150" in text
+    assert "**Quality gate passed:**" in text and "**GPU cost so far:**" in text
+    assert "**Smoke check:** passed (16-step chunks, finite actions)" in text
+    assert f"[{ARN}](https://console.aws.amazon.com/sagemaker/home?region=us-east-1#/model-registry/" \
+           "sim2real-groot-models/versions/3)" in text
+    assert "update-model-package" in text
+    assert "[Training curve](https://console.aws.amazon.com/s3/object/" in text
+    assert "[Evaluation outcome](https://console.aws.amazon.com/s3/object/" in text
+    assert f"[MLflow run](https://mlflow.example/#/experiments/7/runs/{'p' * 32})" in text
+    assert "![" not in text and "/tmp" not in text  # links only: no embedded pictures, no local paths on AWS
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}report/")["Contents"]}
+    assert keys == {f"{PREFIX}report/training_curve.png", f"{PREFIX}report/eval_outcome.png"}
+
+
+def test_the_review_in_the_sandbox_embeds_the_pictures_and_says_what_is_missing(s3):
+    text = body({"sandbox": True})  # no TensorBoard events, no smoke.json
+    assert "Training curve: not drawn (" in text
+    assert "![Evaluation outcome](" in text and "Signature=" in text  # presigned, loaded from the sandbox
+    assert "**Smoke check:** unknown (" in text and "smoke/smoke.json" in text
+
+
+def test_smoke_line_says_failed_with_the_reason():
+    assert smoke_line({"passed": False, "reason": "NaN actions"}, "s3://b/k") == \
+        "**Smoke check:** FAILED (NaN actions), `s3://b/k`"
