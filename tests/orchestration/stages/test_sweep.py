@@ -2,6 +2,7 @@
 best Wilson lower bound, the budget over every candidate and the capacity preflight sized for the parallel jobs."""
 
 import json
+import re
 
 import pytest
 
@@ -196,6 +197,12 @@ def test_pick_best_records_every_candidate_and_the_lineage_lists_them():
     assert [c["candidate"] for c in lineage["candidates"]] == ["c0", "c1", "c2"]
     assert lineage["sweep"]["winner"] == 1 and lineage["sweep"]["max_parallel"] == 2
     assert {"success_rate", "ci95", "checkpoint_sha256", "params", "batch_job_id"} <= set(lineage["candidates"][0])
+    from sim2real.orchestration.lineage import render_markdown
+
+    markdown = render_markdown(lineage)  # lineage.md: one row per candidate, the winner marked
+    assert "## Sweep" in markdown and "| c1 | " in markdown and "| job-1 | " in markdown
+    rows = [line for line in markdown.splitlines() if re.match(r"^\| c[0-9]+ \|", line)]
+    assert [row.endswith("| yes |") for row in rows] == [False, True, False]
 
 
 def test_a_run_without_a_sweep_lists_its_one_policy_as_the_only_candidate():
