@@ -232,6 +232,9 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
     def candidates(index, candidate, candidate_key, overrides, params, job_name, environment, cost_limit_usd,
                    output_uri, manifest_uri, report_uri, ssm_output_key_prefix, eval_seed, eval_environment,
                    lane_after):
+        """One candidate (its :func:`candidate_entry`, one map index): every key is an argument, as
+        ``expand_kwargs`` requires; ``index``, ``candidate``, ``candidate_key``, ``overrides`` and ``params`` are
+        read by ``pick_best`` and the lineage from the plan, not by these tasks."""
         lane = SweepLaneSensor(
             task_id=ids.local(ids.SWEEP_WAIT_FOR_SLOT), lane_after=lane_after,
             submit_task_id=ids.SWEEP_SUBMIT_TRAINING, mode="reschedule", poke_interval=POLL,
