@@ -3,7 +3,9 @@
 
 Check every named AWS resource and the job definition's shape → build the training image (keyed on
 source commit + build context) → check GPU capacity → train a policy with RL on AWS Batch (multi-node)
-or on a SageMaker HyperPod cluster (scale up, Slurm job via SSM, scale down) → wait for the checkpoint → evaluate it in
+or on a SageMaker HyperPod cluster (scale up, Slurm job via SSM, scale down), or a sweep of candidates on AWS
+Batch (one mapped task group index each, evaluated in closed loop; the best Wilson lower bound goes on) → wait
+for the checkpoint → evaluate it in
 closed-loop simulation on the workstation (SSM)
 → quality gate → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
 Registry → deploy to robots with AWS IoT Greengrass → write the lineage report.
@@ -22,7 +24,7 @@ from airflow.sdk import CronTriggerTimetable, dag
 from sim2real.orchestration import notifications as notify
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, schedule_timezone
 from sim2real.orchestration.params import build_params
-from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, run, train, vla
+from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, run, sweep, train, vla
 
 SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone, through the Airflow configuration
 
@@ -55,8 +57,9 @@ def sim_to_real():
     resources >> [image, backend]  # no build, no capacity check, no training before it passed
     batch_training = train.add_tasks(plan, image=image, backend=backend)
     slurm_job, scale_down = hyperpod.add_tasks(plan, image=image, backend=backend)
-    manifest = checkpoint.add_tasks(plan, trained_by=[batch_training, slurm_job])
-    report, stop_workstation = evaluate.add_tasks(plan, manifest=manifest)
+    best_candidate = sweep.add_tasks(plan, image=image, backend=backend)  # a run with a sweep only
+    manifest, trained = checkpoint.add_tasks(plan, trained_by=[batch_training, slurm_job, best_candidate])
+    report, stop_workstation = evaluate.add_tasks(plan, manifest=manifest, trained=trained)
     verdict = gate.add_tasks(plan, report=report)
     approval = vla.add_tasks(plan, image=image, gate=verdict)
     deployment = deploy.add_tasks(plan, approval=approval, manifest=manifest)

@@ -41,12 +41,18 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     tasks = states(summary)
     # The training_backend branch skips the HyperPod path on the default (Batch) backend.
     # The HyperPod branch is skipped whole, its scale-down teardown included (it must not resize a cluster
-    # this Batch run never scaled up).
-    assert all(s == ("skipped" if t.startswith("hyperpod.") else "success") for t, s in tasks.items()), tasks
+    # this Batch run never scaled up); so is the sweep path of a run without a sweep.
+    from sim2real.contract import task_ids as ids
+
+    assert all(s == ("skipped" if t.startswith("hyperpod.") or t in ids.SWEEP else "success")
+               for t, s in tasks.items()), tasks
     # The actual cost is known: the Batch job's run time at the estimate's price.
     actual = summary["lineage"]["cost_actual"]
     assert actual and actual["unknown"] == [] and actual["items"][0]["hours"] > 0, actual
     chain = summary["lineage"]["chain"]
+    # Without a sweep the lineage lists the run's one policy as its only candidate.
+    (only,) = summary["lineage"]["candidates"]
+    assert summary["lineage"]["sweep"] is None and only["won"] and only["batch_job_id"] == chain["batch_job_id"]
     assert chain["image_digest"].startswith("sha256:") and "@sha256:" in chain["image_uri"]
     assert chain["batch_job_id"]
     assert chain["checkpoint_uri"].startswith(f"s3://sim2real-artifacts-123456789012/runs/{summary['run_key']}/")

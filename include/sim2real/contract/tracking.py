@@ -21,6 +21,8 @@ PARENT_RUN_TAG = "mlflow.parentRunId"
 #: Our tags on every run: the run key (as on every AWS resource of the run) and the stage.
 RUN_KEY_TAG = "sim2real.run_key"
 STAGE_TAG = "sim2real.stage"
+#: A sweep candidate's runs: its ``c<i>`` (``sim2real.orchestration.candidates``).
+CANDIDATE_TAG = "sim2real.candidate"
 
 #: The child runs of a DAG run: stage → run name suffix.
 STAGES = ("rl_training", "evaluation", "vla_finetune")

@@ -22,6 +22,9 @@ Rows:
 * optional (``--only waits``): waits by polling vs by AWS events through the Batch trigger, at 1, 10 and 50
   concurrent waits in the sandbox: resume latency p50/p95, AWS calls per waiting hour (SQS and DescribeJobs) and
   triggerer CPU (:mod:`sim2real.dev.bench_waits`);
+* a sweep of 3 candidates (training seeds 3, 4, 5; toy training of 10 s, 10 evaluation episodes) in one DAG
+  run against 3 runs of one candidate each, one after the other (each in a fresh process and sandbox account
+  holding 3 nodes): wall time and AWS API calls the sandbox served (``--only sweep`` for these rows alone);
 * policy server latency p50/p99 (ms) and throughput (requests/s) over real ZMQ on loopback,
   onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy.
 
@@ -178,6 +181,83 @@ def orchestration_run(out: Path, poll_seconds: int = 2) -> dict[str, Any]:
     return result
 
 
+#: The sweep rows' runs: toy training (seconds), few episodes, the gate open (the rows time the orchestration).
+SWEEP_BENCH_CONF = {"train_time_budget_seconds": 10, "eval_episodes": 10, "min_success_rate": 0.0, "eval_seed": 4000}
+SWEEP_BENCH_SEEDS = (3, 4, 5)
+
+
+def sweep_bench_run(out: Path, *, sweep: bool, seed: int) -> dict[str, Any]:
+    """One sandbox run of ``sim_to_real`` (this process becomes the Airflow process): a sweep of
+    :data:`SWEEP_BENCH_SEEDS` (``sweep``) or one training seed, timed from ``dag.test`` to its end.
+
+    The sandbox account holds one node per candidate in both cases (quota and compute environment), so the only
+    difference is the run. AWS API calls: every request the sandbox served during ``dag.test``, by service.
+    """
+    import time
+
+    os.environ.setdefault("SIM2REAL_POLL_SECONDS", "2")
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    from sim2real.dev.demo import load_dag, prepare_airflow_home, sweep_conf
+    from sim2real.dev.sandbox import Approver, Sandbox
+
+    nodes = len(SWEEP_BENCH_SEEDS)
+    conf = {**SWEEP_BENCH_CONF, "seed": seed, **(sweep_conf(SWEEP_BENCH_SEEDS[0], nodes) if sweep else {})}
+    home = Path(tempfile.mkdtemp(prefix="sim2real-bench-sweep-"))
+    with Sandbox(repo_root=REPO_ROOT, mlflow=False, quota_limits={"L-DB2E81BA": 48.0 * nodes}) as sandbox:
+        env_config = sandbox.provision(max_vcpus=48 * nodes)
+        prepare_airflow_home(home, sandbox.airflow_env())
+        dag = load_dag()
+        approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
+                            decision="Approved", description="approved by the benchmark's emulated reviewer")
+        approver.start()
+        started = time.time()
+        try:
+            dag_run = dag.test(run_conf=conf)
+        finally:
+            approver.cancel()
+        wall = time.time() - started
+        calls: dict[str, int] = {}
+        for r in sandbox.requests.since(started):
+            calls[r.service] = calls.get(r.service, 0) + 1
+        state = str(getattr(dag_run.state, "value", dag_run.state))
+    shutil.rmtree(home, ignore_errors=True)
+    result = {"state": state, "wall_s": round(wall, 1), "api_calls": sum(calls.values()), "calls_by_service": calls,
+              "sweep": sweep, "seed": seed}
+    out.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _sweep_subprocess(*, sweep: bool, seed: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "sweep.json")
+        cmd = [sys.executable, "-m", "sim2real.dev.bench", "--sweep-run", str(out), str(seed), "1" if sweep else "0"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+        if not out.exists():
+            raise RuntimeError("sweep bench run failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+        return json.loads(out.read_text())
+
+
+def sweep_comparison() -> dict[str, Any]:
+    """A sweep of :data:`SWEEP_BENCH_SEEDS` in one DAG run against one run per seed, one after the other
+    (each in a fresh process and sandbox): wall time and AWS API calls."""
+    swept = _sweep_subprocess(sweep=True, seed=SWEEP_BENCH_SEEDS[0])
+    singles = [_sweep_subprocess(sweep=False, seed=s) for s in SWEEP_BENCH_SEEDS]
+    return {"sweep": swept, "sequential": singles,
+            "sequential_wall_s": round(sum(r["wall_s"] for r in singles), 1),
+            "sequential_api_calls": sum(r["api_calls"] for r in singles)}
+
+
+def _sweep_rows(cmp: dict[str, Any]) -> list[tuple[str, str]]:
+    n = len(cmp["sequential"])
+    swept, states = cmp["sweep"], {r["state"] for r in cmp["sequential"]}
+    return [
+        (f"sweep of {n} candidates in one DAG run (toy training 10 s, 10 episodes): wall time / AWS API calls",
+         f"{swept['wall_s']:.0f} s / {swept['api_calls']} (run {swept['state']})"),
+        (f"anchor: {n} runs of one candidate each, one after the other: wall time / AWS API calls",
+         f"{cmp['sequential_wall_s']:.0f} s / {cmp['sequential_api_calls']} (runs {', '.join(sorted(states))})"),
+    ]
+
+
 def policy_latency(n: int = 1000) -> dict[str, Any]:
     """Train a 1-iteration toy policy, export it to ONNX and measure the policy server over ZMQ."""
     from sim2real.edge.benchmark import policy_server_latency
@@ -269,9 +349,10 @@ def _parse_main(argv: list[str]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
-    ap.add_argument("--only", choices=("all", "rl", "waits"), default="all",
+    ap.add_argument("--only", choices=("all", "rl", "waits", "sweep"), default="all",
                     help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait rows, "
-                         "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox)")
+                         "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox); "
+                         "sweep: only the rows of a 3-candidate sweep against 3 runs one after the other")
     ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
     ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
     args = ap.parse_args(argv)
@@ -287,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--orchestration-run"]:
         orchestration_run(Path(argv[1]))
         return 0
+    if argv[:1] == ["--sweep-run"]:
+        sweep_bench_run(Path(argv[1]), seed=int(argv[2]), sweep=argv[3] == "1")
+        return 0
     args = _parse_main(argv)
     from sim2real.workloads.bench import env_steps_per_second
 
@@ -296,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
 
         results["wait_events"] = bench_waits.run([1, 10, 50])
         return _print_and_write(results, bench_waits.rows(results["wait_events"]), "wait events only (sandbox)")
+    if args.only == "sweep":
+        results["sweep"] = sweep_comparison()
+        return _print_and_write(results, _sweep_rows(results["sweep"]), "sweep only (sandbox)")
     if args.only == "rl":
         results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
         rows = _quality_rows(results["policy_quality"])
@@ -337,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
          "{p50_ms:.2f} / {p99_ms:.2f} ms".format(**results["policy_server"]["transport"])),
     ]
     rows += _quality_rows(results["policy_quality"])
+    results["sweep"] = sweep_comparison()
+    rows += _sweep_rows(results["sweep"])
     return _print_and_write(results, rows, f"sandbox run: {orch['state']}")
 
 

@@ -39,6 +39,13 @@ REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>
 
 #: The demo's default training seed and first evaluation seed (``--random-seeds`` for new ones).
 DEFAULT_SEED, DEFAULT_EVAL_SEED = 3, 2000
+#: ``--sweep``: this many candidates, all training at once (``sweep_max_parallel``), on the form's training size.
+SWEEP_CANDIDATES = 3
+
+
+def sweep_conf(seed: int, candidates: int = SWEEP_CANDIDATES) -> dict[str, Any]:
+    """The run conf of ``--sweep``: ``candidates`` training seeds from ``seed``, every job at once."""
+    return {"sweep": [{"seed": seed + i} for i in range(candidates)], "sweep_max_parallel": candidates}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -57,6 +64,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json-out", default=None, help="also write the summary as JSON here")
     ap.add_argument("--no-mlflow", dest="mlflow", action="store_false",
                     help="no local MLflow tracking server (the run is untracked)")
+    ap.add_argument("--sweep", action="store_true",
+                    help=f"train {SWEEP_CANDIDATES} candidates (training seeds seed, seed+1, ...) in parallel in the "
+                    "one run; the best Wilson lower bound goes on to the gate")
     return ap.parse_args(argv)
 
 
@@ -116,6 +126,23 @@ def task_table(dag_run) -> list[tuple[str, str, float | None]]:
                  ti.start_date or dt.datetime.max.replace(tzinfo=dt.timezone.utc)) for ti in tis]
     rows.sort(key=lambda r: r[3])
     return [(r[0], r[1], r[2]) for r in rows]
+
+
+def mapped_states(dag_run) -> dict[str, list[str]]:
+    """Mapped tasks of the run (a sweep's group): task id → the state of each map index, in map-index order."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        tis = session.scalars(select(TaskInstance).where(
+            TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id,
+            TaskInstance.map_index >= 0)).all()
+        rows = sorted((ti.task_id, ti.map_index, str(getattr(ti.state, "value", ti.state))) for ti in tis)
+    out: dict[str, list[str]] = {}
+    for task_id, _, state in rows:
+        out.setdefault(task_id, []).append(state)
+    return out
 
 
 def asset_events(dag_run) -> list[dict[str, Any]]:
@@ -209,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     conf = {"seed": args.seed if args.seed is not None else seed,
             "eval_seed": args.eval_seed if args.eval_seed is not None else eval_seed,
             **json.loads(args.conf)}
+    if args.sweep:
+        conf = {**sweep_conf(int(conf["seed"])), **conf}  # --conf still wins
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     home = Path(args.home) if args.home else REPO_ROOT / ".sandbox" / f"airflow-{stamp}"
     if home.exists():
@@ -230,8 +259,11 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     print("[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
-    with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow") as sandbox:
-        env_config = sandbox.provision()
+    # --sweep: the sandbox account holds one g6.12xlarge node (48 vCPU) per candidate, in its G-instance quota and
+    # its compute environment's maxvCpus (the default account holds two: the capacity preflight refuses three).
+    capacity = {"quota_limits": {"L-DB2E81BA": 48.0 * SWEEP_CANDIDATES}} if args.sweep else {}
+    with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow", **capacity) as sandbox:
+        env_config = sandbox.provision(**({"max_vcpus": 48 * SWEEP_CANDIDATES} if args.sweep else {}))
         from sim2real.dev.sandbox.device import PolicyDeviceCheck
 
         # The emulated robots run the real setup component and policy server on the deployed policy.
@@ -261,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["figure_links"] = figure_links(dag_run)
         summary["figure_link_fetch"] = {name: fetch_link(url) for name, url in summary["figure_links"].items()}
         summary["run_note"] = run_note(dag_run)
+        summary["mapped_tasks"] = mapped_states(dag_run)
         summary["mlflow"] = mlflow_summary(sandbox, summary.get("lineage_uri"))
     elapsed = time.monotonic() - started
 
@@ -268,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
                  [(t, s, "" if d is None else f"{d:.1f}") for t, s, d in rows])
     if summary.get("chain_rows"):
         _print_table(f"Lineage ({summary['lineage_uri']})", ("stage", "value"), summary["chain_rows"])
+    if (summary.get("lineage") or {}).get("sweep"):
+        from sim2real.orchestration.lineage import candidate_rows
+
+        _print_table(f"Sweep candidates ({summary['lineage']['sweep']['rule']})", *candidate_rows(summary["lineage"]))
     for check in summary["checks"]:
         print(f"[demo] check: {check}")
     for note in summary["notifications"]:
@@ -400,6 +437,14 @@ def summarise(sandbox, env_config: dict[str, Any], dag_run, rows, figures_dir: P
         out["checks"].append(f"{'ok' if same else 'FAILED'}: success rate {report.get('success_rate')} "
                              f"({report.get('successes')}/{report.get('episodes')} episodes, seeds "
                              f"{report.get('seeds', [None])[0]}..) computed by the evaluation in {report_uri}")
+    if lineage.get("sweep"):  # every candidate's checkpoint is where the lineage says, with its sha256
+        for cand in lineage.get("candidates") or []:
+            b, _, k = str(cand.get("checkpoint_uri") or "s3:///")[len("s3://"):].partition("/")
+            digest = hashlib.sha256(s3.get_object(Bucket=b, Key=k)["Body"].read()).hexdigest() if k else None
+            match = digest is not None and digest == cand.get("checkpoint_sha256")
+            ok &= match
+            out["checks"].append(f"{'ok' if match else 'FAILED'}: candidate {cand.get('candidate')} sha256 of "
+                                 f"{cand.get('checkpoint_uri')} = {digest}")
     out["figures"] = {}
     for name, fig in (lineage.get("figures") or {}).items():
         entry = dict(fig)

@@ -6,7 +6,8 @@ is part of the plan and of ``runs/<run_key>/lineage.json`` (``cost_estimate``).
 
 Formula (instance-hours × on-demand USD/hour):
 
-- **training** = ``num_nodes`` × price(instance type) × hours — the Batch compute environment's
+- **training** (one item per training job: a sweep has one per candidate, each with its own time budget, and
+  the sum of all of them counts against ``max_budget_usd``) = ``num_nodes`` × price(instance type) × hours — the Batch compute environment's
   ``batch.instance_type``, or for ``training_backend: hyperpod`` the GPU group's ``hyperpod.instance_type``
   (HyperPod bills the ml.* instance types; an empty type has no price) — where hours is
   ``train_time_budget_seconds`` / 3600 when a time budget is set, else ``training_timeout_hours``
@@ -93,13 +94,14 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
     else:
         train_type = env["batch"]["instance_type"]
     nodes = int(params.get("num_nodes", 1))
-    budget_s = int(params.get("train_time_budget_seconds") or 0)
-    timeout_h = float(params.get("training_timeout_hours", 0))
-    if budget_s:
-        train_hours, basis = budget_s / 3600, f"train_time_budget_seconds {budget_s}"
-    else:
-        train_hours, basis = timeout_h, f"training_timeout_hours {timeout_h:g} (no time budget)"
-    items.append(_item("training", train_type, nodes, train_hours, prices, basis))
+    for label, run_params in _training_runs(params):  # a sweep: one training item per candidate
+        budget_s = int(run_params.get("train_time_budget_seconds") or 0)
+        timeout_h = float(run_params.get("training_timeout_hours", 0))
+        if budget_s:
+            train_hours, basis = budget_s / 3600, f"train_time_budget_seconds {budget_s}"
+        else:
+            train_hours, basis = timeout_h, f"training_timeout_hours {timeout_h:g} (no time budget)"
+        items.append(_item("training", train_type, nodes, train_hours, prices, label + basis))
     if params.get("run_vla_finetune"):
         vla_type = params["vla_instance_type"]
         steps = int(params.get("vla_max_steps", 0))
@@ -123,6 +125,17 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
         "missing_prices": missing,
         "items": items,
     }
+
+
+def _training_runs(params: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(basis label, params)`` of each training job the run starts: one, or one per sweep candidate
+    (:mod:`sim2real.orchestration.candidates`; the sweep is already checked by ``check_params``)."""
+    from sim2real.orchestration.candidates import candidate_id, candidate_params, expand_sweep
+
+    overrides = expand_sweep(params.get("sweep"))
+    if not overrides:
+        return [("", params)]
+    return [(f"sweep candidate {candidate_id(i)}: ", candidate_params(params, o)) for i, o in enumerate(overrides)]
 
 
 def _item(stage: str, instance_type: str, instances: int, hours: float | None,
@@ -164,7 +177,7 @@ def check_budget(estimate: Mapping[str, Any]) -> None:
     if estimate["total_usd"] > limit:
         raise BudgetExceeded(
             f"estimated cost ${estimate['total_usd']:.2f} is above max_budget_usd ${limit:.2f}: {describe(estimate)}. "
-            "Lower num_nodes / the training time / vla_max_steps, or raise max_budget_usd.")
+            "Lower num_nodes / the training time / vla_max_steps / the sweep's candidates, or raise max_budget_usd.")
 
 
 # -- while training: the cost limit of the Batch job -------------------------------------------------
@@ -181,6 +194,25 @@ def training_usd_per_node_hour(estimate: Mapping[str, Any]) -> float | None:
     """
     item = _stage_item(estimate, "training")
     return None if item is None or item.get("usd_per_hour") is None else float(item["usd_per_hour"])
+
+
+def candidate_cost_limits(estimate: Mapping[str, Any], candidates: int) -> list[float | None]:
+    """USD each sweep candidate's training job may spend: :func:`training_cost_limit` (what all training may
+    spend) shared in proportion to the candidates' training items of the estimate.
+
+    :param candidates: the sweep's candidates (0: no sweep → ``[]``).
+    :return: one limit per candidate, in candidate order; ``None`` each when there is no limit.
+    """
+    if candidates <= 0:
+        return []
+    limit = training_cost_limit(estimate)
+    items = [i for i in estimate.get("items") or [] if i.get("stage") == "training"]
+    if limit is None or len(items) != candidates or any(i.get("usd") is None for i in items):
+        return [None] * candidates
+    total = sum(float(i["usd"]) for i in items)
+    if total <= 0:
+        return [round(limit / candidates, 2)] * candidates
+    return [round(limit * float(i["usd"]) / total, 2) for i in items]
 
 
 def training_cost_limit(estimate: Mapping[str, Any]) -> float | None:
@@ -450,7 +482,7 @@ def _finetune_actual(plan: Mapping[str, Any], vla: Mapping[str, Any] | None, now
     return _item("vla_finetune", instance_type, instances, hours, prices, basis)
 
 
-def actual_run_cost(plan: Mapping[str, Any], training_result: Mapping[str, Any] | None,
+def actual_run_cost(plan: Mapping[str, Any], training_result: Mapping[str, Any] | list | None,
                     vla_result: Mapping[str, Any] | None = None, now: float | None = None,
                     prices: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The run's actual GPU cost, in the estimate's shape, at the same prices.
@@ -470,7 +502,8 @@ def actual_run_cost(plan: Mapping[str, Any], training_result: Mapping[str, Any] 
     Prices are the estimate's (the plan's ``budget``) for the same instance type, else the table's.
 
     :param plan: the run's plan (``budget``, ``batch.instance_type``, ``batch.num_nodes``, ``vla``).
-    :param training_result: see above; None = the job never handed on a result (cost unknown).
+    :param training_result: see above; None = the job never handed on a result (cost unknown); a list: a
+        sweep's candidates' results (one training item each, in candidate order).
     :param vla_result: see above; None = no fine-tune result.
     :param now: epoch seconds for running stages (default: the current time).
     :param prices: price table override (default :data:`ON_DEMAND_USD_PER_HOUR`).
@@ -482,7 +515,8 @@ def actual_run_cost(plan: Mapping[str, Any], training_result: Mapping[str, Any] 
     """
     prices = ON_DEMAND_USD_PER_HOUR if prices is None else prices
     now = time.time() if now is None else float(now)
-    items = [_training_actual(plan, training_result, now, prices)]
+    trainings = training_result if isinstance(training_result, list) else [training_result]
+    items = [_training_actual(plan, t, now, prices) for t in trainings]  # a sweep: one item per candidate
     if (plan.get("vla") or {}).get("enabled") or vla_result:
         items.append(_finetune_actual(plan, vla_result, now, prices))
     unknown = [i["stage"] for i in items if i["usd"] is None]

@@ -76,7 +76,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   cost_actual: Mapping[str, Any] | None = None,
                   deploy_check: Mapping[str, Any] | None = None,
                   mlflow: Mapping[str, Any] | None = None,
-                  approval: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  approval: Mapping[str, Any] | None = None,
+                  sweep: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -97,13 +98,20 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
     :param approval: the release decision (the approval step's XCom ``decision``: ``{"decided_by", "via"
         ("airflow" | "sagemaker"), "at", "comment", "status"}``); default: the one in ``model_package``; ``None``:
         nobody decided (no fine-tune, or the approval timed out).
+    :param sweep: a sweep run's ``pick_best`` result (every candidate and the winner,
+        :func:`sim2real.orchestration.stages.sweep.pick_best_result`); its winner's training result stands in for
+        ``training`` when that is ``None``. ``None``: no sweep (or it did not finish).
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
-        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow", "approval"}`` where ``chain`` is the
+        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow", "approval", "candidates",
+        "sweep"}`` where ``candidates`` lists every candidate the run trained (:func:`candidate_entries`; one
+        without a sweep) and ``sweep`` is ``{"rule", "winner", "candidate", "max_parallel"}`` or ``None``; ``chain`` is the
         one-line lineage (image digest → training job (Batch job, or Slurm job on the HyperPod cluster) →
         checkpoint sha256 → success rate → execution → package → deployment).
     """
     backend = _get(plan, "backend") or "batch"
     on_hyperpod = backend == "hyperpod"
+    if sweep and not training:
+        training = sweep.get("training")
     chain = {
         "image_digest": _get(image, "image_digest"),
         "image_uri": _get(image, "image_uri"),
@@ -151,6 +159,9 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "figures": {name: dict(fig) for name, fig in figures.items()} if figures is not None else None,
         "mlflow": _mlflow_entry(mlflow if mlflow is not None else _get(plan, "tracking")),
         "approval": _approval_entry(approval if approval is not None else _get(model_package, "decision")),
+        "candidates": candidate_entries(params, chain, evaluation, sweep, _get(plan, "sweep")),
+        "sweep": ({"rule": sweep.get("rule"), "winner": sweep.get("winner"), "candidate": sweep.get("candidate"),
+                   "max_parallel": _get(plan, "sweep", "max_parallel")} if sweep else None),
     }
 
 
@@ -165,6 +176,32 @@ def _approval_entry(decision: Mapping[str, Any] | None) -> dict[str, Any] | None
     return {key: decision.get(key) for key in APPROVAL_KEYS}
 
 
+def candidate_entries(params: Mapping[str, Any], chain: Mapping[str, Any], evaluation: Mapping[str, Any] | None,
+                      sweep: Mapping[str, Any] | None, planned: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The lineage's ``candidates``: a sweep's rows (params, job, checkpoint sha256, success rate and interval of
+    the selection evaluation, ``won``); a sweep that did not reach its pick (``planned``: the plan's ``sweep``
+    section): its planned candidates with nothing measured and none won; else the run's one policy (from
+    ``chain``, ``won`` true when it reached the gate's input)."""
+    from sim2real.orchestration.candidates import SWEEP_KEYS
+
+    if sweep:
+        return [dict(row) for row in sweep.get("candidates") or []]
+    if planned and planned.get("enabled"):
+        return [{"index": c["index"], "candidate": c["candidate"], "candidate_key": c["candidate_key"],
+                 "overrides": c["overrides"], "params": c["params"], "batch_job_id": None, "checkpoint_uri": None,
+                 "checkpoint_sha256": None, "success_rate": None, "ci95": None, "successes": None, "episodes": None,
+                 "won": False} for c in planned.get("candidates") or []]
+    return [{
+        "index": 0, "candidate": None, "candidate_key": None, "overrides": {},
+        "params": {k: params.get(k) for k in SWEEP_KEYS},
+        "batch_job_id": chain.get("batch_job_id") or chain.get("slurm_job_id"),
+        "checkpoint_uri": chain.get("checkpoint_uri"), "checkpoint_sha256": chain.get("checkpoint_sha256"),
+        "success_rate": chain.get("success_rate"), "ci95": chain.get("success_rate_ci95"),
+        "successes": _get(evaluation, "successes"), "episodes": _get(evaluation, "episodes"),
+        "won": chain.get("success_rate") is not None,
+    }]
+
+
 def _mlflow_entry(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The lineage ``mlflow`` entry: the tracking record plus the parent run's UI URL (when enabled)."""
     if not tracking:
@@ -174,8 +211,11 @@ def _mlflow_entry(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
     from sim2real.orchestration.tracking import run_url
 
     keys = ("enabled", "tracking_uri", "experiment_name", "experiment_id", "parent_run_id", "runs", "ui_url")
-    return {**{k: tracking.get(k) for k in keys}, "runs": dict(tracking.get("runs") or {}),
-            "parent_run_url": run_url(tracking)}
+    entry = {**{k: tracking.get(k) for k in keys}, "runs": dict(tracking.get("runs") or {}),
+             "parent_run_url": run_url(tracking)}
+    if tracking.get("candidate_runs"):  # a sweep: each candidate's own runs
+        entry["candidate_runs"] = {cid: dict(runs) for cid, runs in tracking["candidate_runs"].items()}
+    return entry
 
 
 #: The report's pictures: lineage ``figures`` key → title (Markdown, links).
@@ -272,6 +312,20 @@ def _relative_to_run_folder(uri: str, run_key: Any) -> str:
     return uri.split(marker, 1)[1] if run_key and marker in uri else uri
 
 
+def candidate_rows(lineage: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    """The lineage's ``candidates`` as a table: ``(header, rows)``, one row per candidate (the winner marked)."""
+    header = ("candidate", "params", "Batch job", "checkpoint sha256", "success rate", "95% Wilson", "won")
+    rows = []
+    for cand in lineage.get("candidates") or []:
+        ci = cand.get("ci95") or [None, None]
+        rate = cand.get("success_rate")
+        rows.append((cand.get("candidate") or "-", json.dumps(cand.get("params") or {}, sort_keys=True),
+                     cand.get("batch_job_id") or "-", (cand.get("checkpoint_sha256") or "-")[:12],
+                     "-" if rate is None else f"{rate:.3f}",
+                     "-" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]", "yes" if cand.get("won") else ""))
+    return header, rows
+
+
 def render_markdown(lineage: Mapping[str, Any]) -> str:
     """Markdown summary of a lineage document: the chain, the report's pictures (embedded with a link
     relative to ``lineage.md``, or why each is missing), then each task's state and duration."""
@@ -279,6 +333,11 @@ def render_markdown(lineage: Mapping[str, Any]) -> str:
              f"DAG `{lineage.get('dag_id')}`, run `{lineage.get('run_id')}`, written {lineage.get('created_at')}.",
              "", "## Lineage", "", "| | |", "|---|---|"]
     lines += [f"| {label} | `{value}` |" for label, value in chain_rows(lineage)]
+    if lineage.get("sweep"):
+        header, rows = candidate_rows(lineage)
+        lines += ["", "## Sweep", "", f"Pick: {lineage['sweep'].get('rule')}.", "",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     gate = _get(lineage, "stages", "quality_gate")
     if gate:
         lines += ["", f"Quality gate: **{'passed' if gate.get('passed') else 'failed'}** — {gate.get('reason', '')}"]

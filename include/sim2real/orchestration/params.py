@@ -175,6 +175,7 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
     if params.get("deploy_to_edge") and not params.get("run_vla_finetune"):
         errors.append("deploy_to_edge needs run_vla_finetune (the deployed model is the approved fine-tuned "
                       "model package)")
+    errors.extend(_sweep_rule_errors(params, backend))
     budget = params.get("train_time_budget_seconds", 0)
     timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
     if budget and budget >= timeout_s:
@@ -183,6 +184,29 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
                       "times out")
     if errors:
         raise ParamRuleError(errors)
+
+
+def _sweep_rule_errors(params: Mapping[str, Any], backend: str) -> list[str]:
+    """The ``sweep`` field's rules (:func:`sim2real.orchestration.candidates.sweep_errors`: allowed keys, each value
+    against its field's schema, the candidate limit, no duplicates), and that a sweep runs on AWS Batch. Each
+    candidate's own time budget must also stay below ``training_timeout_hours``."""
+    from sim2real.orchestration.candidates import candidate_params, expand_sweep, sweep_errors
+
+    sweep = params.get("sweep")
+    if sweep in (None, [], {}):
+        return []
+    errors = sweep_errors(sweep, params, build_params())
+    if backend == "hyperpod":
+        errors.append("a sweep trains its candidates on AWS Batch: set training_backend to 'batch' or clear sweep")
+    if errors:
+        return errors
+    timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
+    for i, override in enumerate(expand_sweep(sweep)):
+        budget = candidate_params(params, override).get("train_time_budget_seconds", 0)
+        if budget and budget >= timeout_s and "train_time_budget_seconds" in override:
+            errors.append(f"sweep candidate {i}: train_time_budget_seconds ({budget}) must be below "
+                          f"training_timeout_hours ({timeout_s:.0f} s)")
+    return errors
 
 
 def apply_run_defaults(params: Mapping[str, Any], env: Mapping[str, Any], *, run_type: Any) -> tuple[dict[str, Any], dict[str, Any]]:

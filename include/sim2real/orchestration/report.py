@@ -65,7 +65,9 @@ def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
 
     try:
         training = parts.get("training")
-        if not training:  # stopped at the cost limit (task failed): its figures are in XCom job_cost
+        if (plan.get("sweep") or {}).get("enabled"):  # every candidate's job counts
+            training = sweep_trainings(plan, ti)
+        elif not training:  # stopped at the cost limit (task failed): its figures are in XCom job_cost
             training = _pull(ti, stage_sources(plan)["training"], key="job_cost")
         vla = parts.get("vla")
         if vla and vla.get("pipeline_execution_arn") and sagemaker_client is not None:
@@ -77,6 +79,24 @@ def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
     except Exception:  # noqa: BLE001
         log.exception("could not compute the run's actual cost")
         return None
+
+
+def sweep_trainings(plan: Mapping[str, Any], ti: Any) -> list[Any]:
+    """Each sweep candidate's training result (its ``job_cost`` XCom when the job was stopped at the cost limit;
+    ``None`` when it handed on neither), in candidate order."""
+    indexes = list(range(len((plan.get("sweep") or {}).get("candidates") or [])))
+    out = []
+    for i in indexes:
+        value = None
+        for key in (None, "job_cost"):
+            try:
+                value = ti.xcom_pull(task_ids=ids.SWEEP_TRAIN_POLICY, map_indexes=i, **({"key": key} if key else {}))
+            except Exception as err:  # noqa: BLE001 - a candidate that never ran has no XCom
+                log.info("no output from %s[%s]: %s", ids.SWEEP_TRAIN_POLICY, i, err)
+            if value:
+                break
+        out.append(value or None)
+    return out
 
 
 #: The report's pictures: lineage ``figures`` key → object key under the run prefix (beside lineage.json).

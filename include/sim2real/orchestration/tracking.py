@@ -36,9 +36,14 @@ log = logging.getLogger(__name__)
 
 #: Stage → the DAG tasks whose states decide the child run's status (the first that ran counts).
 STAGE_TASKS: dict[str, tuple[str, ...]] = {
-    "rl_training": (ids.BATCH_TRAIN_POLICY, ids.HYPERPOD_TRAIN_POLICY),
+    "rl_training": (ids.BATCH_TRAIN_POLICY, ids.HYPERPOD_TRAIN_POLICY, ids.SWEEP_PICK_BEST),  # a sweep: its pick
     "evaluation": (ids.RUN_EVALUATION,),
     "vla_finetune": (ids.FINETUNE_GROOT,),
+}
+#: A sweep candidate's child runs (``TrackingPlan.candidate_runs``) and the mapped tasks whose state closes them.
+CANDIDATE_STAGES: dict[str, tuple[str, ...]] = {
+    "rl_training": (ids.SWEEP_TRAIN_POLICY,),
+    "evaluation": (ids.SWEEP_RUN_EVALUATION,),
 }
 #: Airflow task state → MLflow run status (``mlflow.entities.RunStatus``).
 _STATUS = {"success": "FINISHED", "failed": "FAILED", "upstream_failed": "KILLED", "skipped": "KILLED",
@@ -132,6 +137,13 @@ def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: s
             child = hook.create_run(experiment_id, f"{stage} {run_key}",
                                     {**base_tags, contract.STAGE_TAG: stage, contract.PARENT_RUN_TAG: parent_id})
             runs[stage] = child["run_id"]
+        candidate_runs: dict[str, dict[str, str]] = {}
+        for cand in (plan.get("sweep") or {}).get("candidates") or []:  # a sweep: each candidate's own runs
+            candidate_runs[cand["candidate"]] = {
+                stage: hook.create_run(experiment_id, f"{stage} {cand['candidate_key']}",
+                                       {**base_tags, contract.STAGE_TAG: stage, contract.PARENT_RUN_TAG: parent_id,
+                                        contract.CANDIDATE_TAG: cand["candidate"]})["run_id"]
+                for stage in CANDIDATE_STAGES}
     except (MlflowApiError, MlflowTrackingError) as err:
         log.warning("MLflow tracking off for run %s: %s", run_key, err)
         return {"enabled": False, "reason": str(err)}
@@ -140,7 +152,7 @@ def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: s
         return {"enabled": False, "reason": f"{type(err).__name__}: {err}"}
     tracking = {"enabled": True, "tracking_uri": settings["tracking_uri"],
                 "experiment_name": settings["experiment_name"], "experiment_id": experiment_id,
-                "parent_run_id": parent_id, "runs": runs,
+                "parent_run_id": parent_id, "runs": runs, "candidate_runs": candidate_runs,
                 "ui_url": ui_url or (None if contract.is_sagemaker_arn(settings["tracking_uri"])
                                      else settings["tracking_uri"].rstrip("/"))}
     log.info("MLflow parent run %s (experiment %s, %s) with child runs %s", parent_id, experiment_id,
@@ -158,7 +170,8 @@ def stage_env(tracking: Mapping[str, Any] | None, stage: str) -> dict[str, str]:
 
 def apply_tracking(plan: dict[str, Any], tracking: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]:
     """Put the child runs' variables into ``plan`` (in place; returned): ``batch.environment``, the HyperPod section
-    (re-planned with them, so the Slurm script exports them), ``evaluation.environment`` and the fine-tune's
+    (re-planned with them, so the Slurm script exports them), ``evaluation.environment``, each sweep candidate's
+    ``environment`` and ``eval_environment`` (its own runs, ``candidate_runs``) and the fine-tune's
     ``MlflowRunId`` pipeline parameter and ``vla.mlflow``; ``plan["tracking"]`` = ``tracking`` (a
     :class:`~sim2real.orchestration.stages.run.TrackingPlan`). With tracking off only the latter.
 
@@ -174,6 +187,10 @@ def apply_tracking(plan: dict[str, Any], tracking: Mapping[str, Any], env: Mappi
         plan["hyperpod"] = hyperpod_plan(plan["run_key"], plan["params"], env, plan["batch"]["environment"],
                                          plan.get("budget"))
     plan["evaluation"]["environment"] = stage_env(tracking, "evaluation")
+    for cand in (plan.get("sweep") or {}).get("candidates") or []:
+        own = {**tracking, "runs": (tracking.get("candidate_runs") or {}).get(cand["candidate"]) or {}}
+        cand["environment"] = {**cand["environment"], **stage_env(own, "rl_training")}
+        cand["eval_environment"] = stage_env(own, "evaluation")
     finetune = stage_env(tracking, "vla_finetune")
     if finetune and (plan.get("vla") or {}).get("enabled"):
         plan["vla"]["parameters"] = {**plan["vla"]["parameters"], "MlflowRunId": finetune[env_vars.MLFLOW_RUN_ID]}
@@ -207,9 +224,12 @@ def close_tracking(tracking: Mapping[str, Any] | None, *, succeeded: bool,
     states = task_states or {}
     closed: dict[str, str] = {}
     try:
-        for stage, run_id in (tracking.get("runs") or {}).items():
+        children = [(stage, run_id, STAGE_TASKS.get(stage, ())) for stage, run_id in (tracking.get("runs") or {}).items()]
+        children += [(f"{cid}.{stage}", run_id, CANDIDATE_STAGES.get(stage, ()))
+                     for cid, runs in (tracking.get("candidate_runs") or {}).items() for stage, run_id in runs.items()]
+        for stage, run_id, tasks in children:
             current = hook.get_run(run_id)["info"].get("status")
-            state = next((states[t].get("state") for t in STAGE_TASKS.get(stage, ()) if t in states
+            state = next((states[t].get("state") for t in tasks if t in states
                           and states[t].get("state") not in (None, "skipped")), None)
             status = _STATUS.get(str(state), "KILLED") if state else "KILLED"
             if current == "RUNNING" or (current == "FINISHED" and status == "FAILED"):

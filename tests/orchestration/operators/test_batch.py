@@ -22,6 +22,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.hooks.batch import IMAGE_DIGEST_TAG, BatchTrainingHook
 from sim2real.orchestration.operators.batch import BatchTrainingOperator
+from sim2real.orchestration.sensors.sweep import SweepLaneSensor
 from sim2real.orchestration.triggers.batch import BatchTrainingJobTrigger
 
 from operator_helpers import first_event
@@ -455,3 +456,75 @@ def test_trigger_logs_progress_while_running(moto_server, moto_batch_gaps, scrip
     event = first_event(trigger)
     assert event["status"] == "timeout"
     assert any(line in message for message in trigger._log.messages)
+
+
+# -- a sweep: every candidate's job is submitted before any wait ------------------------------
+@mock_aws(config=MOTO_BATCH)
+def test_submit_only_returns_at_once_and_attach_waits_for_that_job_without_resubmitting(aws_env, moto_batch_gaps,
+                                                                                        script):
+    clients = setup_batch()
+    script["*"] = [("RUNNING", None, None)]
+    submitted = make_op(submit_only=True, job_name=f"sim2real-train-{RUN_KEY}-c0").execute({})  # no TaskDeferred
+    assert set(submitted) == {"job_id", "job_name", "reattached", "job_definition_arn"}
+    assert submitted["reattached"] is False and submitted["job_name"] == f"sim2real-train-{RUN_KEY}-c0"
+    (job,) = jobs_named(clients["batch"], f"sim2real-train-{RUN_KEY}-c0")
+    assert job["jobId"] == submitted["job_id"]
+
+    waiting = make_op(attach_job_id=submitted["job_id"], job_name=f"sim2real-train-{RUN_KEY}-c0")
+    waiting.hook.conn.submit_job = None  # attaching never submits (a call would fail the test)
+    with pytest.raises(TaskDeferred) as deferred:
+        waiting.execute({})
+    assert deferred.value.trigger.job_id == submitted["job_id"]
+    script["*"] = [("SUCCEEDED", None, 0)]
+    done = make_op(attach_job_id=submitted["job_id"], job_name=f"sim2real-train-{RUN_KEY}-c0").execute({})
+    assert done["job_id"] == submitted["job_id"] and done["status"] == "SUCCEEDED" and done["reattached"] is True
+    # a job that failed is reported, not replaced by a new one (the sweep's wait has no resubmit)
+    script["*"] = [("FAILED", "Essential container in task exited", 1)]
+    with pytest.raises(AirflowException, match="FAILED"):
+        make_op(attach_job_id=submitted["job_id"], job_name=f"sim2real-train-{RUN_KEY}-c0").execute({})
+    assert len(jobs_named(clients["batch"], f"sim2real-train-{RUN_KEY}-c0")) == 1
+
+
+# -- a sweep's lanes (SweepLaneSensor): candidate i submits once candidate i - P's job has ended ---------------
+
+
+class PullingTI:
+    """The task instance's ``xcom_pull`` of the lane's previous candidate (key ``job_id``, one map index)."""
+
+    def __init__(self, job_ids: dict[int, str]):
+        self.job_ids = job_ids
+        self.pulls: list[tuple] = []
+
+    def xcom_pull(self, *, task_ids, key, map_indexes):
+        self.pulls.append((task_ids, key, map_indexes))
+        return self.job_ids.get(map_indexes)
+
+
+def _sensor(lane_after):
+    return SweepLaneSensor(task_id="wait_for_slot", lane_after=lane_after, submit_task_id="sweep.submit_training",
+                           mode="reschedule", poke_interval=1)
+
+
+def test_a_lanes_first_candidate_never_waits():
+    ti = PullingTI({})
+    assert _sensor(None).poke({"ti": ti}) is True and _sensor("None").poke({"ti": ti}) is True
+    assert ti.pulls == []
+
+
+@pytest.mark.parametrize("status, free", [("RUNNING", False), ("RUNNABLE", False), ("SUCCEEDED", True),
+                                          ("FAILED", True)])
+@mock_aws(config=MOTO_BATCH)
+def test_a_candidate_waits_until_the_lanes_previous_job_has_ended(aws_env, moto_batch_gaps, script, status, free):
+    setup_batch()
+    script["*"] = [("RUNNING", None, None)]
+    job_id = make_op(submit_only=True).execute({})["job_id"]
+    ti = PullingTI({0: job_id})
+    sensor = _sensor(0)
+    assert sensor.poke({"ti": ti}) is False  # no TaskDeferred: the previous candidate's job is running
+    script["*"] = [(status, None, 0 if status == "SUCCEEDED" else None)]
+    assert _sensor(0).poke({"ti": ti}) is free
+    assert ti.pulls[0] == ("sweep.submit_training", "job_id", 0)
+
+
+def test_a_candidate_waits_while_the_lanes_previous_one_has_not_submitted():
+    assert _sensor(2).poke({"ti": PullingTI({})}) is False

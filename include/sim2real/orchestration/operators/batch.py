@@ -73,6 +73,11 @@ class BatchTrainingOperator(BatchOperator):
     :param job_definition: job definition name (no revision) to pin (``BatchOperator``).
     :param job_queue: job queue (``BatchOperator``).
     :param poll_interval: seconds between polls of the deferred wait (default 30).
+    :param submit_only: register, reattach or submit, then return ``{"job_id", "job_name", "reattached",
+        "job_definition_arn"}`` without waiting (a sweep submits every candidate's job before any wait; the wait
+        is a second task with ``attach_job_id``).
+    :param attach_job_id: wait for this job (submitted earlier in the run by a ``submit_only`` task) instead of
+        registering, looking up or submitting one; the job is never resubmitted (templated).
     :param kwargs: every other ``BatchOperator`` argument (``max_retries`` = poll attempts, ...).
     :return: ``{"job_id", "job_name", "job_definition_arn", "status": "SUCCEEDED", "attempts": int
         (number of job attempts), "log_streams": [{"node_index", "job_id", "log_group",
@@ -102,6 +107,7 @@ class BatchTrainingOperator(BatchOperator):
                 "runnable_timeout_seconds",
                 "cost_limit_usd",
                 "usd_per_node_hour",
+                "attach_job_id",
             }
         )
     )
@@ -121,6 +127,8 @@ class BatchTrainingOperator(BatchOperator):
         log_group: str = DEFAULT_LOG_GROUP,
         job_name: str | None = None,
         poll_interval: int = 30,
+        submit_only: bool = False,
+        attach_job_id: str | None = None,
         **kwargs,
     ) -> None:
         # The wait is always deferred (BatchTrainingJobTrigger); there is no blocking mode to choose.
@@ -133,6 +141,8 @@ class BatchTrainingOperator(BatchOperator):
         self.cost_limit_usd = cost_limit_usd
         self.usd_per_node_hour = usd_per_node_hour
         self.log_group = log_group
+        self.submit_only = submit_only
+        self.attach_job_id = attach_job_id
         self.job_definition_arn: str | None = None
         self.job_definition_reused = False
         self.reattached = False
@@ -180,6 +190,17 @@ class BatchTrainingOperator(BatchOperator):
         if not image_digest_of(self.image_uri):
             self.log.warning("image_uri %s is not pinned to a digest (<repo>@sha256:...)", self.image_uri)
 
+        if self.attach_job_id:  # the job a submit-only task of this run started: wait for it, never resubmit
+            self.job_id = str(self.attach_job_id)
+            self.reattached = True
+            self.log.info("AWS Batch job %s (%s): waiting for the job submitted earlier in this run",
+                          self.job_id, self.job_name)
+            BatchJobDetailsLink.persist(context=context, operator=self, region_name=self.hook.conn_region_name,
+                                        aws_partition=self.hook.conn_partition, job_id=self.job_id)
+            job = self._persist_links(context)
+            self._reserve_node_links(context)
+            return self._settle(context, job)
+
         job_def, self.job_definition_reused = self.hook.ensure_job_definition(self.job_definition, self.image_uri)
         self.job_definition_arn = job_def["jobDefinitionArn"]
 
@@ -218,6 +239,12 @@ class BatchTrainingOperator(BatchOperator):
             self.tags = {**(self.tags or {}), RUN_KEY_TAG: self.run_key}
             self.submit_job(context)
 
+        if self.submit_only:
+            self.log.info("AWS Batch job %s (%s) submitted; its wait is another task's", self.job_id, self.job_name)
+            self._persist_links(context)
+            self._reserve_node_links(context)  # the links of a job that ends later: "no link yet", not a missing XCom
+            return {"job_id": self.job_id, "job_name": self.job_name, "reattached": self.reattached,
+                    "job_definition_arn": self.job_definition_arn}
         job = self._persist_links(context)
         self._reserve_node_links(context)
         return self._settle(context, job)

@@ -13,9 +13,10 @@ from sim2real.contract import task_ids as ids
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
 TRAINING_JOB_DOC = """\
-**Training job.** Calls no AWS API: runs after whichever backend trained (the other one is skipped) and
-waits for nothing. Hands on `backend` and that backend's job: `batch_job_id`, or `slurm_job_id`,
-`hyperpod_cluster_name` and `slurm_log_path`.
+**Training job.** Calls no AWS API: runs after whichever backend trained (the other one is skipped; in a sweep,
+after `pick_best`) and waits for nothing. Hands on `backend` and that backend's job: `batch_job_id`, or
+`slurm_job_id`, `hyperpod_cluster_name` and `slurm_log_path`; `manifest_uri` (the winning candidate's in a sweep)
+and `candidate` (`c<i>` of the winner, or none).
 """
 
 DOC = """\
@@ -52,22 +53,33 @@ def plan(ctx: PlanContext) -> CheckpointPlan:
                           task=ctx.params["task"])
 
 
-def training_job_of(backend: str, result: dict | None) -> dict:
+def training_job_of(backend: str, result: dict | None, *, manifest_uri: str, sweep: dict | None = None) -> dict:
     """Which backend trained and its job, from that backend's training task's result.
 
+    :param manifest_uri: the run's ``checkpoint.manifest_uri`` (the checkpoint to wait for without a sweep).
+    :param sweep: ``pick_best``'s result in a sweep run (the winner's training result and manifest); ``None``
+        without a sweep.
+    :return: ``{"backend", "batch_job_id", "slurm_job_id", "hyperpod_cluster_name", "slurm_log_path",
+        "manifest_uri", "candidate"}`` (``candidate``: the winning ``c<i>`` of a sweep, else ``None``).
     :raises ValueError: the backend's training task handed on nothing.
     """
+    if sweep:
+        result = sweep.get("training")
+        manifest_uri = sweep["manifest_uri"]
+    job = {"manifest_uri": manifest_uri, "candidate": sweep.get("candidate") if sweep else None}
     if result and backend != "hyperpod":
         return {"backend": "batch", "batch_job_id": result.get("job_id"), "slurm_job_id": None,
-                "hyperpod_cluster_name": None, "slurm_log_path": None}
+                "hyperpod_cluster_name": None, "slurm_log_path": None, **job}
     if result:
         return {"backend": "hyperpod", "batch_job_id": None, "slurm_job_id": result.get("job_id"),
-                "hyperpod_cluster_name": result.get("cluster_name"), "slurm_log_path": result.get("log_path")}
-    raise ValueError(f"neither {ids.BATCH_TRAIN_POLICY} nor {ids.HYPERPOD_TRAIN_POLICY} handed on a job")
+                "hyperpod_cluster_name": result.get("cluster_name"), "slurm_log_path": result.get("log_path"), **job}
+    raise ValueError(f"neither {ids.BATCH_TRAIN_POLICY} nor {ids.HYPERPOD_TRAIN_POLICY} nor {ids.SWEEP_PICK_BEST} "
+                     "handed on a job")
 
 
-def add_tasks(plan: Any, *, trained_by: list[Any]) -> Any:
-    """Add the ``checkpoint`` group after both backends' training tasks; return the manifest sensor."""
+def add_tasks(plan: Any, *, trained_by: list[Any]) -> tuple[Any, Any]:
+    """Add the ``checkpoint`` group after the training tasks (both backends' and a sweep's ``pick_best``); return
+    ``(the manifest sensor, training_job)``."""
     from airflow.sdk import TaskGroup, task
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -86,19 +98,23 @@ def add_tasks(plan: Any, *, trained_by: list[Any]) -> Any:
             """Which backend trained and its job: ``backend``, ``batch_job_id`` or the Slurm job's facts."""
             # Only the backend that ran is read (pulling the skipped one's XCom logs a 404 at error level).
             # The plan is pulled, not passed: a task right after prepare_run (a setup) must be all_success.
-            backend = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {}).get("plan", {}).get("backend", "batch")
-            result = ti.xcom_pull(task_ids=ids.HYPERPOD_TRAIN_POLICY if backend == "hyperpod"
-                                  else ids.BATCH_TRAIN_POLICY)
+            plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {}).get("plan", {})
+            backend = plan.get("backend", "batch")
+            swept = bool((plan.get("sweep") or {}).get("enabled"))
+            sweep = ti.xcom_pull(task_ids=ids.SWEEP_PICK_BEST) if swept else None
+            result = None if swept else ti.xcom_pull(task_ids=ids.HYPERPOD_TRAIN_POLICY if backend == "hyperpod"
+                                                     else ids.BATCH_TRAIN_POLICY)
             try:
-                return training_job_of(backend, result)
+                return training_job_of(backend, result, manifest_uri=plan["checkpoint"]["manifest_uri"],
+                                       sweep=sweep)
             except ValueError as err:
                 raise AirflowFailException(str(err)) from err
 
         trained = training_job()
         trained_by >> trained
-        return CheckpointManifestSensor(
+        manifest = CheckpointManifestSensor(
             task_id=ids.local(ids.WAIT_FOR_CHECKPOINT),
-            manifest_uri=ckpt.manifest_uri,
+            manifest_uri=trained["manifest_uri"],  # the plan's; in a sweep the winning candidate's
             expected_task=ckpt.task,
             # None on a HyperPod run (its Slurm job has ended before this sensor starts).
             batch_job_id=trained["batch_job_id"],
@@ -109,3 +125,4 @@ def add_tasks(plan: Any, *, trained_by: list[Any]) -> Any:
             post_execute=assets.checkpoint_post_execute,  # checkpoint URI + sha256 on the asset event
             doc_md=DOC,
         )
+    return manifest, trained

@@ -89,11 +89,16 @@ def plan(ctx: PlanContext) -> EvaluationPlan:
     )
 
 
-def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[str]:
+def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any], *, manifest_uri: str | None = None,
+                  report_uri: str | None = None, seed: int | None = None,
+                  environment: Mapping[str, str] | None = None) -> list[str]:
     """The shell commands the workstation runs for this run's evaluation (``AWS-RunShellScript``).
 
     :param plan: ``plan_run``'s output.
     :param manifest: the validated checkpoint manifest (``checkpoint_uri``, ``task``).
+    :param manifest_uri: / :param report_uri: / :param seed: / :param environment: a sweep candidate's own
+        (:mod:`sim2real.orchestration.stages.sweep`); default: the run's (``checkpoint.manifest_uri``, the
+        ``evaluation`` section's ``report_uri``, ``seed`` and ``environment``).
     :return: the section's ``environment`` as ``export NAME=value`` lines (sorted by name), then the evaluation
         command, every value shell-quoted, run with ``bash -euo pipefail``
         (:func:`sim2real.orchestration.slurm.bash_commands`: AWS-RunShellScript uses ``sh``).
@@ -104,15 +109,16 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[
     ev = EvaluationPlan.from_plan(plan)
     ckpt = CheckpointPlan.from_plan(plan)
     fields = {
-        "manifest_uri": ckpt.manifest_uri,
+        "manifest_uri": manifest_uri or ckpt.manifest_uri,
         "checkpoint_uri": manifest["checkpoint_uri"],
-        "report_uri": ev.report_uri,
+        "report_uri": report_uri or ev.report_uri,
         "episodes": ev.episodes,
-        "seed": ev.seed,
+        "seed": ev.seed if seed is None else int(seed),
         "task": manifest.get("task") or ckpt.task,
     }
     quoted = {k: shlex.quote(str(v)) for k, v in fields.items()}
-    exports = [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(ev.environment.items())]
+    env = ev.environment if environment is None else environment
+    exports = [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
     return bash_commands([*exports, ev.command_template.format(**quoted)])
 
 
@@ -139,8 +145,9 @@ def check_report(report: Mapping[str, Any], *, expected_sha256: str, expected_ep
         raise ValueError(f"eval report ci95 {ci!r} is not the Wilson 95% interval [{lo:.6f}, {hi:.6f}] of {k}/{n}")
 
 
-def add_tasks(plan: Any, *, manifest: Any) -> tuple[Any, Any]:
-    """Add the ``evaluate`` group after the checkpoint; return ``(read_eval_report, stop_workstation)``."""
+def add_tasks(plan: Any, *, manifest: Any, trained: Any) -> tuple[Any, Any]:
+    """Add the ``evaluate`` group after the checkpoint (``trained``: ``checkpoint.training_job``'s output, whose
+    ``manifest_uri`` names the checkpoint's manifest); return ``(read_eval_report, stop_workstation)``."""
     from airflow.sdk import TaskGroup, task
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -152,10 +159,11 @@ def add_tasks(plan: Any, *, manifest: Any) -> tuple[Any, Any]:
     with TaskGroup(GROUP_ID, tooltip="closed-loop evaluation on the workstation via SSM", doc_md=DOC):
 
         @task(task_id=ids.local(ids.EVAL_COMMAND), execution_timeout=dt.timedelta(minutes=1))
-        def eval_command(plan: dict, manifest: dict) -> list:
-            return eval_commands(plan, manifest)
+        def eval_command(plan: dict, manifest: dict, trained: dict) -> list:
+            # a sweep: the winning candidate's manifest (checkpoint.training_job names it)
+            return eval_commands(plan, manifest, manifest_uri=trained.get("manifest_uri"))
 
-        commands = eval_command(plan["plan"], manifest.output)
+        commands = eval_command(plan["plan"], manifest.output, trained)
         evaluation = WorkstationCommandOperator(
             task_id=ids.local(ids.RUN_EVALUATION),
             workstation_tag_key=ev.workstation_tag_key,

@@ -38,8 +38,9 @@ devices, a missing HyperPod cluster or group), each with the resource and what t
 
 TRAINING_BACKEND_DOC = """\
 **Training backend.** Calls no AWS API: follows the form's `training_backend` — `batch` goes on with
-`preflight.check_capacity` and the AWS Batch job, `hyperpod` with the `hyperpod` group (the other path is
-skipped). Waits for nothing. Hands on the task id of the path taken.
+`preflight.check_capacity` and the AWS Batch job (a run with a `sweep`: `preflight.check_sweep_capacity` and the
+`sweep` group), `hyperpod` with the `hyperpod` group (the other paths are skipped). Waits for nothing. Hands on
+the task id of the path taken.
 """
 
 WRITE_LINEAGE_DOC = """\
@@ -104,6 +105,8 @@ class TrackingPlan(PlanSection):
     experiment_id: str | None = None
     parent_run_id: str | None = None  #: the DAG run's run
     runs: dict[str, str] = field(default_factory=dict)  #: stage (``sim2real.contract.tracking.STAGES``) → child run id
+    #: a sweep: candidate ``c<i>`` → its own ``{"rl_training": run id, "evaluation": run id}``
+    candidate_runs: dict[str, dict[str, str]] = field(default_factory=dict)
     ui_url: str | None = None  #: the MLflow UI (``None``: unknown)
 
     @classmethod
@@ -188,8 +191,11 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
     @task.branch(task_id=ids.TRAINING_BACKEND, retries=0, execution_timeout=dt.timedelta(minutes=1),
                  doc_md=TRAINING_BACKEND_DOC)
     def training_backend(plan: dict) -> str:
-        """AWS Batch (preflight.check_capacity) or SageMaker HyperPod (hyperpod.check_capacity)."""
-        return ids.HYPERPOD_CHECK_CAPACITY if plan["backend"] == "hyperpod" else ids.BATCH_CHECK_CAPACITY
+        """AWS Batch (preflight.check_capacity; a sweep: preflight.check_sweep_capacity) or SageMaker HyperPod
+        (hyperpod.check_capacity)."""
+        if plan["backend"] == "hyperpod":
+            return ids.HYPERPOD_CHECK_CAPACITY
+        return ids.SWEEP_CHECK_CAPACITY if (plan.get("sweep") or {}).get("enabled") else ids.BATCH_CHECK_CAPACITY
 
     backend = training_backend(plan["plan"])
     return plan, resources, backend

@@ -1,0 +1,336 @@
+"""Sweep (mapped task group ``sweep`` and task ``pick_best``): several candidate policies in one run, the best
+one goes on to the checkpoint, the confirmation evaluation, the gate and the release.
+
+A run whose ``sweep`` field is empty never enters this path (its tasks are skipped) and trains one policy as
+before. A sweep (:mod:`sim2real.orchestration.candidates`: a list of overrides or a grid) runs on AWS Batch:
+
+* ``preflight.check_sweep_capacity`` sizes the quota for ``min(sweep_max_parallel, candidates)`` jobs of
+  ``num_nodes`` nodes each (the ``training_backend`` branch takes it instead of ``preflight.check_capacity``);
+* per candidate ``c<i>`` (dynamic task mapping, one map index each; Airflow's ``expand_kwargs``): its own
+  Batch job ``sim2real-train-<run_key>-c<i>``, prefix ``runs/<run_key>/candidates/c<i>/``, MLflow child runs and
+  closed-loop evaluation on the workstation (one candidate at a time, ``max_active_tis_per_dagrun=1``, unless
+  the Airflow option ``[sim2real] sweep_parallel_evaluations`` allows more);
+* ``pick_best`` takes the candidate with the best Wilson 95% lower bound
+  (:func:`sim2real.orchestration.candidates.best_candidate`; ties: higher success rate, then lower index) and
+  hands it to ``checkpoint.training_job``: the winner's checkpoint is what the rest of the run evaluates again
+  (on the run's own ``eval_seed`` episodes, disjoint from the selection's), gates and releases.
+
+At most ``sweep_max_parallel`` training jobs run at once: candidate ``i`` runs in lane ``i mod P`` and is
+submitted once candidate ``i - P`` has ended (``sweep.wait_for_slot``, a sensor in reschedule mode).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim2real.contract import task_ids as ids
+from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+
+DOC = """\
+**Sweep: several candidates in one run (AWS Batch).** Runs only when the form's `sweep` lists candidates
+(skipped otherwise). Per candidate `c<i>` (one map index each): waits for a free lane (`sweep_max_parallel`
+jobs at once; Batch `DescribeJobs` of the lane's previous job), submits its own Batch job (`RegisterJobDefinition`,
+`ListJobs`, `SubmitJob`), waits (deferred) for it, waits for its `manifest.json` under
+`runs/<run_key>/candidates/c<i>/checkpoints/`, then evaluates it in closed loop on the workstation (SSM
+`SendCommand`; one candidate at a time unless configured parallel) and reads its report. `pick_best` then hands
+the candidate with the best Wilson 95% lower bound (ties: higher success rate, then lower index) to the
+checkpoint stage; every candidate and the winner go into the lineage.
+"""
+
+CAPACITY_DOC = """\
+**Capacity preflight for a sweep.** As `preflight.check_capacity` (EC2 `DescribeInstanceTypes`, Service Quotas
+`GetServiceQuota`, CloudWatch `AWS/Usage`, Batch `DescribeComputeEnvironments` / `DescribeJobDefinitions`), sized
+for the jobs that run at once: `min(sweep_max_parallel, candidates)` × `num_nodes` nodes. Waits for nothing.
+"""
+
+CANDIDATES_DOC = """\
+**Sweep candidates.** Calls no AWS API and waits for nothing: hands on the planned candidates (one entry per
+candidate: its params, job name, prefixes, evaluation seeds), which the `sweep` group maps over.
+"""
+
+PICK_BEST_DOC = """\
+**Pick the best candidate.** Calls no AWS API: reads every candidate's training result, checkpoint manifest and
+evaluation report, and hands on the one with the highest Wilson 95% lower bound of its success rate (ties: higher
+success rate, then lower candidate index), with the table of all candidates (params, job, checkpoint sha256,
+success rate and interval). Runs only when every candidate succeeded.
+"""
+
+GROUP_ID = ids.SWEEP_GROUP
+TASK_IDS = ids.SWEEP
+LINEAGE_SOURCES = {"sweep": ids.SWEEP_PICK_BEST}
+#: The Airflow option (read when the DAG is parsed) that lets this many candidates' evaluations run at once on the
+#: workstation; default 1 (one after the other: one workstation, one simulator at a time).
+PARALLEL_EVALUATIONS_OPTION = ("sim2real", "sweep_parallel_evaluations")
+
+
+@dataclass(frozen=True)
+class SweepPlan(PlanSection):
+    """The run's candidates (an empty list: no sweep)."""
+
+    SECTION = "sweep"
+    enabled: bool
+    max_parallel: int  #: training jobs at once
+    parallel_nodes: int  #: nodes the capacity preflight sizes for: min(max_parallel, candidates) × num_nodes
+    selection_eval_seed: int  #: candidates are evaluated on seeds selection_eval_seed + i (disjoint from eval_seed's)
+    #: one entry per candidate: the mapped group's kwargs (:func:`candidate_entry`)
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+
+
+def params() -> dict[str, Any]:
+    """The sweep fields of the trigger form."""
+    from airflow.sdk import Param
+
+    from sim2real.orchestration.candidates import MAX_CANDIDATES, SWEEP_KEYS, sweep_schema
+    from sim2real.orchestration.params import SECTION_TRAINING, _range
+    from sim2real.orchestration.stages import train
+
+    training_fields = train.params()
+    schema = sweep_schema({k: training_fields[k].schema for k in SWEEP_KEYS})
+    return {
+        "sweep": Param(
+            None, type=["null", "array", "object"], **schema, title="Sweep (candidates)",
+            description="Train several candidates in this run, in parallel, and release the best: a list of "
+            'overrides (`[{"seed": 3}, {"seed": 4, "num_envs": 64}]`) or a grid (`{"seed": [3, 4, 5]}`). Keys: '
+            f"{', '.join(SWEEP_KEYS)}; at most {MAX_CANDIDATES} candidates, no two alike. The candidate with the "
+            "best Wilson 95% lower bound (ties: higher success rate, then the earlier candidate) goes on to the "
+            "gate. Empty: one policy, as without a sweep. AWS Batch only.",
+            section=SECTION_TRAINING,
+        ),
+        "sweep_max_parallel": Param(
+            3, type="integer", title="Sweep: training jobs at once",
+            description="The most candidates' training jobs that run at the same time (the capacity preflight "
+            "sizes the quota for this many jobs).",
+            section=SECTION_TRAINING, **_range(minimum=1, maximum=MAX_CANDIDATES)),
+    }
+
+
+def candidate_entry(ctx: PlanContext, index: int, override: dict[str, Any], *, max_parallel: int,
+                    selection_eval_seed: int, cost_limit_usd: float | None) -> dict[str, Any]:
+    """One candidate's names and inputs (a plain JSON dict; its keys are the mapped group's arguments).
+
+    :return: ``{"index", "candidate" (``c<i>``), "candidate_key" (``<run_key>-c<i>``), "overrides", "params" (the
+        swept keys' values), "job_name", "environment" (the trainer's), "cost_limit_usd", "output_uri",
+        "manifest_uri", "report_uri", "ssm_output_key_prefix", "eval_seed", "eval_environment", "lane_after" (the
+        candidate whose job must have ended first; None: none)}``.
+    """
+    from sim2real.orchestration.candidates import SWEEP_KEYS, candidate_id, candidate_params
+    from sim2real.orchestration.stages.train import training_environment
+
+    cid = candidate_id(index)
+    prefix = f"{ctx.run_prefix}candidates/{cid}/"
+    uri = f"s3://{ctx.bucket}/{prefix}"
+    cparams = candidate_params(ctx.params, override)
+    cctx = PlanContext(run_key=ctx.run_key, bucket=ctx.bucket, run_prefix=prefix, run_uri=uri, params=cparams,
+                       env=ctx.env, budget=ctx.budget)
+    return {
+        "index": index,
+        "candidate": cid,
+        "candidate_key": f"{ctx.run_key}-{cid}",
+        "overrides": dict(override),
+        "params": {k: cparams[k] for k in SWEEP_KEYS},
+        "job_name": f"sim2real-train-{ctx.run_key}-{cid}",
+        "environment": training_environment(cctx),
+        "cost_limit_usd": cost_limit_usd,
+        "output_uri": cctx.checkpoint_uri,
+        "manifest_uri": f"{cctx.checkpoint_uri}manifest.json",
+        "report_uri": f"{uri}eval/report.json",
+        "ssm_output_key_prefix": f"{prefix}eval/ssm",
+        "eval_seed": selection_eval_seed,
+        "eval_environment": {},
+        "lane_after": index - max_parallel if index >= max_parallel else None,
+    }
+
+
+def plan(ctx: PlanContext) -> SweepPlan:
+    from sim2real.orchestration.budget import candidate_cost_limits
+    from sim2real.orchestration.candidates import expand_sweep
+
+    overrides = expand_sweep(ctx.params.get("sweep"))
+    max_parallel = int(ctx.params.get("sweep_max_parallel") or 1)
+    selection_seed = int(ctx.params["eval_seed"]) + int(ctx.params["eval_episodes"])
+    limits = candidate_cost_limits(ctx.budget, len(overrides))
+    candidates = [candidate_entry(ctx, i, o, max_parallel=max_parallel, selection_eval_seed=selection_seed,
+                                  cost_limit_usd=limits[i]) for i, o in enumerate(overrides)]
+    return SweepPlan(enabled=bool(candidates), max_parallel=max_parallel,
+                     parallel_nodes=min(max_parallel, max(len(candidates), 1)) * int(ctx.params["num_nodes"]),
+                     selection_eval_seed=selection_seed, candidates=candidates)
+
+
+def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list) -> dict[str, Any]:
+    """``pick_best``'s value: every candidate (params, job, checkpoint, evaluation) and the winner.
+
+    :param trainings: / :param manifests: / :param reports: the mapped tasks' results, in map-index order.
+    :return: ``{"rule", "winner" (index), "candidate" (``c<i>``), "candidates": [{"index", "candidate",
+        "candidate_key", "overrides", "params", "batch_job_id", "checkpoint_uri", "checkpoint_sha256", "manifest_uri",
+        "report_uri", "success_rate", "ci95", "successes", "episodes", "seeds_from", "won"}], "training" (the winner's
+        training result), "manifest_uri" (the winner's)}``.
+    :raises ValueError: the results do not line up with the planned candidates, or there are none.
+    """
+    from sim2real.orchestration.candidates import PICK_RULE, best_candidate
+
+    planned = SweepPlan.from_plan(plan).candidates
+    if not (len(planned) == len(trainings) == len(manifests) == len(reports)) or not planned:
+        raise ValueError(f"sweep results do not match the {len(planned)} planned candidates: {len(trainings)} "
+                         f"trainings, {len(manifests)} checkpoints, {len(reports)} evaluations")
+    rows = []
+    for cand, training, manifest, report in zip(planned, trainings, manifests, reports, strict=True):
+        rows.append({
+            "index": cand["index"], "candidate": cand["candidate"], "candidate_key": cand["candidate_key"],
+            "overrides": cand["overrides"], "params": cand["params"], "batch_job_id": training.get("job_id"),
+            "checkpoint_uri": manifest.get("checkpoint_uri"), "checkpoint_sha256": manifest.get("sha256"),
+            "manifest_uri": cand["manifest_uri"], "report_uri": cand["report_uri"],
+            "success_rate": report["success_rate"], "ci95": list(report["ci95"]), "successes": report["successes"],
+            "episodes": report["episodes"], "seeds_from": cand["eval_seed"],
+        })
+    winner = best_candidate([{"index": r["index"], "report": r} for r in rows])["index"]
+    for row in rows:
+        row["won"] = row["index"] == winner
+    best = planned[winner]
+    return {"rule": PICK_RULE, "winner": winner, "candidate": best["candidate"], "candidates": rows,
+            "training": dict(trainings[winner]), "manifest_uri": best["manifest_uri"]}
+
+
+def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
+    """Add ``preflight.check_sweep_capacity``, the mapped ``sweep`` group and ``pick_best`` after the
+    ``training_backend`` branch; return ``pick_best``."""
+    from airflow.configuration import conf
+    from airflow.sdk import task, task_group
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from sim2real.orchestration.dag_defaults import POLL
+    from sim2real.orchestration.operators.batch import BatchTrainingOperator
+    from sim2real.orchestration.operators.quota import GpuCapacityPreflightOperator
+    from sim2real.orchestration.operators.ssm import WorkstationCommandOperator
+    from sim2real.orchestration.sensors.checkpoint import CheckpointManifestSensor
+    from sim2real.orchestration.sensors.sweep import SweepLaneSensor
+    from sim2real.orchestration.stages.checkpoint import CheckpointPlan
+    from sim2real.orchestration.stages.evaluate import EvaluationPlan
+    from sim2real.orchestration.stages.train import BatchPlan
+
+    batch = refs(plan, BatchPlan)
+    ckpt = refs(plan, CheckpointPlan)
+    ev = refs(plan, EvaluationPlan)
+    sweep = refs(plan, SweepPlan)
+    eval_parallel = conf.getint(*PARALLEL_EVALUATIONS_OPTION, fallback=1)
+
+    with _existing_group(ids.PREFLIGHT_GROUP):  # beside preflight.check_capacity (train.add_tasks made the group)
+        capacity = GpuCapacityPreflightOperator(
+            task_id=ids.local(ids.SWEEP_CHECK_CAPACITY),
+            instance_type=batch.instance_type,
+            num_nodes=sweep.parallel_nodes,  # the jobs that run at once, not one job
+            compute_environment=batch.compute_environment,
+            job_definition=batch.job_definition,
+            retries=1,
+            execution_timeout=dt.timedelta(minutes=5),
+            doc_md=CAPACITY_DOC,
+        )
+
+    @task_group(group_id=GROUP_ID, tooltip="one map index per candidate: train, checkpoint, closed-loop evaluation",
+                doc_md=DOC)
+    def candidates(index, candidate, candidate_key, overrides, params, job_name, environment, cost_limit_usd,
+                   output_uri, manifest_uri, report_uri, ssm_output_key_prefix, eval_seed, eval_environment,
+                   lane_after):
+        """One candidate (its :func:`candidate_entry`, one map index): every key is an argument, as
+        ``expand_kwargs`` requires; ``index``, ``candidate``, ``candidate_key``, ``overrides`` and ``params`` are
+        read by ``pick_best`` and the lineage from the plan, not by these tasks."""
+        lane = SweepLaneSensor(
+            task_id=ids.local(ids.SWEEP_WAIT_FOR_SLOT), lane_after=lane_after,
+            submit_task_id=ids.SWEEP_SUBMIT_TRAINING, mode="reschedule", poke_interval=POLL,
+            timeout=13 * 3600, execution_timeout=dt.timedelta(hours=13), doc_md=DOC,
+        )
+        common = dict(job_name=job_name, job_queue=batch.job_queue, job_definition=batch.job_definition,
+                      image_uri=image.output["image_uri"], num_nodes=batch.num_nodes, run_key=plan["run_key"],
+                      environment=environment, runnable_timeout_seconds=batch.runnable_timeout_seconds,
+                      cost_limit_usd=cost_limit_usd, usd_per_node_hour=batch.usd_per_node_hour,
+                      poll_interval=POLL, multiple_outputs=True, doc_md=DOC)
+        submitted = BatchTrainingOperator(task_id=ids.local(ids.SWEEP_SUBMIT_TRAINING), submit_only=True,
+                                          execution_timeout=dt.timedelta(minutes=10), **common)
+        training = BatchTrainingOperator(task_id=ids.local(ids.SWEEP_TRAIN_POLICY), attach_job_id=submitted.output["job_id"],
+                                         retries=0, execution_timeout=dt.timedelta(hours=12), **common)
+        manifest = CheckpointManifestSensor(
+            task_id=ids.local(ids.SWEEP_WAIT_FOR_CHECKPOINT), manifest_uri=manifest_uri, expected_task=ckpt.task,
+            batch_job_id=submitted.output["job_id"], poke_interval=POLL, timeout=30 * 60,
+            execution_timeout=dt.timedelta(minutes=40), doc_md=DOC,
+        )
+
+        @task(task_id=ids.local(ids.SWEEP_EVAL_COMMAND), execution_timeout=dt.timedelta(minutes=1))
+        def eval_command(plan: dict, manifest: dict, manifest_uri: str, report_uri: str, eval_seed: int,
+                         eval_environment: dict) -> list:
+            from sim2real.orchestration.stages.evaluate import eval_commands
+
+            return eval_commands(plan, manifest, manifest_uri=manifest_uri, report_uri=report_uri, seed=eval_seed,
+                                 environment=eval_environment)
+
+        commands = eval_command(plan["plan"], manifest.output, manifest_uri, report_uri, eval_seed, eval_environment)
+        evaluation = WorkstationCommandOperator(
+            task_id=ids.local(ids.SWEEP_RUN_EVALUATION),
+            workstation_tag_key=ev.workstation_tag_key, workstation_tag_value=ev.workstation_tag_value,
+            commands=commands, execution_timeout_seconds=ev.execution_timeout_seconds,
+            output_s3_bucket=ev.output_s3_bucket, output_s3_key_prefix=ssm_output_key_prefix, waiter_delay=POLL,
+            max_active_tis_per_dagrun=max(eval_parallel, 1),  # one simulator on one workstation: one at a time
+            execution_timeout=dt.timedelta(hours=2), doc_md=DOC,
+        )
+
+        @task(task_id=ids.local(ids.SWEEP_READ_EVAL_REPORT), multiple_outputs=False,
+              execution_timeout=dt.timedelta(minutes=5))
+        def read_eval_report(plan: dict, manifest: dict, evaluation: dict, report_uri: str) -> dict:
+            """Read the candidate's eval/report.json and check it belongs to its checkpoint."""
+            import json
+
+            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+            from sim2real.orchestration.stages.evaluate import check_report
+
+            episodes = EvaluationPlan.from_plan(plan).episodes
+            report = json.loads(S3Hook().read_key(key=report_uri))
+            try:
+                check_report(report, expected_sha256=manifest["sha256"], expected_episodes=episodes)
+            except ValueError as err:
+                raise AirflowFailException(f"{report_uri}: {err}") from err
+            report["report_uri"] = report_uri
+            return report
+
+        report = read_eval_report(plan["plan"], manifest.output, evaluation.output, report_uri)
+        lane >> submitted >> training >> manifest
+        evaluation >> report
+
+    @task(task_id=ids.SWEEP_CANDIDATES, retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=CANDIDATES_DOC)
+    def sweep_candidates(candidates: list) -> list:
+        """The planned candidates, as this task's return value (dynamic task mapping maps over return values)."""
+        return list(candidates)
+
+    listed = sweep_candidates(sweep.candidates)
+    mapped = candidates.expand_kwargs(listed)
+    backend >> capacity >> listed
+    image >> mapped
+
+    @task(task_id=ids.SWEEP_PICK_BEST, multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2),
+          doc_md=PICK_BEST_DOC)
+    def pick_best(plan: dict, ti=None) -> dict:
+        """The best candidate by Wilson lower bound, and every candidate's record."""
+        indexes = list(range(len(SweepPlan.from_plan(plan).candidates)))
+
+        def pulled(task_id: str) -> list:
+            return list(ti.xcom_pull(task_ids=task_id, map_indexes=indexes) or [])
+
+        try:
+            return pick_best_result(plan, pulled(ids.SWEEP_TRAIN_POLICY), pulled(ids.SWEEP_WAIT_FOR_CHECKPOINT),
+                                    pulled(ids.SWEEP_READ_EVAL_REPORT))
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from err
+
+    best = pick_best(plan["plan"])
+    mapped >> best
+    return best
+
+
+def _existing_group(group_id: str) -> Any:
+    """The task group ``group_id`` of the DAG being defined (to add a task to it again with ``with``).
+
+    :raises KeyError: the DAG has no such group yet.
+    """
+    from airflow.sdk.definitions._internal.contextmanager import DagContext
+
+    return DagContext.get_current().task_group.get_task_group_dict()[group_id]

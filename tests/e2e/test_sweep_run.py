@@ -1,0 +1,64 @@
+"""End to end: a 3-candidate sweep in one run of the real sim_to_real DAG (dag.test, SQLite) against the sandbox.
+
+Toy size (10 s of training per candidate, 10 evaluation episodes, the gate open): the test checks the sweep's
+orchestration — three Batch jobs on distinct prefixes, the best Wilson lower bound going on, the lineage listing
+every candidate — not the policies' quality.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .test_sandbox_run import run_demo, states
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_sweep_trains_three_candidates_and_the_best_lower_bound_goes_on(tmp_path):
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.candidates import best_candidate
+    from sim2real.orchestration.lineage import lineage_errors
+
+    proc, summary = run_demo(tmp_path, "--sweep", "--seed", "3", "--eval-seed", "2000",
+                             "--conf", '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10}')
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    assert summary["state"] == "success"
+    tasks = states(summary)
+    # The sweep path ran; the single-candidate Batch path and HyperPod were skipped.
+    assert tasks[ids.SWEEP_CHECK_CAPACITY] == "success" and tasks[ids.SWEEP_PICK_BEST] == "success"
+    assert tasks[ids.BATCH_CHECK_CAPACITY] == "skipped" and tasks[ids.BATCH_TRAIN_POLICY] == "skipped"
+    for task_id in (ids.SWEEP_WAIT_FOR_SLOT, ids.SWEEP_SUBMIT_TRAINING, ids.SWEEP_TRAIN_POLICY,
+                    ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_RUN_EVALUATION, ids.SWEEP_READ_EVAL_REPORT):
+        assert summary["mapped_tasks"][task_id] == ["success"] * 3, (task_id, summary["mapped_tasks"])
+    lineage = summary["lineage"]
+    assert lineage_errors(lineage) == []
+    key = summary["run_key"]
+    candidates = lineage["candidates"]
+    # three Batch jobs, each on its own prefix, with the params it was given
+    assert [c["candidate"] for c in candidates] == ["c0", "c1", "c2"]
+    assert len({c["batch_job_id"] for c in candidates}) == 3 and all(c["batch_job_id"] for c in candidates)
+    for i, cand in enumerate(candidates):
+        assert cand["checkpoint_uri"].startswith(f"s3://sim2real-artifacts-123456789012/runs/{key}/candidates/c{i}/")
+        assert cand["params"]["seed"] == 3 + i and len(cand["checkpoint_sha256"]) == 64
+        assert cand["episodes"] == 10 and cand["seeds_from"] == 2010  # after the run's own episodes 2000..2009
+    assert len({c["checkpoint_sha256"] for c in candidates}) == 3
+    # the demo re-hashed every candidate's checkpoint in sandbox S3
+    assert sum(c.startswith("ok: candidate") for c in summary["checks"]) == 3, summary["checks"]
+    # the best Wilson lower bound won (ties by the documented rule), and it is what went on
+    expected = best_candidate([{"index": c["index"], "report": c} for c in candidates])["index"]
+    assert lineage["sweep"]["winner"] == expected and [c["won"] for c in candidates].count(True) == 1
+    winner = candidates[expected]
+    assert winner["won"] and lineage["chain"]["checkpoint_sha256"] == winner["checkpoint_sha256"]
+    assert lineage["chain"]["batch_job_id"] == winner["batch_job_id"]
+    # the confirmation evaluation ran on the run's own episodes, on the winner's checkpoint
+    evaluation = lineage["stages"]["evaluation"]
+    assert evaluation["seeds"][0] == 2000 and evaluation["checkpoint_sha256"] == winner["checkpoint_sha256"]
+    # the estimate and the actual cost count every candidate's job
+    assert sum(i["stage"] == "training" for i in lineage["cost_estimate"]["items"]) == 3
+    assert sum(i["stage"] == "training" for i in lineage["cost_actual"]["items"]) == 3
+    assert lineage["cost_actual"]["unknown"] == []
+    # each candidate has its own MLflow runs under the run's parent
+    tracked = lineage["mlflow"]
+    assert set(tracked["candidate_runs"]) == {"c0", "c1", "c2"}
+    assert len({r for runs in tracked["candidate_runs"].values() for r in runs.values()}) == 6
+    assert "Sweep candidates" in proc.stdout
