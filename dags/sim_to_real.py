@@ -5,7 +5,8 @@ Check every named AWS resource and the job definition's shape → build the trai
 source commit + build context) → check GPU capacity → train a policy with RL on AWS Batch (multi-node)
 or on a SageMaker HyperPod cluster (scale up, Slurm job via SSM, scale down) → wait for the checkpoint → evaluate it in
 closed-loop simulation on the workstation (SSM)
-→ quality gate → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
+→ quality gate (below the bar: the next retraining round, a new run resuming from the best checkpoint,
+up to `max_rounds`) → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
 Registry → deploy to robots with AWS IoT Greengrass → write the lineage report.
 
 Every name is derived from the run key (`sim2real:run-key` tag, `runs/<run_key>/` in the
@@ -22,7 +23,7 @@ from airflow.sdk import CronTriggerTimetable, dag
 from sim2real.orchestration import notifications as notify
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, schedule_timezone
 from sim2real.orchestration.params import build_params
-from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, run, train, vla
+from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, run, train, vla
 
 SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone, through the Airflow configuration
 
@@ -58,9 +59,10 @@ def sim_to_real():
     manifest = checkpoint.add_tasks(plan, trained_by=[batch_training, slurm_job])
     report, stop_workstation = evaluate.add_tasks(plan, manifest=manifest)
     verdict = gate.add_tasks(plan, report=report)
+    next_round = rounds.add_tasks(plan, gate=verdict, report=report, manifest=manifest)  # only when the gate failed
     approval = vla.add_tasks(plan, image=image, gate=verdict)
     deployment = deploy.add_tasks(plan, approval=approval, manifest=manifest)
-    run.add_closing_tasks(plan, leaves=[deployment, verdict, stop_workstation], teardowns=[scale_down])
+    run.add_closing_tasks(plan, leaves=[deployment, verdict, stop_workstation, next_round], teardowns=[scale_down])
 
 
 sim_to_real()

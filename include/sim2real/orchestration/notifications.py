@@ -121,6 +121,19 @@ def _approval_details(context: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _round_lines(plan: Mapping[str, Any]) -> list[str]:
+    """What a gate failure means for the retraining rounds (nothing without rounds)."""
+    rounds = plan.get("rounds") or {}
+    k, n = int(rounds.get("round") or 1), int(rounds.get("max_rounds") or 1)
+    if n <= 1:
+        return []
+    if k < n:
+        return [f"Retraining: this was round {k} of {n}; round {k + 1} follows as a new run of this DAG (it "
+                "resumes from the best checkpoint so far and is evaluated with fresh seeds). The release waits "
+                "for a round that passes."]
+    return [f"This was the last retraining round ({k} of {n}): the loop ends with the gate failed."]
+
+
 def compose(event: str, context: Mapping[str, Any], env: Mapping[str, Any] | None = None
             ) -> tuple[str, str, dict[str, str]]:
     """``(subject, message, message_attributes)`` of one notification from the Airflow context.
@@ -156,6 +169,7 @@ def compose(event: str, context: Mapping[str, Any], env: Mapping[str, Any] | Non
         report = _xcom(context, ids.READ_EVAL_REPORT) or {}
         if report.get("report_uri"):
             body.append(f"Evaluation report: {report['report_uri']}")
+        body += _round_lines((_xcom(context, ids.PREPARE_RUN) or {}).get("plan") or {})
     elif event == APPROVAL_NEEDED:
         title = "model approval needed"
         body = ["The fine-tuned model is registered and waits for a reviewer's approval before it is "
