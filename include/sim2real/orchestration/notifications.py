@@ -81,12 +81,12 @@ def _run_folder(env: Mapping[str, Any] | None, run_key: str) -> str | None:
     return f"s3://{env['artifacts_bucket']}/{run_prefix(run_key)}"
 
 
-def _xcom(context: Mapping[str, Any], task_id: str) -> Any:
+def _xcom(context: Mapping[str, Any], task_id: str, key: str | None = None) -> Any:
     ti = context.get("ti")
     if ti is None:
         return None
     try:
-        return ti.xcom_pull(task_ids=task_id)
+        return ti.xcom_pull(task_ids=task_id, **({"key": key} if key else {}))
     except Exception as err:  # noqa: BLE001 - a missing XCom leaves a field out of the message
         log.info("notifications: no XCom from %s (%s)", task_id, err)
         return None
@@ -162,6 +162,9 @@ def compose(event: str, context: Mapping[str, Any], env: Mapping[str, Any] | Non
                 body.append(f"Record: {folder}release.json (written by the run's teardown)")
             else:
                 body.append(f"Lineage: {folder}lineage.json (written by the run's teardown)")
+        next_run = _xcom(context, ids.NEXT_ROUND, key="trigger_run_id")
+        if next_run:  # a retraining round below the bar: the loop goes on
+            body.append(f"Retraining: the next round runs as {next_run} (this round failed its quality gate).")
     elif event == GATE_FAILED:
         title = "quality gate FAILED"
         reason = str(context.get("exception") or "the quality gate failed")

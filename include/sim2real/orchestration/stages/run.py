@@ -53,7 +53,8 @@ success rate → pipeline execution → model package → deployment. Sets the r
 the success rate and its 95% interval against the gate threshold, a warning for a gate at 0 or fewer than 20
 episodes, estimated vs actual cost, the stage table and links (on MWAA through `InvokeRestApi`; a note that
 cannot be set is logged, never failing the run). The "Training curve" / "Evaluation outcome" links open the
-pictures (S3 console; in the sandbox the object on its S3).
+pictures (S3 console; in the sandbox the object on its S3). With retraining rounds (`max_rounds` > 1) the lineage,
+the note and "Success rate per round" (`report/round_success.png`) give every round's success rate.
 """
 
 RUN_OUTCOME_DOC = """\
