@@ -384,7 +384,7 @@ def round_success_figure(rounds: Mapping[str, Any], *, run_key: str, threshold: 
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xlim(0.5, last + 0.5)
     ax.set_xticks(list(range(1, last + 1)))
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(-0.03, 1.05)  # a round at 0 stays visible
     ax.set_xlabel(f"retraining round (max_rounds {rounds.get('max_rounds')})")
     ax.set_ylabel("success rate (fraction of episodes), Wilson 95% CI")
     ax.grid(True, axis="y", alpha=0.3)
