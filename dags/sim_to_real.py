@@ -7,7 +7,8 @@ or on a SageMaker HyperPod cluster (scale up, Slurm job via SSM, scale down), or
 Batch (one mapped task group index each, evaluated in closed loop; the best Wilson lower bound goes on) → wait
 for the checkpoint → evaluate it in
 closed-loop simulation on the workstation (SSM)
-→ quality gate → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
+→ quality gate (below the bar: the next retraining round, a new run resuming from the best checkpoint,
+up to `max_rounds`) → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
 Registry → deploy to robots with AWS IoT Greengrass → write the lineage report.
 
 Every name is derived from the run key (`sim2real:run-key` tag, `runs/<run_key>/` in the
@@ -24,7 +25,7 @@ from airflow.sdk import CronTriggerTimetable, dag
 from sim2real.orchestration import notifications as notify
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, schedule_timezone
 from sim2real.orchestration.params import build_params
-from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, run, sweep, train, vla
+from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, run, sweep, train, vla
 
 SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone, through the Airflow configuration
 
@@ -61,9 +62,10 @@ def sim_to_real():
     manifest, trained = checkpoint.add_tasks(plan, trained_by=[batch_training, slurm_job, best_candidate])
     report, stop_workstation = evaluate.add_tasks(plan, manifest=manifest, trained=trained)
     verdict = gate.add_tasks(plan, report=report)
+    next_round = rounds.add_tasks(plan, gate=verdict, report=report, manifest=manifest)  # only when the gate failed
     approval = vla.add_tasks(plan, image=image, gate=verdict)
     deployment = deploy.add_tasks(plan, approval=approval, manifest=manifest)
-    run.add_closing_tasks(plan, leaves=[deployment, verdict, stop_workstation], teardowns=[scale_down])
+    run.add_closing_tasks(plan, leaves=[deployment, verdict, stop_workstation, next_round], teardowns=[scale_down])
 
 
 sim_to_real()

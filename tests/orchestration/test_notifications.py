@@ -94,6 +94,28 @@ def test_gate_failure_carries_the_reason(topic):
     assert msg["MessageAttributes"]["event"]["Value"] == "gate_failed"
 
 
+def test_a_gate_failure_says_whether_a_retraining_round_follows(topic):
+    def plan_of(round_, max_rounds):
+        plan = {"plan": {"rounds": {"round": round_, "max_rounds": max_rounds}}}
+        return SimpleNamespace(task_id="quality_gate", try_number=1, dag_id="sim_to_real", run_id=RUN_ID,
+                               xcom_pull=lambda task_ids: plan if task_ids == ids.PREPARE_RUN else None)
+
+    err = Exception("QUALITY GATE FAILED: success_rate 0.100 < threshold 0.150")
+    for ti in (plan_of(1, 3), plan_of(3, 3), plan_of(1, 1)):
+        n.gate_failed()({"dag": _dag(), "run_id": RUN_ID, "ti": ti, "exception": err})
+    following, last, single = (m["Message"] for m in topic.received())
+    assert "this was round 1 of 3; round 2 follows as a new run of this DAG" in following
+    assert "the last retraining round (3 of 3): the loop ends with the gate failed" in last
+    assert "retraining" not in single.lower() and "round" not in single.lower()
+    # The run's failure names the next round's run, which next_round triggered.
+    ti = SimpleNamespace(task_id="run_outcome", try_number=1, dag_id="sim_to_real", run_id=RUN_ID,
+                         xcom_pull=lambda task_ids, key=None: "manual__next" if (task_ids, key) == (
+                             ids.NEXT_ROUND, "trigger_run_id") else None)
+    n.run_failed()({"dag": _dag(), "run_id": RUN_ID, "reason": "task_failure", "ti": ti})
+    [msg] = topic.received()
+    assert "Retraining: the next round runs as manual__next" in msg["Message"]
+
+
 def test_approval_needed_names_the_package_and_the_command(topic):
     sm = boto3.client("sagemaker", region_name="us-east-1")
     sm.create_model_package_group(ModelPackageGroupName="grp")

@@ -8,7 +8,8 @@ What it does, in order:
    connection and the ``sim2real_environment`` Variable at the sandbox;
 3. starts the emulated approver (it approves the run's model package once the approval sensor
    is polling, as a person in SageMaker Studio would);
-4. runs the DAG with ``dag.test()`` (real operators, real triggers run inline);
+4. runs the DAG with ``dag.test()`` (real operators, real triggers run inline), then each retraining round a
+   run triggers (``max_rounds`` > 1, the gate failed), as the scheduler would start it;
 5. prints one table of stages (state, duration) and the lineage chain, checks the checkpoint
    sha256 in the lineage against the object in sandbox S3, prints the report's pictures (their S3
    URIs, a local copy under ``<Airflow home>/report/<run_key>/`` and their console links), and exits 0
@@ -111,6 +112,53 @@ def load_dag():
 def run_dag(run_conf: dict[str, Any]):
     """``dag.test()`` the parsed ``sim_to_real`` DAG (:func:`load_dag`) with ``run_conf``."""
     return load_dag().test(run_conf=run_conf)
+
+
+def next_round_run(dag_run):
+    """The run this run's ``next_round`` task created (a retraining round, queued), or ``None``.
+
+    ``dag.test()`` runs one run; the scheduler would start the queued one once this run has ended
+    (``max_active_runs=1``). :func:`run_rounds` plays that part.
+    """
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run_id = session.scalar(select(XComModel.value).where(
+            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id,
+            XComModel.task_id == ids.NEXT_ROUND, XComModel.key == "trigger_run_id"))
+        if isinstance(run_id, str) and run_id.startswith('"'):
+            run_id = json.loads(run_id)
+        if not run_id:
+            return None
+        child = session.scalar(select(DagRun).where(DagRun.dag_id == dag_run.dag_id, DagRun.run_id == run_id))
+        if child is None:
+            return None
+        session.expunge(child)
+        return child
+
+
+def run_rounds(run_conf: dict[str, Any], max_runs: int = 10) -> list:
+    """Run ``run_conf`` (:func:`run_dag`) and then each retraining round its runs trigger, as the scheduler would:
+    the queued run is run with its own run id, conf and logical date (``dag.test()`` replaces the queued run of
+    that logical date with the one it runs; ``TriggerDagRunOperator`` named it ``manual__<logical date>``, which
+    is the id ``dag.test()`` derives from ``run_after`` = that logical date).
+
+    :return: every round's DAG run, oldest first (the last one decides the loop).
+    :raises RuntimeError: a triggered run would run under another run id than the one its parent recorded.
+    """
+    runs = [run_dag(run_conf)]
+    while len(runs) < max_runs and (child := next_round_run(runs[-1])) is not None:
+        print(f"[demo] round run {child.run_id} was triggered by {runs[-1].run_id}; running it (the scheduler "
+              "would start it now: max_active_runs=1)")
+        dag_run = load_dag().test(run_conf=dict(child.conf or {}), logical_date=child.logical_date,
+                                  run_after=child.logical_date)
+        if dag_run.run_id != child.run_id:
+            raise RuntimeError(f"the triggered run {child.run_id} ran as {dag_run.run_id}")
+        runs.append(dag_run)
+    return runs
 
 
 def task_table(dag_run) -> list[tuple[str, str, float | None]]:
@@ -281,12 +329,15 @@ def main(argv: list[str] | None = None) -> int:
         inbox = subscribe_notifications(sandbox, env_config)
         approver.start()
         try:
-            dag_run = run_dag(conf)
+            dag_runs = run_rounds(conf)
         finally:
             approver.cancel()
+        dag_run = dag_runs[-1]  # the last round decides the loop (the only run without retraining rounds)
         state = str(getattr(dag_run.state, "value", dag_run.state))
         rows = task_table(dag_run)
         summary = summarise(sandbox, env_config, dag_run, rows, figures_dir=home / "report")
+        summary["round_runs"] = [{"run_id": r.run_id, "state": str(getattr(r.state, "value", r.state)),
+                                  "tasks": task_table(r), "note": run_note(r)} for r in dag_runs]
         summary["notifications"] = read_notifications(sandbox, inbox)
         summary["asset_events"] = asset_events(dag_run)
         summary["run_folder_link"] = run_folder_link(dag_run)
@@ -297,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["mlflow"] = mlflow_summary(sandbox, summary.get("lineage_uri"))
     elapsed = time.monotonic() - started
 
+    for earlier in summary["round_runs"][:-1]:
+        print(f"[demo] earlier round: run {earlier['run_id']}: {earlier['state']}")
     _print_table(f"sim_to_real run {dag_run.run_id}: {state.upper()}", ("task", "state", "duration (s)"),
                  [(t, s, "" if d is None else f"{d:.1f}") for t, s, d in rows])
     if summary.get("chain_rows"):

@@ -11,7 +11,9 @@ Formula (instance-hours × on-demand USD/hour):
   ``batch.instance_type``, or for ``training_backend: hyperpod`` the GPU group's ``hyperpod.instance_type``
   (HyperPod bills the ml.* instance types; an empty type has no price) — where hours is
   ``train_time_budget_seconds`` / 3600 when a time budget is set, else ``training_timeout_hours``
-  (the longest the stage may run). Time spent RUNNABLE is not billed (no instance runs).
+  (the longest the stage may run). Time spent RUNNABLE is not billed (no instance runs). With retraining
+  rounds (``max_rounds`` > 1) every round may train that long: hours × ``max_rounds`` (each round's run checks
+  the same whole-loop figure, so a loop that fits at round 1 is never refused half-way).
 - **fine-tune** (only when ``run_vla_finetune``) = price(``vla_instance_type``) ×
   (``VLA_OVERHEAD_HOURS`` + ``vla_max_steps`` × seconds-per-step × ``vla_global_batch_size`` / 32 / 3600),
   with seconds-per-step at a global batch of 32 from ``VLA_SECONDS_PER_STEP`` (a rough figure for the
@@ -84,8 +86,8 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
         hyperpod backend).
     :param prices: price table override (default :data:`ON_DEMAND_USD_PER_HOUR`).
     :return: ``{"currency": "USD", "price_source", "total_usd" (None when a price is missing),
-        "max_budget_usd", "missing_prices": [...], "items": [{"stage", "instance_type", "instances",
-        "hours", "usd_per_hour", "usd", "basis"}, ...]}``.
+        "max_budget_usd", "max_rounds" (the training item covers that many rounds), "missing_prices": [...],
+        "items": [{"stage", "instance_type", "instances", "hours", "usd_per_hour", "usd", "basis"}, ...]}``.
     """
     prices = ON_DEMAND_USD_PER_HOUR if prices is None else prices
     items: list[dict[str, Any]] = []
@@ -94,6 +96,7 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
     else:
         train_type = env["batch"]["instance_type"]
     nodes = int(params.get("num_nodes", 1))
+    rounds = int(params.get("max_rounds", 1) or 1)  # a sweep has one round (refused otherwise)
     for label, run_params in _training_runs(params):  # a sweep: one training item per candidate
         budget_s = int(run_params.get("train_time_budget_seconds") or 0)
         timeout_h = float(run_params.get("training_timeout_hours", 0))
@@ -101,6 +104,8 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
             train_hours, basis = budget_s / 3600, f"train_time_budget_seconds {budget_s}"
         else:
             train_hours, basis = timeout_h, f"training_timeout_hours {timeout_h:g} (no time budget)"
+        if rounds > 1:  # every retraining round may train as long again
+            train_hours, basis = train_hours * rounds, f"{basis} per round x max_rounds {rounds}"
         items.append(_item("training", train_type, nodes, train_hours, prices, label + basis))
     if params.get("run_vla_finetune"):
         vla_type = params["vla_instance_type"]
@@ -122,6 +127,7 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
         "price_source": PRICE_SOURCE,
         "total_usd": total,
         "max_budget_usd": float(params.get("max_budget_usd", 0) or 0),
+        "max_rounds": rounds,
         "missing_prices": missing,
         "items": items,
     }
@@ -177,7 +183,8 @@ def check_budget(estimate: Mapping[str, Any]) -> None:
     if estimate["total_usd"] > limit:
         raise BudgetExceeded(
             f"estimated cost ${estimate['total_usd']:.2f} is above max_budget_usd ${limit:.2f}: {describe(estimate)}. "
-            "Lower num_nodes / the training time / vla_max_steps / the sweep's candidates, or raise max_budget_usd.")
+            "Lower num_nodes / the training time / max_rounds / vla_max_steps / the sweep's candidates, or raise "
+            "max_budget_usd.")
 
 
 # -- while training: the cost limit of the Batch job -------------------------------------------------
@@ -216,7 +223,8 @@ def candidate_cost_limits(estimate: Mapping[str, Any], candidates: int) -> list[
 
 
 def training_cost_limit(estimate: Mapping[str, Any]) -> float | None:
-    """USD the training job may spend: ``max_budget_usd`` minus the estimate of every other stage.
+    """USD the training job may spend: ``max_budget_usd`` minus the estimate of every other stage, shared
+    equally by the ``max_rounds`` retraining rounds (each round's job gets its share).
 
     :param estimate: :func:`estimate_run_cost`'s result (the plan's ``budget``).
     :return: the limit in USD (>= 0; 0 when the other stages alone use the whole budget), or None
@@ -230,7 +238,8 @@ def training_cost_limit(estimate: Mapping[str, Any]) -> float | None:
     others = [i for i in estimate.get("items") or [] if i.get("stage") != "training"]
     if any(i.get("usd") is None for i in others):
         return None
-    return round(max(budget - sum(float(i["usd"]) for i in others), 0.0), 2)
+    rounds = max(int(estimate.get("max_rounds") or 1), 1)
+    return round(max(budget - sum(float(i["usd"]) for i in others), 0.0) / rounds, 2)
 
 
 def cost_limit_explanation(limit_usd: float | None, usd_per_node_hour: float | None, num_nodes: int) -> str:

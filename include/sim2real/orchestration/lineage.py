@@ -77,7 +77,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   deploy_check: Mapping[str, Any] | None = None,
                   mlflow: Mapping[str, Any] | None = None,
                   approval: Mapping[str, Any] | None = None,
-                  sweep: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  sweep: Mapping[str, Any] | None = None,
+                  rounds: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -101,10 +102,13 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
     :param sweep: a sweep run's ``pick_best`` result (every candidate and the winner,
         :func:`sim2real.orchestration.stages.sweep.pick_best_result`); its winner's training result stands in for
         ``training`` when that is ``None``. ``None``: no sweep (or it did not finish).
+    :param rounds: the retraining rounds (:func:`sim2real.orchestration.stages.rounds.lineage_entry`): this run's
+        round and the success rate of every round so far; ``None``: not known.
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
-        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow", "approval", "candidates",
-        "sweep"}`` where ``candidates`` lists every candidate the run trained (:func:`candidate_entries`; one
-        without a sweep) and ``sweep`` is ``{"rule", "winner", "candidate", "max_parallel"}`` or ``None``; ``chain`` is the
+        "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow", "approval",
+        "candidates", "sweep", "rounds"}`` where ``candidates`` lists every candidate the run trained
+        (:func:`candidate_entries`; one without a sweep), ``sweep`` is ``{"rule", "winner", "candidate",
+        "max_parallel"}`` or ``None``, ``rounds`` the retraining rounds' entry or ``None``, and ``chain`` is the
         one-line lineage (image digest → training job (Batch job, or Slurm job on the HyperPod cluster) →
         checkpoint sha256 → success rate → execution → package → deployment).
     """
@@ -162,6 +166,7 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "candidates": candidate_entries(params, chain, evaluation, sweep, _get(plan, "sweep")),
         "sweep": ({"rule": sweep.get("rule"), "winner": sweep.get("winner"), "candidate": sweep.get("candidate"),
                    "max_parallel": _get(plan, "sweep", "max_parallel")} if sweep else None),
+        "rounds": dict(rounds) if rounds else None,
     }
 
 
@@ -219,7 +224,8 @@ def _mlflow_entry(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 #: The report's pictures: lineage ``figures`` key → title (Markdown, links).
-FIGURES = {"training_curve": "Training curve", "eval_outcome": "Evaluation outcome"}
+FIGURES = {"training_curve": "Training curve", "eval_outcome": "Evaluation outcome",
+           "round_success": "Success rate per round"}  # the last: only drawn when max_rounds > 1
 
 
 def figure_entry(*, uri: str | None = None, source: str | None = None, points: int | None = None,
@@ -326,6 +332,29 @@ def candidate_rows(lineage: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tu
     return header, rows
 
 
+def round_lines(rounds: Mapping[str, Any] | None) -> list[str]:
+    """Markdown of the retraining rounds (lineage ``rounds``): this run's round, the success rate and 95%
+    interval of every round so far and how the loop goes on; nothing for a run of one round at most."""
+    if not rounds or int(rounds.get("max_rounds") or 1) <= 1:
+        return []
+    head = f"Round **{rounds['round']} of {rounds['max_rounds']}**"
+    if rounds.get("resumed_from"):
+        src = rounds["resumed_from"]
+        head += (f", resumed from round {src.get('round')}'s checkpoint (iteration {src.get('iteration')}, "
+                 f"run `{rounds.get('parent_run_id')}` before)")
+    then = {"passed": "the gate passed: the loop ends here and releases.",
+            "retraining": f"below the bar: round {rounds['round'] + 1} started as run `{rounds.get('next_run_id')}`.",
+            "gate_failed": "below the bar on the last round: the loop ends with the gate failed.",
+            "not_evaluated": "not evaluated: the loop ends here."}.get(rounds.get("outcome"), "")
+    out = ["", f"{head}: {then}", "", "| round | run | success rate | 95% CI | episodes (first seed) | gate |",
+           "|---|---|---|---|---|---|"]
+    for r in rounds.get("rounds") or []:
+        lo, hi = r["ci95"]
+        out.append(f"| {r['round']} | `{r['run_id']}` | {r['success_rate']:.3f} | [{lo:.3f}, {hi:.3f}] | "
+                   f"{r['episodes']} ({r['first_seed']}) | {'passed' if r['passed'] else 'failed'} |")
+    return out
+
+
 def render_markdown(lineage: Mapping[str, Any]) -> str:
     """Markdown summary of a lineage document: the chain, the report's pictures (embedded with a link
     relative to ``lineage.md``, or why each is missing), then each task's state and duration."""
@@ -341,10 +370,13 @@ def render_markdown(lineage: Mapping[str, Any]) -> str:
     gate = _get(lineage, "stages", "quality_gate")
     if gate:
         lines += ["", f"Quality gate: **{'passed' if gate.get('passed') else 'failed'}** — {gate.get('reason', '')}"]
+    lines += round_lines(lineage.get("rounds"))
     figures = lineage.get("figures")
     if figures:
         lines += ["", "## Figures", ""]
         for name, title in FIGURES.items():
+            if name not in figures:  # not a picture of this run (success per round: max_rounds 1)
+                continue
             fig = figures.get(name) or {}
             if fig.get("uri"):
                 # relative to lineage.md (runs/<run_key>/): works on a copy of the run folder too

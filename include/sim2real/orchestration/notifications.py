@@ -82,12 +82,12 @@ def _run_folder(env: Mapping[str, Any] | None, run_key: str) -> str | None:
     return f"s3://{env['artifacts_bucket']}/{run_prefix(run_key)}"
 
 
-def _xcom(context: Mapping[str, Any], task_id: str) -> Any:
+def _xcom(context: Mapping[str, Any], task_id: str, key: str | None = None) -> Any:
     ti = context.get("ti")
     if ti is None:
         return None
     try:
-        return ti.xcom_pull(task_ids=task_id)
+        return ti.xcom_pull(task_ids=task_id, **({"key": key} if key else {}))
     except Exception as err:  # noqa: BLE001 - a missing XCom leaves a field out of the message
         log.info("notifications: no XCom from %s (%s)", task_id, err)
         return None
@@ -124,6 +124,19 @@ def _approval_details(context: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _round_lines(plan: Mapping[str, Any]) -> list[str]:
+    """What a gate failure means for the retraining rounds (nothing without rounds)."""
+    rounds = plan.get("rounds") or {}
+    k, n = int(rounds.get("round") or 1), int(rounds.get("max_rounds") or 1)
+    if n <= 1:
+        return []
+    if k < n:
+        return [f"Retraining: this was round {k} of {n}; round {k + 1} follows as a new run of this DAG (it "
+                "resumes from the best checkpoint so far and is evaluated with fresh seeds). The release waits "
+                "for a round that passes."]
+    return [f"This was the last retraining round ({k} of {n}): the loop ends with the gate failed."]
+
+
 def compose(event: str, context: Mapping[str, Any], env: Mapping[str, Any] | None = None
             ) -> tuple[str, str, dict[str, str]]:
     """``(subject, message, message_attributes)`` of one notification from the Airflow context.
@@ -152,6 +165,9 @@ def compose(event: str, context: Mapping[str, Any], env: Mapping[str, Any] | Non
                 body.append(f"Record: {folder}release.json (written by the run's teardown)")
             else:
                 body.append(f"Lineage: {folder}lineage.json (written by the run's teardown)")
+        next_run = _xcom(context, ids.NEXT_ROUND, key="trigger_run_id")
+        if next_run:  # a retraining round below the bar: the loop goes on
+            body.append(f"Retraining: the next round runs as {next_run} (this round failed its quality gate).")
     elif event == GATE_FAILED:
         title = "quality gate FAILED"
         reason = str(context.get("exception") or "the quality gate failed")
@@ -159,6 +175,7 @@ def compose(event: str, context: Mapping[str, Any], env: Mapping[str, Any] | Non
         report = _xcom(context, ids.READ_EVAL_REPORT) or {}
         if report.get("report_uri"):
             body.append(f"Evaluation report: {report['report_uri']}")
+        body += _round_lines((_xcom(context, ids.PREPARE_RUN) or {}).get("plan") or {})
     elif event == APPROVAL_NEEDED:
         title = "model approval needed"
         body = ["The fine-tuned model is registered and waits for a reviewer's approval before it is "

@@ -182,6 +182,9 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
         errors.append(f"train_time_budget_seconds ({budget}) must be below training_timeout_hours "
                       f"({timeout_s:.0f} s) so the trainer can write its final checkpoint before the stage "
                       "times out")
+    from sim2real.orchestration.stages.rounds import rule_errors as round_rule_errors
+
+    errors.extend(round_rule_errors(params))
     if errors:
         raise ParamRuleError(errors)
 

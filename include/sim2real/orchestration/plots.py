@@ -6,6 +6,8 @@
   PPO iteration, with the band between the per-iteration min and max episode returns when logged.
 * :func:`eval_outcome_png` draws the evaluation report's success rate with its Wilson 95 % interval
   against the quality gate's threshold, and each episode's return coloured by its outcome.
+* :func:`round_success_png` draws the success rate and Wilson 95 % interval of each retraining round
+  against the gate's threshold (lineage ``rounds``).
 
 Figures are drawn with matplotlib's Agg canvas (no display, no pyplot global state) at a fixed size
 and DPI, without the PNG ``Software`` tag: the same data gives the same bytes for one matplotlib
@@ -35,6 +37,7 @@ EVENTS_PREFIX = "events.out.tfevents."
 DPI = 100
 TRAINING_CURVE_SIZE = (800, 450)
 EVAL_OUTCOME_SIZE = (1000, 450)
+ROUND_SUCCESS_SIZE = (800, 450)
 
 _SUCCESS_COLOR = "#2ca02c"
 _FAILURE_COLOR = "#d62728"
@@ -331,4 +334,59 @@ def eval_outcome_figure(report: Mapping[str, Any], *, run_key: str, threshold: f
                              "(the report has no per-episode returns)", ha="center", va="center")
     fig.suptitle(f"Evaluation outcome — {task or report.get('task') or 'unknown task'}\nrun {run_key}",
                  fontsize=10)
+    return fig
+
+
+def round_success_png(rounds: Mapping[str, Any], *, run_key: str, threshold: float | None,
+                      gate_metric: str = "success_rate") -> bytes:
+    """PNG (:data:`ROUND_SUCCESS_SIZE` pixels) of :func:`round_success_figure`."""
+    return _png(round_success_figure(rounds, run_key=run_key, threshold=threshold, gate_metric=gate_metric))
+
+
+def round_success_figure(rounds: Mapping[str, Any], *, run_key: str, threshold: float | None,
+                         gate_metric: str = "success_rate"):
+    """The matplotlib ``Figure`` of the retraining rounds (the lineage's ``rounds`` entry,
+    :func:`sim2real.orchestration.stages.rounds.lineage_entry`).
+
+    Each round's success rate with its Wilson 95 % interval, green when it passed the gate, red when not; the
+    gate threshold dashed; the x axis runs to ``max_rounds`` (rounds not reached are left empty).
+
+    :param threshold: the quality gate's ``min_success_rate`` (``None``: no line drawn).
+    :param gate_metric: ``"success_rate"`` or ``"ci95_lower"`` (what the gate compares with ``threshold``).
+    :raises ValueError: no evaluated round; a round's rate outside its interval; ``threshold`` outside [0, 1];
+        unknown ``gate_metric``.
+    """
+    if gate_metric not in ("success_rate", "ci95_lower"):
+        raise ValueError(f"gate_metric must be 'success_rate' or 'ci95_lower', got {gate_metric!r}")
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be a success rate in [0, 1], got {threshold!r}")
+    results = list(rounds.get("rounds") or [])
+    if not results:
+        raise ValueError("no evaluated round to draw")
+    for r in results:
+        lo, hi = r["ci95"]
+        if not lo <= r["success_rate"] <= hi:
+            raise ValueError(f"round {r['round']}: success rate {r['success_rate']} is outside its interval {r['ci95']}")
+    last = max(int(rounds.get("max_rounds") or 1), max(int(r["round"]) for r in results))
+
+    fig = _figure(ROUND_SUCCESS_SIZE)
+    ax = fig.subplots()
+    for r in results:
+        rate, (lo, hi) = float(r["success_rate"]), r["ci95"]
+        ax.errorbar([r["round"]], [rate], yerr=[[rate - lo], [hi - rate]], fmt="o", capsize=8, markersize=8,
+                    color=_SUCCESS_COLOR if r.get("passed") else _FAILURE_COLOR)
+        ax.annotate(f"{rate:.3f}\n{r['successes']}/{r['episodes']}", (r["round"], rate), textcoords="offset points",
+                    xytext=(12, -4), fontsize=8)
+    ax.plot([r["round"] for r in results], [r["success_rate"] for r in results], color="#7f7f7f", linewidth=0.8)
+    if threshold is not None:
+        on = "CI lower bound" if gate_metric == "ci95_lower" else "success rate"
+        ax.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"gate: {on} ≥ {threshold:.3f}")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlim(0.5, last + 0.5)
+    ax.set_xticks(list(range(1, last + 1)))
+    ax.set_ylim(-0.03, 1.05)  # a round at 0 stays visible
+    ax.set_xlabel(f"retraining round (max_rounds {rounds.get('max_rounds')})")
+    ax.set_ylabel("success rate (fraction of episodes), Wilson 95% CI")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"Success rate per round\nrun {run_key}", fontsize=10)
     return fig

@@ -6,6 +6,8 @@ Writes, under ``s3://<bucket>/runs/<run_key>/``:
   event files (the checkpoint manifest's ``tensorboard_uri``, else the plan's ``checkpoints/tensorboard/``);
 * ``report/eval_outcome.png`` — the evaluation report's success rate, Wilson 95 % interval and gate
   threshold, and each episode's return and outcome;
+* ``report/round_success.png`` — with retraining rounds (``max_rounds`` > 1): the success rate and Wilson 95 %
+  interval of every round so far against the gate threshold;
 * ``lineage.json`` (with the pictures' URIs, or why one was not drawn, under ``figures``) and ``lineage.md``
   (which embeds them).
 
@@ -26,6 +28,7 @@ from sim2real.contract import task_ids as ids
 from sim2real.orchestration.lineage import _get, build_lineage, figure_entry, lineage_errors, render_markdown
 from sim2real.orchestration.links.s3 import presigned_get_url, sandbox_endpoint
 from sim2real.orchestration.stages import hyperpod, lineage_sources
+from sim2real.orchestration.stages.rounds import lineage_entry
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +106,7 @@ def sweep_trainings(plan: Mapping[str, Any], ti: Any) -> list[Any]:
 FIGURE_KEYS = {
     "training_curve": "report/training_curve.png",
     "eval_outcome": "report/eval_outcome.png",
+    "round_success": "report/round_success.png",
 }
 
 
@@ -161,10 +165,28 @@ def draw_eval_outcome(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: A
     return png, source, int(report["episodes"])
 
 
+def draw_round_success(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any) -> tuple[bytes, str, int]:
+    """The success rate per retraining round: ``(png, "lineage rounds", rounds drawn)`` (only drawn when
+    ``max_rounds`` > 1, :func:`write_figures`).
+
+    :raises FigureSkipped: no round has an evaluated success rate yet.
+    """
+    from sim2real.orchestration import plots
+
+    rounds = parts.get("rounds") or {}
+    if not rounds.get("rounds"):
+        raise FigureSkipped("no round was evaluated (no success rate to draw)")
+    bar = plan.get("quality_gate") or {}
+    png = plots.round_success_png(rounds, run_key=plan["run_key"], threshold=bar.get("min_success_rate"),
+                                  gate_metric="ci95_lower" if bar.get("on_lower_bound") else "success_rate")
+    return png, "lineage rounds", len(rounds["rounds"])
+
+
 #: lineage ``figures`` key → function ``(plan, parts, s3_hook) -> (png, source, points)``.
 FIGURE_DRAWERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any], Any], tuple[bytes, str, int]]] = {
     "training_curve": draw_training_curve,
     "eval_outcome": draw_eval_outcome,
+    "round_success": draw_round_success,  # only with max_rounds > 1
 }
 
 
@@ -188,6 +210,8 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
     bucket, prefix = plan["bucket"], plan["run_prefix"]
     figures: dict[str, dict[str, Any]] = {}
     for name, draw in FIGURE_DRAWERS.items():
+        if name == "round_success" and int(_get(plan, "rounds", "max_rounds") or 1) <= 1:
+            continue  # a run without retraining rounds has no such picture
         key = f"{prefix}{FIGURE_KEYS[name]}"
         try:
             png, source, points = draw(plan, parts, hook)
@@ -330,6 +354,8 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
 
     parts: dict[str, Any] = {key: _pull(ti, task_id) for key, task_id in stage_sources(plan).items()}
+    rounds = lineage_entry(plan, run_id=dag_run.run_id, evaluation=parts.get("evaluation"),
+                           checkpoint=parts.get("checkpoint"), next_run_id=_pull(ti, ids.NEXT_ROUND, key="trigger_run_id"))
     scaling = None
     if plan.get("backend") == "hyperpod":
         scaling = {key: _pull(ti, task_id) for key, task_id in HYPERPOD_SCALING_SOURCES.items()}
@@ -337,7 +363,7 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     hook = S3Hook()
     env = _environment()
     endpoint = sandbox_endpoint(env, hook.get_conn())  # sandbox: links open the PNGs on its S3, not the console
-    figures = write_figures(plan=plan, parts=parts, hook=hook, ti=ti, endpoint_url=endpoint)
+    figures = write_figures(plan=plan, parts={**parts, "rounds": rounds}, hook=hook, ti=ti, endpoint_url=endpoint)
     try:
         sagemaker = SageMakerHook().conn if parts.get("vla") else None
     except Exception as err:  # noqa: BLE001 - no client: the fine-tune's cost is reported unknown
@@ -349,7 +375,7 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
         hyperpod_scaling=scaling, cost_actual=run_actual_cost(plan, parts, ti, sagemaker),
         deploy_check=_pull(ti, SOURCES["deployment"], key="model_package_check"),
         approval=_pull(ti, SOURCES["model_package"], key="decision"),  # also there when the package was Rejected
-        **parts,
+        rounds=rounds, **parts,
     )
     errors = lineage_errors(lineage)
     hook.load_string(json.dumps(lineage, indent=2, sort_keys=True, default=str), key=f"{prefix}lineage.json",

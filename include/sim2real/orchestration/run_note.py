@@ -84,6 +84,19 @@ NOTE_MAX_CHARS = 1000
 SHORTENED = "_(shortened to fit the note; lineage.md has everything)_"
 
 
+def _round_line(rounds: Mapping[str, Any] | None) -> list[str]:
+    """``**Round 2 of 3** …: 0.050 [0.009, 0.236] → 0.900 [0.699, 0.972]; …`` (nothing without rounds)."""
+    if not rounds or int(rounds.get("max_rounds") or 1) <= 1:
+        return []
+    rates = " → ".join(f"{r['success_rate']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]"
+                       for r in rounds.get("rounds") or []) or "none evaluated"
+    then = {"passed": "passed: the loop ends here", "retraining": f"retraining: round {rounds['round'] + 1} is run "
+            f"`{rounds.get('next_run_id')}`", "gate_failed": "last round below the bar: the loop ends with the gate "
+            "failed", "not_evaluated": "not evaluated: the loop ends here"}.get(rounds.get("outcome"), "")
+    return [f"**Round {rounds['round']} of {rounds['max_rounds']}** (success rate per round, 95% Wilson): {rates}; "
+            f"{then}."]
+
+
 def headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) -> list[str]:
     chain = lineage.get("chain") or {}
     stages = lineage.get("stages") or {}
@@ -105,6 +118,7 @@ def headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) 
                      f"{float(gate.get('value', 0.0)):.3f} {sign} {float(gate.get('threshold', 0.0)):.3f}")
     else:
         lines.append("**Quality gate:** not reached.")
+    lines += _round_line(lineage.get("rounds"))
     estimate, actual = lineage.get("cost_estimate") or {}, lineage.get("cost_actual") or {}
     cost = f"**GPU cost:** estimated {_money(estimate.get('total_usd'))}"
     if estimate.get("max_budget_usd"):

@@ -51,8 +51,8 @@ def test_every_plan_section_round_trips_through_json(backend):
 
 def test_the_plan_keeps_its_sections_and_their_order():
     plan = _plan()
-    assert list(plan)[-8:] == ["quality_gate", "image", "batch", "hyperpod", "checkpoint", "evaluation", "vla",
-                               "deploy"]
+    assert list(plan)[-9:] == ["quality_gate", "image", "batch", "hyperpod", "checkpoint", "evaluation", "vla",
+                               "deploy", "rounds"]
 
 
 def test_section_refs_are_checked_against_the_dataclass():

@@ -17,6 +17,7 @@ PARAMS = {
     "deploy_to_edge": True, "thing_group_name": "", "rollout_max_per_minute": 10,
     "abort_failure_threshold_percent": 10.0, "deployment_timeout_minutes": 30, "runnable_timeout_minutes": 30,
     "training_timeout_hours": 12.0, "eval_timeout_minutes": 30, "max_budget_usd": 500.0,
+    "max_rounds": 1, "round_iterations": 1000, "retrain_round": None,
 }
 
 

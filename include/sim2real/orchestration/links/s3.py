@@ -104,8 +104,17 @@ class S3EvalOutcomeLink(S3ObjectLink):
     key = "sim2real_s3_eval_outcome"
 
 
+class S3RoundSuccessLink(S3ObjectLink):
+    """The run report's success rate per retraining round PNG (``runs/<run_key>/report/round_success.png``;
+    only for ``max_rounds`` > 1)."""
+
+    name = "Success rate per round"
+    key = "sim2real_s3_round_success"
+
+
 #: lineage ``figures`` key → the extra link of that picture (write_lineage persists them).
 FIGURE_LINKS: dict[str, type[S3ObjectLink]] = {
     "training_curve": S3TrainingCurveLink,
     "eval_outcome": S3EvalOutcomeLink,
+    "round_success": S3RoundSuccessLink,
 }

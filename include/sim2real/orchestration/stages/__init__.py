@@ -14,7 +14,7 @@ A stage module owns, for its part of the run:
 Modules: :mod:`.run` (prepare_run, check_resources, training_backend, write_lineage, run_outcome),
 :mod:`.build`, :mod:`.train` (AWS Batch: preflight + train), :mod:`.hyperpod`, :mod:`.sweep` (several
 candidates, mapped), :mod:`.checkpoint`,
-:mod:`.evaluate`, :mod:`.gate`, :mod:`.vla`, :mod:`.deploy`.
+:mod:`.evaluate`, :mod:`.gate`, :mod:`.rounds` (retraining rounds), :mod:`.vla`, :mod:`.deploy`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim2real.contract.run_key import make_run_key, run_prefix
-from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, run, sweep, train, vla
+from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, run, sweep, train, vla
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 from sim2real.orchestration.stages.deploy import deployment_components, deployment_timeout_seconds, iot_job_configuration
 from sim2real.orchestration.stages.evaluate import check_report, eval_commands
@@ -37,11 +37,11 @@ __all__ = [
 ]
 
 #: Every stage module, in the order the run goes through them.
-STAGES = (run, build, train, hyperpod, sweep, checkpoint, evaluate, gate, vla, deploy)
+STAGES = (run, build, train, hyperpod, sweep, checkpoint, evaluate, gate, rounds, vla, deploy)
 #: The stages with a plan section, in the plan's key order.
-PLANNED = (sweep, gate, build, train, hyperpod, checkpoint, evaluate, vla, deploy)
+PLANNED = (sweep, gate, build, train, hyperpod, checkpoint, evaluate, vla, deploy, rounds)
 #: The trigger form's field order (stable within a form section): the training fields first.
-_FORM_ORDER = (train, build, hyperpod, sweep, evaluate, gate, vla, deploy, run)
+_FORM_ORDER = (train, rounds, build, hyperpod, sweep, evaluate, gate, vla, deploy, run)
 
 
 def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mapping[str, Any],

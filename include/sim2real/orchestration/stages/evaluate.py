@@ -63,7 +63,8 @@ def params() -> dict[str, Any]:
                                "note then says so. The value is used as given, never changed.",
                                section=SECTION_EVAL, **_range(minimum=1, maximum=10_000)),
         "eval_seed": Param(1000, type="integer", title="First episode seed",
-                           description="Episode i uses seed eval_seed + i.", section=SECTION_EVAL,
+                           description="Episode i uses seed eval_seed + i (retraining round k: eval_seed + (k - 1) x "
+                           "eval_episodes + i, fresh episodes each round).", section=SECTION_EVAL,
                            **_range(minimum=0, maximum=2**31 - 1)),
         "eval_timeout_minutes": Param(30, type="integer",
                                       title="Evaluation command timeout (min)",
@@ -74,6 +75,7 @@ def params() -> dict[str, Any]:
 
 def plan(ctx: PlanContext) -> EvaluationPlan:
     from sim2real.orchestration.config import DEFAULT_EVAL_COMMAND
+    from sim2real.orchestration.stages.rounds import eval_seed_of
 
     ev = ctx.env["evaluation"]
     return EvaluationPlan(
@@ -81,7 +83,7 @@ def plan(ctx: PlanContext) -> EvaluationPlan:
         workstation_tag_value=ev["workstation_tag_value"],
         report_uri=f"{ctx.run_uri}eval/report.json",
         episodes=int(ctx.params["eval_episodes"]),
-        seed=int(ctx.params["eval_seed"]),
+        seed=eval_seed_of(ctx.params),  # round k: eval_seed + (k - 1) x eval_episodes (fresh seeds)
         execution_timeout_seconds=int(ctx.params["eval_timeout_minutes"]) * 60,
         output_s3_bucket=ctx.bucket,
         output_s3_key_prefix=f"{ctx.run_prefix}eval/ssm",

@@ -19,7 +19,9 @@ infra/), writes the run record `runs/<run_key>/run.json` and stops what earlier,
 Waits for nothing. Checks the rules that span several form fields (for example `num_nodes > 1` on a
 CPU MuJoCo task, deploying without the fine-tune, a training time budget longer than the stage timeout),
 listing every broken rule at once, then estimates the run's GPU cost (on-demand price table × instance-hours)
-and refuses to start above `max_budget_usd` — all before any spend. A scheduled (nightly) run takes the
+and refuses to start above `max_budget_usd` (with `max_rounds` > 1: every round's training counted) — all before
+any spend. A retraining round (`retrain_round`, set by the round before) copies the checkpoint it resumes from into
+its own `checkpoints/` (S3 `CopyObject`, sha256 verified). A scheduled (nightly) run takes the
 environment config's `run_defaults` over the form's sandbox-sized defaults; a manual run keeps the form's values.
 Hands on the run key, the cost estimate and every name and URI of the run (`runs/<run_key>/` in the
 artifacts bucket, also as the "S3 run folder" extra link).
@@ -52,7 +54,8 @@ success rate → pipeline execution → model package → deployment. Sets the r
 the success rate and its 95% interval against the gate threshold, a warning for a gate at 0 or fewer than 20
 episodes, estimated vs actual cost, the stage table and links (on MWAA through `InvokeRestApi`; a note that
 cannot be set is logged, never failing the run). The "Training curve" / "Evaluation outcome" links open the
-pictures (S3 console; in the sandbox the object on its S3).
+pictures (S3 console; in the sandbox the object on its S3). With retraining rounds (`max_rounds` > 1) the lineage,
+the note and "Success rate per round" (`report/round_success.png`) give every round's success rate.
 """
 
 RUN_OUTCOME_DOC = """\
@@ -174,6 +177,16 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
         sweep_before_run(get_current_context()["ti"], plan, dag_id=dag.dag_id, run_id=dag_run.run_id,
                          env=load_environment(), max_active_runs=dag.max_active_runs, run_type=dag_run.run_type,
                          max_age=dag.dagrun_timeout)
+        # A retraining round: the best checkpoint so far into this run's checkpoints/ (the trainer resumes from it).
+        from sim2real.orchestration.stages.rounds import seed_checkpoint
+
+        try:
+            seeded = seed_checkpoint(plan)
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from err
+        if seeded:
+            print(f"[sim2real] resuming from {seeded['source']} (iteration {seeded['iteration']}, sha256 "
+                  f"{seeded['sha256']}), copied to {seeded['copied_to']}", flush=True)
         return flat_xcoms(plan)
 
     plan = prepare_run()
@@ -207,7 +220,8 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
     from airflow.sdk import task
 
     from sim2real.orchestration.links.mlflow import MlflowRunLink
-    from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
+    from sim2real.orchestration.links.s3 import (S3EvalOutcomeLink, S3RoundSuccessLink, S3RunFolderLink,
+                                                 S3TrainingCurveLink)
 
     @task(task_id=ids.WRITE_LINEAGE, multiple_outputs=True, retries=1, execution_timeout=dt.timedelta(minutes=5),
           doc_md=WRITE_LINEAGE_DOC)
@@ -223,7 +237,7 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
     # when the run is marked failed (teardowns are left to run); a report that cannot be written fails the run.
     lineage = write_lineage(plan["plan"]).as_teardown(setups=plan, on_failure_fail_dagrun=True)
     lineage.operator.operator_extra_links = (S3RunFolderLink(), S3TrainingCurveLink(), S3EvalOutcomeLink(),
-                                             MlflowRunLink())
+                                             S3RoundSuccessLink(), MlflowRunLink())
     leaves >> lineage
 
     @task(task_id=ids.RUN_OUTCOME, multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2),

@@ -105,10 +105,12 @@ def params() -> dict[str, Any]:
 
 def training_environment(ctx: PlanContext) -> dict[str, str]:
     """The trainer's environment (names: :mod:`sim2real.contract.env_vars`), the same for both backends."""
+    from sim2real.orchestration.stages.rounds import max_iterations_of
+
     p = ctx.params
     env = {
         ev.TASK: p["task"],
-        ev.MAX_ITERATIONS: str(p["max_iterations"]),
+        ev.MAX_ITERATIONS: str(max_iterations_of(p)),  # a further round: the resumed iteration + round_iterations
         ev.NUM_ENVS: str(p["num_envs"]),
         ev.SEED: str(p["seed"]),
         ev.OUTPUT_URI: ctx.checkpoint_uri,

@@ -1,0 +1,357 @@
+"""Retraining rounds: when the quality gate fails, the run starts the next round as a new run of the DAG.
+
+A run is one **round**. Its plan section (:class:`RoundPlan`) says which round it is, the most rounds the
+loop may take (``max_rounds``) and, from round 2 on, the run it continues (``parent_run_id``), the checkpoint
+it resumes from (the best one so far, by the Wilson 95% lower bound of its success rate) and every earlier
+round's result (``history``). When the gate fails and rounds are left, ``plan_next_round`` writes the next
+round's run conf and ``next_round`` (Airflow's ``TriggerDagRunOperator``) creates that run; the DAG's
+``max_active_runs=1`` makes it start once this one has ended. The round's own run then:
+
+* copies the resumed checkpoint (``agent_<n>.pt`` and its ``.sha256`` sidecar, S3 ``CopyObject``) into its
+  own ``checkpoints/`` prefix in ``prepare_run`` (:func:`seed_checkpoint`, sha256 verified), so the trainer's
+  auto-resume (the newest complete checkpoint under ``OUTPUT_URI``) continues from it;
+* trains up to ``round_iterations`` more PPO iterations (``MAX_ITERATIONS`` = resumed iteration +
+  ``round_iterations``: the trainer counts iterations across resumes) within ``train_time_budget_seconds``;
+* is evaluated with fresh seeds: round ``k`` starts at ``eval_seed + (k - 1) × eval_episodes``, so no
+  round reuses an earlier round's episodes.
+
+The loop stops at the first round whose gate passes (that run releases) or after round ``max_rounds``
+(that run fails at the gate). Every round's run ends in its own true state: a round below the bar fails at
+its gate, whether or not a next round follows. ``max_rounds`` = 1 (the default) is a run without rounds.
+Why a new run and not a chain of task groups: docs/architecture.md, "Retraining rounds".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim2real.contract import task_ids as ids
+from sim2real.contract.stats import wilson_interval
+from sim2real.orchestration.stages._base import PlanContext, PlanSection
+
+DOC = """\
+**Next retraining round.** Calls no AWS API. Runs only when the quality gate failed: with rounds left
+(`max_rounds`) it plans the next round (the checkpoint with the best 95% lower bound so far, fresh evaluation
+seeds, every round's success rate so far) and `next_round` triggers it as a new run of this DAG (it starts
+when this run has ended: `max_active_runs=1`); on the last round, or when the gate never judged a policy
+(a failure before it), it is skipped with the reason. Waits for nothing. Hands on the next run's conf.
+"""
+
+GROUP_ID = None
+TASK_IDS = (ids.PLAN_NEXT_ROUND, ids.NEXT_ROUND)
+LINEAGE_SOURCES: dict[str, str] = {}  # the report builds the lineage's ``rounds`` entry (lineage_entry)
+
+#: The form field through which a round's run hands the next round its link (set by ``plan_next_round``).
+RETRAIN_FIELD = "retrain_round"
+#: Most rounds a loop may take (the form's bound).
+MAX_ROUNDS_LIMIT = 10
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CHECKPOINT_NAME = re.compile(r"^agent_\d+\.pt$")
+
+
+@dataclass(frozen=True)
+class RoundPlan(PlanSection):
+    """Which round this run is, and what it continues."""
+
+    SECTION = "rounds"
+    round: int  #: 1 for a fresh run
+    max_rounds: int
+    round_iterations: int  #: PPO iterations each further round adds to the resumed checkpoint's
+    max_iterations: int  #: the trainer's MAX_ITERATIONS in this round (counted across resumes)
+    eval_seed: int  #: this round's first evaluation seed (episode i: eval_seed + i)
+    parent_run_id: str | None = None  #: the run of the round before (None in round 1)
+    parent_run_key: str | None = None
+    #: the checkpoint this round resumes from (the best so far): ``{"checkpoint_uri", "sha256", "iteration",
+    #: "round"}``; None in round 1
+    resume_from: dict[str, Any] | None = None
+    #: where ``prepare_run`` copies it: ``<run_uri>checkpoints/agent_<n>.pt`` (None in round 1)
+    resumed_checkpoint_uri: str | None = None
+    #: the earlier rounds' results, oldest first (:func:`round_result`)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def params() -> dict[str, Any]:
+    """The retraining fields of the trigger form."""
+    from airflow.sdk import Param
+
+    from sim2real.orchestration.params import SECTION_TRAINING, _range
+
+    return {
+        "max_rounds": Param(
+            1, type="integer", title="Retraining rounds (max)",
+            description="When the quality gate fails, retrain and evaluate again, up to this many rounds in all; "
+            "each further round is a new run of this DAG that resumes from the best checkpoint so far and is "
+            "evaluated with fresh seeds. The loop stops at the first round that passes (and releases). "
+            "1 = no retraining: a gate failure ends the loop.",
+            section=SECTION_TRAINING, **_range(minimum=1, maximum=MAX_ROUNDS_LIMIT)),
+        "round_iterations": Param(
+            1000, type="integer", title="Iterations per further round",
+            description="PPO iterations each further round trains beyond the checkpoint it resumes from, within "
+            "the training time budget (which applies to every round).",
+            section=SECTION_TRAINING, **_range(minimum=1, maximum=100_000)),
+        RETRAIN_FIELD: Param(
+            None, type=["null", "object"], title="Retraining round (set by the previous round's run)",
+            description="Leave empty. The run of a round that failed the gate sets it on the next round's run: "
+            "the round number, the run it continues, the checkpoint to resume from and the earlier rounds' "
+            "results.",
+            section=SECTION_TRAINING),
+    }
+
+
+def eval_seed_of(params: Mapping[str, Any]) -> int:
+    """This round's first evaluation seed: ``eval_seed + (round - 1) × eval_episodes`` (fresh episodes)."""
+    round_ = int((params.get(RETRAIN_FIELD) or {}).get("round") or 1)
+    return int(params["eval_seed"]) + (round_ - 1) * int(params["eval_episodes"])
+
+
+def max_iterations_of(params: Mapping[str, Any]) -> int:
+    """The trainer's ``MAX_ITERATIONS`` this round: the form's in round 1, else the resumed checkpoint's
+    iteration + ``round_iterations``."""
+    link = params.get(RETRAIN_FIELD)
+    if not link:
+        return int(params["max_iterations"])
+    return int(link["resume_from"]["iteration"]) + int(params["round_iterations"])
+
+
+def rule_errors(params: Mapping[str, Any]) -> list[str]:
+    """The cross-field rules of the rounds (:func:`sim2real.orchestration.params.check_params` lists them).
+
+    :return: one sentence per broken rule: a ``retrain_round`` link that is not one a previous round writes
+        (round number out of range, history not rounds 1 … round-1, a resume checkpoint that is not an S3
+        ``agent_<n>.pt`` with a 64-hex sha256), seeds of the last round past 2**31 - 1, or a sweep with
+        ``max_rounds`` above 1.
+    """
+    errors: list[str] = []
+    max_rounds = int(params.get("max_rounds", 1))
+    last_seed = int(params.get("eval_seed", 0)) + max_rounds * int(params.get("eval_episodes", 0)) - 1
+    if last_seed > 2**31 - 1:
+        errors.append(f"eval_seed + max_rounds x eval_episodes - 1 = {last_seed} is above 2**31 - 1 (the last "
+                      "round's seeds): lower eval_seed, eval_episodes or max_rounds")
+    if max_rounds > 1 and params.get("sweep"):
+        # A round resumes one policy from one checkpoint, and the budget shares one training limit per round; a
+        # sweep's candidates have a prefix and a cost share each. The two are not combined (yet): refused.
+        errors.append(f"max_rounds {max_rounds} with a sweep: retraining rounds resume one policy, so a run with "
+                      "a sweep has max_rounds 1; clear the sweep, or set max_rounds to 1 and start a new run with "
+                      "the winner's values to retrain it")
+    link = params.get(RETRAIN_FIELD)
+    if not link:  # null, or the form's empty object: a new run (round 1)
+        return errors
+    where = f"{RETRAIN_FIELD} (set by the previous round's run; leave it empty on a new run)"
+    round_ = link.get("round")
+    if not isinstance(round_, int) or isinstance(round_, bool) or not 2 <= round_ <= max_rounds:
+        errors.append(f"{where}: round must be an integer from 2 to max_rounds ({max_rounds}), got {round_!r}")
+        return errors
+    for key in ("parent_run_id", "parent_run_key"):
+        if not isinstance(link.get(key), str) or not link.get(key):
+            errors.append(f"{where}: {key} must name the previous round's run, got {link.get(key)!r}")
+    history = link.get("history")
+    if not isinstance(history, list) or [h.get("round") if isinstance(h, Mapping) else None
+                                         for h in history] != list(range(1, round_)):
+        errors.append(f"{where}: history must hold rounds 1 to {round_ - 1}, oldest first")
+    resume = link.get("resume_from")
+    if not isinstance(resume, Mapping):
+        errors.append(f"{where}: resume_from must be an object with checkpoint_uri, sha256 and iteration")
+        return errors
+    uri = str(resume.get("checkpoint_uri") or "")
+    if not uri.startswith("s3://") or not _CHECKPOINT_NAME.match(uri.rsplit("/", 1)[-1]):
+        errors.append(f"{where}: resume_from.checkpoint_uri must be an s3://…/agent_<n>.pt checkpoint, got {uri!r}")
+    if not _SHA256.match(str(resume.get("sha256") or "")):
+        errors.append(f"{where}: resume_from.sha256 must be 64 lowercase hex digits, got {resume.get('sha256')!r}")
+    iteration = resume.get("iteration")
+    if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
+        errors.append(f"{where}: resume_from.iteration must be a non-negative integer, got {iteration!r}")
+    return errors
+
+
+def plan(ctx: PlanContext) -> RoundPlan:
+    p = ctx.params
+    link = p.get(RETRAIN_FIELD) or {}
+    resume = dict(link["resume_from"]) if link else None
+    return RoundPlan(
+        round=int(link.get("round") or 1), max_rounds=int(p["max_rounds"]),
+        round_iterations=int(p["round_iterations"]), max_iterations=max_iterations_of(p), eval_seed=eval_seed_of(p),
+        parent_run_id=link.get("parent_run_id"), parent_run_key=link.get("parent_run_key"), resume_from=resume,
+        resumed_checkpoint_uri=f"{ctx.checkpoint_uri}{resume['checkpoint_uri'].rsplit('/', 1)[-1]}" if resume else None,
+        history=[dict(h) for h in link.get("history") or []],
+    )
+
+
+def round_result(plan: Mapping[str, Any], run_id: str, report: Mapping[str, Any], manifest: Mapping[str, Any],
+                 verdict: Mapping[str, Any]) -> dict[str, Any]:
+    """One round's entry in the history: its run, checkpoint, evaluation seeds and success rate with interval.
+
+    :param report: the round's checked evaluation report (``read_eval_report``).
+    :param manifest: the round's verified checkpoint manifest (``wait_for_checkpoint``).
+    :param verdict: :func:`sim2real.orchestration.stages.gate.quality_gate`'s result for it.
+    """
+    section = RoundPlan.from_plan(plan)
+    successes, episodes = int(report["successes"]), int(report["episodes"])
+    return {
+        "round": section.round, "run_id": run_id, "run_key": plan["run_key"],
+        "success_rate": float(report["success_rate"]), "ci95": [float(v) for v in report["ci95"]],
+        "successes": successes, "episodes": episodes, "first_seed": section.eval_seed,
+        "checkpoint_uri": manifest["checkpoint_uri"], "checkpoint_sha256": manifest["sha256"],
+        "iteration": manifest.get("iteration"), "passed": bool(verdict["passed"]),
+    }
+
+
+def best_round(history: list[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The round whose policy is the best so far: the highest Wilson 95% lower bound of its success rate
+    (the later round on a tie: it trained longer).
+
+    :raises ValueError: ``history`` is empty.
+    """
+    if not history:
+        raise ValueError("no round has been evaluated")
+    return max(history, key=lambda h: (wilson_interval(int(h["successes"]), int(h["episodes"]))[0], h["round"]))
+
+
+def next_round_conf(plan: Mapping[str, Any], this_round: Mapping[str, Any], *, run_id: str) -> dict[str, Any] | None:
+    """The next round's run conf, or ``None`` when this round passed or was the last.
+
+    :param plan: this run's plan (``params`` are handed on as they were used, with the round link).
+    :param this_round: :func:`round_result` of this run.
+    :return: ``{**params, "retrain_round": {"round", "parent_run_id", "parent_run_key", "resume_from",
+        "history"}}`` where ``resume_from`` is :func:`best_round` of the history with this round.
+    """
+    section = RoundPlan.from_plan(plan)
+    if this_round["passed"] or section.round >= section.max_rounds:
+        return None
+    history = [*section.history, dict(this_round)]
+    best = best_round(history)
+    link = {
+        "round": section.round + 1, "parent_run_id": run_id, "parent_run_key": plan["run_key"],
+        "resume_from": {"checkpoint_uri": best["checkpoint_uri"], "sha256": best["checkpoint_sha256"],
+                        "iteration": int(best["iteration"] or 0), "round": best["round"]},
+        "history": history,
+    }
+    return {**plan["params"], RETRAIN_FIELD: link}
+
+
+def lineage_entry(plan: Mapping[str, Any], *, run_id: str, evaluation: Mapping[str, Any] | None,
+                  checkpoint: Mapping[str, Any] | None, next_run_id: str | None) -> dict[str, Any] | None:
+    """The lineage's ``rounds`` entry: this run's round, what it resumed from, the success rate of every round so
+    far (the earlier rounds' and, when evaluated, this one's) and the next round's run, if one was started.
+
+    :param evaluation: this run's evaluation report (None: not evaluated); ``checkpoint``: its manifest.
+    :param next_run_id: the run ``next_round`` triggered (XCom ``trigger_run_id``), or None.
+    :return: ``{"round", "max_rounds", "parent_run_id", "parent_run_key", "resumed_from", "rounds": [...],
+        "next_run_id", "outcome"}``; ``outcome`` is ``passed``, ``retraining`` (a next round was started),
+        ``gate_failed`` (the last round, or none could be started) or ``not_evaluated``; ``None`` for a plan
+        without a ``rounds`` section.
+    """
+    from sim2real.orchestration.stages.gate import QualityGatePlan, quality_gate
+
+    if RoundPlan.SECTION not in plan:
+        return None
+    section = RoundPlan.from_plan(plan)
+    results = [dict(h) for h in section.history]
+    outcome = "not_evaluated"
+    if evaluation and checkpoint:
+        bar = QualityGatePlan.from_plan(plan)
+        verdict = quality_gate(evaluation, min_success_rate=bar.min_success_rate, on_lower_bound=bar.on_lower_bound)
+        results.append(round_result(plan, run_id, evaluation, checkpoint, verdict))
+        outcome = "passed" if verdict["passed"] else ("retraining" if next_run_id else "gate_failed")
+    return {"round": section.round, "max_rounds": section.max_rounds, "parent_run_id": section.parent_run_id,
+            "parent_run_key": section.parent_run_key, "resumed_from": section.resume_from, "rounds": results,
+            "next_run_id": next_run_id, "outcome": outcome}
+
+
+def seed_checkpoint(plan: Mapping[str, Any], *, s3_hook: Any = None, conn_id: str | None = "aws_default") -> dict | None:
+    """Copy the checkpoint a round resumes from into this run's ``checkpoints/`` (S3 ``CopyObject`` of
+    ``agent_<n>.pt`` and its ``.sha256`` sidecar) and verify its sha256, so that the trainer's auto-resume
+    continues from it. Round 1: nothing to do.
+
+    :return: ``{"source", "copied_to", "sha256", "iteration"}``, or ``None`` in round 1.
+    :raises ValueError: the source's bytes or sidecar do not hash to the sha256 the previous round recorded
+        (naming both), or the source is missing (the previous run's folder was removed: start a new run).
+    """
+    section = RoundPlan.from_plan(plan)
+    if section.resume_from is None:
+        return None
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    import hashlib
+
+    from sim2real.contract.storage import split_s3
+
+    hook = s3_hook or S3Hook(aws_conn_id=conn_id)
+    source, expected = section.resume_from["checkpoint_uri"], section.resume_from["sha256"]
+    dest = section.resumed_checkpoint_uri
+    for src, dst in ((source, dest), (f"{source}.sha256", f"{dest}.sha256")):
+        (sb, sk), (db, dk) = split_s3(src), split_s3(dst)
+        if not hook.check_for_key(sk, bucket_name=sb):
+            raise ValueError(f"round {section.round} resumes from {src}, which no longer exists (the run "
+                             f"{section.parent_run_id} wrote it): start a new run instead")
+        hook.copy_object(source_bucket_key=sk, dest_bucket_key=dk, source_bucket_name=sb, dest_bucket_name=db)
+    db, dk = split_s3(f"{dest}.sha256")
+    sidecar = (hook.read_key(dk, bucket_name=db).split() or [""])[0]
+    digest = hashlib.sha256()
+    body = hook.get_key(split_s3(dest)[1], bucket_name=db).get()["Body"]  # S3 GetObject, streamed
+    for chunk in iter(lambda: body.read(8 * 1024 * 1024), b""):
+        digest.update(chunk)
+    actual = digest.hexdigest()
+    if actual != expected or sidecar != expected:
+        raise ValueError(f"round {section.round}: the checkpoint {source} hashes to {actual} (sidecar {sidecar!r}), "
+                         f"the previous round recorded {expected}: it changed since; start a new run")
+    return {"source": source, "copied_to": dest, "sha256": actual, "iteration": section.resume_from["iteration"]}
+
+
+def add_tasks(plan: Any, *, gate: Any, report: Any, manifest: Any) -> Any:  # noqa: ARG001 - plan: the stages' signature
+    """Add ``plan_next_round`` (after the gate, only when it failed) and ``next_round`` (the next round's run);
+    return ``next_round``.
+
+    :param report: the evaluation report task the gate judged; ``manifest``: the checkpoint it is of (their
+        results are pulled by task id: an evaluation that failed leaves no XCom, and the task is then skipped).
+    """
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+    from airflow.sdk import task
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    report_task_id, manifest_task_id = report.operator.task_id, manifest.task_id
+
+    @task(task_id=ids.PLAN_NEXT_ROUND, trigger_rule="all_failed", retries=0, multiple_outputs=False,
+          execution_timeout=dt.timedelta(minutes=1), doc_md=DOC)
+    def plan_next_round(dag_run=None, ti=None) -> dict:
+        """The next round's run conf; skipped when there is none (last round, or no evaluated policy)."""
+        from sim2real.orchestration.stages.gate import QualityGatePlan, quality_gate
+
+        # The plan is pulled, not passed: a task right after prepare_run (the lineage's setup) would count it
+        # among its upstream tasks, and all_failed would never fire.
+        plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {})["plan"]
+        section = RoundPlan.from_plan(plan)
+        if section.round >= section.max_rounds:
+            raise AirflowSkipException(f"round {section.round} of {section.max_rounds} was the last: the loop "
+                                       "ends with the gate failed")
+        evaluated, checkpoint = ti.xcom_pull(task_ids=report_task_id), ti.xcom_pull(task_ids=manifest_task_id)
+        if not evaluated or not checkpoint:
+            raise AirflowSkipException("no evaluated policy (the run failed before the gate): no retraining")
+        bar = QualityGatePlan.from_plan(plan)
+        verdict = quality_gate(evaluated, min_success_rate=bar.min_success_rate, on_lower_bound=bar.on_lower_bound)
+        conf = next_round_conf(plan, round_result(plan, dag_run.run_id, evaluated, checkpoint, verdict),
+                               run_id=dag_run.run_id)
+        if conf is None:  # the gate failed for another reason than the verdict
+            raise AirflowSkipException(f"the policy passes the bar ({verdict['reason']}): no retraining")
+        link = conf[RETRAIN_FIELD]
+        print(f"[sim2real] round {section.round} of {section.max_rounds} below the bar ({verdict['reason']}); "
+              f"round {link['round']} resumes from {link['resume_from']['checkpoint_uri']} "
+              f"(round {link['resume_from']['round']}, the best so far)", flush=True)
+        return conf
+
+    conf = plan_next_round()
+    gate >> conf
+    next_round = TriggerDagRunOperator(
+        task_id=ids.NEXT_ROUND,
+        trigger_dag_id="{{ dag.dag_id }}",
+        conf=conf,
+        wait_for_completion=False,  # the next round starts once this run has ended (max_active_runs=1)
+        retries=0,
+        execution_timeout=dt.timedelta(minutes=2),
+        doc_md=DOC,
+    )
+    conf >> next_round
+    return next_round
