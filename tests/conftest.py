@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from sim2real.dev.boto_data import parse_once
+
 from tests.paths import REPO_ROOT
 
 _HOME = tempfile.mkdtemp(prefix="sim2real-airflow-home-")
@@ -29,6 +31,10 @@ for _k, _v in {
 # A test must never reach a real AWS endpoint: drop anything that could point at one.
 for _k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"):
     os.environ.pop(_k, None)
+
+
+# botocore's JSON data files are parsed once per test process, not once per session (see the module).
+parse_once()
 
 
 #: The longest test files (each a few minutes: DAG runs, browser, fresh venvs), longest first. They are collected
