@@ -57,6 +57,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json-out", default=None, help="also write the summary as JSON here")
     ap.add_argument("--no-mlflow", dest="mlflow", action="store_false",
                     help="no local MLflow tracking server (the run is untracked)")
+    ap.add_argument("--step-seconds", type=float, default=0.3,
+                    help="seconds between the sandbox's emulated status steps (default 0.3, paced for reading the "
+                         "log; the end-to-end tests use 0.05)")
     return ap.parse_args(argv)
 
 
@@ -230,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     print("[demo] starting the local AWS sandbox (moto, in this process) — nothing leaves 127.0.0.1")
-    with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow") as sandbox:
+    with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow",
+                 step_seconds=args.step_seconds) as sandbox:
         env_config = sandbox.provision()
         from sim2real.dev.sandbox.device import PolicyDeviceCheck
 
