@@ -44,14 +44,16 @@ parse_once()
 #: alone. A new file that takes longer than ~30 s goes here, at its place by time.
 SLOW_FILES_FIRST = (
     "tests/dev/faults/test_fault_replay.py",  # ~20 DAG runs in 3 processes at once
-    "tests/dev/ui/test_trigger_form.py",
+    # the other worker meanwhile: the DAG runs, then the browser test, whose Airflow stack must answer the page and
+    # the API in time (not beside the fault replay's three processes)
     "tests/e2e/test_hyperpod_run.py",
     "tests/e2e/test_sandbox_run.py",
+    "tests/e2e/test_release_dag.py",
+    "tests/dev/ui/test_trigger_form.py",
     "tests/orchestration/operators/test_hyperpod_slurm.py",
     "tests/workloads/test_mlflow_tracking.py",
     "tests/infra/test_mwaa_package_check.py",
     "tests/orchestration/operators/test_preflight.py",
-    "tests/e2e/test_release_dag.py",
     "tests/workloads/test_train.py",
     "tests/infra/test_cdk_cli.py",
     "tests/workloads/test_evaluate.py",
