@@ -8,6 +8,8 @@ MWAA_VERSION ?= 3.3.1
 MWAA_CONSTRAINTS := constraints/mwaa-$(MWAA_VERSION).txt
 CONSTRAINTS := -c $(MWAA_CONSTRAINTS) -c constraints.txt
 CDK_CLI := infra/node_modules/.bin/cdk
+# infra/node_modules as installed from this package.json + lock (named by their hash, like the venvs' stamps)
+CDK_STAMP := infra/node_modules/.installed-$(shell cat infra/package.json infra/package-lock.json | sha256sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-workload.txt requirements-infra.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: install demo test test-fast bench faults ui lint clean
@@ -30,7 +32,7 @@ demo: install mlflow-venv
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
 ## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures).
 PYTEST_WORKERS ?= 2
-test: install mlflow-venv browser-deps $(CDK_CLI) lint
+test: install mlflow-venv browser-deps $(CDK_STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## Everything but the end-to-end DAG runs and the MWAA bundle install check.
@@ -106,7 +108,8 @@ clean:
 PIPELINE_VENV := $(VENV)/pipeline
 PIPELINE_STAMP := $(PIPELINE_VENV)/.installed-$(shell cat requirements-pipeline.txt | sha256sum | cut -c1-12)
 
-$(PIPELINE_STAMP): requirements-pipeline.txt
+# The stamp's name carries the lock file's hash: a changed lock builds anew, a fresh checkout (newer mtimes) does not.
+$(PIPELINE_STAMP):
 	rm -rf $(PIPELINE_VENV)
 	$(PY) -m venv $(PIPELINE_VENV)
 	$(PIPELINE_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
@@ -130,13 +133,13 @@ package: install
 	$(BIN)/python scripts/package_mwaa.py check --out dist/mwaa --workdir dist/mwaa-check
 
 ## The AWS CDK CLI pinned in infra/package.json (npm ci; Node.js 20+). Only the CLI reads infra/cdk.json's context.
-$(CDK_CLI): infra/package.json infra/package-lock.json
+$(CDK_STAMP):
 	@command -v npm >/dev/null 2>&1 || { echo "cdk-cli: npm is not on PATH: install Node.js 20+ (the CDK CLI tests are skipped)"; exit 0; }; \
-	cd infra && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.bin/cdk
+	cd infra && npm ci --no-audit --no-fund --loglevel=error && touch $(CDK_STAMP:infra/%=%)
 
 ## Synthesize the CDK app offline into infra/cdk.out through the CDK CLI (cdk.json's context and feature flags;
 ## cdk-nag AwsSolutions checks fail it on any finding), then cfn-lint every template.
-synth: install $(CDK_CLI)
+synth: install $(CDK_STAMP)
 	cd infra && CDK_DISABLE_VERSION_CHECK=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
 	  node_modules/.bin/cdk synth --app "../$(BIN)/python app.py" --no-notices --no-version-reporting -q
 	$(BIN)/cfn-lint infra/cdk.out/*.template.json
@@ -145,7 +148,7 @@ synth: install $(CDK_CLI)
 ## bootstrapped account). Order: buckets first, then the bundles they must hold, then everything.
 CDK := cd infra && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 node_modules/.bin/cdk --app "../$(BIN)/python app.py"
 ACCOUNT = $(shell aws sts get-caller-identity --query Account --output text)
-deploy: package $(CDK_CLI)
+deploy: package $(CDK_STAMP)
 	$(CDK) deploy --require-approval broadening Sim2realNetwork Sim2realStorage
 	$(BIN)/python scripts/build_wheels.py --out dist/wheels contract edge
 	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheels
@@ -159,7 +162,8 @@ deploy: package $(CDK_CLI)
 MLFLOW_VENV := $(VENV)/mlflow
 MLFLOW_STAMP := $(MLFLOW_VENV)/.installed-$(shell cat requirements-mlflow-server.txt | sha256sum | cut -c1-12)
 
-$(MLFLOW_STAMP): requirements-mlflow-server.txt
+# Named by the lock file's hash, as the pipeline venv's stamp: no rebuild for a newer mtime alone.
+$(MLFLOW_STAMP):
 	rm -rf $(MLFLOW_VENV)
 	$(PY) -m venv $(MLFLOW_VENV)
 	$(MLFLOW_VENV)/bin/python -m pip install -q --upgrade "pip>=24"

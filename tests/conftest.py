@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from sim2real.dev.boto_data import parse_once
+
 from tests.paths import REPO_ROOT
 
 _HOME = tempfile.mkdtemp(prefix="sim2real-airflow-home-")
@@ -31,18 +33,39 @@ for _k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFL
     os.environ.pop(_k, None)
 
 
-#: The longest test files (each a few minutes: DAG runs, browser, fresh venvs), longest first. They are collected
-#: first so that pytest-xdist (``--dist loadfile --no-loadscope-reorder``, see the Makefile) starts them first,
-#: on different workers, and the short files fill in around them instead of the long ones ending the run alone.
+# botocore's JSON data files are parsed once per test process, not once per session (see the module).
+parse_once()
+
+
+#: The longest test files (over ~30 s each on 2 busy cores: DAG runs, browser, real training, fresh venvs), about
+#: longest first (the seconds a file took in a full ``make test``). They are collected first so that pytest-xdist
+#: (``--dist loadfile --no-loadscope-reorder``, see the Makefile) hands them out first, each to the next free
+#: worker, and the many short files fill in at the end, instead of a long file starting last and ending the run
+#: alone. A new file that takes longer than ~30 s goes here, at its place by time.
 SLOW_FILES_FIRST = (
-    "tests/dev/faults/test_fault_replay.py",
-    "tests/e2e/test_release_dag.py",
+    "tests/dev/faults/test_fault_replay.py",  # ~20 DAG runs in 3 processes at once
+    # the other worker meanwhile: the DAG runs, then the browser test, whose Airflow stack must answer the page and
+    # the API in time (not beside the fault replay's three processes)
     "tests/e2e/test_hyperpod_run.py",
     "tests/e2e/test_sandbox_run.py",
+    "tests/e2e/test_release_dag.py",
     "tests/dev/ui/test_trigger_form.py",
+    "tests/orchestration/operators/test_hyperpod_slurm.py",
+    "tests/workloads/test_mlflow_tracking.py",
     "tests/infra/test_mwaa_package_check.py",
-    "tests/pipelines/test_pipeline_venv.py",
+    "tests/orchestration/operators/test_preflight.py",
+    "tests/workloads/test_train.py",
     "tests/infra/test_cdk_cli.py",
+    "tests/workloads/test_evaluate.py",
+    "tests/orchestration/operators/test_codebuild.py",
+    "tests/workloads/test_publish.py",
+    "tests/orchestration/test_release.py",
+    "tests/orchestration/operators/test_quota.py",
+    "tests/orchestration/operators/test_greengrass.py",
+    "tests/workloads/test_export.py",
+    "tests/infra/test_environment_config.py",
+    "tests/workloads/test_launcher.py",
+    "tests/pipelines/test_pipeline_venv.py",
     "tests/dev/ui/test_ui_stack.py",
 )
 

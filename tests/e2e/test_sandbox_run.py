@@ -1,12 +1,14 @@
 """End to end: the real sim_to_real DAG on a real Airflow (SQLite, dag.test) against the local sandbox.
 
 Each test runs ``python -m sim2real.dev.demo`` in a fresh process (Airflow reads its config at import)
-and reads the JSON summary it writes.
+and reads the JSON summary it writes. The sandbox's clock runs as in the other end-to-end tests (status steps
+0.05 s apart, polls every second, first retry after a second): the checks read what the run did, not how fast.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +20,11 @@ pytestmark = pytest.mark.e2e
 
 def run_demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "summary.json"
+    env = {**os.environ, "SIM2REAL_POLL_SECONDS": "1", "SIM2REAL_RETRY_DELAY_SECONDS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "sim2real.dev.demo", "--home", str(tmp_path / "airflow"), "--json-out", str(out), *args],
-        capture_output=True, text=True, timeout=900,
+        [sys.executable, "-m", "sim2real.dev.demo", "--home", str(tmp_path / "airflow"), "--json-out", str(out),
+         "--step-seconds", "0.05", *args],
+        capture_output=True, text=True, timeout=900, env=env,
     )
     summary = json.loads(out.read_text()) if out.exists() else {}
     return proc, summary
@@ -33,9 +37,10 @@ def states(summary: dict) -> dict[str, str]:
 def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     # The gate threshold is lowered: this test checks the loop, not the toy policy's quality
     # (the gate itself is unit-tested; the default threshold is what `make demo` uses), and training gets 10 s:
-    # enough for a checkpoint and a training curve (`make demo` trains 120 s for its gate).
-    proc, summary = run_demo(tmp_path, "--seed", "3", "--eval-seed", "2000",
-                             "--conf", '{"min_success_rate": 0.0, "train_time_budget_seconds": 10}')
+    # enough for a checkpoint and a training curve (`make demo` trains 120 s for its gate); 20 evaluation
+    # episodes (the form's 100 estimate the success rate, which this test does not judge).
+    proc, summary = run_demo(tmp_path, "--seed", "3", "--eval-seed", "2000", "--conf",
+                             '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 20}')
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert summary["state"] == "success"
     tasks = states(summary)

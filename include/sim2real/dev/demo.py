@@ -68,6 +68,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sweep", action="store_true",
                     help=f"train {SWEEP_CANDIDATES} candidates (training seeds seed, seed+1, ...) in parallel in the "
                     "one run; the best Wilson lower bound goes on to the gate")
+    ap.add_argument("--step-seconds", type=float, default=0.3,
+                    help="seconds between the sandbox's emulated status steps (default 0.3, paced for reading the "
+                         "log; the end-to-end tests use 0.05)")
     return ap.parse_args(argv)
 
 
@@ -310,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     # --sweep: the sandbox account holds one g6.12xlarge node (48 vCPU) per candidate, in its G-instance quota and
     # its compute environment's maxvCpus (the default account holds two: the capacity preflight refuses three).
     capacity = {"quota_limits": {"L-DB2E81BA": 48.0 * SWEEP_CANDIDATES}} if args.sweep else {}
-    with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow", **capacity) as sandbox:
+    with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow",
+                 step_seconds=args.step_seconds, **capacity) as sandbox:
         env_config = sandbox.provision(**({"max_vcpus": 48 * SWEEP_CANDIDATES} if args.sweep else {}))
         from sim2real.dev.sandbox.device import PolicyDeviceCheck
 

@@ -3,7 +3,8 @@ and check that each run ends the way it must.
 
 All scenarios share one process, one sandbox, one Airflow home (SQLite) and one DagBag; each is
 one ``dag.test()`` run with tiny training (2 PPO iterations, no time budget, 3 evaluation episodes),
-``SIM2REAL_POLL_SECONDS=1`` and ``SIM2REAL_RETRY_DELAY_SECONDS=1``. After each run the sandbox is
+``SIM2REAL_POLL_SECONDS=1``, ``SIM2REAL_RETRY_DELAY_SECONDS=1`` and the sandbox's emulated status steps
+:data:`STEP_SECONDS` apart (as the end-to-end tests: no scenario's check depends on how long a step lasts). After each run the sandbox is
 asked what is still going on: Batch jobs, SSM commands, pipeline executions and Greengrass
 deployments the run started must all be in a terminal state (terminated / cancelled / stopped),
 the teardowns must have run, and no second training job may exist.
@@ -44,6 +45,9 @@ BASE_CONF: dict[str, Any] = {
     "max_iterations": 2, "train_time_budget_seconds": 0, "eval_episodes": 3, "min_success_rate": 0.0,
     "seed": 7, "eval_seed": 3000,
 }
+#: Seconds between the sandbox's emulated status steps (Batch, CodeBuild, SageMaker, Greengrass) in the replay; the
+#: sandbox's default (0.3 s) is paced for a person reading the demo's log.
+STEP_SECONDS = 0.05
 #: Stop the release after the quality gate (scenarios whose fault is upstream of the fine-tune).
 NO_RELEASE = {"run_vla_finetune": False, "deploy_to_edge": False}
 
@@ -803,7 +807,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
 
     results: list[dict[str, Any]] = []
     try:
-        with Sandbox(repo_root=REPO_ROOT) as sandbox:
+        with Sandbox(repo_root=REPO_ROOT, step_seconds=STEP_SECONDS) as sandbox:
             env_config = sandbox.provision()
             default_limits = dict(sandbox.quotas.limits)
             prepare_airflow_home(home, sandbox.airflow_env())

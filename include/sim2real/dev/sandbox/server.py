@@ -212,6 +212,9 @@ class Sandbox:
     def start(self) -> Sandbox:
         set_active(self)
         try:
+            from sim2real.dev.boto_data import parse_once
+
+            parse_once(self._patcher)  # botocore's data files parsed once for every session of this process
             self._apply_patches()
             self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             self._server.start()
