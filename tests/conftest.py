@@ -46,11 +46,16 @@ SLOW_FILES_FIRST = (
     "tests/dev/faults/test_fault_replay.py",  # ~20 DAG runs in 3 processes at once
     # the other worker meanwhile: the DAG runs, then the browser test, whose Airflow stack must answer the page and
     # the API in time (not beside the fault replay's three processes)
+    "tests/e2e/test_sandbox_rounds.py",  # 4 DAG runs (2 retraining loops of 2 rounds)
+    "tests/e2e/test_sweep_run.py",  # one run of 3 candidates
     "tests/e2e/test_hyperpod_run.py",
     "tests/e2e/test_sandbox_run.py",
     "tests/e2e/test_release_dag.py",
     "tests/dev/ui/test_trigger_form.py",
     "tests/orchestration/operators/test_hyperpod_slurm.py",
+    "tests/orchestration/operators/test_model_approval_dag.py",
+    "tests/orchestration/events/test_trigger_events.py",
+    "tests/dev/test_bench_waits.py",
     "tests/workloads/test_mlflow_tracking.py",
     "tests/infra/test_mwaa_package_check.py",
     "tests/orchestration/operators/test_preflight.py",
