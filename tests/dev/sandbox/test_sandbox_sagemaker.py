@@ -127,3 +127,34 @@ def test_register_step_nested_in_the_condition_is_played(sb: Sandbox) -> None:
     steps = [s["StepName"] for s in sm.list_pipeline_execution_steps(PipelineExecutionArn=arn)["PipelineExecutionSteps"]]
     assert steps[0] == "RegisterModel" and "SmokeFailed" not in steps
     assert _package_for(sb, "run-nested") is not None
+
+
+def test_played_smoke_eval_uploads_smoke_json_where_the_review_reads_it(sb: Sandbox) -> None:
+    """The played SmokeEval step writes ``smoke.json`` under its definition's ``smoke`` output (the
+    ``Std:Join`` of OutputS3Uri and "smoke"), which is where the approval review looks for it."""
+    import json
+
+    from sim2real.orchestration.pipelines.groot import pipeline_definition
+    from sim2real.orchestration.review import read_smoke_report
+
+    sm, s3 = sb.client("sagemaker"), sb.client("s3")
+    bucket = "sim2real-artifacts-123456789012"
+    definition = pipeline_definition(role_arn="arn:aws:iam::123456789012:role/sim2real-pipeline",
+                                     model_package_group=GROUP, bucket=bucket,
+                                     images={"processing": "i", "training": "i", "smoke_eval": "i"})
+    sm.create_pipeline(PipelineName="smoke-def", PipelineDefinition=json.dumps(definition),
+                       RoleArn="arn:aws:iam::123456789012:role/sim2real-pipeline")
+    output = f"s3://{bucket}/runs/run-smoke/vla/"
+    arn = sm.start_pipeline_execution(PipelineName="smoke-def", PipelineExecutionDisplayName="run-smoke",
+                                      PipelineParameters=[{"Name": "RunKey", "Value": "run-smoke"},
+                                                          {"Name": "OutputS3Uri", "Value": output}])[
+        "PipelineExecutionArn"]
+    assert _final(sb, arn)["PipelineExecutionStatus"] == "Succeeded"
+
+    class _Hook:  # the one S3Hook method read_smoke_report uses
+        def read_key(self, key: str, bucket_name: str) -> str:
+            return s3.get_object(Bucket=bucket_name, Key=key)["Body"].read().decode()
+
+    report, uri, error = read_smoke_report({"vla": {"parameters": {"OutputS3Uri": output}}}, _Hook())
+    assert error is None and uri == f"{output}smoke/smoke.json", error
+    assert report["passed"] is True and report["emulated"] is True and "sandbox" in report["reason"]

@@ -194,9 +194,33 @@ class SageMakerResponder:
         return {k: v for k, v in params.items() if k}
 
     def _resolve(self, value: Any, params: dict[str, str]) -> Any:
+        """A definition value with its pipeline parameters filled in: ``{"Get": "Parameters.X"}`` and
+        ``{"Std:Join": {"On", "Values"}}`` (the SageMaker pipeline definition JSON schema's functions); other
+        references (to step properties) are left as they are."""
         if isinstance(value, dict) and isinstance(value.get("Get"), str) and value["Get"].startswith("Parameters."):
             return params.get(value["Get"].split(".", 1)[1])
+        if isinstance(value, dict) and isinstance(value.get("Std:Join"), dict):
+            join = value["Std:Join"]
+            parts = [self._resolve(v, params) for v in join.get("Values") or []]
+            if all(isinstance(part, (str, int, float)) for part in parts):
+                return str(join.get("On", "")).join(str(part) for part in parts)
         return value
+
+    def _write_smoke_report(self, step_def: dict[str, Any], params: dict[str, str]) -> None:
+        """What the SmokeEval processing job uploads at its end: ``smoke.json`` under the step's ``smoke``
+        output (``ProcessingOutputConfig.Outputs[].S3Output.S3Uri``, resolved), saying the sandbox played the
+        step (no model was loaded; the SmokeGate condition then evaluates True, as for a passing check)."""
+        outputs = ((step_def.get("Arguments") or {}).get("ProcessingOutputConfig") or {}).get("Outputs") or []
+        for output in outputs:
+            uri = self._resolve((output.get("S3Output") or {}).get("S3Uri"), params)
+            if output.get("OutputName") != "smoke" or not isinstance(uri, str) or not uri.startswith("s3://"):
+                continue
+            bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+            report = {"passed": True, "reason": "sandbox: the SmokeEval step was played, no model was loaded",
+                      "emulated": True}
+            self.sandbox.client("s3", internal=True).put_object(
+                Bucket=bucket, Key=f"{prefix.rstrip('/')}/smoke.json", Body=json.dumps(report).encode(),
+                ContentType="application/json")
 
     def _play(self, arn: str) -> None:  # noqa: D401 - thread body
         try:
@@ -233,6 +257,8 @@ class SageMakerResponder:
                 step_def = next((s for s in flat if s.get("Name") == name), {})
                 package_arn = self._register(arn, step_def, params)
                 step["Metadata"] = {"RegisterModel": {"Arn": package_arn}}
+            elif name == "SmokeEval" and step_type == "Processing":
+                self._write_smoke_report(next((s for s in flat if s.get("Name") == name), {}), params)
             elif step_type == "Condition":
                 step["Metadata"] = {"Condition": {"Outcome": "True"}}
             step.update({"StepStatus": "Succeeded", "EndTime": _now()})
