@@ -76,3 +76,31 @@ def test_an_instance_started_by_another_run_is_left_alone(workstation):
     stop = WorkstationStopOperator(task_id="stop_workstation", command_task_id=ids.RUN_EVALUATION,
                                    wait_for_stopped=False, region_name=REGION)
     assert stop.execute(_context(ti))["stopped"] is False
+
+
+def _stop_by_tag():
+    return WorkstationStopOperator(task_id="stop_workstation", command_task_id=ids.RUN_EVALUATION,
+                                   workstation_tag_key="sim2real:role", workstation_tag_value="workstation",
+                                   wait_for_stopped=False, region_name=REGION)
+
+
+def test_without_any_record_of_the_command_the_workstation_this_run_started_is_found_by_its_tags(workstation):
+    """A sweep's candidate evaluations started the workstation, then the sweep failed: this run's own
+    evaluation never ran, so there is no instance id in its XCom, and the stop must still happen."""
+    ec2, iid = workstation
+    candidate_try = FakeTI("sweep.run_evaluation")
+    assert _command_op()._ensure_running(_context(candidate_try)) == (iid, True)
+    result = _stop_by_tag().execute(_context(FakeTI(ids.RUN_EVALUATION)))  # no XCom at all
+    assert result["stopped"] is True and result["instance_id"] == iid
+    state = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in ("stopping", "stopped")
+
+
+def test_without_a_record_a_workstation_another_run_started_is_left_running(workstation):
+    ec2, iid = workstation
+    ec2.start_instances(InstanceIds=[iid])
+    ec2.create_tags(Resources=[iid], Tags=[{"Key": STARTED_BY_TAG, "Value": "some-other-run-0000"}])
+    result = _stop_by_tag().execute(_context(FakeTI(ids.RUN_EVALUATION)))
+    assert result["stopped"] is False and result["instance_id"] is None
+    state = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state == "running"

@@ -355,9 +355,14 @@ class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
     ``started_instance`` and ``instance_id`` pushed by ``command_task_id`` (a
     :class:`WorkstationCommandOperator`). A string ``"True"``/``"False"`` (rendered template) is
     accepted. When the XCom says no (a retried try), the instance tag ``sim2real:started-by-run``
-    equal to this run's key still says yes.
+    equal to this run's key still says yes. When no instance id is known at all (the command task never ran,
+    e.g. a sweep failed after its candidates' evaluations had started the workstation), the workstation is
+    found by ``workstation_tag_key`` / ``workstation_tag_value`` and stopped only if its
+    ``sim2real:started-by-run`` tag is this run's key.
 
     :param instance_id: the instance to stop; default: the XCom ``instance_id`` of ``command_task_id``.
+    :param workstation_tag_key: with ``workstation_tag_value``, the workstation's tag (EC2 ``DescribeInstances``
+        filter), used only when no instance id is known.
     :param started: whether this run started it; default: the XCom ``started_instance``.
     :param command_task_id: task id of the command operator to read XComs from.
     :param wait_for_stopped: wait for ``instance_stopped`` (botocore EC2 waiter).
@@ -366,7 +371,8 @@ class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
     """
 
     aws_hook_class = WorkstationHook
-    template_fields: Sequence[str] = aws_template_fields("instance_id", "started", "command_task_id")
+    template_fields: Sequence[str] = aws_template_fields("instance_id", "started", "command_task_id",
+                                                        "workstation_tag_key", "workstation_tag_value")
 
     def __init__(
         self,
@@ -374,6 +380,8 @@ class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
         instance_id: str | None = None,
         started: bool | str | None = None,
         command_task_id: str | None = None,
+        workstation_tag_key: str | None = None,
+        workstation_tag_value: str | None = None,
         wait_for_stopped: bool = True,
         waiter_delay: int = 15,
         waiter_max_attempts: int = 40,
@@ -381,11 +389,26 @@ class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
     ):
         super().__init__(**kwargs)
         self.instance_id = instance_id
+        self.workstation_tag_key = workstation_tag_key
+        self.workstation_tag_value = workstation_tag_value
         self.started = started
         self.command_task_id = command_task_id
         self.wait_for_stopped = wait_for_stopped
         self.waiter_delay = waiter_delay
         self.waiter_max_attempts = waiter_max_attempts
+
+    def _started_by_this_run(self, run_key: str) -> str | None:
+        """The workstation (by its tag) that this run started and that is still pending or running, else None
+        (EC2 ``DescribeInstances`` with tag and state filters)."""
+        filters = [{"Name": f"tag:{self.workstation_tag_key}", "Values": [self.workstation_tag_value]},
+                   {"Name": f"tag:{STARTED_BY_TAG}", "Values": [run_key]},
+                   {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        reservations = self.hook.ec2.describe_instances(Filters=filters)["Reservations"]
+        found = [i["InstanceId"] for r in reservations for i in r.get("Instances") or []]
+        if found:
+            self.log.info("No instance id from %s; workstation %s carries %s=%s: this run started it",
+                          self.command_task_id, found[0], STARTED_BY_TAG, run_key)
+        return found[0] if found else None
 
     @staticmethod
     def _as_bool(value: Any) -> bool:
@@ -402,6 +425,9 @@ class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
             if not instance_id:
                 instance_id = ti.xcom_pull(task_ids=self.command_task_id, key=XCOM_INSTANCE_ID)
         run_key = _context_run_key(context)
+        if not instance_id and run_key and self.workstation_tag_key and self.workstation_tag_value:
+            instance_id = self._started_by_this_run(run_key)
+            started = True if instance_id else started
         if not self._as_bool(started) and instance_id and run_key:
             # The XCom is per try; the instance tag survives retries of the command task.
             found = self.hook.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]

@@ -25,6 +25,8 @@ interval, seeds, checkpoint sha256), checked against this run's checkpoint. The 
 """
 
 GROUP_ID = ids.EVALUATE_GROUP
+#: A value of this run's plan's evaluation section, as a template (rendered when the task runs).
+_PLAN_EVALUATION = "{{{{ ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "')['plan']['evaluation']['{key}'] }}}}"
 TASK_IDS = (ids.EVAL_COMMAND, ids.RUN_EVALUATION, ids.READ_EVAL_REPORT, ids.STOP_WORKSTATION)
 LINEAGE_SOURCES = {"evaluation": ids.READ_EVAL_REPORT}
 #: Updated by ``read_eval_report`` (success rate and interval on the event).
@@ -201,6 +203,10 @@ def add_tasks(plan: Any, *, manifest: Any, trained: Any) -> tuple[Any, Any]:
         stop_workstation = WorkstationStopOperator(
             task_id=ids.local(ids.STOP_WORKSTATION),
             command_task_id=ids.RUN_EVALUATION,
+            # A sweep's candidates may have started it while this run's own evaluation never ran. Templates, not
+            # XComArgs: an XComArg of prepare_run (the lineage's setup) would make this all_done task follow it.
+            workstation_tag_key=_PLAN_EVALUATION.format(key="workstation_tag_key"),
+            workstation_tag_value=_PLAN_EVALUATION.format(key="workstation_tag_value"),
             trigger_rule="all_done",
             execution_timeout=dt.timedelta(minutes=15),
         )
