@@ -561,13 +561,13 @@ def test_a_candidate_waits_until_the_lanes_previous_job_has_ended(aws_env, moto_
     script["*"] = [(status, None, 0 if status == "SUCCEEDED" else None)]
     assert _sensor(0).poke({"ti": ti}) is free
     assert ti.pulls[0] == ("sweep.submit_training", "job_id", 0)
-    assert ti.state_queries[0] == {"dag_id": "sim_to_real", "map_index": 0, "run_ids": [SWEEP_RUN_ID],
+    assert ti.state_queries[0] == {"dag_id": "sim_to_real", "run_ids": [SWEEP_RUN_ID],
                                    "task_ids": ["sweep.submit_training", "sweep.train_policy"]}
 
 
 def test_a_candidate_waits_while_the_lanes_previous_one_has_not_submitted():
-    ti = PullingTI({}, {("sweep.submit_training", 2): "up_for_retry", ("sweep.submit_training", 0): "failed"})
-    assert _sensor(2).poke({"ti": ti}) is False  # a try left; another lane's failure is not this lane's
+    ti = PullingTI({}, {("sweep.submit_training", 2): "up_for_retry", ("sweep.train_policy", 0): "success"})
+    assert _sensor(2).poke({"ti": ti}) is False  # a try left
 
 
 @pytest.mark.parametrize("task_id, state", [("sweep.submit_training", "failed"),
@@ -578,8 +578,22 @@ def test_a_candidate_fails_at_once_when_the_lanes_previous_one_failed(task_id, s
     it failed) or never succeed: the waiting one fails naming it instead of poking until its 13 h timeout."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    ti = PullingTI({}, {(task_id, 1): state})
-    with pytest.raises(AirflowFailException, match=rf"candidate c1 .*{re.escape(task_id)}\[1\]\) is {state}"):
+    ti = PullingTI({}, {(task_id, 1): state, ("sweep.submit_training", 0): "success"})
+    with pytest.raises(AirflowFailException, match=rf"the lane's previous candidate c1 can no longer succeed "
+                                                   rf"\({re.escape(task_id)}\[1\] is {state}\)"):
+        _sensor(1).poke({"ti": ti})
+    assert ti.pulls == []
+
+
+def test_a_candidate_does_not_start_when_another_lanes_candidate_failed():
+    """c0 failed in another lane: the sweep cannot succeed, so c4 (lane after c1, still running) starts no job."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    ti = PullingTI({1: "job-c1"}, {("sweep.train_policy", 0): "failed", ("sweep.submit_training", 2): "upstream_failed",
+                                   ("sweep.train_policy", 1): "deferred"})
+    with pytest.raises(AirflowFailException, match=r"another candidate of the sweep c0 can no longer succeed "
+                                                   r"\(sweep.train_policy\[0\] is failed; also "
+                                                   r"sweep.submit_training\[2\] is upstream_failed\)"):
         _sensor(1).poke({"ti": ti})
     assert ti.pulls == []
 

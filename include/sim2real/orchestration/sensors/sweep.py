@@ -6,9 +6,9 @@ planned, so the limit cannot be an operator's ``max_active_tis_per_dagrun`` (fix
 
 A sweep needs every candidate (``pick_best`` runs only when all succeeded), so a lane whose previous candidate
 can no longer succeed fails at once instead of waiting out its timeout while the run holds its
-``max_active_runs`` slot: when that candidate's submit or training task instance (its map index) is ``failed``
-or ``upstream_failed`` (after its retries, or marked so by a person; read through the Task Execution API,
-``RuntimeTaskInstance.get_task_states``, no database access), or when its Batch job ended ``FAILED``.
+``max_active_runs`` slot: when that candidate's (or any other candidate's) submit or training task instance is
+``failed`` or ``upstream_failed`` (after its retries, or marked so by a person; read through the Task Execution
+API, ``RuntimeTaskInstance.get_task_states``, no database access), or when its Batch job ended ``FAILED``.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ class SweepLaneSensor(AwsBaseSensor[BatchClientHook]):
     :param submit_task_id: the mapped task whose XCom ``job_id`` is that candidate's job.
     :param train_task_id: the mapped task that waits for that job (its state is checked with the submit task's).
     :return: ``{"lane_after", "job_id", "status"}`` of the job waited for (all ``None`` for a lane's first).
-    :raises AirflowFailException: the previous candidate's submit or training task is ``failed`` /
-        ``upstream_failed``, or its job ended ``FAILED`` (the sweep cannot succeed: this candidate does not start).
+    :raises AirflowFailException: a candidate's submit or training task is ``failed`` / ``upstream_failed``
+        (the lane's previous one named first), or the previous candidate's job ended ``FAILED`` (the sweep
+        cannot succeed: this candidate does not start).
     """
 
     aws_hook_class = BatchClientHook
@@ -59,32 +60,39 @@ class SweepLaneSensor(AwsBaseSensor[BatchClientHook]):
             return None
         return int(self.lane_after)
 
-    def _check_previous_can_succeed(self, ti: Any, previous: int) -> None:
-        """Fail when the previous candidate's submit or training task instance is failed / upstream_failed.
+    def _check_candidates_can_succeed(self, ti: Any, previous: int) -> None:
+        """Fail when a candidate's submit or training task instance is failed / upstream_failed: the lane's
+        previous one (its job would never end, or never free the lane for a run that can still succeed), or any
+        other (the sweep cannot succeed any more: no new job is started for it).
 
         ``get_task_states`` answers ``{run_id: {"<task_id>_<map_index>": state}}`` for mapped task instances
         (Airflow 3 Task Execution API, ``GET /task-instances/states``).
         """
         task_ids = [self.submit_task_id, self.train_task_id]
-        answer = ti.get_task_states(dag_id=ti.dag_id, map_index=previous, task_ids=task_ids,
-                                    run_ids=[ti.run_id]) or {}
-        states = answer.get(ti.run_id) or {}
-        for task_id in task_ids:
-            state = states.get(f"{task_id}_{previous}")
+        answer = ti.get_task_states(dag_id=ti.dag_id, task_ids=task_ids, run_ids=[ti.run_id]) or {}
+        failed: dict[int, str] = {}
+        for key, state in sorted((answer.get(ti.run_id) or {}).items()):
+            task_id, _, index = key.rpartition("_")
             state = getattr(state, "value", state)
-            if state in FAILED_STATES:
-                raise AirflowFailException(
-                    f"candidate c{previous} (lane before this one, {task_id}[{previous}]) is {state}: it will "
-                    f"never train, and a sweep needs every candidate, so this one does not start either (run "
-                    f"{ti.run_id}). Fix the cause in {task_id}[{previous}]'s log, then clear both candidates' "
-                    "tasks or trigger a new run")
+            if task_id in task_ids and index.isdigit() and state in FAILED_STATES:
+                failed.setdefault(int(index), f"{task_id}[{index}] is {state}")
+        if not failed:
+            return
+        which = previous if previous in failed else min(failed)
+        role = "the lane's previous candidate" if which == previous else "another candidate of the sweep"
+        others = [failed[i] for i in sorted(failed) if i != which]
+        raise AirflowFailException(
+            f"{role} c{which} can no longer succeed ({failed[which]}"
+            + (f"; also {', '.join(others)}" if others else "")
+            + f"): a sweep needs every candidate, so this one does not start (run {ti.run_id}). Fix the cause in "
+            f"that task's log, then clear the failed candidates' tasks and this one's, or trigger a new run")
 
     def poke(self, context: Context) -> bool:
         previous = self._previous()
         if previous is None:
             return True
         ti = context["ti"]
-        self._check_previous_can_succeed(ti, previous)
+        self._check_candidates_can_succeed(ti, previous)
         job_id = ti.xcom_pull(task_ids=self.submit_task_id, key="job_id", map_indexes=previous)
         if not job_id:
             self.log.info("lane busy: candidate %s has not submitted its job yet", previous)

@@ -17,7 +17,7 @@ before. A sweep (:mod:`sim2real.orchestration.candidates`: a list of overrides o
 
 At most ``sweep_max_parallel`` training jobs run at once: candidate ``i`` runs in lane ``i mod P`` and is
 submitted once candidate ``i - P`` has ended (``sweep.wait_for_slot``, a sensor in reschedule mode); it fails at
-once when that candidate failed or its job ended ``FAILED`` (the sweep needs every candidate).
+once when a candidate failed or candidate ``i - P``'s job ended ``FAILED`` (the sweep needs every candidate).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 DOC = """\
 **Sweep: several candidates in one run (AWS Batch).** Runs only when the form's `sweep` lists candidates
 (skipped otherwise). Per candidate `c<i>` (one map index each): waits for a free lane (`sweep_max_parallel`
-jobs at once; Batch `DescribeJobs` of the lane's previous job; fails at once when that candidate failed or its
+jobs at once; Batch `DescribeJobs` of the lane's previous job; fails at once when a candidate failed or that
 job ended `FAILED`, as the sweep needs every candidate), submits its own Batch job (`RegisterJobDefinition`,
 `ListJobs`, `SubmitJob`), waits (deferred) for it, waits for its `manifest.json` under
 `runs/<run_key>/candidates/c<i>/checkpoints/`, then evaluates it in closed loop on the workstation (SSM
