@@ -168,3 +168,28 @@ def test_lineage_of_a_cleared_task_matches_the_schema(monkeypatch):
     assert states[ids.BATCH_TRAIN_POLICY] == {"state": "success", "duration_s": None}
     lineage = build_lineage(run_key="k-00000000", dag_id="sim_to_real", run_id="r", params={}, task_states=states)
     assert lineage_errors(lineage) == []
+
+
+def test_each_map_index_of_a_mapped_task_keeps_its_own_state(monkeypatch):
+    """A sweep whose c0 failed and c1 succeeded: the lineage's tasks say so per candidate (``task_id[i]``), the
+    run note's stage table takes the worst, and tasks that are not mapped keep their plain task id."""
+    import sys
+
+    from sim2real.orchestration import report
+    from sim2real.orchestration.lineage import build_lineage, lineage_errors
+    from sim2real.orchestration.run_note import stage_rows
+
+    fake = SimpleNamespace(RuntimeTaskInstance=SimpleNamespace(get_task_breadcrumbs=lambda dag_id, run_id: [
+        {"task_id": ids.SWEEP_TRAIN_POLICY, "map_index": 0, "state": "failed", "duration": 30.0},
+        {"task_id": ids.SWEEP_TRAIN_POLICY, "map_index": 1, "state": "success", "duration": 40.0},
+        {"task_id": ids.SWEEP_PICK_BEST, "map_index": -1, "state": "upstream_failed", "duration": None},
+        {"task_id": ids.PREPARE_RUN, "map_index": -1, "state": "success", "duration": 1.0}]))
+    monkeypatch.setitem(sys.modules, "airflow.sdk.execution_time.task_runner", fake)
+    states = report.collect_task_states("sim_to_real", "r")
+    assert states == {f"{ids.SWEEP_TRAIN_POLICY}[0]": {"state": "failed", "duration_s": 30.0},
+                      f"{ids.SWEEP_TRAIN_POLICY}[1]": {"state": "success", "duration_s": 40.0},
+                      ids.SWEEP_PICK_BEST: {"state": "upstream_failed", "duration_s": None},
+                      ids.PREPARE_RUN: {"state": "success", "duration_s": 1.0}}
+    lineage = build_lineage(run_key="k-00000000", dag_id="sim_to_real", run_id="r", params={}, task_states=states)
+    assert lineage_errors(lineage) == []
+    assert ("training (sweep)", "failed", 70.0) in stage_rows(lineage["tasks"])

@@ -216,3 +216,46 @@ def test_the_hook_deadline_stops_retries_and_cuts_the_request_timeout(monkeypatc
     with pytest.raises(MlflowApiError, match="failed after 1 attempt"):
         no_deadline.call("GET", "/experiments/get-by-name")
     assert timeouts[-1] == 30
+
+
+class RecordingMlflowHook:
+    """The MLflow hook's ``get_run`` / ``update_run`` (every run RUNNING until updated), recording the updates."""
+
+    def __init__(self):
+        self.status: dict[str, str] = {}
+
+    def get_run(self, run_id):
+        return {"info": {"run_id": run_id, "status": self.status.get(run_id, "RUNNING")}}
+
+    def update_run(self, run_id, status):
+        self.status[run_id] = status
+
+
+def test_each_sweep_candidates_runs_close_from_its_own_map_index():
+    """c0's training failed, c1's succeeded and c1's evaluation never ran: each candidate's MLflow runs take
+    their own map index's state, never another candidate's."""
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.tracking import close_tracking
+
+    tracking = {**TRACKING, "candidate_runs": {"c0": {"rl_training": "e" * 32, "evaluation": "f" * 32},
+                                               "c1": {"rl_training": "1" * 32, "evaluation": "2" * 32}}}
+    hook = RecordingMlflowHook()
+    closed = close_tracking(tracking, succeeded=False, hook=hook, task_states={
+        f"{ids.SWEEP_TRAIN_POLICY}[0]": {"state": "failed"},
+        f"{ids.SWEEP_RUN_EVALUATION}[0]": {"state": "upstream_failed"},
+        f"{ids.SWEEP_TRAIN_POLICY}[1]": {"state": "success"},
+        ids.SWEEP_PICK_BEST: {"state": "upstream_failed"}})
+    assert closed["c0.rl_training"] == "FAILED" and hook.status["e" * 32] == "FAILED"
+    assert closed["c0.evaluation"] == "KILLED"
+    assert closed["c1.rl_training"] == "FINISHED" and hook.status["1" * 32] == "FINISHED"
+    assert closed["c1.evaluation"] == "KILLED"  # it never ran
+    assert closed["rl_training"] == "KILLED" and closed["parent"] == "FAILED"
+
+
+def test_candidate_index_is_the_inverse_of_candidate_id():
+    from sim2real.orchestration.candidates import candidate_id, candidate_index
+
+    assert [candidate_index(candidate_id(i)) for i in (0, 7, 31)] == [0, 7, 31]
+    for bad in ("7", "c", "c-1", "cx", "c²"):
+        with pytest.raises(ValueError, match="not a candidate id"):
+            candidate_index(bad)

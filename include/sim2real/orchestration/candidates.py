@@ -40,6 +40,16 @@ def candidate_id(index: int) -> str:
     return f"c{int(index)}"
 
 
+def candidate_index(cid: str) -> int:
+    """The map index of candidate ``cid`` (``c<i>`` → ``i``; the inverse of :func:`candidate_id`).
+
+    :raises ValueError: ``cid`` is not ``c`` followed by a non-negative integer.
+    """
+    if not (isinstance(cid, str) and cid.startswith("c") and cid[1:].isdigit() and cid[1:].isascii()):
+        raise ValueError(f"not a candidate id (c<i>): {cid!r}")
+    return int(cid[1:])
+
+
 def expand_sweep(sweep: Any) -> list[dict[str, Any]]:
     """The sweep field as a list of overrides (one dict per candidate), without checking the values.
 

@@ -255,11 +255,20 @@ def task_duration_s(duration: Any) -> float | None:
     return value
 
 
+def task_key(task_id: str, map_index: int | None = None) -> str:
+    """The key of one task instance in :func:`collect_task_states`: ``task_id``, or ``task_id[i]`` for map index
+    ``i >= 0`` (Airflow's ``map_index`` is ``-1`` for a task that is not mapped)."""
+    return f"{task_id}[{map_index}]" if map_index is not None and int(map_index) >= 0 else task_id
+
+
 def collect_task_states(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
     """State and duration (s, :func:`task_duration_s`) of every finished task of the run, from the Task
-    Execution API.
+    Execution API (``RuntimeTaskInstance.get_task_breadcrumbs``: one row per task instance).
 
-    Returns ``{}`` outside a task runner (unit tests) instead of failing the report.
+    :return: ``{key: {"state", "duration_s"}}``; ``key`` is the task id, and ``task_id[i]`` for map index ``i``
+        of a mapped task (each candidate of a sweep keeps its own state, as in
+        :func:`sim2real.orchestration.run_state.failed_tasks`). ``{}`` outside a task runner (unit tests)
+        instead of failing the report.
     """
     try:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
@@ -271,7 +280,8 @@ def collect_task_states(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for crumb in crumbs:
         state = crumb.get("state")
-        out[crumb["task_id"]] = {"state": getattr(state, "value", state), "duration_s": task_duration_s(crumb.get("duration"))}
+        out[task_key(crumb["task_id"], crumb.get("map_index"))] = {
+            "state": getattr(state, "value", state), "duration_s": task_duration_s(crumb.get("duration"))}
     return out
 
 

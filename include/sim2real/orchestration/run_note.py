@@ -44,7 +44,8 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("prepare run", ids.PREPARE_RUN), ("resource preflight", ids.CHECK_RESOURCES),
     ("training backend", ids.TRAINING_BACKEND), ("image build", ids.BUILD_GROUP),
     ("capacity check", ids.PREFLIGHT_GROUP), ("training (Batch)", ids.TRAIN_GROUP),
-    ("training (HyperPod)", ids.HYPERPOD_GROUP), ("checkpoint", ids.CHECKPOINT_GROUP),
+    ("training (HyperPod)", ids.HYPERPOD_GROUP), ("training (sweep)", ids.SWEEP_GROUP),
+    ("checkpoint", ids.CHECKPOINT_GROUP),
     ("evaluation", ids.EVALUATE_GROUP), ("quality gate", ids.QUALITY_GATE), ("GR00T fine-tune", ids.VLA_GROUP),
     ("deployment", ids.DEPLOY_GROUP), ("lineage", ids.WRITE_LINEAGE), ("run outcome", ids.RUN_OUTCOME),
 )

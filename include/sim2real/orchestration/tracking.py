@@ -213,19 +213,25 @@ def close_tracking(tracking: Mapping[str, Any] | None, *, succeeded: bool,
     """End the child runs still RUNNING (status from their stage's task state; a stage that never ran → KILLED)
     and the parent (FINISHED when the DAG run succeeded, else FAILED).
 
-    :param task_states: ``{task_id: {"state": ...}}`` (``sim2real.orchestration.report.collect_task_states``).
-    :return: ``{"parent": status, stage: status, ...}`` as set; ``{}`` when tracking is off. Errors are logged.
+    :param task_states: ``{task_id: {"state": ...}}``, mapped tasks as ``task_id[i]``
+        (``sim2real.orchestration.report.collect_task_states``): candidate ``c<i>``'s runs close from map index
+        ``i``'s states only.
+    :return: ``{"parent": status, stage: status, ...}`` as set (a candidate's stages as ``c<i>.<stage>``); ``{}``
+        when tracking is off. Errors are logged.
     """
     if not tracking or not tracking.get("enabled"):
         return {}
+    from sim2real.orchestration.candidates import candidate_index
     from sim2real.orchestration.hooks.mlflow import MlflowHook
+    from sim2real.orchestration.report import task_key
 
     hook = hook or MlflowHook(tracking["tracking_uri"])
     states = task_states or {}
     closed: dict[str, str] = {}
     try:
         children = [(stage, run_id, STAGE_TASKS.get(stage, ())) for stage, run_id in (tracking.get("runs") or {}).items()]
-        children += [(f"{cid}.{stage}", run_id, CANDIDATE_STAGES.get(stage, ()))
+        children += [(f"{cid}.{stage}", run_id,
+                      tuple(task_key(t, candidate_index(cid)) for t in CANDIDATE_STAGES.get(stage, ())))
                      for cid, runs in (tracking.get("candidate_runs") or {}).items() for stage, run_id in runs.items()]
         for stage, run_id, tasks in children:
             current = hook.get_run(run_id)["info"].get("status")

@@ -11,6 +11,7 @@ adds it back (real AWS returns it).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import boto3
@@ -487,44 +488,125 @@ def test_submit_only_returns_at_once_and_attach_waits_for_that_job_without_resub
 
 # -- a sweep's lanes (SweepLaneSensor): candidate i submits once candidate i - P's job has ended ---------------
 
+SWEEP_RUN_ID = "manual__2026-11-29T00:00:00+00:00"
+
+
+class RecordingSupervisor:
+    """The task process's channel to its supervisor (``task_runner.SUPERVISOR_COMMS``): records each
+    ``GetTaskStates`` and answers as the Task Execution API's ``GET /task-instances/states`` does (Airflow 3.3
+    ``get_task_instance_states``): ``{run_id: {"<task_id>_<map_index>": state}}`` for mapped task instances."""
+
+    def __init__(self, run_id: str, states: dict[tuple[str, int], str]):
+        self.run_id, self.states = run_id, states
+        self.sent: list = []
+
+    def send(self, msg):
+        from airflow.sdk.execution_time.comms import TaskStatesResult
+
+        self.sent.append(msg)
+        return TaskStatesResult(task_states={self.run_id: {
+            f"{t}_{i}": state for (t, i), state in self.states.items()
+            if (msg.map_index is None or i == msg.map_index) and (not msg.task_ids or t in msg.task_ids)}})
+
 
 class PullingTI:
-    """The task instance's ``xcom_pull`` of the lane's previous candidate (key ``job_id``, one map index)."""
+    """The task instance's ``xcom_pull`` of the lane's previous candidate (key ``job_id``, one map index) and
+    the Task SDK's own ``RuntimeTaskInstance.get_task_states`` over a :class:`RecordingSupervisor`."""
 
-    def __init__(self, job_ids: dict[int, str]):
+    dag_id = "sim_to_real"
+    run_id = SWEEP_RUN_ID
+
+    def __init__(self, job_ids: dict[int, str], states: dict[tuple[str, int], str] | None = None):
         self.job_ids = job_ids
+        self.supervisor = RecordingSupervisor(self.run_id, states or {})
         self.pulls: list[tuple] = []
+
+    @property
+    def state_queries(self) -> list[dict]:
+        return [msg.model_dump(exclude_none=True, exclude={"type"}) for msg in self.supervisor.sent]
 
     def xcom_pull(self, *, task_ids, key, map_indexes):
         self.pulls.append((task_ids, key, map_indexes))
         return self.job_ids.get(map_indexes)
 
+    def get_task_states(self, **kwargs):
+        from unittest import mock
+
+        from airflow.sdk.execution_time import task_runner
+
+        with mock.patch.object(task_runner, "SUPERVISOR_COMMS", self.supervisor, create=True):
+            return task_runner.RuntimeTaskInstance.get_task_states(**kwargs)
+
 
 def _sensor(lane_after):
     return SweepLaneSensor(task_id="wait_for_slot", lane_after=lane_after, submit_task_id="sweep.submit_training",
-                           mode="reschedule", poke_interval=1)
+                           train_task_id="sweep.train_policy", mode="reschedule", poke_interval=1)
 
 
 def test_a_lanes_first_candidate_never_waits():
     ti = PullingTI({})
     assert _sensor(None).poke({"ti": ti}) is True and _sensor("None").poke({"ti": ti}) is True
-    assert ti.pulls == []
+    assert ti.pulls == [] and ti.state_queries == []
 
 
-@pytest.mark.parametrize("status, free", [("RUNNING", False), ("RUNNABLE", False), ("SUCCEEDED", True),
-                                          ("FAILED", True)])
+@pytest.mark.parametrize("status, free", [("RUNNING", False), ("RUNNABLE", False), ("SUCCEEDED", True)])
 @mock_aws(config=MOTO_BATCH)
 def test_a_candidate_waits_until_the_lanes_previous_job_has_ended(aws_env, moto_batch_gaps, script, status, free):
     setup_batch()
     script["*"] = [("RUNNING", None, None)]
     job_id = make_op(submit_only=True).execute({})["job_id"]
-    ti = PullingTI({0: job_id})
+    ti = PullingTI({0: job_id}, {("sweep.submit_training", 0): "success", ("sweep.train_policy", 0): "deferred"})
     sensor = _sensor(0)
     assert sensor.poke({"ti": ti}) is False  # no TaskDeferred: the previous candidate's job is running
     script["*"] = [(status, None, 0 if status == "SUCCEEDED" else None)]
     assert _sensor(0).poke({"ti": ti}) is free
     assert ti.pulls[0] == ("sweep.submit_training", "job_id", 0)
+    assert ti.state_queries[0] == {"dag_id": "sim_to_real", "run_ids": [SWEEP_RUN_ID],
+                                   "task_ids": ["sweep.submit_training", "sweep.train_policy"]}
 
 
 def test_a_candidate_waits_while_the_lanes_previous_one_has_not_submitted():
-    assert _sensor(2).poke({"ti": PullingTI({})}) is False
+    ti = PullingTI({}, {("sweep.submit_training", 2): "up_for_retry", ("sweep.train_policy", 0): "success"})
+    assert _sensor(2).poke({"ti": ti}) is False  # a try left
+
+
+@pytest.mark.parametrize("task_id, state", [("sweep.submit_training", "failed"),
+                                            ("sweep.submit_training", "upstream_failed"),
+                                            ("sweep.train_policy", "failed")])
+def test_a_candidate_fails_at_once_when_the_lanes_previous_one_failed(task_id, state):
+    """The previous candidate will never write a job id (its submit failed after its retries, or a person marked
+    it failed) or never succeed: the waiting one fails naming it instead of poking until its 13 h timeout."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    ti = PullingTI({}, {(task_id, 1): state, ("sweep.submit_training", 0): "success"})
+    with pytest.raises(AirflowFailException, match=rf"the lane's previous candidate c1 can no longer succeed "
+                                                   rf"\({re.escape(task_id)}\[1\] is {state}\)"):
+        _sensor(1).poke({"ti": ti})
+    assert ti.pulls == []
+
+
+def test_a_candidate_does_not_start_when_another_lanes_candidate_failed():
+    """c0 failed in another lane: the sweep cannot succeed, so c4 (lane after c1, still running) starts no job."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    ti = PullingTI({1: "job-c1"}, {("sweep.train_policy", 0): "failed", ("sweep.submit_training", 2): "upstream_failed",
+                                   ("sweep.train_policy", 1): "deferred"})
+    with pytest.raises(AirflowFailException, match=r"another candidate of the sweep c0 can no longer succeed "
+                                                   r"\(sweep.train_policy\[0\] is failed; also "
+                                                   r"sweep.submit_training\[2\] is upstream_failed\)"):
+        _sensor(1).poke({"ti": ti})
+    assert ti.pulls == []
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_a_candidate_fails_when_the_lanes_previous_job_ended_failed(aws_env, moto_batch_gaps, script):
+    """A FAILED job frees the lane but dooms the sweep: the waiting candidate fails instead of training for
+    hours before ``pick_best`` could never run."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    setup_batch()
+    script["*"] = [("FAILED", "Essential container in task exited", 1)]
+    job_id = make_op(submit_only=True).execute({})["job_id"]
+    ti = PullingTI({0: job_id}, {("sweep.submit_training", 0): "success", ("sweep.train_policy", 0): "running"})
+    with pytest.raises(AirflowFailException, match=rf"c0's Batch job {job_id} .*ended FAILED \(Essential container"):
+        _sensor(0).poke({"ti": ti})

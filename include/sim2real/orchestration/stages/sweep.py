@@ -16,7 +16,8 @@ before. A sweep (:mod:`sim2real.orchestration.candidates`: a list of overrides o
   (on the run's own ``eval_seed`` episodes, disjoint from the selection's), gates and releases.
 
 At most ``sweep_max_parallel`` training jobs run at once: candidate ``i`` runs in lane ``i mod P`` and is
-submitted once candidate ``i - P`` has ended (``sweep.wait_for_slot``, a sensor in reschedule mode).
+submitted once candidate ``i - P`` has ended (``sweep.wait_for_slot``, a sensor in reschedule mode); it fails at
+once when a candidate failed or candidate ``i - P``'s job ended ``FAILED`` (the sweep needs every candidate).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 DOC = """\
 **Sweep: several candidates in one run (AWS Batch).** Runs only when the form's `sweep` lists candidates
 (skipped otherwise). Per candidate `c<i>` (one map index each): waits for a free lane (`sweep_max_parallel`
-jobs at once; Batch `DescribeJobs` of the lane's previous job), submits its own Batch job (`RegisterJobDefinition`,
+jobs at once; Batch `DescribeJobs` of the lane's previous job; fails at once when a candidate failed or that
+job ended `FAILED`, as the sweep needs every candidate), submits its own Batch job (`RegisterJobDefinition`,
 `ListJobs`, `SubmitJob`), waits (deferred) for it, waits for its `manifest.json` under
 `runs/<run_key>/candidates/c<i>/checkpoints/`, then evaluates it in closed loop on the workstation (SSM
 `SendCommand`; one candidate at a time unless configured parallel) and reads its report. `pick_best` then hands
@@ -237,7 +239,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
         read by ``pick_best`` and the lineage from the plan, not by these tasks."""
         lane = SweepLaneSensor(
             task_id=ids.local(ids.SWEEP_WAIT_FOR_SLOT), lane_after=lane_after,
-            submit_task_id=ids.SWEEP_SUBMIT_TRAINING, mode="reschedule", poke_interval=POLL,
+            submit_task_id=ids.SWEEP_SUBMIT_TRAINING, train_task_id=ids.SWEEP_TRAIN_POLICY, mode="reschedule", poke_interval=POLL,
             timeout=13 * 3600, execution_timeout=dt.timedelta(hours=13), doc_md=DOC,
         )
         common = dict(job_name=job_name, job_queue=batch.job_queue, job_definition=batch.job_definition,
