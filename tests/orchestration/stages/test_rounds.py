@@ -75,6 +75,13 @@ def test_a_later_round_resumes_from_the_link_with_more_iterations_and_fresh_seed
     assert plan["batch"]["environment"]["MAX_ITERATIONS"] == "65" == plan["hyperpod"]["environment"]["MAX_ITERATIONS"]
     # Round 2's episodes follow round 1's: seeds 1020..1039 (eval_seed 1000, 20 episodes).
     assert plan["evaluation"]["seed"] == rounds["eval_seed"] == 1020
+    # The copy has no manifest: the job's environment names it and its iteration (the Isaac Lab launcher
+    # then trains 65 - 40 = 25 iterations, not 65), on both backends.
+    for backend in ("batch", "hyperpod"):
+        env = plan[backend]["environment"]
+        assert env["SIM2REAL_RESUMED_CHECKPOINT_URI"] == rounds["resumed_checkpoint_uri"]
+        assert env["SIM2REAL_RESUMED_ITERATION"] == "40"
+    assert not {k for k in _plan()["batch"]["environment"] if k.startswith("SIM2REAL_RESUMED_")}  # round 1
 
 
 @pytest.mark.parametrize("link, reason", [
