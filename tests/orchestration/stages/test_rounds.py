@@ -110,6 +110,15 @@ def test_seeds_of_the_last_round_must_fit_the_seed_range():
     check_params({**PARAMS, "max_rounds": 2, "eval_seed": 2**31 - 40}, GOOD)  # 2 x 20 seeds fit exactly
 
 
+def test_seeds_of_a_sweeps_candidates_must_fit_the_seed_range():
+    # the candidates are evaluated on the 20 episodes after the gate's: seeds eval_seed + 20 .. eval_seed + 39
+    sweep = [{"seed": 3}, {"seed": 4}]
+    with pytest.raises(ParamRuleError, match="eval_seed \\+ 2 x eval_episodes - 1 = 2147483648 is above 2\\*\\*31 - 1"):
+        check_params({**PARAMS, "sweep": sweep, "eval_seed": 2**31 - 39}, GOOD)
+    check_params({**PARAMS, "sweep": sweep, "eval_seed": 2**31 - 40}, GOOD)  # 2 x 20 seeds fit exactly
+    check_params({**PARAMS, "eval_seed": 2**31 - 20}, GOOD)  # no sweep: only the gate's 20 seeds
+
+
 def test_every_round_counts_against_the_budget_up_front():
     one = estimate_run_cost({**PARAMS, "run_vla_finetune": False, "train_time_budget_seconds": 3600}, GOOD)
     three = estimate_run_cost({**PARAMS, "run_vla_finetune": False, "train_time_budget_seconds": 3600,

@@ -138,15 +138,22 @@ def rule_errors(params: Mapping[str, Any]) -> list[str]:
 
     :return: one sentence per broken rule: a ``retrain_round`` link that is not one a previous round writes
         (round number out of range, history not rounds 1 … round-1, a resume checkpoint that is not an S3
-        ``agent_<n>.pt`` with a 64-hex sha256), seeds of the last round past 2**31 - 1, or a sweep with
-        ``max_rounds`` above 1.
+        ``agent_<n>.pt`` with a 64-hex sha256), seeds of the last round or of a sweep's candidates past
+        2**31 - 1, or a sweep with ``max_rounds`` above 1.
     """
     errors: list[str] = []
     max_rounds = int(params.get("max_rounds", 1))
-    last_seed = int(params.get("eval_seed", 0)) + max_rounds * int(params.get("eval_episodes", 0)) - 1
+    eval_seed, episodes = int(params.get("eval_seed", 0)), int(params.get("eval_episodes", 0))
+    last_seed = eval_seed + max_rounds * episodes - 1
     if last_seed > 2**31 - 1:
         errors.append(f"eval_seed + max_rounds x eval_episodes - 1 = {last_seed} is above 2**31 - 1 (the last "
                       "round's seeds): lower eval_seed, eval_episodes or max_rounds")
+    # A sweep evaluates its candidates on the episodes after the gate's (stages/sweep.py: selection_eval_seed
+    # = eval_seed + eval_episodes), so its last seed is eval_seed + 2 x eval_episodes - 1.
+    sweep_last_seed = eval_seed + 2 * episodes - 1
+    if params.get("sweep") and sweep_last_seed > 2**31 - 1:
+        errors.append(f"eval_seed + 2 x eval_episodes - 1 = {sweep_last_seed} is above 2**31 - 1 (the seeds the "
+                      "sweep's candidates are evaluated on, after the gate's): lower eval_seed or eval_episodes")
     if max_rounds > 1 and params.get("sweep"):
         # A round resumes one policy from one checkpoint, and the budget shares one training limit per round; a
         # sweep's candidates have a prefix and a cost share each. The two are not combined (yet): refused.
