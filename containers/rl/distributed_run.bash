@@ -49,8 +49,9 @@
 # to its own log dir; see sim2real.workloads.publish for the rules):
 #   before: `python -m sim2real.workloads.publish --find-resume DIR` downloads the newest complete checkpoint of
 #           OUTPUT_URI (every node), and torchrun gets `--checkpoint <file>`; MAX_ITERATIONS counts across resumes
-#           (like the project trainer): when the earlier attempt's manifest gives the resumed iteration, only the
-#           remaining iterations are run, and none when it is already reached.
+#           (like the project trainer): when the earlier attempt's manifest gives the resumed iteration (or, in
+#           a retraining round, SIM2REAL_RESUMED_ITERATION for the seeded SIM2REAL_RESUMED_CHECKPOINT_URI), only
+#           the remaining iterations are run, and none when it is already reached.
 #   after torchrun exits 0: `python -m sim2real.workloads.publish --log-dir ISAACLAB_LOG_DIR` uploads the newest
 #           checkpoint (+ .sha256 sidecar) and TensorBoard events to OUTPUT_URI and writes manifest.json last.
 #           skrl lets only global rank 0 write checkpoints and torchrun's c10d rendezvous numbers nodes by host

@@ -72,6 +72,32 @@ def test_the_review_in_the_sandbox_embeds_the_pictures_and_says_what_is_missing(
     assert "**Smoke check:** unknown (" in text and "smoke/smoke.json" in text
 
 
+def test_the_review_of_a_later_round_shows_every_rounds_success_rate(s3):
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    first = {"round": 1, "run_id": "manual__r1", "run_key": "key-1", "success_rate": 0.1, "ci95": [0.018, 0.404],
+             "successes": 1, "episodes": 10, "first_seed": 1000, "checkpoint_uri": "s3://b/runs/key-1/agent_000002.pt",
+             "checkpoint_sha256": "a" * 64, "iteration": 2, "passed": False}
+    rounds = {"round": 2, "max_rounds": 3, "round_iterations": 1, "max_iterations": 3, "eval_seed": 1010,
+              "parent_run_id": "manual__r1", "parent_run_key": "key-1",
+              "resume_from": {"checkpoint_uri": first["checkpoint_uri"], "sha256": "a" * 64, "iteration": 2,
+                              "round": 1},
+              "resumed_checkpoint_uri": f"s3://{BUCKET}/{PREFIX}checkpoints/agent_000002.pt", "history": [first]}
+    text = approval_body(plan={**review_plan(), "rounds": rounds}, ti=RunningTask(outputs()), package=PACKAGE,
+                         dag_id="sim_to_real", run_id="manual__2", s3_hook=S3Hook(aws_conn_id=None),
+                         sagemaker_client=None, env={})
+    assert "**Round 2 of 3** (success rate per round, 95% Wilson): " in text
+    assert "0.100 [0.018, 0.404]" in text and "0.300 [" in text  # round 1's and this round's
+    assert "[Success rate per round](https://console.aws.amazon.com/s3/object/" in text
+    assert "Success rate per round: not drawn" not in text
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}report/")["Contents"]}
+    assert f"{PREFIX}report/round_success.png" in keys
+
+
+def test_the_review_of_a_run_without_rounds_lists_no_round_picture(s3):
+    assert "Success rate per round" not in body({})
+
+
 def test_smoke_line_says_failed_with_the_reason():
     assert smoke_line({"passed": False, "reason": "NaN actions"}, "s3://b/k") == \
         "**Smoke check:** FAILED (NaN actions), `s3://b/k`"

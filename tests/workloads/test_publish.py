@@ -223,6 +223,39 @@ def test_resume_discovery_returns_newest_complete_checkpoint(tmp_path, capsys):
     assert "RESUME_PATH=''" in capsys.readouterr().out
 
 
+def test_resume_discovery_takes_a_seeded_rounds_iteration_when_no_manifest_gives_it(tmp_path, capsys, monkeypatch):
+    # a retraining round's OUTPUT_URI: prepare_run copied agent_<n>.pt + sidecar, no manifest.json
+    out = tmp_path / "out"
+    out.mkdir()
+    for step in (72, 96):
+        skrl_checkpoint(out / publish.checkpoint_name(step), marker=float(step))
+    seeded = out / publish.checkpoint_name(72)
+    (out / "agent_000072.pt.sha256").write_text(f"{sha(seeded)}  agent_000072.pt\n")
+    dest = tmp_path / "resume"
+    args = ["--find-resume", str(dest), "--output-uri", str(out), "--task", TASK]
+
+    def values() -> dict[str, str]:
+        pairs = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
+        return {k: shlex.split(v)[0] if v else "" for k, v in pairs.items()}
+
+    assert publish.main(args) == 0 and values()["RESUME_ITERATION"] == ""  # nothing says which iteration
+    monkeypatch.setenv("SIM2REAL_RESUMED_CHECKPOINT_URI", str(seeded))
+    monkeypatch.setenv("SIM2REAL_RESUMED_ITERATION", "3")
+    found = values() if publish.main(args) == 0 else {}
+    assert found["RESUME_URI"] == str(seeded) and found["RESUME_ITERATION"] == "3"
+    # a manifest of an earlier attempt of this round says otherwise: it wins
+    (out / "manifest.json").write_text(json.dumps({"task": TASK, "rollouts": 36}))
+    assert publish.main(args) == 0 and values()["RESUME_ITERATION"] == "2"
+    (out / "manifest.json").unlink()
+    # a newer complete checkpoint than the seeded one: its iteration is not the seeded one's
+    (out / "agent_000096.pt.sha256").write_text(f"{sha(out / 'agent_000096.pt')}  agent_000096.pt\n")
+    found = values() if publish.main(args) == 0 else {}
+    assert found["RESUME_STEP"] == "96" and found["RESUME_ITERATION"] == ""
+    monkeypatch.setenv("SIM2REAL_RESUMED_ITERATION", "three")
+    assert publish.main(args) == 2
+    assert "SIM2REAL_RESUMED_ITERATION='three' is not a non-negative integer" in capsys.readouterr().err
+
+
 def test_resumed_run_continues_step_numbering(tmp_path):
     logs = tmp_path / "logs"
     make_run(logs, "2026-01-03_00-00-00_ppo_torch", [24, 48], rewards=None, params=False)
@@ -333,6 +366,31 @@ def test_launcher_runs_stand_in_isaaclab_trains_publishes_and_resumes(tmp_path):
     assert third.returncode == 0, third.stderr[-3000:]
     assert len((work / "calls.log").read_text().splitlines()) == 2
     assert (out / "manifest.json").read_bytes() == before
+
+
+def test_launcher_trains_only_the_rounds_iterations_from_a_seeded_checkpoint(tmp_path):
+    # round 2: OUTPUT_URI holds the copy of round 1's checkpoint (iteration 3, step 72) and no manifest;
+    # MAX_ITERATIONS = 3 + round_iterations 2
+    script = tmp_path / "fake_isaaclab_train.py"
+    script.write_text(FAKE_ISAACLAB_TRAIN)
+    work = tmp_path / "work"
+    work.mkdir()
+    out = tmp_path / "efs" / "runs" / "rk2" / "checkpoints"
+    out.mkdir(parents=True)
+    seeded = out / "agent_000072.pt"
+    skrl_checkpoint(seeded, marker=3.0)
+    (out / "agent_000072.pt.sha256").write_text(f"{sha(seeded)}  agent_000072.pt\n")
+    proc = subprocess.run(["bash", str(LAUNCHER)], cwd=work, capture_output=True, text=True, timeout=180,
+                          env=launcher_env(OUTPUT_URI=str(out), RUN_KEY="rk2", TRAIN_ENTRYPOINT=f"{script} --headless",
+                                           RESUME_DIR=str(tmp_path / "resume"), MAX_ITERATIONS="5",
+                                           RDZV_PORT=str(_port()), SIM2REAL_RESUMED_CHECKPOINT_URI=str(seeded),
+                                           SIM2REAL_RESUMED_ITERATION="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (work / "calls.log").read_text().splitlines() == [
+        f"max_iterations=2 checkpoint={tmp_path / 'resume' / 'agent_000072.pt'}"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["checkpoint_uri"] == str(out / "agent_000120.pt") and manifest["iteration"] == 5
+    assert manifest["resumed_from"] == str(seeded) and manifest["completed"] is True
 
 
 def test_launcher_propagates_training_failure_and_publishes_nothing(tmp_path):

@@ -18,6 +18,12 @@ IMAGE_DIGEST = "IMAGE_DIGEST"  #: ``sha256:<hex>`` of the image the job runs (se
 CHECKPOINT_INTERVAL = "CHECKPOINT_INTERVAL"  #: iterations between checkpoints (trainer default when unset)
 DIGEST_INTERVAL = "DIGEST_INTERVAL"  #: iterations between cross-rank parameter digests (0 = off)
 DEVICE = "DEVICE"  #: ``auto`` / ``cpu`` / ``cuda``
+#: A retraining round (round 2 on): the checkpoint ``prepare_run`` copied into ``OUTPUT_URI`` to resume from
+#: (``…/agent_<n>.pt``) and the PPO iteration it is at (a non-negative integer). The Isaac Lab launcher's resume
+#: discovery reads them when no manifest in ``OUTPUT_URI`` gives the iteration (the copy has none); the project
+#: trainer reads the iteration from the checkpoint itself.
+RESUMED_CHECKPOINT_URI = "SIM2REAL_RESUMED_CHECKPOINT_URI"
+RESUMED_ITERATION = "SIM2REAL_RESUMED_ITERATION"
 
 #: What ``plan_run`` always sets for a training job (``TIME_BUDGET_SECONDS`` only with a budget).
 TRAINING = (TASK, MAX_ITERATIONS, NUM_ENVS, SEED, OUTPUT_URI, RUN_KEY)

@@ -82,6 +82,7 @@ def approval_body(*, plan: Mapping[str, Any], ti: Any, package: Mapping[str, Any
                                                write_figures)
     from sim2real.orchestration.run_note import headline
     from sim2real.orchestration.stages.gate import gate_warnings
+    from sim2real.orchestration.stages.rounds import lineage_entry
     from sim2real.orchestration.tracking import run_url
 
     if s3_hook is None:
@@ -99,9 +100,13 @@ def approval_body(*, plan: Mapping[str, Any], ti: Any, package: Mapping[str, Any
     params = plan.get("params") or {}
     parts = {key: _pull(ti, task_id) for key, task_id in stage_sources(plan).items()}
     endpoint = sandbox_endpoint(env, s3_hook.get_conn())
-    figures = write_figures(plan=plan, parts=parts, hook=s3_hook, endpoint_url=endpoint)
+    # The retraining rounds so far, this one included (its gate passed: no next round), as the report builds them.
+    rounds = lineage_entry(plan, run_id=run_id, evaluation=parts.get("evaluation"), checkpoint=parts.get("checkpoint"),
+                           next_run_id=None)
+    figures = write_figures(plan=plan, parts={**parts, "rounds": rounds}, hook=s3_hook, endpoint_url=endpoint)
     lineage = build_lineage(run_key=plan["run_key"], dag_id=dag_id, run_id=run_id, params=params, plan=plan,
-                            figures=figures, cost_actual=run_actual_cost(plan, parts, ti, sagemaker_client), **parts)
+                            figures=figures, cost_actual=run_actual_cost(plan, parts, ti, sagemaker_client),
+                            rounds=rounds, **parts)
     lines = headline(lineage, gate_warnings(params))
     lines[-1] = lines[-1].replace("**GPU cost:**", "**GPU cost so far:**", 1)
     smoke, smoke_uri, smoke_error = read_smoke_report(plan, s3_hook)
@@ -110,7 +115,9 @@ def approval_body(*, plan: Mapping[str, Any], ti: Any, package: Mapping[str, Any
     bucket, prefix = plan["bucket"], plan["run_prefix"]
     links, pictures = [], []
     for name, title in FIGURES.items():
-        entry = figures.get(name) or {}
+        if name not in figures:  # not a picture of this run (success per round: max_rounds 1)
+            continue
+        entry = figures[name] or {}
         if not entry.get("uri"):
             links.append(f"{title}: not drawn ({entry.get('skipped_reason') or 'unknown reason'})")
             continue

@@ -85,7 +85,7 @@ ACTIVE_DAG_RUN_STATES = ("queued", "running")
 BUSY_TI_STATES = ("running", "deferred", "queued", "up_for_retry", "scheduled", "up_for_reschedule", "restarting")
 #: The Greengrass deploy task of ``sim_to_real`` (in task group ``deploy``) and of ``sim_to_real_release``.
 DEPLOY_TASK_IDS = (ids.DEPLOY_TO_ROBOTS, ids.local(ids.DEPLOY_TO_ROBOTS))
-#: ``prepare_run``'s budget for its sweep (seconds of its 2-minute ``execution_timeout``).
+#: ``prepare_run``'s budget for its sweep (seconds of its 5-minute ``execution_timeout``).
 PREPARE_RUN_DEADLINE_S = 45.0
 #: Seconds the Slurm commands are given at most (SSM ``executionTimeout``): ``squeue`` and ``scancel``.
 SQUEUE_TIMEOUT_S = 30

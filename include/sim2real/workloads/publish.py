@@ -70,11 +70,13 @@ shell assignments for the launcher (values quoted with :func:`shlex.quote`)::
     RESUME_URI=s3://b/runs/k/checkpoints/agent_004800.pt
     RESUME_PATH=/tmp/x/agent_004800.pt
     RESUME_STEP=4800
-    RESUME_ITERATION=200        # empty when the existing manifest does not give rollouts
+    RESUME_ITERATION=200        # empty when neither a manifest nor the round's variables give it
     RESUME_SHA256=<hex>
 
 or the same names with empty values when there is nothing to resume. ``RESUME_ITERATION`` comes from
-``step // rollouts`` with ``rollouts`` from the existing ``manifest.json`` (published by an earlier attempt).
+``step // rollouts`` with ``rollouts`` from the existing ``manifest.json`` (published by an earlier attempt);
+without one (a retraining round's first attempt: ``prepare_run`` copied only the checkpoint and its sidecar),
+from ``SIM2REAL_RESUMED_ITERATION`` when the checkpoint found is ``SIM2REAL_RESUMED_CHECKPOINT_URI``'s.
 A manifest naming another task → exit 2 (use a fresh OUTPUT_URI).
 
 Settings default to the environment like the trainer's: ``OUTPUT_URI``, ``TASK``, ``RUN_KEY``, ``IMAGE_DIGEST``,
@@ -409,8 +411,27 @@ def find_resume(output_uri: str, dest_dir: str, task: str | None = None) -> dict
     if storage.sha256_file(path) != sha:
         raise RuntimeError(f"downloaded {uri} to {path} but its sha256 differs from {sha}; retry")
     rollouts = _positive_int((existing or {}).get("rollouts"))
-    return {"uri": uri, "path": path, "step": step, "iteration": step // rollouts if rollouts else None,
-            "sha256": sha}
+    iteration = step // rollouts if rollouts else _seeded_iteration(step)
+    return {"uri": uri, "path": path, "step": step, "iteration": iteration, "sha256": sha}
+
+
+def _seeded_iteration(step: int) -> int | None:
+    """The iteration of the checkpoint a retraining round was seeded with, when ``step`` is that checkpoint's:
+    ``SIM2REAL_RESUMED_ITERATION`` for ``SIM2REAL_RESUMED_CHECKPOINT_URI`` (set by the train stage,
+    :mod:`sim2real.contract.env_vars`); None when they are unset or name another checkpoint.
+
+    :raises UsageError: ``SIM2REAL_RESUMED_ITERATION`` is not a non-negative integer, or the URI is not an
+        ``agent_<n>.pt`` checkpoint.
+    """
+    from sim2real.contract import env_vars as ev
+
+    seeded = os.environ.get(ev.RESUMED_CHECKPOINT_URI, "").strip()
+    raw = os.environ.get(ev.RESUMED_ITERATION, "").strip()
+    if not seeded or not raw:
+        return None
+    if not raw.isdigit():
+        raise UsageError(f"{ev.RESUMED_ITERATION}={raw!r} is not a non-negative integer")
+    return int(raw) if step_of(seeded) == step else None
 
 
 def wait_for_manifest(output_uri: str, since: float, timeout_s: float, poll_s: float = 5.0) -> dict[str, Any]:

@@ -108,6 +108,60 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     assert out["quality_gate.min_success_rate"] == expected_gate
 
 
+def _prepare(dag, monkeypatch, calls: list, tracking: dict):
+    """prepare_run's callable with MLflow and the sweep recorded into ``calls`` (no server, no AWS here)."""
+    import json
+
+    from tests.orchestration.test_config import GOOD
+
+    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(GOOD))
+    prepare = dag.get_task(ids.PREPARE_RUN).python_callable
+    monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: {"ti": None, "task": None})
+    monkeypatch.setattr("sim2real.orchestration.tracking.start_tracking",
+                        lambda **kwargs: calls.append("start_tracking") or tracking)
+    monkeypatch.setattr("sim2real.orchestration.tracking.close_tracking",
+                        lambda t, **kwargs: calls.append(("close_tracking", t["parent_run_id"], kwargs)))
+    return prepare
+
+
+def test_prepare_run_refuses_a_round_whose_checkpoint_changed_before_starting_tracking(dag, monkeypatch):
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    calls: list = []
+    prepare = _prepare(dag, monkeypatch, calls, {"enabled": False, "reason": "off"})
+
+    def changed(plan, **kwargs):
+        calls.append("seed_checkpoint")
+        raise ValueError("round 2: the checkpoint s3://b/agent_000040.pt hashes to ...: start a new run")
+
+    monkeypatch.setattr("sim2real.orchestration.stages.rounds.seed_checkpoint", changed)
+    with pytest.raises(AirflowFailException, match="round 2: the checkpoint"):
+        prepare(params=dag.params.validate(), dag=dag,
+                dag_run=SimpleNamespace(run_id="manual__2026-12-02T00:00:00+00:00", run_type="manual", conf={}))
+    assert calls == ["seed_checkpoint"]  # no MLflow run was started that nothing would end
+
+
+def test_prepare_run_fails_the_mlflow_runs_it_started_when_it_fails_after(dag, monkeypatch):
+    from types import SimpleNamespace
+
+    calls: list = []
+    tracking = {"enabled": True, "tracking_uri": "http://127.0.0.1:9", "experiment_name": "sim2real",
+                "experiment_id": "1", "parent_run_id": "parent-1", "runs": {"rl_training": "child-1"}, "ui_url": None}
+    prepare = _prepare(dag, monkeypatch, calls, tracking)
+
+    def sweep(*args, **kwargs):
+        calls.append("sweep_before_run")
+        raise TimeoutError("the orphan sweep ran out of time")
+
+    monkeypatch.setattr("sim2real.orchestration.sweeper.sweep_before_run", sweep)
+    with pytest.raises(TimeoutError):
+        prepare(params=dag.params.validate(), dag=dag,
+                dag_run=SimpleNamespace(run_id="manual__2026-12-02T00:00:00+00:00", run_type="manual", conf={}))
+    assert calls == ["start_tracking", "sweep_before_run", ("close_tracking", "parent-1", {"succeeded": False})]
+
+
 @pytest.mark.parametrize("build", ["sim2real.orchestration.params:build_params", "sim2real.orchestration.release:build_release_params"])
 def test_optional_text_fields_of_both_forms_accept_the_forms_empty_value(build):
     """The trigger form sends an empty text field as null and marks a field required unless its type allows

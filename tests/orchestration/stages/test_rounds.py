@@ -75,6 +75,13 @@ def test_a_later_round_resumes_from_the_link_with_more_iterations_and_fresh_seed
     assert plan["batch"]["environment"]["MAX_ITERATIONS"] == "65" == plan["hyperpod"]["environment"]["MAX_ITERATIONS"]
     # Round 2's episodes follow round 1's: seeds 1020..1039 (eval_seed 1000, 20 episodes).
     assert plan["evaluation"]["seed"] == rounds["eval_seed"] == 1020
+    # The copy has no manifest: the job's environment names it and its iteration (the Isaac Lab launcher
+    # then trains 65 - 40 = 25 iterations, not 65), on both backends.
+    for backend in ("batch", "hyperpod"):
+        env = plan[backend]["environment"]
+        assert env["SIM2REAL_RESUMED_CHECKPOINT_URI"] == rounds["resumed_checkpoint_uri"]
+        assert env["SIM2REAL_RESUMED_ITERATION"] == "40"
+    assert not {k for k in _plan()["batch"]["environment"] if k.startswith("SIM2REAL_RESUMED_")}  # round 1
 
 
 @pytest.mark.parametrize("link, reason", [
@@ -101,6 +108,15 @@ def test_seeds_of_the_last_round_must_fit_the_seed_range():
     with pytest.raises(ParamRuleError, match="is above 2\\*\\*31 - 1"):
         check_params({**PARAMS, "max_rounds": 3, "eval_seed": 2**31 - 50}, GOOD)
     check_params({**PARAMS, "max_rounds": 2, "eval_seed": 2**31 - 40}, GOOD)  # 2 x 20 seeds fit exactly
+
+
+def test_seeds_of_a_sweeps_candidates_must_fit_the_seed_range():
+    # the candidates are evaluated on the 20 episodes after the gate's: seeds eval_seed + 20 .. eval_seed + 39
+    sweep = [{"seed": 3}, {"seed": 4}]
+    with pytest.raises(ParamRuleError, match="eval_seed \\+ 2 x eval_episodes - 1 = 2147483648 is above 2\\*\\*31 - 1"):
+        check_params({**PARAMS, "sweep": sweep, "eval_seed": 2**31 - 39}, GOOD)
+    check_params({**PARAMS, "sweep": sweep, "eval_seed": 2**31 - 40}, GOOD)  # 2 x 20 seeds fit exactly
+    check_params({**PARAMS, "eval_seed": 2**31 - 20}, GOOD)  # no sweep: only the gate's 20 seeds
 
 
 def test_every_round_counts_against_the_budget_up_front():

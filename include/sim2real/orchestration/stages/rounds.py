@@ -12,6 +12,8 @@ round's run conf and ``next_round`` (Airflow's ``TriggerDagRunOperator``) create
   auto-resume (the newest complete checkpoint under ``OUTPUT_URI``) continues from it;
 * trains up to ``round_iterations`` more PPO iterations (``MAX_ITERATIONS`` = resumed iteration +
   ``round_iterations``: the trainer counts iterations across resumes) within ``train_time_budget_seconds``;
+  the job's environment names the copy and its iteration (:func:`resume_environment`), which the Isaac Lab
+  launcher needs (the copy has no manifest to read the iteration from);
 * is evaluated with fresh seeds: round ``k`` starts at ``eval_seed + (k - 1) × eval_episodes``, so no
   round reuses an earlier round's episodes.
 
@@ -29,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim2real.contract import env_vars as ev
 from sim2real.contract import task_ids as ids
 from sim2real.contract.stats import wilson_interval
 from sim2real.orchestration.stages._base import PlanContext, PlanSection
@@ -117,20 +120,40 @@ def max_iterations_of(params: Mapping[str, Any]) -> int:
     return int(link["resume_from"]["iteration"]) + int(params["round_iterations"])
 
 
+def resume_environment(ctx: PlanContext) -> dict[str, str]:
+    """The training job's resume variables in a further round (:mod:`sim2real.contract.env_vars`): the copy
+    ``prepare_run`` makes (``RESUMED_CHECKPOINT_URI``) and its iteration (``RESUMED_ITERATION``), so the Isaac
+    Lab launcher trains ``MAX_ITERATIONS`` - that iteration (= ``round_iterations``) more, not ``MAX_ITERATIONS``:
+    the copy comes without a manifest to read the iteration from. Empty in round 1."""
+    link = ctx.params.get(RETRAIN_FIELD)
+    if not link:
+        return {}
+    resume = link["resume_from"]
+    return {ev.RESUMED_CHECKPOINT_URI: f"{ctx.checkpoint_uri}{resume['checkpoint_uri'].rsplit('/', 1)[-1]}",
+            ev.RESUMED_ITERATION: str(int(resume["iteration"]))}
+
+
 def rule_errors(params: Mapping[str, Any]) -> list[str]:
     """The cross-field rules of the rounds (:func:`sim2real.orchestration.params.check_params` lists them).
 
     :return: one sentence per broken rule: a ``retrain_round`` link that is not one a previous round writes
         (round number out of range, history not rounds 1 … round-1, a resume checkpoint that is not an S3
-        ``agent_<n>.pt`` with a 64-hex sha256), seeds of the last round past 2**31 - 1, or a sweep with
-        ``max_rounds`` above 1.
+        ``agent_<n>.pt`` with a 64-hex sha256), seeds of the last round or of a sweep's candidates past
+        2**31 - 1, or a sweep with ``max_rounds`` above 1.
     """
     errors: list[str] = []
     max_rounds = int(params.get("max_rounds", 1))
-    last_seed = int(params.get("eval_seed", 0)) + max_rounds * int(params.get("eval_episodes", 0)) - 1
+    eval_seed, episodes = int(params.get("eval_seed", 0)), int(params.get("eval_episodes", 0))
+    last_seed = eval_seed + max_rounds * episodes - 1
     if last_seed > 2**31 - 1:
         errors.append(f"eval_seed + max_rounds x eval_episodes - 1 = {last_seed} is above 2**31 - 1 (the last "
                       "round's seeds): lower eval_seed, eval_episodes or max_rounds")
+    # A sweep evaluates its candidates on the episodes after the gate's (stages/sweep.py: selection_eval_seed
+    # = eval_seed + eval_episodes), so its last seed is eval_seed + 2 x eval_episodes - 1.
+    sweep_last_seed = eval_seed + 2 * episodes - 1
+    if params.get("sweep") and sweep_last_seed > 2**31 - 1:
+        errors.append(f"eval_seed + 2 x eval_episodes - 1 = {sweep_last_seed} is above 2**31 - 1 (the seeds the "
+                      "sweep's candidates are evaluated on, after the gate's): lower eval_seed or eval_episodes")
     if max_rounds > 1 and params.get("sweep"):
         # A round resumes one policy from one checkpoint, and the budget shares one training limit per round; a
         # sweep's candidates have a prefix and a cost share each. The two are not combined (yet): refused.
@@ -175,7 +198,7 @@ def plan(ctx: PlanContext) -> RoundPlan:
         round=int(link.get("round") or 1), max_rounds=int(p["max_rounds"]),
         round_iterations=int(p["round_iterations"]), max_iterations=max_iterations_of(p), eval_seed=eval_seed_of(p),
         parent_run_id=link.get("parent_run_id"), parent_run_key=link.get("parent_run_key"), resume_from=resume,
-        resumed_checkpoint_uri=f"{ctx.checkpoint_uri}{resume['checkpoint_uri'].rsplit('/', 1)[-1]}" if resume else None,
+        resumed_checkpoint_uri=resume_environment(ctx).get(ev.RESUMED_CHECKPOINT_URI),
         history=[dict(h) for h in link.get("history") or []],
     )
 

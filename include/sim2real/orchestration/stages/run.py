@@ -21,7 +21,8 @@ CPU MuJoCo task, deploying without the fine-tune, a training time budget longer 
 listing every broken rule at once, then estimates the run's GPU cost (on-demand price table × instance-hours)
 and refuses to start above `max_budget_usd` (with `max_rounds` > 1: every round's training counted) — all before
 any spend. A retraining round (`retrain_round`, set by the round before) copies the checkpoint it resumes from into
-its own `checkpoints/` (S3 `CopyObject`, sha256 verified). A scheduled (nightly) run takes the
+its own `checkpoints/` (S3 `CopyObject`, sha256 verified) before MLflow tracking starts; MLflow runs it started are
+ended FAILED when it fails after that. A scheduled (nightly) run takes the
 environment config's `run_defaults` over the form's sandbox-sized defaults; a manual run keeps the form's values.
 Hands on the run key, the cost estimate and every name and URI of the run (`runs/<run_key>/` in the
 artifacts bucket, also as the "S3 run folder" extra link).
@@ -148,7 +149,10 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
     from sim2real.orchestration.links.s3 import S3RunFolderLink
     from sim2real.orchestration.operators.preflight import ResourcePreflightOperator
 
-    @task(task_id=ids.PREPARE_RUN, multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2),
+    # 5 minutes: MLflow set-up (tracking.START_DEADLINE_S, 60 s) and the orphan sweep
+    # (sweeper.PREPARE_RUN_DEADLINE_S, 45 s) have their own deadlines; a retraining round also copies and re-reads
+    # its checkpoint (S3 CopyObject + a streamed GetObject to verify the sha256), which grows with its size.
+    @task(task_id=ids.PREPARE_RUN, multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=5),
           doc_md=PREPARE_RUN_DOC)
     def prepare_run(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
@@ -156,37 +160,39 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
         from sim2real.orchestration.params import ParamRuleError, check_conf_keys
         from sim2real.orchestration.stages import plan_run
         from sim2real.orchestration.stages._base import flat_xcoms
+        from sim2real.orchestration.stages.rounds import seed_checkpoint
         from sim2real.orchestration.sweeper import sweep_before_run
-        from sim2real.orchestration.tracking import apply_tracking, start_tracking
+        from sim2real.orchestration.tracking import apply_tracking, close_tracking, start_tracking
 
         try:
             check_conf_keys(dag_run.conf, dag.params)  # a typo'd key would otherwise run on the default
             plan = plan_run(dag_id=dag.dag_id, run_id=dag_run.run_id, params=dict(params), env=load_environment(),
                             run_type=dag_run.run_type)  # scheduled runs: the config's run_defaults
-        except (ParamRuleError, ValueError) as err:
-            raise AirflowFailException(str(err)) from err
-        S3RunFolderLink.persist_for_plan(get_current_context(), plan)
-        # MLflow: the parent run and the stages' child runs; their ids go into the workloads' environments
-        # (never fails the run: a server that cannot be reached leaves the run untracked, with the reason).
-        env = load_environment()
-        apply_tracking(plan, start_tracking(plan=plan, env=env, dag_id=dag.dag_id, run_id=dag_run.run_id), env)
-        MlflowRunLink.persist(get_current_context()["ti"], plan[TrackingPlan.SECTION])
-        # Record this run (runs/<run_key>/run.json) and stop what earlier, dead runs left running.
-        # Its own deadline (PREPARE_RUN_DEADLINE_S of this task's 2 minutes); executions older than a run can
-        # last are not listed.
-        sweep_before_run(get_current_context()["ti"], plan, dag_id=dag.dag_id, run_id=dag_run.run_id,
-                         env=load_environment(), max_active_runs=dag.max_active_runs, run_type=dag_run.run_type,
-                         max_age=dag.dagrun_timeout)
-        # A retraining round: the best checkpoint so far into this run's checkpoints/ (the trainer resumes from it).
-        from sim2real.orchestration.stages.rounds import seed_checkpoint
-
-        try:
+            # A retraining round: the best checkpoint so far into this run's checkpoints/ (the trainer resumes
+            # from it), verified before anything is started that would have to be stopped again.
             seeded = seed_checkpoint(plan)
-        except ValueError as err:
+        except (ParamRuleError, ValueError) as err:
             raise AirflowFailException(str(err)) from err
         if seeded:
             print(f"[sim2real] resuming from {seeded['source']} (iteration {seeded['iteration']}, sha256 "
                   f"{seeded['sha256']}), copied to {seeded['copied_to']}", flush=True)
+        S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        # MLflow: the parent run and the stages' child runs; their ids go into the workloads' environments
+        # (never fails the run: a server that cannot be reached leaves the run untracked, with the reason).
+        env = load_environment()
+        tracking = start_tracking(plan=plan, env=env, dag_id=dag.dag_id, run_id=dag_run.run_id)
+        try:
+            apply_tracking(plan, tracking, env)
+            MlflowRunLink.persist(get_current_context()["ti"], plan[TrackingPlan.SECTION])
+            # Record this run (runs/<run_key>/run.json) and stop what earlier, dead runs left running.
+            # Its own deadline (PREPARE_RUN_DEADLINE_S of this task's 5 minutes); executions older than a run can
+            # last are not listed.
+            sweep_before_run(get_current_context()["ti"], plan, dag_id=dag.dag_id, run_id=dag_run.run_id,
+                             env=load_environment(), max_active_runs=dag.max_active_runs, run_type=dag_run.run_type,
+                             max_age=dag.dagrun_timeout)
+        except BaseException:  # also the task's timeout: no later task closes what this one started
+            close_tracking(tracking, succeeded=False)  # the parent FAILED, the stages' child runs KILLED
+            raise
         return flat_xcoms(plan)
 
     plan = prepare_run()

@@ -105,7 +105,7 @@ def params() -> dict[str, Any]:
 
 def training_environment(ctx: PlanContext) -> dict[str, str]:
     """The trainer's environment (names: :mod:`sim2real.contract.env_vars`), the same for both backends."""
-    from sim2real.orchestration.stages.rounds import max_iterations_of
+    from sim2real.orchestration.stages.rounds import max_iterations_of, resume_environment
 
     p = ctx.params
     env = {
@@ -118,6 +118,7 @@ def training_environment(ctx: PlanContext) -> dict[str, str]:
     }
     if p.get("train_time_budget_seconds"):  # 0 = no budget: the trainer runs max_iterations
         env[ev.TIME_BUDGET_SECONDS] = str(p["train_time_budget_seconds"])
+    env.update(resume_environment(ctx))
     return env
 
 
