@@ -27,11 +27,11 @@ def waiter_triggers() -> list[type]:
     return sorted(found, key=lambda c: c.__name__)
 
 
-def test_all_eight_waiter_triggers_use_the_base() -> None:
+def test_all_nine_waiter_triggers_use_the_base() -> None:
     names = [c.__name__ for c in waiter_triggers()]
     assert names == sorted(["BatchTrainingJobTrigger", "CodeBuildBuildCompleteTrigger", "GreengrassDeploymentTrigger",
                             "HyperPodScaleTrigger", "HyperPodSlurmJobTrigger", "ModelPackageApprovalTrigger",
-                            "PipelineExecutionTrigger", "WorkstationCommandTrigger"])
+                            "ModelPackageDecisionTrigger", "PipelineExecutionTrigger", "WorkstationCommandTrigger"])
     assert all(issubclass(c, AwsHookWaiterTrigger) for c in waiter_triggers())
     # every wait runs through the one wait core: a step function and the shared driver
     assert all(issubclass(c, StepWaitTrigger) and callable(c.step_function) for c in waiter_triggers())
@@ -40,9 +40,16 @@ def test_all_eight_waiter_triggers_use_the_base() -> None:
 @pytest.mark.parametrize("trigger_class", waiter_triggers(), ids=lambda c: c.__name__)
 def test_instantiates_round_trips_and_builds_its_hook(trigger_class: type) -> None:
     assert not inspect.isabstract(trigger_class), sorted(trigger_class.__abstractmethods__)
-    required = {name: "x" for name, p in inspect.signature(trigger_class.__init__).parameters.items()
-                if name != "self" and p.default is inspect.Parameter.empty
-                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    required: dict[str, str] = {}
+    for cls in trigger_class.__mro__:  # a subclass taking **kwargs passes its base's required arguments on
+        if cls in (StepWaitTrigger, AwsHookWaiterTrigger) or "__init__" not in vars(cls):
+            continue
+        parameters = inspect.signature(cls.__init__).parameters
+        required.update({name: "x" for name, p in parameters.items()
+                         if name != "self" and p.default is inspect.Parameter.empty
+                         and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)})
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            break
     trigger = trigger_class(**required, aws_conn_id="aws_sim2real", region_name="eu-west-1", verify=False,
                             botocore_config={"retries": {"max_attempts": 7}})
     classpath, kwargs = trigger.serialize()
