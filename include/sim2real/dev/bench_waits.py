@@ -13,7 +13,7 @@ the sandbox's wait-event queue, 20 s long polling, reconcile describe every 600 
 * resume latency: from the sandbox's state change to SUCCEEDED (the moment its responder changed the job and
   handed the event to its one sender thread) to the trigger yielding its event (the task resuming), p50 / p95 over
   the waits; beside it the same from moto's PutEvents returning (the difference is the sandbox's own publishing
-  backlog: one thread sends every event of every job, which at 50 jobs queues them; EventBridge has no such queue);
+  backlog: one thread sends every event of every job, up to 10 per PutEvents call; EventBridge has no such queue);
 * AWS calls, counted by the sandbox's server (every request from outside the sandbox): SQS (ReceiveMessage,
   DeleteMessageBatch, ChangeMessageVisibilityBatch) and DescribeJobs, separately and together, divided by the
   summed waiting hours (per wait) and by the wall hours of the row (all waits together);

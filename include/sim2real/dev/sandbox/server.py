@@ -306,7 +306,8 @@ class Sandbox:
         self._patcher.setattr(BaseResponse, "call_action", call_action)
         # one access-log line per request would drown the emulation log
         self._patcher.setattr(MotoRequestHandler, "log_request", lambda *a, **k: None)
-        for responder in (self.batch, self.ssm, self.sagemaker, self.codebuild, self.quotas, self.greengrass):
+        for responder in (self.batch, self.ssm, self.sagemaker, self.codebuild, self.quotas, self.greengrass,
+                          self.aws_events):
             responder.install(self._patcher)
 
     # -- clients and environments ------------------------------------------------------------
