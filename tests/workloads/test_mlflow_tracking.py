@@ -273,3 +273,30 @@ def test_groot_finetune_logs_params_and_the_trainer_history_to_its_child_run(mlf
     assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss")] == [(10, 1.5), (20, 0.7)]
     assert run.data.metrics["train_runtime"] == 12.5 and "total_flos" not in run.data.metrics  # NaN is left out
     assert run.data.tags[contract.STAGE_TAG] == "vla_finetune"
+
+
+def test_sweep_candidates_nest_under_the_rl_training_run_which_records_the_winner(mlflow_stack):
+    """A sweep's candidate runs are children of the run's RL-training run (not siblings of it beside an empty
+    one), and the pick's outcome lands on that run: winner tags, the winner's params, each candidate's bounds."""
+    from sim2real.orchestration.tracking import SWEEP_WINNER_RUN_TAG, SWEEP_WINNER_TAG, record_sweep, start_tracking
+
+    plan = {**_plan(), "sweep": {"enabled": True, "candidates": [
+        {"candidate": f"c{i}", "candidate_key": f"{RUN_KEY}-c{i}"} for i in range(2)]}}
+    tracking = start_tracking(plan=plan, env={"mlflow": {"tracking_uri": mlflow_stack["url"]}},
+                              dag_id="sim_to_real", run_id="manual__sweep")
+    assert tracking["enabled"], tracking
+    client = _client(mlflow_stack["url"])
+    rl_run = tracking["runs"]["rl_training"]
+    nested = client.search_runs([tracking["experiment_id"]], f"tags.`mlflow.parentRunId` = '{rl_run}'")
+    assert {r.info.run_id for r in nested} == {run for c in tracking["candidate_runs"].values() for run in c.values()}
+    assert len(nested) == 4
+    picked = {"rule": "best Wilson 95% lower bound", "winner": 1, "candidate": "c1", "candidates": [
+        {"candidate": "c0", "params": {"seed": 3}, "success_rate": 0.5, "ci95": [0.3, 0.7]},
+        {"candidate": "c1", "params": {"seed": 4}, "success_rate": 0.9, "ci95": [0.7, 0.97]}]}
+    assert record_sweep(tracking, picked) == {"run_id": rl_run, "winner": "c1", "metrics": 6}
+    data = client.get_run(rl_run).data
+    assert data.tags[SWEEP_WINNER_TAG] == "c1"
+    assert data.tags[SWEEP_WINNER_RUN_TAG] == tracking["candidate_runs"]["c1"]["rl_training"]
+    assert data.params["seed"] == "4"
+    assert data.metrics["c1.ci95_lower"] == 0.7 and data.metrics["c0.success_rate"] == 0.5
+    assert record_sweep(tracking, None) == {} and record_sweep({"enabled": False}, picked) == {}

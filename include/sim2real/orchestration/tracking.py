@@ -12,7 +12,7 @@ Without it tracking is off: no MLflow call, the plan and every command are what 
 
 :func:`start_tracking` (first task) creates the experiment when missing, the parent run (named after the run key,
 the run's params logged, tags ``sim2real.run_key``, ``airflow.dag_id``, ``airflow.run_id``) and the child runs
-(tag ``mlflow.parentRunId``: MLflow's UI nests them under the parent); :func:`apply_tracking` puts each child's
+(tag ``mlflow.parentRunId``: MLflow's UI nests them under the parent; a sweep's candidates' runs nest under the run's RL-training run, which :func:`record_sweep` gives the winner when the run closes); :func:`apply_tracking` puts each child's
 variables (:mod:`sim2real.contract.tracking`) into the plan: the training job's environment (Batch and the
 HyperPod Slurm script), the evaluation command's, and the fine-tune's pipeline parameter. :func:`close_tracking`
 (last task) ends each child that a workload left open with its stage's outcome and the parent with the run's.
@@ -25,6 +25,7 @@ plan and the lineage) and the run goes on untracked.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -138,10 +139,13 @@ def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: s
                                     {**base_tags, contract.STAGE_TAG: stage, contract.PARENT_RUN_TAG: parent_id})
             runs[stage] = child["run_id"]
         candidate_runs: dict[str, dict[str, str]] = {}
-        for cand in (plan.get("sweep") or {}).get("candidates") or []:  # a sweep: each candidate's own runs
+        # a sweep: each candidate's own runs, nested under the run's RL-training run (the sweep as a whole: the
+        # winner is recorded on it when the run closes, :func:`record_sweep`)
+        for cand in (plan.get("sweep") or {}).get("candidates") or []:
             candidate_runs[cand["candidate"]] = {
                 stage: hook.create_run(experiment_id, f"{stage} {cand['candidate_key']}",
-                                       {**base_tags, contract.STAGE_TAG: stage, contract.PARENT_RUN_TAG: parent_id,
+                                       {**base_tags, contract.STAGE_TAG: stage,
+                                        contract.PARENT_RUN_TAG: runs.get("rl_training", parent_id),
                                         contract.CANDIDATE_TAG: cand["candidate"]})["run_id"]
                 for stage in CANDIDATE_STAGES}
     except (MlflowApiError, MlflowTrackingError) as err:
@@ -252,6 +256,50 @@ def close_tracking(tracking: Mapping[str, Any] | None, *, succeeded: bool,
     return closed
 
 
+#: Tags :func:`record_sweep` sets on a sweep's RL-training run.
+SWEEP_WINNER_TAG = "sim2real.sweep_winner"
+SWEEP_WINNER_RUN_TAG = "sim2real.sweep_winner_run_id"
+
+
+def record_sweep(tracking: Mapping[str, Any] | None, picked: Mapping[str, Any] | None, hook: Any = None) -> dict[str, Any]:
+    """Record a sweep's outcome on the run's RL-training run, under which the candidates' runs are nested: the
+    winner (tags :data:`SWEEP_WINNER_TAG` = ``c<i>`` and :data:`SWEEP_WINNER_RUN_TAG` = its training run id), the
+    winner's params, and per candidate the selection evaluation's ``success_rate`` and Wilson 95% bounds as metrics
+    ``c<i>.success_rate`` / ``c<i>.ci95_lower`` / ``c<i>.ci95_upper`` (MLflow's chart view compares them).
+
+    :param picked: ``pick_best``'s value (:func:`sim2real.orchestration.stages.sweep.pick_best_result`); None or
+        empty (no sweep, or the pick never ran): nothing is logged.
+    :return: ``{"run_id", "winner", "metrics"}`` as logged; ``{}`` when nothing was. Errors are logged, not raised.
+    """
+    run_id = ((tracking or {}).get("runs") or {}).get("rl_training")
+    if not tracking or not tracking.get("enabled") or not run_id or not picked or not picked.get("candidates"):
+        return {}
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
+
+    hook = hook or MlflowHook(tracking["tracking_uri"])
+    winner = picked.get("candidate")
+    now = int(time.time() * 1000)
+    metrics = []
+    for cand in picked["candidates"]:
+        ci95 = list(cand.get("ci95") or [])
+        values = {"success_rate": cand.get("success_rate"), "ci95_lower": ci95[0] if ci95 else None,
+                  "ci95_upper": ci95[1] if len(ci95) > 1 else None}
+        metrics += [{"key": f"{cand['candidate']}.{k}", "value": float(v), "timestamp": now, "step": 0}
+                    for k, v in values.items() if v is not None]
+    best = next((c for c in picked["candidates"] if c.get("candidate") == winner), {})
+    winner_run = ((tracking.get("candidate_runs") or {}).get(winner) or {}).get("rl_training")
+    try:
+        hook.log_batch(run_id, params=dict(best.get("params") or {}),
+                       tags={SWEEP_WINNER_TAG: winner, SWEEP_WINNER_RUN_TAG: winner_run,
+                             "sim2real.sweep_rule": picked.get("rule")},
+                       metrics=metrics)
+    except Exception as err:  # noqa: BLE001 - the report and the run's verdict do not depend on it
+        log.warning("could not record sweep winner %s on MLflow run %s: %s: %s", winner, run_id,
+                    type(err).__name__, err)
+        return {}
+    return {"run_id": run_id, "winner": winner, "metrics": len(metrics)}
+
+
 def close_dag_run(ti: Any, dag_id: str, run_id: str, *, succeeded: bool) -> dict[str, Any]:
     """:func:`close_tracking` from inside the run's last task: the tracking record from ``prepare_run``'s plan,
     the stages' states from the Task Execution API. Never raises (logged)."""
@@ -265,6 +313,13 @@ def close_dag_run(ti: Any, dag_id: str, run_id: str, *, succeeded: bool) -> dict
         return {}
     from sim2real.orchestration.report import collect_task_states
 
+    if (plan.get("sweep") or {}).get("enabled"):
+        try:
+            picked = ti.xcom_pull(task_ids=ids.SWEEP_PICK_BEST)
+        except Exception as err:  # noqa: BLE001 - the pick never ran (failed sweep)
+            log.info("no sweep pick to record in MLflow: %s", err)
+            picked = None
+        log.info("MLflow sweep record: %s", record_sweep(tracking, picked))
     closed = close_tracking(tracking, succeeded=succeeded, task_states=collect_task_states(dag_id, run_id))
     log.info("MLflow runs closed: %s", closed)
     return closed
