@@ -19,9 +19,10 @@ Rows:
   seeds, the Wilson 95 % interval of all seeds' episodes pooled (100 evaluation episodes per seed, seeds
   2000..2099), each seed's rate and the median env-steps/s (:mod:`sim2real.workloads.bench`). ``--rl-budgets``,
   ``--rl-seeds`` and ``--only rl`` make it shorter;
-* optional (``--only waits``): waits by polling vs by AWS events through the Batch trigger, at 1, 10 and 50
-  concurrent waits in the sandbox: resume latency p50/p95, AWS calls per waiting hour (SQS and DescribeJobs) and
-  triggerer CPU (:mod:`sim2real.dev.bench_waits`);
+* optional (``--only waits``, ``--only waits-hour``): waits by polling vs by AWS events through the Batch
+  trigger, at 1, 10 and 50 concurrent waits in the sandbox: resume latency p50/p95 and triggerer CPU of short
+  waits, and the AWS calls (SQS and DescribeJobs) of a waiting hour, measured time-scaled by 20
+  (:mod:`sim2real.dev.bench_waits`);
 * a sweep of 3 candidates (training seeds 3, 4, 5; toy training of 10 s, 10 evaluation episodes) in one DAG
   run against 3 runs of one candidate each, one after the other (each in a fresh process and sandbox account
   holding 3 nodes): wall time and AWS API calls the sandbox served (``--only sweep`` for these rows alone);
@@ -356,9 +357,11 @@ def _parse_main(argv: list[str]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
-    ap.add_argument("--only", choices=("all", "rl", "waits", "sweep"), default="all",
+    ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep"), default="all",
                     help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait rows, "
-                         "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox); "
+                         "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox: "
+                         "short waits, then the waiting hour time-scaled by 20); waits-hour: only the waiting-hour "
+                         "rows; "
                          "sweep: only the rows of a 3-candidate sweep against 3 runs one after the other")
     ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
     ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
@@ -382,11 +385,16 @@ def main(argv: list[str] | None = None) -> int:
     from sim2real.workloads.bench import env_steps_per_second
 
     results: dict[str, Any] = {"machine": _machine()}
-    if args.only == "waits":
+    if args.only in ("waits", "waits-hour"):
         from sim2real.dev import bench_waits
 
-        results["wait_events"] = bench_waits.run([1, 10, 50])
-        return _print_and_write(results, bench_waits.rows(results["wait_events"]), "wait events only (sandbox)")
+        rows = []
+        if args.only == "waits":
+            results["wait_events"] = bench_waits.run([1, 10, 50])
+            rows += bench_waits.rows(results["wait_events"])
+        results["wait_events_hour"] = bench_waits.run_hour([1, 10, 50])
+        rows += bench_waits.hour_rows(results["wait_events_hour"])
+        return _print_and_write(results, rows, "wait events only (sandbox)")
     if args.only == "sweep":
         results["sweep"] = sweep_comparison()
         return _print_and_write(results, _sweep_rows(results["sweep"]), "sweep only (sandbox)")

@@ -292,3 +292,67 @@ def test_events_then_reconcile_describe(moto_sqs) -> None:
         return [(o.origin, o.response["jobs"][0]["status"]) for o in seen]
 
     assert asyncio.run(scenario()) == [("describe", "RUNNING"), ("event", "SUCCEEDED"), ("describe", "RUNNING")]
+
+
+def test_long_poll_seconds_are_whole_seconds_in_what_sqs_allows() -> None:
+    url = "https://sqs.us-east-1.amazonaws.com/1/q"
+    for ok in (1, 20):
+        assert settings_problems({"queue_url": url, "wait_time_seconds": ok}) == []
+        assert EventSettings.from_dict({"queue_url": url, "wait_time_seconds": ok}).wait_time_seconds == ok
+    for bad in (0, 21, 1.5, 20.0, True, "20"):
+        (problem,) = settings_problems({"queue_url": url, "wait_time_seconds": bad})
+        assert problem.startswith("events.wait_time_seconds must be a whole number in 1..20"), problem
+    (problem,) = settings_problems({"queue_url": url, "visibility_timeout_seconds": 30.5})
+    assert "events.visibility_timeout_seconds must be a whole number" in problem
+    assert settings_problems({"queue_url": url, "reconcile_interval_seconds": 1.5}) == []   # not an SQS field
+
+
+def test_reconcile_ticks_are_shared_multiples_of_the_interval() -> None:
+    tick = consumer_mod.next_reconcile_at
+    assert tick(1000.2, 600) == 1200
+    assert tick(1199.4, 600) == 1200                  # 0.6 s away: still this tick
+    assert tick(1199.6, 600) == 1800                  # within the margin: the next one
+    assert tick(1200.0, 600) == 1800
+    assert tick(10.0, 1.5, margin=0) == 10.5
+    # every wait of a process, whenever it last heard of its resource, describes at the same instants
+    assert {tick(t, 30) for t in (1201.0, 1207.3, 1228.9)} == {1230}
+    for now in (0.0, 17.3, 1199.9, 5e9):
+        assert 0.5 < tick(now, 600) - now <= 600.5
+    with pytest.raises(ValueError, match="positive"):
+        tick(1.0, 0)
+
+
+def test_the_events_wait_describes_at_the_next_reconcile_tick(monkeypatch) -> None:
+    """EventDrivenResponses waits for an event until the shared tick, not a full interval from now."""
+    asked: list[float | None] = []
+
+    class Subscription:
+        events_available = True
+        key = ev.batch_job("job-t")
+
+        async def next_event(self, wait_s):
+            asked.append(wait_s)
+            return None
+
+        def close(self) -> None:
+            pass
+
+    class Clock:
+        now = 1000.25
+
+        def time(self) -> float:
+            return self.now
+
+    monkeypatch.setattr(consumer_mod, "time", Clock())
+    settings = EventSettings(mode="events", queue_url="https://q", reconcile_interval_seconds=600)
+
+    async def describe() -> dict:
+        return {"jobs": [{"jobId": "job-t", "status": "RUNNING"}]}
+
+    async def scenario() -> list[str]:
+        source = EventDrivenResponses(Subscription(), describe, poll_interval=30, settings=settings)
+        origins = [(await source()).origin, (await source()).origin, (await source(max_wait=50)).origin]
+        return origins
+
+    assert asyncio.run(scenario()) == ["describe", "describe", "describe"]
+    assert asked == [199.75, 50]                      # 1200 - 1000.25; then capped by max_wait

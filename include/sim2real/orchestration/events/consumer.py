@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
@@ -50,6 +51,28 @@ FAILURES_BEFORE_FALLBACK = 2
 RETRY_SECONDS = 30.0
 #: Longest time a released message stays hidden (seconds).
 MAX_RELEASE_SECONDS = 60
+#: A reconcile describe is due at the first tick of the shared reconcile clock at least this many seconds away
+#: (so a describe that ends just before a tick is not followed by another at the tick).
+RECONCILE_MARGIN_SECONDS = 0.5
+
+
+def next_reconcile_at(now: float, interval: float, margin: float = RECONCILE_MARGIN_SECONDS) -> float:
+    """When a wait that last heard of its resource at ``now`` describes it again if no event comes: the first
+    multiple of ``interval`` seconds since the epoch later than ``now + margin``.
+
+    Every wait of a process (of every triggerer, their clocks being the same to a few ms) therefore reconciles at
+    the same instants, so waits that describe alike can share one call at each tick (the Batch trigger's
+    DescribeJobs takes 100 jobs), instead of one call per wait at 600 s after its own last event. A wait still
+    describes at most ``interval + margin`` seconds after its last event or describe.
+
+    :param now: seconds since the epoch (``time.time()``).
+    :param interval: the reconcile interval (seconds, > 0).
+    :param margin: seconds (>= 0).
+    :return: seconds since the epoch.
+    """
+    if interval <= 0:
+        raise ValueError(f"the reconcile interval must be positive, got {interval!r}")
+    return (math.floor((now + margin) / interval) + 1) * interval
 
 
 @dataclass(frozen=True)
@@ -177,6 +200,11 @@ class EventConsumer:
             if not subs:
                 self._subs.pop(key, None)
         # the task sees no subscription after its current receive and ends by itself
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the consumer's task runs on (None before the first subscription)."""
+        return self._task.get_loop() if self._task is not None else None
 
     @property
     def running(self) -> bool:
@@ -369,8 +397,10 @@ class EventDrivenResponses:
     ``await source(max_wait=None)`` returns the next :class:`Observation`:
 
     1. the first call describes the resource (the truth at registration: events sent before it are not needed);
-    2. later calls return the next event for the key, or describe when none came within
-       ``settings.reconcile_interval_seconds`` (a lost event costs at most that long);
+    2. later calls return the next event for the key, or describe at the next tick of the shared reconcile clock
+       (:func:`next_reconcile_at`: every ``settings.reconcile_interval_seconds`` on the epoch, the same instants
+       for every wait, so their describes can share calls) when no event came before it (a lost event costs at
+       most one interval);
     3. without a subscription (events off) or while the queue is unreachable, they sleep ``poll_interval``
        seconds and describe (polling). An availability change wakes a waiting call, which then describes.
 
@@ -426,7 +456,9 @@ class EventDrivenResponses:
             await asyncio.sleep(self.poll_interval if cap is None else min(self.poll_interval, cap))
             return await self._describe()
         self._note_availability(True)
-        event = await sub.next_event(self.reconcile_interval if cap is None else min(self.reconcile_interval, cap))
+        now = time.time()
+        until_reconcile = next_reconcile_at(now, self.reconcile_interval) - now
+        event = await sub.next_event(until_reconcile if cap is None else min(until_reconcile, cap))
         if event is None:
             return await self._describe()
         self.events += 1

@@ -6,7 +6,8 @@ Read from the environment config's optional ``events`` section (:mod:`sim2real.o
       "mode": "events",                       # "events" (default when queue_url is set) or "polling"
       "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/sim2real-wait-events",
       "reconcile_interval_seconds": 600,      # optional; a describe call this often even with events
-      "wait_time_seconds": 20,                # optional; SQS long polling (1..20)
+      "wait_time_seconds": 20,                # optional; the consumer's SQS long poll, whole seconds 1..20:
+                                              # an idle consumer makes 3600 / this receives an hour
       "visibility_timeout_seconds": 30,       # optional; a received message is hidden this long
       "release_visibility_seconds": 1         # optional; a message no local wait owns is visible again after
                                               # this, doubled per receive (see events.consumer)
@@ -22,6 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 MODES = ("events", "polling")
+#: Keys SQS takes as whole seconds (``WaitTimeSeconds``, ``VisibilityTimeout``): botocore refuses a float.
+WHOLE_SECONDS = ("wait_time_seconds", "visibility_timeout_seconds", "release_visibility_seconds")
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,11 @@ def settings_problems(section: Any) -> list[str]:
         value = section.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            problems.append(f"events.{key} must be a number in {low}..{high}, got {value!r}")
+        whole = key in WHOLE_SECONDS
+        if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
+                or not low <= value <= high):
+            problems.append(f"events.{key} must be {'a whole number' if whole else 'a number'} in {low}..{high}, "
+                            f"got {value!r}")
     return problems
 
 

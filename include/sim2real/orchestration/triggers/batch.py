@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
 
 from sim2real.orchestration.events import envelope
+from sim2real.orchestration.events.shared import shared_describe
 from sim2real.orchestration.hooks.batch import (
     DEFAULT_LOG_GROUP,
     PROGRESS_RE,
@@ -17,6 +19,15 @@ from sim2real.orchestration.hooks.batch import (
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.batch import batch_job_step
 from sim2real.orchestration.waits.core import Action, WaitState
+
+
+async def _describe_jobs(client, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """One ``DescribeJobs`` call for ``job_ids`` (at most 100), split into the response each id alone would get
+    (``{"jobs": [that job]}``, or ``[]`` for an unknown id, as DescribeJobs answers)."""
+    reply = await client.describe_jobs(jobs=job_ids)
+    jobs = reply.get("jobs") or []
+    rest = {k: v for k, v in reply.items() if k != "jobs"}
+    return {job_id: {**rest, "jobs": [j for j in jobs if j.get("jobId") == job_id]} for job_id in job_ids}
 
 
 class BatchTrainingJobTrigger(StepWaitTrigger):
@@ -119,8 +130,18 @@ class BatchTrainingJobTrigger(StepWaitTrigger):
         return None
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
-        """``DescribeJobs`` of the job; while it runs, logs its latest progress line (``GetLogEvents``)."""
-        response = await client.describe_jobs(jobs=[self.job_id])
+        """``DescribeJobs`` of the job; while it runs, logs its latest progress line (``GetLogEvents``).
+
+        With events, the describe is shared (:mod:`sim2real.orchestration.events.shared`): the Batch waits of this
+        triggerer that describe within half a second (at a reconcile tick, or starting together) make one
+        ``DescribeJobs`` call for up to 100 jobs, and each gets its own job's part of the answer. Polling keeps a
+        call per wait and poll."""
+        if self.event_settings.enabled:
+            key = ("DescribeJobs", self.aws_conn_id, self.region_name, repr(self.verify),
+                   json.dumps(self.botocore_config, sort_keys=True, default=str))
+            response = await shared_describe(key, _describe_jobs)(client, self.job_id)
+        else:
+            response = await client.describe_jobs(jobs=[self.job_id])
         jobs = response.get("jobs") or []
         if self.progress and jobs and jobs[0].get("status") == "RUNNING":
             await self._log_progress(client, jobs[0])
