@@ -318,15 +318,22 @@ def _relative_to_run_folder(uri: str, run_key: Any) -> str:
     return uri.split(marker, 1)[1] if run_key and marker in uri else uri
 
 
+def _candidate_job(cand: Mapping[str, Any]) -> str:
+    """A candidate's training job for the table: the Batch job id, or ``Slurm <array>_<index>``."""
+    if cand.get("batch_job_id"):
+        return str(cand["batch_job_id"])
+    return f"Slurm {cand['slurm_job_id']}" if cand.get("slurm_job_id") else "-"
+
+
 def candidate_rows(lineage: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     """The lineage's ``candidates`` as a table: ``(header, rows)``, one row per candidate (the winner marked)."""
-    header = ("candidate", "params", "Batch job", "checkpoint sha256", "success rate", "95% Wilson", "won")
+    header = ("candidate", "params", "training job", "checkpoint sha256", "success rate", "95% Wilson", "won")
     rows = []
     for cand in lineage.get("candidates") or []:
         ci = cand.get("ci95") or [None, None]
         rate = cand.get("success_rate")
         rows.append((cand.get("candidate") or "-", json.dumps(cand.get("params") or {}, sort_keys=True),
-                     cand.get("batch_job_id") or "-", (cand.get("checkpoint_sha256") or "-")[:12],
+                     _candidate_job(cand), (cand.get("checkpoint_sha256") or "-")[:12],
                      "-" if rate is None else f"{rate:.3f}",
                      "-" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]", "yes" if cand.get("won") else ""))
     return header, rows

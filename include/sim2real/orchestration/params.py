@@ -191,16 +191,16 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
 
 def _sweep_rule_errors(params: Mapping[str, Any], backend: str) -> list[str]:
     """The ``sweep`` field's rules (:func:`sim2real.orchestration.candidates.sweep_errors`: allowed keys, each value
-    against its field's schema, the candidate limit, no duplicates), and that a sweep runs on AWS Batch. Each
-    candidate's own time budget must also stay below ``training_timeout_hours``."""
+    against its field's schema, the candidate limit, no duplicates). Each candidate's own time budget must also
+    stay below ``training_timeout_hours``. Both backends run sweeps (AWS Batch: a job per candidate; HyperPod: a
+    Slurm job array); on HyperPod the candidates share one array's ``#SBATCH --time``
+    (``training_timeout_hours``), which is why that bound holds for every candidate alike."""
     from sim2real.orchestration.candidates import candidate_params, expand_sweep, sweep_errors
 
     sweep = params.get("sweep")
     if sweep in (None, [], {}):
         return []
     errors = sweep_errors(sweep, params, build_params())
-    if backend == "hyperpod":
-        errors.append("a sweep trains its candidates on AWS Batch: set training_backend to 'batch' or clear sweep")
     if errors:
         return errors
     timeout_s = float(params.get("training_timeout_hours", 0)) * 3600

@@ -87,15 +87,18 @@ def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
 def sweep_trainings(plan: Mapping[str, Any], ti: Any) -> list[Any]:
     """Each sweep candidate's training result (its ``job_cost`` XCom when the job was stopped at the cost limit;
     ``None`` when it handed on neither), in candidate order."""
+    from sim2real.orchestration.stages.sweep import training_task_id
+
     indexes = list(range(len((plan.get("sweep") or {}).get("candidates") or [])))
+    task_id = training_task_id(plan)  # Batch: sweep.train_policy; HyperPod: sweep.train_on_slurm
     out = []
     for i in indexes:
         value = None
         for key in (None, "job_cost"):
             try:
-                value = ti.xcom_pull(task_ids=ids.SWEEP_TRAIN_POLICY, map_indexes=i, **({"key": key} if key else {}))
+                value = ti.xcom_pull(task_ids=task_id, map_indexes=i, **({"key": key} if key else {}))
             except Exception as err:  # noqa: BLE001 - a candidate that never ran has no XCom
-                log.info("no output from %s[%s]: %s", ids.SWEEP_TRAIN_POLICY, i, err)
+                log.info("no output from %s[%s]: %s", task_id, i, err)
             if value:
                 break
         out.append(value or None)

@@ -94,6 +94,8 @@ SCANCEL_TIMEOUT_S = 60
 MIN_COMMAND_S = 5
 #: Name prefixes the stages give (Batch and Slurm ``sim2real-train-<key>``, Greengrass ``sim2real-<key>``).
 TRAIN_PREFIX = "sim2real-train-"
+#: A HyperPod sweep's job array is named ``sim2real-train-<key>-sweep`` (:mod:`sim2real.orchestration.stages.hyperpod`).
+SWEEP_ARRAY_SUFFIX = "-sweep"
 DEPLOYMENT_PREFIX = "sim2real-"
 #: The run record's object name under ``runs/<run_key>/``.
 RUN_RECORD = "run.json"
@@ -207,15 +209,26 @@ def slurm_list_commands() -> list[str]:
 
 def parse_squeue(stdout: str, cluster_name: str) -> list[Found]:
     """The sim2real jobs of ``squeue -h -o "%i %T %j"`` output."""
-    found = []
+    found, arrays = [], set()
     for line in stdout.splitlines():
         parts = line.split(None, 2)
         if len(parts) != 3:
             continue
         job_id, state, name = parts
-        key = _key_from_name(name.strip(), TRAIN_PREFIX)
-        if key:
-            found.append(Found("slurm_job", job_id, name.strip(), key, state, f"HyperPod cluster {cluster_name}"))
+        name = name.strip()
+        # A sweep's job array (``sim2real-train-<key>-sweep``): squeue lists its tasks as ``<id>_<index>`` (pending
+        # ones grouped, ``<id>_[1-3%2]``); ``scancel <id>`` stops every task of it, so the array is found once.
+        array = name.endswith(SWEEP_ARRAY_SUFFIX) and "_" in job_id
+        key = _key_from_name(name[:-len(SWEEP_ARRAY_SUFFIX)] if name.endswith(SWEEP_ARRAY_SUFFIX) else name,
+                             TRAIN_PREFIX)
+        if not key:
+            continue
+        if array:
+            job_id = job_id.split("_", 1)[0]
+            if job_id in arrays:
+                continue
+            arrays.add(job_id)
+        found.append(Found("slurm_job", job_id, name, key, state, f"HyperPod cluster {cluster_name}"))
     return found
 
 

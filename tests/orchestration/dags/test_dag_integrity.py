@@ -100,7 +100,20 @@ def test_stages_match_the_design(dagbag):
     assert ids.SWEEP_CANDIDATES in dag.get_task(ids.SWEEP_WAIT_FOR_SLOT).upstream_task_ids
     assert ids.HYPERPOD_CHECK_CAPACITY in dag.get_task(ids.HYPERPOD_SCALE_UP).upstream_task_ids
     assert ids.HYPERPOD_SCALE_UP in dag.get_task(ids.HYPERPOD_WAIT_FOR_NODES).upstream_task_ids
-    assert ids.HYPERPOD_WAIT_FOR_NODES in dag.get_task(ids.HYPERPOD_TRAIN_POLICY).upstream_task_ids
+    # After the nodes: one Slurm job, or a sweep's job array (its candidates each wait on their array task).
+    assert dag.get_task(ids.HYPERPOD_SUBMISSION).upstream_task_ids >= {ids.HYPERPOD_WAIT_FOR_NODES}
+    assert dag.get_task(ids.HYPERPOD_SUBMISSION).downstream_task_ids == {ids.HYPERPOD_TRAIN_POLICY,
+                                                                         ids.HYPERPOD_SWEEP_SCRIPT}
+    assert ids.HYPERPOD_SWEEP_SCRIPT in dag.get_task(ids.HYPERPOD_SUBMIT_SWEEP).upstream_task_ids
+    # sweep_candidates serves both backends (and is no task between the HyperPod scale-up and its teardown: it would
+    # be skipped with the scale-up in a Batch sweep).
+    candidates = dag.get_task(ids.SWEEP_CANDIDATES)
+    assert candidates.trigger_rule == "none_failed" and ids.HYPERPOD_SCALE_UP not in {
+        t.task_id for t in candidates.get_flat_relatives(upstream=True)}
+    # Per candidate, the Batch tasks follow the Batch capacity check, the Slurm wait the array's submission.
+    assert ids.SWEEP_CHECK_CAPACITY in dag.get_task(ids.SWEEP_WAIT_FOR_SLOT).upstream_task_ids
+    assert ids.HYPERPOD_SUBMIT_SWEEP in dag.get_task(ids.SWEEP_TRAIN_ON_SLURM).upstream_task_ids
+    assert {ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM} <= dag.get_task(ids.SWEEP_WAIT_FOR_CHECKPOINT).upstream_task_ids
     # HyperPod: the scale-down is the scale-up's teardown (runs whatever the Slurm job did). The setup only
     # sends UpdateCluster (the wait is a task of its own): nodes that fail to come up still get scaled down.
     scale_up, scale_down = dag.get_task(ids.HYPERPOD_SCALE_UP), dag.get_task(ids.HYPERPOD_SCALE_DOWN)
@@ -108,6 +121,8 @@ def test_stages_match_the_design(dagbag):
     assert scale_up.wait_for_completion is False and dag.get_task(ids.HYPERPOD_WAIT_FOR_NODES).wait_for_completion
     assert scale_down.on_failure_fail_dagrun is True  # nodes left running must fail the run
     assert {"hyperpod.scale_up", ids.HYPERPOD_TRAIN_POLICY} <= scale_down.upstream_task_ids
+    # A HyperPod sweep keeps the nodes until every candidate's array task has ended.
+    assert {ids.HYPERPOD_SUBMIT_SWEEP, ids.SWEEP_TRAIN_ON_SLURM} <= scale_down.upstream_task_ids
     # The checkpoint sensor runs after whichever backend trained (the other one is skipped).
     join = dag.get_task(ids.TRAINING_JOB)
     assert join.upstream_task_ids == {"train.train_policy", ids.HYPERPOD_TRAIN_POLICY, ids.SWEEP_PICK_BEST}

@@ -375,6 +375,15 @@ def test_squeue_parsing_and_verdict_without_record():
     assert verdict(found, {"dag_id": "d", "run_id": "r", "deployment": "x"}, FakeRuns(), deployment="x")[0] == "watched"
 
 
+def test_a_hyperpod_sweeps_job_array_is_found_once_by_its_run_key():
+    # squeue lists a running array task as <id>_<i> and the pending ones grouped (<id>_[2-3%2]): one entry, the
+    # array's id (scancel <id> stops every task of it).
+    out = (f"41_0 RUNNING sim2real-train-{DEAD}-sweep\n41_1 RUNNING sim2real-train-{DEAD}-sweep\n"
+           f"41_[2-3%2] PENDING sim2real-train-{DEAD}-sweep\n9 RUNNING sim2real-train-{DEAD}\n")
+    jobs = parse_squeue(out, "c")
+    assert [(j.id, j.run_key, j.status) for j in jobs] == [("41", DEAD, "RUNNING"), ("9", DEAD, "RUNNING")]
+
+
 def test_sweep_before_run_records_the_run_and_never_fails_it(s3, context, caplog):
     """prepare_run's check: the run record is written first; services that cannot be listed (here moto has no
     Greengrass v2 and no such job queue) are warnings in XCom orphan_sweep, not a failed run."""

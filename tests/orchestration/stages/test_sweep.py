@@ -52,10 +52,11 @@ def test_a_bad_sweep_is_refused_before_the_run_with_the_reason(sweep, reason):
         check_params({**PARAMS, "training_timeout_hours": 12.0, "sweep": sweep}, GOOD)
 
 
-def test_a_sweep_runs_on_batch_only():
+def test_a_sweep_runs_on_either_backend_and_a_bad_one_is_refused_on_hyperpod_too():
     env = {**GOOD, "hyperpod": {"cluster_name": "c", "submit_host_tag_key": "k", "submit_host_tag_value": "v"}}
-    with pytest.raises(ParamRuleError, match="a sweep trains its candidates on AWS Batch"):
-        check_params({**PARAMS, "training_backend": "hyperpod", "sweep": SWEEP}, env)
+    check_params({**PARAMS, "training_backend": "hyperpod", "sweep": SWEEP}, env)  # a Slurm job array
+    with pytest.raises(ParamRuleError, match="candidates 0 and 1 have the same params"):
+        check_params({**PARAMS, "training_backend": "hyperpod", "sweep": [{"seed": 3}, {"seed": 3}]}, env)
 
 
 def test_the_form_field_refuses_a_bad_sweep_when_the_run_is_created():

@@ -289,6 +289,14 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     :param max_failed_queries: consecutive status queries that fail (the SSM command not Success, or the
         job unknown to both sacct and scontrol) before the task fails, retried (default
         :data:`~sim2real.orchestration.waits.hyperpod.DEFAULT_MAX_FAILED_QUERIES`).
+    :param submit_only: submit (or reattach) and return at once, without waiting: a sweep's job array, whose
+        tasks each candidate waits for (default False). Returns ``{"cluster_name", "job_id", "job_name",
+        "log_path", "submit_host_instance_id", "reattached"}``.
+    :param attach_job_id: wait for this job (a sweep's job array, templated) instead of submitting:
+        ``submit_commands`` is not sent; with ``array_index`` the job waited for is array task
+        ``<attach_job_id>_<array_index>`` (:func:`sim2real.orchestration.slurm.array_task_id`; ``sacct -j``,
+        ``scancel`` of that task only). A retry reattaches to the same task: it never submits.
+    :param array_index: the array task's index (templated; mapped: the candidate's index).
     :return: ``{"cluster_name", "job_id", "job_name", "state": "COMPLETED", "exit_code", "log_path",
         "submit_host_instance_id", "reattached": bool, "num_nodes", "started_at", "stopped_at" (the job's
         Slurm Start/End, epoch seconds, None when unknown), "run_seconds", "usd_per_node_hour",
@@ -311,7 +319,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     aws_hook_class = WorkstationHook
     template_fields: Sequence[str] = aws_template_fields(
         "cluster_name", "submit_host_tag_key", "submit_host_tag_value", "job_name", "submit_commands",
-        "log_path", "container_image", "num_nodes", "cost_limit_usd", "usd_per_node_hour",
+        "log_path", "container_image", "num_nodes", "cost_limit_usd", "usd_per_node_hour", "attach_job_id",
+        "array_index",
     )
     template_fields_renderers = {"submit_commands": "json"}
     operator_extra_links = (HyperPodClusterLink(),)
@@ -333,9 +342,17 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         cost_limit_usd: float | str | None = None,
         usd_per_node_hour: float | str | None = None,
         max_failed_queries: int = DEFAULT_MAX_FAILED_QUERIES,
+        submit_only: bool = False,
+        attach_job_id: str | None = None,
+        array_index: int | str | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if submit_only and attach_job_id is not None:
+            raise ValueError("submit_only and attach_job_id exclude each other: submit, or wait for a submitted job")
+        self.submit_only = submit_only
+        self.attach_job_id = attach_job_id
+        self.array_index = array_index
         self.num_nodes = num_nodes
         self.cost_limit_usd = cost_limit_usd
         self.usd_per_node_hour = usd_per_node_hour
@@ -394,13 +411,25 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         self.hook.wait_for_agent_online(instance_id, timeout_seconds=self.agent_online_timeout_seconds)
         return instance_id
 
+    def _attached_job_id(self) -> str:
+        """The job (or array task) ``attach_job_id`` / ``array_index`` name."""
+        job = str(self.attach_job_id or "").strip()
+        if not job or job in ("None", "null"):
+            raise ValueError(f"attach_job_id is empty: the job to wait for was not handed on ({self.attach_job_id!r})")
+        if self.array_index is None or str(self.array_index).strip() in ("", "None", "null"):
+            return slurm._job_id(job)
+        return slurm.array_task_id(job, int(self.array_index))
+
     def execute(self, context: Context) -> dict[str, Any]:
-        if not self.submit_commands or isinstance(self.submit_commands, str):
+        if self.attach_job_id is None and (not self.submit_commands or isinstance(self.submit_commands, str)):
             raise ValueError("submit_commands must be a non-empty list of shell lines (plan hyperpod.submit_commands)")
         self._validate_cost_args()
+        attached = self._attached_job_id() if self.attach_job_id is not None else None
         instance_id = self._submit_host()
         self._instance_id = instance_id
         context["ti"].xcom_push(key=XCOM_SUBMIT_HOST, value=instance_id)
+        if attached is not None:
+            return self._wait(context, attached, reattached=True, instance_id=instance_id)
         commands = list(self.submit_commands)
         if self.container_image:
             commands.insert(0, f"export SIM2REAL_CONTAINER_IMAGE={shlex.quote(str(self.container_image))}")
@@ -415,6 +444,17 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
                 f"{(result['stderr'] or result['stdout'])[-1500:]}"
             )
         job_id, reattached = slurm.parse_submit_output(result["stdout"])
+        if self.submit_only:
+            context["ti"].xcom_push(key=XCOM_SLURM_JOB_ID, value=job_id)
+            self.log.info("%s Slurm job %s (%s) on HyperPod cluster %s via %s: not waiting (submit_only)",
+                          "Reattached to" if reattached else "Submitted", job_id, self.job_name, self.cluster_name,
+                          instance_id)
+            return {"cluster_name": self.cluster_name, "job_id": job_id, "job_name": self.job_name,
+                    "log_path": self.log_path, "submit_host_instance_id": instance_id, "reattached": reattached}
+        return self._wait(context, job_id, reattached=reattached, instance_id=instance_id)
+
+    def _wait(self, context: Context, job_id: str, *, reattached: bool, instance_id: str) -> dict[str, Any]:
+        """Wait (deferred) for ``job_id`` to end; settled at once when it already has."""
         self._job_id = job_id
         context["ti"].xcom_push(key=XCOM_SLURM_JOB_ID, value=job_id)
         region, partition = self.hook.conn_region_name, self.hook.conn_partition
@@ -514,8 +554,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
 
     def _job_failed(self, base: dict[str, Any], state: str, exit_code: str) -> Exception:
         tail = self._log_tail(base["submit_host_instance_id"], base["log_path"])
+        array, _, task = str(base["job_id"]).partition("_")
+        what = f"array task {task} of job array {array}, " if task else ""
         message = (
-            f"Slurm job {base['job_id']} ({base['job_name']}) on HyperPod cluster {base['cluster_name']} ended "
+            f"Slurm job {base['job_id']} ({what}{base['job_name']}) on HyperPod cluster {base['cluster_name']} ended "
             f"{state}, exit code {exit_code or 'unknown'} (exit:signal). Log: {base['log_path']} on the head "
             f"node {base['submit_host_instance_id']}"
             + (f"\n--- end of the job log ---\n{tail[-2000:]}" if tail else "")

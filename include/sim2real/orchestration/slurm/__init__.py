@@ -9,7 +9,9 @@ lines print; :func:`run_window`, :func:`job_cost_record` and :func:`cost_limit_m
 job's times into its cost-limit figures.
 
 Sources: Slurm documentation — ``sbatch`` (``--parsable`` prints ``jobid[;cluster]``), ``squeue``
-(``-h -n <name> -t <states> -o %i``), ``sacct`` (``-X -n -P -o State,ExitCode,Start,End``: ``ExitCode`` is
+(``-h -n <name> -t <states> -o %i``; ``-r`` one line per array task, ``%F`` the array's base job id),
+``sbatch --array`` (``0-15%4``: at most 4 tasks at once; ``--output`` ``%A`` / ``%a``: array job id / task
+index), ``sacct`` (``-X -n -P -o State,ExitCode,Start,End``: ``ExitCode`` is
 ``<exit>:<signal>``, ``Start``/``End`` local time or ``Unknown``/``None``), ``scontrol show job -o`` (``JobState=``,
 ``ExitCode=``), ``scancel``, the job
 state codes; SageMaker HyperPod developer guide (managed Slurm creates the partition ``dev``).
@@ -75,6 +77,7 @@ def render_script(
     use_container_image: bool = True,
     container_mounts: str = "",
     template: str | None = None,
+    task_environments: list[Mapping[str, str]] | None = None,
 ) -> str:
     """Fill ``train_rl.sbatch``.
 
@@ -88,6 +91,9 @@ def render_script(
         run's ``training_timeout_hours``).
     :param use_container_image: run each task in ``$SIM2REAL_CONTAINER_IMAGE`` with pyxis ``--container-image``.
     :param container_mounts: pyxis ``--container-mounts`` (e.g. ``/fsx:/fsx``), empty for none.
+    :param task_environments: a job array (a sweep): one environment per array task, in task order; the
+        script exports ``environment`` and then, in a ``case`` on ``SLURM_ARRAY_TASK_ID``, task ``i``'s
+        variables (a task id with no entry exits 2 before training). ``None``: a single job.
     :return: the script text.
     :raises ValueError: a value that cannot be placed safely (names the field), ``num_nodes < 1``,
         ``time_limit_minutes < 1``.
@@ -98,11 +104,9 @@ def render_script(
     minutes = int(time_limit_minutes)
     if minutes < 1:
         raise ValueError(f"time_limit_minutes must be >= 1 (the job's #SBATCH --time), got {time_limit_minutes!r}")
-    lines = []
-    for name, value in environment.items():
-        if not _ENV_NAME.match(name):
-            raise ValueError(f"environment variable name {name!r} is not a valid shell name")
-        lines.append(f"export {name}={shlex.quote(str(value))}")
+    lines = _exports(environment)
+    if task_environments is not None:
+        lines += _array_exports(task_environments)
     fields = {
         "JOB_NAME": _sbatch_value("job_name", job_name),
         "NUM_NODES": str(nodes),
@@ -123,6 +127,60 @@ def render_script(
     if _HEREDOC in text:
         raise ValueError(f"the script must not contain the line {_HEREDOC}")
     return text
+
+
+def _exports(environment: Mapping[str, str], indent: str = "") -> list[str]:
+    lines = []
+    for name, value in environment.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"environment variable name {name!r} is not a valid shell name")
+        lines.append(f"{indent}export {name}={shlex.quote(str(value))}")
+    return lines
+
+
+def _array_exports(task_environments: list[Mapping[str, str]]) -> list[str]:
+    """The ``case "$SLURM_ARRAY_TASK_ID"`` block exporting each array task's own variables."""
+    if not task_environments:
+        raise ValueError("a job array needs at least one task environment")
+    lines = ["# Job array: each task exports its own candidate's variables (sbatch --array; SLURM_ARRAY_TASK_ID).",
+             'case "${SLURM_ARRAY_TASK_ID:?not an array task: submit with sbatch --array}" in']
+    for index, environment in enumerate(task_environments):
+        lines.append(f"  {index})")
+        lines += _exports(environment, indent="    ")
+        lines.append("    ;;")
+    lines += ['  *) echo "[train_rl.sbatch] error: no candidate for array task ${SLURM_ARRAY_TASK_ID}" >&2; exit 2;;',
+              "esac"]
+    return lines
+
+
+def array_spec(tasks: int, max_parallel: int) -> str:
+    """``sbatch --array``'s value for ``tasks`` array tasks with at most ``max_parallel`` running at once:
+    ``0-<tasks-1>%<max_parallel>`` (Slurm throttles the array itself; the ``%`` limit is left out when it is
+    not below ``tasks``).
+
+    Source: Slurm documentation, sbatch ``--array=<indexes>``: "A maximum number of simultaneously running
+    tasks from the job array may be specified using a "%" separator. For example "--array=0-15%4" will limit
+    the number of simultaneously running tasks from this job array to 4."
+
+    :raises ValueError: ``tasks`` or ``max_parallel`` below 1.
+    """
+    n, p = int(tasks), int(max_parallel)
+    if n < 1 or p < 1:
+        raise ValueError(f"a job array needs tasks >= 1 and max_parallel >= 1, got {tasks!r} and {max_parallel!r}")
+    return f"0-{n - 1}" + (f"%{p}" if p < n else "")
+
+
+def array_task_id(array_job_id: str, index: int) -> str:
+    """The id of task ``index`` of job array ``array_job_id`` as ``sacct -j``, ``scontrol`` and ``scancel``
+    take it: ``<array_job_id>_<index>``.
+
+    :raises ValueError: an array job id that is not digits, or a negative index.
+    """
+    if not re.match(r"^[0-9]+$", str(array_job_id)):
+        raise ValueError(f"a job array's id must be digits, got {array_job_id!r}")
+    if int(index) < 0:
+        raise ValueError(f"an array task index must be >= 0, got {index!r}")
+    return f"{array_job_id}_{int(index)}"
 
 
 def bash_commands(lines: list[str]) -> list[str]:
@@ -160,6 +218,37 @@ def submit_commands(*, script_path: str, script_text: str, job_name: str, log_di
         f"if [ -n \"$existing\" ]; then echo \"{SUBMIT_MARKER}$existing reattached=1\"; exit 0; fi",
         f"cat > {q(script_path)} <<'{_HEREDOC}'\n{script_text.rstrip(chr(10))}\n{_HEREDOC}",
         f"job_id=\"$(sbatch --parsable {q(script_path)})\"",
+        f"echo \"{SUBMIT_MARKER}${{job_id%%;*}} reattached=0\"",
+    ])
+
+
+def array_submit_commands(*, script_path: str, script_text: str, job_name: str, log_dir: str, array: str,
+                          tasks: int) -> list[str]:
+    """``AWS-RunShellScript`` lines that submit a job array (a sweep), or find the run's array already there.
+
+    As :func:`submit_commands`, for ``sbatch --parsable --array=<array>`` (:func:`array_spec`). The array
+    is reattached to (not submitted again) when ``squeue -r -n <job_name>`` lists one of its tasks in
+    :data:`REATTACH_STATES` (``-o %F``: the array's base job id), or when ``sacct --name <job_name>`` (since
+    :data:`COMPLETED_LOOKBACK`) lists ``tasks`` tasks of one array (``JobID`` ``<base>_<index>``), all
+    COMPLETED. An array with a failed task is submitted again. Prints one line
+    ``sim2real-slurm-job-id=<base id> reattached=<0|1>``.
+
+    :param tasks: the array's task count (the candidates).
+    """
+    q = shlex.quote
+    name = q(job_name)
+    completed = (
+        f"sacct -X -n -P --name {name} -S {COMPLETED_LOOKBACK} -o JobID,State 2>/dev/null"
+        " | awk -F'|' '$1 ~ /^[0-9]+_[0-9]+$/ { split($1, p, \"_\"); n[p[1]]++; if ($2 == \"COMPLETED\") ok[p[1]]++ }"
+        f" END {{ for (b in n) if (n[b] == {int(tasks)} && ok[b] == n[b] && b + 0 > id + 0) id = b; print id }}'"
+    )
+    return bash_commands([
+        f"mkdir -p {q(str(Path(script_path).parent))} {q(log_dir)}",
+        f"existing=\"$(squeue -h -r -n {name} -t {REATTACH_STATES} -o %F | head -n 1)\"",
+        f"if [ -z \"$existing\" ]; then existing=\"$({completed} || true)\"; fi",
+        f"if [ -n \"$existing\" ]; then echo \"{SUBMIT_MARKER}$existing reattached=1\"; exit 0; fi",
+        f"cat > {q(script_path)} <<'{_HEREDOC}'\n{script_text.rstrip(chr(10))}\n{_HEREDOC}",
+        f"job_id=\"$(sbatch --parsable --array={_sbatch_value('array', array)} {q(script_path)})\"",
         f"echo \"{SUBMIT_MARKER}${{job_id%%;*}} reattached=0\"",
     ])
 
@@ -242,8 +331,11 @@ def parse_status_output(stdout: str) -> tuple[str, str]:
 
 
 def log_path_for(log_path: str, job_id: str, name: str | None = None) -> str:
-    """The ``--output`` pattern with ``%j`` (job id) and ``%x`` (job name) filled in."""
-    path = log_path.replace("%j", str(job_id))
+    """The ``--output`` pattern with ``%j`` (job id), ``%x`` (job name) and, for an array task
+    ``<base>_<index>``, ``%A`` (the array's base job id) and ``%a`` (the task index) filled in."""
+    base, _, index = str(job_id).partition("_")
+    path = log_path.replace("%A", base).replace("%a", index) if index else log_path
+    path = path.replace("%j", str(job_id))
     return path.replace("%x", name) if name else path
 
 

@@ -1,5 +1,6 @@
 """Training on SageMaker HyperPod (group ``hyperpod``): capacity check, scale the GPU group up, the Slurm
-job through SSM on the head node, scale back down (teardown)."""
+job through SSM on the head node (a sweep: one Slurm job array, one task per candidate), scale back down
+(teardown)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,14 @@ log; `scancel` when killed. Every node runs the same launcher as the Batch job, 
 checkpoints and `manifest.json`. `scale_down` (teardown) sets the GPU group back to `hyperpod.min_count` once
 `scale_up` sent its request, whatever happened after (nodes that never came up, a failed or killed job);
 a failed scale-down fails the run. Hands on the Slurm job id, its state, exit code and log path.
+A run with a `sweep`: the group is scaled for `min(sweep_max_parallel, candidates) x num_nodes` nodes,
+`submission` takes `sweep_script` and `submit_sweep` (one job array, `sbatch --array=0-<N-1>%<P>`) instead of
+`train_policy`, each candidate's `sweep.train_on_slurm` waits for its array task, and `scale_down` waits for all.
 """
 
 GROUP_ID = ids.HYPERPOD_GROUP
 TASK_IDS = (ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES,
-            ids.HYPERPOD_TRAIN_POLICY, ids.HYPERPOD_SCALE_DOWN)
+            ids.HYPERPOD_TRAIN_POLICY, ids.HYPERPOD_SCALE_DOWN, ids.HYPERPOD_SUBMISSION, *ids.HYPERPOD_SWEEP)
 #: What differs in the lineage of a ``training_backend: hyperpod`` run: its capacity check and training
 #: are this group's tasks (the Slurm job's result is the ``training`` stage).
 LINEAGE_SOURCES = {"preflight": ids.HYPERPOD_CHECK_CAPACITY, "training": ids.HYPERPOD_TRAIN_POLICY}
@@ -62,6 +66,15 @@ class HyperPodPlan(PlanSection):
     submit_commands: list[str] = field(default_factory=list)
     cost_limit_usd: float | None = None
     usd_per_node_hour: float | None = None
+    num_nodes: int = 1  #: nodes of one Slurm job (a sweep: of each array task); ``target_count`` sizes the group
+    #: A sweep (``training_backend: hyperpod`` with candidates): its job array's name, ``--array`` value
+    #: (:func:`sim2real.orchestration.slurm.array_spec`), ``--output`` (``%A_%a``) and script path; "" otherwise.
+    sweep_job_name: str = ""
+    sweep_array: str = ""
+    sweep_log_path: str = ""
+    sweep_script_path: str = ""
+    launcher: str = ""  #: the config's ``hyperpod.launcher`` (the job array's script is rendered at run time)
+    container_mounts: str = ""  #: the config's ``hyperpod.container_mounts``
 
 
 def params() -> dict[str, Any]:
@@ -90,7 +103,8 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
     """The HyperPod (Slurm) training settings of a run (also planned for a Batch run: names only, no calls).
 
     :return: ``cluster_name`` (the form's ``hyperpod_cluster_name``, else the config's), ``instance_group_name``,
-        ``target_count`` (= ``num_nodes``), ``min_count``, ``submit_host_tag_key``/``_value``, ``job_name``
+        ``target_count`` (= ``num_nodes``; a sweep: ``min(sweep_max_parallel, candidates) x num_nodes``, the
+        array tasks that run at once), ``num_nodes`` (one job's), ``min_count``, ``submit_host_tag_key``/``_value``, ``job_name``
         (from the run key: a retry finds the job by it), ``log_path`` (``--output``, ``%j`` = job id),
         ``script_path``, ``time_limit_minutes`` (``#SBATCH --time``: ``training_timeout_hours`` in minutes,
         rounded up), ``submit_commands`` (``AWS-RunShellScript`` lines: write the rendered
@@ -100,8 +114,10 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
         (:func:`~sim2real.orchestration.budget.training_cost_limit`) and ``usd_per_node_hour``
         (:func:`~sim2real.orchestration.budget.training_usd_per_node_hour`, the price of ``hyperpod.instance_type``): the
         Slurm job is cancelled before its elapsed cost would pass the limit (None = no check; always None
-        for a Batch run). Empty strings where the config has no HyperPod section (``check_params`` refuses
-        the hyperpod backend then).
+        for a Batch run). A sweep's ``sweep_job_name`` (``<job_name>-sweep``), ``sweep_array``,
+        ``sweep_log_path`` and ``sweep_script_path`` (:func:`sweep_array_commands` renders its script at run time,
+        from the candidates' environments); ``submit_commands`` is then empty (there is no single job). Empty
+        strings where the config has no HyperPod section (``check_params`` refuses the hyperpod backend then).
     :param budget: the run's cost estimate (plan ``budget``); default: :func:`~sim2real.orchestration.budget.estimate_run_cost`
         of ``params`` and ``env``, the same figure.
     """
@@ -116,6 +132,7 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
     log_path = f"{log_dir}/{name}-%j.out"
     script_path = f"{shared}/jobs/{name}.sbatch"
     nodes = int(params["num_nodes"])
+    swept = _swept_candidates(params)
     section: dict[str, Any] = {
         "cluster_name": params.get("hyperpod_cluster_name") or hp["cluster_name"],
         "instance_group_name": hp["gpu_instance_group"],
@@ -134,8 +151,25 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
         "submit_commands": [],
         "cost_limit_usd": None,
         "usd_per_node_hour": None,
+        "num_nodes": nodes,
+        "sweep_job_name": "",
+        "sweep_array": "",
+        "sweep_log_path": "",
+        "sweep_script_path": "",
+        "launcher": str(hp["launcher"] or ""),
+        "container_mounts": str(hp["container_mounts"] or ""),
     }
-    if params.get("training_backend") == "hyperpod":
+    if params.get("training_backend") == "hyperpod" and swept:
+        parallel = int(params.get("sweep_max_parallel") or 1)
+        budget = estimate_run_cost(params, env) if budget is None else budget
+        array_name = f"{name}-sweep"[:128]
+        section.update(
+            target_count=min(parallel, swept) * nodes,  # the array tasks Slurm runs at once (%P), each num_nodes
+            usd_per_node_hour=training_usd_per_node_hour(budget),  # each candidate's limit: its plan entry
+            sweep_job_name=array_name, sweep_array=slurm.array_spec(swept, parallel),
+            sweep_log_path=f"{log_dir}/{array_name}-%A_%a.out", sweep_script_path=f"{shared}/jobs/{array_name}.sbatch",
+        )
+    elif params.get("training_backend") == "hyperpod":
         budget = estimate_run_cost(params, env) if budget is None else budget
         # Checked at each poll while the Slurm job runs (None = no check): the job is cancelled before its
         # elapsed cost (target nodes x price x time since its Slurm Start) would pass the limit.
@@ -151,9 +185,81 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
     return section
 
 
-def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any]:
-    """Add the ``hyperpod`` group after the ``training_backend`` branch; return ``(train_policy, scale_down)``."""
-    from airflow.sdk import TaskGroup
+def _swept_candidates(params: Mapping[str, Any]) -> int:
+    """How many sweep candidates the params ask for (0: no sweep)."""
+    from sim2real.orchestration.candidates import expand_sweep
+
+    return len(expand_sweep(params.get("sweep")))
+
+
+def sweep_array_commands(plan: Mapping[str, Any]) -> list[str]:
+    """``AWS-RunShellScript`` lines submitting a HyperPod sweep's job array (or finding it already there).
+
+    Rendered at run time (``hyperpod.sweep_script``), after ``prepare_run`` put each candidate's MLflow runs into
+    its environment: ``train_rl.sbatch`` with the variables every candidate shares exported once and, per array
+    task ``i`` (``SLURM_ARRAY_TASK_ID``), candidate ``c<i>``'s own (seed, sizes, ``OUTPUT_URI`` under
+    ``runs/<run_key>/candidates/c<i>/``, its MLflow run); submitted with ``sbatch --array=<sweep_array>``
+    (:func:`sim2real.orchestration.slurm.array_submit_commands`).
+
+    :param plan: the run's plan (``hyperpod``, ``sweep.candidates``, ``params``, ``run_key``).
+    :raises ValueError: the plan has no HyperPod sweep, or a value cannot go into the script.
+    """
+    from sim2real.orchestration import slurm
+
+    hp = HyperPodPlan.from_plan(plan)
+    candidates = (plan.get("sweep") or {}).get("candidates") or []
+    if not (hp.sweep_array and candidates):
+        raise ValueError("the plan has no HyperPod sweep (training_backend hyperpod with sweep candidates)")
+    envs = [dict(c["environment"]) for c in candidates]
+    shared = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
+    own = [{k: v for k, v in e.items() if k not in shared} for e in envs]
+    script = slurm.render_script(
+        job_name=hp.sweep_job_name, num_nodes=hp.num_nodes, log_path=hp.sweep_log_path, environment=shared,
+        launcher=hp.launcher, partition=hp.partition, time_limit_minutes=hp.time_limit_minutes,
+        use_container_image=hp.use_container_image, container_mounts=hp.container_mounts,
+        task_environments=own,
+    )
+    log_dir = hp.sweep_log_path.rsplit("/", 1)[0] or "/"
+    return slurm.array_submit_commands(script_path=hp.sweep_script_path, script_text=script,
+                                       job_name=hp.sweep_job_name, log_dir=log_dir, array=hp.sweep_array,
+                                       tasks=len(candidates))
+
+
+SUBMISSION_DOC = """\
+**Single job or job array.** Calls no AWS API: a run with a `sweep` goes on with its job array
+(`hyperpod.sweep_script`, `hyperpod.submit_sweep`), any other with `hyperpod.train_policy`. Waits for nothing.
+"""
+
+SWEEP_SCRIPT_DOC = """\
+**The sweep's job array script.** Calls no AWS API: renders `train_rl.sbatch` for every candidate (task `i` of
+the array exports candidate `c<i>`'s variables, by `SLURM_ARRAY_TASK_ID`) and the shell lines that submit it
+with `sbatch --array=0-<N-1>%<sweep_max_parallel>`. Waits for nothing.
+"""
+
+SUBMIT_SWEEP_DOC = """\
+**Submit the sweep's job array (Slurm).** Finds the head/login node by EC2 tag and sends SSM `SendCommand`
+(`AWS-RunShellScript`): writes the script and runs `sbatch --parsable --array=0-<N-1>%<P>` (at most
+`sweep_max_parallel` candidates train at once: Slurm throttles the array itself), unless `squeue -r` lists a
+task of this run's array as active or `sacct` shows all its tasks COMPLETED (a retry reattaches instead of
+submitting a second array). Waits for nothing else: each candidate's `sweep.train_on_slurm` waits for its own
+array task. Hands on the array's job id.
+"""
+
+CANDIDATE_DOC = """\
+**Train one sweep candidate (HyperPod, Slurm array task).** Waits (deferred) on array task
+`<array job id>_<i>` of `hyperpod.submit_sweep`'s job array (`sacct -j <id>_<i>`, else `scontrol show job`,
+each through SSM `SendCommand` on the head node) until COMPLETED; FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY,
+NODE_FAIL fail with the cluster, job id, task, state, exit code and the end of the task's log; at each poll
+the task's cost (`num_nodes` x the HyperPod instance price x the time since its Slurm Start) is held to the
+candidate's share of the training budget; `scancel <id>_<i>` when killed or stopped at the limit. A retry
+reattaches to the same array task (it never submits). Hands on the job id, state, exit code, log path and cost.
+"""
+
+
+def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
+    """Add the ``hyperpod`` group after the ``training_backend`` branch; return ``(train_policy, scale_down,
+    submit_sweep)`` (``submit_sweep``: a sweep's job array, which :func:`add_candidate_training` waits on)."""
+    from airflow.sdk import TaskGroup, task
 
     from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator, HyperPodSlurmJobOperator
@@ -203,7 +309,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any]:
             log_path=hp.log_path,
             container_image=image.output["image_uri"],
             poll_interval=POLL,
-            num_nodes=hp.target_count,
+            num_nodes=hp.num_nodes,
             cost_limit_usd=hp.cost_limit_usd,
             usd_per_node_hour=hp.usd_per_node_hour,
             execution_timeout=dt.timedelta(hours=12),
@@ -222,5 +328,75 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any]:
             execution_timeout=dt.timedelta(hours=2),
             doc_md=DOC,
         ).as_teardown(setups=scale_up, on_failure_fail_dagrun=True)  # nodes left up: the run must say so
-        backend >> preflight >> scale_up >> wait_for_nodes >> slurm_job >> scale_down
-    return slurm_job, scale_down
+
+        @task.branch(task_id=ids.local(ids.HYPERPOD_SUBMISSION), retries=0, execution_timeout=dt.timedelta(minutes=1),
+                     doc_md=SUBMISSION_DOC)
+        def submission(plan: dict) -> str:
+            """One Slurm job (``hyperpod.train_policy``) or a sweep's job array (``hyperpod.sweep_script``)."""
+            return ids.HYPERPOD_SWEEP_SCRIPT if HyperPodPlan.from_plan(plan).sweep_array else ids.HYPERPOD_TRAIN_POLICY
+
+        @task(task_id=ids.local(ids.HYPERPOD_SWEEP_SCRIPT), retries=0, execution_timeout=dt.timedelta(minutes=1),
+              doc_md=SWEEP_SCRIPT_DOC)
+        def sweep_script(plan: dict) -> list:
+            """The job array's submit lines (:func:`sweep_array_commands`)."""
+            from airflow.sdk.exceptions import AirflowFailException
+
+            try:
+                return sweep_array_commands(plan)
+            except ValueError as err:
+                raise AirflowFailException(str(err)) from err
+
+        route = submission(plan["plan"])
+        script = sweep_script(plan["plan"])
+        array = HyperPodSlurmJobOperator(
+            task_id=ids.local(ids.HYPERPOD_SUBMIT_SWEEP),
+            cluster_name=hp.cluster_name,
+            submit_host_tag_key=hp.submit_host_tag_key,
+            submit_host_tag_value=hp.submit_host_tag_value,
+            job_name=hp.sweep_job_name,
+            submit_commands=script,
+            log_path=hp.sweep_log_path,
+            container_image=image.output["image_uri"],
+            submit_only=True,  # each candidate's sweep.train_on_slurm waits for its own array task
+            multiple_outputs=True,  # job_id: the array's, read by every candidate
+            poll_interval=POLL,
+            execution_timeout=dt.timedelta(minutes=10),
+            doc_md=SUBMIT_SWEEP_DOC,
+        )
+        backend >> preflight >> scale_up >> wait_for_nodes >> route >> [slurm_job, script]
+        slurm_job >> scale_down
+        script >> array >> scale_down
+    return slurm_job, scale_down, array
+
+
+def add_candidate_training(plan: Any, *, array: Any, index: Any, cost_limit_usd: Any) -> Any:
+    """Inside the mapped ``sweep`` group: the candidate's wait on its Slurm array task (``sweep.train_on_slurm``).
+
+    :param array: ``hyperpod.submit_sweep`` (its ``job_id`` is the array's).
+    :param index: / :param cost_limit_usd: the candidate's mapped arguments.
+    :return: the operator (its result is the candidate's training result, as ``sweep.train_policy``'s on Batch).
+    """
+    from sim2real.orchestration.dag_defaults import POLL
+    from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
+
+    hp = refs(plan, HyperPodPlan)
+    return HyperPodSlurmJobOperator(
+        task_id=ids.local(ids.SWEEP_TRAIN_ON_SLURM),
+        cluster_name=hp.cluster_name,
+        submit_host_tag_key=hp.submit_host_tag_key,
+        submit_host_tag_value=hp.submit_host_tag_value,
+        job_name=hp.sweep_job_name,
+        submit_commands=[],
+        log_path=hp.sweep_log_path,
+        attach_job_id=array.output["job_id"],
+        array_index=index,
+        poll_interval=POLL,
+        num_nodes=hp.num_nodes,
+        cost_limit_usd=cost_limit_usd,  # the candidate's share of the training budget
+        usd_per_node_hour=hp.usd_per_node_hour,
+        # The wait starts at the array's submission: a late candidate first pends behind the array's % limit
+        # (up to ceil(candidates / sweep_max_parallel) - 1 trainings), then runs within its #SBATCH --time. Bounded
+        # by the run's own dagrun_timeout (3 days), not by one training's 12 h.
+        execution_timeout=dt.timedelta(days=3),
+        doc_md=CANDIDATE_DOC,
+    )

@@ -42,7 +42,8 @@ devices, a missing HyperPod cluster or group), each with the resource and what t
 TRAINING_BACKEND_DOC = """\
 **Training backend.** Calls no AWS API: follows the form's `training_backend` — `batch` goes on with
 `preflight.check_capacity` and the AWS Batch job (a run with a `sweep`: `preflight.check_sweep_capacity` and the
-`sweep` group), `hyperpod` with the `hyperpod` group (the other paths are skipped). Waits for nothing. Hands on
+`sweep` group), `hyperpod` with the `hyperpod` group (a sweep: its Slurm job array and the `sweep` group; the
+other paths are skipped). Waits for nothing. Hands on
 the task id of the path taken.
 """
 

@@ -2,7 +2,12 @@
 one goes on to the checkpoint, the confirmation evaluation, the gate and the release.
 
 A run whose ``sweep`` field is empty never enters this path (its tasks are skipped) and trains one policy as
-before. A sweep (:mod:`sim2real.orchestration.candidates`: a list of overrides or a grid) runs on AWS Batch:
+before. A sweep (:mod:`sim2real.orchestration.candidates`: a list of overrides or a grid) trains on AWS Batch
+(below) or, with ``training_backend: hyperpod``, as one Slurm job array on the HyperPod cluster
+(:mod:`sim2real.orchestration.stages.hyperpod`: ``sbatch --array=0-<N-1>%<sweep_max_parallel>``, the GPU group
+scaled for ``min(sweep_max_parallel, candidates) x num_nodes`` nodes; per candidate ``sweep.train_on_slurm``, the
+wait on its array task, takes the place of the Batch tasks, which the ``training_backend`` branch skipped). On AWS
+Batch:
 
 * ``preflight.check_sweep_capacity`` sizes the quota for ``min(sweep_max_parallel, candidates)`` jobs of
   ``num_nodes`` nodes each (the ``training_backend`` branch takes it instead of ``preflight.check_capacity``);
@@ -30,11 +35,14 @@ from sim2real.contract import task_ids as ids
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
 DOC = """\
-**Sweep: several candidates in one run (AWS Batch).** Runs only when the form's `sweep` lists candidates
-(skipped otherwise). Per candidate `c<i>` (one map index each): waits for a free lane (`sweep_max_parallel`
-jobs at once; Batch `DescribeJobs` of the lane's previous job; fails at once when a candidate failed or that
-job ended `FAILED`, as the sweep needs every candidate), submits its own Batch job (`RegisterJobDefinition`,
-`ListJobs`, `SubmitJob`), waits (deferred) for it, waits for its `manifest.json` under
+**Sweep: several candidates in one run (AWS Batch or HyperPod Slurm).** Runs only when the form's `sweep` lists
+candidates (skipped otherwise). Per candidate `c<i>` (one map index each), the run's `training_backend` decides
+its training (the other backend's tasks are skipped). HyperPod: `train_on_slurm` waits (deferred) on the
+candidate's task `<id>_<i>` of the job array `hyperpod.submit_sweep` submitted (`sacct -j <id>_<i>` through SSM on
+the head node; Slurm runs at most `sweep_max_parallel` tasks at once; `scancel <id>_<i>` when killed). AWS Batch:
+waits for a free lane (`sweep_max_parallel` jobs at once; Batch `DescribeJobs` of the lane's previous job; fails
+at once when a candidate failed or that job ended `FAILED`, as the sweep needs every candidate), submits its own
+Batch job (`RegisterJobDefinition`, `ListJobs`, `SubmitJob`), waits (deferred) for it, waits for its `manifest.json` under
 `runs/<run_key>/candidates/c<i>/checkpoints/`, then evaluates it in closed loop on the workstation (SSM
 `SendCommand`; one candidate at a time unless configured parallel) and reads its report. `pick_best` then hands
 the candidate with the best Wilson 95% lower bound (ties: higher success rate, then lower index) to the
@@ -97,13 +105,15 @@ def params() -> dict[str, Any]:
             'overrides (`[{"seed": 3}, {"seed": 4, "num_envs": 64}]`) or a grid (`{"seed": [3, 4, 5]}`). Keys: '
             f"{', '.join(SWEEP_KEYS)}; at most {MAX_CANDIDATES} candidates, no two alike. The candidate with the "
             "best Wilson 95% lower bound (ties: higher success rate, then the earlier candidate) goes on to the "
-            "gate. Empty: one policy, as without a sweep. AWS Batch only.",
+            "gate. Empty: one policy, as without a sweep. AWS Batch: one job per candidate; HyperPod: one Slurm "
+            "job array (one task per candidate).",
             section=SECTION_TRAINING,
         ),
         "sweep_max_parallel": Param(
             3, type="integer", title="Sweep: training jobs at once",
             description="The most candidates' training jobs that run at the same time (the capacity preflight "
-            "sizes the quota for this many jobs).",
+            "sizes the quota for this many jobs; HyperPod: the job array's % limit, and the GPU group is scaled "
+            "up for this many jobs).",
             section=SECTION_TRAINING, **_range(minimum=1, maximum=MAX_CANDIDATES)),
     }
 
@@ -165,7 +175,8 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
 
     :param trainings: / :param manifests: / :param reports: the mapped tasks' results, in map-index order.
     :return: ``{"rule", "winner" (index), "candidate" (``c<i>``), "candidates": [{"index", "candidate",
-        "candidate_key", "overrides", "params", "batch_job_id", "checkpoint_uri", "checkpoint_sha256", "manifest_uri",
+        "candidate_key", "overrides", "params", "batch_job_id" (a HyperPod sweep: None, and "slurm_job_id"
+        ``<array>_<i>`` and "hyperpod_cluster_name" instead), "checkpoint_uri", "checkpoint_sha256", "manifest_uri",
         "report_uri", "success_rate", "ci95", "successes", "episodes", "seeds_from", "won"}], "training" (the winner's
         training result), "manifest_uri" (the winner's)}``.
     :raises ValueError: the results do not line up with the planned candidates, or there are none.
@@ -180,7 +191,7 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
     for cand, training, manifest, report in zip(planned, trainings, manifests, reports, strict=True):
         rows.append({
             "index": cand["index"], "candidate": cand["candidate"], "candidate_key": cand["candidate_key"],
-            "overrides": cand["overrides"], "params": cand["params"], "batch_job_id": training.get("job_id"),
+            "overrides": cand["overrides"], "params": cand["params"], **training_job_fields(training),
             "checkpoint_uri": manifest.get("checkpoint_uri"), "checkpoint_sha256": manifest.get("sha256"),
             "manifest_uri": cand["manifest_uri"], "report_uri": cand["report_uri"],
             "success_rate": report["success_rate"], "ci95": list(report["ci95"]), "successes": report["successes"],
@@ -194,9 +205,28 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
             "training": dict(trainings[winner]), "manifest_uri": best["manifest_uri"]}
 
 
-def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
+def training_job_fields(training: dict | None) -> dict[str, Any]:
+    """A candidate's training job in its lineage row: ``{"batch_job_id"}`` for a Batch job, ``{"batch_job_id":
+    None, "slurm_job_id", "hyperpod_cluster_name"}`` for a Slurm array task (its result has ``cluster_name``)."""
+    training = training or {}
+    if training.get("cluster_name"):
+        return {"batch_job_id": None, "slurm_job_id": training.get("job_id"),
+                "hyperpod_cluster_name": training["cluster_name"]}
+    return {"batch_job_id": training.get("job_id")}
+
+
+def training_task_id(plan: dict) -> str:
+    """The mapped task whose results are the candidates' trainings: ``sweep.train_policy`` (Batch) or
+    ``sweep.train_on_slurm`` (HyperPod)."""
+    return ids.SWEEP_TRAINING_BY_BACKEND.get(plan.get("backend", "batch"), ids.SWEEP_TRAIN_POLICY)
+
+
+def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, scale_down: Any = None) -> Any:
     """Add ``preflight.check_sweep_capacity``, the mapped ``sweep`` group and ``pick_best`` after the
-    ``training_backend`` branch; return ``pick_best``."""
+    ``training_backend`` branch; return ``pick_best``.
+
+    :param slurm_array: ``hyperpod.submit_sweep`` (a HyperPod sweep's job array; None: Batch only).
+    :param scale_down: ``hyperpod.scale_down``, which then also waits for every candidate's array task."""
     from airflow.configuration import conf
     from airflow.sdk import task, task_group
     from airflow.sdk.exceptions import AirflowFailException
@@ -207,12 +237,10 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
     from sim2real.orchestration.operators.ssm import WorkstationCommandOperator
     from sim2real.orchestration.sensors.checkpoint import CheckpointManifestSensor
     from sim2real.orchestration.sensors.sweep import SweepLaneSensor
-    from sim2real.orchestration.stages.checkpoint import CheckpointPlan
     from sim2real.orchestration.stages.evaluate import EvaluationPlan
     from sim2real.orchestration.stages.train import BatchPlan
 
     batch = refs(plan, BatchPlan)
-    ckpt = refs(plan, CheckpointPlan)
     ev = refs(plan, EvaluationPlan)
     sweep = refs(plan, SweepPlan)
     eval_parallel = conf.getint(*PARALLEL_EVALUATIONS_OPTION, fallback=1)
@@ -228,6 +256,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
             execution_timeout=dt.timedelta(minutes=5),
             doc_md=CAPACITY_DOC,
         )
+
+    slurm_trainings: list[Any] = []  # the mapped sweep.train_on_slurm (the HyperPod scale-down waits for it)
 
     @task_group(group_id=GROUP_ID, tooltip="one map index per candidate: train, checkpoint, closed-loop evaluation",
                 doc_md=DOC)
@@ -252,9 +282,13 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
         training = BatchTrainingOperator(task_id=ids.local(ids.SWEEP_TRAIN_POLICY), attach_job_id=submitted.output["job_id"],
                                          retries=0, execution_timeout=dt.timedelta(hours=12), **common)
         manifest = CheckpointManifestSensor(
-            task_id=ids.local(ids.SWEEP_WAIT_FOR_CHECKPOINT), manifest_uri=manifest_uri, expected_task=ckpt.task,
-            batch_job_id=submitted.output["job_id"], poke_interval=POLL, timeout=30 * 60,
-            execution_timeout=dt.timedelta(minutes=40), doc_md=DOC,
+            task_id=ids.local(ids.SWEEP_WAIT_FOR_CHECKPOINT), manifest_uri=manifest_uri,
+            # a template, not the plan's XComArg: a task right after prepare_run (a setup) must be all_success
+            expected_task="{{ ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "', key='checkpoint.task') }}",
+            # The candidate's Batch job (fails the wait early when it FAILED); empty on HyperPod (its array task
+            # has ended COMPLETED before this sensor starts).
+            batch_job_id=_BATCH_JOB_OF_CANDIDATE, trigger_rule="none_failed_min_one_success",
+            poke_interval=POLL, timeout=30 * 60, execution_timeout=dt.timedelta(minutes=40), doc_md=DOC,
         )
 
         @task(task_id=ids.local(ids.SWEEP_EVAL_COMMAND), execution_timeout=dt.timedelta(minutes=1))
@@ -295,17 +329,42 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
             return report
 
         report = read_eval_report(plan["plan"], manifest.output, evaluation.output, report_uri)
-        lane >> submitted >> training >> manifest
+        # The backend's path: the Batch tasks follow the Batch capacity check, the Slurm wait follows the job array's
+        # submission; the training_backend branch skipped the other one, and that skip reaches its candidates' tasks
+        # (a branch inside the mapped group could not skip map indexes that are not expanded yet).
+        capacity >> lane >> submitted >> training >> manifest
+        if slurm_array is not None:
+            from sim2real.orchestration.stages import hyperpod
+
+            on_slurm = hyperpod.add_candidate_training(plan, array=slurm_array, index=index,
+                                                       cost_limit_usd=cost_limit_usd)
+            on_slurm >> manifest
+            slurm_trainings.append(on_slurm)
         evaluation >> report
 
-    @task(task_id=ids.SWEEP_CANDIDATES, retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=CANDIDATES_DOC)
-    def sweep_candidates(candidates: list) -> list:
+    # Serves both backends: it runs after the Batch capacity check or when that was skipped (a HyperPod sweep, whose
+    # candidates' train_on_slurm wait for the job array's submission), and skips itself without a sweep. Not
+    # downstream of the HyperPod scale-up: a task between that setup and its teardown (scale_down, after the
+    # candidates' Slurm waits) is skipped with it, which would skip a Batch sweep. So its trigger rule is not
+    # all_success, and it pulls the plan instead of taking it from prepare_run (the lineage's setup, whose direct
+    # downstream tasks must be all_success).
+    @task(task_id=ids.SWEEP_CANDIDATES, retries=0, execution_timeout=dt.timedelta(minutes=1), doc_md=CANDIDATES_DOC,
+          trigger_rule="none_failed")
+    def sweep_candidates(ti=None) -> list:
         """The planned candidates, as this task's return value (dynamic task mapping maps over return values)."""
-        return list(candidates)
+        from airflow.sdk.exceptions import AirflowSkipException
 
-    listed = sweep_candidates(sweep.candidates)
+        plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {}).get("plan") or {}
+        planned = SweepPlan.from_plan(plan)
+        if not planned.enabled:
+            raise AirflowSkipException("no sweep in this run: one policy is trained")
+        return list(planned.candidates)
+
+    listed = sweep_candidates()
     mapped = candidates.expand_kwargs(listed)
-    backend >> capacity >> listed
+    backend >> capacity >> listed  # AWS Batch: after the capacity check (HyperPod: it was skipped)
+    if slurm_array is not None and scale_down is not None:
+        slurm_trainings >> scale_down  # the nodes stay up until every candidate's array task has ended
     image >> mapped
 
     @task(task_id=ids.SWEEP_PICK_BEST, multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2),
@@ -318,7 +377,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
             return list(ti.xcom_pull(task_ids=task_id, map_indexes=indexes) or [])
 
         try:
-            return pick_best_result(plan, pulled(ids.SWEEP_TRAIN_POLICY), pulled(ids.SWEEP_WAIT_FOR_CHECKPOINT),
+            return pick_best_result(plan, pulled(training_task_id(plan)), pulled(ids.SWEEP_WAIT_FOR_CHECKPOINT),
                                     pulled(ids.SWEEP_READ_EVAL_REPORT))
         except ValueError as err:
             raise AirflowFailException(str(err)) from err
@@ -326,6 +385,14 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
     best = pick_best(plan["plan"])
     mapped >> best
     return best
+
+
+#: The candidate's Batch job id (``sweep.submit_training`` of the same map index), "" when it did not run.
+#: (Only a Batch run pulls it: pulling a skipped task's XCom logs a 404 at error level.)
+_BATCH_JOB_OF_CANDIDATE = (
+    "{{ '' if (ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "', key='plan') or {}).get('backend') == 'hyperpod' "
+    "else (ti.xcom_pull(task_ids='" + ids.SWEEP_SUBMIT_TRAINING + "', key='job_id', map_indexes=ti.map_index) "
+    "or '') }}")
 
 
 def _existing_group(group_id: str) -> Any:

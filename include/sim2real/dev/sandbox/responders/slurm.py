@@ -23,6 +23,18 @@ folder of one JSON file per job:
   ``scontrol show hostnames [list]`` / ``scontrol show job [-o] id``, ``scancel id`` (→ CANCELLED,
   exit code ``0:15``, the batch step's process group killed).
 
+Job arrays (``sbatch --array=0-2%2``; source: Slurm documentation, "Job Array Support" and sbatch
+``--array``): one record per task, id ``<array job id>_<index>`` (the array job id is the first task's own job
+id; each further task gets the next one, as ``%j``/``SLURM_JOB_ID``), each task run as above with
+``SLURM_ARRAY_JOB_ID``, ``SLURM_ARRAY_TASK_ID``, ``SLURM_ARRAY_TASK_COUNT``/``_MIN``/``_MAX`` and
+``--output``'s ``%A``/``%a`` filled in; tasks start in index order, at most ``%<limit>`` of one array at once.
+Every job, array task or not, starts only when the GPU group has enough Running nodes that no other running
+job holds (``--exclusive`` nodes). ``squeue`` prints one line per array task (its ``-r`` form; ``%i`` the task's
+``<array>_<index>``, ``%F`` the array job id, ``%K`` the index), ``sacct -j <array>`` every task of the
+array and ``sacct -j <array>_<index>`` one (``JobID`` ``<array>_<index>``, ``JobIDRaw`` the task's own id),
+``scontrol show job <array>_<index>`` one line with ``ArrayJobId=``/``ArrayTaskId=``, ``scancel <array>``
+every task still active and ``scancel <array>_<index>`` one.
+
 Fault: ``SIM2REAL_SLURM_FAULT=fail`` in the environment of ``sbatch`` (the sandbox's
 ``slurm_job_fail`` fault sets it) makes the job end FAILED with exit code 1 instead of running.
 Every emulation step is logged as ``[sandbox:emulated]`` (to stderr and to the job's output).
@@ -98,7 +110,7 @@ class SlurmResponder:
         """Every job the emulated Slurm knows (oldest first)."""
         if self._tmp is None:
             return []
-        return sorted((_read(p) for p in (self.root / "state").glob("*.json")), key=lambda j: int(j["job_id"]))
+        return sorted((_read(p) for p in (self.root / "state").glob("*.json")), key=lambda j: _order(j["job_id"]))
 
     def install(self, patcher: Any) -> None:  # no moto patch: the head node's commands carry the env
         del patcher
@@ -175,6 +187,36 @@ def _update(job_id: str, **changes: Any) -> dict[str, Any]:
         return job
 
 
+def _order(job_id: str) -> tuple[int, int]:
+    """Sort key of a job id: ``(base, -1)`` for a job, ``(array, index)`` for an array task."""
+    base, _, index = str(job_id).partition("_")
+    return int(base), int(index) if index else -1
+
+
+def _all_jobs() -> list[dict[str, Any]]:
+    return sorted((_read(p) for p in _state_dir().glob("*.json")), key=lambda j: _order(j["job_id"]))
+
+
+def _parse_array(spec: str) -> tuple[list[int], int | None]:
+    """``--array``'s ``<indexes>[%<limit>]``: ``0-15``, ``0,4,7``, ``0-15:4`` (step), ``0-15%4``.
+
+    :return: ``(indexes in order, limit or None)``.
+    """
+    text, _, limit = spec.partition("%")
+    indexes: list[int] = []
+    try:
+        for part in text.split(","):
+            rng, _, step = part.partition(":")
+            lo, _, hi = rng.partition("-")
+            indexes += list(range(int(lo), int(hi or lo) + 1, int(step or 1)))
+        throttle = int(limit) if limit else None
+    except ValueError:
+        _die(f"sbatch: error: Invalid job array specification {spec!r}")
+    if not indexes or (throttle is not None and throttle < 1):
+        _die(f"sbatch: error: Invalid job array specification {spec!r}")
+    return sorted(set(indexes)), throttle
+
+
 def _next_id() -> str:
     import fcntl
 
@@ -192,7 +234,7 @@ _OPTION = re.compile(r"^--([a-z-]+)(?:=(.*))?$")
 def _options(words: list[str]) -> tuple[dict[str, str], list[str]]:
     """Long options (``--x=y`` / ``--x y`` / ``-N n`` / ``-J name`` / ``-o path``) and the rest."""
     flags = {"exclusive", "parsable", "kill-on-bad-exit", "wait", "overlap"}
-    short = {"-N": "nodes", "-J": "job-name", "-o": "output", "-p": "partition", "-n": "ntasks"}
+    short = {"-N": "nodes", "-J": "job-name", "-o": "output", "-p": "partition", "-n": "ntasks", "-a": "array"}
     opts: dict[str, str] = {}
     i = 0
     while i < len(words):
@@ -231,25 +273,71 @@ def sbatch(argv: list[str]) -> int:
         nodes = int(opts.get("nodes", "1"))
     except ValueError:
         _die(f"sbatch: error: Invalid node count specification {opts.get('nodes')!r}")
-    job_id = _next_id()
     name = opts.get("job-name") or script.name
-    output = (opts.get("output") or f"slurm-{job_id}.out").replace("%j", job_id).replace("%x", name)
-    job = {
-        "job_id": job_id, "name": name, "script": str(script), "script_args": rest[1:], "nodes": nodes,
-        "partition": opts.get("partition", "dev"), "output": str(Path(output).resolve()), "state": "PENDING",
-        "exit_code": "0:0", "reason": "Resources", "submit_time": time.time(), "cwd": os.getcwd(),
-        "fault": os.environ.get("SIM2REAL_SLURM_FAULT", ""),
-    }
-    _save(job)
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "sim2real.dev.sandbox.responders.slurm", "_run", job_id],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env=os.environ.copy(),
-    )
-    _update(job_id, runner_pid=runner.pid)
-    _note(f"sbatch job {job_id} ({name}, {nodes} node(s)) accepted; a local runner (pid {runner.pid}) plays it")
-    print(job_id if "parsable" in opts else f"Submitted batch job {job_id}", flush=True)
+    array = _parse_array(opts["array"]) if opts.get("array") else None
+    first = _next_id()
+    tasks: list[tuple[str, str, int | None]] = []  # (record id, own job id, array index)
+    if array is None:
+        tasks.append((first, first, None))
+    else:
+        for n, index in enumerate(array[0]):
+            tasks.append((f"{first}_{index}", first if n == 0 else _next_id(), index))
+    for record_id, raw_id, index in tasks:
+        pattern = opts.get("output") or ("slurm-%A_%a.out" if index is not None else f"slurm-{raw_id}.out")
+        if index is not None:
+            pattern = pattern.replace("%A", first).replace("%a", str(index))
+        output = pattern.replace("%j", raw_id).replace("%x", name)
+        job = {
+            "job_id": record_id, "raw_id": raw_id, "name": name, "script": str(script), "script_args": rest[1:],
+            "nodes": nodes, "partition": opts.get("partition", "dev"), "output": str(Path(output).resolve()),
+            "state": "PENDING", "exit_code": "0:0", "reason": "Resources", "submit_time": time.time(),
+            "cwd": os.getcwd(), "fault": os.environ.get("SIM2REAL_SLURM_FAULT", ""),
+        }
+        if index is not None:
+            job.update(array_job_id=first, array_task_id=index, array_limit=array[1],
+                       array_indexes=array[0])
+        _save(job)
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "sim2real.dev.sandbox.responders.slurm", "_run", record_id],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env=os.environ.copy(),
+        )
+        _update(record_id, runner_pid=runner.pid)
+    what = f"array {first} ({opts['array']}: {len(tasks)} task(s))" if array else f"job {first}"
+    _note(f"sbatch {what} ({name}, {nodes} node(s) each) accepted; a local runner per job plays it")
+    print(first if "parsable" in opts else f"Submitted batch job {first}", flush=True)
     return 0
+
+
+def _claim(job_id: str, running: int | None) -> str | None:
+    """Start the job if it may (under the state lock): ``None`` when it went RUNNING, else why it still waits.
+
+    Waits while the nodes that no other running job holds are fewer than its ``--nodes`` (``running``: the GPU
+    group's Running nodes, None = not checked), and for an array task while a lower index has not started
+    or ``%<limit>`` tasks of its array are running (Reason ``JobArrayTaskLimit``)."""
+    import fcntl
+
+    with open(_state_dir() / ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        job = _load(job_id) or {}
+        if job.get("state") != "PENDING":
+            return None
+        jobs = [j for j in _all_jobs() if j["job_id"] != job_id]
+        active = [j for j in jobs if j["state"] in ("RUNNING", "COMPLETING")]
+        if job.get("array_job_id"):
+            mine = [j for j in jobs if j.get("array_job_id") == job["array_job_id"]]
+            if any(j["state"] == "PENDING" and j["array_task_id"] < job["array_task_id"] for j in mine):
+                return "JobArrayTaskLimit (a lower array index has not started)"
+            limit = job.get("array_limit")
+            if limit and sum(j["state"] in ("RUNNING", "COMPLETING") for j in mine) >= limit:
+                return f"JobArrayTaskLimit ({limit} task(s) of array {job['array_job_id']} running)"
+        if running is not None:
+            free = running - sum(int(j["nodes"]) for j in active)
+            if free < int(job["nodes"]):
+                return f"Resources ({running} running node(s) in the partition, {free} free, {job['nodes']} needed)"
+        job.update(state="RUNNING", reason="None", start_time=time.time())
+        _save(job)
+        return None
 
 
 def _running_nodes() -> int | None:
@@ -283,25 +371,32 @@ def _run(job_id: str) -> int:
                 note(f"job {job_id} cancelled while PENDING")
                 return 0
             try:
-                running = _running_nodes()
+                waiting = _claim(job_id, _running_nodes())
             except Exception as error:  # noqa: BLE001 - keep pending, as slurmctld would
-                running, reason = 0, f"node lookup failed: {error}"
-            else:
-                reason = f"{running} running node(s) in the partition"
-            if running is None or running >= job["nodes"]:
+                waiting = f"Resources (node lookup failed: {error})"
+            if waiting is None:
                 break
-            _update(job_id, reason=f"Resources ({reason}, {job['nodes']} needed)")
+            _update(job_id, reason=waiting)
             time.sleep(0.5)
+        if (_load(job_id) or {}).get("state") == "CANCELLED":
+            note(f"job {job_id} cancelled while PENDING")
+            return 0
         nodelist = ",".join(f"127.0.0.{i + 1}" for i in range(job["nodes"]))
-        _update(job_id, state="RUNNING", reason="None", start_time=time.time(), nodelist=nodelist)
+        _update(job_id, nodelist=nodelist)
         note(f"job {job_id} RUNNING on {nodelist} (loopback addresses standing for {job['nodes']} HyperPod node(s))")
         if job.get("fault") == "fail":
             note(f"fault slurm_job_fail: job {job_id} exits with code 1 without running its script")
             _update(job_id, state="FAILED", exit_code="1:0", end_time=time.time())
             return 0
         env = os.environ.copy()
+        raw = job.get("raw_id") or job_id
+        if job.get("array_job_id"):
+            indexes = job.get("array_indexes") or [job["array_task_id"]]
+            env.update({"SLURM_ARRAY_JOB_ID": job["array_job_id"], "SLURM_ARRAY_TASK_ID": str(job["array_task_id"]),
+                        "SLURM_ARRAY_TASK_COUNT": str(len(indexes)), "SLURM_ARRAY_TASK_MIN": str(min(indexes)),
+                        "SLURM_ARRAY_TASK_MAX": str(max(indexes))})
         env.update({
-            "SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_JOB_NAME": job["name"],
+            "SLURM_JOB_ID": raw, "SLURM_JOBID": raw, "SLURM_JOB_NAME": job["name"],
             "SLURM_JOB_NODELIST": nodelist, "SLURM_NODELIST": nodelist, "SLURM_NNODES": str(job["nodes"]),
             "SLURM_JOB_NUM_NODES": str(job["nodes"]), "SLURM_JOB_PARTITION": job["partition"],
             "SLURM_SUBMIT_DIR": job["cwd"], "SLURMD_NODENAME": "127.0.0.1",
@@ -381,13 +476,20 @@ def squeue(argv: list[str]) -> int:
                 fmt = value
         i += 1
     states = states or set(ACTIVE)
-    jobs = [_read(p) for p in sorted(_state_dir().glob("*.json"))]
     if header:
-        print(fmt.replace("%i", "JOBID").replace("%T", "STATE").replace("%j", "NAME"))
-    for job in sorted(jobs, key=lambda j: int(j["job_id"])):
+        print(_squeue_line(fmt, {"i": "JOBID", "T": "STATE", "j": "NAME", "F": "ARRAY_JOB_ID", "K": "ARRAY_TASK_ID"}))
+    for job in _all_jobs():  # one line per array task: squeue's -r (--array) form
         if job["state"] in states and (names is None or job["name"] in names):
-            print(fmt.replace("%i", job["job_id"]).replace("%T", job["state"]).replace("%j", job["name"]))
+            print(_squeue_line(fmt, {"i": job["job_id"], "T": job["state"], "j": job["name"],
+                                     "F": job.get("array_job_id") or job["job_id"],
+                                     "K": str(job["array_task_id"]) if job.get("array_job_id") else "N/A"}))
     return 0
+
+
+def _squeue_line(fmt: str, values: dict[str, str]) -> str:
+    """``squeue -o`` fields: ``%i`` job id (``<array>_<index>`` for an array task), ``%T`` state, ``%j`` name,
+    ``%F`` the array job id (a job's own id when not an array), ``%K`` the array index (``N/A``)."""
+    return re.sub(r"%([iTjFK])", lambda m: values[m.group(1)], fmt)
 
 
 def _job_arg(argv: list[str]) -> str | None:
@@ -427,17 +529,17 @@ def sacct(argv: list[str]) -> int:
     names = _option_value(argv, "--name", "--jobname")
     if job_id:
         job = _load(job_id)
-        jobs = [job] if job else []  # sacct prints nothing for an unknown job
+        jobs = [job] if job else [j for j in _all_jobs() if j.get("array_job_id") == job_id]  # an array: each task
     elif names:
         wanted = set(names.split(","))
-        jobs = sorted((_read(p) for p in _state_dir().glob("*.json")), key=lambda j: int(j["job_id"]))
-        jobs = [j for j in jobs if j["name"] in wanted]
+        jobs = [j for j in _all_jobs() if j["name"] in wanted]
     else:
         _die("sacct: emulation needs -j <job id> or --name <job name>")
     fields = _option_value(argv, "-o", "--format") or "State,ExitCode"
     sep = "|" if "-P" in argv or "--parsable2" in argv else " "
     for job in jobs:
         values = {"state": _state_text(job), "exitcode": job["exit_code"], "jobid": job["job_id"],
+                  "jobidraw": job.get("raw_id") or job["job_id"],
                   "jobname": job["name"], "start": _slurm_time(job.get("start_time")),
                   "end": _slurm_time(job.get("end_time")), "nnodes": str(job["nodes"])}
         print(sep.join(values.get(f.strip().lower(), "") for f in fields.split(",")))
@@ -457,7 +559,10 @@ def scontrol(argv: list[str]) -> int:
         if job is None:
             print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
             return 1
-        print(f"JobId={job['job_id']} JobName={job['name']} JobState={job['state']} Reason={job.get('reason', 'None')} "
+        array = (f"ArrayJobId={job['array_job_id']} ArrayTaskId={job['array_task_id']} "
+                 if job.get("array_job_id") else "")
+        print(f"JobId={job.get('raw_id') or job['job_id']} {array}JobName={job['name']} JobState={job['state']} "
+              f"Reason={job.get('reason', 'None')} "
               f"ExitCode={job['exit_code']} StartTime={_slurm_time(job.get('start_time'))} "
               f"EndTime={_slurm_time(job.get('end_time'))} "
               f"NumNodes={job['nodes']} NodeList={job.get('nodelist', '(null)')} "
@@ -484,22 +589,30 @@ def _expand(nodelist: str) -> list[str]:
 
 
 def scancel(argv: list[str]) -> int:
-    ids = [w for w in argv if w.isdigit()]
+    ids = [w for w in argv if re.match(r"^[0-9]+(_[0-9]+)?$", w)]
     if not ids:
         _die("scancel: error: No job identification provided")
-    for job_id in ids:
-        job = _load(job_id)
-        if job is None:
-            print(f"scancel: error: Kill job error on job id {job_id}: Invalid job id specified", file=sys.stderr)
+    for given in ids:
+        job = _load(given)
+        jobs = [job] if job else [j for j in _all_jobs() if j.get("array_job_id") == given]  # an array: every task
+        if not jobs:
+            print(f"scancel: error: Kill job error on job id {given}: Invalid job id specified", file=sys.stderr)
             return 1
-        if job["state"] not in ACTIVE:
-            continue
-        _update(job_id, state="CANCELLED", exit_code="0:15", end_time=time.time())
-        if job.get("script_pid"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(job["script_pid"]), signal.SIGTERM)
-        _note(f"scancel job {job_id}: CANCELLED")
+        for job in jobs:
+            _cancel(job)
     return 0
+
+
+def _cancel(job: dict[str, Any]) -> None:
+    """CANCELLED (exit code ``0:15``) and the batch step's process group killed; an ended job is left alone."""
+    job_id = job["job_id"]
+    if job["state"] not in ACTIVE:
+        return
+    _update(job_id, state="CANCELLED", exit_code="0:15", end_time=time.time())
+    if job.get("script_pid"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(job["script_pid"]), signal.SIGTERM)
+    _note(f"scancel job {job_id}: CANCELLED")
 
 
 def main(argv: list[str] | None = None) -> int:
