@@ -48,6 +48,7 @@ SLOW_FILES_FIRST = (
     # the API in time (not beside the fault replay's three processes)
     "tests/e2e/test_sandbox_rounds.py",  # 4 DAG runs (2 retraining loops of 2 rounds)
     "tests/e2e/test_sweep_run.py",  # one run of 3 candidates
+    "tests/e2e/test_hyperpod_sweep_run.py",  # one HyperPod run of 3 candidates (a Slurm job array)
     "tests/e2e/test_hyperpod_run.py",
     "tests/e2e/test_sandbox_run.py",
     "tests/e2e/test_release_dag.py",
