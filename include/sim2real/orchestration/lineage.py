@@ -165,7 +165,9 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "approval": _approval_entry(approval if approval is not None else _get(model_package, "decision")),
         "candidates": candidate_entries(params, chain, evaluation, sweep, _get(plan, "sweep")),
         "sweep": ({"rule": sweep.get("rule"), "winner": sweep.get("winner"), "candidate": sweep.get("candidate"),
-                   "max_parallel": _get(plan, "sweep", "max_parallel")} if sweep else None),
+                   "max_parallel": _get(plan, "sweep", "max_parallel"), "min_candidates": sweep.get("min_candidates"),
+                   "survivors": sweep.get("survivors"), "failed": list(sweep.get("failed") or [])}
+                  if sweep else None),
         "rounds": dict(rounds) if rounds else None,
     }
 
@@ -298,7 +300,12 @@ def _actual_cost(actual: Mapping[str, Any] | None) -> str:
     if actual.get("unknown"):
         text = f"at least {text} (unknown: {', '.join(actual['unknown'])})"
     verdict = {True: "within budget", False: "OVER BUDGET", None: None}[actual.get("within_budget")]
-    return text + (f", {verdict}" if verdict else "")
+    text += f", {verdict}" if verdict else ""
+    loop = actual.get("loop")
+    if loop:  # a later retraining round: every round so far
+        text += (f"; the loop so far (rounds {', '.join(str(r['round']) for r in loop.get('rounds') or [])}): "
+                 f"{'at least ' if loop.get('unknown_rounds') else ''}${loop['total_usd']:.2f}")
+    return text
 
 
 def _cost(estimate: Mapping[str, Any] | None) -> str:
@@ -320,7 +327,7 @@ def _relative_to_run_folder(uri: str, run_key: Any) -> str:
 
 def candidate_rows(lineage: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     """The lineage's ``candidates`` as a table: ``(header, rows)``, one row per candidate (the winner marked)."""
-    header = ("candidate", "params", "Batch job", "checkpoint sha256", "success rate", "95% Wilson", "won")
+    header = ("candidate", "params", "Batch job", "checkpoint sha256", "success rate", "95% Wilson", "state", "won")
     rows = []
     for cand in lineage.get("candidates") or []:
         ci = cand.get("ci95") or [None, None]
@@ -328,8 +335,23 @@ def candidate_rows(lineage: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tu
         rows.append((cand.get("candidate") or "-", json.dumps(cand.get("params") or {}, sort_keys=True),
                      cand.get("batch_job_id") or "-", (cand.get("checkpoint_sha256") or "-")[:12],
                      "-" if rate is None else f"{rate:.3f}",
-                     "-" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]", "yes" if cand.get("won") else ""))
+                     "-" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]",
+                     cand.get("state") or "-" if not cand.get("reason") else f"{cand.get('state')}: {cand['reason']}",
+                     "yes" if cand.get("won") else ""))
     return header, rows
+
+
+def sweep_survivor_line(lineage: Mapping[str, Any]) -> list[str]:
+    """One sentence when some of a sweep's candidates failed: ``N of M candidates failed (...): picked among the
+    K that succeeded (sweep_min_candidates m)``; nothing when none failed or there is no sweep."""
+    sweep = lineage.get("sweep") or {}
+    failed = [c for c in lineage.get("candidates") or [] if c.get("reason")]
+    if not sweep or not failed:
+        return []
+    total = len(lineage.get("candidates") or [])
+    names = ", ".join(str(c.get("candidate")) for c in failed)
+    return [f"{len(failed)} of {total} candidates failed ({names}): picked among the {total - len(failed)} that "
+            f"succeeded (sweep_min_candidates {sweep.get('min_candidates')})."]
 
 
 def round_lines(rounds: Mapping[str, Any] | None) -> list[str]:
@@ -346,6 +368,10 @@ def round_lines(rounds: Mapping[str, Any] | None) -> list[str]:
             "retraining": f"below the bar: round {rounds['round'] + 1} started as run `{rounds.get('next_run_id')}`.",
             "gate_failed": "below the bar on the last round: the loop ends with the gate failed.",
             "not_evaluated": "not evaluated: the loop ends here."}.get(rounds.get("outcome"), "")
+    if rounds.get("sweep"):
+        sw = rounds["sweep"]
+        head += (f"; round 1 was a sweep of {sw.get('candidates')} candidates (run `{sw.get('run_id')}`), this round "
+                 f"retrains its winner {sw.get('winner')} ({json.dumps(sw.get('overrides') or {}, sort_keys=True)})")
     out = ["", f"{head}: {then}", "", "| round | run | success rate | 95% CI | episodes (first seed) | gate |",
            "|---|---|---|---|---|---|"]
     for r in rounds.get("rounds") or []:
@@ -364,7 +390,7 @@ def render_markdown(lineage: Mapping[str, Any]) -> str:
     lines += [f"| {label} | `{value}` |" for label, value in chain_rows(lineage)]
     if lineage.get("sweep"):
         header, rows = candidate_rows(lineage)
-        lines += ["", "## Sweep", "", f"Pick: {lineage['sweep'].get('rule')}.", "",
+        lines += ["", "## Sweep", "", f"Pick: {lineage['sweep'].get('rule')}.", *sweep_survivor_line(lineage), "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     gate = _get(lineage, "stages", "quality_gate")
