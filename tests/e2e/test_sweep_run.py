@@ -95,3 +95,26 @@ def test_a_sweep_whose_candidate_fails_still_releases_the_best_survivor(tmp_path
     assert sweep["winner"] in (0, 2) and lineage["chain"]["checkpoint_sha256"] == winner["checkpoint_sha256"]
     assert "1 of 3 candidates failed (c1: sweep.train_policy is failed" in summary["run_note"]
     assert not [n for n in summary["notifications"] if n["event"] == "run_failed"]
+
+
+def test_a_sweep_that_needs_every_candidate_fails_at_its_pick_naming_the_failed_one(tmp_path):
+    """sweep_min_candidates 3 of 3 (every candidate needed) and candidate c1's job fails: pick_best fails with the
+    reason (2 of 3 succeeded), the run fails, and the lineage records c1's state and reason."""
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.lineage import lineage_errors
+
+    proc, summary = run_demo(tmp_path, "--sweep", "--fail-candidate", "1", "--no-mlflow", "--seed", "3",
+                             "--eval-seed", "2000", "--conf",
+                             '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10, '
+                             '"sweep_min_candidates": 3, "run_vla_finetune": false, "deploy_to_edge": false}')
+    assert proc.returncode == 1, proc.stdout[-6000:] + proc.stderr[-6000:]
+    assert summary["state"] == "failed"
+    tasks = states(summary)
+    assert tasks[ids.SWEEP_PICK_BEST] == "failed" and tasks[ids.RUN_OUTCOME] == "failed"
+    assert tasks[ids.QUALITY_GATE] == "upstream_failed"
+    assert "only 2 of 3 sweep candidates succeeded, sweep_min_candidates is 3: c1 failed: sweep.train_policy is " \
+           "failed" in proc.stdout + proc.stderr
+    lineage = summary["lineage"]
+    assert lineage_errors(lineage) == [] and lineage["sweep"] is None
+    assert [c["state"] for c in lineage["candidates"]] == [None, "failed", None]
+    assert lineage["candidates"][1]["reason"].startswith("sweep.train_policy is failed")

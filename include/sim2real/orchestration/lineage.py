@@ -163,7 +163,7 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "figures": {name: dict(fig) for name, fig in figures.items()} if figures is not None else None,
         "mlflow": _mlflow_entry(mlflow if mlflow is not None else _get(plan, "tracking")),
         "approval": _approval_entry(approval if approval is not None else _get(model_package, "decision")),
-        "candidates": candidate_entries(params, chain, evaluation, sweep, _get(plan, "sweep")),
+        "candidates": candidate_entries(params, chain, evaluation, sweep, _get(plan, "sweep"), task_states),
         "sweep": ({"rule": sweep.get("rule"), "winner": sweep.get("winner"), "candidate": sweep.get("candidate"),
                    "max_parallel": _get(plan, "sweep", "max_parallel"), "min_candidates": sweep.get("min_candidates"),
                    "survivors": sweep.get("survivors"), "failed": list(sweep.get("failed") or [])}
@@ -184,20 +184,30 @@ def _approval_entry(decision: Mapping[str, Any] | None) -> dict[str, Any] | None
 
 
 def candidate_entries(params: Mapping[str, Any], chain: Mapping[str, Any], evaluation: Mapping[str, Any] | None,
-                      sweep: Mapping[str, Any] | None, planned: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+                      sweep: Mapping[str, Any] | None, planned: Mapping[str, Any] | None = None,
+                      task_states: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The lineage's ``candidates``: a sweep's rows (params, job, checkpoint sha256, success rate and interval of
-    the selection evaluation, ``won``); a sweep that did not reach its pick (``planned``: the plan's ``sweep``
-    section): its planned candidates with nothing measured and none won; else the run's one policy (from
-    ``chain``, ``won`` true when it reached the gate's input)."""
+    the selection evaluation, ``state`` and ``reason``, ``won``); a sweep that did not reach its pick (``planned``:
+    the plan's ``sweep`` section): its planned candidates with nothing measured and none won, a failed one with
+    its state and reason from ``task_states`` (:func:`sim2real.orchestration.stages.sweep.failed_candidate`);
+    else the run's one policy (from ``chain``, ``won`` true when it reached the gate's input)."""
     from sim2real.orchestration.candidates import SWEEP_KEYS
 
     if sweep:
         return [dict(row) for row in sweep.get("candidates") or []]
     if planned and planned.get("enabled"):
-        return [{"index": c["index"], "candidate": c["candidate"], "candidate_key": c["candidate_key"],
-                 "overrides": c["overrides"], "params": c["params"], "batch_job_id": None, "checkpoint_uri": None,
-                 "checkpoint_sha256": None, "success_rate": None, "ci95": None, "successes": None, "episodes": None,
-                 "won": False} for c in planned.get("candidates") or []]
+        from sim2real.orchestration.stages.sweep import CANDIDATE_TASKS, failed_candidate
+
+        rows = []
+        for c in planned.get("candidates") or []:
+            states = {t: ((task_states or {}).get(f"{t}[{c['index']}]") or {}).get("state") for t in CANDIDATE_TASKS}
+            failure = failed_candidate({t: v for t, v in states.items() if v})
+            rows.append({"index": c["index"], "candidate": c["candidate"], "candidate_key": c["candidate_key"],
+                         "overrides": c["overrides"], "params": c["params"], "batch_job_id": None,
+                         "checkpoint_uri": None, "checkpoint_sha256": None, "success_rate": None, "ci95": None,
+                         "successes": None, "episodes": None, "state": failure["state"] if failure else None,
+                         "reason": failure["reason"] if failure else None, "won": False})
+        return rows
     return [{
         "index": 0, "candidate": None, "candidate_key": None, "overrides": {},
         "params": {k: params.get(k) for k in SWEEP_KEYS},

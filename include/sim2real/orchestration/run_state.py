@@ -16,7 +16,7 @@ run's state is exactly its verdict.
 
 One kind of failed task does not fail the run: a sweep candidate that ``pick_best`` picked around. A failed
 mapped task instance is no leaf (``pick_best`` is downstream of every candidate, with trigger rule
-``none_skipped``), so Airflow's own rule above never counts it; ``run_outcome`` leaves out the candidates'
+``all_done_min_one_success``), so Airflow's own rule above never counts it; ``run_outcome`` leaves out the candidates'
 task instances that ``pick_best`` recorded as failed (its result's ``failed``;
 :func:`sim2real.orchestration.stages.sweep.forgiven_task_keys`) and names them in its result. A sweep that could
 not pick (too few survivors) fails at ``pick_best``, and the run with it.

@@ -305,6 +305,19 @@ def test_too_few_survivors_fail_the_pick_with_every_failed_candidate_named():
         pick_best_result(plan, trainings, manifests, [None, _report(15), None], failures)
     with pytest.raises(ValueError, match="only 0 of 3"):  # none survived: nothing to pick, whatever the minimum
         pick_best_result(_plan(sweep=SWEEP), [None] * 3, [None] * 3, [None] * 3)
+    # no pick: the lineage still records each failed candidate's state and reason, from the task states
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.lineage import build_lineage, lineage_errors
+
+    lineage = build_lineage(run_key=plan["run_key"], dag_id="sim_to_real", run_id="r", params=plan["params"],
+                            plan=plan, task_states={f"{ids.SWEEP_TRAIN_POLICY}[0]": {"state": "failed"},
+                                                    f"{ids.SWEEP_TRAIN_POLICY}[1]": {"state": "success"},
+                                                    f"{ids.SWEEP_SUBMIT_TRAINING}[2]": {"state": "upstream_failed"},
+                                                    ids.SWEEP_PICK_BEST: {"state": "failed"}})
+    assert lineage_errors(lineage) == [] and lineage["sweep"] is None
+    assert [(c["state"], c["reason"]) for c in lineage["candidates"]] == [
+        ("failed", f"{ids.SWEEP_TRAIN_POLICY} is failed"), (None, None),
+        ("upstream_failed", f"{ids.SWEEP_SUBMIT_TRAINING} is upstream_failed")]
 
 
 def test_a_candidates_failure_is_its_first_failed_task_and_its_jobs_reason():
@@ -328,15 +341,16 @@ def test_a_candidates_failure_is_its_first_failed_task_and_its_jobs_reason():
 
 
 def test_pick_best_waits_for_every_candidate_and_is_skipped_with_the_sweep_path():
-    """Trigger rule none_skipped: it runs once every candidate ended, also when some failed, and is skipped when
-    the run takes the single-policy or HyperPod path (the sweep group is skipped whole)."""
+    """Trigger rule all_done_min_one_success: it runs once every candidate ended, also when some failed; it is
+    upstream_failed when none succeeded, and skipped when the run takes the single-policy or HyperPod path (the
+    sweep group is skipped whole)."""
     from airflow.dag_processing.dagbag import DagBag
 
     from sim2real.contract import task_ids as ids
 
     dag = DagBag(dag_folder="dags/sim_to_real.py").dags["sim_to_real"]
     pick = dag.get_task(ids.SWEEP_PICK_BEST)
-    assert pick.trigger_rule == "none_skipped"
+    assert pick.trigger_rule == "all_done_min_one_success"
     assert ids.SWEEP_READ_EVAL_REPORT in pick.upstream_task_ids and ids.PREPARE_RUN not in pick.upstream_task_ids
     lane = dag.get_task(ids.SWEEP_WAIT_FOR_SLOT)
     assert "max_failed" in lane.template_fields

@@ -21,7 +21,8 @@ succeeded or failed.
 
 Survivors: ``pick_best`` picks among the candidates whose training, checkpoint and evaluation succeeded, as long
 as at least ``sweep_min_candidates`` did (default 1; the number of candidates: every candidate must succeed). It
-runs once every candidate has ended (trigger rule ``none_skipped``), records each failed candidate with its state
+runs once every candidate has ended and at least one succeeded (trigger rule ``all_done_min_one_success``; when
+none did it is ``upstream_failed``, as before), records each failed candidate with its state
 and reason (:func:`failed_candidate`), and fails, naming them, when fewer survived. A lane's sensor fails at once
 when so many candidates can no longer succeed that the sweep cannot reach its minimum. ``run_outcome`` does not
 count the failed candidates' task instances that ``pick_best`` recorded against the run
@@ -65,7 +66,8 @@ PICK_BEST_DOC = """\
 **Pick the best candidate.** Calls no AWS API: reads every candidate's training result, checkpoint manifest and
 evaluation report, and hands on the one with the highest Wilson 95% lower bound of its success rate (ties: higher
 success rate, then lower candidate index), with the table of all candidates (params, job, checkpoint sha256,
-success rate and interval). Runs once every candidate has ended (trigger rule `none_skipped`) and picks among
+success rate and interval). Runs once every candidate has ended and at least one succeeded (trigger rule
+`all_done_min_one_success`; none did: `upstream_failed`) and picks among
 the candidates whose training, checkpoint and evaluation succeeded, when at least `sweep_min_candidates` did; the
 failed ones are listed with their task states and, for a Batch job that ended, its `statusReason` (Batch
 `DescribeJobs`, the only AWS call). Fails, naming every failed candidate, when fewer survived.
@@ -407,10 +409,10 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
     backend >> capacity >> listed
     image >> mapped
 
-    # none_skipped: once every candidate has ended, also when some failed (it picks among the survivors); skipped
-    # with the sweep path (a run without a sweep, or the HyperPod backend).
+    # all_done_min_one_success: once every candidate has ended, also when some failed (it picks among the
+    # survivors); upstream_failed when none succeeded; skipped with the sweep path (a run without a sweep, HyperPod).
     @task(task_id=ids.SWEEP_PICK_BEST, multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2),
-          trigger_rule="none_skipped", doc_md=PICK_BEST_DOC)
+          trigger_rule="all_done_min_one_success", doc_md=PICK_BEST_DOC)
     def pick_best(ti=None) -> dict:
         """The best surviving candidate by Wilson lower bound, and every candidate's record."""
         # The plan is pulled, not passed: a task right after prepare_run (the lineage's setup) must keep trigger
