@@ -43,7 +43,8 @@ from sim2real.orchestration.stages._base import PlanContext, PlanSection
 DOC = """\
 **Next retraining round.** Calls no AWS API. Runs only when the quality gate failed: with rounds left
 (`max_rounds`) it plans the next round (the checkpoint with the best 95% lower bound so far, fresh evaluation
-seeds, every round's success rate so far) and `next_round` triggers it as a new run of this DAG (it starts
+seeds, every round's success rate so far; after a sweep, the winning candidate's params without the sweep, read
+from `pick_best`) and `next_round` triggers it as a new run of this DAG (it starts
 when this run has ended: `max_active_runs=1`); on the last round, or when the gate never judged a policy
 (a failure before it), it is skipped with the reason. Waits for nothing. Hands on the next run's conf.
 """

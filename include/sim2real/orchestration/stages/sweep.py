@@ -22,8 +22,8 @@ succeeded or failed.
 Survivors: ``pick_best`` picks among the candidates whose training, checkpoint and evaluation succeeded, as long
 as at least ``sweep_min_candidates`` did (default 1; the number of candidates: every candidate must succeed). It
 runs once every candidate has ended and at least one succeeded (trigger rule ``all_done_min_one_success``; when
-none did it is ``upstream_failed``, as before), records each failed candidate with its state
-and reason (:func:`failed_candidate`), and fails, naming them, when fewer survived. A lane's sensor fails at once
+none did it is ``upstream_failed``, as before), records each failed candidate with its state and reason
+(:func:`failed_candidate`), and fails, naming them, when fewer survived. A lane's sensor fails at once
 when so many candidates can no longer succeed that the sweep cannot reach its minimum. ``run_outcome`` does not
 count the failed candidates' task instances that ``pick_best`` recorded against the run
 (:func:`forgiven_task_keys`): the run is then as successful as its winner's release, and its note says how many
@@ -63,14 +63,14 @@ candidate: its params, job name, prefixes, evaluation seeds), which the `sweep` 
 """
 
 PICK_BEST_DOC = """\
-**Pick the best candidate.** Calls no AWS API: reads every candidate's training result, checkpoint manifest and
-evaluation report, and hands on the one with the highest Wilson 95% lower bound of its success rate (ties: higher
-success rate, then lower candidate index), with the table of all candidates (params, job, checkpoint sha256,
-success rate and interval). Runs once every candidate has ended and at least one succeeded (trigger rule
-`all_done_min_one_success`; none did: `upstream_failed`) and picks among
+**Pick the best candidate.** Calls no AWS API but Batch `DescribeJobs` of failed candidates' jobs: reads every
+candidate's training result, checkpoint manifest and evaluation report, and hands on the one with the highest
+Wilson 95% lower bound of its success rate (ties: higher success rate, then lower candidate index), with the table
+of all candidates (params, job, checkpoint sha256, success rate and interval). Runs once every candidate has ended
+and at least one succeeded (trigger rule `all_done_min_one_success`; none did: `upstream_failed`) and picks among
 the candidates whose training, checkpoint and evaluation succeeded, when at least `sweep_min_candidates` did; the
-failed ones are listed with their task states and, for a Batch job that ended, its `statusReason` (Batch
-`DescribeJobs`, the only AWS call). Fails, naming every failed candidate, when fewer survived.
+failed ones are listed with their task states and, for a Batch job that was submitted, its status and
+`statusReason`. Waits for nothing. Fails, naming every failed candidate, when fewer survived.
 """
 
 GROUP_ID = ids.SWEEP_GROUP
