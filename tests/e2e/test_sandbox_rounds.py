@@ -82,3 +82,45 @@ def test_when_every_round_fails_the_loop_ends_failed_with_each_rounds_success_ra
     assert "the loop ends with the gate failed" in summary["run_note"]
     messages = [n["message"] for n in summary["notifications"] if n["event"] == "gate_failed"]
     assert len(messages) == 2 and "last retraining round (2 of 2)" in messages[1]
+
+
+def test_a_sweep_with_rounds_retrains_its_winner_in_round_2_and_sums_the_loops_cost(tmp_path):
+    """Round 1 is a 3-candidate sweep, its winner fails the gate (a 95% lower bound of 0.99, out of reach at 20
+    episodes); round 2 retrains the winner's params from its checkpoint, without a sweep, and fails too. Checks the
+    link between the two, the same whole-loop estimate in both, and the loop's actual cost in round 2."""
+    conf = ('{"max_rounds": 2, "max_iterations": 1, "round_iterations": 1, "train_time_budget_seconds": 60, '
+            '"eval_episodes": 20, "min_success_rate": 0.99, "gate_on_lower_bound": true, "run_vla_finetune": false, '
+            '"deploy_to_edge": false}')
+    proc, summary = run_demo(tmp_path, "--sweep", "--no-mlflow", "--seed", "3", "--eval-seed", "2000", "--conf", conf)
+    assert proc.returncode == 1, proc.stdout[-6000:] + proc.stderr[-6000:]
+    first, second = summary["round_runs"]
+    assert (first["state"], second["state"]) == ("failed", "failed")
+    one, two = ({t: s for t, s, _ in r["tasks"]} for r in (first, second))
+    # round 1 swept (pick_best ran) and triggered round 2; round 2 trained one policy on the single-job path
+    assert one["pick_best"] == "success" and one["next_round"] == "success"
+    assert two["pick_best"] == "skipped" and two["train.train_policy"] == "success"
+    lineage = summary["lineage"]
+    rounds = lineage["rounds"]
+    sweep = rounds["sweep"]
+    assert sweep["run_id"] == first["run_id"] and sweep["candidates"] == 3 and sweep["failed"] == 0
+    winner = int(sweep["winner"][1:])
+    assert lineage["params"]["sweep"] is None and lineage["params"]["seed"] == 3 + winner  # the winner's params
+    assert lineage["sweep"] is None and len(lineage["candidates"]) == 1
+    r1, r2 = rounds["rounds"]
+    # round 1's row is the winner's confirmation on the gate's episodes; round 2 resumed from its checkpoint
+    assert f"/candidates/{sweep['winner']}/checkpoints/" in r1["checkpoint_uri"]
+    assert rounds["resumed_from"]["checkpoint_uri"] == r1["checkpoint_uri"]
+    assert (r1["first_seed"], r2["first_seed"]) == (2000, 2020)  # the candidates were evaluated from 2040 on
+    # the same whole-loop estimate in both rounds: 3 candidates + round 2's training
+    items = lineage["cost_estimate"]["items"]
+    assert [i.get("candidate") for i in items if i["stage"] == "training"] == ["c0", "c1", "c2", None]
+    # the loop's actual cost: round 1's (from its lineage.json, its 3 jobs) + round 2's
+    loop = lineage["cost_actual"]["loop"]
+    assert [r["round"] for r in loop["rounds"]] == [1, 2] and loop["unknown_rounds"] == []
+    assert loop["total_usd"] == round(sum(r["total_usd"] for r in loop["rounds"]), 2)
+    assert loop["rounds"][1]["total_usd"] == lineage["cost_actual"]["total_usd"]
+    assert "loop so far (rounds 1-2)" in summary["run_note"]
+    assert summary["lineage"]["figures"]["round_success"]["points"] == 2
+    from sim2real.orchestration.lineage import lineage_errors
+
+    assert lineage_errors(lineage) == []

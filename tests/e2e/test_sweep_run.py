@@ -62,3 +62,59 @@ def test_a_sweep_trains_three_candidates_and_the_best_lower_bound_goes_on(tmp_pa
     assert set(tracked["candidate_runs"]) == {"c0", "c1", "c2"}
     assert len({r for runs in tracked["candidate_runs"].values() for r in runs.values()}) == 6
     assert "Sweep candidates" in proc.stdout
+
+
+def test_a_sweep_whose_candidate_fails_still_releases_the_best_survivor(tmp_path):
+    """Candidate c1's Batch job fails (as when its instance is lost): the sweep picks among c0 and c2
+    (``sweep_min_candidates`` 1, the default), the run releases and succeeds, the failed candidate is a failed mapped
+    task instance, recorded in the lineage with its reason and named in the run note."""
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.lineage import lineage_errors
+
+    proc, summary = run_demo(tmp_path, "--sweep", "--fail-candidate", "1", "--no-mlflow", "--seed", "3",
+                             "--eval-seed", "2000", "--conf",
+                             '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10}')
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    assert summary["state"] == "success"
+    tasks = states(summary)
+    assert tasks[ids.SWEEP_PICK_BEST] == "success" and tasks[ids.RUN_OUTCOME] == "success"
+    assert tasks["deploy.deploy_to_robots"] == "success"  # the release went on with the survivor
+    mapped = summary["mapped_tasks"]
+    assert mapped[ids.SWEEP_TRAIN_POLICY] == ["success", "failed", "success"], mapped
+    assert mapped[ids.SWEEP_READ_EVAL_REPORT] == ["success", "upstream_failed", "success"], mapped
+    lineage = summary["lineage"]
+    assert lineage_errors(lineage) == []
+    c0, c1, c2 = lineage["candidates"]
+    assert (c0["state"], c2["state"]) == ("success", "success") and c0["reason"] is None
+    assert c1["state"] == "failed" and c1["success_rate"] is None and not c1["won"]
+    assert "sweep.train_policy is failed" in c1["reason"] and "FAILED" in c1["reason"]
+    assert c1["batch_job_id"]  # its job is named: the reason is its DescribeJobs statusReason
+    sweep = lineage["sweep"]
+    assert sweep["failed"] == [1] and sweep["survivors"] == 2 and sweep["min_candidates"] == 1
+    winner = lineage["candidates"][sweep["winner"]]
+    assert sweep["winner"] in (0, 2) and lineage["chain"]["checkpoint_sha256"] == winner["checkpoint_sha256"]
+    assert "1 of 3 candidates failed (c1: sweep.train_policy is failed" in summary["run_note"]
+    assert not [n for n in summary["notifications"] if n["event"] == "run_failed"]
+
+
+def test_a_sweep_that_needs_every_candidate_fails_at_its_pick_naming_the_failed_one(tmp_path):
+    """sweep_min_candidates 3 of 3 (every candidate needed) and candidate c1's job fails: pick_best fails with the
+    reason (2 of 3 succeeded), the run fails, and the lineage records c1's state and reason."""
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.lineage import lineage_errors
+
+    proc, summary = run_demo(tmp_path, "--sweep", "--fail-candidate", "1", "--no-mlflow", "--seed", "3",
+                             "--eval-seed", "2000", "--conf",
+                             '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10, '
+                             '"sweep_min_candidates": 3, "run_vla_finetune": false, "deploy_to_edge": false}')
+    assert proc.returncode == 1, proc.stdout[-6000:] + proc.stderr[-6000:]
+    assert summary["state"] == "failed"
+    tasks = states(summary)
+    assert tasks[ids.SWEEP_PICK_BEST] == "failed" and tasks[ids.RUN_OUTCOME] == "failed"
+    assert tasks[ids.QUALITY_GATE] == "upstream_failed"
+    assert "only 2 of 3 sweep candidates succeeded, sweep_min_candidates is 3: c1 failed: sweep.train_policy is " \
+           "failed" in proc.stdout + proc.stderr
+    lineage = summary["lineage"]
+    assert lineage_errors(lineage) == [] and lineage["sweep"] is None
+    assert [c["state"] for c in lineage["candidates"]] == [None, "failed", None]
+    assert lineage["candidates"][1]["reason"].startswith("sweep.train_policy is failed")

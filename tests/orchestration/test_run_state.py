@@ -193,3 +193,25 @@ def test_each_map_index_of_a_mapped_task_keeps_its_own_state(monkeypatch):
     lineage = build_lineage(run_key="k-00000000", dag_id="sim_to_real", run_id="r", params={}, task_states=states)
     assert lineage_errors(lineage) == []
     assert ("training (sweep)", "failed", 70.0) in stage_rows(lineage["tasks"])
+
+
+def test_failed_sweep_candidates_the_pick_went_around_do_not_fail_the_run():
+    """pick_best picked among the survivors: the failed candidate's mapped task instances are not counted (they
+    are no leaves: Airflow's own rule never counts them either), every other failure still is."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from sim2real.orchestration.stages.sweep import forgiven_task_keys
+
+    crumbs = [{"task_id": ids.SWEEP_TRAIN_POLICY, "map_index": 1, "state": "failed"},
+              {"task_id": ids.SWEEP_READ_EVAL_REPORT, "map_index": 1, "state": "upstream_failed"},
+              {"task_id": ids.SWEEP_TRAIN_POLICY, "map_index": 0, "state": "success"},
+              {"task_id": ids.SWEEP_PICK_BEST, "map_index": -1, "state": "success"}]
+    forgiven = forgiven_task_keys({"failed": [1]})
+    out = check_run_outcome("d", "r", own_task_id=ids.RUN_OUTCOME, breadcrumbs=crumbs, forgiven=forgiven)
+    assert out == {"state": "success", "tasks": 4, "forgiven": {f"{ids.SWEEP_TRAIN_POLICY}[1]": "failed",
+                                                               f"{ids.SWEEP_READ_EVAL_REPORT}[1]": "upstream_failed"}}
+    with pytest.raises(AirflowFailException, match=rf"failed: {ids.SWEEP_TRAIN_POLICY}\[1\]"):  # no pick: counted
+        check_run_outcome("d", "r", own_task_id=ids.RUN_OUTCOME, breadcrumbs=crumbs)
+    other = [*crumbs, {"task_id": ids.QUALITY_GATE, "map_index": -1, "state": "failed"}]
+    with pytest.raises(AirflowFailException, match=rf"failed: {ids.QUALITY_GATE}"):
+        check_run_outcome("d", "r", own_task_id=ids.RUN_OUTCOME, breadcrumbs=other, forgiven=forgiven)

@@ -68,6 +68,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sweep", action="store_true",
                     help=f"train {SWEEP_CANDIDATES} candidates (training seeds seed, seed+1, ...) in parallel in the "
                     "one run; the best Wilson lower bound goes on to the gate")
+    ap.add_argument("--fail-candidate", type=int, action="append", default=[], metavar="I",
+                    help="with --sweep: candidate c<I>'s Batch job fails (the sandbox's batch_fail_job_names_ending "
+                    "fault); repeatable. The run still releases the best survivor (sweep_min_candidates)")
     ap.add_argument("--step-seconds", type=float, default=0.3,
                     help="seconds between the sandbox's emulated status steps (default 0.3, paced for reading the "
                          "log; the end-to-end tests use 0.05)")
@@ -316,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow",
                  step_seconds=args.step_seconds, **capacity) as sandbox:
         env_config = sandbox.provision(**({"max_vcpus": 48 * SWEEP_CANDIDATES} if args.sweep else {}))
+        if args.fail_candidate:  # those candidates' jobs fail as a lost instance would
+            sandbox.faults["batch_fail_job_names_ending"] = [f"-c{i}" for i in args.fail_candidate]
         from sim2real.dev.sandbox.device import PolicyDeviceCheck
 
         # The emulated robots run the real setup component and policy server on the deployed policy.
@@ -496,6 +501,10 @@ def summarise(sandbox, env_config: dict[str, Any], dag_run, rows, figures_dir: P
                              f"{report.get('seeds', [None])[0]}..) computed by the evaluation in {report_uri}")
     if lineage.get("sweep"):  # every candidate's checkpoint is where the lineage says, with its sha256
         for cand in lineage.get("candidates") or []:
+            if cand.get("reason"):  # failed, out of the pick: recorded with its reason, no checkpoint to check
+                out["checks"].append(f"ok: candidate {cand.get('candidate')} failed, recorded as "
+                                     f"{cand.get('state')}: {cand.get('reason')}")
+                continue
             b, _, k = str(cand.get("checkpoint_uri") or "s3:///")[len("s3://"):].partition("/")
             digest = hashlib.sha256(s3.get_object(Bucket=b, Key=k)["Body"].read()).hexdigest() if k else None
             match = digest is not None and digest == cand.get("checkpoint_sha256")

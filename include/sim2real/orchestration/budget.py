@@ -13,7 +13,11 @@ Formula (instance-hours × on-demand USD/hour):
   ``train_time_budget_seconds`` / 3600 when a time budget is set, else ``training_timeout_hours``
   (the longest the stage may run). Time spent RUNNABLE is not billed (no instance runs). With retraining
   rounds (``max_rounds`` > 1) every round may train that long: hours × ``max_rounds`` (each round's run checks
-  the same whole-loop figure, so a loop that fits at round 1 is never refused half-way).
+  the same whole-loop figure, so a loop that fits at round 1 is never refused half-way). A sweep with rounds:
+  round 1 is the sweep (one item per candidate, one round each) and rounds 2 … ``max_rounds`` retrain the winner,
+  one item of hours × (``max_rounds`` - 1) sized for the longest candidate (the winner is not known before round
+  1 ends); the later rounds' runs rebuild the same figure from round 1's sweep in their ``retrain_round`` link.
+  Each training item says how many rounds it covers (``rounds``) and, for a candidate, which one (``candidate``).
 - **fine-tune** (only when ``run_vla_finetune``) = price(``vla_instance_type``) ×
   (``VLA_OVERHEAD_HOURS`` + ``vla_max_steps`` × seconds-per-step × ``vla_global_batch_size`` / 32 / 3600),
   with seconds-per-step at a global batch of 32 from ``VLA_SECONDS_PER_STEP`` (a rough figure for the
@@ -26,7 +30,8 @@ While training runs, the Batch operator and its trigger stop the job (``Terminat
 elapsed cost would exceed :func:`training_cost_limit` (``max_budget_usd`` minus the estimate of the
 other stages) by the next status poll (:func:`budget_verdict`). After the run,
 :func:`actual_run_cost` gives the actual figures in the estimate's shape, from the Batch job's
-``startedAt``/``stoppedAt`` and, when known, the fine-tune's billable time.
+``startedAt``/``stoppedAt`` and, when known, the fine-tune's billable time; with retraining rounds,
+:func:`loop_cost` adds the earlier rounds' actual costs (from their lineage) to give the loop's so far.
 """
 
 from __future__ import annotations
@@ -96,17 +101,26 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
     else:
         train_type = env["batch"]["instance_type"]
     nodes = int(params.get("num_nodes", 1))
-    rounds = int(params.get("max_rounds", 1) or 1)  # a sweep has one round (refused otherwise)
-    for label, run_params in _training_runs(params):  # a sweep: one training item per candidate
-        budget_s = int(run_params.get("train_time_budget_seconds") or 0)
-        timeout_h = float(run_params.get("training_timeout_hours", 0))
-        if budget_s:
-            train_hours, basis = budget_s / 3600, f"train_time_budget_seconds {budget_s}"
-        else:
-            train_hours, basis = timeout_h, f"training_timeout_hours {timeout_h:g} (no time budget)"
-        if rounds > 1:  # every retraining round may train as long again
-            train_hours, basis = train_hours * rounds, f"{basis} per round x max_rounds {rounds}"
-        items.append(_item("training", train_type, nodes, train_hours, prices, label + basis))
+    rounds = int(params.get("max_rounds", 1) or 1)
+    runs = _training_runs(params)
+    if len(runs) == 1 and runs[0][0] is None:  # one policy: every round may train as long again
+        hours, basis = _training_hours(params)
+        if rounds > 1:
+            hours, basis = hours * rounds, f"{basis} per round x max_rounds {rounds}"
+        items.append({**_item("training", train_type, nodes, hours, prices, basis), "rounds": rounds})
+    else:  # a sweep (in round 1, or rebuilt from the link in a later round): one item per candidate
+        longest = (0.0, "")
+        for cid, run_params in runs:
+            hours, basis = _training_hours(run_params)
+            longest = max(longest, (hours, basis))
+            label = f"sweep candidate {cid}: " + (f"round 1 of {rounds}, " if rounds > 1 else "")
+            items.append({**_item("training", train_type, nodes, hours, prices, label + basis), "rounds": 1,
+                          "candidate": cid})
+        if rounds > 1:  # rounds 2 .. max_rounds retrain the winner, who may be the longest candidate
+            hours, basis = longest
+            items.append({**_item("training", train_type, nodes, hours * (rounds - 1), prices,
+                                  f"rounds 2-{rounds}: the sweep winner's training, sized for the longest candidate "
+                                  f"({basis}) per round x {rounds - 1} rounds"), "rounds": rounds - 1})
     if params.get("run_vla_finetune"):
         vla_type = params["vla_instance_type"]
         steps = int(params.get("vla_max_steps", 0))
@@ -133,15 +147,32 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
     }
 
 
-def _training_runs(params: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """``(basis label, params)`` of each training job the run starts: one, or one per sweep candidate
-    (:mod:`sim2real.orchestration.candidates`; the sweep is already checked by ``check_params``)."""
+def _training_hours(params: Mapping[str, Any]) -> tuple[float, str]:
+    """Hours one training job may run, and the basis: ``train_time_budget_seconds`` when set, else
+    ``training_timeout_hours``."""
+    budget_s = int(params.get("train_time_budget_seconds") or 0)
+    if budget_s:
+        return budget_s / 3600, f"train_time_budget_seconds {budget_s}"
+    timeout_h = float(params.get("training_timeout_hours", 0))
+    return timeout_h, f"training_timeout_hours {timeout_h:g} (no time budget)"
+
+
+def _training_runs(params: Mapping[str, Any]) -> list[tuple[str | None, Mapping[str, Any]]]:
+    """``(candidate id, params)`` of the loop's sweep candidates: this run's sweep, or in a later round of a sweep
+    loop round 1's (``retrain_round.sweep``: its field over the base values of the swept keys); ``[(None,
+    params)]`` without a sweep (:mod:`sim2real.orchestration.candidates`; the sweep is already checked by
+    ``check_params``)."""
     from sim2real.orchestration.candidates import candidate_id, candidate_params, expand_sweep
 
-    overrides = expand_sweep(params.get("sweep"))
+    earlier = (params.get("retrain_round") or {}).get("sweep") if isinstance(params.get("retrain_round"), Mapping) else None
+    if earlier and not params.get("sweep"):
+        base = {**params, **(earlier.get("base") or {})}
+        overrides = expand_sweep(earlier.get("field"))
+    else:
+        base, overrides = params, expand_sweep(params.get("sweep"))
     if not overrides:
-        return [("", params)]
-    return [(f"sweep candidate {candidate_id(i)}: ", candidate_params(params, o)) for i, o in enumerate(overrides)]
+        return [(None, params)]
+    return [(candidate_id(i), candidate_params(base, o)) for i, o in enumerate(overrides)]
 
 
 def _item(stage: str, instance_type: str, instances: int, hours: float | None,
@@ -212,19 +243,21 @@ def candidate_cost_limits(estimate: Mapping[str, Any], candidates: int) -> list[
     """
     if candidates <= 0:
         return []
-    limit = training_cost_limit(estimate)
+    allowance = _training_allowance(estimate)
     items = [i for i in estimate.get("items") or [] if i.get("stage") == "training"]
-    if limit is None or len(items) != candidates or any(i.get("usd") is None for i in items):
+    mine = [i for i in items if i.get("candidate")] or items  # estimates without the key: every item a candidate
+    if allowance is None or len(mine) != candidates or any(i.get("usd") is None for i in items):
         return [None] * candidates
     total = sum(float(i["usd"]) for i in items)
     if total <= 0:
-        return [round(limit / candidates, 2)] * candidates
-    return [round(limit * float(i["usd"]) / total, 2) for i in items]
+        return [round(allowance / len(items), 2) for _ in mine]
+    return [round(allowance * float(i["usd"]) / total, 2) for i in mine]
 
 
 def training_cost_limit(estimate: Mapping[str, Any]) -> float | None:
     """USD the training job may spend: ``max_budget_usd`` minus the estimate of every other stage, shared
-    equally by the ``max_rounds`` retraining rounds (each round's job gets its share).
+    equally by the ``max_rounds`` retraining rounds (each round's job gets its share). In a later round of a
+    sweep loop: the share of the later rounds' training item (in proportion to the items' estimates), per round.
 
     :param estimate: :func:`estimate_run_cost`'s result (the plan's ``budget``).
     :return: the limit in USD (>= 0; 0 when the other stages alone use the whole budget), or None
@@ -232,14 +265,30 @@ def training_cost_limit(estimate: Mapping[str, Any]) -> float | None:
         price, or another stage's estimate is unknown (``check_budget`` refuses such a run under a
         budget anyway).
     """
+    allowance = _training_allowance(estimate)
+    if allowance is None:
+        return None
+    items = [i for i in estimate.get("items") or [] if i.get("stage") == "training"]
+    job = next((i for i in items if not i.get("candidate")), None)
+    if job is None or len(items) == 1 or any(i.get("usd") is None for i in items):  # one policy: equal shares
+        rounds = max(int(estimate.get("max_rounds") or 1), 1)
+        return round(allowance / rounds, 2)
+    # A sweep loop's later round: the later rounds' item's share of the allowance, per round.
+    total = sum(float(i["usd"]) for i in items)
+    share = allowance * float(job["usd"]) / total if total > 0 else allowance / len(items)
+    return round(share / max(int(job.get("rounds") or 1), 1), 2)
+
+
+def _training_allowance(estimate: Mapping[str, Any]) -> float | None:
+    """USD all training of the loop may spend: ``max_budget_usd`` minus every other stage's estimate (>= 0); None
+    when there is no limit, the training price is unknown or another stage's estimate is."""
     budget = float(estimate.get("max_budget_usd") or 0)
     if budget <= 0 or training_usd_per_node_hour(estimate) is None:
         return None
     others = [i for i in estimate.get("items") or [] if i.get("stage") != "training"]
     if any(i.get("usd") is None for i in others):
         return None
-    rounds = max(int(estimate.get("max_rounds") or 1), 1)
-    return round(max(budget - sum(float(i["usd"]) for i in others), 0.0) / rounds, 2)
+    return max(budget - sum(float(i["usd"]) for i in others), 0.0)
 
 
 def cost_limit_explanation(limit_usd: float | None, usd_per_node_hour: float | None, num_nodes: int) -> str:
@@ -546,6 +595,30 @@ def actual_run_cost(plan: Mapping[str, Any], training_result: Mapping[str, Any] 
         "within_budget": within,
         "items": items,
     }
+
+
+def loop_cost(actual: Mapping[str, Any], *, round_: int, run_id: str, run_key: str,
+              earlier: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The retraining loop's actual cost so far: this round's (``actual``, :func:`actual_run_cost`) plus every
+    earlier round's, as each round's own lineage recorded it (``cost_actual.total_usd`` of
+    ``runs/<run_key>/lineage.json``; :func:`sim2real.orchestration.report.earlier_round_costs` reads them).
+
+    :param round_: this run's round; ``run_id`` / ``run_key``: this run's.
+    :param earlier: one entry per earlier round, oldest first: ``{"round", "run_id", "run_key", "total_usd"
+        (None: unknown), "unknown" (that run's unknown stages), "reason" (why unknown, or None)}``.
+    :return: ``{"total_usd" (sum of the known rounds, rounded to cents), "unknown_rounds" (rounds whose cost is
+        unknown or a lower bound: total_usd is then a lower bound), "rounds": [{"round", "run_id", "run_key",
+        "total_usd", "reason"}, ...]}`` (this round last).
+    """
+    rows = [{"round": int(e["round"]), "run_id": e.get("run_id"), "run_key": e.get("run_key"),
+             "total_usd": None if e.get("total_usd") is None else float(e["total_usd"]), "reason": e.get("reason"),
+             "lower_bound": bool(e.get("unknown"))} for e in earlier]
+    rows.append({"round": int(round_), "run_id": run_id, "run_key": run_key, "total_usd": float(actual["total_usd"]),
+                 "reason": None, "lower_bound": bool(actual.get("unknown"))})
+    unknown = [r["round"] for r in rows if r["total_usd"] is None or r["lower_bound"]]
+    total = round(sum(r["total_usd"] for r in rows if r["total_usd"] is not None), 2)
+    return {"total_usd": total, "unknown_rounds": unknown,
+            "rounds": [{k: r[k] for k in ("round", "run_id", "run_key", "total_usd", "reason")} for r in rows]}
 
 
 def finetune_billing(sagemaker_client: Any, pipeline_execution_arn: str) -> dict[str, Any]:

@@ -163,9 +163,11 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "figures": {name: dict(fig) for name, fig in figures.items()} if figures is not None else None,
         "mlflow": _mlflow_entry(mlflow if mlflow is not None else _get(plan, "tracking")),
         "approval": _approval_entry(approval if approval is not None else _get(model_package, "decision")),
-        "candidates": candidate_entries(params, chain, evaluation, sweep, _get(plan, "sweep")),
+        "candidates": candidate_entries(params, chain, evaluation, sweep, _get(plan, "sweep"), task_states),
         "sweep": ({"rule": sweep.get("rule"), "winner": sweep.get("winner"), "candidate": sweep.get("candidate"),
-                   "max_parallel": _get(plan, "sweep", "max_parallel")} if sweep else None),
+                   "max_parallel": _get(plan, "sweep", "max_parallel"), "min_candidates": sweep.get("min_candidates"),
+                   "survivors": sweep.get("survivors"), "failed": list(sweep.get("failed") or [])}
+                  if sweep else None),
         "rounds": dict(rounds) if rounds else None,
     }
 
@@ -182,20 +184,30 @@ def _approval_entry(decision: Mapping[str, Any] | None) -> dict[str, Any] | None
 
 
 def candidate_entries(params: Mapping[str, Any], chain: Mapping[str, Any], evaluation: Mapping[str, Any] | None,
-                      sweep: Mapping[str, Any] | None, planned: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+                      sweep: Mapping[str, Any] | None, planned: Mapping[str, Any] | None = None,
+                      task_states: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The lineage's ``candidates``: a sweep's rows (params, job, checkpoint sha256, success rate and interval of
-    the selection evaluation, ``won``); a sweep that did not reach its pick (``planned``: the plan's ``sweep``
-    section): its planned candidates with nothing measured and none won; else the run's one policy (from
-    ``chain``, ``won`` true when it reached the gate's input)."""
+    the selection evaluation, ``state`` and ``reason``, ``won``); a sweep that did not reach its pick (``planned``:
+    the plan's ``sweep`` section): its planned candidates with nothing measured and none won, a failed one with
+    its state and reason from ``task_states`` (:func:`sim2real.orchestration.stages.sweep.failed_candidate`);
+    else the run's one policy (from ``chain``, ``won`` true when it reached the gate's input)."""
     from sim2real.orchestration.candidates import SWEEP_KEYS
 
     if sweep:
         return [dict(row) for row in sweep.get("candidates") or []]
     if planned and planned.get("enabled"):
-        return [{"index": c["index"], "candidate": c["candidate"], "candidate_key": c["candidate_key"],
-                 "overrides": c["overrides"], "params": c["params"], "batch_job_id": None, "checkpoint_uri": None,
-                 "checkpoint_sha256": None, "success_rate": None, "ci95": None, "successes": None, "episodes": None,
-                 "won": False} for c in planned.get("candidates") or []]
+        from sim2real.orchestration.stages.sweep import CANDIDATE_TASKS, failed_candidate
+
+        rows = []
+        for c in planned.get("candidates") or []:
+            states = {t: ((task_states or {}).get(f"{t}[{c['index']}]") or {}).get("state") for t in CANDIDATE_TASKS}
+            failure = failed_candidate({t: v for t, v in states.items() if v})
+            rows.append({"index": c["index"], "candidate": c["candidate"], "candidate_key": c["candidate_key"],
+                         "overrides": c["overrides"], "params": c["params"], "batch_job_id": None,
+                         "checkpoint_uri": None, "checkpoint_sha256": None, "success_rate": None, "ci95": None,
+                         "successes": None, "episodes": None, "state": failure["state"] if failure else None,
+                         "reason": failure["reason"] if failure else None, "won": False})
+        return rows
     return [{
         "index": 0, "candidate": None, "candidate_key": None, "overrides": {},
         "params": {k: params.get(k) for k in SWEEP_KEYS},
@@ -298,7 +310,12 @@ def _actual_cost(actual: Mapping[str, Any] | None) -> str:
     if actual.get("unknown"):
         text = f"at least {text} (unknown: {', '.join(actual['unknown'])})"
     verdict = {True: "within budget", False: "OVER BUDGET", None: None}[actual.get("within_budget")]
-    return text + (f", {verdict}" if verdict else "")
+    text += f", {verdict}" if verdict else ""
+    loop = actual.get("loop")
+    if loop:  # a later retraining round: every round so far
+        text += (f"; the loop so far (rounds {', '.join(str(r['round']) for r in loop.get('rounds') or [])}): "
+                 f"{'at least ' if loop.get('unknown_rounds') else ''}${loop['total_usd']:.2f}")
+    return text
 
 
 def _cost(estimate: Mapping[str, Any] | None) -> str:
@@ -327,7 +344,7 @@ def _candidate_job(cand: Mapping[str, Any]) -> str:
 
 def candidate_rows(lineage: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     """The lineage's ``candidates`` as a table: ``(header, rows)``, one row per candidate (the winner marked)."""
-    header = ("candidate", "params", "training job", "checkpoint sha256", "success rate", "95% Wilson", "won")
+    header = ("candidate", "params", "training job", "checkpoint sha256", "success rate", "95% Wilson", "state", "won")
     rows = []
     for cand in lineage.get("candidates") or []:
         ci = cand.get("ci95") or [None, None]
@@ -335,8 +352,23 @@ def candidate_rows(lineage: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tu
         rows.append((cand.get("candidate") or "-", json.dumps(cand.get("params") or {}, sort_keys=True),
                      _candidate_job(cand), (cand.get("checkpoint_sha256") or "-")[:12],
                      "-" if rate is None else f"{rate:.3f}",
-                     "-" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]", "yes" if cand.get("won") else ""))
+                     "-" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]",
+                     cand.get("state") or "-" if not cand.get("reason") else f"{cand.get('state')}: {cand['reason']}",
+                     "yes" if cand.get("won") else ""))
     return header, rows
+
+
+def sweep_survivor_line(lineage: Mapping[str, Any]) -> list[str]:
+    """One sentence when some of a sweep's candidates failed: ``N of M candidates failed (...): picked among the
+    K that succeeded (sweep_min_candidates m)``; nothing when none failed or there is no sweep."""
+    sweep = lineage.get("sweep") or {}
+    failed = [c for c in lineage.get("candidates") or [] if c.get("reason")]
+    if not sweep or not failed:
+        return []
+    total = len(lineage.get("candidates") or [])
+    names = ", ".join(str(c.get("candidate")) for c in failed)
+    return [f"{len(failed)} of {total} candidates failed ({names}): picked among the {total - len(failed)} that "
+            f"succeeded (sweep_min_candidates {sweep.get('min_candidates')})."]
 
 
 def round_lines(rounds: Mapping[str, Any] | None) -> list[str]:
@@ -353,6 +385,10 @@ def round_lines(rounds: Mapping[str, Any] | None) -> list[str]:
             "retraining": f"below the bar: round {rounds['round'] + 1} started as run `{rounds.get('next_run_id')}`.",
             "gate_failed": "below the bar on the last round: the loop ends with the gate failed.",
             "not_evaluated": "not evaluated: the loop ends here."}.get(rounds.get("outcome"), "")
+    if rounds.get("sweep"):
+        sw = rounds["sweep"]
+        head += (f"; round 1 was a sweep of {sw.get('candidates')} candidates (run `{sw.get('run_id')}`), this round "
+                 f"retrains its winner {sw.get('winner')} ({json.dumps(sw.get('overrides') or {}, sort_keys=True)})")
     out = ["", f"{head}: {then}", "", "| round | run | success rate | 95% CI | episodes (first seed) | gate |",
            "|---|---|---|---|---|---|"]
     for r in rounds.get("rounds") or []:
@@ -371,7 +407,7 @@ def render_markdown(lineage: Mapping[str, Any]) -> str:
     lines += [f"| {label} | `{value}` |" for label, value in chain_rows(lineage)]
     if lineage.get("sweep"):
         header, rows = candidate_rows(lineage)
-        lines += ["", "## Sweep", "", f"Pick: {lineage['sweep'].get('rule')}.", "",
+        lines += ["", "## Sweep", "", f"Pick: {lineage['sweep'].get('rule')}.", *sweep_survivor_line(lineage), "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     gate = _get(lineage, "stages", "quality_gate")

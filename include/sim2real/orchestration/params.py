@@ -203,6 +203,11 @@ def _sweep_rule_errors(params: Mapping[str, Any], backend: str) -> list[str]:
     errors = sweep_errors(sweep, params, build_params())
     if errors:
         return errors
+    count = len(expand_sweep(sweep))
+    minimum = int(params.get("sweep_min_candidates") or 1)
+    if minimum > count:
+        errors.append(f"sweep_min_candidates {minimum} is above the sweep's {count} candidates: at most {count} "
+                      "can succeed (set it to the number of candidates for every one to be needed)")
     timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
     for i, override in enumerate(expand_sweep(sweep)):
         budget = candidate_params(params, override).get("train_time_budget_seconds", 0)

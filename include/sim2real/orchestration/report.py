@@ -84,6 +84,48 @@ def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
         return None
 
 
+def earlier_round_costs(plan: Mapping[str, Any], hook: Any) -> list[dict[str, Any]]:
+    """Each earlier round's actual cost, from its own ``runs/<run_key>/lineage.json`` (``cost_actual``; the run key
+    of every earlier round is in this round's ``retrain_round`` history), oldest first; S3 ``GetObject`` per round.
+    A round whose lineage cannot be read, or has no actual cost, is ``total_usd`` None with the reason; never raises.
+    """
+    out = []
+    for entry in _get(plan, "rounds", "history") or []:
+        row = {"round": entry.get("round"), "run_id": entry.get("run_id"), "run_key": entry.get("run_key"),
+               "total_usd": None, "unknown": [], "reason": None}
+        key = f"runs/{entry.get('run_key')}/lineage.json"
+        try:
+            actual = (json.loads(hook.read_key(key, bucket_name=plan["bucket"])) or {}).get("cost_actual")
+        except Exception as err:  # noqa: BLE001 - the loop's figure is then a lower bound, with the reason
+            row["reason"] = f"s3://{plan['bucket']}/{key} not readable: {type(err).__name__}: {err}"
+            log.warning("round %s's cost: %s", row["round"], row["reason"])
+            out.append(row)
+            continue
+        if not actual or actual.get("total_usd") is None:
+            row["reason"] = f"s3://{plan['bucket']}/{key} has no actual cost"
+        else:
+            row["total_usd"], row["unknown"] = float(actual["total_usd"]), list(actual.get("unknown") or [])
+        out.append(row)
+    return out
+
+
+def with_loop_cost(plan: Mapping[str, Any], actual: dict[str, Any] | None, run_id: str, hook: Any
+                   ) -> dict[str, Any] | None:
+    """``actual`` with ``loop`` (:func:`sim2real.orchestration.budget.loop_cost`) from round 2 on; unchanged in
+    round 1, without rounds, or when this run's cost is unknown. Never raises."""
+    from sim2real.orchestration.budget import loop_cost
+
+    round_ = int(_get(plan, "rounds", "round") or 1)
+    if not actual or round_ <= 1:
+        return actual
+    try:
+        return {**actual, "loop": loop_cost(actual, round_=round_, run_id=run_id, run_key=plan["run_key"],
+                                            earlier=earlier_round_costs(plan, hook))}
+    except Exception:  # noqa: BLE001 - the report never fails for want of a figure
+        log.exception("could not sum the loop's actual cost")
+        return actual
+
+
 def sweep_trainings(plan: Mapping[str, Any], ti: Any) -> list[Any]:
     """Each sweep candidate's training result (its ``job_cost`` XCom when the job was stopped at the cost limit;
     ``None`` when it handed on neither), in candidate order."""
@@ -385,7 +427,8 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     lineage = build_lineage(
         run_key=plan["run_key"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, params=params, plan=plan,
         task_states=collect_task_states(dag_run.dag_id, dag_run.run_id), figures=figures,
-        hyperpod_scaling=scaling, cost_actual=run_actual_cost(plan, parts, ti, sagemaker),
+        hyperpod_scaling=scaling,
+        cost_actual=with_loop_cost(plan, run_actual_cost(plan, parts, ti, sagemaker), dag_run.run_id, hook),
         deploy_check=_pull(ti, SOURCES["deployment"], key="model_package_check"),
         approval=_pull(ti, SOURCES["model_package"], key="decision"),  # also there when the package was Rejected
         rounds=rounds, **parts,

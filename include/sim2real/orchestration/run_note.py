@@ -98,6 +98,18 @@ def _round_line(rounds: Mapping[str, Any] | None) -> list[str]:
             f"{then}."]
 
 
+def _sweep_line(lineage: Mapping[str, Any]) -> list[str]:
+    """``**Sweep:** 1 of 3 candidates failed (c1: ...); the best of the 2 that succeeded went on`` (nothing when
+    none failed)."""
+    failed = [c for c in lineage.get("candidates") or [] if c.get("reason")]
+    if not lineage.get("sweep") or not failed:
+        return []
+    total = len(lineage.get("candidates") or [])
+    why = "; ".join(f"{c.get('candidate')}: {c.get('reason')}" for c in failed)
+    return [f"**Sweep:** {len(failed)} of {total} candidates failed ({why}); the best of the {total - len(failed)} "
+            f"that succeeded went on (sweep_min_candidates {lineage['sweep'].get('min_candidates')})."]
+
+
 def headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) -> list[str]:
     chain = lineage.get("chain") or {}
     stages = lineage.get("stages") or {}
@@ -120,6 +132,7 @@ def headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) 
     else:
         lines.append("**Quality gate:** not reached.")
     lines += _round_line(lineage.get("rounds"))
+    lines += _sweep_line(lineage)
     estimate, actual = lineage.get("cost_estimate") or {}, lineage.get("cost_actual") or {}
     cost = f"**GPU cost:** estimated {_money(estimate.get('total_usd'))}"
     if estimate.get("max_budget_usd"):
@@ -130,6 +143,13 @@ def headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) 
         cost += f", {verdict}" if verdict else ""
     else:
         cost += ", actual unknown"
+    loop = (actual or {}).get("loop")
+    if loop:  # a later retraining round: what the loop has cost so far, beside the whole loop's estimate
+        rounds = sorted(r["round"] for r in loop.get("rounds") or [])
+        cost += (f"; loop so far (rounds {rounds[0]}-{rounds[-1]}) {'at least ' if loop.get('unknown_rounds') else ''}"
+                 f"{_money(loop.get('total_usd'))} of the loop's estimate {_money(estimate.get('total_usd'))}")
+        if loop.get("unknown_rounds"):
+            cost += f" (round {', '.join(str(r) for r in loop['unknown_rounds'])} unknown)"
     return lines + [cost]
 
 

@@ -13,6 +13,13 @@ report): it reads the state of every task of the run through the Task Execution 
 supported way for a task in Airflow 3, no database access) and fails, naming each failed task, when any task
 failed or was upstream-failed. It is the run's only effective leaf besides other failing teardowns, so the
 run's state is exactly its verdict.
+
+One kind of failed task does not fail the run: a sweep candidate that ``pick_best`` picked around. A failed
+mapped task instance is no leaf (``pick_best`` is downstream of every candidate, with trigger rule
+``all_done_min_one_success``), so Airflow's own rule above never counts it; ``run_outcome`` leaves out the candidates'
+task instances that ``pick_best`` recorded as failed (its result's ``failed``;
+:func:`sim2real.orchestration.stages.sweep.forgiven_task_keys`) and names them in its result. A sweep that could
+not pick (too few survivors) fails at ``pick_best``, and the run with it.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ def failed_tasks(breadcrumbs: Iterable[Mapping[str, Any]], *, exclude: Iterable[
     """``{task_id: state}`` of every task in :data:`FAILED_STATES` (mapped tasks as ``task_id[i]``).
 
     :param breadcrumbs: ``RuntimeTaskInstance.get_task_breadcrumbs`` rows (``task_id``, ``map_index``, ``state``).
-    :param exclude: task ids left out (the checking task itself).
+    :param exclude: task ids (the checking task itself) or mapped task instances (``task_id[i]``) left out.
     """
     skip = set(exclude)
     out: dict[str, str] = {}
@@ -45,7 +52,9 @@ def failed_tasks(breadcrumbs: Iterable[Mapping[str, Any]], *, exclude: Iterable[
         if task_id in skip or state not in FAILED_STATES:
             continue
         index = crumb.get("map_index")
-        out[f"{task_id}[{index}]" if index is not None and index >= 0 else task_id] = state
+        key = f"{task_id}[{index}]" if index is not None and index >= 0 else task_id
+        if key not in skip:
+            out[key] = state
     return out
 
 
@@ -59,13 +68,16 @@ def outcome_message(dag_id: str, run_id: str, failed: Mapping[str, str]) -> str:
               "the UI or the API included)")
 
 
-def check_run_outcome(dag_id: str, run_id: str, *, own_task_id: str, breadcrumbs: Iterable[Mapping[str, Any]] | None = None
-                      ) -> dict[str, Any]:
+def check_run_outcome(dag_id: str, run_id: str, *, own_task_id: str, breadcrumbs: Iterable[Mapping[str, Any]] | None = None,
+                      forgiven: Iterable[str] = ()) -> dict[str, Any]:
     """The ``run_outcome`` task: fail when any task of the run failed or was upstream-failed.
 
     :param breadcrumbs: the run's finished tasks; default: read through the Task Execution API
         (``RuntimeTaskInstance.get_task_breadcrumbs``), which only works inside a running task.
-    :return: ``{"state": "success", "tasks": n}`` when nothing failed.
+    :param forgiven: mapped task instances (``task_id[i]``) that do not fail the run: a sweep's failed candidates
+        that ``pick_best`` picked around.
+    :return: ``{"state": "success", "tasks": n}`` when nothing else failed, with ``"forgiven": {key: state}`` when
+        some forgiven task instances failed.
     :raises airflow.sdk.exceptions.AirflowFailException: (not retried) some task failed; the message lists them.
     """
     from airflow.sdk.exceptions import AirflowFailException
@@ -75,8 +87,14 @@ def check_run_outcome(dag_id: str, run_id: str, *, own_task_id: str, breadcrumbs
 
         breadcrumbs = RuntimeTaskInstance.get_task_breadcrumbs(dag_id=dag_id, run_id=run_id)
     crumbs = list(breadcrumbs)
+    forgiven = set(forgiven)
     failed = failed_tasks(crumbs, exclude=(own_task_id,))
+    excused = {k: v for k, v in failed.items() if k in forgiven}
+    failed = {k: v for k, v in failed.items() if k not in forgiven}
     if failed:
         raise AirflowFailException(outcome_message(dag_id, run_id, failed))
+    if excused:
+        log.info("run %s / %s: failed sweep candidates the pick went around (not counted): %s", dag_id, run_id,
+                 ", ".join(f"{k} {v}" for k, v in sorted(excused.items())))
     log.info("run %s / %s: none of its %d finished tasks failed", dag_id, run_id, len(crumbs))
-    return {"state": "success", "tasks": len(crumbs)}
+    return {"state": "success", "tasks": len(crumbs), **({"forgiven": excused} if excused else {})}

@@ -610,3 +610,38 @@ def test_a_candidate_fails_when_the_lanes_previous_job_ended_failed(aws_env, mot
     ti = PullingTI({0: job_id}, {("sweep.submit_training", 0): "success", ("sweep.train_policy", 0): "running"})
     with pytest.raises(AirflowFailException, match=rf"c0's Batch job {job_id} .*ended FAILED \(Essential container"):
         _sensor(0).poke({"ti": ti})
+
+
+def _lenient_sensor(lane_after, max_failed):
+    return SweepLaneSensor(task_id="wait_for_slot", lane_after=lane_after, submit_task_id="sweep.submit_training",
+                           train_task_id="sweep.train_policy", mode="reschedule", poke_interval=1,
+                           max_failed=max_failed)
+
+
+def test_a_failed_candidate_frees_its_lane_when_the_sweep_may_lose_it():
+    """sweep_min_candidates below the candidates (max_failed 1): c1 failed, so c3 (lane after c1) starts at once
+    instead of failing; the pick goes on among the survivors."""
+    ti = PullingTI({}, {("sweep.train_policy", 1): "failed", ("sweep.submit_training", 0): "success"})
+    assert _lenient_sensor(1, 1).poke({"ti": ti}) is True
+    assert ti.pulls == []  # no job to wait for: its task failed
+    # a failure in another lane does not block this one either (c2 waits for c0's running job as usual)
+    ti = PullingTI({}, {("sweep.train_policy", 1): "failed"})
+    assert _lenient_sensor(0, "1").poke({"ti": ti}) is False  # templated: a string; c0 has not submitted yet
+
+
+def test_a_lane_fails_when_more_candidates_failed_than_the_sweep_may_lose():
+    from airflow.sdk.exceptions import AirflowFailException
+
+    ti = PullingTI({}, {("sweep.train_policy", 0): "failed", ("sweep.submit_training", 1): "upstream_failed"})
+    with pytest.raises(AirflowFailException, match=r"2 candidate\(s\) can no longer succeed, more than the 1 the "
+                                                   r"sweep may lose \(sweep_min_candidates\)"):
+        _lenient_sensor(1, 1).poke({"ti": ti})
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_a_lanes_previous_job_that_ended_failed_frees_it_when_the_sweep_may_lose_it(aws_env, moto_batch_gaps, script):
+    setup_batch()
+    script["*"] = [("FAILED", "Host EC2 instance terminated", 1)]
+    job_id = make_op(submit_only=True).execute({})["job_id"]
+    ti = PullingTI({0: job_id}, {("sweep.submit_training", 0): "success", ("sweep.train_policy", 0): "running"})
+    assert _lenient_sensor(0, 1).poke({"ti": ti}) is True

@@ -50,7 +50,7 @@ def test_one_round_plans_the_run_as_without_rounds():
     plan = _plan()
     assert plan["rounds"] == {"round": 1, "max_rounds": 1, "round_iterations": 1000, "max_iterations": 40,
                               "eval_seed": 1000, "parent_run_id": None, "parent_run_key": None, "resume_from": None,
-                              "resumed_checkpoint_uri": None, "history": []}
+                              "resumed_checkpoint_uri": None, "history": [], "sweep": None}
     assert plan["batch"]["environment"]["MAX_ITERATIONS"] == "40" and plan["evaluation"]["seed"] == 1000
     train = plan["budget"]["items"][0]
     assert train["hours"] == round(60 / 3600, 4) and train["basis"] == "train_time_budget_seconds 60"
@@ -111,12 +111,17 @@ def test_seeds_of_the_last_round_must_fit_the_seed_range():
 
 
 def test_seeds_of_a_sweeps_candidates_must_fit_the_seed_range():
-    # the candidates are evaluated on the 20 episodes after the gate's: seeds eval_seed + 20 .. eval_seed + 39
+    # the candidates are evaluated on the 20 episodes after every round's gate episodes: with one round, seeds
+    # eval_seed + 20 .. eval_seed + 39; with 3 rounds, eval_seed + 60 .. eval_seed + 79
     sweep = [{"seed": 3}, {"seed": 4}]
-    with pytest.raises(ParamRuleError, match="eval_seed \\+ 2 x eval_episodes - 1 = 2147483648 is above 2\\*\\*31 - 1"):
+    with pytest.raises(ParamRuleError, match=r"eval_seed \+ \(max_rounds \+ 1\) x eval_episodes - 1 = 2147483648 is "
+                                             r"above 2\*\*31 - 1"):
         check_params({**PARAMS, "sweep": sweep, "eval_seed": 2**31 - 39}, GOOD)
     check_params({**PARAMS, "sweep": sweep, "eval_seed": 2**31 - 40}, GOOD)  # 2 x 20 seeds fit exactly
     check_params({**PARAMS, "eval_seed": 2**31 - 20}, GOOD)  # no sweep: only the gate's 20 seeds
+    with pytest.raises(ParamRuleError, match=r"= 2147483648 is above"):
+        check_params({**PARAMS, "sweep": sweep, "max_rounds": 3, "eval_seed": 2**31 - 79}, GOOD)
+    check_params({**PARAMS, "sweep": sweep, "max_rounds": 3, "eval_seed": 2**31 - 80}, GOOD)
 
 
 def test_every_round_counts_against_the_budget_up_front():
@@ -245,9 +250,143 @@ def test_the_rounds_report_lists_every_rounds_success_rate_and_matches_the_schem
         round_success_figure({**entry, "rounds": []}, run_key="k", threshold=0.5)
 
 
-def test_a_sweep_with_retraining_rounds_is_refused_with_the_reason():
-    sweep = [{"seed": 3}, {"seed": 4}]
-    with pytest.raises(ParamRuleError, match="max_rounds 2 with a sweep"):
-        check_params({**PARAMS, "max_rounds": 2, "sweep": sweep}, GOOD)
-    check_params({**PARAMS, "max_rounds": 1, "sweep": sweep}, GOOD)
-    check_params({**PARAMS, "max_rounds": 2, "sweep": None}, GOOD)
+SWEEP = [{"seed": 3}, {"seed": 4, "num_envs": 64}, {"seed": 5, "train_time_budget_seconds": 30}]
+
+
+def _picked(plan, winner=1, failed=()):
+    """A pick_best result of ``plan``'s sweep: ``winner`` won, ``failed`` candidates failed."""
+    rows = [{"index": c["index"], "candidate": c["candidate"], "overrides": c["overrides"], "params": c["params"],
+             "reason": "sweep.train_policy is failed" if c["index"] in failed else None, "won": c["index"] == winner}
+            for c in plan["sweep"]["candidates"]]
+    return {"winner": winner, "candidate": f"c{winner}", "candidates": rows, "failed": list(failed)}
+
+
+def test_a_sweep_with_retraining_rounds_is_planned_and_its_candidates_see_no_rounds_episodes():
+    check_params({**PARAMS, "max_rounds": 3, "sweep": SWEEP}, GOOD)  # no longer refused
+    plan = _plan(max_rounds=3, sweep=SWEEP)
+    assert plan["sweep"]["enabled"] and plan["rounds"]["max_rounds"] == 3
+    # rounds' gate episodes: 1000.., 1020.., 1040..; the candidates' selection after all of them
+    assert plan["sweep"]["selection_eval_seed"] == 1000 + 3 * 20
+    assert all(c["eval_seed"] == 1060 for c in plan["sweep"]["candidates"])
+    assert _plan(sweep=SWEEP)["sweep"]["selection_eval_seed"] == 1020  # one round: as before
+
+
+def test_the_round_after_a_sweep_continues_the_winner_without_the_sweep():
+    plan = _plan(max_rounds=3, sweep=SWEEP)
+    report = {"success_rate": 0.1, "ci95": list(wilson_interval(2, 20)), "successes": 2, "episodes": 20}
+    manifest = {"checkpoint_uri": f"{plan['sweep']['candidates'][1]['output_uri']}agent_000040.pt", "sha256": SHA,
+                "iteration": 40}
+    verdict = quality_gate(report, min_success_rate=0.8, on_lower_bound=True)
+    this = round_result(plan, "manual__r1", report, manifest, verdict)
+    conf = next_round_conf(plan, this, run_id="manual__r1", sweep=_picked(plan, winner=1, failed=[2]))
+    # the winner's params over the run's, the sweep cleared: a later round retrains one policy
+    assert conf["sweep"] is None and conf["seed"] == 4 and conf["num_envs"] == 64
+    link = conf[RETRAIN_FIELD]
+    assert link["resume_from"]["checkpoint_uri"] == manifest["checkpoint_uri"] and link["round"] == 2
+    assert link["sweep"] == {"field": SWEEP, "base": {"seed": 0, "num_envs": 8, "max_iterations": 40,
+                                                      "train_time_budget_seconds": 60},
+                             "winner": "c1", "overrides": {"seed": 4, "num_envs": 64}, "run_id": "manual__r1",
+                             "candidates": 3, "failed": 1}
+    check_params(conf, GOOD)  # the conf round 1 writes is one the form takes
+    two = _plan(**conf)
+    assert two["sweep"]["enabled"] is False and two["rounds"]["sweep"]["winner"] == "c1"
+    assert two["batch"]["environment"]["SEED"] == "4" and two["batch"]["environment"]["NUM_ENVS"] == "64"
+    # round 2's lineage says whose params it retrains; round 3's link keeps round 1's sweep
+    entry = lineage_entry(two, run_id="manual__r2", evaluation=None, checkpoint=None, next_run_id=None)
+    assert entry["sweep"] == {"run_id": "manual__r1", "winner": "c1", "overrides": {"seed": 4, "num_envs": 64},
+                              "candidates": 3, "failed": 1}
+    this2 = round_result(two, "manual__r2", report, {**manifest, "iteration": 1040}, verdict)
+    three = next_round_conf(two, this2, run_id="manual__r2")
+    assert three[RETRAIN_FIELD]["sweep"] == link["sweep"] and three["seed"] == 4 and three["sweep"] is None
+    # a link that carries a sweep refuses a run that sweeps again, and a malformed one
+    with pytest.raises(ParamRuleError, match="retrains its winner only: clear sweep"):
+        check_params({**conf, "sweep": SWEEP}, GOOD)
+    with pytest.raises(ParamRuleError, match="sweep must be round 1's sweep"):
+        check_params({**conf, RETRAIN_FIELD: {**link, "sweep": {"winner": "c1"}}}, GOOD)
+
+
+def test_a_sweep_loops_budget_counts_round_1s_candidates_and_the_later_rounds_and_is_the_same_every_round():
+    from sim2real.orchestration.budget import candidate_cost_limits
+
+    hour = {"run_vla_finetune": False, "deploy_to_edge": False, "train_time_budget_seconds": 3600,
+            "training_timeout_hours": 2.0}
+    sweep = [{"seed": 3}, {"seed": 4, "num_envs": 64}, {"seed": 5, "train_time_budget_seconds": 1800}]
+    est = estimate_run_cost({**PARAMS, **hour, "max_rounds": 3, "sweep": sweep}, GOOD)
+    training = [i for i in est["items"] if i["stage"] == "training"]
+    single = estimate_run_cost({**PARAMS, **hour}, GOOD)["items"][0]["usd"]  # one hour, one round
+    # round 1: one item per candidate (c2 trains 30 min), then rounds 2-3 sized for the longest candidate (1 h)
+    assert [i.get("candidate") for i in training] == ["c0", "c1", "c2", None]
+    assert [i["rounds"] for i in training] == [1, 1, 1, 2]
+    assert [i["usd"] for i in training] == pytest.approx([single, single, single / 2, 2 * single], abs=0.01)
+    assert training[-1]["basis"].startswith("rounds 2-3: the sweep winner's training")
+    assert est["total_usd"] == pytest.approx(4.5 * single, abs=0.03)
+    # refused up front when the loop is over max_budget_usd, though round 1 alone fits
+    with pytest.raises(BudgetExceeded, match=r"above max_budget_usd .*rounds 2-3"):
+        _plan(max_rounds=3, sweep=sweep, **hour, max_budget_usd=round(3 * single, 2))
+    # round 2 rebuilds the same figure from round 1's sweep in its link: a loop that fits is never refused later
+    limit = round(5 * single, 2)
+    plan = _plan(max_rounds=3, sweep=sweep, **hour, max_budget_usd=limit)
+    report = {"success_rate": 0.1, "ci95": list(wilson_interval(2, 20)), "successes": 2, "episodes": 20}
+    manifest = {"checkpoint_uri": "s3://b/runs/k/candidates/c1/checkpoints/agent_000040.pt", "sha256": SHA,
+                "iteration": 40}
+    this = round_result(plan, "r1", report, manifest, quality_gate(report, min_success_rate=0.8, on_lower_bound=True))
+    two = _plan(**next_round_conf(plan, this, run_id="r1", sweep=_picked(plan, winner=2)))
+    assert two["params"]["train_time_budget_seconds"] == 1800  # the winner c2's own time budget
+    assert two["budget"]["total_usd"] == plan["budget"]["total_usd"]
+    assert [i.get("candidate") for i in two["budget"]["items"]] == ["c0", "c1", "c2", None]
+    # the training allowance (max_budget_usd, no other stage) is shared in proportion: each candidate its share in
+    # round 1, each later round half of the later rounds' share
+    limits = candidate_cost_limits(plan["budget"], 3)
+    assert limits == pytest.approx([limit / 4.5, limit / 4.5, limit / 9], abs=0.01)
+    assert [c["cost_limit_usd"] for c in plan["sweep"]["candidates"]] == limits
+    assert training_cost_limit(two["budget"]) == pytest.approx(limit / 4.5, abs=0.01)
+    assert two["batch"]["cost_limit_usd"] == training_cost_limit(two["budget"])
+    assert sum(limits) + 2 * training_cost_limit(two["budget"]) == pytest.approx(limit, abs=0.03)
+
+
+def test_a_later_rounds_actual_cost_adds_every_earlier_rounds_from_their_lineage(s3):
+    """Round 3: its own cost plus rounds 1 and 2 as their lineage.json recorded them (S3 GetObject per round); a
+    round whose lineage is gone makes the figure a lower bound, with the reason, and the note shows it beside the
+    loop's estimate."""
+    import json
+
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    from sim2real.orchestration.budget import loop_cost
+    from sim2real.orchestration.lineage import build_lineage, lineage_errors, render_markdown
+    from sim2real.orchestration.report import with_loop_cost
+    from sim2real.orchestration.run_note import render_run_note
+
+    hook = S3Hook(aws_conn_id=None)
+    history = [_entry(1, 3), _entry(2, 4)]
+    plan = _plan(env=S3_ENV, max_rounds=3, retrain_round=_link(3, history=history))
+    actual = {"currency": "USD", "price_source": "p", "total_usd": 1.25, "max_budget_usd": 500.0, "unknown": [],
+              "within_budget": True, "items": []}
+    hook.load_string(json.dumps({"cost_actual": {**actual, "total_usd": 2.5}}), key="runs/key-1/lineage.json",
+                     bucket_name="bkt")
+    hook.load_string(json.dumps({"cost_actual": {**actual, "total_usd": 0.75, "unknown": ["vla_finetune"]}}),
+                     key="runs/key-2/lineage.json", bucket_name="bkt")
+    out = with_loop_cost(plan, actual, "manual__r3", hook)
+    loop = out["loop"]
+    assert loop["total_usd"] == 4.5 and loop["unknown_rounds"] == [2]  # round 2's own figure is a lower bound
+    assert [(r["round"], r["run_key"], r["total_usd"]) for r in loop["rounds"]] == [
+        (1, "key-1", 2.5), (2, "key-2", 0.75), (3, plan["run_key"], 1.25)]
+    assert out["total_usd"] == 1.25  # this run's own figure is unchanged
+
+    lineage = build_lineage(run_key=plan["run_key"], dag_id="sim_to_real", run_id="manual__r3", params=plan["params"],
+                            plan=plan, cost_actual=out)
+    assert lineage_errors(lineage) == []
+    note = render_run_note(lineage)
+    assert (f"; loop so far (rounds 1-3) at least $4.50 of the loop's estimate ${plan['budget']['total_usd']:.2f} "
+            "(round 2 unknown)") in note
+    assert "the loop so far (rounds 1, 2, 3): at least $4.50" in render_markdown(lineage)
+
+    # round 1's lineage is gone: the loop's figure is a lower bound that says why
+    hook.get_conn().delete_object(Bucket="bkt", Key="runs/key-1/lineage.json")
+    gone = with_loop_cost(plan, actual, "manual__r3", hook)["loop"]
+    assert gone["total_usd"] == 2.0 and gone["unknown_rounds"] == [1, 2]
+    assert gone["rounds"][0]["total_usd"] is None and "runs/key-1/lineage.json not readable" in gone["rounds"][0]["reason"]
+    # round 1, and a run without rounds: no loop figure
+    assert "loop" not in with_loop_cost(_plan(env=S3_ENV, max_rounds=3), actual, "r1", hook)
+    assert with_loop_cost(plan, None, "r3", hook) is None
+    assert loop_cost(actual, round_=2, run_id="r2", run_key="k2", earlier=[])["total_usd"] == 1.25

@@ -242,3 +242,116 @@ def test_each_candidate_hands_its_own_mlflow_runs_to_its_trainer_and_evaluation(
         assert cand["manifest_uri"] in commands and f" {cand['eval_seed']}" in commands
     assert plan["batch"]["environment"][env_vars.MLFLOW_RUN_ID] == "b" * 32  # the run's own runs are unchanged
     assert plan["tracking"]["candidate_runs"] == runs
+
+
+def _results(plan, failed=()):
+    """The mapped tasks' results of ``plan``'s candidates, ``None`` for the ``failed`` ones (no XCom)."""
+    trainings = [None if i in failed else {"job_id": f"job-{i}", "num_nodes": 1, "started_at": 0.0, "stopped_at": 60.0}
+                 for i in range(len(plan["sweep"]["candidates"]))]
+    manifests = [None if i in failed else {"checkpoint_uri": f"{c['output_uri']}policy.pt", "sha256": f"{i:x}" * 64}
+                 for i, c in enumerate(plan["sweep"]["candidates"])]
+    return trainings, manifests
+
+
+def test_the_form_field_sweep_min_candidates_defaults_to_any_survivor_and_is_refused_above_the_candidates():
+    from sim2real.orchestration.stages.sweep import SweepPlan
+
+    assert build_params()["sweep_min_candidates"].value == 1  # any survivor: a lost job does not cost the sweep
+    plan = _plan(sweep=SWEEP)
+    assert (plan["sweep"]["min_candidates"], plan["sweep"]["max_failed"]) == (1, 2)
+    assert SweepPlan.from_plan(_plan(sweep=SWEEP, sweep_min_candidates=3)).max_failed == 0  # every candidate
+    assert _plan()["sweep"]["min_candidates"] == 0  # no sweep
+    with pytest.raises(ParamRuleError, match="sweep_min_candidates 4 is above the sweep's 3 candidates"):
+        check_params({**PARAMS, "sweep": SWEEP, "sweep_min_candidates": 4}, GOOD)
+    check_params({**PARAMS, "sweep_min_candidates": 4}, GOOD)  # no sweep: nothing to refuse
+
+
+def test_pick_best_picks_among_the_survivors_and_records_the_failed_with_their_reason():
+    from sim2real.orchestration.lineage import build_lineage, lineage_errors, render_markdown
+    from sim2real.orchestration.run_note import render_run_note
+
+    plan = _plan(sweep=SWEEP)
+    trainings, manifests = _results(plan, failed=(1,))
+    reports = [_report(12), None, _report(15)]
+    failures = {1: {"state": "failed", "reason": "sweep.train_policy is failed; Batch job job-1 FAILED (Host EC2 "
+                    "instance terminated)", "batch_job_id": "job-1"}}
+    picked = pick_best_result(plan, trainings, manifests, reports, failures)
+    # the best lower bound among c0 and c2 (the failed c1 is out of the pick, whatever it would have scored)
+    assert picked["winner"] == 2 and picked["failed"] == [1] and picked["survivors"] == 2
+    c0, c1, c2 = picked["candidates"]
+    assert (c0["state"], c0["reason"], c2["won"]) == ("success", None, True)
+    assert c1["state"] == "failed" and "Host EC2 instance terminated" in c1["reason"] and c1["batch_job_id"] == "job-1"
+    assert c1["success_rate"] is None and c1["checkpoint_sha256"] is None and not c1["won"]
+    # a candidate that handed on nothing though no task state was read is recorded as failed too
+    unlisted = pick_best_result(plan, trainings, manifests, reports)
+    assert unlisted["candidates"][1]["reason"] == "no training result, no checkpoint manifest, no evaluation report handed on"
+
+    lineage = build_lineage(run_key=plan["run_key"], dag_id="sim_to_real", run_id="r", params=plan["params"],
+                            plan=plan, sweep=picked, evaluation={**reports[2], "checkpoint_sha256": manifests[2]["sha256"]})
+    assert lineage_errors(lineage) == []
+    assert lineage["sweep"]["failed"] == [1] and lineage["sweep"]["min_candidates"] == 1
+    assert "1 of 3 candidates failed (c1): picked among the 2 that succeeded" in render_markdown(lineage)
+    note = render_run_note(lineage)
+    assert "**Sweep:** 1 of 3 candidates failed (c1: sweep.train_policy is failed; Batch job job-1 FAILED" in note
+
+
+def test_too_few_survivors_fail_the_pick_with_every_failed_candidate_named():
+    plan = _plan(sweep=SWEEP, sweep_min_candidates=2)
+    trainings, manifests = _results(plan, failed=(0, 2))
+    failures = {0: {"state": "failed", "reason": "sweep.train_policy is failed"},
+                2: {"state": "upstream_failed", "reason": "sweep.submit_training is upstream_failed"}}
+    with pytest.raises(ValueError, match=r"only 1 of 3 sweep candidates succeeded, sweep_min_candidates is 2: "
+                                         r"c0 failed: sweep.train_policy is failed; c2 upstream_failed: "
+                                         r"sweep.submit_training is upstream_failed"):
+        pick_best_result(plan, trainings, manifests, [None, _report(15), None], failures)
+    with pytest.raises(ValueError, match="only 0 of 3"):  # none survived: nothing to pick, whatever the minimum
+        pick_best_result(_plan(sweep=SWEEP), [None] * 3, [None] * 3, [None] * 3)
+    # no pick: the lineage still records each failed candidate's state and reason, from the task states
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.lineage import build_lineage, lineage_errors
+
+    lineage = build_lineage(run_key=plan["run_key"], dag_id="sim_to_real", run_id="r", params=plan["params"],
+                            plan=plan, task_states={f"{ids.SWEEP_TRAIN_POLICY}[0]": {"state": "failed"},
+                                                    f"{ids.SWEEP_TRAIN_POLICY}[1]": {"state": "success"},
+                                                    f"{ids.SWEEP_SUBMIT_TRAINING}[2]": {"state": "upstream_failed"},
+                                                    ids.SWEEP_PICK_BEST: {"state": "failed"}})
+    assert lineage_errors(lineage) == [] and lineage["sweep"] is None
+    assert [(c["state"], c["reason"]) for c in lineage["candidates"]] == [
+        ("failed", f"{ids.SWEEP_TRAIN_POLICY} is failed"), (None, None),
+        ("upstream_failed", f"{ids.SWEEP_SUBMIT_TRAINING} is upstream_failed")]
+
+
+def test_a_candidates_failure_is_its_first_failed_task_and_its_jobs_reason():
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.stages.sweep import failed_candidate, forgiven_task_keys
+
+    assert failed_candidate({ids.SWEEP_TRAIN_POLICY: "success", ids.SWEEP_READ_EVAL_REPORT: "success"}) is None
+    states = {ids.SWEEP_SUBMIT_TRAINING: "success", ids.SWEEP_TRAIN_POLICY: "failed",
+              ids.SWEEP_WAIT_FOR_CHECKPOINT: "upstream_failed", ids.SWEEP_READ_EVAL_REPORT: "upstream_failed"}
+    job = {"jobId": "j-1", "status": "FAILED", "statusReason": "Host EC2 (instance i-1) terminated."}
+    out = failed_candidate(states, job)
+    assert out["state"] == "failed" and out["batch_job_id"] == "j-1"
+    assert out["reason"] == (f"{ids.SWEEP_TRAIN_POLICY} is failed; Batch job j-1 FAILED (Host EC2 (instance i-1) "
+                             "terminated.)")
+    assert set(out["tasks"]) == {ids.SWEEP_TRAIN_POLICY, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_READ_EVAL_REPORT}
+    only_followers = failed_candidate({ids.SWEEP_SUBMIT_TRAINING: "upstream_failed"})
+    assert only_followers["state"] == "upstream_failed" and only_followers["batch_job_id"] is None
+    keys = forgiven_task_keys({"failed": [1]})
+    assert f"{ids.SWEEP_TRAIN_POLICY}[1]" in keys and f"{ids.SWEEP_WAIT_FOR_SLOT}[1]" in keys and len(keys) == 7
+    assert forgiven_task_keys(None) == [] and forgiven_task_keys({"failed": []}) == []
+
+
+def test_pick_best_waits_for_every_candidate_and_is_skipped_with_the_sweep_path():
+    """Trigger rule all_done_min_one_success: it runs once every candidate ended, also when some failed; it is
+    upstream_failed when none succeeded, and skipped when the run takes the single-policy or HyperPod path (the
+    sweep group is skipped whole)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from sim2real.contract import task_ids as ids
+
+    dag = DagBag(dag_folder="dags/sim_to_real.py").dags["sim_to_real"]
+    pick = dag.get_task(ids.SWEEP_PICK_BEST)
+    assert pick.trigger_rule == "all_done_min_one_success"
+    assert ids.SWEEP_READ_EVAL_REPORT in pick.upstream_task_ids and ids.PREPARE_RUN not in pick.upstream_task_ids
+    lane = dag.get_task(ids.SWEEP_WAIT_FOR_SLOT)
+    assert "max_failed" in lane.template_fields

@@ -24,6 +24,8 @@ Faults (``Sandbox(faults={...})`` or ``sandbox.faults[...] = ...`` at any time):
   until terminated.
 * ``batch_fail_node``: True / node index — the job fails with "Essential container in task exited"
   (exit code 1) instead of running the launcher.
+* ``batch_fail_job_names_ending``: list of suffixes — only the jobs whose name ends with one of them fail so
+  (e.g. ``["-c1"]``: a sweep's candidate c1, as when its instance is lost).
 * ``ssm_timeout``: True — every command times out (``TimedOut``) after 1 s.
 * ``ssm_agent_offline``: True — DescribeInstanceInformation reports ``ConnectionLost``.
 * ``pipeline_status``: "Failed" | "CompletedWithFailures" | "Succeeded" — final pipeline status

@@ -20,6 +20,10 @@ round's run conf and ``next_round`` (Airflow's ``TriggerDagRunOperator``) create
 The loop stops at the first round whose gate passes (that run releases) or after round ``max_rounds``
 (that run fails at the gate). Every round's run ends in its own true state: a round below the bar fails at
 its gate, whether or not a next round follows. ``max_rounds`` = 1 (the default) is a run without rounds.
+
+With a sweep, round 1 is the sweep (its winner is the round's policy) and every later round **continues the
+best**: it retrains the winner's params from the best checkpoint so far (the winner's, or a later round's when
+better), without a sweep (:func:`next_round_conf`).
 Why a new run and not a chain of task groups: docs/architecture.md, "Retraining rounds".
 """
 
@@ -39,7 +43,8 @@ from sim2real.orchestration.stages._base import PlanContext, PlanSection
 DOC = """\
 **Next retraining round.** Calls no AWS API. Runs only when the quality gate failed: with rounds left
 (`max_rounds`) it plans the next round (the checkpoint with the best 95% lower bound so far, fresh evaluation
-seeds, every round's success rate so far) and `next_round` triggers it as a new run of this DAG (it starts
+seeds, every round's success rate so far; after a sweep, the winning candidate's params without the sweep, read
+from `pick_best`) and `next_round` triggers it as a new run of this DAG (it starts
 when this run has ended: `max_active_runs=1`); on the last round, or when the gate never judged a policy
 (a failure before it), it is skipped with the reason. Waits for nothing. Hands on the next run's conf.
 """
@@ -75,6 +80,9 @@ class RoundPlan(PlanSection):
     resumed_checkpoint_uri: str | None = None
     #: the earlier rounds' results, oldest first (:func:`round_result`)
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: a later round of a sweep loop: round 1's sweep (``field``, ``base``, ``winner``, ``overrides``, ``run_id``,
+    #: ``candidates``, ``failed``); None otherwise
+    sweep: dict[str, Any] | None = None
 
 
 def params() -> dict[str, Any]:
@@ -89,6 +97,9 @@ def params() -> dict[str, Any]:
             description="When the quality gate fails, retrain and evaluate again, up to this many rounds in all; "
             "each further round is a new run of this DAG that resumes from the best checkpoint so far and is "
             "evaluated with fresh seeds. The loop stops at the first round that passes (and releases). "
+            "With a sweep, round 1 is the sweep and each further round continues its best: it retrains the "
+            "winning candidate's params from the best checkpoint so far (the sweep is not run again); the budget "
+            "counts round 1's candidates and the later rounds' training. "
             "1 = no retraining: a gate failure ends the loop.",
             section=SECTION_TRAINING, **_range(minimum=1, maximum=MAX_ROUNDS_LIMIT)),
         "round_iterations": Param(
@@ -138,8 +149,8 @@ def rule_errors(params: Mapping[str, Any]) -> list[str]:
 
     :return: one sentence per broken rule: a ``retrain_round`` link that is not one a previous round writes
         (round number out of range, history not rounds 1 … round-1, a resume checkpoint that is not an S3
-        ``agent_<n>.pt`` with a 64-hex sha256), seeds of the last round or of a sweep's candidates past
-        2**31 - 1, or a sweep with ``max_rounds`` above 1.
+        ``agent_<n>.pt`` with a 64-hex sha256, a ``sweep`` entry that is not round 1's, a sweep in a later
+        round), seeds of the last round or of a sweep's candidates past 2**31 - 1.
     """
     errors: list[str] = []
     max_rounds = int(params.get("max_rounds", 1))
@@ -148,18 +159,14 @@ def rule_errors(params: Mapping[str, Any]) -> list[str]:
     if last_seed > 2**31 - 1:
         errors.append(f"eval_seed + max_rounds x eval_episodes - 1 = {last_seed} is above 2**31 - 1 (the last "
                       "round's seeds): lower eval_seed, eval_episodes or max_rounds")
-    # A sweep evaluates its candidates on the episodes after the gate's (stages/sweep.py: selection_eval_seed
-    # = eval_seed + eval_episodes), so its last seed is eval_seed + 2 x eval_episodes - 1.
-    sweep_last_seed = eval_seed + 2 * episodes - 1
+    # A sweep evaluates its candidates on the episodes after every round's gate episodes (stages/sweep.py:
+    # selection_eval_seed = eval_seed + max_rounds x eval_episodes), so its last seed is
+    # eval_seed + (max_rounds + 1) x eval_episodes - 1.
+    sweep_last_seed = eval_seed + (max_rounds + 1) * episodes - 1
     if params.get("sweep") and sweep_last_seed > 2**31 - 1:
-        errors.append(f"eval_seed + 2 x eval_episodes - 1 = {sweep_last_seed} is above 2**31 - 1 (the seeds the "
-                      "sweep's candidates are evaluated on, after the gate's): lower eval_seed or eval_episodes")
-    if max_rounds > 1 and params.get("sweep"):
-        # A round resumes one policy from one checkpoint, and the budget shares one training limit per round; a
-        # sweep's candidates have a prefix and a cost share each. The two are not combined (yet): refused.
-        errors.append(f"max_rounds {max_rounds} with a sweep: retraining rounds resume one policy, so a run with "
-                      "a sweep has max_rounds 1; clear the sweep, or set max_rounds to 1 and start a new run with "
-                      "the winner's values to retrain it")
+        errors.append(f"eval_seed + (max_rounds + 1) x eval_episodes - 1 = {sweep_last_seed} is above 2**31 - 1 (the "
+                      "seeds the sweep's candidates are evaluated on, after every round's gate episodes): lower "
+                      "eval_seed, eval_episodes or max_rounds")
     link = params.get(RETRAIN_FIELD)
     if not link:  # null, or the form's empty object: a new run (round 1)
         return errors
@@ -187,6 +194,18 @@ def rule_errors(params: Mapping[str, Any]) -> list[str]:
     iteration = resume.get("iteration")
     if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
         errors.append(f"{where}: resume_from.iteration must be a non-negative integer, got {iteration!r}")
+    swept = link.get("sweep")
+    if swept is not None:
+        from sim2real.orchestration.candidates import expand_sweep
+
+        try:
+            count = len(expand_sweep(swept.get("field"))) if isinstance(swept, Mapping) else 0
+        except ValueError:
+            count = 0
+        if not count or not isinstance(swept.get("base"), Mapping) or not isinstance(swept.get("winner"), str):
+            errors.append(f"{where}: sweep must be round 1's sweep (field, base, winner, overrides), got {swept!r}")
+        if params.get("sweep"):
+            errors.append(f"{where}: a round after a sweep retrains its winner only: clear sweep")
     return errors
 
 
@@ -200,6 +219,7 @@ def plan(ctx: PlanContext) -> RoundPlan:
         parent_run_id=link.get("parent_run_id"), parent_run_key=link.get("parent_run_key"), resume_from=resume,
         resumed_checkpoint_uri=resume_environment(ctx).get(ev.RESUMED_CHECKPOINT_URI),
         history=[dict(h) for h in link.get("history") or []],
+        sweep=dict(link["sweep"]) if link.get("sweep") else None,
     )
 
 
@@ -233,26 +253,47 @@ def best_round(history: list[Mapping[str, Any]]) -> Mapping[str, Any]:
     return max(history, key=lambda h: (wilson_interval(int(h["successes"]), int(h["episodes"]))[0], h["round"]))
 
 
-def next_round_conf(plan: Mapping[str, Any], this_round: Mapping[str, Any], *, run_id: str) -> dict[str, Any] | None:
+def next_round_conf(plan: Mapping[str, Any], this_round: Mapping[str, Any], *, run_id: str,
+                    sweep: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The next round's run conf, or ``None`` when this round passed or was the last.
+
+    A round after a sweep **continues the best**: it retrains the winning candidate's params (its overrides over
+    the run's params, the ``sweep`` field cleared) from the best checkpoint so far; it does not run the sweep
+    again. Round 1's sweep (the field, the base values of the swept keys, the winner) travels in the link, so that
+    every round's budget estimate is the same whole-loop figure (:func:`sim2real.orchestration.budget.estimate_run_cost`).
 
     :param plan: this run's plan (``params`` are handed on as they were used, with the round link).
     :param this_round: :func:`round_result` of this run.
+    :param sweep: this run's ``pick_best`` result when it ran a sweep (round 1 of a sweep loop), else ``None``.
     :return: ``{**params, "retrain_round": {"round", "parent_run_id", "parent_run_key", "resume_from",
-        "history"}}`` where ``resume_from`` is :func:`best_round` of the history with this round.
+        "history", "sweep" (only after a sweep)}}`` where ``resume_from`` is :func:`best_round` of the history
+        with this round.
     """
+    from sim2real.orchestration.candidates import SWEEP_KEYS
+
     section = RoundPlan.from_plan(plan)
     if this_round["passed"] or section.round >= section.max_rounds:
         return None
     history = [*section.history, dict(this_round)]
     best = best_round(history)
-    link = {
+    link: dict[str, Any] = {
         "round": section.round + 1, "parent_run_id": run_id, "parent_run_key": plan["run_key"],
         "resume_from": {"checkpoint_uri": best["checkpoint_uri"], "sha256": best["checkpoint_sha256"],
                         "iteration": int(best["iteration"] or 0), "round": best["round"]},
         "history": history,
     }
-    return {**plan["params"], RETRAIN_FIELD: link}
+    params = dict(plan["params"])
+    earlier = (params.get(RETRAIN_FIELD) or {}).get("sweep")
+    if earlier:  # a later round of a sweep loop: round 1's sweep stays in the link
+        link["sweep"] = dict(earlier)
+    elif sweep and params.get("sweep"):
+        winner = next(c for c in sweep["candidates"] if c["index"] == sweep["winner"])
+        link["sweep"] = {"field": params["sweep"], "base": {k: params.get(k) for k in SWEEP_KEYS},
+                         "winner": winner["candidate"], "overrides": dict(winner["overrides"]),
+                         "run_id": run_id, "candidates": len(sweep["candidates"]),
+                         "failed": len(sweep.get("failed") or [])}
+        params = {**params, **winner["overrides"], "sweep": None}
+    return {**params, RETRAIN_FIELD: link}
 
 
 def lineage_entry(plan: Mapping[str, Any], *, run_id: str, evaluation: Mapping[str, Any] | None,
@@ -263,7 +304,9 @@ def lineage_entry(plan: Mapping[str, Any], *, run_id: str, evaluation: Mapping[s
     :param evaluation: this run's evaluation report (None: not evaluated); ``checkpoint``: its manifest.
     :param next_run_id: the run ``next_round`` triggered (XCom ``trigger_run_id``), or None.
     :return: ``{"round", "max_rounds", "parent_run_id", "parent_run_key", "resumed_from", "rounds": [...],
-        "next_run_id", "outcome"}``; ``outcome`` is ``passed``, ``retraining`` (a next round was started),
+        "next_run_id", "outcome", "sweep"}`` (``sweep``: round 1's sweep in a later round of a sweep loop: its run,
+        winner and overrides, candidates and how many failed; else None); ``outcome`` is ``passed``,
+        ``retraining`` (a next round was started),
         ``gate_failed`` (the last round, or none could be started) or ``not_evaluated``; ``None`` for a plan
         without a ``rounds`` section.
     """
@@ -281,7 +324,9 @@ def lineage_entry(plan: Mapping[str, Any], *, run_id: str, evaluation: Mapping[s
         outcome = "passed" if verdict["passed"] else ("retraining" if next_run_id else "gate_failed")
     return {"round": section.round, "max_rounds": section.max_rounds, "parent_run_id": section.parent_run_id,
             "parent_run_key": section.parent_run_key, "resumed_from": section.resume_from, "rounds": results,
-            "next_run_id": next_run_id, "outcome": outcome}
+            "next_run_id": next_run_id, "outcome": outcome,
+            "sweep": ({k: section.sweep.get(k) for k in ("run_id", "winner", "overrides", "candidates", "failed")}
+                      if section.sweep else None)}
 
 
 def seed_checkpoint(plan: Mapping[str, Any], *, s3_hook: Any = None, conn_id: str | None = "aws_default") -> dict | None:
@@ -355,14 +400,17 @@ def add_tasks(plan: Any, *, gate: Any, report: Any, manifest: Any) -> Any:  # no
             raise AirflowSkipException("no evaluated policy (the run failed before the gate): no retraining")
         bar = QualityGatePlan.from_plan(plan)
         verdict = quality_gate(evaluated, min_success_rate=bar.min_success_rate, on_lower_bound=bar.on_lower_bound)
+        swept = ti.xcom_pull(task_ids=ids.SWEEP_PICK_BEST) if (plan.get("sweep") or {}).get("enabled") else None
         conf = next_round_conf(plan, round_result(plan, dag_run.run_id, evaluated, checkpoint, verdict),
-                               run_id=dag_run.run_id)
+                               run_id=dag_run.run_id, sweep=swept)
         if conf is None:  # the gate failed for another reason than the verdict
             raise AirflowSkipException(f"the policy passes the bar ({verdict['reason']}): no retraining")
         link = conf[RETRAIN_FIELD]
         print(f"[sim2real] round {section.round} of {section.max_rounds} below the bar ({verdict['reason']}); "
               f"round {link['round']} resumes from {link['resume_from']['checkpoint_uri']} "
-              f"(round {link['resume_from']['round']}, the best so far)", flush=True)
+              f"(round {link['resume_from']['round']}, the best so far)"
+              + (f" with the sweep winner {link['sweep']['winner']}'s params {link['sweep']['overrides']}"
+                 if link.get("sweep") else ""), flush=True)
         return conf
 
     conf = plan_next_round()

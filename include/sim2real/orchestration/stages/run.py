@@ -65,7 +65,9 @@ RUN_OUTCOME_DOC = """\
 the Task Execution API. Waits for nothing; runs after the report whatever happened, also when the run was
 marked failed from the UI or the API. Fails, naming each failed task, when any task failed or was
 upstream-failed: the run's final state is this verdict (a report that succeeded never turns a failed run
-into a success). Hands on the number of tasks it checked.
+into a success). Not counted: the task instances of sweep candidates that failed and that `pick_best` picked
+around (`sweep_min_candidates`; `pick_best` lists them). Hands on the number of tasks it checked and those it
+did not count.
 """
 
 GROUP_ID = None
@@ -254,8 +256,18 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
         from sim2real.orchestration.run_state import check_run_outcome
         from sim2real.orchestration.tracking import close_dag_run
 
+        from sim2real.orchestration.stages.sweep import forgiven_task_keys
+
         try:
-            outcome = check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id)
+            picked = None
+            try:  # a sweep's pick: the failed candidates it went around do not fail the run
+                plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {}).get("plan") or {}
+                if (plan.get("sweep") or {}).get("enabled"):  # else skipped: its pull would log a 404
+                    picked = ti.xcom_pull(task_ids=ids.SWEEP_PICK_BEST)
+            except Exception:  # noqa: BLE001 - no pick (it failed): nothing is forgiven
+                picked = None
+            outcome = check_run_outcome(dag_run.dag_id, dag_run.run_id, own_task_id=ti.task_id,
+                                        forgiven=forgiven_task_keys(picked if isinstance(picked, dict) else None))
         except Exception:
             close_dag_run(ti, dag_run.dag_id, dag_run.run_id, succeeded=False)  # MLflow parent run: FAILED
             raise

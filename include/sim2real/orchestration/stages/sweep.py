@@ -21,8 +21,18 @@ Batch:
   (on the run's own ``eval_seed`` episodes, disjoint from the selection's), gates and releases.
 
 At most ``sweep_max_parallel`` training jobs run at once: candidate ``i`` runs in lane ``i mod P`` and is
-submitted once candidate ``i - P`` has ended (``sweep.wait_for_slot``, a sensor in reschedule mode); it fails at
-once when a candidate failed or candidate ``i - P``'s job ended ``FAILED`` (the sweep needs every candidate).
+submitted once candidate ``i - P`` has ended (``sweep.wait_for_slot``, a sensor in reschedule mode), whether it
+succeeded or failed.
+
+Survivors: ``pick_best`` picks among the candidates whose training, checkpoint and evaluation succeeded, as long
+as at least ``sweep_min_candidates`` did (default 1; the number of candidates: every candidate must succeed). It
+runs once every candidate has ended and at least one succeeded (trigger rule ``all_done_min_one_success``; when
+none did it is ``upstream_failed``, as before), records each failed candidate with its state and reason
+(:func:`failed_candidate`), and fails, naming them, when fewer survived. A lane's sensor fails at once
+when so many candidates can no longer succeed that the sweep cannot reach its minimum. ``run_outcome`` does not
+count the failed candidates' task instances that ``pick_best`` recorded against the run
+(:func:`forgiven_task_keys`): the run is then as successful as its winner's release, and its note says how many
+candidates failed.
 """
 
 from __future__ import annotations
@@ -40,13 +50,13 @@ candidates (skipped otherwise). Per candidate `c<i>` (one map index each), the r
 its training (the other backend's tasks are skipped). HyperPod: `train_on_slurm` waits (deferred) on the
 candidate's task `<id>_<i>` of the job array `hyperpod.submit_sweep` submitted (`sacct -j <id>_<i>` through SSM on
 the head node; Slurm runs at most `sweep_max_parallel` tasks at once; `scancel <id>_<i>` when killed). AWS Batch:
-waits for a free lane (`sweep_max_parallel` jobs at once; Batch `DescribeJobs` of the lane's previous job; fails
-at once when a candidate failed or that job ended `FAILED`, as the sweep needs every candidate), submits its own
-Batch job (`RegisterJobDefinition`, `ListJobs`, `SubmitJob`), waits (deferred) for it, waits for its `manifest.json` under
+waits for a free lane (`sweep_max_parallel` jobs at once; Batch `DescribeJobs` of the lane's previous job, free
+once it ended; fails at once when the sweep can no longer reach `sweep_min_candidates` survivors), submits its own
+Batch job (`RegisterJobDefinition`, `ListJobs`, `SubmitJob`), waits (deferred) for it. Then it waits for its `manifest.json` under
 `runs/<run_key>/candidates/c<i>/checkpoints/`, then evaluates it in closed loop on the workstation (SSM
 `SendCommand`; one candidate at a time unless configured parallel) and reads its report. `pick_best` then hands
-the candidate with the best Wilson 95% lower bound (ties: higher success rate, then lower index) to the
-checkpoint stage; every candidate and the winner go into the lineage.
+the surviving candidate with the best Wilson 95% lower bound (ties: higher success rate, then lower index) to the
+checkpoint stage; every candidate (a failed one with its state and reason) and the winner go into the lineage.
 """
 
 CAPACITY_DOC = """\
@@ -61,10 +71,14 @@ candidate: its params, job name, prefixes, evaluation seeds), which the `sweep` 
 """
 
 PICK_BEST_DOC = """\
-**Pick the best candidate.** Calls no AWS API: reads every candidate's training result, checkpoint manifest and
-evaluation report, and hands on the one with the highest Wilson 95% lower bound of its success rate (ties: higher
-success rate, then lower candidate index), with the table of all candidates (params, job, checkpoint sha256,
-success rate and interval). Runs only when every candidate succeeded.
+**Pick the best candidate.** Calls no AWS API but Batch `DescribeJobs` of failed candidates' jobs: reads every
+candidate's training result, checkpoint manifest and evaluation report, and hands on the one with the highest
+Wilson 95% lower bound of its success rate (ties: higher success rate, then lower candidate index), with the table
+of all candidates (params, job, checkpoint sha256, success rate and interval). Runs once every candidate has ended
+and at least one succeeded (trigger rule `all_done_min_one_success`; none did: `upstream_failed`) and picks among
+the candidates whose training, checkpoint and evaluation succeeded, when at least `sweep_min_candidates` did; the
+failed ones are listed with their task states and, for a Batch job that was submitted, its status and
+`statusReason`. Waits for nothing. Fails, naming every failed candidate, when fewer survived.
 """
 
 GROUP_ID = ids.SWEEP_GROUP
@@ -84,6 +98,8 @@ class SweepPlan(PlanSection):
     max_parallel: int  #: training jobs at once
     parallel_nodes: int  #: nodes the capacity preflight sizes for: min(max_parallel, candidates) × num_nodes
     selection_eval_seed: int  #: candidates are evaluated on seeds selection_eval_seed + i (disjoint from eval_seed's)
+    min_candidates: int = 1  #: candidates that must survive (training, checkpoint, evaluation) for pick_best to pick
+    max_failed: int = 0  #: candidates that may fail while the sweep still picks: candidates - min_candidates
     #: one entry per candidate: the mapped group's kwargs (:func:`candidate_entry`)
     candidates: list[dict[str, Any]] = field(default_factory=list)
 
@@ -114,6 +130,14 @@ def params() -> dict[str, Any]:
             description="The most candidates' training jobs that run at the same time (the capacity preflight "
             "sizes the quota for this many jobs; HyperPod: the job array's % limit, and the GPU group is scaled "
             "up for this many jobs).",
+            section=SECTION_TRAINING, **_range(minimum=1, maximum=MAX_CANDIDATES)),
+        "sweep_min_candidates": Param(
+            1, type="integer", title="Sweep: candidates that must succeed",
+            description="The best candidate is picked among those whose training, checkpoint and evaluation "
+            "succeeded, as long as at least this many did; a candidate that failed (a job lost to a spot "
+            "interruption, say) is listed in the lineage and the run note with its reason, and the run can still "
+            "release. 1 (the default): any survivor; the number of candidates: every candidate must succeed. At "
+            "most the sweep's number of candidates. The winner is still evaluated again and gated as any policy.",
             section=SECTION_TRAINING, **_range(minimum=1, maximum=MAX_CANDIDATES)),
     }
 
@@ -161,48 +185,125 @@ def plan(ctx: PlanContext) -> SweepPlan:
 
     overrides = expand_sweep(ctx.params.get("sweep"))
     max_parallel = int(ctx.params.get("sweep_max_parallel") or 1)
-    selection_seed = int(ctx.params["eval_seed"]) + int(ctx.params["eval_episodes"])
+    selection_seed = selection_eval_seed_of(ctx.params)
     limits = candidate_cost_limits(ctx.budget, len(overrides))
     candidates = [candidate_entry(ctx, i, o, max_parallel=max_parallel, selection_eval_seed=selection_seed,
                                   cost_limit_usd=limits[i]) for i, o in enumerate(overrides)]
+    minimum = min(int(ctx.params.get("sweep_min_candidates") or 1), len(candidates)) if candidates else 0
     return SweepPlan(enabled=bool(candidates), max_parallel=max_parallel,
                      parallel_nodes=min(max_parallel, max(len(candidates), 1)) * int(ctx.params["num_nodes"]),
-                     selection_eval_seed=selection_seed, candidates=candidates)
+                     selection_eval_seed=selection_seed, candidates=candidates, min_candidates=minimum,
+                     max_failed=len(candidates) - minimum)
 
 
-def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list) -> dict[str, Any]:
-    """``pick_best``'s value: every candidate (params, job, checkpoint, evaluation) and the winner.
+def selection_eval_seed_of(params: dict[str, Any]) -> int:
+    """The first seed the candidates are evaluated on: after every round's gate episodes (``eval_seed +
+    max_rounds × eval_episodes``; with one round, the episodes right after the gate's), so no round's confirmation
+    evaluation reuses the episodes the winner was selected on."""
+    return int(params["eval_seed"]) + int(params.get("max_rounds") or 1) * int(params["eval_episodes"])
 
-    :param trainings: / :param manifests: / :param reports: the mapped tasks' results, in map-index order.
+
+def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list,
+                     failures: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``pick_best``'s value: every candidate (params, job, checkpoint, evaluation; a failed one with its state and
+    reason) and the winner among the survivors.
+
+    :param trainings: / :param manifests: / :param reports: the mapped tasks' results, in map-index order (``None``
+        where a candidate's task handed on nothing: it failed, or was not run because an earlier one failed).
+    :param failures: map index → ``{"state", "reason", "batch_job_id"}`` of the candidates that failed
+        (:func:`failed_candidate`); a candidate missing a result but not listed is recorded as failed with the
+        missing result as its reason.
     :return: ``{"rule", "winner" (index), "candidate" (``c<i>``), "candidates": [{"index", "candidate",
         "candidate_key", "overrides", "params", "batch_job_id" (a HyperPod sweep: None, and "slurm_job_id"
         ``<array>_<i>`` and "hyperpod_cluster_name" instead), "checkpoint_uri", "checkpoint_sha256", "manifest_uri",
-        "report_uri", "success_rate", "ci95", "successes", "episodes", "seeds_from", "won"}], "training" (the winner's
-        training result), "manifest_uri" (the winner's)}``.
-    :raises ValueError: the results do not line up with the planned candidates, or there are none.
+        "report_uri", "success_rate", "ci95", "successes", "episodes", "seeds_from", "state" ("success" | "failed"),
+        "reason" (None for a survivor), "won"}], "training" (the winner's training result), "manifest_uri" (the
+        winner's), "min_candidates", "survivors", "failed": [indexes]}``.
+    :raises ValueError: the results do not line up with the planned candidates, there are none, or fewer than
+        ``min_candidates`` survived (naming every failed candidate and its reason).
     """
     from sim2real.orchestration.candidates import PICK_RULE, best_candidate
 
-    planned = SweepPlan.from_plan(plan).candidates
+    section = SweepPlan.from_plan(plan)
+    planned = section.candidates
     if not (len(planned) == len(trainings) == len(manifests) == len(reports)) or not planned:
         raise ValueError(f"sweep results do not match the {len(planned)} planned candidates: {len(trainings)} "
                          f"trainings, {len(manifests)} checkpoints, {len(reports)} evaluations")
+    failures = dict(failures or {})
     rows = []
     for cand, training, manifest, report in zip(planned, trainings, manifests, reports, strict=True):
+        training, manifest, report = training or {}, manifest or {}, report or {}
+        failure = failures.get(cand["index"])
+        missing = [name for name, value in (("training result", training), ("checkpoint manifest", manifest),
+                                            ("evaluation report", report)) if not value]
+        if missing and not failure:
+            failure = {"state": "failed", "reason": f"no {', no '.join(missing)} handed on"}
+        ok = failure is None
         rows.append({
             "index": cand["index"], "candidate": cand["candidate"], "candidate_key": cand["candidate_key"],
-            "overrides": cand["overrides"], "params": cand["params"], **training_job_fields(training),
-            "checkpoint_uri": manifest.get("checkpoint_uri"), "checkpoint_sha256": manifest.get("sha256"),
+            "overrides": cand["overrides"], "params": cand["params"],
+            **_job_fields(training, failure),
+            "checkpoint_uri": manifest.get("checkpoint_uri") if ok else None,
+            "checkpoint_sha256": manifest.get("sha256") if ok else None,
             "manifest_uri": cand["manifest_uri"], "report_uri": cand["report_uri"],
-            "success_rate": report["success_rate"], "ci95": list(report["ci95"]), "successes": report["successes"],
-            "episodes": report["episodes"], "seeds_from": cand["eval_seed"],
+            "success_rate": report["success_rate"] if ok else None, "ci95": list(report["ci95"]) if ok else None,
+            "successes": report["successes"] if ok else None, "episodes": report["episodes"] if ok else None,
+            "seeds_from": cand["eval_seed"], "state": "success" if ok else str(failure.get("state") or "failed"),
+            "reason": None if ok else str(failure.get("reason") or "failed"),
         })
-    winner = best_candidate([{"index": r["index"], "report": r} for r in rows])["index"]
+    survivors = [r for r in rows if r["reason"] is None]
+    failed = [r for r in rows if r["reason"] is not None]
+    minimum = max(int(section.min_candidates or len(planned)), 1)
+    if len(survivors) < minimum:
+        raise ValueError(
+            f"only {len(survivors)} of {len(planned)} sweep candidates succeeded, sweep_min_candidates is {minimum}: "
+            + "; ".join(f"{r['candidate']} {r['state']}: {r['reason']}" for r in failed)
+            + ". Read the failed candidates' task logs, or lower sweep_min_candidates")
+    winner = best_candidate([{"index": r["index"], "report": r} for r in survivors])["index"]
     for row in rows:
         row["won"] = row["index"] == winner
     best = planned[winner]
     return {"rule": PICK_RULE, "winner": winner, "candidate": best["candidate"], "candidates": rows,
-            "training": dict(trainings[winner]), "manifest_uri": best["manifest_uri"]}
+            "training": dict(trainings[winner]), "manifest_uri": best["manifest_uri"], "min_candidates": minimum,
+            "survivors": len(survivors), "failed": [r["index"] for r in failed]}
+
+
+#: The mapped tasks of one candidate, in run order (a candidate's first failed one is its cause).
+CANDIDATE_TASKS = (ids.SWEEP_WAIT_FOR_SLOT, ids.SWEEP_SUBMIT_TRAINING, ids.SWEEP_TRAIN_POLICY,
+                   ids.SWEEP_TRAIN_ON_SLURM, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_EVAL_COMMAND, ids.SWEEP_RUN_EVALUATION,
+                   ids.SWEEP_READ_EVAL_REPORT)
+
+
+def failed_candidate(states: dict[str, str], job: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """One candidate's failure from its mapped tasks' states, or ``None`` when none of them failed.
+
+    :param states: task id (:data:`CANDIDATE_TASKS`) → that candidate's task instance state.
+    :param job: its Batch job's ``DescribeJobs`` entry, when it was submitted (``jobId``, ``status``,
+        ``statusReason``).
+    :return: ``{"state", "reason", "batch_job_id", "tasks"}``: ``state`` of its first failed task (``failed``, or
+        ``upstream_failed`` when only followers of a failure are listed), ``reason`` naming that task and the job's
+        status and reason, ``tasks`` every failed one.
+    """
+    from sim2real.orchestration.run_state import FAILED_STATES
+
+    bad = {t: states[t] for t in CANDIDATE_TASKS if states.get(t) in FAILED_STATES}
+    if not bad:
+        return None
+    first = next((t for t, s in bad.items() if s == "failed"), next(iter(bad)))
+    reason = f"{first} is {bad[first]}"
+    if job:
+        reason += f"; Batch job {job.get('jobId')} {job.get('status')}"
+        if job.get("statusReason"):
+            reason += f" ({job['statusReason']})"
+    return {"state": bad[first], "reason": reason, "batch_job_id": (job or {}).get("jobId"), "tasks": bad}
+
+
+def forgiven_task_keys(picked: dict[str, Any] | None) -> list[str]:
+    """The task instances (``task_id[i]``) of the candidates ``pick_best`` recorded as failed: ``run_outcome`` does
+    not fail the run for them (the sweep picked among the survivors). Empty without a pick."""
+    if not picked:
+        return []
+    return [f"{task_id}[{int(i)}]" for i in picked.get("failed") or [] for task_id in CANDIDATE_TASKS]
 
 
 def training_job_fields(training: dict | None) -> dict[str, Any]:
@@ -213,6 +314,15 @@ def training_job_fields(training: dict | None) -> dict[str, Any]:
         return {"batch_job_id": None, "slurm_job_id": training.get("job_id"),
                 "hyperpod_cluster_name": training["cluster_name"]}
     return {"batch_job_id": training.get("job_id")}
+
+
+def _job_fields(training: dict, failure: dict | None) -> dict[str, Any]:
+    """:func:`training_job_fields`, with a failed Batch candidate's job id from its failure record when its
+    training handed on nothing."""
+    fields = training_job_fields(training)
+    if not fields.get("batch_job_id") and not fields.get("slurm_job_id") and (failure or {}).get("batch_job_id"):
+        fields["batch_job_id"] = failure["batch_job_id"]
+    return fields
 
 
 def training_task_id(plan: dict) -> str:
@@ -268,7 +378,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
         ``expand_kwargs`` requires; ``index``, ``candidate``, ``candidate_key``, ``overrides`` and ``params`` are
         read by ``pick_best`` and the lineage from the plan, not by these tasks."""
         lane = SweepLaneSensor(
-            task_id=ids.local(ids.SWEEP_WAIT_FOR_SLOT), lane_after=lane_after,
+            task_id=ids.local(ids.SWEEP_WAIT_FOR_SLOT), lane_after=lane_after, max_failed=sweep.max_failed,
             submit_task_id=ids.SWEEP_SUBMIT_TRAINING, train_task_id=ids.SWEEP_TRAIN_POLICY, mode="reschedule", poke_interval=POLL,
             timeout=13 * 3600, execution_timeout=dt.timedelta(hours=13), doc_md=DOC,
         )
@@ -367,22 +477,34 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
         slurm_trainings >> scale_down  # the nodes stay up until every candidate's array task has ended
     image >> mapped
 
+    # all_done_min_one_success: once every candidate has ended, also when some failed (it picks among the
+    # survivors); upstream_failed when none succeeded; skipped with the sweep path (a run without a sweep).
     @task(task_id=ids.SWEEP_PICK_BEST, multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=2),
-          doc_md=PICK_BEST_DOC)
-    def pick_best(plan: dict, ti=None) -> dict:
-        """The best candidate by Wilson lower bound, and every candidate's record."""
+          trigger_rule="all_done_min_one_success", doc_md=PICK_BEST_DOC)
+    def pick_best(ti=None) -> dict:
+        """The best surviving candidate by Wilson lower bound, and every candidate's record."""
+        # The plan is pulled, not passed: a task right after prepare_run (the lineage's setup) must keep trigger
+        # rule all_success.
+        plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {})["plan"]
         indexes = list(range(len(SweepPlan.from_plan(plan).candidates)))
 
         def pulled(task_id: str) -> list:
-            return list(ti.xcom_pull(task_ids=task_id, map_indexes=indexes) or [])
+            out = []
+            for i in indexes:  # one by one: a failed candidate has no XCom, and its place must stay
+                try:
+                    out.append(ti.xcom_pull(task_ids=task_id, map_indexes=i))
+                except Exception:  # noqa: BLE001 - no XCom: the candidate did not get that far
+                    out.append(None)
+            return out
 
         try:
+            failures = _candidate_failures(ti, indexes, pulled, batch=plan.get("backend", "batch") != "hyperpod")
             return pick_best_result(plan, pulled(training_task_id(plan)), pulled(ids.SWEEP_WAIT_FOR_CHECKPOINT),
-                                    pulled(ids.SWEEP_READ_EVAL_REPORT))
+                                    pulled(ids.SWEEP_READ_EVAL_REPORT), failures)
         except ValueError as err:
             raise AirflowFailException(str(err)) from err
 
-    best = pick_best(plan["plan"])
+    best = pick_best()
     mapped >> best
     return best
 
@@ -393,6 +515,38 @@ _BATCH_JOB_OF_CANDIDATE = (
     "{{ '' if (ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "', key='plan') or {}).get('backend') == 'hyperpod' "
     "else (ti.xcom_pull(task_ids='" + ids.SWEEP_SUBMIT_TRAINING + "', key='job_id', map_indexes=ti.map_index) "
     "or '') }}")
+
+
+def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool = True) -> dict[int, dict[str, Any]]:
+    """Map index → :func:`failed_candidate` of each candidate with a failed task, from the Task Execution API
+    (``get_task_states``: ``{run_id: {"<task_id>_<map_index>": state}}``) and, for a submitted Batch job
+    (``batch``; a HyperPod sweep's reason is its tasks' states, the Slurm failure is in ``train_on_slurm``'s log),
+    Batch ``DescribeJobs`` (its status reason; left out when it cannot be read)."""
+    answer = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(CANDIDATE_TASKS), run_ids=[ti.run_id]) or {}
+    states: dict[int, dict[str, str]] = {}
+    for key, state in (answer.get(ti.run_id) or {}).items():
+        task_id, _, index = key.rpartition("_")
+        if task_id in CANDIDATE_TASKS and index.isdigit():
+            states.setdefault(int(index), {})[task_id] = str(getattr(state, "value", state))
+    failed = {i: s for i, s in states.items() if i in indexes and failed_candidate(s) is not None}
+    if not failed:
+        return {}
+    if not batch:
+        return {i: failed_candidate(s) for i, s in failed.items()}
+    job_ids = pulled(ids.SWEEP_SUBMIT_TRAINING)
+    jobs: dict[str, dict[str, Any]] = {}
+    wanted = [(job_ids[i] or {}).get("job_id") for i in failed if isinstance(job_ids[i], dict)]
+    if any(wanted):
+        try:
+            from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
+
+            answer = BatchClientHook().client.describe_jobs(jobs=[j for j in wanted if j])
+            jobs = {j["jobId"]: j for j in answer.get("jobs") or []}
+        except Exception as err:  # noqa: BLE001 - the reason is then the task states alone
+            print(f"[sim2real] could not describe the failed candidates' Batch jobs: {err}", flush=True)
+    return {i: failed_candidate(s, jobs.get(((job_ids[i] or {}) if isinstance(job_ids[i], dict) else {})
+                                            .get("job_id") or ""))
+            for i, s in failed.items()}
 
 
 def _existing_group(group_id: str) -> Any:

@@ -322,6 +322,8 @@ class BatchResponder:
         if self._wait(job, self.step_seconds):
             return self._finish(job, False)
         fail_node = faults.get("batch_fail_node")
+        if any(job.job_name.endswith(str(end)) for end in faults.get("batch_fail_job_names_ending") or []):
+            fail_node = 0  # only these jobs fail (a sweep candidate's, by its -c<i> suffix)
         if fail_node is not None and fail_node is not False:
             index = 0 if fail_node is True else int(fail_node)
             self._set(job, "RUNNING")
