@@ -158,3 +158,83 @@ def test_played_smoke_eval_uploads_smoke_json_where_the_review_reads_it(sb: Sand
     report, uri, error = read_smoke_report({"vla": {"parameters": {"OutputS3Uri": output}}}, _Hook())
     assert error is None and uri == f"{output}smoke/smoke.json", error
     assert report["passed"] is True and report["emulated"] is True and "sandbox" in report["reason"]
+
+
+def _queued_about(sb: Sandbox, queue_url: str, arn: str) -> list[dict]:
+    """The model package events about ``arn`` still in ``queue_url`` (received with visibility 0: left there)."""
+    import json
+
+    sqs, found = sb.client("sqs"), {}
+    for _ in range(3):
+        for m in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0,
+                                     WaitTimeSeconds=0).get("Messages", []):
+            body = json.loads(m["Body"])
+            if (body.get("detail") or {}).get("ModelPackageArn") == arn:
+                found[m["MessageId"]] = body
+    return list(found.values())
+
+
+def test_model_package_events_reach_the_wait_queue_and_resume_the_approval_wait(sb: Sandbox, monkeypatch) -> None:
+    """CreateModelPackage and UpdateModelPackage, whoever calls them, publish ``SageMaker Model Package State
+    Change``; the provisioned rule (infra/'s pattern: ``detail.ModelPackageGroupName``) routes them to the
+    wait-event queue, where the approval step's trigger takes the decision from the event (consumed: deleted,
+    not left for the dead-letter queue)."""
+    import asyncio
+    import time
+    from uuid import uuid4
+
+    from sim2real.orchestration.events import consumer as consumer_mod
+    from sim2real.orchestration.triggers.model_package import ModelPackageDecisionTrigger
+
+    for name, value in sb.airflow_env().items():
+        monkeypatch.setenv(name, value)
+    sm = sb.client("sagemaker")
+    arn = sm.create_model_package(
+        ModelPackageGroupName=GROUP, ModelApprovalStatus="PendingManualApproval",
+        CustomerMetadataProperties={"sim2real:run-key": "run-evented"},
+        InferenceSpecification={"Containers": [{"Image": "i", "ModelDataUrl": "s3://b/run-evented/model.tar.gz"}],
+                                "SupportedContentTypes": ["application/json"],
+                                "SupportedResponseMIMETypes": ["application/json"]})["ModelPackageArn"]
+    created = wait_until(lambda: [p for p in sb.aws_events.published if p[1] == arn])
+    assert created[0][0] == "SageMaker Model Package State Change"
+
+    trigger = ModelPackageDecisionTrigger(ti_id=str(uuid4()), model_package_group_name=GROUP, run_key="run-evented",
+                                          model_package_arn=arn, waiter_delay=1, waiter_max_attempts=600,
+                                          events={**sb.config["events"], "wait_time_seconds": 1})
+
+    async def no_airflow_answer() -> None:
+        return None
+
+    async def close_request(payload: dict) -> None:
+        pass
+
+    trigger._airflow_answer = no_airflow_answer  # type: ignore[method-assign]
+    trigger._close_request = close_request       # type: ignore[method-assign]
+
+    async def run() -> dict:
+        async def first() -> dict:
+            async for event in trigger.run():
+                return event.payload
+            raise AssertionError("the trigger yielded nothing")
+
+        task = asyncio.create_task(first())
+        end = time.monotonic() + 30
+        while trigger.package_describes < 1:   # the first DescribeModelPackage: the wait is subscribed
+            assert time.monotonic() < end and not task.done(), "the trigger never read the package"
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(sm.update_model_package, ModelPackageArn=arn, ModelApprovalStatus="Approved",
+                                ApprovalDescription="approved in Studio")
+        payload = await asyncio.wait_for(task, 60)
+        for consumer in consumer_mod.active_consumers():
+            await asyncio.wait_for(consumer.drained(), 30)
+        return payload
+
+    event = asyncio.run(run())
+    assert (event["status"], event["via"], event["approval_description"]) == ("success", "sagemaker",
+                                                                            "approved in Studio")
+    # decided by the event: the package was described once, at the start (the reconcile interval is 600 s)
+    assert trigger.package_describes == 1 and trigger.responses_seen["event"] >= 1
+    assert sb.config["events"]["reconcile_interval_seconds"] == 600
+    left = _queued_about(sb, sb.config["events"]["queue_url"], arn) + \
+        _queued_about(sb, sb.wait_events_dead_letter_queue_url, arn)
+    assert [e["detail"]["ModelApprovalStatus"] for e in left if e["detail"]["ModelApprovalStatus"] == "Approved"] == []

@@ -313,3 +313,198 @@ def test_queue_recovery_is_logged_and_the_wait_goes_back_to_events(bus, monkeypa
     logged = caplog.text + capfd.readouterr().out
     assert event["status"] == "success" and event["job_status"] == "SUCCEEDED"
     assert "unreachable" in logged and "reachable again" in logged and "answers again" in logged
+
+
+# -- the model package approval: the registry's side on events, the Airflow answer on the poll interval ----------
+class Answers:
+    """The Airflow answer reads of a ``ModelPackageDecisionTrigger``: the scripted answers in turn (the last one
+    repeats; None: no answer yet); counts reads."""
+
+    def __init__(self, *answers: dict[str, Any] | None) -> None:
+        self.answers = list(answers) or [None]
+        self.calls = 0
+
+    async def __call__(self) -> dict[str, Any] | None:
+        self.calls += 1
+        return self.answers[min(self.calls, len(self.answers)) - 1]
+
+
+def registry(bus: dict):
+    import boto3
+
+    return boto3.client("sagemaker", endpoint_url=bus["endpoint"], region_name=REGION)
+
+
+def register_package(bus: dict, group: str) -> str:
+    """A PendingManualApproval package in moto's registry (plain moto publishes no event for it)."""
+    sm = registry(bus)
+    try:
+        sm.create_model_package_group(ModelPackageGroupName=group)
+    except sm.exceptions.ClientError:
+        pass
+    return sm.create_model_package(
+        ModelPackageGroupName=group, ModelApprovalStatus="PendingManualApproval",
+        InferenceSpecification={"Containers": [{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/groot:1",
+                                                "ModelDataUrl": f"s3://bucket/{group}/model.tar.gz"}],
+                                "SupportedContentTypes": ["application/json"],
+                                "SupportedResponseMIMETypes": ["application/json"]})["ModelPackageArn"]
+
+
+def package_event(arn: str, status: str, description: str | None = None) -> dict[str, Any]:
+    """The documented ``SageMaker Model Package State Change`` of ``arn`` with ``status``."""
+    detail = {**samples.MODEL_PACKAGE["detail"], "ModelPackageArn": arn, "ModelApprovalStatus": status,
+              "ModelPackageGroupName": arn.rsplit("/", 2)[-2], "ModelPackageVersion": int(arn.rsplit("/", 1)[-1])}
+    if description:
+        detail["ApprovalDescription"] = description
+    return {**samples.MODEL_PACKAGE, "resources": [arn], "detail": detail}
+
+
+def decision_trigger(bus: dict, arn: str, answers: Answers, waiter_delay: int = 1, **events: Any):
+    from uuid import uuid4
+
+    from sim2real.orchestration.triggers.model_package import ModelPackageDecisionTrigger
+
+    trigger = ModelPackageDecisionTrigger(ti_id=str(uuid4()), model_package_group_name=arn.rsplit("/", 2)[-2],
+                                          run_key="run-1", model_package_arn=arn, waiter_delay=waiter_delay,
+                                          waiter_max_attempts=600,
+                                          events=None if events.get("polling") else events_section(bus, **events))
+    closed: list[dict[str, Any]] = []
+
+    async def close_request(payload: dict[str, Any]) -> None:   # the Airflow request's answer (tested with comms
+        closed.append(payload)                                   # in tests/orchestration/operators)
+
+    trigger._airflow_answer = answers        # type: ignore[method-assign]
+    trigger._close_request = close_request   # type: ignore[method-assign]
+    return trigger, closed
+
+
+async def run_decision(trigger: Any, send=None, limit: float = 30) -> dict[str, Any]:
+    """Run ``trigger``; once it read the package (so it is subscribed), ``send()`` in a thread; its event."""
+    async def first_event() -> dict[str, Any]:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger yielded nothing")
+
+    task = asyncio.create_task(first_event())
+    end = time.monotonic() + limit
+    while trigger.package_describes < 1:
+        assert time.monotonic() < end and not task.done(), "the trigger never read the package"
+        await asyncio.sleep(0.02)
+    if send is not None:
+        await asyncio.to_thread(send, task)
+    payload = await asyncio.wait_for(task, limit)
+    for consumer in consumer_mod.active_consumers():
+        await asyncio.wait_for(consumer.drained(), 10)
+    return payload
+
+
+def test_model_package_decision_wait_ends_on_the_package_event(bus) -> None:
+    arn = register_package(bus, "g-events")
+    trigger, closed = decision_trigger(bus, arn, Answers(None))
+    event = asyncio.run(run_decision(trigger, lambda task: put_event(bus, package_event(arn, "Approved", "in Studio"))))
+    assert (event["status"], event["via"], event["model_package_arn"]) == ("success", "sagemaker", arn)
+    assert event["approval_description"] == "in Studio"
+    # the event decided: the registry was read once, at the start (moto still says PendingManualApproval)
+    assert trigger.package_describes == 1 and trigger.responses_seen == {"describe": 1, "event": 1}
+    assert registry(bus).describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "PendingManualApproval"
+    assert [c["approval_status"] for c in closed] == ["Approved"]   # the Airflow request gets the decision
+
+
+def test_a_duplicated_or_another_packages_event_changes_nothing(bus) -> None:
+    arn = register_package(bus, "g-dup")
+    other = register_package(bus, "g-dup")
+    trigger, _ = decision_trigger(bus, arn, Answers(None))
+
+    def send(task: Any) -> None:
+        put_event(bus, package_event(other, "Rejected", "not this run's"))   # another package of the same group
+        pending = {**package_event(arn, "PendingManualApproval"), "id": "a4f1c3de-5b1d-4f2e-9c1a-2b7d1d0e0f11"}
+        for _ in range(2):                                                   # delivered twice, same id
+            bus["sqs"].send_message(QueueUrl=bus["queue_url"], MessageBody=json.dumps(pending))
+        end = time.monotonic() + 20
+        while not (consumer_mod.active_consumers() and consumer_mod.active_consumers()[0].stats["duplicates"] >= 1
+                   and consumer_mod.active_consumers()[0].stats["released"] >= 1):
+            assert time.monotonic() < end, "the consumer did not see the duplicate and the other package's event"
+            time.sleep(0.05)
+        assert not task.done()                                               # nothing ended the wait
+        put_event(bus, package_event(arn, "Approved"))
+
+    event = asyncio.run(run_decision(trigger, send))
+    assert (event["status"], event["via"], event["model_package_arn"]) == ("success", "sagemaker", arn)
+    assert trigger.responses_seen["event"] == 2 and trigger.package_describes == 1   # pending once, then approved
+
+
+def test_a_dropped_package_event_is_made_up_by_the_reconcile_describe(bus) -> None:
+    arn = register_package(bus, "g-dropped")
+    answers = Answers(None)
+    trigger, _ = decision_trigger(bus, arn, answers, reconcile_interval_seconds=2)
+
+    def approve_without_event(task: Any) -> None:   # plain moto publishes nothing: the event is lost
+        registry(bus).update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Approved",
+                                           ApprovalDescription="approved, event lost")
+
+    started = time.monotonic()
+    event = asyncio.run(run_decision(trigger, approve_without_event))
+    assert (event["status"], event["via"], event["approval_description"]) == ("success", "sagemaker",
+                                                                            "approved, event lost")
+    assert trigger.package_describes == 2 and trigger.responses_seen["event"] == 0
+    assert answers.calls >= 2 and time.monotonic() - started < 15   # the answer was read in between, each second
+
+
+def test_the_airflow_answer_is_still_read_every_poll_interval_on_events(bus) -> None:
+    arn = register_package(bus, "g-airflow")
+    answer = {"chosen_options": ["Approve"], "params_input": {"comment": "ok"},
+              "responded_by_user": {"id": "7", "name": "alice"}, "responded_at": None}
+    answers = Answers(None, None, answer)
+    trigger, closed = decision_trigger(bus, arn, answers)
+    started = time.monotonic()
+    event = asyncio.run(run_decision(trigger))
+    assert (event["status"], event["via"], event["hitl_response"]) == ("success", "airflow", answer)
+    assert answers.calls == 3 and 1.5 <= time.monotonic() - started < 15   # every waiter_delay (1 s), not 600 s
+    assert trigger.package_describes == 1 and closed == []                 # no DescribeModelPackage per read
+
+
+def test_no_wait_event_queue_the_package_wait_polls(bus, monkeypatch, caplog, capfd) -> None:
+    monkeypatch.setattr(consumer_mod, "RETRY_SECONDS", 0.2)
+    arn = register_package(bus, "g-noqueue")
+    trigger, _ = decision_trigger(bus, arn, Answers(None),
+                                  queue_url=f"{bus['endpoint']}/{ACCOUNT}/no-such-package-queue")
+
+    def approve_once_polling(task: Any) -> None:
+        end = time.monotonic() + 20
+        while not (consumer_mod.active_consumers() and not consumer_mod.active_consumers()[0].available):
+            assert time.monotonic() < end, "the consumer never gave up on the queue"
+            time.sleep(0.05)
+        registry(bus).update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Approved")
+
+    with caplog.at_level(logging.INFO):
+        event = asyncio.run(run_decision(trigger, approve_once_polling))
+    assert (event["status"], event["via"]) == ("success", "sagemaker")
+    assert trigger.package_describes >= 2 and trigger.responses_seen["event"] == 0   # DescribeModelPackage polled
+    logged = caplog.text + capfd.readouterr().out
+    assert "unreachable" in logged and f"polling {arn} every 1 s" in logged
+
+
+def test_the_package_wait_without_events_polls_as_before(bus) -> None:
+    arn = register_package(bus, "g-polling")
+    trigger, _ = decision_trigger(bus, arn, Answers(None), polling=True)
+    registry(bus).update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Rejected", ApprovalDescription="no")
+    event = asyncio.run(run_decision(trigger))
+    assert (event["status"], event["via"], event["approval_status"]) == ("failure", "sagemaker", "Rejected")
+    assert trigger.responses_seen == {} and trigger.package_describes == 1
+
+
+def test_the_sensor_wait_subscribes_once_it_knows_the_package(bus) -> None:
+    from sim2real.orchestration.events import envelope as ev
+    from sim2real.orchestration.triggers.model_package import ModelPackageApprovalTrigger
+
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:model-package/g-sensor/1"
+    unknown = ModelPackageApprovalTrigger(model_package_group_name="g-sensor", run_key="run-1",
+                                          events=events_section(bus))
+    assert unknown.event_keys() == []   # still to be located (ListModelPackages): polling
+    trigger = ModelPackageApprovalTrigger(model_package_group_name="g-sensor", run_key="run-1", model_package_arn=arn,
+                                          waiter_delay=300, waiter_max_attempts=10, events=events_section(bus))
+    assert trigger.event_keys() == [ev.model_package(arn)]
+    pending = package_event(arn, "PendingManualApproval")["detail"]
+    event = asyncio.run(run_wait(trigger, Scripted(pending), lambda: put_event(bus, package_event(arn, "Approved"))))
+    assert (event["status"], event["model_package_arn"], event["approval_status"]) == ("success", arn, "Approved")
+    assert trigger.responses_seen == {"describe": 1, "event": 1}

@@ -174,6 +174,36 @@ def test_pending_package_writes_the_request_and_defers_to_the_decision_trigger(m
     assert deferred.value.timeout > dt.timedelta(hours=1)  # the trigger's own timeout event comes first
 
 
+def test_the_decision_trigger_gets_the_environment_events_section(moto_endpoint, sm, context, monkeypatch):
+    """With the environment config's ``events`` section the approval wait subscribes to its package's events."""
+    import json
+
+    import airflow.providers.standard.operators.hitl as hitl
+
+    from sim2real.orchestration.events import envelope
+
+    arn = register(sm, "g-ask-ev", "run-1")
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: None)
+    events = {"mode": "events", "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/sim2real-wait-events",
+              "reconcile_interval_seconds": 600}
+    env = {
+        "region": REGION, "artifacts_bucket": "b",
+        "image_build": {"codebuild_project": "p", "ecr_repository": "r", "source_version": "main"},
+        "batch": {"job_queue": "q", "job_definition": "d", "compute_environment": "ce", "instance_type": "g6.12xlarge"},
+        "evaluation": {"workstation_tag_key": "k", "workstation_tag_value": "v"},
+        "sagemaker": {"pipeline_name": "p", "pipeline_role_arn": "arn:aws:iam::1:role/r", "model_package_group": "g"},
+        "greengrass": {"thing_group_name": "t", "components": {"c": "1.0.0"}},
+        "events": events,
+    }
+    monkeypatch.delenv("SIM2REAL_ENVIRONMENT_FILE", raising=False)
+    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(env))
+    with pytest.raises(TaskDeferred) as deferred:
+        operator("g-ask-ev", "run-1", poke_interval=30).execute(context)
+    trigger = deferred.value.trigger
+    assert trigger.serialize()[1]["events"] == events and trigger.event_settings.enabled
+    assert trigger.event_keys() == [envelope.model_package(arn)]
+
+
 def test_approve_in_airflow_updates_the_package_with_approver_and_comment(moto_endpoint, sm, context):
     arn = register(sm, "g-yes", "run-1")
     result = operator("g-yes", "run-1").execute_complete(

@@ -214,7 +214,10 @@ class AwsEventBus:
         self.publish(ev.PIPELINE_EXECUTION, [pipeline_arn, execution_arn], detail)
 
     def model_package(self, description: dict[str, Any]) -> None:
-        """``SageMaker Model Package State Change``: detail is the DescribeModelPackage shape (same page)."""
+        """``SageMaker Model Package State Change`` (SageMaker Developer Guide, "Events that Amazon SageMaker AI sends
+        to Amazon EventBridge", model package state change): source ``aws.sagemaker``, detail is the
+        DescribeModelPackage shape (``ModelPackageArn``, ``ModelPackageGroupName``, ``ModelApprovalStatus``...),
+        resources: the package ARN. The provisioned rule matches ``detail.ModelPackageGroupName``."""
         self.publish(ev.MODEL_PACKAGE, [description.get("ModelPackageArn", "")], description)
 
     def greengrass_device(self, deployment_id: str, thing: str, status: str, reason: str = "",

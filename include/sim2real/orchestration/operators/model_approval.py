@@ -49,6 +49,7 @@ from sim2real.orchestration.hooks.model_registry import (
     sagemaker_decision,
 )
 from sim2real.orchestration.links.sagemaker import SageMakerModelPackageLink
+from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.triggers.model_package import ModelPackageDecisionTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import model_package_step
@@ -198,6 +199,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
                 region_name=self.region_name,
                 verify=self.verify,
                 botocore_config=self.botocore_config,
+                events=task_events_section(self.log),
             ),
             method_name="execute_complete",
             timeout=dt.timedelta(seconds=timeout_s + self.poke_interval + 120),

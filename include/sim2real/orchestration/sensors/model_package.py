@@ -21,6 +21,7 @@ from airflow.providers.common.compat.sdk import (
 from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, approve_command
 from sim2real.orchestration.links.sagemaker import SageMakerModelPackageLink
+from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.triggers.model_package import ModelPackageApprovalTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import model_package_step
@@ -157,6 +158,7 @@ class ModelPackageApprovalSensor(AwsBaseSensor[ModelRegistryHook]):
                 region_name=self.region_name,
                 verify=self.verify,
                 botocore_config=self.botocore_config,
+                events=task_events_section(self.log),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout + self.poke_interval + 120),

@@ -99,6 +99,9 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
         self.events = dict(events) if events else None
         #: after an event-driven run: how many responses came from describes and from events (diagnostics, bench)
         self.responses_seen: dict[str, int] = {}
+        #: while an event-driven run is in progress: its responses and its deadline (``time.time()`` seconds)
+        self._event_source: EventDrivenResponses | None = None
+        self.event_deadline: float | None = None
         self.event_settings = EventSettings.from_dict(self.events)
         if self.events is not None:
             serialized_fields = {**serialized_fields, "events": self.events}
@@ -130,6 +133,14 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
         limit that no state change announces), or None (the reconcile interval). ``last_response``: what the
         last step decided on."""
         return None
+
+    def events_flowing(self) -> bool:
+        """True while this wait runs on AWS events: subscribed, and the queue answers. False when it polls (no
+        keys, events off), during the polling fallback (queue unreachable) and outside :meth:`run`. A
+        :meth:`describe` that reads more than the service's describe call (e.g. an answer with no AWS event) uses
+        it to make the service call only when the events cannot stand in for it."""
+        source = self._event_source
+        return source is not None and source.subscription is not None and source.subscription.events_available
 
     async def describe(self, client: Any, state: WaitState) -> Mapping[str, Any]:
         """The next response of the watched resource (one API round)."""
@@ -168,6 +179,7 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
         source = EventDrivenResponses(subscription, lambda: self.describe(client, current["state"]),
                                       poll_interval=float(self.waiter_delay), settings=settings, log=self.log,
                                       resource=resource)
+        self._event_source, self.event_deadline = source, deadline
         self.log.info("Waiting on %s by AWS events (queue %s; reconcile describe every %.0f s; deadline in %.0f s)",
                       resource, settings.queue_url, settings.reconcile_interval_seconds, deadline - time.time())
 
@@ -189,5 +201,6 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
                                sleep=_paced_by_source)
         finally:
             source.close()
+            self._event_source = None
             self.responses_seen = {"describe": source.describes, "event": source.events}
             self.log.info("Wait on %s: %d describe call(s), %d event(s)", resource, source.describes, source.events)

@@ -3,15 +3,26 @@
 Locates the package by ``CustomerMetadataProperties["sim2real:run-key"]`` (ListModelPackages
 newest first + DescribeModelPackage), then classifies DescribeModelPackage with the custom
 waiter ``model_package_approved`` (``sim2real/orchestration/waiters/sagemaker_ext.json``).
+
+With the environment config's ``events`` section enabled, a wait whose package ARN is known subscribes to the
+package's ``SageMaker Model Package State Change`` events (source ``aws.sagemaker``; ``detail`` carries the
+``DescribeModelPackage`` fields, ``ModelPackageArn``, ``ModelPackageGroupName``, ``ModelApprovalStatus``...;
+``resources`` the package ARN: SageMaker Developer Guide, "Events that Amazon SageMaker AI sends to Amazon
+EventBridge", model package state change; the EventBridge schema's fields as the CDK's generated
+``SageMakerModelPackageStateChange`` pattern lists them). The event's detail is read as the DescribeModelPackage
+response (:mod:`sim2real.orchestration.events.envelope`), so the same step function decides it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
+from sim2real.orchestration.events import envelope
+from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, package_matches
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
@@ -27,7 +38,11 @@ class ModelPackageApprovalTrigger(StepWaitTrigger):
     :param pipeline_execution_arn: optional cross-check (see ``package_matches``).
     :param model_package_arn: the package, when already located.
     :param waiter_delay: seconds between polls.
-    :param waiter_max_attempts: polls before a ``timeout`` event.
+    :param waiter_max_attempts: polls before a ``timeout`` event (with events: the deadline is
+        ``waiter_max_attempts`` x ``waiter_delay`` seconds).
+    :param events: the environment config's ``events`` section (None: polling). Events are used only when the
+        package ARN is known when the trigger starts (the package's state-change events are keyed by it); a wait
+        that must still locate the package polls.
 
     One event: ``{"status": "success", "message", **approval_result}``; ``{"status": "failure",
     "message", "model_package_arn", "approval_status": "Rejected", "approval_description"}``;
@@ -49,6 +64,7 @@ class ModelPackageApprovalTrigger(StepWaitTrigger):
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
+        events: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(
             serialized_fields={
@@ -63,6 +79,7 @@ class ModelPackageApprovalTrigger(StepWaitTrigger):
             region_name=region_name,
             verify=verify,
             botocore_config=botocore_config,
+            events=events,
         )
         self.model_package_group_name = model_package_group_name
         self.run_key = run_key
@@ -86,6 +103,11 @@ class ModelPackageApprovalTrigger(StepWaitTrigger):
             kwargs["NextToken"] = page["NextToken"]
 
     step_function = staticmethod(model_package_step)
+
+    def event_keys(self) -> list[envelope.ResourceKey]:
+        """``SageMaker Model Package State Change`` events of the package (keyed by its ARN, as the event's
+        ``detail.ModelPackageArn`` carries it); none while the package is still to be located (polling)."""
+        return [envelope.model_package(self.model_package_arn)] if self.model_package_arn else []
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
         """DescribeModelPackage of the package, located first (ListModelPackages) while unknown;
@@ -116,6 +138,12 @@ class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
     :param model_package_arn: the package (located before the step asks the reviewer).
     Other parameters: :class:`ModelPackageApprovalTrigger`.
 
+    **With events** (``events`` enabled): the registry's side comes from the package's state-change events, with a
+    DescribeModelPackage at the start, every ``reconcile_interval_seconds`` and at the deadline. The Airflow answer
+    has no AWS event, so it is still read every ``waiter_delay`` seconds (:meth:`max_event_wait`); those rounds
+    reuse the last DescribeModelPackage response instead of calling SageMaker again (an event would have ended
+    the wait on a decision). While the queue is unreachable every round describes the package, as polling does.
+
     When the registry decided first, the trigger answers the Airflow request with that decision (the provider's
     ``update_hitl_detail_response``, as ``HITLTrigger`` records a timeout's default): the Required Actions page
     then shows it closed, and a later answer there is refused instead of being ignored.
@@ -129,8 +157,27 @@ class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
         self.ti_id = str(ti_id)
         self.serialized_fields["ti_id"] = self.ti_id
         self._unreadable_logged = False
+        #: the last DescribeModelPackage response and when it was read (``time.time()``), for rounds on events
+        self._package: dict[str, Any] | None = None
+        self._package_read_at = 0.0
+        #: DescribeModelPackage calls this trigger made (diagnostics, tests)
+        self.package_describes = 0
 
     step_function = staticmethod(model_package_decision_step)
+
+    def max_event_wait(self, state: WaitState, last_response: Mapping[str, Any] | None) -> float:
+        """Every ``waiter_delay`` seconds: the Airflow answer is read on the polling interval, events or not."""
+        return float(self.waiter_delay)
+
+    def _package_due(self) -> bool:
+        """Whether this round calls DescribeModelPackage: always when polling (or in the polling fallback); with
+        events only first, after ``reconcile_interval_seconds`` and at the deadline."""
+        if not self.events_flowing() or self._package is None:
+            return True
+        now = time.time()
+        if self.event_deadline is not None and now >= self.event_deadline:
+            return True
+        return now - self._package_read_at >= self.event_settings.reconcile_interval_seconds
 
     async def _airflow_answer(self) -> dict[str, Any] | None:
         from uuid import UUID
@@ -163,7 +210,19 @@ class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
         answer = await self._airflow_answer()
         if answer is not None:
             return {"ModelPackageArn": self.model_package_arn, AIRFLOW_RESPONSE_KEY: answer}
-        return await super().describe(client, state)
+        if self._package_due():
+            package = await super().describe(client, state)
+            self.package_describes += 1
+            self._package, self._package_read_at = dict(package), time.time()
+        return dict(self._package or {})
+
+    async def event_response(self, client, state: WaitState, event: WaitEvent) -> dict[str, Any]:
+        """The Airflow answer when one is recorded (read first, as in :meth:`describe`), else the event's
+        DescribeModelPackage-shaped detail."""
+        answer = await self._airflow_answer()
+        if answer is not None:
+            return {"ModelPackageArn": self.model_package_arn, AIRFLOW_RESPONSE_KEY: answer}
+        return dict(event.response)
 
     async def _close_request(self, event: dict[str, Any]) -> None:
         from uuid import UUID

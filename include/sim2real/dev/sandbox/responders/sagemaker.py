@@ -11,6 +11,8 @@ ListPipelineExecutionSteps / StopPipelineExecution / UpdateCluster, and wipes a 
   a model package (PendingManualApproval, CustomerMetadataProperties ``sim2real:run-key`` and
   ``sim2real:pipeline-execution-arn``) in the group named by the definition's RegisterModel step,
   else the sandbox config's group; then ``Succeeded`` (or the ``pipeline_status`` fault's status).
+* CreateModelPackage and UpdateModelPackage (any caller) publish the package's ``SageMaker Model Package State
+  Change`` (:meth:`~sim2real.dev.sandbox.aws_events.AwsEventBus.model_package`).
 * StopPipelineExecution → ``Stopping`` → ``Stopped``.
 * UpdateCluster replaces the instance groups like AWS: every group in the request gets its count,
   groups left out are deleted; nodes follow (``Pending`` → ``Running``), status Updating → InService.
@@ -130,6 +132,16 @@ class SageMakerResponder:
             active().sagemaker._publish_package(package)
             return package.arn
 
+        original_create_package = SageMakerModelBackend.create_model_package
+
+        def create_model_package(backend: SageMakerModelBackend, *args: Any, **kwargs: Any) -> str:
+            arn = original_create_package(backend, *args, **kwargs)
+            package = backend.model_packages.get(backend.model_package_name_mapping.get(arn, arn)) or \
+                backend.model_packages.get(arn)
+            if package is not None:
+                active().sagemaker._publish_package(package)
+            return arn
+
         def valid_cluster_node_instance_types(self: Cluster, instance_type: str) -> None:
             if not str(instance_type).startswith("ml."):
                 raise ValidationError(message=f"Invalid instance type {instance_type}")
@@ -140,6 +152,7 @@ class SageMakerResponder:
         patcher.setattr(SageMakerResponse, "stop_pipeline_execution", stop_pipeline_execution)
         patcher.setattr(SageMakerResponse, "update_cluster", update_cluster)
         patcher.setattr(SageMakerModelBackend, "update_model_package", update_model_package)
+        patcher.setattr(SageMakerModelBackend, "create_model_package", create_model_package)
         # moto's create_cluster only knows a 2023 list of types (no ml.g6*); AWS accepts any ml.* type.
         patcher.setattr(Cluster, "valid_cluster_node_instance_types", valid_cluster_node_instance_types)
 
@@ -303,14 +316,11 @@ class SageMakerResponder:
             f"model data {model_url}",
             arn=package_arn, run_key=run_key, group=group, model_data_url=model_url,
         )
-        backend = self._backend()
-        package = backend.model_packages.get(backend.model_package_name_mapping.get(package_arn, package_arn))
-        if package is not None:
-            self._publish_package(package)
-        return package_arn
+        return package_arn  # CreateModelPackage published the package's state-change event
 
     def _publish_package(self, package: Any) -> None:
-        """The package's ``SageMaker Model Package State Change`` (detail: its DescribeModelPackage response)."""
+        """The package's ``SageMaker Model Package State Change`` (detail: its DescribeModelPackage response), on
+        every CreateModelPackage and UpdateModelPackage, whoever calls them."""
         self.sandbox.aws_events.model_package(package.gen_response_object())
 
     def _list_steps(self, resp: SageMakerResponse) -> dict[str, Any]:
