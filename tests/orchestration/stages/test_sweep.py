@@ -358,3 +358,8 @@ def test_pick_best_waits_for_every_candidate_and_is_skipped_with_the_sweep_path(
     assert ids.SWEEP_READ_EVAL_REPORT in pick.upstream_task_ids and ids.PREPARE_RUN not in pick.upstream_task_ids
     lane = dag.get_task(ids.SWEEP_WAIT_FOR_SLOT)
     assert "max_failed" in lane.template_fields
+    # The join of both backends' training paths in the mapped group: a "fast-triggered" rule there is evaluated,
+    # before expansion, against every candidate's training, so one failed candidate failed all of them.
+    join = dag.get_task(ids.SWEEP_WAIT_FOR_CHECKPOINT)
+    assert {ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM} <= join.upstream_task_ids
+    assert join.trigger_rule == "none_failed"

@@ -397,7 +397,12 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
             expected_task="{{ ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "', key='checkpoint.task') }}",
             # The candidate's Batch job (fails the wait early when it FAILED); empty on HyperPod (its array task
             # has ended COMPLETED before this sensor starts).
-            batch_job_id=_BATCH_JOB_OF_CANDIDATE, trigger_rule="none_failed_min_one_success",
+            # none_failed joins the two backends' paths (the other one is skipped). Not none_failed_min_one_success:
+            # Airflow evaluates a "fast-triggered" rule (one_success, one_failed, one_done, none_failed_min_one_success)
+            # of a task not yet expanded in a mapped group against every map index of its upstream, so one failed
+            # candidate's training would fail this task for every candidate before it is expanded
+            # (Airflow's TriggerRuleDep, found with dag.test: a failed candidate ended the whole sweep).
+            batch_job_id=_BATCH_JOB_OF_CANDIDATE, trigger_rule="none_failed",
             poke_interval=POLL, timeout=30 * 60, execution_timeout=dt.timedelta(minutes=40), doc_md=DOC,
         )
 
