@@ -638,6 +638,22 @@ def test_a_lane_fails_when_more_candidates_failed_than_the_sweep_may_lose():
         _lenient_sensor(1, 1).poke({"ti": ti})
 
 
+def test_a_candidate_lost_after_its_training_counts_against_the_sweeps_minimum():
+    """c0 trained but its evaluation failed, c1's training failed: with max_failed 1 the sweep cannot reach its
+    minimum any more, so a waiting candidate does not start its job (before, only submit/training failures
+    counted, and c2 would have trained for a run that fails at its pick)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    ti = PullingTI({}, {("sweep.train_policy", 0): "success", ("sweep.run_evaluation", 0): "failed",
+                        ("sweep.train_policy", 1): "failed"})
+    sensor = SweepLaneSensor(task_id="wait_for_slot", lane_after=1, submit_task_id="sweep.submit_training",
+                             train_task_id="sweep.train_policy", later_task_ids=["sweep.run_evaluation"],
+                             mode="reschedule", poke_interval=1, max_failed=1)
+    with pytest.raises(AirflowFailException, match=r"also sweep.run_evaluation\[0\] is failed\): 2 candidate\(s\) can no "
+                                                   r"longer succeed"):
+        sensor.poke({"ti": ti})
+
+
 @mock_aws(config=MOTO_BATCH)
 def test_a_lanes_previous_job_that_ended_failed_frees_it_when_the_sweep_may_lose_it(aws_env, moto_batch_gaps, script):
     setup_batch()

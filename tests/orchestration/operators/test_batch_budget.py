@@ -13,7 +13,7 @@ import re
 import time
 
 import pytest
-from airflow.providers.common.compat.sdk import AirflowFailException, TaskDeferred
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, TaskDeferred
 from moto import mock_aws
 from moto.batch.models import Job
 from sim2real.contract import task_ids as ids
@@ -155,3 +155,24 @@ def test_log_explains_the_cost_limit_before_submitting(aws_env, moto_batch_gaps,
     assert "after about 2.00 h" in line  # $14.40 / (2 nodes x $3.60/h)
     make_op(job_name="other-job").execute({})
     assert any(m.startswith("Training cost limit: none") for m in log.messages)
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_a_failed_job_hands_on_its_cost_figures(aws_env, moto_batch_gaps, started):
+    """A job that ended FAILED has no return value: its job_cost XCom carries its DescribeJobs times, so the
+    run's actual cost (a sweep that picks among its survivors goes on to succeed) counts the hour it ran."""
+    from sim2real.orchestration.budget import _training_actual
+
+    setup_batch()
+    started["*"] = [("FAILED", "Host EC2 (instance i-1) terminated.", 1)]
+    ti = FakeTI(ids.BATCH_TRAIN_POLICY)
+    with pytest.raises(AirflowException, match="ended FAILED"):  # a reclaimed host: retryable
+        make_op(usd_per_node_hour=PRICE).execute({"ti": ti})
+    record = ti.xcom["job_cost"]
+    assert record["status"] == "FAILED" and record["job_id"] == record["jobId"]
+    assert record["nodeProperties"]["numNodes"] == 2
+    plan = {"budget": {"items": [{"stage": "training", "instance_type": "g6.12xlarge", "usd_per_hour": PRICE,
+                                  "instances": 2}]}, "batch": {"num_nodes": 2}}
+    item = _training_actual(plan, record, time.time(), {})
+    assert item["hours"] == pytest.approx(RAN_S / 3600, abs=0.01)
+    assert item["usd"] == pytest.approx(COST_NOW, abs=0.05)

@@ -11,7 +11,7 @@ from sim2real.orchestration.budget import BudgetExceeded, candidate_cost_limits
 from sim2real.orchestration.candidates import MAX_CANDIDATES, SWEEP_KEYS, best_candidate, expand_sweep
 from sim2real.orchestration.params import ParamRuleError, build_params, check_params
 from sim2real.orchestration.stages import plan_run
-from sim2real.orchestration.stages.sweep import pick_best_result
+from sim2real.orchestration.stages.sweep import SweepPlan, pick_best_result
 
 from tests.orchestration.test_config import GOOD
 from .test_stages import PARAMS
@@ -293,6 +293,19 @@ def test_pick_best_picks_among_the_survivors_and_records_the_failed_with_their_r
     assert "1 of 3 candidates failed (c1): picked among the 2 that succeeded" in render_markdown(lineage)
     note = render_run_note(lineage)
     assert "**Sweep:** 1 of 3 candidates failed (c1: sweep.train_policy is failed; Batch job job-1 FAILED" in note
+
+
+def test_a_plan_made_before_sweep_min_candidates_still_needs_every_candidate():
+    """A run planned before the field existed (its plan's sweep section has no min_candidates / max_failed) that
+    resumes after an upgrade keeps the rule it was planned with: every candidate must succeed."""
+    plan = json.loads(json.dumps(_plan(sweep=SWEEP)))
+    for key in ("min_candidates", "max_failed"):
+        plan["sweep"].pop(key)
+    assert SweepPlan.from_plan(plan).max_failed == 0
+    trainings, manifests = _results(plan, failed=(1,))
+    with pytest.raises(ValueError, match="only 2 of 3 sweep candidates succeeded, sweep_min_candidates is 3"):
+        pick_best_result(plan, trainings, manifests, [_report(12), None, _report(15)],
+                         {1: {"state": "failed", "reason": "sweep.train_policy is failed"}})
 
 
 def test_too_few_survivors_fail_the_pick_with_every_failed_candidate_named():

@@ -274,7 +274,7 @@ class BatchTrainingOperator(BatchOperator):
             self.log.info("AWS Batch job %s already %s: not deferring", self.job_id, job.get("status"))
             if step.outcome == "success":
                 return self._success(context, job)
-            raise self._failure(job)
+            raise self._failed(context, job)
         self.defer(
             timeout=self.execution_timeout,
             trigger=BatchTrainingJobTrigger(
@@ -313,7 +313,7 @@ class BatchTrainingOperator(BatchOperator):
         if status == "success":
             job = self.hook.get_job_description(self.job_id)
             if job.get("status") != self.hook.SUCCESS_STATE:
-                raise self._failure(job)
+                raise self._failed(context, job)
             return self._success(context, job)
         if event.get("reason") == "cost_limit":
             self._push_job_cost(context, event.get("job_cost"))
@@ -321,7 +321,7 @@ class BatchTrainingOperator(BatchOperator):
         if event.get("reason") == "runnable_timeout":
             raise AirflowFailException(f"{message} {classify_failure(None, job_status='RUNNABLE').describe()}")
         if status == "failure" and event.get("job_status") == self.hook.FAILURE_STATE:
-            raise self._failure(self.hook.get_job_description(self.job_id))
+            raise self._failed(context, self.hook.get_job_description(self.job_id))
         raise AirflowException(f"Waiting for AWS Batch job {self.job_id} failed ({status}): {message}")
 
     # -- outcome ------------------------------------------------------------------------------
@@ -379,6 +379,23 @@ class BatchTrainingOperator(BatchOperator):
                 self.job_id, record["cost_usd"], record["num_nodes"], price, record["run_seconds"],
             )
         return {k: record[k] for k in ("started_at", "stopped_at", "cost_usd")}
+
+    #: The ``DescribeJobs`` fields of a failed job that its ``job_cost`` XCom keeps (what the actual cost reads:
+    #: :func:`sim2real.orchestration.budget.batch_job_run_seconds`; epoch milliseconds).
+    FAILED_JOB_COST_FIELDS = ("jobId", "jobName", "status", "statusReason", "startedAt", "stoppedAt", "attempts",
+                              "nodeProperties")
+
+    def _failed(self, context: Context, job: dict[str, Any]) -> AirflowException:
+        """:meth:`_failure`, after pushing the job's ``job_cost`` (its ``DescribeJobs`` times): a failed job has no
+        return value, and the run's actual cost (a sweep that picks among its survivors goes on to succeed) still
+        counts what the job ran."""
+        record = {k: job[k] for k in self.FAILED_JOB_COST_FIELDS if k in job}
+        record.setdefault("attempts", [])  # a job that never started: 0 s, not unknown
+        record["nodeProperties"] = {"numNodes": int((job.get("nodeProperties") or {}).get("numNodes")
+                                                    or self._validated_num_nodes())}
+        record["job_id"] = job.get("jobId") or self.job_id
+        self._push_job_cost(context, record)
+        return self._failure(job)
 
     def _failure(self, job: dict[str, Any]) -> AirflowException:
         """Build (not raise) the exception for a job that did not succeed, with its failure class."""

@@ -8,7 +8,8 @@ A failed candidate frees its lane as an ended one does when the sweep may lose c
 candidates - ``sweep_min_candidates``: ``pick_best`` then picks among the survivors). When more candidates can no
 longer succeed than that, the sweep cannot reach its minimum, and the lane fails at once instead of starting a job
 the run cannot use or waiting out its timeout while the run holds its ``max_active_runs`` slot. A candidate can no
-longer succeed when its submit or training task instance is ``failed`` or ``upstream_failed`` (after its retries,
+longer succeed when its submit or training task instance, or one of its later tasks (``later_task_ids``: the
+checkpoint wait, the evaluation), is ``failed`` or ``upstream_failed`` (after its retries,
 or marked so by a person; read through the Task Execution API, ``RuntimeTaskInstance.get_task_states``, no
 database access), or when its Batch job ended ``FAILED``. ``max_failed`` 0 (every candidate needed): any such
 candidate fails the lane.
@@ -43,6 +44,8 @@ class SweepLaneSensor(AwsBaseSensor[BatchClientHook]):
     :param train_task_id: the mapped task that waits for that job (its state is checked with the submit task's).
     :param max_failed: candidates that may fail while the sweep still picks among the survivors (templated; 0:
         every candidate is needed).
+    :param later_task_ids: the candidate's mapped tasks after its training (checkpoint wait, evaluation): one of
+        them failed makes the candidate lost as well.
     :return: ``{"lane_after", "job_id", "status"}`` of the job waited for (all ``None`` for a lane's first).
     :raises AirflowFailException: more than ``max_failed`` candidates' submit or training tasks are ``failed`` /
         ``upstream_failed`` (the lane's previous one named first), or, with ``max_failed`` 0, the previous
@@ -51,15 +54,16 @@ class SweepLaneSensor(AwsBaseSensor[BatchClientHook]):
 
     aws_hook_class = BatchClientHook
     template_fields: Sequence[str] = aws_template_fields("lane_after", "submit_task_id", "train_task_id",
-                                                         "max_failed")
+                                                         "max_failed", "later_task_ids")
 
     def __init__(self, *, lane_after: int | str | None, submit_task_id: str, train_task_id: str,
-                 max_failed: int | str = 0, **kwargs: Any) -> None:
+                 max_failed: int | str = 0, later_task_ids: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.lane_after = lane_after
         self.submit_task_id = submit_task_id
         self.train_task_id = train_task_id
         self.max_failed = max_failed
+        self.later_task_ids = list(later_task_ids)
         self._waited: dict[str, Any] = {"lane_after": None, "job_id": None, "status": None}
 
     def _previous(self) -> int | None:
@@ -68,7 +72,7 @@ class SweepLaneSensor(AwsBaseSensor[BatchClientHook]):
         return int(self.lane_after)
 
     def _check_candidates_can_succeed(self, ti: Any, previous: int) -> dict[int, str]:
-        """Fail when a candidate's submit or training task instance is failed / upstream_failed: the lane's
+        """Fail when a candidate's submit, training or later task instance is failed / upstream_failed: the lane's
         previous one (its job would never end, or never free the lane for a run that can still succeed), or any
         other (the sweep cannot succeed any more: no new job is started for it).
 
@@ -77,7 +81,7 @@ class SweepLaneSensor(AwsBaseSensor[BatchClientHook]):
 
         :return: map index → the failed task of each candidate that can no longer succeed (at most ``max_failed``).
         """
-        task_ids = [self.submit_task_id, self.train_task_id]
+        task_ids = [self.submit_task_id, self.train_task_id, *self.later_task_ids]
         answer = ti.get_task_states(dag_id=ti.dag_id, task_ids=task_ids, run_ids=[ti.run_id]) or {}
         failed: dict[int, str] = {}
         for key, state in sorted((answer.get(ti.run_id) or {}).items()):

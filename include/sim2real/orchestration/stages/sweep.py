@@ -98,7 +98,9 @@ class SweepPlan(PlanSection):
     max_parallel: int  #: training jobs at once
     parallel_nodes: int  #: nodes the capacity preflight sizes for: min(max_parallel, candidates) × num_nodes
     selection_eval_seed: int  #: candidates are evaluated on seeds selection_eval_seed + i (disjoint from eval_seed's)
-    min_candidates: int = 1  #: candidates that must survive (training, checkpoint, evaluation) for pick_best to pick
+    #: candidates that must survive (training, checkpoint, evaluation) for pick_best to pick; 0: every candidate
+    #: (a plan made before this field existed, whose run may resume after an upgrade, required every candidate)
+    min_candidates: int = 0
     max_failed: int = 0  #: candidates that may fail while the sweep still picks: candidates - min_candidates
     #: one entry per candidate: the mapped group's kwargs (:func:`candidate_entry`)
     candidates: list[dict[str, Any]] = field(default_factory=list)
@@ -379,7 +381,10 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
         read by ``pick_best`` and the lineage from the plan, not by these tasks."""
         lane = SweepLaneSensor(
             task_id=ids.local(ids.SWEEP_WAIT_FOR_SLOT), lane_after=lane_after, max_failed=sweep.max_failed,
-            submit_task_id=ids.SWEEP_SUBMIT_TRAINING, train_task_id=ids.SWEEP_TRAIN_POLICY, mode="reschedule", poke_interval=POLL,
+            submit_task_id=ids.SWEEP_SUBMIT_TRAINING, train_task_id=ids.SWEEP_TRAIN_POLICY,
+            later_task_ids=[t for t in CANDIDATE_TASKS if t not in (ids.SWEEP_WAIT_FOR_SLOT, ids.SWEEP_SUBMIT_TRAINING,
+                                                                    ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM)],
+            mode="reschedule", poke_interval=POLL,
             timeout=13 * 3600, execution_timeout=dt.timedelta(hours=13), doc_md=DOC,
         )
         common = dict(job_name=job_name, job_queue=batch.job_queue, job_definition=batch.job_definition,
