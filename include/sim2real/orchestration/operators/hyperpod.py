@@ -297,7 +297,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         :data:`~sim2real.orchestration.waits.hyperpod.DEFAULT_MAX_FAILED_QUERIES`).
     :param submit_only: submit (or reattach) and return at once, without waiting: a sweep's job array, whose
         tasks each candidate waits for (default False). Returns ``{"cluster_name", "job_id", "job_name",
-        "log_path", "submit_host_instance_id", "reattached"}``.
+        "log_path", "submit_host_instance_id", "reattached", "tasks"}`` (``tasks``: array index → task id from
+        the ``sim2real-slurm-array-task=`` lines, :func:`sim2real.orchestration.slurm.parse_array_tasks`; empty for
+        a single job).
     :param attach_job_id: wait for this job (a sweep's job array, templated) instead of submitting:
         ``submit_commands`` is not sent; with ``array_index`` the job waited for is array task
         ``<attach_job_id>_<array_index>`` (:func:`sim2real.orchestration.slurm.array_task_id`; ``sacct -j``,
