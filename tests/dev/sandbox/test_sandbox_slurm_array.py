@@ -94,3 +94,17 @@ def test_a_bad_array_spec_is_refused(slurm, tmp_path, spec):
         assert result.returncode == 0 and result.stdout.strip().isdigit()
         return
     assert result.returncode == 1 and "Invalid job array specification" in result.stderr
+
+
+def test_an_index_list_runs_only_those_tasks_as_a_sweeps_resubmission_does(slurm, tmp_path):
+    script = _script(tmp_path, 'echo "task=$SLURM_ARRAY_TASK_ID count=$SLURM_ARRAY_TASK_COUNT"\n')
+    array = slurm("sbatch", "--parsable", "--array=1,3%1", script).stdout.strip()
+
+    def rows() -> list[list[str]]:
+        out = slurm("sacct", "-j", array, "-X", "-n", "-P", "-o", "JobID,State").stdout
+        return [line.split("|") for line in out.splitlines()]
+
+    _wait(lambda: [r[1] for r in rows()] == ["COMPLETED", "COMPLETED"])
+    assert [r[0] for r in rows()] == [f"{array}_1", f"{array}_3"]  # indexes 0 and 2 are no tasks of it
+    for index in (1, 3):
+        assert f"task={index} count=2" in next(tmp_path.glob(f"log-{array}_{index}-*.out")).read_text()

@@ -156,10 +156,75 @@ def test_a_failed_array_task_names_the_cluster_job_task_state_and_exit_code(sand
     for needle in ("sim2real-hyperpod", f"Slurm job {array_id}_1", f"array task 1 of job array {array_id}", "FAILED",
                    "exit code 3:0", f"t-array-fail-{array_id}_1.out", "marker=c1"):
         assert needle in message, (needle, message)
-    # An array with a failed task is not reattached to: the submission trains the candidates again.
+    assert context["ti"].xcom["slurm_job_end"] == {"job_id": f"{array_id}_1", "state": "FAILED", "exit_code": "3:0"}
+    # A retried (or cleared) submission resubmits only the failed candidate, as a new array of that index alone;
+    # the candidate whose task COMPLETED keeps it (its training is not paid for twice).
     wait_until(lambda: all(j["state"] not in ("PENDING", "RUNNING") for j in records(sandbox, array_id)))
     again = submitter(sandbox, "t-array-fail", [{"MARKER": "c0"}, {"MARKER": "c1"}], parallel=2).execute(context)
-    assert again["job_id"] != array_id and again["reattached"] is False
+    second = again["job_id"]
+    assert second != array_id and again["reattached"] is False
+    assert again["tasks"] == {"0": f"{array_id}_0", "1": f"{second}_1"}
+    assert [j["job_id"] for j in records(sandbox, second)] == [f"{second}_1"]  # sbatch --array=1%2: task 1 only
+    op = waiter(sandbox, "t-array-fail", second, 1)
+    op.array_task_ids, op.attach_job_id = again["tasks"], array_id  # as train_on_slurm gets them from submit_sweep
+    try:
+        result = op.execute(context)
+    except TaskDeferred as deferred:
+        result = op.execute_complete(context, event=first_event(deferred.trigger))
+    assert result["job_id"] == f"{second}_1" and result["state"] == "COMPLETED"
+    assert "marker=c1" in open(result["log_path"]).read()  # the same script: candidate c1's own variables
+    kept = waiter(sandbox, "t-array-fail", second, 0)
+    kept.array_task_ids = again["tasks"]
+    assert kept.execute(context)["job_id"] == f"{array_id}_0"  # still the first array's COMPLETED task
+    # Every candidate has a COMPLETED task now: nothing is submitted.
+    done = submitter(sandbox, "t-array-fail", [{"MARKER": "c0"}, {"MARKER": "c1"}], parallel=2).execute(context)
+    assert done["reattached"] is True and done["job_id"] == second and done["tasks"] == again["tasks"]
+    assert len([j for j in sandbox.slurm.jobs() if j["name"] == "t-array-fail"]) == 3
+
+
+class SweepTI:
+    """The candidate's task instance: its XComs, and ``get_task_states`` answering the candidates' states
+    (``{run_id: {"<task_id>_<map_index>": state}}``, as the Task Execution API does)."""
+
+    dag_id, run_id = "sim_to_real", "manual__sweep"
+
+    def __init__(self, map_index: int, states: dict[str, str]):
+        self.map_index, self.states, self.xcom = map_index, states, {}
+        self.queries: list[dict] = []
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+    def xcom_pull(self, task_ids=None, key="return_value", map_indexes=None):
+        return self.xcom.get(key)
+
+    def get_task_states(self, **kwargs):
+        self.queries.append(kwargs)
+        return {self.run_id: dict(self.states)}
+
+
+@pytest.mark.parametrize("max_failed, others", [(0, "CANCELLED"), (1, "RUNNING")])
+def test_a_failed_candidate_cancels_the_array_once_the_sweep_cannot_reach_its_minimum(sandbox, max_failed, others):
+    name = f"t-array-lost-{max_failed}"
+    tasks = [{"MARKER": "c0", "EXIT_CODE": "4"}] + [{"MARKER": f"c{i}", "SLEEP_SECONDS": "60"} for i in (1, 2)]
+    submitted = submitter(sandbox, name, tasks, parallel=3).execute({"ti": SweepTI(0, {})})
+    array_id = submitted["job_id"]
+    wait_until(lambda: records(sandbox, array_id)[0]["state"] == "FAILED")
+    wait_until(lambda: all(j["state"] == "RUNNING" for j in records(sandbox, array_id)[1:]))
+    op = waiter(sandbox, name, array_id, 0)
+    op.array_task_ids, op.sweep_max_failed = submitted["tasks"], max_failed
+    op.sweep_task_ids = ["sweep.train_on_slurm", "sweep.wait_for_checkpoint"]
+    ti = SweepTI(0, {"sweep.train_on_slurm_0": "running", "sweep.train_on_slurm_1": "deferred",
+                     "sweep.train_on_slurm_2": "deferred"})
+    with pytest.raises(AirflowFailException, match="FAILED, exit code 4:0"):
+        op.execute({"ti": ti})
+    assert ti.queries[0]["task_ids"] == ["sweep.train_on_slurm", "sweep.wait_for_checkpoint"]
+    assert [j["state"] for j in records(sandbox, array_id)] == ["FAILED", others, others]
+    if others == "RUNNING":  # a second failed candidate is one more than the sweep may lose
+        ti.states["sweep.wait_for_checkpoint_2"] = "failed"
+        with pytest.raises(AirflowFailException):
+            op.execute({"ti": ti})
+        assert [j["state"] for j in records(sandbox, array_id)] == ["FAILED", "CANCELLED", "CANCELLED"]
 
 
 def test_killing_a_candidate_scancels_its_array_task_only(sandbox, context):

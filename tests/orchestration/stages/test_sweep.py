@@ -376,3 +376,19 @@ def test_pick_best_waits_for_every_candidate_and_is_skipped_with_the_sweep_path(
     join = dag.get_task(ids.SWEEP_WAIT_FOR_CHECKPOINT)
     assert {ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM} <= join.upstream_task_ids
     assert join.trigger_rule == "none_failed"
+
+
+def test_a_candidates_training_is_not_retried_on_either_backend_and_the_slurm_wait_counts_the_failed():
+    """A retry of an attach-mode wait reattaches to the same ended Batch job or Slurm array task and fails again
+    while the run holds the GPUs; a HyperPod candidate's failure is counted against sweep_min_candidates."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.stages.sweep import CANDIDATE_TASKS
+
+    dag = DagBag(dag_folder="dags/sim_to_real.py").dags["sim_to_real"]
+    assert dag.get_task(ids.SWEEP_TRAIN_POLICY).retries == 0
+    on_slurm = dag.get_task(ids.SWEEP_TRAIN_ON_SLURM)
+    assert on_slurm.retries == 0
+    assert {"array_task_ids", "sweep_max_failed"} <= set(on_slurm.template_fields)
+    assert on_slurm.sweep_task_ids == list(CANDIDATE_TASKS)

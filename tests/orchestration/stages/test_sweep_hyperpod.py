@@ -70,7 +70,8 @@ def test_the_array_script_exports_each_candidates_variables_by_array_task_id():
     assert f"#SBATCH --job-name=sim2real-train-{key}-sweep" in text and "#SBATCH --nodes=1" in text
     assert f"#SBATCH --output=/fsx/sim2real/logs/sim2real-train-{key}-sweep-%A_%a.out" in text
     assert "sbatch --parsable --array=0-2%2 " in text
-    assert f"squeue -h -r -n sim2real-train-{key}-sweep" in text and "-o %F" in text
+    assert f"squeue -h -r -n sim2real-train-{key}-sweep" in text and "-o %i" in text  # one line per task
+    assert '--array="$missing"%2 ' in text  # a retry: only the candidates without an active or COMPLETED task
     assert 'case "${SLURM_ARRAY_TASK_ID:?' in text
     block = text[text.index("case "):text.index("esac")]
     for i, cand in enumerate(plan["sweep"]["candidates"]):
@@ -176,3 +177,58 @@ def test_a_hyperpod_sweep_still_needs_the_head_node():
     env = {**HYPERPOD_ENV, "hyperpod": {**HYPERPOD_ENV["hyperpod"], "submit_host_tag_value": ""}}
     with pytest.raises(ParamRuleError, match="submit_host_tag_value"):
         check_params({**PARAMS, "training_backend": "hyperpod", "sweep": SWEEP}, env)
+
+
+class CandidateTI:
+    """``pick_best``'s task instance: the candidates' task states (Task Execution API form) and their
+    ``sweep.train_on_slurm`` XComs by key and map index."""
+
+    dag_id, run_id = "sim_to_real", "manual__r"
+
+    def __init__(self, states: dict[str, str], xcoms: dict[tuple[str, int], object]):
+        self.states, self.xcoms, self.pulls = states, xcoms, []
+
+    def get_task_states(self, **kwargs):
+        return {self.run_id: dict(self.states)}
+
+    def xcom_pull(self, task_ids=None, key="return_value", map_indexes=None):
+        self.pulls.append((task_ids, key, map_indexes))
+        return self.xcoms.get((key, map_indexes))
+
+
+def test_a_failed_hyperpod_candidate_keeps_its_slurm_array_task_and_end_state_in_the_lineage():
+    from sim2real.orchestration.lineage import build_lineage, lineage_errors
+    from sim2real.orchestration.stages.sweep import _candidate_failures
+
+    plan = _plan()
+    cands = plan["sweep"]["candidates"]
+    trainings = [{"cluster_name": "sim2real-hyperpod", "job_id": f"1001_{i}", "num_nodes": 1, "state": "COMPLETED",
+                  "log_path": f"/fsx/l-1001_{i}.out"} for i in range(3)]
+    trainings[2] = None  # its train_on_slurm failed: no return value
+    manifests = [{"checkpoint_uri": f"{c['output_uri']}policy.pt", "sha256": f"{i:x}" * 64}
+                 for i, c in enumerate(cands)]
+    manifests[2] = None
+    states = {"sweep.train_on_slurm_0": "success", "sweep.train_on_slurm_1": "success",
+              "sweep.train_on_slurm_2": "failed", "sweep.wait_for_checkpoint_2": "upstream_failed",
+              "sweep.train_policy_2": "skipped"}
+    ti = CandidateTI(states, {("slurm_job_id", 2): "1002_2",  # resubmitted: a later array than the others'
+                              ("slurm_job_end", 2): {"job_id": "1002_2", "state": "FAILED", "exit_code": "3:0"}})
+    failures = _candidate_failures(ti, [0, 1, 2], lambda task_id: [None] * 3, batch=False,
+                                   cluster_name=plan["hyperpod"]["cluster_name"])
+    assert ("sweep.train_on_slurm", "slurm_job_id", 2) in ti.pulls
+    assert failures[2]["slurm_job_id"] == "1002_2" and failures[2]["hyperpod_cluster_name"] == "sim2real-hyperpod"
+    picked = pick_best_result(plan, trainings, manifests, [_report(12), _report(18), None], failures)
+    row = picked["candidates"][2]
+    assert row["state"] == "failed" and row["batch_job_id"] is None
+    assert row["slurm_job_id"] == "1002_2" and row["hyperpod_cluster_name"] == "sim2real-hyperpod"
+    assert row["reason"] == "sweep.train_on_slurm is failed; Slurm job 1002_2 FAILED (exit code 3:0)"
+    assert picked["failed"] == [2] and picked["winner"] == 1
+    lineage = build_lineage(run_key=plan["run_key"], dag_id="sim_to_real", run_id="r", params=plan["params"],
+                            plan=plan, sweep=picked, training=picked["training"],
+                            evaluation={**_report(18), "checkpoint_sha256": manifests[1]["sha256"]})
+    assert lineage_errors(lineage) == []
+    assert lineage["candidates"][2]["slurm_job_id"] == "1002_2"
+    # A candidate that never waited for a task (no XCom) keeps the task states as its reason, without a job.
+    bare = _candidate_failures(CandidateTI(states, {}), [0, 1, 2], lambda task_id: [None] * 3, batch=False,
+                               cluster_name="sim2real-hyperpod")
+    assert "slurm_job_id" not in bare[2] and bare[2]["reason"] == "sweep.train_on_slurm is failed"

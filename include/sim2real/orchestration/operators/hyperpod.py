@@ -8,9 +8,10 @@ Manager API Reference — SendCommand (``AWS-RunShellScript``), GetCommandInvoca
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -19,12 +20,14 @@ from botocore.exceptions import ClientError
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import TaskDeferred
 from sim2real.orchestration import slurm
 from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.budget import optional_usd
 from sim2real.orchestration.hooks.hyperpod import HyperPodHook, instance_group_specs
 from sim2real.orchestration.hooks.workstation import WorkstationHook
 from sim2real.orchestration.links.sagemaker import HyperPodClusterLink
+from sim2real.orchestration.run_state import FAILED_STATES
 from sim2real.orchestration.triggers.hyperpod import HyperPodScaleTrigger, HyperPodSlurmJobTrigger
 from sim2real.orchestration.waits.core import WaitState, event_outcome, settle_now
 from sim2real.orchestration.waits.hyperpod import (
@@ -234,6 +237,9 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
 #: XCom keys pushed before waiting (a retry or the UI can find the job and its submit host).
 XCOM_SLURM_JOB_ID = "slurm_job_id"
 XCOM_SUBMIT_HOST = "submit_host_instance_id"
+#: XCom key of a job that ended in a failure state: ``{"job_id", "state", "exit_code"}`` (the task has no return
+#: value then; ``pick_best`` names them in a failed sweep candidate's reason).
+XCOM_SLURM_JOB_END = "slurm_job_end"
 #: Slurm end states that say the infrastructure failed (a retry submits again); the others are the
 #: job's own outcome (not retried).
 SLURM_RETRYABLE_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
@@ -291,12 +297,25 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         :data:`~sim2real.orchestration.waits.hyperpod.DEFAULT_MAX_FAILED_QUERIES`).
     :param submit_only: submit (or reattach) and return at once, without waiting: a sweep's job array, whose
         tasks each candidate waits for (default False). Returns ``{"cluster_name", "job_id", "job_name",
-        "log_path", "submit_host_instance_id", "reattached"}``.
+        "log_path", "submit_host_instance_id", "reattached", "tasks"}`` (``tasks``: array index → task id from
+        the ``sim2real-slurm-array-task=`` lines, :func:`sim2real.orchestration.slurm.parse_array_tasks`; empty for
+        a single job).
     :param attach_job_id: wait for this job (a sweep's job array, templated) instead of submitting:
         ``submit_commands`` is not sent; with ``array_index`` the job waited for is array task
         ``<attach_job_id>_<array_index>`` (:func:`sim2real.orchestration.slurm.array_task_id`; ``sacct -j``,
         ``scancel`` of that task only). A retry reattaches to the same task: it never submits.
     :param array_index: the array task's index (templated; mapped: the candidate's index).
+    :param array_task_ids: array index → task id (``{"<i>": "<array>_<i>"}``, templated: ``submit_sweep``'s
+        ``tasks``); with ``array_index``, the task waited for is this map's entry (a resubmitted candidate's task
+        is in a later array than ``attach_job_id``); an index it lacks falls back to ``<attach_job_id>_<i>``.
+    :param sweep_max_failed: a sweep's candidates that may fail while it still picks (``candidates -
+        sweep_min_candidates``, templated; None: no check). When this task fails (its array task ended in a failure
+        state, stopped at its cost limit, timed out), the candidates with a failed or upstream_failed task among
+        ``sweep_task_ids`` are counted (``get_task_states``, as the Batch lane sensor does; this one counts as
+        failed); more than ``sweep_max_failed``: the sweep cannot reach its minimum, and every array of
+        ``array_task_ids`` is cancelled (``scancel <array>``: its pending and running tasks) through the same SSM
+        path, so no candidate the run can no longer use keeps the GPU group.
+    :param sweep_task_ids: the mapped tasks of one candidate whose failure counts (default: this task only).
     :return: ``{"cluster_name", "job_id", "job_name", "state": "COMPLETED", "exit_code", "log_path",
         "submit_host_instance_id", "reattached": bool, "num_nodes", "started_at", "stopped_at" (the job's
         Slurm Start/End, epoch seconds, None when unknown), "run_seconds", "usd_per_node_hour",
@@ -320,7 +339,7 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     template_fields: Sequence[str] = aws_template_fields(
         "cluster_name", "submit_host_tag_key", "submit_host_tag_value", "job_name", "submit_commands",
         "log_path", "container_image", "num_nodes", "cost_limit_usd", "usd_per_node_hour", "attach_job_id",
-        "array_index",
+        "array_index", "array_task_ids", "sweep_max_failed",
     )
     template_fields_renderers = {"submit_commands": "json"}
     operator_extra_links = (HyperPodClusterLink(),)
@@ -345,6 +364,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         submit_only: bool = False,
         attach_job_id: str | None = None,
         array_index: int | str | None = None,
+        array_task_ids: dict[str, str] | None = None,
+        sweep_max_failed: int | str | None = None,
+        sweep_task_ids: Sequence[str] | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -353,6 +375,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         self.submit_only = submit_only
         self.attach_job_id = attach_job_id
         self.array_index = array_index
+        self.array_task_ids = array_task_ids
+        self.sweep_max_failed = sweep_max_failed
+        self.sweep_task_ids = list(sweep_task_ids) if sweep_task_ids else None
         self.num_nodes = num_nodes
         self.cost_limit_usd = cost_limit_usd
         self.usd_per_node_hour = usd_per_node_hour
@@ -418,7 +443,13 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
             raise ValueError(f"attach_job_id is empty: the job to wait for was not handed on ({self.attach_job_id!r})")
         if self.array_index is None or str(self.array_index).strip() in ("", "None", "null"):
             return slurm._job_id(job)
-        return slurm.array_task_id(job, int(self.array_index))
+        index = int(self.array_index)
+        task = (self.array_task_ids or {}).get(str(index)) if isinstance(self.array_task_ids, dict) else None
+        if task:
+            if not str(task).endswith(f"_{index}"):
+                raise ValueError(f"array_task_ids[{index}] is {task!r}, not a task of array index {index}")
+            return slurm.array_task_id(str(task).rpartition("_")[0], index)
+        return slurm.array_task_id(job, index)
 
     def execute(self, context: Context) -> dict[str, Any]:
         if self.attach_job_id is None and (not self.submit_commands or isinstance(self.submit_commands, str)):
@@ -429,7 +460,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         self._instance_id = instance_id
         context["ti"].xcom_push(key=XCOM_SUBMIT_HOST, value=instance_id)
         if attached is not None:
-            return self._wait(context, attached, reattached=True, instance_id=instance_id)
+            with self._sweep_check(context):
+                return self._wait(context, attached, reattached=True, instance_id=instance_id)
         commands = list(self.submit_commands)
         if self.container_image:
             commands.insert(0, f"export SIM2REAL_CONTAINER_IMAGE={shlex.quote(str(self.container_image))}")
@@ -445,12 +477,16 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
             )
         job_id, reattached = slurm.parse_submit_output(result["stdout"])
         if self.submit_only:
+            tasks = slurm.parse_array_tasks(result["stdout"])
             context["ti"].xcom_push(key=XCOM_SLURM_JOB_ID, value=job_id)
-            self.log.info("%s Slurm job %s (%s) on HyperPod cluster %s via %s: not waiting (submit_only)",
+            kept = sorted((i for i, t in tasks.items() if not t.startswith(f"{job_id}_")), key=int)
+            self.log.info("%s Slurm job %s (%s) on HyperPod cluster %s via %s: not waiting (submit_only)%s",
                           "Reattached to" if reattached else "Submitted", job_id, self.job_name, self.cluster_name,
-                          instance_id)
+                          instance_id, f"; array indexes {', '.join(kept)} keep their earlier task "
+                          f"({', '.join(tasks[i] for i in kept)})" if kept and not reattached else "")
             return {"cluster_name": self.cluster_name, "job_id": job_id, "job_name": self.job_name,
-                    "log_path": self.log_path, "submit_host_instance_id": instance_id, "reattached": reattached}
+                    "log_path": self.log_path, "submit_host_instance_id": instance_id, "reattached": reattached,
+                    "tasks": tasks}
         return self._wait(context, job_id, reattached=reattached, instance_id=instance_id)
 
     def _wait(self, context: Context, job_id: str, *, reattached: bool, instance_id: str) -> dict[str, Any]:
@@ -508,6 +544,7 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         if step.outcome == "success":
             return self._result(base, state, exit_code, step.payload["job_cost"])
         self._push_job_cost(context, step.payload["job_cost"])
+        self._push_job_end(context, base["job_id"], state, exit_code)
         raise self._job_failed(base, state, exit_code)
 
     def _step_params(self, base: dict[str, Any]) -> dict[str, Any]:
@@ -566,6 +603,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger: the job's end state (everything from the event and the task's fields)."""
+        with self._sweep_check(context):
+            return self._complete(context, event)
+
+    def _complete(self, context: Context, event: dict[str, Any] | None) -> dict[str, Any]:
         status, event_message = event_outcome(event, f"Slurm job {self._job_id} on {self.cluster_name}")
         job_id = event.get("job_id")
         base = {"cluster_name": self.cluster_name, "job_id": job_id, "job_name": self.job_name,
@@ -577,6 +618,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
             self.log.info("Slurm job %s on %s %s (exit code %s)", base.get("job_id"), self.cluster_name, state, exit_code)
             return self._result(base, state, exit_code, event.get("job_cost"))
         self._push_job_cost(context, event.get("job_cost"))
+        if job_id and state not in ("", "UNKNOWN"):
+            self._push_job_end(context, job_id, state, exit_code)
         if event.get("reason") == "cost_limit":
             raise AirflowFailException(event.get("message") or f"Slurm job {job_id} stopped at its cost limit")
         if status == "failure" and not event.get("reason"):
@@ -587,6 +630,69 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
             # The wait window is spent: a retry would only wait for (or pay for) the same job again.
             raise AirflowFailException(f"{message}; it was cancelled (scancel).{self._cancel()}")
         raise AirflowException(message)
+
+    def _push_job_end(self, context: Context | None, job_id: str, state: str, exit_code: str) -> None:
+        """XCom :data:`XCOM_SLURM_JOB_END` of a job that failed the task."""
+        if context is None:
+            return
+        try:
+            context["ti"].xcom_push(key=XCOM_SLURM_JOB_END,
+                                    value={"job_id": job_id, "state": state, "exit_code": exit_code})
+        except Exception as err:  # noqa: BLE001 - the failure message matters more
+            self.log.warning("Could not push the Slurm job's end state: %s", err)
+
+    @contextlib.contextmanager
+    def _sweep_check(self, context: Context) -> Iterator[None]:
+        """Around a sweep candidate's wait: when it fails (not when it defers), :meth:`_stop_lost_sweep`."""
+        try:
+            yield
+        except TaskDeferred:
+            raise
+        except Exception:
+            if self.sweep_max_failed not in (None, "", "None"):
+                try:
+                    self._stop_lost_sweep(context)
+                except Exception as err:  # noqa: BLE001 - the candidate's own failure matters more
+                    self.log.warning("Could not check whether the sweep can still reach its minimum: %s", err)
+            raise
+
+    def _stop_lost_sweep(self, context: Context) -> list[str]:
+        """Cancel the sweep's job arrays when more candidates failed than ``sweep_max_failed`` (this one counted).
+
+        :return: the ``scancel`` ids sent (empty: the sweep can still reach its minimum, or nothing to cancel).
+        """
+        ti = context["ti"]
+        task_ids = self.sweep_task_ids or [self.task_id]
+        answer = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(task_ids), run_ids=[ti.run_id]) or {}
+        failed = {int(self.array_index)}
+        for key, state in (answer.get(ti.run_id) or {}).items():
+            task_id, _, index = key.rpartition("_")
+            if task_id in task_ids and index.isdigit() and getattr(state, "value", state) in FAILED_STATES:
+                failed.add(int(index))
+        limit = max(int(self.sweep_max_failed), 0)
+        if len(failed) <= limit:
+            self.log.info("Sweep: %d candidate(s) failed (%s), at most %d may: the other array tasks go on",
+                          len(failed), ", ".join(f"c{i}" for i in sorted(failed)), limit)
+            return []
+        tasks = self.array_task_ids if isinstance(self.array_task_ids, dict) else {}
+        arrays = sorted({str(t).rpartition("_")[0] for t in tasks.values()} | {str(self.attach_job_id or "")} - {""},
+                        key=int)
+        instance = self._instance_id or context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_SUBMIT_HOST,
+                                                                map_indexes=ti.map_index)
+        if not (arrays and instance):
+            return []
+        self.log.warning(
+            "Sweep: %d candidate(s) failed (%s), more than the %d the sweep may lose (sweep_min_candidates): it "
+            "cannot reach its minimum, so the remaining (pending and running) tasks of job array(s) %s on %s are "
+            "cancelled (scancel)", len(failed), ", ".join(f"c{i}" for i in sorted(failed)), limit,
+            ", ".join(arrays), self.cluster_name)
+        result = self.hook.run_shell_script(instance, [f"scancel {' '.join(slurm._job_id(a) for a in arrays)}"],
+                                            execution_timeout_seconds=60, poll_seconds=1.0,
+                                            comment=f"scancel sweep {self.job_name}")
+        if result["status"] != "Success":
+            self.log.warning("scancel %s ended %s: %s", " ".join(arrays), result["status"],
+                             (result.get("stderr") or result.get("stdout") or "")[-500:])
+        return arrays
 
     def _cancel(self) -> str:
         if not (self._job_id and self._instance_id):

@@ -47,6 +47,8 @@ TIME_RESOLUTION_SECONDS = 1.0
 
 #: Marker line the submit command prints (parsed by :func:`parse_submit_output`).
 SUBMIT_MARKER = "sim2real-slurm-job-id="
+#: Marker of each array task line the job array's submit lines print (:func:`parse_array_tasks`).
+ARRAY_TASK_MARKER = "sim2real-slurm-array-task="
 _HEREDOC = "SIM2REAL_SBATCH_EOF"
 _SBATCH_VALUE = re.compile(r"^[A-Za-z0-9._/%:+@=-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -224,33 +226,71 @@ def submit_commands(*, script_path: str, script_text: str, job_name: str, log_di
 
 def array_submit_commands(*, script_path: str, script_text: str, job_name: str, log_dir: str, array: str,
                           tasks: int) -> list[str]:
-    """``AWS-RunShellScript`` lines that submit a job array (a sweep), or find the run's array already there.
+    """``AWS-RunShellScript`` lines that submit a job array (a sweep), or find the run's array tasks already there
+    and submit only the candidates that have none.
 
-    As :func:`submit_commands`, for ``sbatch --parsable --array=<array>`` (:func:`array_spec`). The array
-    is reattached to (not submitted again) when ``squeue -r -n <job_name>`` lists one of its tasks in
-    :data:`REATTACH_STATES` (``-o %F``: the array's base job id), or when ``sacct --name <job_name>`` (since
-    :data:`COMPLETED_LOOKBACK`) lists ``tasks`` tasks of one array (``JobID`` ``<base>_<index>``), all
-    COMPLETED. An array with a failed task is submitted again. Prints one line
-    ``sim2real-slurm-job-id=<base id> reattached=<0|1>``.
+    As :func:`submit_commands`, for ``sbatch --parsable --array=<array>`` (:func:`array_spec`). Per array index
+    ``i`` (``0`` to ``tasks - 1``), the run's task for it is the newest (highest array job id) of: a task that
+    ``squeue -h -r -n <job_name>`` lists in :data:`REATTACH_STATES` (``-o %i``: ``<array>_<i>``, one line per
+    task), or one that ``sacct --name <job_name>`` (since :data:`COMPLETED_LOOKBACK`) lists COMPLETED. No index
+    has a task: the whole array is submitted (``--array=<array>``). Every index has one: nothing is submitted
+    (reattached). Some indexes have none (their task failed, was cancelled, or never ran): only those are
+    submitted, ``sbatch --array=<i>,<j>[%<P>]`` of the same script (its ``case`` on ``SLURM_ARRAY_TASK_ID``
+    trains exactly those candidates; ``%<P>``: the array's own limit), and the others keep their task: a
+    candidate that COMPLETED is not paid for twice.
+
+    Prints ``sim2real-slurm-job-id=<array job id> reattached=<0|1>`` (the array submitted now, or the newest
+    reattached to) and one line ``sim2real-slurm-array-task=<i>:<array>_<i>`` per index
+    (:func:`parse_array_tasks`).
 
     :param tasks: the array's task count (the candidates).
     """
     q = shlex.quote
     name = q(job_name)
-    completed = (
-        f"sacct -X -n -P --name {name} -S {COMPLETED_LOOKBACK} -o JobID,State 2>/dev/null"
-        " | awk -F'|' '$1 ~ /^[0-9]+_[0-9]+$/ { split($1, p, \"_\"); n[p[1]]++; if ($2 == \"COMPLETED\") ok[p[1]]++ }"
-        f" END {{ for (b in n) if (n[b] == {int(tasks)} && ok[b] == n[b] && b + 0 > id + 0) id = b; print id }}'"
+    n = int(tasks)
+    spec = _sbatch_value("array", array)
+    limit = spec.partition("%")[2]
+    found = (
+        f"{{ squeue -h -r -n {name} -t {REATTACH_STATES} -o %i 2>/dev/null || true;"
+        f" sacct -X -n -P --name {name} -S {COMPLETED_LOOKBACK} -o JobID,State 2>/dev/null"
+        " | awk -F'|' '$2 == \"COMPLETED\" { print $1 }' || true; }"
     )
+    # index -> newest task id among the active and COMPLETED ones; "-" where there is none
+    pick = (f"awk -v n={n} '$1 ~ /^[0-9]+_[0-9]+$/ {{ split($1, p, \"_\"); i = p[2] + 0;"
+            " if (i < n && p[1] + 0 > b[i] + 0) b[i] = p[1] }"
+            " END { for (i = 0; i < n; i++) print i, (i in b) ? b[i] \"_\" i : \"-\" }'")
     return bash_commands([
         f"mkdir -p {q(str(Path(script_path).parent))} {q(log_dir)}",
-        f"existing=\"$(squeue -h -r -n {name} -t {REATTACH_STATES} -o %F | head -n 1)\"",
-        f"if [ -z \"$existing\" ]; then existing=\"$({completed} || true)\"; fi",
-        f"if [ -n \"$existing\" ]; then echo \"{SUBMIT_MARKER}$existing reattached=1\"; exit 0; fi",
+        f"tasks=\"$({found} | {pick})\"",
+        "missing=\"$(echo \"$tasks\" | awk '$2 == \"-\" { printf \"%s%s\", s, $1; s = \",\" }')\"",
+        "newest=\"$(echo \"$tasks\" | awk '$2 != \"-\" { split($2, p, \"_\"); if (p[1] + 0 > b + 0) b = p[1] }"
+        " END { print b }')\"",
+        "if [ -z \"$missing\" ]; then echo \"" + SUBMIT_MARKER + "$newest reattached=1\"; else",
         f"cat > {q(script_path)} <<'{_HEREDOC}'\n{script_text.rstrip(chr(10))}\n{_HEREDOC}",
-        f"job_id=\"$(sbatch --parsable --array={_sbatch_value('array', array)} {q(script_path)})\"",
-        f"echo \"{SUBMIT_MARKER}${{job_id%%;*}} reattached=0\"",
+        f"if [ -z \"$newest\" ]; then job_id=\"$(sbatch --parsable --array={spec} {q(script_path)})\"; else",
+        f"job_id=\"$(sbatch --parsable --array=\"$missing\"{'%' + limit if limit else ''} {q(script_path)})\"; fi",
+        "job_id=\"${job_id%%;*}\"",
+        "tasks=\"$(echo \"$tasks\" | awk -v j=\"$job_id\" '{ print $1, ($2 == \"-\") ? j \"_\" $1 : $2 }')\"",
+        "echo \"" + SUBMIT_MARKER + "$job_id reattached=0\"; fi",
+        "echo \"$tasks\" | awk '{ print \"" + ARRAY_TASK_MARKER + "\" $1 \":\" $2 }'",
     ])
+
+
+def parse_array_tasks(stdout: str) -> dict[str, str]:
+    """Array index → its task id (``"<i>": "<array>_<i>"``) from the output of :func:`array_submit_commands`
+    (string keys: the form a task's XCom hands on). Empty when the output has no task lines.
+
+    :raises ValueError: a task line whose id is not ``<digits>_<i>``.
+    """
+    found: dict[str, str] = {}
+    for line in (stdout or "").splitlines():
+        line = line.strip()
+        if line.startswith(ARRAY_TASK_MARKER):
+            index, _, task = line[len(ARRAY_TASK_MARKER):].partition(":")
+            if not (index.isdigit() and re.match(rf"^[0-9]+_{int(index)}$", task)):
+                raise ValueError(f"malformed array task line in the submit output: {line!r}")
+            found[str(int(index))] = task
+    return found
 
 
 def parse_submit_output(stdout: str) -> tuple[str, bool]:

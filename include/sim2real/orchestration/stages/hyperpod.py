@@ -239,10 +239,11 @@ with `sbatch --array=0-<N-1>%<sweep_max_parallel>`. Waits for nothing.
 SUBMIT_SWEEP_DOC = """\
 **Submit the sweep's job array (Slurm).** Finds the head/login node by EC2 tag and sends SSM `SendCommand`
 (`AWS-RunShellScript`): writes the script and runs `sbatch --parsable --array=0-<N-1>%<P>` (at most
-`sweep_max_parallel` candidates train at once: Slurm throttles the array itself), unless `squeue -r` lists a
-task of this run's array as active or `sacct` shows all its tasks COMPLETED (a retry reattaches instead of
-submitting a second array). Waits for nothing else: each candidate's `sweep.train_on_slurm` waits for its own
-array task. Hands on the array's job id.
+`sweep_max_parallel` candidates train at once: Slurm throttles the array itself). Per candidate, a task of this
+run that `squeue -r` lists as active or `sacct` shows COMPLETED is kept: a retry or a clear submits
+`sbatch --array=<i>,<j>%<P>` of the same script for only the candidates without one (their task failed or was
+cancelled), and nothing when each has one. Waits for nothing else: each candidate's `sweep.train_on_slurm` waits
+for its own array task. Hands on the array's job id and `tasks`, each candidate's task id (`<array>_<i>`).
 """
 
 CANDIDATE_DOC = """\
@@ -251,8 +252,11 @@ CANDIDATE_DOC = """\
 each through SSM `SendCommand` on the head node) until COMPLETED; FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY,
 NODE_FAIL fail with the cluster, job id, task, state, exit code and the end of the task's log; at each poll
 the task's cost (`num_nodes` x the HyperPod instance price x the time since its Slurm Start) is held to the
-candidate's share of the training budget; `scancel <id>_<i>` when killed or stopped at the limit. A retry
-reattaches to the same array task (it never submits). Hands on the job id, state, exit code, log path and cost.
+candidate's share of the training budget; `scancel <id>_<i>` when killed or stopped at the limit. Not retried
+(a retry would reattach to the same ended task): clearing `hyperpod.submit_sweep` resubmits the candidates whose
+task failed. When it fails and more candidates have failed than the sweep may lose (`sweep_min_candidates`), it
+cancels the array's remaining tasks (`scancel <array>`, pending and running). Hands on the job id, state, exit
+code, log path and cost; a failed task hands on XCom `slurm_job_end` (its state and exit code).
 """
 
 
@@ -369,11 +373,14 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
     return slurm_job, scale_down, array
 
 
-def add_candidate_training(plan: Any, *, array: Any, index: Any, cost_limit_usd: Any) -> Any:
+def add_candidate_training(plan: Any, *, array: Any, index: Any, cost_limit_usd: Any, max_failed: Any = None,
+                           candidate_task_ids: tuple[str, ...] = ()) -> Any:
     """Inside the mapped ``sweep`` group: the candidate's wait on its Slurm array task (``sweep.train_on_slurm``).
 
-    :param array: ``hyperpod.submit_sweep`` (its ``job_id`` is the array's).
+    :param array: ``hyperpod.submit_sweep`` (its ``job_id`` is the array's, its ``tasks`` each index's task id).
     :param index: / :param cost_limit_usd: the candidate's mapped arguments.
+    :param max_failed: the plan's ``sweep.max_failed``: when this candidate fails and more candidates than that
+        have failed (any of ``candidate_task_ids``), the array's remaining tasks are cancelled.
     :return: the operator (its result is the candidate's training result, as ``sweep.train_policy``'s on Batch).
     """
     from sim2real.orchestration.dag_defaults import POLL
@@ -389,7 +396,14 @@ def add_candidate_training(plan: Any, *, array: Any, index: Any, cost_limit_usd:
         submit_commands=[],
         log_path=hp.sweep_log_path,
         attach_job_id=array.output["job_id"],
+        array_task_ids=array.output["tasks"],  # a resubmitted candidate's task is in a later array
         array_index=index,
+        sweep_max_failed=max_failed,
+        sweep_task_ids=list(candidate_task_ids) or None,
+        # Not retried (as Batch's sweep.train_policy): a retry would reattach to the same ended array task and fail
+        # again while the run holds the GPU group. A failed candidate trains again when hyperpod.submit_sweep is
+        # cleared: it resubmits only the indexes that have no active or COMPLETED task.
+        retries=0,
         poll_interval=POLL,
         num_nodes=hp.num_nodes,
         cost_limit_usd=cost_limit_usd,  # the candidate's share of the training budget

@@ -29,7 +29,8 @@ as at least ``sweep_min_candidates`` did (default 1; the number of candidates: e
 runs once every candidate has ended and at least one succeeded (trigger rule ``all_done_min_one_success``; when
 none did it is ``upstream_failed``, as before), records each failed candidate with its state and reason
 (:func:`failed_candidate`), and fails, naming them, when fewer survived. A lane's sensor fails at once
-when so many candidates can no longer succeed that the sweep cannot reach its minimum. ``run_outcome`` does not
+when so many candidates can no longer succeed that the sweep cannot reach its minimum; on HyperPod the failing
+candidate's ``sweep.train_on_slurm`` then cancels the job array's remaining tasks. ``run_outcome`` does not
 count the failed candidates' task instances that ``pick_best`` recorded against the run
 (:func:`forgiven_task_keys`): the run is then as successful as its winner's release, and its note says how many
 candidates failed.
@@ -212,7 +213,8 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
 
     :param trainings: / :param manifests: / :param reports: the mapped tasks' results, in map-index order (``None``
         where a candidate's task handed on nothing: it failed, or was not run because an earlier one failed).
-    :param failures: map index → ``{"state", "reason", "batch_job_id"}`` of the candidates that failed
+    :param failures: map index → ``{"state", "reason", "batch_job_id"}`` (a HyperPod candidate: also
+        ``"slurm_job_id"`` and ``"hyperpod_cluster_name"`` once it waited for its array task) of the candidates that failed
         (:func:`failed_candidate`); a candidate missing a result but not listed is recorded as failed with the
         missing result as its reason.
     :return: ``{"rule", "winner" (index), "candidate" (``c<i>``), "candidates": [{"index", "candidate",
@@ -319,10 +321,16 @@ def training_job_fields(training: dict | None) -> dict[str, Any]:
 
 
 def _job_fields(training: dict, failure: dict | None) -> dict[str, Any]:
-    """:func:`training_job_fields`, with a failed Batch candidate's job id from its failure record when its
-    training handed on nothing."""
+    """:func:`training_job_fields`, with a failed candidate's Batch job id, or Slurm array task and cluster, from
+    its failure record when its training handed on nothing."""
     fields = training_job_fields(training)
-    if not fields.get("batch_job_id") and not fields.get("slurm_job_id") and (failure or {}).get("batch_job_id"):
+    failure = failure or {}
+    if fields.get("batch_job_id") or fields.get("slurm_job_id"):
+        return fields
+    if failure.get("slurm_job_id"):
+        return {"batch_job_id": None, "slurm_job_id": failure["slurm_job_id"],
+                "hyperpod_cluster_name": failure.get("hyperpod_cluster_name")}
+    if failure.get("batch_job_id"):
         fields["batch_job_id"] = failure["batch_job_id"]
     return fields
 
@@ -457,7 +465,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
             from sim2real.orchestration.stages import hyperpod
 
             on_slurm = hyperpod.add_candidate_training(plan, array=slurm_array, index=index,
-                                                       cost_limit_usd=cost_limit_usd)
+                                                       cost_limit_usd=cost_limit_usd, max_failed=sweep.max_failed,
+                                                       candidate_task_ids=CANDIDATE_TASKS)
             on_slurm >> manifest
             slurm_trainings.append(on_slurm)
         evaluation >> report
@@ -508,7 +517,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
             return out
 
         try:
-            failures = _candidate_failures(ti, indexes, pulled, batch=plan.get("backend", "batch") != "hyperpod")
+            failures = _candidate_failures(ti, indexes, pulled, batch=plan.get("backend", "batch") != "hyperpod",
+                                           cluster_name=(plan.get("hyperpod") or {}).get("cluster_name"))
             return pick_best_result(plan, pulled(training_task_id(plan)), pulled(ids.SWEEP_WAIT_FOR_CHECKPOINT),
                                     pulled(ids.SWEEP_READ_EVAL_REPORT), failures)
         except ValueError as err:
@@ -527,11 +537,13 @@ _BATCH_JOB_OF_CANDIDATE = (
     "or '') }}")
 
 
-def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool = True) -> dict[int, dict[str, Any]]:
+def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool = True,
+                        cluster_name: str | None = None) -> dict[int, dict[str, Any]]:
     """Map index → :func:`failed_candidate` of each candidate with a failed task, from the Task Execution API
     (``get_task_states``: ``{run_id: {"<task_id>_<map_index>": state}}``) and, for a submitted Batch job
-    (``batch``; a HyperPod sweep's reason is its tasks' states, the Slurm failure is in ``train_on_slurm``'s log),
-    Batch ``DescribeJobs`` (its status reason; left out when it cannot be read)."""
+    (``batch``), Batch ``DescribeJobs`` (its status reason; left out when it cannot be read). A HyperPod sweep
+    (``batch`` False): its Slurm array task from ``train_on_slurm``'s XComs (:func:`_slurm_failure`) and
+    ``cluster_name``, the plan's cluster."""
     answer = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(CANDIDATE_TASKS), run_ids=[ti.run_id]) or {}
     states: dict[int, dict[str, str]] = {}
     for key, state in (answer.get(ti.run_id) or {}).items():
@@ -542,7 +554,7 @@ def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool
     if not failed:
         return {}
     if not batch:
-        return {i: failed_candidate(s) for i, s in failed.items()}
+        return {i: _slurm_failure(ti, i, s, cluster_name) for i, s in failed.items()}
     job_ids = pulled(ids.SWEEP_SUBMIT_TRAINING)
     jobs: dict[str, dict[str, Any]] = {}
     wanted = [(job_ids[i] or {}).get("job_id") for i in failed if isinstance(job_ids[i], dict)]
@@ -557,6 +569,32 @@ def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool
     return {i: failed_candidate(s, jobs.get(((job_ids[i] or {}) if isinstance(job_ids[i], dict) else {})
                                             .get("job_id") or ""))
             for i, s in failed.items()}
+
+
+def _slurm_failure(ti: Any, index: int, states: dict[str, str], cluster_name: str | None) -> dict[str, Any] | None:
+    """:func:`failed_candidate` of a HyperPod candidate, with its Slurm array task: ``slurm_job_id`` (XCom
+    ``slurm_job_id`` of its ``sweep.train_on_slurm``, pushed before the wait), ``hyperpod_cluster_name`` and, when
+    the task ended in a failure state (XCom ``slurm_job_end``), its state and exit code in the reason. Left out
+    when the candidate never waited for a task (the XComs cannot be read)."""
+    failure = failed_candidate(states)
+    if failure is None:
+        return None
+
+    def xcom(key: str) -> Any:
+        try:
+            return ti.xcom_pull(task_ids=ids.SWEEP_TRAIN_ON_SLURM, key=key, map_indexes=index)
+        except Exception:  # noqa: BLE001 - no XCom: the candidate did not get that far
+            return None
+
+    job_id = xcom("slurm_job_id")
+    if not job_id:
+        return failure
+    failure.update(slurm_job_id=str(job_id), hyperpod_cluster_name=cluster_name)
+    end = xcom("slurm_job_end")
+    if isinstance(end, dict) and end.get("state"):
+        failure["reason"] += (f"; Slurm job {job_id} {end['state']}"
+                              + (f" (exit code {end['exit_code']})" if end.get("exit_code") else ""))
+    return failure
 
 
 def _existing_group(group_id: str) -> Any:
