@@ -12,6 +12,7 @@ module of the same name on ``sys.path``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 
 class FakeTI:
@@ -37,3 +38,38 @@ def first_event(trigger):
             await gen.aclose()
 
     return asyncio.run(go())
+
+
+@contextlib.contextmanager
+def hyperpod_sandbox(tmp_path_factory, launcher: str, gpu_nodes: int = 2):
+    """A provisioned sandbox whose HyperPod GPU group has ``gpu_nodes`` Running nodes and whose Slurm runs
+    ``launcher`` (a bash script's text) for every job (``sb.test_launcher``); the Airflow side's environment points at
+    it while the context is open."""
+    import time
+
+    import pytest
+
+    from sim2real.dev.sandbox import Sandbox
+    from sim2real.orchestration.hooks.hyperpod import instance_group_specs
+
+    mp = pytest.MonkeyPatch()
+    try:
+        with Sandbox(step_seconds=0.05) as sb:
+            sb.provision()
+            for key, value in sb.airflow_env().items():
+                mp.setenv(key, value)
+            sm = sb.client("sagemaker", internal=True)
+            describe = sm.describe_cluster(ClusterName="sim2real-hyperpod")
+            specs, _ = instance_group_specs(sm, describe, "gpu", gpu_nodes)
+            sm.update_cluster(ClusterName="sim2real-hyperpod", InstanceGroups=specs)
+            deadline = time.monotonic() + 30
+            while len(sm.list_cluster_nodes(ClusterName="sim2real-hyperpod", InstanceGroupNameContains="gpu")
+                      ["ClusterNodeSummaries"]) < gpu_nodes and time.monotonic() < deadline:
+                time.sleep(0.2)
+            path = tmp_path_factory.mktemp("slurm") / "launcher.sh"
+            path.write_text(launcher)
+            sb.test_launcher = str(path)
+            yield sb
+    finally:
+        mp.undo()
+

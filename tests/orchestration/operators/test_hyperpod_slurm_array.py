@@ -18,11 +18,9 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import slurm
-from sim2real.orchestration.hooks.hyperpod import instance_group_specs
 from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
-from sim2real.dev.sandbox import Sandbox
 
-from operator_helpers import first_event
+from operator_helpers import first_event, hyperpod_sandbox
 
 LAUNCHER = """#!/bin/bash
 echo "array task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID marker=$MARKER"
@@ -34,24 +32,8 @@ exit "${EXIT_CODE:-0}"
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    with Sandbox(step_seconds=0.05) as sb:
-        sb.provision()
-        for key, value in sb.airflow_env().items():
-            mp.setenv(key, value)
-        sm = sb.client("sagemaker", internal=True)
-        describe = sm.describe_cluster(ClusterName="sim2real-hyperpod")
-        specs, _ = instance_group_specs(sm, describe, "gpu", 2)
-        sm.update_cluster(ClusterName="sim2real-hyperpod", InstanceGroups=specs)
-        deadline = time.monotonic() + 30
-        while len(sm.list_cluster_nodes(ClusterName="sim2real-hyperpod", InstanceGroupNameContains="gpu")
-                  ["ClusterNodeSummaries"]) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        launcher = tmp_path_factory.mktemp("slurm") / "launcher.sh"
-        launcher.write_text(LAUNCHER)
-        sb.test_launcher = str(launcher)
+    with hyperpod_sandbox(tmp_path_factory, LAUNCHER) as sb:
         yield sb
-    mp.undo()
 
 
 @pytest.fixture
