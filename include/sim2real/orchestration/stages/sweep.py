@@ -508,13 +508,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
         indexes = list(range(len(SweepPlan.from_plan(plan).candidates)))
 
         def pulled(task_id: str) -> list:
-            out = []
-            for i in indexes:  # one by one: a failed candidate has no XCom, and its place must stay
-                try:
-                    out.append(ti.xcom_pull(task_ids=task_id, map_indexes=i))
-                except Exception:  # noqa: BLE001 - no XCom: the candidate did not get that far
-                    out.append(None)
-            return out
+            # one by one: a failed candidate has no XCom, and its place must stay
+            return [_pull_or_none(ti, task_id, i) for i in indexes]
 
         try:
             failures = _candidate_failures(ti, indexes, pulled, batch=plan.get("backend", "batch") != "hyperpod",
@@ -537,6 +532,15 @@ _BATCH_JOB_OF_CANDIDATE = (
     "or '') }}")
 
 
+def _pull_or_none(ti: Any, task_id: str, index: int, key: str = "return_value") -> Any:
+    """One candidate's XCom ``key`` of ``task_id`` (map index ``index``), or None when there is none (the
+    candidate did not get that far: pulling it raises or answers nothing)."""
+    try:
+        return ti.xcom_pull(task_ids=task_id, key=key, map_indexes=index)
+    except Exception:  # noqa: BLE001 - no XCom: the candidate did not get that far
+        return None
+
+
 def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool = True,
                         cluster_name: str | None = None) -> dict[int, dict[str, Any]]:
     """Map index → :func:`failed_candidate` of each candidate with a failed task, from the Task Execution API
@@ -555,20 +559,19 @@ def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool
         return {}
     if not batch:
         return {i: _slurm_failure(ti, i, s, cluster_name) for i, s in failed.items()}
-    job_ids = pulled(ids.SWEEP_SUBMIT_TRAINING)
+    submitted = pulled(ids.SWEEP_SUBMIT_TRAINING)
+    job_of = {i: submitted[i]["job_id"] for i in failed
+              if isinstance(submitted[i], dict) and submitted[i].get("job_id")}
     jobs: dict[str, dict[str, Any]] = {}
-    wanted = [(job_ids[i] or {}).get("job_id") for i in failed if isinstance(job_ids[i], dict)]
-    if any(wanted):
+    if job_of:
         try:
             from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
 
-            answer = BatchClientHook().client.describe_jobs(jobs=[j for j in wanted if j])
+            answer = BatchClientHook().client.describe_jobs(jobs=list(job_of.values()))
             jobs = {j["jobId"]: j for j in answer.get("jobs") or []}
         except Exception as err:  # noqa: BLE001 - the reason is then the task states alone
             print(f"[sim2real] could not describe the failed candidates' Batch jobs: {err}", flush=True)
-    return {i: failed_candidate(s, jobs.get(((job_ids[i] or {}) if isinstance(job_ids[i], dict) else {})
-                                            .get("job_id") or ""))
-            for i, s in failed.items()}
+    return {i: failed_candidate(s, jobs.get(job_of.get(i, ""))) for i, s in failed.items()}
 
 
 def _slurm_failure(ti: Any, index: int, states: dict[str, str], cluster_name: str | None) -> dict[str, Any] | None:
@@ -580,17 +583,11 @@ def _slurm_failure(ti: Any, index: int, states: dict[str, str], cluster_name: st
     if failure is None:
         return None
 
-    def xcom(key: str) -> Any:
-        try:
-            return ti.xcom_pull(task_ids=ids.SWEEP_TRAIN_ON_SLURM, key=key, map_indexes=index)
-        except Exception:  # noqa: BLE001 - no XCom: the candidate did not get that far
-            return None
-
-    job_id = xcom("slurm_job_id")
+    job_id = _pull_or_none(ti, ids.SWEEP_TRAIN_ON_SLURM, index, key="slurm_job_id")
     if not job_id:
         return failure
     failure.update(slurm_job_id=str(job_id), hyperpod_cluster_name=cluster_name)
-    end = xcom("slurm_job_end")
+    end = _pull_or_none(ti, ids.SWEEP_TRAIN_ON_SLURM, index, key="slurm_job_end")
     if isinstance(end, dict) and end.get("state"):
         failure["reason"] += (f"; Slurm job {job_id} {end['state']}"
                               + (f" (exit code {end['exit_code']})" if end.get("exit_code") else ""))
