@@ -22,7 +22,7 @@ from typing import Any
 from airflow.triggers.base import TriggerEvent
 
 from sim2real.orchestration.events import envelope
-from sim2real.orchestration.events.consumer import WaitEvent
+from sim2real.orchestration.events.consumer import WaitEvent, next_reconcile_at
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, package_matches
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
@@ -171,13 +171,15 @@ class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
 
     def _package_due(self) -> bool:
         """Whether this round calls DescribeModelPackage: always when polling (or in the polling fallback); with
-        events only first, after ``reconcile_interval_seconds`` and at the deadline."""
+        events only first, at the deadline, and at the shared reconcile clock's next tick after the last read
+        (:func:`~sim2real.orchestration.events.consumer.next_reconcile_at`, the ticks every event-driven wait
+        reconciles at)."""
         if not self.events_flowing() or self._package is None:
             return True
         now = time.time()
         if self.event_deadline is not None and now >= self.event_deadline:
             return True
-        return now - self._package_read_at >= self.event_settings.reconcile_interval_seconds
+        return now >= next_reconcile_at(self._package_read_at, self.event_settings.reconcile_interval_seconds)
 
     async def _airflow_answer(self) -> dict[str, Any] | None:
         from uuid import UUID
