@@ -42,3 +42,27 @@ def test_invalid_layouts_refused(doc, match):
 def test_invalid_json_refused():
     with pytest.raises(LayoutError, match="not valid JSON"):
         ModalityLayout.from_json("{state")
+
+
+def test_camera_frame_sizes_round_trip():
+    doc = {"state": [{"key": "arm", "width": 2}], "action": [{"key": "arm", "width": 2}],
+           "video": [{"key": "front", "height": 480, "width": 640}, "wrist"]}
+    layout = ModalityLayout.from_dict(doc)
+    assert layout.video == ("front", "wrist") and layout.image_sizes == (("front", 480, 640),)
+    assert layout.image_size("front") == (480, 640) and layout.image_size("wrist") is None
+    assert layout.to_dict()["video"] == doc["video"]
+    assert ModalityLayout.from_json(layout.to_json()) == layout
+    assert ModalityLayout(state=(("arm", 2),), action=(("arm", 2),), video=("front", "wrist"),
+                          image_sizes=(("front", 480, 640),)) == layout
+
+
+@pytest.mark.parametrize("video, sizes, match", [
+    ([{"key": "front", "height": 0, "width": 640}], (), r"height of 'front' must be an integer in \[1, 16384\]"),
+    ([{"key": "front", "height": 480}], (), r"width of 'front' must be an integer"),
+    ([{"key": "front", "height": 4, "width": 4, "depth": 3}], (), "a camera name or"),
+    (["front"], (("wrist", 4, 4),), r"'wrist' is not a camera of this layout"),
+    ([{"key": "front", "height": 4, "width": 4}], (("front", 4, 4),), "'front' declared twice"),
+])
+def test_invalid_camera_frame_sizes_refused(video, sizes, match):
+    with pytest.raises(LayoutError, match=match):
+        ModalityLayout(state=(("arm", 2),), action=(("arm", 2),), video=video, image_sizes=sizes)

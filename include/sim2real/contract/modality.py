@@ -8,7 +8,9 @@ concatenated action vector; the layout says how the named parts map onto those v
 - ``state``: ``[(key, width), ...]`` in concatenation order (the model input is ``concat(state[k][:, -1])``);
 - ``action``: ``[(key, width), ...]`` in split order (the model output's last axis is split in that order);
 - ``action_horizon``: H, the steps of every action chunk;
-- ``video``: camera names (each frame uint8 ``(B, T, H, W, 3)``); ``language``: instruction keys;
+- ``video``: camera names (each frame uint8 ``(B, T, H, W, 3)``), each with the frame size (H, W) the
+  model was trained on when the layout declares it (``image_sizes``; in JSON a ``video`` entry is then
+  ``{"key": "front", "height": 224, "width": 224}`` instead of ``"front"``); ``language``: instruction keys;
 - ``state_horizon`` / ``video_horizon``: T, the stacked steps a request carries (1 = the current one).
 
 The layout travels with the model as the ONNX metadata property :data:`LAYOUT_PROPERTY` (JSON from
@@ -33,6 +35,8 @@ DEFAULT_ACTION_HORIZON = 16
 #: ``annotation.human.task_description``) fits.
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 MAX_HORIZON = 1024
+#: Largest frame height or width a layout may declare, in pixels.
+MAX_IMAGE_SIDE = 16384
 
 
 class LayoutError(ValueError):
@@ -68,6 +72,37 @@ def _widths(name: str, values: Iterable[Any]) -> tuple[tuple[str, int], ...]:
     return tuple(pairs)
 
 
+def _video(values: Iterable[Any], sizes: Iterable[Any]) -> tuple[tuple[str, ...], tuple[tuple[str, int, int], ...]]:
+    """Camera names and declared frame sizes from ``video`` entries (a name, or ``{"key", "height",
+    "width"}``) and ``image_sizes`` (``(key, height, width)`` triples)."""
+    names, declared = [], [tuple(s) for s in sizes]
+    for item in values:
+        if isinstance(item, Mapping):
+            unknown = sorted(set(item) - {"key", "height", "width"})
+            if unknown or "key" not in item:
+                raise LayoutError(f"video: an entry is a camera name or {{'key', 'height', 'width'}}, got {item!r}")
+            names.append(item["key"])
+            if "height" in item or "width" in item:
+                declared.append((item["key"], item.get("height"), item.get("width")))
+        else:
+            names.append(item)
+    keys = _keys("video", names)
+    out: dict[str, tuple[int, int]] = {}
+    for entry in declared:
+        if len(entry) != 3:
+            raise LayoutError(f"image_sizes: each entry must be (key, height, width), got {entry!r}")
+        key, height, width = entry
+        if key not in keys:
+            raise LayoutError(f"image_sizes: {key!r} is not a camera of this layout (video: {list(keys)})")
+        if key in out:
+            raise LayoutError(f"image_sizes: {key!r} declared twice")
+        for name, value in (("height", height), ("width", width)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_IMAGE_SIDE:
+                raise LayoutError(f"video: {name} of {key!r} must be an integer in [1, {MAX_IMAGE_SIDE}], got {value!r}")
+        out[key] = (height, width)
+    return keys, tuple((k, *out[k]) for k in keys if k in out)
+
+
 def _horizon(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HORIZON:
         raise LayoutError(f"{name} must be an integer in [1, {MAX_HORIZON}], got {value!r}")
@@ -90,11 +125,16 @@ class ModalityLayout:
     language: tuple[str, ...] = ()
     state_horizon: int = 1
     video_horizon: int = 1
+    #: ``((camera, height, width), ...)``: the frame size each camera's images must have, in pixels, for
+    #: the cameras whose size is declared (in ``video`` order); a camera not listed is not size-checked.
+    image_sizes: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", _widths("state", self.state))
         object.__setattr__(self, "action", _widths("action", self.action))
-        object.__setattr__(self, "video", _keys("video", self.video))
+        video, sizes = _video(self.video, self.image_sizes)
+        object.__setattr__(self, "video", video)
+        object.__setattr__(self, "image_sizes", sizes)
         object.__setattr__(self, "language", _keys("language", self.language))
         for name in ("action_horizon", "state_horizon", "video_horizon"):
             _horizon(name, getattr(self, name))
@@ -108,6 +148,13 @@ class ModalityLayout:
     def action_dim(self) -> int:
         """Width of the concatenated action vector (sum of the action widths)."""
         return sum(w for _, w in self.action)
+
+    def image_size(self, camera: str) -> tuple[int, int] | None:
+        """``(height, width)`` in pixels the layout declares for ``camera``; None when not declared."""
+        for key, height, width in self.image_sizes:
+            if key == camera:
+                return height, width
+        return None
 
     @property
     def state_keys(self) -> list[str]:
@@ -126,13 +173,16 @@ class ModalityLayout:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: ``{"version", "state": [{"key","width"}], "action": [...], "action_horizon",
-        "state_horizon", "video": [str], "video_horizon", "language": [str]}``."""
+        "state_horizon", "video": [str | {"key","height","width"}], "video_horizon", "language": [str]}``
+        (a camera with a declared frame size is written as a map)."""
+        sizes = {k: (h, w) for k, h, w in self.image_sizes}
+        video = [{"key": c, "height": sizes[c][0], "width": sizes[c][1]} if c in sizes else c for c in self.video]
         return {
             "version": LAYOUT_VERSION,
             "state": [{"key": k, "width": w} for k, w in self.state],
             "action": [{"key": k, "width": w} for k, w in self.action],
             "action_horizon": self.action_horizon, "state_horizon": self.state_horizon,
-            "video": list(self.video), "video_horizon": self.video_horizon, "language": list(self.language),
+            "video": video, "video_horizon": self.video_horizon, "language": list(self.language),
         }
 
     def to_json(self) -> str:
