@@ -27,7 +27,7 @@ import zmq
 from sim2real.edge.codec import packb
 from sim2real.contract.modality import ModalityLayout
 from sim2real.edge.policy_server import OnnxPolicy, PolicyClient, PolicyServer, layout_observation, wait_for_server
-from sim2real.edge.security import read_api_token_file
+from sim2real.edge.security import StrictArgumentParser, read_api_token_file
 
 
 def _measure(fn: Callable[[], Any], n: int, warmup: int) -> dict[str, float]:
@@ -71,13 +71,14 @@ def bench_onnxruntime(model_path: str | Path, n: int = 500, batch: int = 1, prov
 
 def bench_zmq(host: str, port: int, n: int = 500, batch: int = 1, warmup: int = 20,
               timeout_ms: int = 5000, api_token: str | None = None,
-              image_size: tuple[int, int] = (224, 224)) -> dict[str, Any]:
+              image_size: tuple[int, int] | None = None) -> dict[str, Any]:
     """Time full ``get_action`` round trips (encode, ZMQ, decode, checks, inference) against a running server.
 
     Args:
         host, port: the server. n, batch, warmup: see the module docstring.
         timeout_ms: client timeout per request. api_token: the server's token, if it has one.
-        image_size: (H, W) of the camera frames sent when the layout has cameras.
+        image_size: (H, W) of the camera frames sent when the layout has cameras; None = the size the
+            layout declares for each camera, else 224x224.
 
     Raises:
         PolicyServerTimeout / PolicyServerError: the server is not answering or refuses the request.
@@ -183,7 +184,7 @@ def _image_size(text: str) -> tuple[int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m sim2real.edge.benchmark``: local model (``--model-path``) or running server (``--port``)."""
-    p = argparse.ArgumentParser(prog="python -m sim2real.edge.benchmark", description=__doc__.split("\n")[0])
+    p = StrictArgumentParser(prog="python -m sim2real.edge.benchmark", description=__doc__.split("\n")[0])
     p.add_argument("--model-path", help="benchmark this .onnx locally (onnxruntime + fresh ZMQ server)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, help="benchmark the server already listening here")
@@ -191,8 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--wait-s", type=float, default=0.0, help="wait this long for the server to answer ping")
     p.add_argument("--api-token-file", help="file holding the server's api token (mode 600; empty = none)")
-    p.add_argument("--image-size", default="224x224", type=_image_size,
-                   help="HxW of the camera frames sent when the model's layout has cameras")
+    p.add_argument("--image-size", default=None, type=_image_size,
+                   help="HxW of the camera frames sent when the model's layout has cameras (default: the size "
+                        "the layout declares for each camera, else 224x224)")
     p.add_argument("--output", help="write the JSON report here")
     args = p.parse_args(argv)
     if args.model_path:
