@@ -113,6 +113,18 @@ def test_request_over_the_limit_gets_an_error_reply_from_upstream_clients(onnx_m
             assert n16.ping()
 
 
+def test_request_far_over_the_limit_still_gets_an_error_reply(onnx_model):
+    """GR00T's clients apply no receive timeout: a request the server never answers hangs them. The default
+    frame ceiling is far above the request limit, so a request 8 times over it (ZMQ used to drop anything
+    over 4 times) is answered."""
+    with PolicyServer(onnx_model, port=0, max_request_bytes=64 * 1024).start_in_thread() as handle:
+        assert handle.server.max_frame_bytes == 16 * 64 * 1024
+        with N16PolicyClient(port=handle.port, timeout_ms=20_000) as n16:
+            with pytest.raises(RuntimeError, match=r"request of \d+ bytes exceeds the limit of 65536 bytes"):
+                n16.call_endpoint("get_action", {"observation": {"blob": np.zeros(8 * 64 * 1024, np.uint8)}})
+            assert n16.ping()
+
+
 def test_request_over_the_frame_ceiling_fails_at_once_with_a_reason(onnx_model):
     """ZMQ disconnects the sender of a message over ZMQ_MAXMSGSIZE without delivering it: the client is told
     so as soon as the connection drops, instead of waiting for its (here 60 s) timeout."""

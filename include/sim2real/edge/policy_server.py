@@ -49,8 +49,8 @@ without a token is refused at start.
 decode stops at the first one over), camera frames of another size than the layout declares. A message
 larger than ``max_frame_bytes`` (``ZMQ_MAXMSGSIZE``, default :data:`HARD_LIMIT_FACTOR` times
 ``max_request_bytes``) never reaches the server: ZMQ disconnects its sender, and nothing can answer it;
-:class:`PolicyClient` reports that at once (:class:`PolicyServerDisconnected`), other clients (GR00T's
-``PolicyClient``) wait for their receive timeout. ZMQ queues at most :data:`RCV_HWM` messages per peer.
+:class:`PolicyClient` reports that at once (:class:`PolicyServerDisconnected`), GR00T's clients, which set
+no receive timeout, wait until closed. ZMQ queues at most :data:`RCV_HWM` messages per peer.
 """
 
 from __future__ import annotations
@@ -84,11 +84,14 @@ PING_REPLY = {"status": "ok", "message": "Server is running"}
 KILL_REPLY = {"status": "ok", "message": "Server is shutting down"}
 #: The refusal text of upstream GR00T servers, kept so clients that match on it keep working.
 UNAUTHORIZED = "Unauthorized: Invalid API token"
-#: The default frame ceiling (``ZMQ_MAXMSGSIZE``) is this many times ``max_request_bytes``.
-HARD_LIMIT_FACTOR = 4
+#: The default frame ceiling (``ZMQ_MAXMSGSIZE``) is this many times ``max_request_bytes`` (256 MiB by
+#: default): far above the largest request the server decodes, so that an oversized request gets an error
+#: reply. Above the ceiling ZMQ disconnects the sender and no reply is possible, and GR00T's clients set
+#: no receive timeout: they would wait forever.
+HARD_LIMIT_FACTOR = 16
 #: Messages ZMQ queues per connected peer before it stops reading that peer's socket (``ZMQ_RCVHWM``): a
-#: GR00T client has one request in flight, so a peer holds at most this many frames of server memory.
-RCV_HWM = 4
+#: GR00T client has one request in flight, so a peer holds at most a few frames of server memory.
+RCV_HWM = 2
 MODALITY_CONFIG_FORMATS = ("n1.6", "n1.5")
 #: Environment variable the CLI reads the token from when no ``--api-token-file`` is given.
 API_TOKEN_ENV = "SIM2REAL_POLICY_API_TOKEN"
