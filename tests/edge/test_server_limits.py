@@ -204,3 +204,14 @@ def test_edge_clis_take_no_abbreviations(module, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         importlib.import_module(module).main(argv)
     assert exc.value.code == 2 and "unrecognized arguments: --" in capsys.readouterr().err
+
+
+def test_unknown_words_are_counted_not_echoed(capsys):
+    from sim2real.edge.security import StrictArgumentParser
+
+    parser = StrictArgumentParser(prog="tool")
+    parser.add_argument("--port", type=int)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--port", "1", TOKEN])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: 1 value(s), not shown" in err and TOKEN not in err

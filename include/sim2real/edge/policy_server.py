@@ -723,6 +723,9 @@ class PolicyServer:
         log.info("modality layout: state %s, action %s, horizon %d, cameras %s, language %s",
                  list(layout.state), list(layout.action), layout.action_horizon, list(layout.video),
                  list(layout.language))
+        log.info("limits: %d bytes and %d arrays per request (error reply beyond), frame ceiling %d bytes (ZMQ "
+                 "disconnects the sender beyond); camera frame sizes %s", self.max_request_bytes, self.max_arrays,
+                 self.max_frame_bytes, {k: f"{h}x{w}" for k, h, w in layout.image_sizes} or "not declared (not checked)")
         if self.policy.ignored_modalities:
             log.info("requests must carry %s (checked against the layout), which this state-only model does not read",
                      " and ".join(self.policy.ignored_modalities))

@@ -80,6 +80,7 @@ class StrictArgumentParser(argparse.ArgumentParser):
         if extras:
             options = [a.split("=", 1)[0] for a in extras if a.startswith("-")]
             others = len(extras) - len(options) + sum("=" in a for a in extras if a.startswith("-"))
-            self.error("unrecognized arguments: " + " ".join(options)
-                       + (f" (and {others} value(s), not shown)" if others else ""))
+            hidden = f"{others} value(s), not shown" if others else ""
+            named = " ".join(options)
+            self.error("unrecognized arguments: " + (f"{named} (and {hidden})" if named and hidden else named or hidden))
         return parsed
