@@ -186,7 +186,8 @@ def read_request_token(data: bytes | memoryview) -> Any:
 
     The top-level map's keys are read one by one and every value but the token's is skipped in C
     (``msgpack.Unpacker.skip``): no array, map, list or string of ``data`` is built, whatever its size
-    or count. A key or token that is not a string of at most 4096 characters is not built either.
+    or count. A key or token longer than 4096 characters or bytes, or a non-empty list or map in their
+    place, is refused unbuilt (the Unpacker's length limits).
 
     Returns:
         The token (a ``str``; another type when the peer sent one, e.g. an int), or :data:`MISSING`
@@ -195,8 +196,6 @@ def read_request_token(data: bytes | memoryview) -> Any:
     Raises:
         CodecError: empty, not a msgpack map, truncated, or a key or token too long to be one.
     """
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1), max_str_len=_MAX_TOKEN_CHARS,
-                                max_bin_len=_MAX_TOKEN_CHARS, max_array_len=0, max_map_len=0, max_ext_len=0)
     if not len(data):
         raise CodecError("not a valid msgpack message: the request is empty")
     first = data[0]
@@ -204,6 +203,8 @@ def read_request_token(data: bytes | memoryview) -> Any:
         raise CodecError("not a valid msgpack message: it starts with 0xc1, which is no msgpack type")
     if not (0x80 <= first <= 0x8F or first in (0xDE, 0xDF)):  # fixmap, map 16, map 32
         raise CodecError("request must be a map {'endpoint': str, 'data': ..., 'api_token': str}")
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(data), max_str_len=_MAX_TOKEN_CHARS,
+                                max_bin_len=_MAX_TOKEN_CHARS, max_array_len=0, max_map_len=0, max_ext_len=0)
     token: Any = MISSING
     try:
         unpacker.feed(data)
