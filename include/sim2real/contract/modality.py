@@ -13,6 +13,9 @@ concatenated action vector; the layout says how the named parts map onto those v
   ``{"key": "front", "height": 224, "width": 224}`` instead of ``"front"``); ``language``: instruction keys;
 - ``state_horizon`` / ``video_horizon``: T, the stacked steps a request carries (1 = the current one).
 
+:meth:`ModalityLayout.from_lerobot` builds the layout of a model trained on a LeRobot dataset from the
+dataset's own metadata (``meta/info.json`` and GR00T's ``meta/modality.json``), camera frame sizes included.
+
 The layout travels with the model as the ONNX metadata property :data:`LAYOUT_PROPERTY` (JSON from
 :meth:`ModalityLayout.to_json`), and the policy server checks every request against it.
 
@@ -103,6 +106,53 @@ def _video(values: Iterable[Any], sizes: Iterable[Any]) -> tuple[tuple[str, ...]
     return keys, tuple((k, *out[k]) for k in keys if k in out)
 
 
+#: The dimension names LeRobot writes for a frame's height and width (``meta/info.json`` features).
+FRAME_DIMENSIONS = ("height", "width")
+
+
+def lerobot_frame_size(feature_key: str, feature: Any) -> tuple[int, int]:
+    """``(height, width)`` in pixels of a LeRobot camera feature (``meta/info.json`` ``features[key]``).
+
+    LeRobot (v2.0 to v3.0) describes a camera as ``{"dtype": "video" | "image", "shape": [...],
+    "names": [...]}`` with three dimensions; ``names`` says which is which: ``["height", "width",
+    "channels"]`` in v2.1/v3.0, ``["height", "width", "channel"]`` or ``["channel", "height", "width"]``
+    in datasets ported to v2.0. Height and width are read where ``names`` puts them; without both names
+    the feature's ``info`` ``video.height`` / ``video.width`` (written for videos) are used.
+
+    Raises:
+        LayoutError: not a camera feature, not three dimensions, or no way to tell height from width.
+    """
+    if not isinstance(feature, Mapping) or feature.get("dtype") not in ("video", "image"):
+        raise LayoutError(f"dataset feature {feature_key!r} is not a camera (dtype video or image): {feature!r}")
+    shape, names = feature.get("shape"), feature.get("names")
+    if not isinstance(shape, (list, tuple)) or len(shape) != 3:
+        raise LayoutError(f"dataset feature {feature_key!r}: shape must have 3 dimensions, got {shape!r}")
+    if isinstance(names, (list, tuple)) and len(names) == 3 and all(n in names for n in FRAME_DIMENSIONS):
+        height, width = (shape[list(names).index(n)] for n in FRAME_DIMENSIONS)
+    elif isinstance(feature.get("info"), Mapping) and {"video.height", "video.width"} <= set(feature["info"]):
+        height, width = feature["info"]["video.height"], feature["info"]["video.width"]
+    else:
+        raise LayoutError(f"dataset feature {feature_key!r}: names {names!r} do not say which of the shape {shape!r} "
+                          "is the height and which the width (and info has no video.height/video.width)")
+    for name, value in (("height", height), ("width", width)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_IMAGE_SIDE:
+            raise LayoutError(f"dataset feature {feature_key!r}: {name} must be an integer in [1, {MAX_IMAGE_SIDE}], "
+                              f"got {value!r}")
+    return height, width
+
+
+def _modality_widths(section: str, entries: Any) -> list[tuple[str, int]]:
+    if not isinstance(entries, Mapping) or not entries:
+        raise LayoutError(f"meta/modality.json: {section!r} must be a non-empty map of key -> {{'start', 'end'}}")
+    out = []
+    for key, spec in entries.items():
+        start, end = (spec.get("start"), spec.get("end")) if isinstance(spec, Mapping) else (None, None)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, end)) or not 0 <= start < end:
+            raise LayoutError(f"meta/modality.json: {section}.{key} needs integers 0 <= start < end, got {spec!r}")
+        out.append((key, end - start))
+    return out
+
+
 def _horizon(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HORIZON:
         raise LayoutError(f"{name} must be an integer in [1, {MAX_HORIZON}], got {value!r}")
@@ -187,6 +237,48 @@ class ModalityLayout:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_lerobot(cls, info: Any, modality: Any, action_horizon: int = DEFAULT_ACTION_HORIZON) -> ModalityLayout:
+        """The layout of a model trained on a LeRobot dataset, from the dataset's metadata.
+
+        Args:
+            info: ``meta/info.json`` (its ``features`` give each camera's frame size, see
+                :func:`lerobot_frame_size`).
+            modality: GR00T's ``meta/modality.json``: ``state`` / ``action`` ``{key: {"start", "end"}}``
+                (width ``end - start``, in the file's order), ``video`` ``{camera: {"original_key"}}``
+                (the feature holding its frames; ``observation.images.<camera>`` when absent) and
+                ``annotation`` ``{name: ...}`` (language key ``annotation.<name>``).
+            action_horizon: H, the steps of each action chunk the model emits.
+
+        Returns:
+            The layout, with every camera's (height, width) declared, so the policy server refuses
+            frames of another size.
+
+        Raises:
+            LayoutError: naming the entry at fault (a camera whose feature is missing or has no
+                readable size, bad start/end, ...).
+        """
+        if not isinstance(info, Mapping) or not isinstance(info.get("features"), Mapping):
+            raise LayoutError("meta/info.json must be a map with a 'features' map")
+        if not isinstance(modality, Mapping):
+            raise LayoutError(f"meta/modality.json must be a map, got {type(modality).__name__}")
+        cameras = modality.get("video") or {}
+        annotations = modality.get("annotation") or {}
+        if not isinstance(cameras, Mapping) or not isinstance(annotations, Mapping):
+            raise LayoutError("meta/modality.json: 'video' and 'annotation' must be maps")
+        sizes = []
+        for camera, spec in cameras.items():
+            original = spec.get("original_key") if isinstance(spec, Mapping) else None
+            feature_key = original or f"observation.images.{camera}"
+            if feature_key not in info["features"]:
+                raise LayoutError(f"meta/modality.json: camera {camera!r} reads {feature_key!r}, which is not a "
+                                  "feature of meta/info.json")
+            sizes.append((camera, *lerobot_frame_size(feature_key, info["features"][feature_key])))
+        return cls(state=_modality_widths("state", modality.get("state")),
+                   action=_modality_widths("action", modality.get("action")), action_horizon=action_horizon,
+                   video=tuple(cameras), language=tuple(f"annotation.{name}" for name in annotations),
+                   image_sizes=tuple(sizes))
 
     @classmethod
     def from_dict(cls, doc: Any) -> ModalityLayout:
