@@ -137,7 +137,7 @@ def test_export_declares_the_dataset_frame_sizes_and_the_server_refuses_other_si
             client.get_action(wrong)
 
 
-def test_export_takes_frame_sizes_for_a_given_layout_from_the_dataset(trained_dir, tmp_path):
+def test_export_takes_frame_sizes_for_a_given_layout_from_the_dataset(trained_dir, tmp_path, caplog):
     ckpt = str(trained_dir / "agent_000002.pt")
     dataset = str(_lerobot_dataset(tmp_path / "dataset", {"front": ([48, 64, 3], ["height", "width", "channels"])}))
     layout = {"state": [{"key": "arm", "width": 10}], "action": [{"key": "joint_torque", "width": 2}],
@@ -145,6 +145,9 @@ def test_export_takes_frame_sizes_for_a_given_layout_from_the_dataset(trained_di
     info = export_onnx(ckpt, str(tmp_path / "a.onnx"), modality_layout=layout, dataset=dataset)
     assert info["modality_layout"]["video"] == [{"key": "front", "height": 48, "width": 64}]
     assert info["modality_layout"]["action_horizon"] == 4  # the given layout's, only the sizes come from the data
+    assert "no declared frame size" not in caplog.text
+    export_onnx(ckpt, str(tmp_path / "unsized.onnx"), modality_layout=layout)  # no dataset: not size-checked, said so
+    assert "cameras ['front'] have no declared frame size: the policy server will not check" in caplog.text
 
     with pytest.raises(ValueError, match=r"camera 'wrist' of the modality layout is not a camera of the dataset"):
         export_onnx(ckpt, str(tmp_path / "b.onnx"), modality_layout={**layout, "video": ["wrist"]}, dataset=dataset)

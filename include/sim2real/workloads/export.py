@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import tempfile
 from typing import Any
@@ -30,6 +31,8 @@ INPUT_NAME = "observation"
 OUTPUT_NAME = "action"
 OPSET = 17
 PARITY_TOLERANCE = 1e-5  # max |onnxruntime - torch| over the parity batch (float32 MLP: differences ~1e-7)
+
+log = logging.getLogger(__name__)
 
 
 def dataset_layout(dataset: str, action_horizon: int = DEFAULT_ACTION_HORIZON) -> ModalityLayout:
@@ -135,6 +138,10 @@ def export_onnx(checkpoint_path_or_uri: str, onnx_out: str, task: str | None = N
     policy = deterministic_policy(ckpt)
     obs_dim = int(meta["obs_dim"])
     layout = modality_layout_for(meta, modality_layout, dataset)
+    unsized = [c for c in layout.video if layout.image_size(c) is None]
+    if unsized:
+        log.warning("cameras %s have no declared frame size: the policy server will not check their frames' size "
+                    "(export with dataset= to take the sizes from the training data)", unsized)
 
     with tempfile.TemporaryDirectory(prefix="sim2real-onnx-") as tmp:
         local = os.path.join(tmp, "policy.onnx")
