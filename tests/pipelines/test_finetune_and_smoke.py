@@ -225,3 +225,17 @@ def test_non_checkpoint_dirs_ignored(tmp_path, name):
     (tmp_path / name).mkdir()
     (tmp_path / name / "trainer_state.json").write_text("{}")
     assert fe.latest_checkpoint(tmp_path) is None
+
+
+@pytest.mark.parametrize("video_key", ["front", "video.front"])
+def test_smoke_observation_frames_have_the_training_data_size(tmp_path, video_key):
+    """The smoke check sends frames of the size the checkpoint's modality layout declares (the dataset's,
+    what the robot sends), GR00T N1.6 (``front``) or N1.5 (``video.front``) keys alike."""
+    policy = se.StandInPolicy.load(se.write_standin_checkpoint(tmp_path / "m", modality=MODALITY,
+                                                               video_keys=[video_key]))
+    layout = {"video": [{"key": "front", "height": 480, "width": 640}]}
+    obs = se.make_observation(policy, {"modality": MODALITY, "modality_layout": layout}, batch=2)
+    assert obs["video"][video_key].shape == (2, 1, 480, 640, 3)
+    assert se.make_observation(policy, {"modality": MODALITY})["video"][video_key].shape == (1, 1, 224, 224, 3)
+    assert se.make_observation(policy, {"modality": MODALITY, "modality_layout": layout},
+                               image_size=(8, 8))["video"][video_key].shape == (1, 1, 8, 8, 3)
