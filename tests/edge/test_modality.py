@@ -118,6 +118,7 @@ def test_lerobot_frame_size_refuses_what_it_cannot_read(feature, match):
      r"camera 'top' reads 'observation.images.top', which is not a feature of meta/info.json"),
     ({**GROOT_MODALITY, "state": {"arm": {"start": 3, "end": 3}}}, r"state.arm needs integers 0 <= start < end"),
     ({**GROOT_MODALITY, "action": {}}, "'action' must be a non-empty map"),
+    ({**GROOT_MODALITY, "video": {"front": "observation.images.front"}}, r"video.front must be a map"),
 ])
 def test_layout_from_lerobot_refuses_what_it_cannot_read(modality, match):
     with pytest.raises(LayoutError, match=match):

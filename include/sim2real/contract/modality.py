@@ -269,8 +269,10 @@ class ModalityLayout:
             raise LayoutError("meta/modality.json: 'video' and 'annotation' must be maps")
         sizes = []
         for camera, spec in cameras.items():
-            original = spec.get("original_key") if isinstance(spec, Mapping) else None
-            feature_key = original or f"observation.images.{camera}"
+            if not isinstance(spec, Mapping):
+                raise LayoutError(f"meta/modality.json: video.{camera} must be a map ({{'original_key': ...}}), "
+                                  f"got {spec!r}")
+            feature_key = spec.get("original_key") or f"observation.images.{camera}"
             if feature_key not in info["features"]:
                 raise LayoutError(f"meta/modality.json: camera {camera!r} reads {feature_key!r}, which is not a "
                                   "feature of meta/info.json")
