@@ -57,3 +57,12 @@ def test_benchmark_cli_against_running_server_with_token(server, tmp_path):
     assert bench_main(["--port", str(server.port), "--requests", "5", "--wait-s", "5", "--output", str(out),
                        "--api-token-file", str(token_file), "--image-size", "8x8"]) == 0
     assert json.loads(out.read_text())["results"]["zmq_end_to_end"]["n"] == 5
+
+
+def test_flood_latency_measures_a_client_beside_a_refused_flood(onnx_model):
+    from sim2real.edge.benchmark import flood_latency
+
+    res = flood_latency(onnx_model, n=10, flooders=1, arrays=500, warmup=2)
+    assert res["alone"]["n"] == res["flood"]["n"] == 10
+    assert res["flood_refused"] >= 2 and res["flood_request_bytes"] > 500 * 128  # the flood ran, and was refused
+    assert res["bound_p99_ms"] > res["alone"]["p99_ms"] and res["decode_ms"] > 0 and res["refuse_ms"] > 0

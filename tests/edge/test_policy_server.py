@@ -464,7 +464,8 @@ def test_timeout_against_stopped_server(onnx_model):
     with PolicyClient("127.0.0.1", port, timeout_ms=300) as c:
         assert c.ping()["status"] == "ok"
         handle.stop()
-        with pytest.raises(PolicyServerTimeout, match=f"no reply from tcp://127.0.0.1:{port} within 300 ms"):
+        # a timeout, or PolicyServerDisconnected (a PolicyServerTimeout) when the drop is seen with the ping in flight
+        with pytest.raises(PolicyServerTimeout, match=f"no reply from tcp://127.0.0.1:{port}"):
             c.ping()
         with pytest.raises(PolicyServerTimeout):  # the socket was reset: a second call times out too, not EFSM
             c.ping()

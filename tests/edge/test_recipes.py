@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import shlex
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +151,59 @@ def test_open_bind_with_a_token_source_is_valid(recipes):
     r = _broken(recipes, "com.sim2real.PolicyInference",
                 lambda r: _set_default(r, Host="0.0.0.0", ApiTokenSsmParameter="/sim2real/robots/policy-token"))
     assert validate_recipe(r, others=recipes) == []
+
+
+def _run_argv(recipe, work: Path, setup_work: Path, merge: dict | None = None) -> list[str]:
+    """The Run step's server arguments as the nucleus would pass them: the configuration (defaults with
+    ``merge`` over them) and the work paths substituted (booleans as true/false), split as sh does."""
+    config = {**recipe["ComponentConfiguration"]["DefaultConfiguration"], **(merge or {})}
+    script = recipe["Manifests"][0]["Lifecycle"]["Run"]["Script"]
+    script = script.replace("{com.sim2real.PolicySetup:work:path}", str(setup_work)).replace("{work:path}", str(work))
+    script = re.sub(r"\{configuration:/(\w+)\}",
+                    lambda m: json.dumps(config[m.group(1)]) if isinstance(config[m.group(1)], bool)
+                    else str(config[m.group(1)]), script)
+    words = shlex.split(script)
+    assert words[:2] == ["exec", f"{work}/venv/bin/sim2real-policy-server"]
+    return words[2:]
+
+
+@pytest.mark.parametrize("merge", [None, {"MaxRequestBytes": 65536, "MaxArrays": 32, "MaxFrameBytes": 131072}])
+def test_inference_run_passes_the_request_limits(recipes, onnx_model, tmp_path, monkeypatch, merge):
+    """The recipe's limit keys reach the server: its real CLI parses the rendered Run step, and the
+    defaults are the server's own."""
+    from sim2real.edge import policy_server
+    from sim2real.edge.codec import DEFAULT_MAX_ARRAYS, DEFAULT_MAX_REQUEST_BYTES
+
+    inference = recipes["com.sim2real.PolicyInference"]
+    conf = inference["ComponentConfiguration"]["DefaultConfiguration"]
+    assert (conf["MaxRequestBytes"], conf["MaxArrays"], conf["MaxFrameBytes"]) == (
+        DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_ARRAYS, policy_server.HARD_LIMIT_FACTOR * DEFAULT_MAX_REQUEST_BYTES)
+    work, setup_work = tmp_path / "work", tmp_path / "setup"
+    (setup_work / "model").mkdir(parents=True)
+    work.mkdir()
+    (setup_work / "model" / "ready.json").write_text(json.dumps({"model_path": str(onnx_model)}))
+    (work / "api_token").touch(mode=0o600)  # no token source configured: the install step writes it empty
+    served: list = []
+    monkeypatch.setattr(policy_server.PolicyServer, "serve_forever", lambda self: served.append(self))
+    monkeypatch.setattr(policy_server.signal, "signal", lambda *_: None)
+    for manifest in inference["Manifests"]:
+        assert manifest["Lifecycle"]["Run"]["Script"] == inference["Manifests"][0]["Lifecycle"]["Run"]["Script"]
+    assert policy_server.main(_run_argv(inference, work, setup_work, merge)) == 0
+    expected = {**conf, **(merge or {})}
+    (server,) = served
+    assert (server.max_request_bytes, server.max_arrays, server.max_frame_bytes) == (
+        expected["MaxRequestBytes"], expected["MaxArrays"], expected["MaxFrameBytes"])
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda r: _set_default(r, MaxFrameBytes=16777216),
+     r"MaxFrameBytes \(16777216\) must be larger than MaxRequestBytes \(16777216\)"),
+    (lambda r: _set_default(r, MaxArrays=0), r"--max-arrays takes DefaultConfiguration MaxArrays, which must be an "
+                                             r"integer >= 1, got 0"),
+    (lambda r: _set_default(r, MaxRequestBytes="16 MiB"), r"MaxRequestBytes, which must be an integer >= 1024"),
+    (lambda r: r["ComponentConfiguration"]["DefaultConfiguration"].pop("MaxFrameBytes"),
+     r"\{configuration:/MaxFrameBytes\} names no key of DefaultConfiguration"),
+])
+def test_policy_server_limits_refused(recipes, mutate, match):
+    with pytest.raises(RecipeError, match=match):
+        validate_recipe(_broken(recipes, "com.sim2real.PolicyInference", mutate), others=recipes)

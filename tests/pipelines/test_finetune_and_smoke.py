@@ -25,6 +25,11 @@ from sim2real.workloads.groot import smoke_eval as se
 MODALITY = {"state": {"single_arm": {"start": 0, "end": 5}, "gripper": {"start": 5, "end": 6}},
             "action": {"single_arm": {"start": 0, "end": 5}, "gripper": {"start": 5, "end": 6}},
             "video": {"front": {"original_key": "observation.images.front"}}}
+#: The dataset's meta/info.json features (LeRobot v2.1: a camera's shape is [height, width, channels]).
+FEATURES = {"observation.state": {"dtype": "float32", "shape": [6], "names": None},
+            "action": {"dtype": "float32", "shape": [6], "names": None},
+            "observation.images.front": {"dtype": "video", "shape": [480, 640, 3],
+                                         "names": ["height", "width", "channels"]}}
 
 
 def _job(tmp_path: Path, hp: dict | None = None, checkpoint_local: str | None = None) -> tuple[dict, Path]:
@@ -38,6 +43,7 @@ def _job(tmp_path: Path, hp: dict | None = None, checkpoint_local: str | None = 
     dataset = tmp_path / "data" / "dataset"
     (dataset / "meta").mkdir(parents=True)
     (dataset / "meta" / "modality.json").write_text(json.dumps(MODALITY))
+    (dataset / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v2.1", "features": FEATURES}))
     env = {"SM_CHANNEL_DATASET": str(dataset), "SM_CHANNEL_MODEL": str(tmp_path / "data" / "model"),
            "SM_MODEL_DIR": str(tmp_path / "model"), "GROOT_HOME": str(tmp_path), "SIM2REAL_GPUS": "1",
            "SIM2REAL_RUN_KEY": "run-1", "PATH": "/usr/bin:/bin"}
@@ -79,6 +85,10 @@ def test_fresh_run_launches_groot_and_exports(tmp_path):
     meta = json.loads((model / "inference_metadata.json").read_text())
     assert meta["step"] == 300 and meta["checkpoint"] == "checkpoint-300" and meta["resumed_from_step"] is None
     assert meta["modality"] == MODALITY and meta["action_horizon"] == 16 and meta["run_key"] == "run-1"
+    # the layout the robot's server checks requests against, each camera's frame size from meta/info.json
+    assert meta["modality_layout"]["video"] == [{"key": "front", "height": 480, "width": 640}]
+    assert meta["modality_layout"]["state"] == [{"key": "single_arm", "width": 5}, {"key": "gripper", "width": 1}]
+    assert meta["modality_layout"]["action_horizon"] == 16
     assert (model / se.STANDIN_CONFIG).exists() and (model / "processor/processor_config.json").exists()
     assert not (model / "optimizer.pt").exists()
 
@@ -104,6 +114,16 @@ def test_multi_gpu_uses_torchrun_and_trainer_failure_propagates(tmp_path):
     assert code == 3
     assert calls[0][1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8"]
     assert not (tmp_path / "model" / "inference_metadata.json").exists()
+
+
+def test_dataset_without_readable_frame_sizes_refused_before_training(tmp_path, capsys):
+    env, config = _job(tmp_path)
+    unnamed = {**FEATURES, "observation.images.front": {**FEATURES["observation.images.front"], "names": None}}
+    (Path(env["SM_CHANNEL_DATASET"]) / "meta" / "info.json").write_text(json.dumps({"features": unnamed}))
+    calls: list = []
+    assert fe.main([], env=env, runner=lambda cmd, e, cwd: calls.append(cmd) or 0, config_dir=config) == 2
+    assert calls == []  # no GPU time spent
+    assert "'observation.images.front': names None do not say which of the shape [480, 640, 3]" in capsys.readouterr().err
 
 
 def test_fewer_visible_gpus_than_requested(tmp_path):
@@ -205,3 +225,17 @@ def test_non_checkpoint_dirs_ignored(tmp_path, name):
     (tmp_path / name).mkdir()
     (tmp_path / name / "trainer_state.json").write_text("{}")
     assert fe.latest_checkpoint(tmp_path) is None
+
+
+@pytest.mark.parametrize("video_key", ["front", "video.front"])
+def test_smoke_observation_frames_have_the_training_data_size(tmp_path, video_key):
+    """The smoke check sends frames of the size the checkpoint's modality layout declares (the dataset's,
+    what the robot sends), GR00T N1.6 (``front``) or N1.5 (``video.front``) keys alike."""
+    policy = se.StandInPolicy.load(se.write_standin_checkpoint(tmp_path / "m", modality=MODALITY,
+                                                               video_keys=[video_key]))
+    layout = {"video": [{"key": "front", "height": 480, "width": 640}]}
+    obs = se.make_observation(policy, {"modality": MODALITY, "modality_layout": layout}, batch=2)
+    assert obs["video"][video_key].shape == (2, 1, 480, 640, 3)
+    assert se.make_observation(policy, {"modality": MODALITY})["video"][video_key].shape == (1, 1, 224, 224, 3)
+    assert se.make_observation(policy, {"modality": MODALITY, "modality_layout": layout},
+                               image_size=(8, 8))["video"][video_key].shape == (1, 1, 8, 8, 3)

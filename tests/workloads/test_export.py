@@ -90,3 +90,70 @@ def test_garbage_checkpoint_refused(tmp_path):
     bad.write_bytes(b"not a checkpoint at all")
     with pytest.raises(ValueError, match="is not a valid torch checkpoint"):
         load_checkpoint(str(bad))
+
+
+def _lerobot_dataset(root, cameras):
+    """A LeRobot v2.1 dataset's metadata for the toy Reacher policy (10 → 2): ``cameras`` is
+    ``{name: (shape, names)}`` of its ``observation.images.<name>`` features."""
+    import json
+
+    features = {"observation.state": {"dtype": "float32", "shape": [10], "names": None},
+                "action": {"dtype": "float32", "shape": [2], "names": None}}
+    features.update({f"observation.images.{c}": {"dtype": "video", "shape": list(shape), "names": names}
+                     for c, (shape, names) in cameras.items()})
+    modality = {"state": {"arm": {"start": 0, "end": 10}}, "action": {"joint_torque": {"start": 0, "end": 2}},
+                "video": {c: {"original_key": f"observation.images.{c}"} for c in cameras},
+                "annotation": {"human.task_description": {"original_key": "task_index"}}}
+    (root / "meta").mkdir(parents=True)
+    (root / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v2.1", "fps": 10, "features": features}))
+    (root / "meta" / "modality.json").write_text(json.dumps(modality))
+    return root
+
+
+def test_export_declares_the_dataset_frame_sizes_and_the_server_refuses_other_sizes(trained_dir, tmp_path):
+    """End to end at toy size: the layout the robot receives declares each camera's size from the dataset's
+    meta/info.json, and a policy server started from that model refuses a frame of another size."""
+    import onnx
+
+    from sim2real.contract.modality import LAYOUT_PROPERTY, ModalityLayout
+    from sim2real.edge.policy_server import PolicyClient, PolicyServer, PolicyServerError, layout_observation
+
+    dataset = _lerobot_dataset(tmp_path / "dataset", {"front": ([48, 64, 3], ["height", "width", "channels"]),
+                                                      "wrist": ([3, 24, 32], ["channel", "height", "width"])})
+    out = tmp_path / "policy.onnx"
+    info = export_onnx(str(trained_dir / "agent_000002.pt"), str(out), dataset=str(dataset))
+    layout = ModalityLayout.from_json({p.key: p.value for p in onnx.load(str(out)).metadata_props}[LAYOUT_PROPERTY])
+    assert layout.image_sizes == (("front", 48, 64), ("wrist", 24, 32))
+    assert info["modality_layout"]["video"] == [{"key": "front", "height": 48, "width": 64},
+                                                {"key": "wrist", "height": 24, "width": 32}]
+    assert layout.state == (("arm", 10),) and layout.language == ("annotation.human.task_description",)
+
+    with PolicyServer(str(out), port=0).start_in_thread() as handle, PolicyClient(port=handle.port) as client:
+        action, _ = client.get_action(layout_observation(layout))  # frames of the declared sizes
+        assert action["joint_torque"].shape == (1, 16, 2)
+        wrong = layout_observation(layout)
+        wrong["video"]["front"] = np.zeros((1, 1, 64, 48, 3), np.uint8)  # height and width swapped
+        with pytest.raises(PolicyServerError, match=r"video\['front'\] frames must be 48x64 \(H x W\)"):
+            client.get_action(wrong)
+
+
+def test_export_takes_frame_sizes_for_a_given_layout_from_the_dataset(trained_dir, tmp_path, caplog):
+    ckpt = str(trained_dir / "agent_000002.pt")
+    dataset = str(_lerobot_dataset(tmp_path / "dataset", {"front": ([48, 64, 3], ["height", "width", "channels"])}))
+    layout = {"state": [{"key": "arm", "width": 10}], "action": [{"key": "joint_torque", "width": 2}],
+              "action_horizon": 4, "video": ["front"]}
+    info = export_onnx(ckpt, str(tmp_path / "a.onnx"), modality_layout=layout, dataset=dataset)
+    assert info["modality_layout"]["video"] == [{"key": "front", "height": 48, "width": 64}]
+    assert info["modality_layout"]["action_horizon"] == 4  # the given layout's, only the sizes come from the data
+    assert "no declared frame size" not in caplog.text
+    export_onnx(ckpt, str(tmp_path / "unsized.onnx"), modality_layout=layout)  # no dataset: not size-checked, said so
+    assert "cameras ['front'] have no declared frame size: the policy server will not check" in caplog.text
+
+    with pytest.raises(ValueError, match=r"camera 'wrist' of the modality layout is not a camera of the dataset"):
+        export_onnx(ckpt, str(tmp_path / "b.onnx"), modality_layout={**layout, "video": ["wrist"]}, dataset=dataset)
+    sized = {**layout, "video": [{"key": "front", "height": 64, "width": 64}]}
+    with pytest.raises(ValueError, match=r"declares 64x64 frames, the dataset .* has 48x64"):
+        export_onnx(ckpt, str(tmp_path / "c.onnx"), modality_layout=sized, dataset=dataset)
+    (tmp_path / "dataset" / "meta" / "modality.json").unlink()
+    with pytest.raises(ValueError, match=r"meta/modality.json is missing"):
+        export_onnx(ckpt, str(tmp_path / "d.onnx"), dataset=dataset)

@@ -27,7 +27,10 @@ Rows:
   run against 3 runs of one candidate each, one after the other (each in a fresh process and sandbox account
   holding 3 nodes): wall time and AWS API calls the sandbox served (``--only sweep`` for these rows alone);
 * policy server latency p50/p99 (ms) and throughput (requests/s) over real ZMQ on loopback,
-  onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy.
+  onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy; and an authenticated
+  client's p50/p99 under an unauthenticated flood of many-array requests from 2 other processes, beside the
+  same client alone in the same run (``--only policy-flood`` for these rows alone;
+  :func:`sim2real.edge.benchmark.flood_latency`).
 
 Numbers depend on the machine and its load; they are measurements, not test assertions.
 """
@@ -266,20 +269,47 @@ def _sweep_rows(cmp: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _toy_policy_onnx(tmp: str) -> str:
+    """Train a 1-iteration toy policy in ``tmp`` and export it to ONNX; returns the .onnx path."""
+    from sim2real.workloads.export import export_onnx
+
+    env = {**os.environ, ev.TASK: "Reacher-v5", ev.MAX_ITERATIONS: "1", ev.NUM_ENVS: "2", ev.OUTPUT_URI: tmp}
+    env.pop("AWS_ENDPOINT_URL", None)
+    subprocess.run([sys.executable, "-m", "sim2real.workloads.train"], env=env, check=True, capture_output=True)
+    manifest = json.loads(Path(tmp, "manifest.json").read_text())
+    onnx_path = str(Path(tmp, "policy.onnx"))
+    export_onnx(str(Path(tmp, manifest["checkpoint_uri"].rsplit("/", 1)[-1])), onnx_path)
+    return onnx_path
+
+
 def policy_latency(n: int = 1000) -> dict[str, Any]:
     """Train a 1-iteration toy policy, export it to ONNX and measure the policy server over ZMQ."""
     from sim2real.edge.benchmark import policy_server_latency
-    from sim2real.workloads.export import export_onnx
 
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, ev.TASK: "Reacher-v5", ev.MAX_ITERATIONS: "1", ev.NUM_ENVS: "2", ev.OUTPUT_URI: tmp}
-        env.pop("AWS_ENDPOINT_URL", None)
-        subprocess.run([sys.executable, "-m", "sim2real.workloads.train"], env=env, check=True,
-                       capture_output=True)
-        manifest = json.loads(Path(tmp, "manifest.json").read_text())
-        onnx_path = str(Path(tmp, "policy.onnx"))
-        export_onnx(str(Path(tmp, manifest["checkpoint_uri"].rsplit("/", 1)[-1])), onnx_path)
-        return policy_server_latency(onnx_path, n=n)
+        return policy_server_latency(_toy_policy_onnx(tmp), n=n)
+
+
+def policy_flood() -> dict[str, Any]:
+    """The toy policy's server: an authenticated client alone, then under an unauthenticated many-array flood
+    from 2 other processes (:func:`sim2real.edge.benchmark.flood_latency`)."""
+    from sim2real.edge.benchmark import flood_latency
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return flood_latency(_toy_policy_onnx(tmp))
+
+
+def _flood_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    within = f["flood"]["p99_ms"] < f["decode_ms"]
+    return [
+        (f"policy server get_action p50 / p99 under an unauthenticated flood ({f['flooders']} processes, requests of "
+         f"{f['flood_arrays']} arrays, {f['flood_request_bytes'] / 2**20:.1f} MiB; {f['flood_rps']:.0f} refused/s)",
+         f"{f['flood']['p50_ms']:.2f} / {f['flood']['p99_ms']:.2f} ms ({'within' if within else 'OVER'} the bound: "
+         f"p99 < one decode of a flood request, {f['decode_ms']:.0f} ms)"),
+        ("anchor: the same client alone, same server, same run (p50 / p99)",
+         f"{f['alone']['p50_ms']:.2f} / {f['alone']['p99_ms']:.2f} ms (refusing one flood request: "
+         f"{f['refuse_ms']:.2f} ms)"),
+    ]
 
 
 def _orchestration_subprocess() -> dict[str, Any]:
@@ -357,12 +387,13 @@ def _parse_main(argv: list[str]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
-    ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep"), default="all",
+    ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep", "policy-flood"), default="all",
                     help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait rows, "
                          "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox: "
                          "short waits, then the waiting hour time-scaled by 20); waits-hour: only the waiting-hour "
                          "rows; "
-                         "sweep: only the rows of a 3-candidate sweep against 3 runs one after the other")
+                         "sweep: only the rows of a 3-candidate sweep against 3 runs one after the other; "
+                         "policy-flood: only the policy server rows alone vs under an unauthenticated flood")
     ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
     ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
     args = ap.parse_args(argv)
@@ -398,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "sweep":
         results["sweep"] = sweep_comparison()
         return _print_and_write(results, _sweep_rows(results["sweep"]), "sweep only (sandbox)")
+    if args.only == "policy-flood":
+        results["policy_flood"] = policy_flood()
+        return _print_and_write(results, _flood_rows(results["policy_flood"]), "policy server flood only")
     if args.only == "rl":
         results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
         rows = _quality_rows(results["policy_quality"])
@@ -407,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     results["orchestration"] = _orchestration_subprocess()
     results["env_steps_per_s"] = {str(n): env_steps_per_second(n, seconds=5.0) for n in (1, 8)}
     results["policy_server"] = policy_latency()
+    results["policy_flood"] = policy_flood()
     results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
     orch = results["orchestration"]
     rows = [
@@ -437,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         ("policy server throughput", f"{results['policy_server']['throughput_rps']:.0f} req/s"),
         ("anchor: ZMQ REQ/REP round trip of the same message sizes, no server work (p50 / p99)",
          "{p50_ms:.2f} / {p99_ms:.2f} ms".format(**results["policy_server"]["transport"])),
+        *_flood_rows(results["policy_flood"]),
     ]
     rows += _quality_rows(results["policy_quality"])
     results["sweep"] = sweep_comparison()

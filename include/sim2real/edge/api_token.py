@@ -16,7 +16,6 @@ or ``ssm:GetParameter`` on that one name.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -25,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sim2real.edge.security import check_api_token
+from sim2real.edge.security import StrictArgumentParser, check_api_token
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +120,7 @@ def write_token_file(path: str | Path, token: str | None) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI of the inference component's Install step. Exit 0 = file written, 2 = token not resolved."""
-    p = argparse.ArgumentParser(prog="python -m sim2real.edge.api_token", description=__doc__.split("\n")[0])
+    p = StrictArgumentParser(prog="python -m sim2real.edge.api_token", description=__doc__.split("\n")[0])
     p.add_argument("--secret-id", default="", help="Secrets Manager secret name or ARN")
     p.add_argument("--ssm-parameter", default="", help="SSM Parameter Store SecureString name")
     p.add_argument("--out", required=True, help="token file to write (mode 600; empty when no source is named)")

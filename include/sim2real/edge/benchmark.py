@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import platform
 import threading
 import time
@@ -27,7 +28,7 @@ import zmq
 from sim2real.edge.codec import packb
 from sim2real.contract.modality import ModalityLayout
 from sim2real.edge.policy_server import OnnxPolicy, PolicyClient, PolicyServer, layout_observation, wait_for_server
-from sim2real.edge.security import read_api_token_file
+from sim2real.edge.security import StrictArgumentParser, read_api_token_file
 
 
 def _measure(fn: Callable[[], Any], n: int, warmup: int) -> dict[str, float]:
@@ -71,13 +72,14 @@ def bench_onnxruntime(model_path: str | Path, n: int = 500, batch: int = 1, prov
 
 def bench_zmq(host: str, port: int, n: int = 500, batch: int = 1, warmup: int = 20,
               timeout_ms: int = 5000, api_token: str | None = None,
-              image_size: tuple[int, int] = (224, 224)) -> dict[str, Any]:
+              image_size: tuple[int, int] | None = None) -> dict[str, Any]:
     """Time full ``get_action`` round trips (encode, ZMQ, decode, checks, inference) against a running server.
 
     Args:
         host, port: the server. n, batch, warmup: see the module docstring.
         timeout_ms: client timeout per request. api_token: the server's token, if it has one.
-        image_size: (H, W) of the camera frames sent when the layout has cameras.
+        image_size: (H, W) of the camera frames sent when the layout has cameras; None = the size the
+            layout declares for each camera, else 224x224.
 
     Raises:
         PolicyServerTimeout / PolicyServerError: the server is not answering or refuses the request.
@@ -150,6 +152,104 @@ def policy_server_latency(model_path: str | Path, n: int = 500, batch: int = 1) 
     return result
 
 
+def many_array_request(arrays: int, api_token: str | None = None) -> bytes:
+    """A ``get_action`` request whose data is ``arrays`` one-byte uint8 arrays, encoded as GR00T clients
+    encode (``api_token`` last, when given): the shape of the unauthenticated flood of the benchmark."""
+    req: dict[str, Any] = {"endpoint": "get_action", "data": {f"k{i}": np.zeros(1, np.uint8) for i in range(arrays)}}
+    if api_token is not None:
+        req["api_token"] = api_token
+    return packb(req)
+
+
+def _flood(port: int, arrays: int, stop: Any, sent: Any, max_requests: int) -> None:
+    """One flooding peer (run in its own process): unauthenticated many-array requests back to back on a
+    REQ socket until ``stop`` is set or ``max_requests`` were answered; adds the answered count to ``sent``."""
+    payload = many_array_request(arrays)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.REQ)
+    for opt, val in ((zmq.LINGER, 0), (zmq.RCVTIMEO, 5000), (zmq.SNDTIMEO, 5000)):
+        sock.setsockopt(opt, val)
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    done = 0
+    try:
+        while not stop.is_set() and done < max_requests:
+            sock.send(payload)
+            sock.recv()
+            done += 1
+    except zmq.Again:
+        pass
+    finally:
+        with sent.get_lock():
+            sent.value += done
+        sock.close(0)
+        ctx.term()
+
+
+def flood_latency(model_path: str | Path, n: int = 300, flooders: int = 2, arrays: int = 20_000,
+                  warmup: int = 20, max_flood_requests: int = 100_000) -> dict[str, Any]:
+    """An authenticated client's ``get_action`` latency alone, then while ``flooders`` other processes send
+    unauthenticated requests of ``arrays`` tiny arrays back to back (loopback, a fresh server with a token).
+
+    Each flooding peer has one request in flight (REQ), and the server's REP socket queues its peers
+    fairly, so a legitimate request waits behind at most one flood request per flooding peer; with the
+    token read before any decode (:func:`sim2real.edge.codec.read_request_token`) each costs a scan of
+    its bytes. Two figures follow: ``bound_p99_ms = p99 alone + flooders x refusal time`` (the refusal
+    time, ``refuse_ms``, is the median of :meth:`PolicyServer.handle` on one flood request), what the server
+    itself adds when the flood does not also take its CPU (a remote attacker); and ``decode_ms``, one full
+    decode of a flood request, what each refusal cost when the server decoded before authenticating: the
+    ``make bench`` row checks that the p99 under flood stays below it (flooders on the same machine compete
+    for its cores, so only that bound holds on a small loaded machine).
+
+    Returns:
+        ``{"alone": {p50_ms, p99_ms, ...}, "flood": {p50_ms, p99_ms, ...}, "flooders", "flood_arrays",
+        "flood_request_bytes", "flood_refused", "flood_rps", "refuse_ms", "decode_ms", "bound_p99_ms"}``.
+    """
+    import multiprocessing
+    import secrets
+
+    from sim2real.edge.codec import unpackb
+
+    token = secrets.token_urlsafe(32)
+    server = PolicyServer(model_path, host="127.0.0.1", port=0, api_token=token)
+    payload = many_array_request(arrays)
+    logging.disable(logging.WARNING)  # the refusals measured here are not an attack to report
+    try:
+        refuse = _measure(lambda: server.handle(payload), 20, 2)["p50_ms"]
+    finally:
+        logging.disable(logging.NOTSET)
+    decode = _measure(lambda: unpackb(payload, max_bytes=None), 3, 1)["p50_ms"]
+    handle = server.start_in_thread()
+    ctx = multiprocessing.get_context("spawn")
+    stop, sent = ctx.Event(), ctx.Value("l", 0)
+    procs = [ctx.Process(target=_flood, args=(handle.port, arrays, stop, sent, max_flood_requests), daemon=True)
+             for _ in range(flooders)]
+    try:
+        with PolicyClient("127.0.0.1", handle.port, timeout_ms=30_000, api_token=token) as client:
+            layout = ModalityLayout.from_dict(client.metadata()["modality_layout"])
+            obs = layout_observation(layout)
+            alone = _measure(lambda: client.get_action(obs), n, warmup)
+            refused_before = server.rejections.total
+            for proc in procs:
+                proc.start()
+            deadline = time.monotonic() + 60
+            while server.rejections.total - refused_before < 2 * flooders and time.monotonic() < deadline:
+                time.sleep(0.05)  # every flooder is sending
+            t0 = time.perf_counter()
+            flood = _measure(lambda: client.get_action(obs), n, 0)
+            wall = time.perf_counter() - t0
+            refused = server.rejections.total - refused_before
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.terminate()
+        handle.stop()
+    return {"alone": alone, "flood": flood, "flooders": flooders, "flood_arrays": arrays,
+            "flood_request_bytes": len(payload), "flood_refused": refused, "flood_rps": refused / wall,
+            "refuse_ms": refuse, "decode_ms": decode, "bound_p99_ms": alone["p99_ms"] + flooders * refuse}
+
+
 def run_benchmark(model_path: str | Path, n: int = 500, batch: int = 1, torch_module: Any = None,
                   output: str | Path | None = None) -> dict[str, Any]:
     """torch (if ``torch_module``), onnxruntime on each available provider, TensorRT where present,
@@ -183,7 +283,7 @@ def _image_size(text: str) -> tuple[int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m sim2real.edge.benchmark``: local model (``--model-path``) or running server (``--port``)."""
-    p = argparse.ArgumentParser(prog="python -m sim2real.edge.benchmark", description=__doc__.split("\n")[0])
+    p = StrictArgumentParser(prog="python -m sim2real.edge.benchmark", description=__doc__.split("\n")[0])
     p.add_argument("--model-path", help="benchmark this .onnx locally (onnxruntime + fresh ZMQ server)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, help="benchmark the server already listening here")
@@ -191,8 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--wait-s", type=float, default=0.0, help="wait this long for the server to answer ping")
     p.add_argument("--api-token-file", help="file holding the server's api token (mode 600; empty = none)")
-    p.add_argument("--image-size", default="224x224", type=_image_size,
-                   help="HxW of the camera frames sent when the model's layout has cameras")
+    p.add_argument("--image-size", default=None, type=_image_size,
+                   help="HxW of the camera frames sent when the model's layout has cameras (default: the size "
+                        "the layout declares for each camera, else 224x224)")
     p.add_argument("--output", help="write the JSON report here")
     args = p.parse_args(argv)
     if args.model_path:

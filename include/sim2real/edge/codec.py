@@ -8,8 +8,10 @@ msgpack (maps, lists, str, bytes, int, float, bool, nil). Tuples decode as lists
 encoded as Python scalars. ModalityConfig maps are decoded as plain maps (this side has no class).
 
 Decoding never unpickles: :func:`load_npy` refuses object arrays (as ``np.load(..., allow_pickle=False)``,
-which it falls back to for unusual headers), and the payload size is checked *before* msgpack touches
-it (``max_bytes``).
+which it falls back to for unusual headers), the payload size is checked *before* msgpack touches
+it (``max_bytes``), and at most ``max_arrays`` arrays are built per message (the parse stops at the
+next one). :func:`read_request_token` reads a request's ``api_token`` without building anything else,
+so a server can authenticate before it decodes.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ MODALITY_CONFIG_JSON_KEY = "as_json"
 
 #: Default upper bound of one request, in bytes (16 MiB: a few camera frames at 256x256x3).
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+#: Default upper bound of the numpy arrays in one request (a GR00T observation carries one per camera
+#: and one per state key: a few, at most a few dozen).
+DEFAULT_MAX_ARRAYS = 256
+#: The request field that carries the api token (GR00T's ``PolicyClient``/``BaseInferenceClient`` add it
+#: to the top-level request map, after ``endpoint`` and ``data``).
+API_TOKEN_FIELD = "api_token"
+#: Longest key or token :func:`read_request_token` reads (anything longer is not a token).
+_MAX_TOKEN_CHARS = 4096
 
 
 class CodecError(ValueError):
@@ -125,24 +135,85 @@ def packb(obj: Any) -> bytes:
     return msgpack.packb(obj, default=_default, use_bin_type=True)
 
 
-def unpackb(data: bytes, max_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES) -> Any:
+def unpackb(data: bytes, max_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES, max_arrays: int | None = None) -> Any:
     """Decode msgpack bytes produced by :func:`packb` (or any GR00T-protocol peer).
 
     Args:
         data: the raw message.
         max_bytes: refuse payloads longer than this many bytes before decoding (None = no bound).
+        max_arrays: refuse a message holding more numpy arrays than this; the parse stops at the first
+            array over the bound, so at most ``max_arrays`` are built (None = no bound).
 
     Returns:
         The decoded object; array maps become ``np.ndarray``.
 
     Raises:
-        CodecError: payload too large, not msgpack, trailing bytes, or an invalid array.
+        CodecError: payload too large, too many arrays, not msgpack, trailing bytes, or an invalid array.
     """
     if max_bytes is not None and len(data) > max_bytes:
         raise CodecError(f"request of {len(data)} bytes exceeds the limit of {max_bytes} bytes")
+    hook = _object_hook
+    if max_arrays is not None:
+        built = 0
+
+        def hook(obj: dict) -> Any:
+            nonlocal built
+            if obj.get(NDARRAY_KEY) is True and NPY_KEY in obj:
+                built += 1
+                if built > max_arrays:
+                    raise CodecError(f"request holds more than {max_arrays} arrays, the limit of this server")
+            return _object_hook(obj)
     try:
-        return msgpack.unpackb(data, object_hook=_object_hook, raw=False)
+        return msgpack.unpackb(data, object_hook=hook, raw=False)
     except CodecError:
         raise
     except Exception as exc:  # ExtraData, FormatError, StackError, UnicodeDecodeError, ...
         raise CodecError(f"not a valid msgpack message: {type(exc).__name__}: {exc}") from exc
+
+
+class _Missing:
+    """:func:`read_request_token`'s answer for a request without an ``api_token`` field."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
+def read_request_token(data: bytes | memoryview) -> Any:
+    """The ``api_token`` of a request, read without decoding the rest of it.
+
+    The top-level map's keys are read one by one and every value but the token's is skipped in C
+    (``msgpack.Unpacker.skip``): no array, map, list or string of ``data`` is built, whatever its size
+    or count. A key or token longer than 4096 characters or bytes, or a non-empty list or map in their
+    place, is refused unbuilt (the Unpacker's length limits).
+
+    Returns:
+        The token (a ``str``; another type when the peer sent one, e.g. an int), or :data:`MISSING`
+        when the request has no ``api_token`` field.
+
+    Raises:
+        CodecError: empty, not a msgpack map, truncated, or a key or token too long to be one.
+    """
+    if not len(data):
+        raise CodecError("not a valid msgpack message: the request is empty")
+    first = data[0]
+    if first == 0xC1:  # the one byte msgpack never uses
+        raise CodecError("not a valid msgpack message: it starts with 0xc1, which is no msgpack type")
+    if not (0x80 <= first <= 0x8F or first in (0xDE, 0xDF)):  # fixmap, map 16, map 32
+        raise CodecError("request must be a map {'endpoint': str, 'data': ..., 'api_token': str}")
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(data), max_str_len=_MAX_TOKEN_CHARS,
+                                max_bin_len=_MAX_TOKEN_CHARS, max_array_len=0, max_map_len=0, max_ext_len=0)
+    token: Any = MISSING
+    try:
+        unpacker.feed(data)
+        for _ in range(unpacker.read_map_header()):
+            if unpacker.unpack() == API_TOKEN_FIELD:
+                token = unpacker.unpack()
+            else:
+                unpacker.skip()
+    except Exception as exc:  # OutOfData, FormatError, ValueError (limits), UnicodeDecodeError, ...
+        raise CodecError(f"not a valid msgpack message: {type(exc).__name__}: {exc} (a request is a map "
+                         "{'endpoint': str, 'data': ..., 'api_token': str})") from exc
+    return token

@@ -38,10 +38,19 @@ repeated over the H steps (``chunking="repeat"``, a zero-order hold); one emitti
 through (``chunking="model"``). The action vector is split into the layout's action keys.
 
 **Security.** With an ``api_token`` every request must carry it (compared in constant time; refusals are
-logged, at most one line per 10 s). Without a token the server binds only a loopback address: binding
-anything else (``0.0.0.0``, ``*``, a LAN address, an interface or host name) without a token is refused
-at start. Requests larger than ``max_request_bytes`` get an error reply unread; ZMQ drops the connection
-of a peer sending more than :data:`HARD_LIMIT_FACTOR` times that, without buffering it.
+logged, at most one line per 10 s). The token is read before anything else of the request is decoded
+(:func:`sim2real.edge.codec.read_request_token` skips every other value unbuilt), so a peer without it
+costs the server a scan of its bytes, never an array decode. Without a token the server binds only a
+loopback address: binding anything else (``0.0.0.0``, ``*``, a LAN address, an interface or host name)
+without a token is refused at start.
+
+**Limits**, each refused with an error reply (the REP socket answers every request it receives):
+``max_request_bytes`` (16 MiB; checked first, unread), ``max_arrays`` (256 numpy arrays per request; the
+decode stops at the first one over), camera frames of another size than the layout declares. A message
+larger than ``max_frame_bytes`` (``ZMQ_MAXMSGSIZE``, default :data:`HARD_LIMIT_FACTOR` times
+``max_request_bytes``) never reaches the server: ZMQ disconnects its sender, and nothing can answer it;
+:class:`PolicyClient` reports that at once (:class:`PolicyServerDisconnected`), GR00T's clients, which set
+no receive timeout, wait until closed. ZMQ queues at most :data:`RCV_HWM` messages per peer.
 """
 
 from __future__ import annotations
@@ -61,9 +70,10 @@ from typing import Any
 import numpy as np
 import zmq
 
-from sim2real.edge.codec import DEFAULT_MAX_REQUEST_BYTES, CodecError, modality_config_wire, packb, unpackb
+from sim2real.edge.codec import (DEFAULT_MAX_ARRAYS, DEFAULT_MAX_REQUEST_BYTES, MISSING, CodecError,
+                                 modality_config_wire, packb, read_request_token, unpackb)
 from sim2real.contract.modality import LAYOUT_PROPERTY, LayoutError, ModalityLayout
-from sim2real.edge.security import check_api_token, is_loopback, read_api_token_file
+from sim2real.edge.security import StrictArgumentParser, check_api_token, is_loopback, read_api_token_file
 from sim2real.contract.storage import sha256_file
 
 log = logging.getLogger(__name__)
@@ -74,8 +84,14 @@ PING_REPLY = {"status": "ok", "message": "Server is running"}
 KILL_REPLY = {"status": "ok", "message": "Server is shutting down"}
 #: The refusal text of upstream GR00T servers, kept so clients that match on it keep working.
 UNAUTHORIZED = "Unauthorized: Invalid API token"
-#: ZMQ drops (``ZMQ_MAXMSGSIZE``) a message larger than this many times ``max_request_bytes``.
-HARD_LIMIT_FACTOR = 4
+#: The default frame ceiling (``ZMQ_MAXMSGSIZE``) is this many times ``max_request_bytes`` (256 MiB by
+#: default): far above the largest request the server decodes, so that an oversized request gets an error
+#: reply. Above the ceiling ZMQ disconnects the sender and no reply is possible, and GR00T's clients set
+#: no receive timeout: they would wait forever.
+HARD_LIMIT_FACTOR = 16
+#: Messages ZMQ queues per connected peer before it stops reading that peer's socket (``ZMQ_RCVHWM``): a
+#: GR00T client has one request in flight, so a peer holds at most a few frames of server memory.
+RCV_HWM = 2
 MODALITY_CONFIG_FORMATS = ("n1.6", "n1.5")
 #: Environment variable the CLI reads the token from when no ``--api-token-file`` is given.
 API_TOKEN_ENV = "SIM2REAL_POLICY_API_TOKEN"
@@ -91,6 +107,11 @@ class PolicyServerError(RuntimeError):
 
 class PolicyServerTimeout(TimeoutError):
     """No reply within the client's timeout (server down, stuck or unreachable)."""
+
+
+class PolicyServerDisconnected(PolicyServerTimeout):
+    """The server closed the connection while a request was in flight, so no reply will come: the server
+    stopped, or the request was larger than its frame ceiling (``max_frame_bytes``, ``ZMQ_MAXMSGSIZE``)."""
 
 
 class RequestError(ValueError):
@@ -234,9 +255,9 @@ class OnnxPolicy:
         self._keysets = {"state": frozenset(lay.state_keys), "video": frozenset(lay.video),
                          "language": frozenset(lay.language)}
         self._nested_state = [(k, w, f"state[{k!r}]") for k, w in lay.state]
-        self._nested_video = [(c, f"video[{c!r}]") for c in lay.video]
+        self._nested_video = [(c, f"video[{c!r}]", lay.image_size(c)) for c in lay.video]
         self._flat_state = [(f"state.{k}", w, f"observation['state.{k}']") for k, w in lay.state]
-        self._flat_video = [(f"video.{c}", f"observation['video.{c}']") for c in lay.video]
+        self._flat_video = [(f"video.{c}", f"observation['video.{c}']", lay.image_size(c)) for c in lay.video]
         self._flat_expected = [f"video.{c}" for c in lay.video] + [f"state.{k}" for k in lay.state_keys] + list(
             lay.language)
         self._flat_keyset = frozenset(self._flat_expected)
@@ -257,7 +278,7 @@ class OnnxPolicy:
         last = arr[:, -1, :] if batched else arr[-1:, :]
         return last if dtype == np.float32 else last.astype(np.float32)
 
-    def _video_part(self, where: str, arr: Any, batched: bool) -> int:
+    def _video_part(self, where: str, arr: Any, batched: bool, size: tuple[int, int] | None) -> int:
         if not isinstance(arr, np.ndarray):
             raise RequestError(f"{where} must be a numpy array, got {type(arr).__name__}")
         if arr.dtype != np.uint8:
@@ -266,6 +287,10 @@ class OnnxPolicy:
         if arr.ndim != (5 if batched else 4) or arr.shape[-4] != horizon or arr.shape[-1] != 3:
             want = "(B, T, H, W, 3)" if batched else "(T, H, W, 3)"
             raise RequestError(f"{where} must have shape {want} with T={horizon}; got {arr.shape}")
+        if size is not None and arr.shape[-3:-1] != size:
+            want = (arr.shape[0], horizon, *size, 3) if batched else (horizon, *size, 3)
+            raise RequestError(f"{where} frames must be {size[0]}x{size[1]} (H x W), the size the model's modality "
+                               f"layout declares for this camera: expected shape {want}, got {arr.shape}")
         return arr.shape[0] if batched else 1
 
     @staticmethod
@@ -316,8 +341,8 @@ class OnnxPolicy:
         if not _is_map(video):
             raise RequestError("observation['video'] must be a map of camera -> uint8 (B, T, H, W, 3) array")
         self._exact_keys("observation['video']", video, lay.video, self._keysets["video"])
-        for cam, where in self._nested_video:
-            sizes.append(self._video_part(where, video[cam], True))
+        for cam, where, size in self._nested_video:
+            sizes.append(self._video_part(where, video[cam], True, size))
             labels.append(where)
         language = obs.get("language") or {}
         if not _is_map(language):
@@ -355,8 +380,8 @@ class OnnxPolicy:
             parts.append(part)
             sizes.append(part.shape[0])
             labels.append(where)
-        for key, where in self._flat_video:
-            sizes.append(self._video_part(where, obs[key], batched))
+        for key, where, size in self._flat_video:
+            sizes.append(self._video_part(where, obs[key], batched, size))
             labels.append(where)
         for key in self.layout.language:
             value = obs[key]
@@ -434,13 +459,13 @@ class _RejectionLog:
     def __init__(self, interval_s: float = REJECTION_LOG_INTERVAL_S):
         self.interval_s, self.total, self._pending, self._last = interval_s, 0, 0, float("-inf")
 
-    def __call__(self, reason: str, endpoint: Any, peer: Callable[[], str]) -> None:
+    def __call__(self, reason: str, peer: Callable[[], str]) -> None:
         self.total += 1
         self._pending += 1
         now = time.monotonic()
         if now - self._last >= self.interval_s:
-            log.warning("refused request (%s api_token) from %s for endpoint %r; %d refused so far (%d since the "
-                        "last report)", reason, peer(), endpoint, self.total, self._pending)
+            log.warning("refused request (%s api_token) from %s, unread; %d refused so far (%d since the "
+                        "last report)", reason, peer(), self.total, self._pending)
             self._last, self._pending = now, 0
 
 
@@ -485,7 +510,13 @@ class PolicyServer:
         host: interface to bind: a loopback address by default; any other needs ``api_token``.
         port: TCP port; 0 picks a free one (read ``.port`` after binding).
         action_horizon: H, steps per action chunk; None = the model layout's.
-        max_request_bytes: larger requests are refused with an error reply before decoding.
+        max_request_bytes: larger requests are refused with an error reply before decoding (at least 1024).
+        max_arrays: requests holding more numpy arrays are refused with an error reply; at most this many
+            are built (at least 1).
+        max_frame_bytes: ZMQ's frame ceiling (``ZMQ_MAXMSGSIZE``): a peer sending a larger message is
+            disconnected unread and gets no reply (ZMQ cannot answer it); None = ``HARD_LIMIT_FACTOR`` times
+            ``max_request_bytes``. Must be larger than ``max_request_bytes``, so that the band between the two
+            gets an error reply.
         providers: onnxruntime providers in preference order; None = TensorRT, CUDA, CPU as available.
         api_token: when set, every request must carry it (``api_token`` field); at least 16 characters.
         enable_kill: answer the ``kill`` endpoint by stopping (off: ``kill`` is refused).
@@ -501,7 +532,8 @@ class PolicyServer:
                  action_horizon: int | None = None,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  providers: Sequence[Any] | None = None, *, api_token: str | None = None,
-                 enable_kill: bool = False, modality_config_format: str = "n1.6"):
+                 enable_kill: bool = False, modality_config_format: str = "n1.6",
+                 max_arrays: int = DEFAULT_MAX_ARRAYS, max_frame_bytes: int | None = None):
         self.api_token = check_api_token(api_token)
         if self.api_token is None and not is_loopback(host):
             raise PermissionError(
@@ -513,13 +545,22 @@ class PolicyServer:
                              f"got {modality_config_format!r}")
         if int(max_request_bytes) < 1024:
             raise ValueError(f"max_request_bytes must be >= 1024, got {max_request_bytes}")
+        if int(max_arrays) < 1:
+            raise ValueError(f"max_arrays must be >= 1, got {max_arrays}")
+        frame = HARD_LIMIT_FACTOR * int(max_request_bytes) if max_frame_bytes is None else int(max_frame_bytes)
+        if frame <= int(max_request_bytes):
+            raise ValueError(f"max_frame_bytes ({frame}) must be larger than max_request_bytes ({max_request_bytes}): "
+                             "requests between the two get an error reply, larger ones are dropped by ZMQ unanswered")
         self.policy = OnnxPolicy(model_path, action_horizon=action_horizon, providers=providers)
         self.host, self.port = host, int(port)
         self.max_request_bytes = int(max_request_bytes)
+        self.max_arrays = int(max_arrays)
+        self.max_frame_bytes = frame
         self.enable_kill = bool(enable_kill)
         self.modality_config_format = modality_config_format
         self._modality_config_reply = modality_configs(self.policy.layout, modality_config_format)
         self._token_bytes = self.api_token.encode() if self.api_token else None
+        self._unauthorized_reply = packb({"error": UNAUTHORIZED})
         self.requests = 0
         self.killed = False
         self.rejections = _RejectionLog()
@@ -542,6 +583,7 @@ class PolicyServer:
 
     def _metadata(self, data: Any) -> Any:
         return {**self.policy.describe(), "max_request_bytes": self.max_request_bytes,
+                "max_arrays": self.max_arrays, "max_frame_bytes": self.max_frame_bytes,
                 "endpoints": sorted(self._handlers), "kill_enabled": self.enable_kill,
                 "api_token_required": self.api_token is not None,
                 "modality_config_format": self.modality_config_format}
@@ -606,25 +648,33 @@ class PolicyServer:
     def handle(self, raw: bytes | memoryview, peer: Callable[[], str] = lambda: "unknown peer") -> bytes:
         """Answer one raw request (bytes in, bytes out); never raises.
 
+        Order of the checks, cheapest first: the size (``max_request_bytes``); with an api token, the
+        token, read by :func:`sim2real.edge.codec.read_request_token` without building any array, map
+        or string of the request (a refused request is never decoded); then the decode, which stops
+        at the ``max_arrays + 1``-th array; then the endpoint's own checks.
+
         Args:
             raw: the request message.
             peer: returns the sender's address, for the log of refused requests.
         """
         try:
-            req = unpackb(raw, max_bytes=self.max_request_bytes)
+            if len(raw) > self.max_request_bytes:
+                raise CodecError(f"request of {len(raw)} bytes exceeds the limit of {self.max_request_bytes} bytes")
+            if self._token_bytes is not None:
+                given = read_request_token(raw)
+                if not self._authorized(given):
+                    self.rejections("missing" if given is MISSING or given is None else "invalid", peer)
+                    return self._unauthorized_reply
+            req = unpackb(raw, max_bytes=self.max_request_bytes, max_arrays=self.max_arrays)
             if not isinstance(req, Mapping):
                 raise RequestError("request must be a map {'endpoint': str, 'data': ..., 'api_token': str}")
             endpoint = req.get("endpoint", "get_action")
-            if not self._authorized(req.get("api_token")):
-                self.rejections("missing" if req.get("api_token") is None else "invalid", endpoint, peer)
-                reply: Any = {"error": UNAUTHORIZED}
-            else:
-                if not isinstance(endpoint, str):
-                    raise RequestError(f"'endpoint' must be a string, got {type(endpoint).__name__}")
-                handler = self._handlers.get(endpoint)
-                if handler is None:
-                    raise RequestError(f"Unknown endpoint: {endpoint!r} (this server has {sorted(self._handlers)})")
-                reply = handler(req.get("data"))
+            if not isinstance(endpoint, str):
+                raise RequestError(f"'endpoint' must be a string, got {type(endpoint).__name__}")
+            handler = self._handlers.get(endpoint)
+            if handler is None:
+                raise RequestError(f"Unknown endpoint: {endpoint!r} (this server has {sorted(self._handlers)})")
+            reply: Any = handler(req.get("data"))
         except (CodecError, RequestError) as exc:
             reply = {"error": str(exc)}
         except Exception as exc:  # a model/runtime failure must not kill the server
@@ -643,7 +693,8 @@ class PolicyServer:
         self._ctx = zmq.Context()
         sock = self._ctx.socket(zmq.REP)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, HARD_LIMIT_FACTOR * self.max_request_bytes)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+        sock.setsockopt(zmq.RCVHWM, RCV_HWM)
         host = self.host.strip("[]")
         if ":" in host:
             sock.setsockopt(zmq.IPV6, 1)
@@ -672,6 +723,9 @@ class PolicyServer:
         log.info("modality layout: state %s, action %s, horizon %d, cameras %s, language %s",
                  list(layout.state), list(layout.action), layout.action_horizon, list(layout.video),
                  list(layout.language))
+        log.info("limits: %d bytes and %d arrays per request (error reply beyond), frame ceiling %d bytes (ZMQ "
+                 "disconnects the sender beyond); camera frame sizes %s", self.max_request_bytes, self.max_arrays,
+                 self.max_frame_bytes, {k: f"{h}x{w}" for k, h, w in layout.image_sizes} or "not declared (not checked)")
         if self.policy.ignored_modalities:
             log.info("requests must carry %s (checked against the layout), which this state-only model does not read",
                      " and ".join(self.policy.ignored_modalities))
@@ -737,8 +791,9 @@ class PolicyClient:
         api_token: sent with every request when set.
 
     Every method raises :class:`PolicyServerTimeout` when no reply arrives in time (the REQ socket
-    is then closed and reopened, so the client stays usable) and :class:`PolicyServerError` when
-    the server answers ``{"error": ...}``.
+    is then closed and reopened, so the client stays usable), :class:`PolicyServerDisconnected` (a
+    :class:`PolicyServerTimeout`) as soon as the server drops the connection with the request in flight,
+    and :class:`PolicyServerError` when the server answers ``{"error": ...}``.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 5555, timeout_ms: int = 5000,
@@ -760,19 +815,52 @@ class PolicyClient:
             self._sock.setsockopt(opt, val)
         if ":" in self.host.strip("[]"):
             self._sock.setsockopt(zmq.IPV6, 1)
+        # ZMQ reports a dropped connection only as a socket event: watch for it so that a request the server
+        # will never answer (it stopped, or ZMQ_MAXMSGSIZE disconnected us) fails at once, not at the timeout.
+        self._monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
         self._sock.connect(self.endpoint)
 
-    def _reset(self) -> None:
+    def _close_socket(self) -> None:
         if self._sock is not None:
+            self._sock.disable_monitor()
+            self._monitor.close(0)
             self._sock.close(0)
+            self._sock = None
+
+    def _reset(self) -> None:
+        self._close_socket()
         self._connect()
 
     def request_raw(self, payload: bytes) -> bytes:
-        """Send raw bytes, return the raw reply (for protocol tests and other encoders)."""
+        """Send raw bytes, return the raw reply (for protocol tests and other encoders).
+
+        Raises:
+            PolicyServerDisconnected: the server dropped the connection with the request in flight.
+            PolicyServerTimeout: no reply within ``timeout_ms``.
+        """
         assert self._sock is not None
+        while self._monitor.poll(0):  # disconnects from before this request
+            self._monitor.recv_multipart()
+        deadline = time.monotonic() + self.timeout_ms / 1e3
         try:
             self._sock.send(payload)
-            return self._sock.recv()
+            while True:
+                left_ms = int((deadline - time.monotonic()) * 1e3)
+                if left_ms <= 0:
+                    raise zmq.Again()
+                events = dict(self._poller.poll(left_ms))
+                if self._sock in events:
+                    return self._sock.recv()
+                if self._monitor in events:
+                    self._monitor.recv_multipart()
+                    self._reset()
+                    raise PolicyServerDisconnected(
+                        f"no reply from {self.endpoint}: it closed the connection with the request of {len(payload)} "
+                        "bytes in flight. The server stopped, or the request is larger than its frame ceiling "
+                        "(get_metadata: max_frame_bytes; max_request_bytes is the largest request it decodes)")
         except zmq.Again as exc:
             self._reset()
             raise PolicyServerTimeout(
@@ -828,9 +916,7 @@ class PolicyClient:
         return self.call("kill")
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close(0)
-            self._sock = None
+        self._close_socket()
         self._ctx.term()
 
     def __enter__(self) -> PolicyClient:
@@ -840,10 +926,11 @@ class PolicyClient:
         self.close()
 
 
-def layout_observation(layout: ModalityLayout, batch: int = 1, image_size: tuple[int, int] = (224, 224),
+def layout_observation(layout: ModalityLayout, batch: int = 1, image_size: tuple[int, int] | None = None,
                        seed: int | None = 0) -> dict[str, Any]:
     """A valid N1.6 observation for ``layout``: standard-normal float32 states (zeros when ``seed`` is
-    None), black uint8 frames of ``image_size`` (H, W), and ``"<key>"`` as every instruction."""
+    None), black uint8 frames, and ``"<key>"`` as every instruction. Frames are ``image_size`` (H, W)
+    when given, else the size the layout declares for the camera, else 224x224."""
     rng = np.random.default_rng(seed) if seed is not None else None
 
     def state(width: int) -> np.ndarray:
@@ -851,7 +938,8 @@ def layout_observation(layout: ModalityLayout, batch: int = 1, image_size: tuple
         return rng.standard_normal(shape).astype(np.float32) if rng is not None else np.zeros(shape, np.float32)
 
     return {
-        "video": {c: np.zeros((batch, layout.video_horizon, *image_size, 3), np.uint8) for c in layout.video},
+        "video": {c: np.zeros((batch, layout.video_horizon, *(image_size or layout.image_size(c) or (224, 224)), 3),
+                              np.uint8) for c in layout.video},
         "state": {k: state(w) for k, w in layout.state},
         "language": {k: [[k]] * batch for k in layout.language},
     }
@@ -901,7 +989,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     api token comes from ``--api-token-file`` (mode 600; empty = none) or the ``SIM2REAL_POLICY_API_TOKEN``
     environment variable, never from the command line (other users can read it there).
     """
-    p = argparse.ArgumentParser(prog="sim2real-policy-server", description=main.__doc__)
+    p = StrictArgumentParser(prog="sim2real-policy-server", description=main.__doc__)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model-path", help=".onnx policy file")
     src.add_argument("--setup-marker", help="ready.json written by the setup component")
@@ -909,7 +997,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="address to bind; not loopback = a token is required")
     p.add_argument("--port", type=int, default=5555)
     p.add_argument("--action-horizon", type=int, default=None, help="default: the model layout's (16 without one)")
-    p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES)
+    p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
+                   help="larger requests get an error reply, unread (default 16 MiB)")
+    p.add_argument("--max-arrays", type=int, default=DEFAULT_MAX_ARRAYS,
+                   help=f"requests holding more numpy arrays get an error reply (default {DEFAULT_MAX_ARRAYS})")
+    p.add_argument("--max-frame-bytes", type=int, default=None,
+                   help=f"ZMQ frame ceiling: the sender of a larger message is disconnected without a reply "
+                        f"(default {HARD_LIMIT_FACTOR} x --max-request-bytes)")
     p.add_argument("--providers", default="", help="comma-separated onnxruntime providers (default: TensorRT,CUDA,CPU)")
     p.add_argument("--api-token-file", help=f"file holding the api token (default: ${API_TOKEN_ENV})")
     p.add_argument("--enable-kill", type=_bool, nargs="?", const=True, default=False,
@@ -932,7 +1026,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "trt_fp16_enable": marker.get("engine_precision") == "fp16"})
             providers = [trt, *(providers or ["CUDAExecutionProvider", "CPUExecutionProvider"])]
     server = PolicyServer(model_path, host=args.host, port=args.port, action_horizon=args.action_horizon,
-                          max_request_bytes=args.max_request_bytes, providers=providers, api_token=token,
+                          max_request_bytes=args.max_request_bytes, max_arrays=args.max_arrays,
+                          max_frame_bytes=args.max_frame_bytes, providers=providers, api_token=token,
                           enable_kill=args.enable_kill, modality_config_format=args.modality_config_format)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop())

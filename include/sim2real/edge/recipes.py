@@ -17,7 +17,11 @@ recipe is given, a key of its configuration).
 For a component that runs ``sim2real-policy-server`` it also checks the server's exposure: the Run
 step passes ``--api-token-file`` (so a token resolved at install is used), and the default ``Host`` is
 a loopback address unless a token source (``ApiTokenSecretId`` or ``ApiTokenSsmParameter``) is set
-by default — the server itself refuses to start on any other address without a token.
+by default — the server itself refuses to start on any other address without a token. Its request
+limits (``MaxRequestBytes``, ``MaxArrays``, ``MaxFrameBytes``, passed as ``--max-request-bytes``,
+``--max-arrays``, ``--max-frame-bytes``) must default to integers the server accepts: at least 1024
+bytes, at least 1 array, and a frame ceiling above the request limit (the server refuses to start
+otherwise).
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ DEP_NAMESPACES = {"configuration", "artifacts", "work"}
 POLICY_SERVER_COMMAND = "sim2real-policy-server"
 #: Configuration keys naming where the policy server's api token is (Secrets Manager / SSM SecureString).
 TOKEN_SOURCE_KEYS = ("ApiTokenSecretId", "ApiTokenSsmParameter")
+#: Configuration keys of the policy server's request limits -> (command-line option, smallest value the server takes).
+LIMIT_KEYS = {"MaxRequestBytes": ("--max-request-bytes", 1024), "MaxArrays": ("--max-arrays", 1),
+              "MaxFrameBytes": ("--max-frame-bytes", 1025)}
 _HOST_ARG = re.compile(r"--host(?:=|\s+)'?([^'\s]+)'?")
 
 
@@ -325,6 +332,7 @@ def _check_policy_server(lifecycles: list[tuple[str, Any]], config: Mapping[str,
             if "--api-token-file" not in text:
                 errors.append(f"{path}: runs {POLICY_SERVER_COMMAND} without --api-token-file, so a token configured "
                               f"with {' / '.join(TOKEN_SOURCE_KEYS)} would not be used")
+            _check_limits(path, text, config, errors)
             found = _HOST_ARG.search(text)
             host = found.group(1) if found else "127.0.0.1"
             ref = re.fullmatch(r"\{configuration:/([^{}]+)\}", host)
@@ -334,3 +342,21 @@ def _check_policy_server(lifecycles: list[tuple[str, Any]], config: Mapping[str,
                 errors.append(f"{path}: {POLICY_SERVER_COMMAND} binds {host!r} by default, which is not a loopback "
                               f"address, and no default {' / '.join(TOKEN_SOURCE_KEYS)} names a token: the server "
                               "would refuse to start (use Host 127.0.0.1 or name a token source)")
+
+
+def _check_limits(path: str, text: str, config: Mapping[str, Any], errors: list[str]) -> None:
+    """The policy server's limits: each option that names a configuration key must get an integer the
+    server accepts by default, and the frame ceiling must be above the request limit."""
+    values: dict[str, int] = {}
+    for key, (option, smallest) in LIMIT_KEYS.items():
+        if f"{option} '{{configuration:/{key}}}'" not in text:
+            continue
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
+            errors.append(f"{path}: {option} takes DefaultConfiguration {key}, which must be an integer >= {smallest}, "
+                          f"got {value!r}")
+        else:
+            values[key] = value
+    if "MaxRequestBytes" in values and "MaxFrameBytes" in values and values["MaxFrameBytes"] <= values["MaxRequestBytes"]:
+        errors.append(f"{path}: DefaultConfiguration MaxFrameBytes ({values['MaxFrameBytes']}) must be larger than "
+                      f"MaxRequestBytes ({values['MaxRequestBytes']}): {POLICY_SERVER_COMMAND} refuses to start otherwise")

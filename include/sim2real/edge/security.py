@@ -1,4 +1,5 @@
-"""Who may talk to the policy server: loopback addresses, api tokens and token files (stdlib only).
+"""Who may talk to the policy server: loopback addresses, api tokens and token files, and the argument
+parser of the CLIs that take secrets (stdlib only).
 
 Used by the server at start, by the recipe checks at publish time and by the install step that
 resolves the token, none of which should need the server's runtime dependencies.
@@ -6,9 +7,12 @@ resolves the token, none of which should need the server's runtime dependencies.
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import stat
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 MIN_API_TOKEN_LENGTH = 16
 
@@ -57,3 +61,26 @@ def read_api_token_file(path: str | Path) -> str | None:
         raise PermissionError(f"api token file {p} is accessible by group or others (mode {oct(mode & 0o777)}); "
                               f"run `chmod 600 {p}`")
     return check_api_token(p.read_text().strip() or None)
+
+
+class StrictArgumentParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` for CLIs that handle secrets.
+
+    No abbreviations (``allow_abbrev=False``): ``--api-token X`` is not taken for ``--api-token-file X``.
+    Unknown arguments are refused naming only the options (``--name``, without any ``=value``) and the
+    count of the other words, so a secret typed on the command line is never echoed into a log.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            options = [a.split("=", 1)[0] for a in extras if a.startswith("-")]
+            others = len(extras) - len(options) + sum("=" in a for a in extras if a.startswith("-"))
+            hidden = f"{others} value(s), not shown" if others else ""
+            named = " ".join(options)
+            self.error("unrecognized arguments: " + (f"{named} (and {hidden})" if named and hidden else named or hidden))
+        return parsed

@@ -25,7 +25,6 @@ still has the recorded hash, nothing is done and the log says so (``changed: Fal
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import json
@@ -42,6 +41,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from sim2real.contract.storage import sha256_file
+from sim2real.edge.security import StrictArgumentParser
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +304,7 @@ def run_setup(model_uri: str, expected_sha256: str, work_dir: str | Path, *, exp
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI used by the component's Install step. Exit 0 = ready, 2 = setup error, 3 = sha256 mismatch."""
-    p = argparse.ArgumentParser(prog="python -m sim2real.edge.setup_component", description=__doc__.split("\n")[0])
+    p = StrictArgumentParser(prog="python -m sim2real.edge.setup_component", description=__doc__.split("\n")[0])
     p.add_argument("--model-uri", required=True)
     p.add_argument("--sha256", required=True)
     p.add_argument("--work-dir", required=True)

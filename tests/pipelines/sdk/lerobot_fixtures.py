@@ -18,6 +18,10 @@ MODALITY = {"state": {"single_arm": {"start": 0, "end": 5}, "gripper": {"start":
             "annotation": {"human.task_description": {"original_key": "task_index"}}}
 
 
+def _without_cameras(modality: dict) -> dict:
+    return {k: v for k, v in modality.items() if k != "video"}
+
+
 def features(video: bool) -> dict:
     out = {
         "observation.state": {"dtype": "float32", "shape": [STATE_DIM], "names": None},
@@ -88,8 +92,8 @@ def write_v30(root: Path, *, video: bool = True, modality: bool = True) -> Path:
             "splits": {"train": f"0:{len(EPISODES)}"}, "features": features(video)}
     (root / "meta" / "info.json").write_text(json.dumps(info))
     (root / "meta" / "stats.json").write_text(json.dumps({"action": {"mean": [0.0] * STATE_DIM}}))
-    if modality:
-        (root / "meta" / "modality.json").write_text(json.dumps(MODALITY))
+    if modality:  # a camera it names must be a feature of the dataset
+        (root / "meta" / "modality.json").write_text(json.dumps(MODALITY if video else _without_cameras(MODALITY)))
     return root
 
 
@@ -116,5 +120,5 @@ def write_v2(root: Path, version: str = "v2.1") -> Path:
             "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
             "video_path": None, "splits": {"train": f"0:{len(EPISODES)}"}, "features": features(False)}
     (meta / "info.json").write_text(json.dumps(info))
-    (meta / "modality.json").write_text(json.dumps(MODALITY))
+    (meta / "modality.json").write_text(json.dumps(_without_cameras(MODALITY)))  # no camera in this dataset
     return root

@@ -53,6 +53,7 @@ def test_v30_is_converted_to_v21(tmp_path):
     third = commands[2]
     assert third[third.index("-ss") + 1] == f"{0:.6f}" and third[third.index("-i") + 1].endswith("file-001.mp4")
     assert json.loads((dst / "transform_report.json").read_text()) == report
+    assert report["camera_frame_sizes"] == {"front": [64, 64]}  # meta/info.json's [height, width, channels]
 
 
 def test_v21_is_checked_and_copied(tmp_path):
@@ -95,6 +96,19 @@ def test_length_mismatch_and_missing_modality(tmp_path):
     (src / "meta/modality.json").unlink()
     with pytest.raises(DatasetError, match="modality.json is missing"):
         transform(src, tmp_path / "dst2", require_modality=True)
+
+
+def test_camera_without_a_readable_frame_size_refused(tmp_path):
+    """The fine-tune needs each camera's frame size for the model's modality layout: refused here, before
+    any GPU time."""
+    src = write_v30(tmp_path / "src")
+    info = json.loads((src / "meta/info.json").read_text())
+    info["features"][VIDEO]["names"] = None
+    (src / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match=r"the model's modality layout cannot be built: dataset feature "
+                                           r"'observation.images.front': names None do not say which"):
+        transform(src, tmp_path / "dst", run=lambda cmd: None)
+    assert not (tmp_path / "dst").exists()
 
 
 def test_unknown_version_and_not_a_dataset(tmp_path):

@@ -17,8 +17,12 @@ Runs in ``containers/groot/training`` (Isaac-GR00T at a pinned commit, ``GROOT_H
 4. Launches ``gr00t/experiment/launch_finetune.py`` (``torch.distributed.run --standalone``
    when more than one GPU).
 5. Exports the newest checkpoint (weights, config, ``processor/``, ``experiment_cfg/``) and
-   ``inference_metadata.json`` (embodiment, the dataset's ``meta/modality.json``, action horizon)
-   into ``SM_MODEL_DIR``; SageMaker uploads it to S3 as ``model.tar.gz``.
+   ``inference_metadata.json`` (embodiment, the dataset's ``meta/modality.json``, action horizon, and
+   ``modality_layout``: the model's :class:`sim2real.contract.modality.ModalityLayout` with each camera's
+   frame size from the dataset's ``meta/info.json``, what the robot's policy server checks frames
+   against) into ``SM_MODEL_DIR``; SageMaker uploads it to S3 as ``model.tar.gz``. A dataset whose
+   layout cannot be built (a camera without a readable frame size, ...) is refused before training
+   (exit 2).
 
 Experiment tracking (:mod:`sim2real.workloads.tracking`): with ``MLFLOW_TRACKING_URI`` and ``MLFLOW_RUN_ID`` set
 (the pipeline's training environment: the DAG run's ``vla_finetune`` child run), the job logs the
@@ -40,6 +44,8 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from sim2real.workloads.export import dataset_layout
 
 CONFIG_DIR = Path("/opt/ml/input/config")
 DEFAULT_CHECKPOINT_DIR = Path("/opt/ml/checkpoints")
@@ -224,6 +230,13 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     dataset = Path(env.get("SM_CHANNEL_DATASET", "/opt/ml/input/data/dataset"))
     base_model = Path(env.get("SM_CHANNEL_MODEL", "/opt/ml/input/data/model"))
     model_dir = Path(env.get("SM_MODEL_DIR", "/opt/ml/model"))
+    modality_path = dataset / "meta" / "modality.json"
+    try:
+        layout = dataset_layout(str(dataset), ACTION_HORIZON).to_dict() if modality_path.exists() else None
+    except ValueError as exc:
+        print(f"GR00TFinetune: the dataset's modality layout cannot be built, nothing trained: {exc}",
+              file=sys.stderr, flush=True)
+        return 2
     ckpt = checkpoint_dir(env, config_dir)
     ckpt.mkdir(parents=True, exist_ok=True)
     resumed = latest_checkpoint(ckpt)
@@ -259,8 +272,7 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         print(f"GR00TFinetune: trainer exited {code}", file=sys.stderr, flush=True)
         tracker.finish("FAILED")
         return code
-    modality_path = dataset / "meta" / "modality.json"
-    metadata = {"embodiment_tag": hp["embodiment_tag"], "action_horizon": ACTION_HORIZON,
+    metadata = {"embodiment_tag": hp["embodiment_tag"], "action_horizon": ACTION_HORIZON, "modality_layout": layout,
                 "max_steps": hp["max_steps"], "global_batch_size": hp["global_batch_size"], "num_gpus": gpus,
                 "resumed_from_step": resumed[0] if resumed else None,
                 "run_key": env.get("SIM2REAL_RUN_KEY"),

@@ -11,7 +11,8 @@ it unpacks to). The policy is built from the checkpoint with no network access:
   GR00T cannot run (tests, the local sandbox).
 
 One batched observation is made from the policy's modality config (video ``(B, T, H, W, 3)``
-uint8, state ``(B, T, D)`` float32 with ``D`` from the checkpoint's ``inference_metadata.json``,
+uint8 with (H, W) the frame size ``inference_metadata.json``'s ``modality_layout`` declares, 224x224
+without one; state ``(B, T, D)`` float32 with ``D`` from the checkpoint's ``inference_metadata.json``,
 language ``[[instruction]]``) and ``get_action`` is called ``--calls`` times. Checks: every
 action key is an array of shape ``(B, horizon, D)`` with ``horizon == --action-horizon`` (16),
 ``D`` as the modality says, and only finite values.
@@ -158,19 +159,31 @@ def _dims(metadata: dict[str, Any], modality: str) -> dict[str, int]:
     return {k: int(v["end"]) - int(v["start"]) for k, v in spec.items() if "start" in v and "end" in v}
 
 
+def _frame_sizes(metadata: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """``{camera: (height, width)}`` the checkpoint's ``modality_layout`` declares (the training data's)."""
+    video = (metadata.get("modality_layout") or {}).get("video") or []
+    return {v["key"]: (int(v["height"]), int(v["width"])) for v in video if isinstance(v, dict) and "height" in v}
+
+
 def make_observation(policy: Any, metadata: dict[str, Any], *, batch: int = 1, seed: int = 0,
-                     image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE, instruction: str = "smoke test") -> dict:
+                     image_size: tuple[int, int] | None = None, instruction: str = "smoke test") -> dict:
     """One batched observation shaped by the policy's modality config and the checkpoint's dims.
+
+    Frames are ``image_size`` (H, W) when given, else the size the checkpoint's ``modality_layout``
+    declares for the camera (the training data's, what the robot sends), else :data:`DEFAULT_IMAGE_SIZE`.
 
     :raises ValueError: a state key whose dimension the metadata does not give.
     """
     rng = np.random.default_rng(seed)
     configs = policy.modality_configs
     state_dims = _dims(metadata, "state")
+    sizes = _frame_sizes(metadata)
     obs: dict[str, dict[str, Any]] = {"video": {}, "state": {}, "language": {}}
     for key in configs["video"].modality_keys:
         frames = len(configs["video"].delta_indices)
-        obs["video"][key] = rng.integers(0, 256, size=(batch, frames, *image_size, 3), dtype=np.uint8)
+        short = key.split(".", 1)[1] if key.startswith("video.") else key
+        size = image_size or sizes.get(key) or sizes.get(short) or DEFAULT_IMAGE_SIZE
+        obs["video"][key] = rng.integers(0, 256, size=(batch, frames, *size, 3), dtype=np.uint8)
     for key in configs["state"].modality_keys:
         short = key.split(".", 1)[1] if key.startswith("state.") else key
         dim = state_dims.get(key, state_dims.get(short))

@@ -12,9 +12,11 @@ dataset URI skips it.
 * ``v2.1`` is checked and copied unchanged; ``v2.0`` gets ``meta/episodes_stats.jsonl`` computed.
 * Every case is checked before anything is written: ``meta/info.json`` keys, features, every
   episode's data (and video) file, episode lengths against the rows, task indices, and
-  ``meta/modality.json`` (GR00T's key map; required with ``--require-modality``).
+  ``meta/modality.json`` (GR00T's key map; required with ``--require-modality``), and that the
+  model's modality layout can be built from it (every camera with a readable frame size).
 
-Writes ``<output>/transform_report.json`` (source version, episodes, frames, files) and exits 0;
+Writes ``<output>/transform_report.json`` (source version, episodes, frames, files, each camera's frame
+size) and exits 0;
 exits 2 with the list of problems when the dataset is not usable (the step fails with them).
 """
 
@@ -29,6 +31,8 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from sim2real.contract.modality import LayoutError, ModalityLayout
 
 V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
@@ -133,16 +137,31 @@ def _run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True)
 
 
-def _check_modality(src: Path, require: bool) -> list[str]:
+def check_modality(src: Path, info: dict[str, Any], require: bool = False) -> tuple[list[str], dict[str, list[int]]]:
+    """Problems with ``meta/modality.json`` (GR00T's key map), and each camera's ``[height, width]``.
+
+    The model's modality layout (:meth:`sim2real.contract.modality.ModalityLayout.from_lerobot`) must
+    be buildable from it and ``info`` (``meta/info.json``): every camera it names is a feature with a
+    readable frame size, every state/action key has ``0 <= start < end``. Checked here, before any
+    GPU time, because the fine-tune needs the layout.
+
+    :return: ``(problems, {camera: [height, width]})`` (sizes empty when there are problems or no file).
+    """
     path = src / "meta" / "modality.json"
     if not path.exists():
-        return ["meta/modality.json is missing (GR00T needs it for new_embodiment)"] if require else []
+        return (["meta/modality.json is missing (GR00T needs it for new_embodiment)"] if require else []), {}
     try:
         modality = read_json(path)
     except ValueError as exc:
-        return [f"meta/modality.json is not JSON: {exc}"]
+        return [f"meta/modality.json is not JSON: {exc}"], {}
     missing = [k for k in ("state", "action") if k not in modality]
-    return [f"meta/modality.json lacks {k!r}" for k in missing]
+    if missing:
+        return [f"meta/modality.json lacks {k!r}" for k in missing], {}
+    try:
+        layout = ModalityLayout.from_lerobot(info, modality)
+    except LayoutError as exc:
+        return [f"the model's modality layout cannot be built: {exc}"], {}
+    return [], {camera: [height, width] for camera, height, width in layout.image_sizes}
 
 
 def convert_v30(src: Path, dst: Path, info: dict[str, Any], run: Runner = _run) -> dict[str, Any]:
@@ -308,7 +327,8 @@ def transform(src: Path, dst: Path, *, require_modality: bool = False, run: Runn
         raise DatasetError([f"meta/info.json is missing under {src} (not a LeRobot dataset)"])
     info = read_json(info_path)
     version = source_version(info)
-    problems = check_info(info) + _check_modality(src, require_modality)
+    modality_problems, frame_sizes = check_modality(src, info, require_modality)
+    problems = check_info(info) + modality_problems
     if problems:
         raise DatasetError(problems)
     dst.mkdir(parents=True, exist_ok=True)
@@ -333,7 +353,7 @@ def transform(src: Path, dst: Path, *, require_modality: bool = False, run: Runn
             (dst / "meta" / "info.json").write_text(json.dumps(new_info, indent=4))
         counts = {"episodes": len(episodes), "frames": frames, "videos": len(video_keys(info)) * len(episodes)}
     report = {"source_version": version, "output_version": "v2.1", "action": action,
-              "modality_json": (dst / "meta" / "modality.json").exists(), **counts,
+              "modality_json": (dst / "meta" / "modality.json").exists(), "camera_frame_sizes": frame_sizes, **counts,
               "fps": info["fps"], "features": sorted(info["features"])}
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (counts["episodes"], counts["frames"])):
         raise DatasetError(["internal error: non-numeric counts"])
