@@ -167,13 +167,18 @@ def test_parent_child_structure_and_close(mlflow_stack, tracked_run):
     client = _client(mlflow_stack["url"])
     tracking = tracked_run["tracking"]
     parent = client.get_run(tracking["parent_run_id"])
-    assert parent.info.run_name == RUN_KEY and parent.info.status == "RUNNING"
+    assert parent.info.run_name == "toy" and parent.info.status == "RUNNING"  # the run key's distinct tail
+    assert parent.data.tags[contract.RUN_KEY_TAG] == RUN_KEY
     assert parent.data.params["max_iterations"] == "3"  # the run's params, to compare runs in the UI
     children = client.search_runs([tracking["experiment_id"]],
                                   f"tags.`mlflow.parentRunId` = '{tracking['parent_run_id']}'")
     by_stage = {r.data.tags[contract.STAGE_TAG]: r.info.run_id for r in children}
     assert by_stage == tracking["runs"]
     assert set(by_stage) == {"rl_training", "evaluation", "vla_finetune"}
+    # short, distinct names that MLflow's run table does not cut into identical rows
+    assert sorted(r.info.run_name for r in children) == ["toy eval", "toy fine-tune", "toy train"]
+    # the experiment opens in MLflow's model-training view, not its GenAI view
+    assert client.get_experiment(tracking["experiment_id"]).tags["mlflow.experimentKind"] == "custom_model_development"
     closed = close_tracking(tracking, succeeded=False, task_states={
         "train.train_policy": {"state": "success"}, "evaluate.run_evaluation": {"state": "success"},
         "vla.finetune_groot": {"state": "upstream_failed"}})
@@ -395,3 +400,35 @@ def test_sweep_candidates_nest_under_the_rl_training_run_which_records_the_winne
     assert data.params["seed"] == "4"
     assert data.metrics["c1.ci95_lower"] == 0.7 and data.metrics["c0.success_rate"] == 0.5
     assert record_sweep(tracking, None) == {} and record_sweep({"enabled": False}, picked) == {}
+
+
+def test_parent_run_carries_the_runs_headline_metrics_for_compare(mlflow_stack, tracked_run):
+    """The parent run gets the run's headline numbers as metrics (MLflow's Compare view shows metrics; params
+    alone compare nothing), and a stage whose workload lost calls is tagged with what it lost."""
+    from sim2real.contract.tracking import NOT_RECORDED_TAG
+    from sim2real.orchestration.lineage import build_lineage
+    from sim2real.orchestration.tracking import record_headline
+
+    tracking, report = tracked_run["tracking"], tracked_run["report"]
+    manifest = json.loads((tracked_run["out"] / "manifest.json").read_text())
+    assert manifest["tracking"]["recorded"] is True and report["tracking"]["recorded"] is True  # server was up
+    lost = {**report, "tracking": {**report["tracking"], "recorded": False,
+                                   "not_recorded": {"metric_batches": 2, "metrics": 6},
+                                   "first_unreachable_at": "2026-12-03T10:00:00Z"}}
+    lineage = build_lineage(
+        run_key=RUN_KEY, dag_id="sim_to_real", run_id="manual__toy", params={}, checkpoint=manifest, evaluation=lost,
+        plan={"run_key": RUN_KEY, "tracking": tracking, "rounds": {"round": 1, "max_rounds": 2}},
+        quality_gate={"passed": False, "threshold": 0.8, "metric": "ci95_lower", "value": 0.1, "reason": "x"},
+        cost_actual={"total_usd": 0.42}, rounds={"round": 1, "max_rounds": 2})
+    assert record_headline(tracking, lineage) == {"metrics": 10, "tagged": ["evaluation"]}
+    client = _client(mlflow_stack["url"])
+    metrics = client.get_run(tracking["parent_run_id"]).data.metrics
+    assert metrics["success_rate"] == pytest.approx(report["success_rate"])
+    assert metrics["ci95_lower"] == pytest.approx(report["ci95"][0])
+    assert metrics["ci95_upper"] == pytest.approx(report["ci95"][1])
+    assert metrics["gate_threshold"] == 0.8 and metrics["gate_passed"] == 0.0 and metrics["cost_usd"] == 0.42
+    assert metrics["round"] == 1 and metrics["max_rounds"] == 2 and metrics["episodes"] == report["episodes"]
+    tags = client.get_run(tracking["runs"]["evaluation"]).data.tags
+    assert tags[NOT_RECORDED_TAG] == "2 metric batches (6 values) not recorded (server unreachable since " \
+                                     "2026-12-03T10:00:00Z)"
+    assert NOT_RECORDED_TAG not in client.get_run(tracking["runs"]["rl_training"]).data.tags

@@ -79,42 +79,13 @@ DEFAULT_CLOSE_TIMEOUT_S = 30.0
 #: Pauses before retrying a call the server did not answer, seconds (the last one repeats).
 RETRY_PAUSES_S = (2.0, 4.0, 8.0, 16.0, 30.0)
 #: The run tag that says what was not recorded (set when the server answers again after losing something).
-NOT_RECORDED_TAG = "sim2real.tracking.not_recorded"
+NOT_RECORDED_TAG = contract.NOT_RECORDED_TAG
 #: The kinds of calls counted when they are not recorded (``summary()["not_recorded"]``).
 NOT_RECORDED_KINDS = ("metric_batches", "metrics", "params", "tags", "artifacts", "status", "run")
 
 
 def _utc(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def describe_not_recorded(summary: Mapping[str, Any] | None) -> str | None:
-    """One phrase for what a job's tracking did not record, e.g. ``3 metric batches (150 values), 1 artefact not
-    recorded (server unreachable since 2026-12-03T10:00:00Z)``; ``None`` when everything was (or no summary).
-
-    :param summary: :meth:`RunLogger.summary` (as the manifest or report holds it).
-    """
-    lost = {k: int(v) for k, v in ((summary or {}).get("not_recorded") or {}).items() if v}
-    if not lost:
-        return None
-    parts = []
-    if lost.get("metric_batches"):
-        n = lost["metric_batches"]
-        parts.append(f"{n} metric batch{'es' if n != 1 else ''} ({lost.get('metrics', 0)} values)")
-    for key, word in (("params", "param"), ("tags", "tag"), ("artifacts", "artefact")):
-        if lost.get(key):
-            parts.append(f"{lost[key]} {word}{'s' if lost[key] != 1 else ''}")
-    if lost.get("status"):
-        parts.append("the run's final status")
-    if lost.get("run"):
-        parts.append("the run itself")
-    why = ""
-    since = summary.get("unreachable_since") or summary.get("first_unreachable_at")
-    if since:
-        why = f" (server unreachable since {since})"
-    elif summary.get("last_error"):
-        why = f" ({summary['last_error']})"
-    return f"{', '.join(parts)} not recorded{why}"
 
 
 class NullRunLogger:
@@ -343,7 +314,7 @@ class RunLogger(NullRunLogger):
                 self._count(self._inflight)  # a request still waiting for the server: given up
                 self._inflight = None
             self._cond.notify_all()
-        lost = describe_not_recorded(self.summary())
+        lost = contract.describe_not_recorded(self.summary())
         if lost:
             print(f"{PREFIX} tracking: {lost} for run {self.run_id or '(not created)'}", file=sys.stderr,
                   flush=True)
@@ -452,7 +423,7 @@ class RunLogger(NullRunLogger):
 
     def _tag_losses(self, lost: dict[str, int]) -> None:
         """Say on the run what was not recorded (:data:`NOT_RECORDED_TAG`); best effort."""
-        text = describe_not_recorded({**self.summary(), "unreachable_since": None})
+        text = contract.describe_not_recorded({**self.summary(), "unreachable_since": None})
         try:
             self.client.set_tag(self.run_id, NOT_RECORDED_TAG, text)
         except Exception:  # noqa: BLE001 - the summary in the manifest/report still says it
