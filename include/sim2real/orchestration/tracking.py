@@ -17,7 +17,8 @@ Configured by the environment config's optional ``mlflow`` section::
 
 Without it tracking is off: no MLflow call, the plan and every command are what they were.
 
-:func:`start_tracking` (first task) creates the experiment when missing, the parent run (the run's params logged, tags ``sim2real.run_key``, ``airflow.dag_id``, ``airflow.run_id``) and the child runs
+:func:`start_tracking` (first task) creates the experiment when missing, the parent run (the run's params logged,
+tags ``sim2real.run_key``, ``airflow.dag_id``, ``airflow.run_id``) and the child runs
 (tag ``mlflow.parentRunId``: MLflow's UI nests them under the parent; a sweep's candidates' runs nest under
 the run's RL-training run, which :func:`record_sweep` gives the winner when the run closes); :func:`apply_tracking`
 puts each child's variables (:mod:`sim2real.contract.tracking`) into the plan: the training job's environment (Batch and the
