@@ -350,3 +350,33 @@ def test_lineage_and_run_note_say_what_a_workload_could_not_track():
     assert "Tracking (rl_training): 3 metric batches (15 values)" in render_run_note(lineage)
     clean = build_lineage(run_key="k", dag_id="d", run_id="r", params={}, plan=plan)
     assert clean["mlflow"]["not_recorded"] is None and "Tracking (" not in render_run_note(clean)
+
+
+def test_the_last_task_reads_the_runs_lineage_for_the_headline_metrics(monkeypatch):
+    """run_outcome's MLflow close reads runs/<run_key>/lineage.json (written by write_lineage just before) for the
+    parent run's headline metrics; a run without a lineage logs none, and the close goes on."""
+    import boto3
+    from moto import mock_aws
+
+    from sim2real.orchestration import tracking as tr
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    plan = {"bucket": "sim2real-artifacts", "run_prefix": "runs/k/", "tracking": TRACKING}
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="sim2real-artifacts")
+        assert tr._read_lineage(plan) is None
+        lineage = {"chain": {"success_rate": 0.9, "success_rate_ci95": [0.8, 0.95]}}
+        s3.put_object(Bucket="sim2real-artifacts", Key="runs/k/lineage.json", Body=json.dumps(lineage).encode())
+        assert tr._read_lineage(plan) == lineage
+        seen = {}
+        monkeypatch.setattr(tr, "record_headline", lambda tracking, lin: seen.update(lineage=lin) or {"metrics": 3})
+        monkeypatch.setattr(tr, "close_tracking", lambda tracking, **kw: {"parent": "FINISHED"})
+        monkeypatch.setattr("sim2real.orchestration.report.collect_task_states", lambda dag_id, run_id: {})
+
+        class TI:
+            def xcom_pull(self, task_ids):
+                return {"plan": plan}
+
+        assert tr.close_dag_run(TI(), "sim_to_real", "r", succeeded=True) == {"parent": "FINISHED"}
+        assert seen["lineage"] == lineage
