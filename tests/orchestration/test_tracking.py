@@ -370,8 +370,10 @@ def test_the_last_task_reads_the_runs_lineage_for_the_headline_metrics(monkeypat
         s3.put_object(Bucket="sim2real-artifacts", Key="runs/k/lineage.json", Body=json.dumps(lineage).encode())
         assert tr._read_lineage(plan) == lineage
         seen = {}
-        monkeypatch.setattr(tr, "record_headline", lambda tracking, lin: seen.update(lineage=lin) or {"metrics": 3})
-        monkeypatch.setattr(tr, "close_tracking", lambda tracking, **kw: {"parent": "FINISHED"})
+        monkeypatch.setattr(tr, "record_headline",
+                            lambda tracking, lin, hook: seen.update(lineage=lin, deadline=hook.deadline) or {})
+        monkeypatch.setattr(tr, "close_tracking", lambda tracking, **kw: seen.update(close=kw["hook"].deadline)
+                            or {"parent": "FINISHED"})
         monkeypatch.setattr("sim2real.orchestration.report.collect_task_states", lambda dag_id, run_id: {})
 
         class TI:
@@ -380,3 +382,4 @@ def test_the_last_task_reads_the_runs_lineage_for_the_headline_metrics(monkeypat
 
         assert tr.close_dag_run(TI(), "sim_to_real", "r", succeeded=True) == {"parent": "FINISHED"}
         assert seen["lineage"] == lineage
+        assert seen["deadline"] == seen["close"]  # one deadline for the whole close (CLOSE_DEADLINE_S)

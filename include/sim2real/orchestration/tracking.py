@@ -26,8 +26,8 @@ HyperPod Slurm script), the evaluation command's, and the fine-tune's pipeline p
 (last task) ends each child that a workload left open with its stage's outcome and the parent with the run's.
 
 Every conversation with the server is bounded (short request timeouts, two attempts, one deadline:
-:data:`START_DEADLINE_S` for the set-up, :data:`CLOSE_DEADLINE_S` each for closing the runs, recording a sweep and
-the headline metrics), so an MLflow outage never holds an Airflow task beyond them.
+:data:`START_DEADLINE_S` for the set-up, :data:`CLOSE_DEADLINE_S` for the last task's closing of the runs, sweep record
+and headline metrics together), so an MLflow outage never holds an Airflow task beyond them.
 
 Tracking never decides a run's outcome: when the server cannot be reached, refuses a call, or runs another MLflow
 version than the images' client, the reason is logged and recorded (``{"enabled": false, "reason": ...}`` in the
@@ -99,8 +99,9 @@ def check_server_version(server_version: str | None, client_version: str = contr
 
 #: Longest time :func:`start_tracking` talks to the tracking server, in seconds (every call and retry together).
 START_DEADLINE_S = 60.0
-#: Longest time :func:`close_tracking`, :func:`record_sweep` and :func:`record_headline` each talk to the server,
-#: in seconds: the run's last task (2 minutes) never waits on an MLflow outage beyond these.
+#: Longest time the run's last task talks to the server (:func:`close_dag_run`: closing the runs, the sweep record
+#: and the headline metrics together; each function alone without a hook too), in seconds: its 2-minute timeout
+#: is never reached for an MLflow outage.
 CLOSE_DEADLINE_S = 30.0
 #: The experiment tag MLflow's UI reads to open an experiment in its model-training view rather than its GenAI
 #: view (``mlflow.experimentKind``; the UI's ``ExperimentKind.CUSTOM_MODEL_DEVELOPMENT``, MLflow 3.17.2).
@@ -414,7 +415,9 @@ def _read_lineage(plan: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def close_dag_run(ti: Any, dag_id: str, run_id: str, *, succeeded: bool) -> dict[str, Any]:
     """:func:`close_tracking` from inside the run's last task: the tracking record from ``prepare_run``'s plan,
-    the stages' states from the Task Execution API. Never raises (logged)."""
+    the stages' states from the Task Execution API; then the sweep's record (:func:`record_sweep`) and the run's
+    headline metrics (:func:`record_headline`, from its ``lineage.json``). All of it within one
+    :data:`CLOSE_DEADLINE_S` (the runs' statuses first). Never raises (logged)."""
     try:
         plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {}).get("plan") or {}
     except Exception as err:  # noqa: BLE001
@@ -423,16 +426,19 @@ def close_dag_run(ti: Any, dag_id: str, run_id: str, *, succeeded: bool) -> dict
     tracking = plan.get("tracking")
     if not tracking or not tracking.get("enabled"):
         return {}
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
     from sim2real.orchestration.report import collect_task_states
 
+    states = collect_task_states(dag_id, run_id)
+    hook = MlflowHook(tracking["tracking_uri"], deadline=time.monotonic() + CLOSE_DEADLINE_S)
+    closed = close_tracking(tracking, succeeded=succeeded, task_states=states, hook=hook)
+    log.info("MLflow runs closed: %s", closed)
     if (plan.get("sweep") or {}).get("enabled"):
         try:
             picked = ti.xcom_pull(task_ids=ids.SWEEP_PICK_BEST)
         except Exception as err:  # noqa: BLE001 - the pick never ran (failed sweep)
             log.info("no sweep pick to record in MLflow: %s", err)
             picked = None
-        log.info("MLflow sweep record: %s", record_sweep(tracking, picked))
-    log.info("MLflow headline metrics: %s", record_headline(tracking, _read_lineage(plan)))
-    closed = close_tracking(tracking, succeeded=succeeded, task_states=collect_task_states(dag_id, run_id))
-    log.info("MLflow runs closed: %s", closed)
+        log.info("MLflow sweep record: %s", record_sweep(tracking, picked, hook=hook))
+    log.info("MLflow headline metrics: %s", record_headline(tracking, _read_lineage(plan), hook=hook))
     return closed
