@@ -432,3 +432,26 @@ def test_parent_run_carries_the_runs_headline_metrics_for_compare(mlflow_stack, 
     assert tags[NOT_RECORDED_TAG] == "2 metric batches (6 values) not recorded (server unreachable since " \
                                      "2026-12-03T10:00:00Z)"
     assert NOT_RECORDED_TAG not in client.get_run(tracking["runs"]["rl_training"]).data.tags
+
+
+def test_a_call_the_server_refuses_is_dropped_and_counted_and_the_rest_recorded(mlflow_stack, monkeypatch):
+    """A param logged again with another value (MLflow refuses it, HTTP 400): that call is dropped and counted,
+    not retried, and tracking goes on with the next calls."""
+    from sim2real.workloads.tracking import CLIENT_HTTP_DEFAULTS, RunLogger
+
+    for key, value in CLIENT_HTTP_DEFAULTS.items():
+        monkeypatch.setenv(key, value)
+    client = _client(mlflow_stack["url"])
+    exp = client.get_experiment_by_name("sim2real") or client.get_experiment(client.create_experiment("sim2real"))
+    run_id = client.create_run(exp.experiment_id, run_name="refusal").info.run_id
+    client.log_param(run_id, "seed", "1")
+    logger = RunLogger(client, run_id, flush_every=1)
+    logger.log_params({"seed": 2})
+    logger.log_metrics({"mean_reward": 1.5}, step=1)
+    logger.finish()
+    summary = logger.summary()
+    assert summary["not_recorded"] == {"params": 1} and summary["first_unreachable_at"] is None, summary
+    assert "INVALID_PARAMETER_VALUE" in summary["last_error"]
+    run = client.get_run(run_id)
+    assert run.data.params["seed"] == "1" and run.data.metrics["mean_reward"] == 1.5
+    assert run.info.status == "FINISHED"

@@ -130,14 +130,10 @@ class _Call:
 def _refused(err: BaseException) -> bool:
     """True when the server answered and refused the call (HTTP 4xx but 429; a missing local file): retrying
     cannot help. Anything else (connection refused or reset, timeout, 429, 5xx) is the server's absence."""
-    status = None
-    get_status = getattr(err, "get_http_status_code", None)  # mlflow.exceptions.MlflowException
-    if callable(get_status):
-        try:
-            status = int(get_status())
-        except (TypeError, ValueError):
-            status = None
-    if status is not None and type(err).__name__ == "RestException":  # the server's own JSON error answer
+    from mlflow.exceptions import RestException
+
+    if isinstance(err, RestException):  # the server's own JSON error answer
+        status = int(err.get_http_status_code())
         return 400 <= status < 500 and status != 429
     return isinstance(err, (FileNotFoundError, IsADirectoryError, PermissionError))
 
