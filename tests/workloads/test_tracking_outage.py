@@ -54,8 +54,8 @@ def test_training_with_the_server_hanging_from_its_first_call_keeps_its_budget(t
     assert manifest["iteration"] >= max(1, base["iteration"] * 0.4), (manifest["iteration"], base["iteration"])
     # the end waited about one request timeout (MLFLOW_HTTP_REQUEST_TIMEOUT 5 s) for the server, not minutes;
     # the rest of the difference in wall time is importing mlflow (seconds on 2 busy cores)
-    assert manifest["tracking"]["close_wait_s"] <= 8, manifest["tracking"]
-    assert down_s <= off_s + 30, f"tracking down cost {down_s - off_s:.1f} s (without tracking: {off_s:.1f} s)"
+    assert manifest["tracking"]["close_wait_s"] <= 10, manifest["tracking"]
+    assert down_s <= off_s + 45, f"tracking down cost {down_s - off_s:.1f} s (without tracking: {off_s:.1f} s)"
     # what was not recorded: every metric batch (one per iteration), the run's status, said since when
     tracking = manifest["tracking"]
     assert tracking["recorded"] is False and tracking["mlflow_run_id"] == RUN_ID
@@ -95,8 +95,8 @@ def test_evaluation_with_the_server_down_is_held_seconds_not_minutes(trained_dir
                                             MLFLOW_TRACKING_URI=uri, MLFLOW_RUN_ID=RUN_ID, MLFLOW_EXPERIMENT_ID="1"))
     assert down.returncode == 0, down.stderr[-3000:]
     report = json.loads((tmp_path / "down.json").read_text())
-    assert report["tracking"]["close_wait_s"] <= 8, report["tracking"]  # about one request timeout (5 s)
-    assert down_s <= off_s + 30, f"tracking down cost {down_s - off_s:.1f} s (without tracking: {off_s:.1f} s)"
+    assert report["tracking"]["close_wait_s"] <= 10, report["tracking"]  # about one request timeout (5 s)
+    assert down_s <= off_s + 45, f"tracking down cost {down_s - off_s:.1f} s (without tracking: {off_s:.1f} s)"
     assert report["success_rate"] == baseline["success_rate"]  # the score does not depend on tracking
     lost = report["tracking"]["not_recorded"]
     assert lost["metric_batches"] >= 1 and lost["artifacts"] >= 1 and lost["status"] == 1, report["tracking"]
