@@ -58,6 +58,7 @@ SLOW_FILES_FIRST = (
     "tests/orchestration/events/test_trigger_events.py",
     "tests/dev/test_bench_waits.py",
     "tests/workloads/test_mlflow_tracking.py",
+    "tests/workloads/test_tracking_outage.py",  # training and evaluations beside the same without tracking
     "tests/infra/test_mwaa_package_check.py",
     "tests/orchestration/operators/test_preflight.py",
     "tests/workloads/test_train.py",

@@ -259,3 +259,127 @@ def test_candidate_index_is_the_inverse_of_candidate_id():
     for bad in ("7", "c", "c-1", "cx", "c²"):
         with pytest.raises(ValueError, match="not a candidate id"):
             candidate_index(bad)
+
+
+@pytest.fixture()
+def black_hole_url():
+    """A tracking server that accepts connections and never answers (real sockets)."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+def test_closing_the_runs_against_a_hanging_server_is_bounded(black_hole_url, monkeypatch):
+    """The run's last task closes the MLflow runs: with a server that never answers, each conversation (the sweep
+    record, the headline metrics, closing the runs) ends at its deadline. Before: the hook's default 30 s x 3
+    attempts per call (over 90 s for the first call alone) against the task's 2-minute timeout."""
+    import time
+
+    from sim2real.orchestration import report, tracking as tr  # noqa: F401 - imported before the clock starts
+    from sim2real.orchestration.hooks import mlflow  # noqa: F401
+
+    monkeypatch.setattr(tr, "CLOSE_DEADLINE_S", 1.5, raising=False)
+    tracking = {**TRACKING, "tracking_uri": black_hole_url, "ui_url": black_hole_url}
+    picked = {"rule": "r", "candidate": "c0", "candidates": [{"candidate": "c0", "success_rate": 0.5,
+                                                             "ci95": [0.3, 0.7], "params": {}}]}
+    lineage = {"chain": {"success_rate": 0.5, "success_rate_ci95": [0.3, 0.7]}, "mlflow": {}}
+    for call in (lambda: tr.close_tracking(tracking, succeeded=True),
+                 lambda: tr.record_sweep(tracking, picked),
+                 lambda: tr.record_headline(tracking, lineage)):
+        started = time.monotonic()
+        assert call() == {}  # nothing closed or recorded, logged, never raised
+        assert time.monotonic() - started < 6, "an MLflow call outlived its conversation's deadline"
+
+
+def test_run_names_are_short_and_distinct():
+    from sim2real.orchestration.tracking import run_names, short_name
+
+    plan = {"run_key": "sim-to-real-manual-2026-11-29t00-00-00-00-00-91216f4c",
+            "sweep": {"candidates": [{"candidate": "c0"}, {"candidate": "c1"}]}}
+    names = run_names(plan)
+    assert names["parent"] == "91216f4c" and names["rl_training"] == "91216f4c train"
+    assert names["evaluation"] == "91216f4c eval" and names["c1.rl_training"] == "91216f4c c1 train"
+    assert len(set(names.values())) == len(names)
+    assert short_name({**plan, "rounds": {"round": 2, "max_rounds": 3}}) == "91216f4c round 2"
+    assert short_name({**plan, "rounds": {"round": 1, "max_rounds": 3}}) == "91216f4c"
+
+
+def test_headline_metrics_are_the_runs_numbers():
+    from sim2real.orchestration.tracking import headline_metrics
+
+    lineage = {"chain": {"success_rate": 0.85, "success_rate_ci95": [0.7, 0.93]},
+               "stages": {"quality_gate": {"passed": True, "threshold": 0.6},
+                          "evaluation": {"successes": 17, "episodes": 20}},
+               "cost_actual": {"total_usd": 1.25}, "cost_estimate": {"total_usd": None},
+               "rounds": {"round": 2, "max_rounds": 3}, "sweep": {"winner": 1}, "candidates": [{}, {}, {}]}
+    assert headline_metrics(lineage) == {
+        "success_rate": 0.85, "ci95_lower": 0.7, "ci95_upper": 0.93, "successes": 17.0, "episodes": 20.0,
+        "gate_threshold": 0.6, "gate_passed": 1.0, "cost_usd": 1.25, "round": 2.0, "max_rounds": 3.0,
+        "sweep_candidates": 3.0}
+    assert headline_metrics({"chain": {}}) == {}  # not evaluated: nothing invented
+
+
+def test_lineage_and_run_note_say_what_a_workload_could_not_track():
+    """The trainer's manifest says 3 metric batches never reached MLflow: the lineage's mlflow entry (schema-valid)
+    and the run note say so; a run where everything was recorded says nothing."""
+    from sim2real.orchestration.lineage import build_lineage, validate_lineage
+    from sim2real.orchestration.run_note import render_run_note
+
+    summary = {"mlflow_run_id": "b" * 32, "recorded": False, "not_recorded": {"metric_batches": 3, "metrics": 15,
+                                                                             "status": 1},
+               "first_unreachable_at": "2026-12-03T10:00:00Z", "unreachable_since": "2026-12-03T10:00:00Z",
+               "last_error": "MlflowException: ...", "caller_s": 0.01, "close_wait_s": 5.0}
+    plan = {"run_key": "k", "bucket": "b", "run_uri": "s3://b/runs/k/", "tracking": TRACKING}
+    lineage = build_lineage(run_key="k", dag_id="d", run_id="r", params={}, plan=plan,
+                            checkpoint={"checkpoint_uri": "s3://b/runs/k/checkpoints/agent_000003.pt",
+                                        "sha256": "0" * 64, "tracking": summary},
+                            evaluation={"success_rate": 0.5, "successes": 1, "episodes": 2, "ci95": [0.1, 0.9],
+                                        "checkpoint_sha256": "0" * 64,
+                                        "tracking": {**summary, "recorded": True, "not_recorded": {}}})
+    validate_lineage(lineage)
+    gaps = lineage["mlflow"]["not_recorded"]
+    assert list(gaps) == ["rl_training"]
+    assert gaps["rl_training"]["text"] == ("3 metric batches (15 values), the run's final status not recorded "
+                                           "(server unreachable since 2026-12-03T10:00:00Z)")
+    assert "Tracking (rl_training): 3 metric batches (15 values)" in render_run_note(lineage)
+    clean = build_lineage(run_key="k", dag_id="d", run_id="r", params={}, plan=plan)
+    assert clean["mlflow"]["not_recorded"] is None and "Tracking (" not in render_run_note(clean)
+
+
+def test_the_last_task_reads_the_runs_lineage_for_the_headline_metrics(monkeypatch):
+    """run_outcome's MLflow close reads runs/<run_key>/lineage.json (written by write_lineage just before) for the
+    parent run's headline metrics; a run without a lineage logs none, and the close goes on."""
+    import boto3
+    from moto import mock_aws
+
+    from sim2real.orchestration import tracking as tr
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    plan = {"bucket": "sim2real-artifacts", "run_prefix": "runs/k/", "tracking": TRACKING}
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="sim2real-artifacts")
+        assert tr._read_lineage(plan) is None
+        lineage = {"chain": {"success_rate": 0.9, "success_rate_ci95": [0.8, 0.95]}}
+        s3.put_object(Bucket="sim2real-artifacts", Key="runs/k/lineage.json", Body=json.dumps(lineage).encode())
+        assert tr._read_lineage(plan) == lineage
+        seen = {}
+        monkeypatch.setattr(tr, "record_headline",
+                            lambda tracking, lin, hook: seen.update(lineage=lin, deadline=hook.deadline) or {})
+        monkeypatch.setattr(tr, "close_tracking", lambda tracking, **kw: seen.update(close=kw["hook"].deadline)
+                            or {"parent": "FINISHED"})
+        monkeypatch.setattr("sim2real.orchestration.report.collect_task_states", lambda dag_id, run_id: {})
+
+        class TI:
+            def xcom_pull(self, task_ids):
+                return {"plan": plan}
+
+        assert tr.close_dag_run(TI(), "sim_to_real", "r", succeeded=True) == {"parent": "FINISHED"}
+        assert seen["lineage"] == lineage
+        assert seen["deadline"] == seen["close"]  # one deadline for the whole close (CLOSE_DEADLINE_S)

@@ -13,6 +13,8 @@ import pytest
 from tests.paths import REPO_ROOT
 LAUNCHER = REPO_ROOT / "containers" / "rl" / "distributed_run.bash"
 VENV_BIN = str(Path(sys.executable).parent)
+#: The folder holding the ``sim2real`` package the tests import.
+INCLUDE = Path(list(__import__("sim2real").__path__)[0]).resolve().parent
 
 
 def free_port() -> int:
@@ -29,6 +31,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(INCLUDE)  # the workload runs the sim2real this test imported (a work tree's, too)
     env.update(extra)
     return env
 

@@ -167,13 +167,18 @@ def test_parent_child_structure_and_close(mlflow_stack, tracked_run):
     client = _client(mlflow_stack["url"])
     tracking = tracked_run["tracking"]
     parent = client.get_run(tracking["parent_run_id"])
-    assert parent.info.run_name == RUN_KEY and parent.info.status == "RUNNING"
+    assert parent.info.run_name == "toy" and parent.info.status == "RUNNING"  # the run key's distinct tail
+    assert parent.data.tags[contract.RUN_KEY_TAG] == RUN_KEY
     assert parent.data.params["max_iterations"] == "3"  # the run's params, to compare runs in the UI
     children = client.search_runs([tracking["experiment_id"]],
                                   f"tags.`mlflow.parentRunId` = '{tracking['parent_run_id']}'")
     by_stage = {r.data.tags[contract.STAGE_TAG]: r.info.run_id for r in children}
     assert by_stage == tracking["runs"]
     assert set(by_stage) == {"rl_training", "evaluation", "vla_finetune"}
+    # short, distinct names that MLflow's run table does not cut into identical rows
+    assert sorted(r.info.run_name for r in children) == ["toy eval", "toy fine-tune", "toy train"]
+    # the experiment opens in MLflow's model-training view, not its GenAI view
+    assert client.get_experiment(tracking["experiment_id"]).tags["mlflow.experimentKind"] == "custom_model_development"
     closed = close_tracking(tracking, succeeded=False, task_states={
         "train.train_policy": {"state": "success"}, "evaluate.run_evaluation": {"state": "success"},
         "vla.finetune_groot": {"state": "upstream_failed"}})
@@ -223,17 +228,112 @@ def test_unreachable_server_turns_tracking_off_without_failing(tmp_path):
     result = start_tracking(plan=_plan(), env={"mlflow": {"tracking_uri": dead}}, dag_id="d", run_id="r",
                             hook=MlflowHook(dead, retries=1, timeout=2))
     assert result["enabled"] is False and "reachable" in result["reason"]
-    # the trainer side: a dead server is reported and the job goes on untracked
+    # the workload side: the logger is there at once (the run is opened on its thread), and says what it lost
     from sim2real.workloads.tracking import NullRunLogger, run_logger_from_env
 
-    code = ("import sys; from sim2real.workloads.tracking import run_logger_from_env as f; "
-            "l = f(stage='rl_training', run_name='x'); print(type(l).__name__)")
+    code = ("import json, time, mlflow.entities; from sim2real.workloads.tracking import run_logger_from_env as f; "
+            "t = time.monotonic(); "
+            "l = f(stage='rl_training', run_name='x'); l.log_metrics({'a': 1.0}, step=1); "
+            "opened = time.monotonic() - t; l.finish(); print(json.dumps({'opened_s': opened, **l.summary()}))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=clean_env(MLFLOW_TRACKING_URI=dead, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
-                                        MLFLOW_HTTP_REQUEST_TIMEOUT="2"))
-    assert proc.returncode == 0 and proc.stdout.strip() == "NullRunLogger", proc.stderr
-    assert "tracking is off" in proc.stderr
+                          env=clean_env(MLFLOW_TRACKING_URI=dead))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["opened_s"] < 1.0 and summary["close_wait_s"] < 5, summary
+    assert summary["not_recorded"] == {"run": 1, "tags": 1, "metric_batches": 1, "metrics": 1, "status": 1}, summary
+    assert "not recorded (server unreachable since" in proc.stderr
     assert isinstance(run_logger_from_env(stage="x", run_name="x", environ={}), NullRunLogger)
+
+
+class TogglingProxy:
+    """A TCP proxy on 127.0.0.1 to ``target`` (host, port): while ``up`` it forwards, while down it closes each
+    connection at once (the MLflow client sees the server go away and come back, on real sockets)."""
+
+    def __init__(self, target):
+        import socket
+        import threading
+
+        self.target, self.up = target, False
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if not self.up:
+                conn.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(2)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_server_that_comes_back_gets_the_buffered_metrics_and_a_tag_for_what_was_dropped(mlflow_stack, monkeypatch):
+    """The server is away for the first calls: they are buffered (up to the buffer, the oldest dropped and counted),
+    sent when it answers again with their own steps, and the run says on a tag what it never got."""
+    import time
+    from urllib.parse import urlparse
+
+    from sim2real.workloads.tracking import CLIENT_HTTP_DEFAULTS, NOT_RECORDED_TAG, RunLogger
+
+    for key, value in CLIENT_HTTP_DEFAULTS.items():  # what run_logger_from_env sets in a workload's process
+        monkeypatch.setenv(key, value)
+    client = _client(mlflow_stack["url"])
+    exp = client.get_experiment_by_name("sim2real") or client.get_experiment(client.create_experiment("sim2real"))
+    run_id = client.create_run(exp.experiment_id, run_name="outage").info.run_id
+    target = urlparse(mlflow_stack["url"])
+    proxy = TogglingProxy((target.hostname, target.port))
+    try:
+        from mlflow import MlflowClient
+
+        logger = RunLogger(MlflowClient(tracking_uri=proxy.url), run_id, flush_every=1, max_pending=3,
+                           retry_pauses=(0.2,))
+        started = time.monotonic()
+        for step in range(1, 6):  # 5 batches while the server is away: the 2 oldest are dropped
+            logger.log_metrics({"mean_reward": float(step)}, step=step)
+        assert time.monotonic() - started < 0.5  # the caller never waits for the server
+        deadline = time.monotonic() + 30
+        while logger.first_unreachable_at is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert logger.first_unreachable_at is not None
+        proxy.up = True
+        logger.finish()
+    finally:
+        proxy.close()
+    summary = logger.summary()
+    assert summary["not_recorded"] == {"metric_batches": 2, "metrics": 2}, summary
+    assert summary["unreachable_since"] is None and summary["first_unreachable_at"]
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "mean_reward")] == \
+        [(s, float(s)) for s in (3, 4, 5)]
+    assert run.data.tags[NOT_RECORDED_TAG].startswith("2 metric batches (2 values) not recorded (server unreachable")
 
 
 def test_groot_finetune_logs_params_and_the_trainer_history_to_its_child_run(mlflow_stack, tracked_run, tmp_path):
@@ -300,3 +400,58 @@ def test_sweep_candidates_nest_under_the_rl_training_run_which_records_the_winne
     assert data.params["seed"] == "4"
     assert data.metrics["c1.ci95_lower"] == 0.7 and data.metrics["c0.success_rate"] == 0.5
     assert record_sweep(tracking, None) == {} and record_sweep({"enabled": False}, picked) == {}
+
+
+def test_parent_run_carries_the_runs_headline_metrics_for_compare(mlflow_stack, tracked_run):
+    """The parent run gets the run's headline numbers as metrics (MLflow's Compare view shows metrics; params
+    alone compare nothing), and a stage whose workload lost calls is tagged with what it lost."""
+    from sim2real.contract.tracking import NOT_RECORDED_TAG
+    from sim2real.orchestration.lineage import build_lineage
+    from sim2real.orchestration.tracking import record_headline
+
+    tracking, report = tracked_run["tracking"], tracked_run["report"]
+    manifest = json.loads((tracked_run["out"] / "manifest.json").read_text())
+    assert manifest["tracking"]["recorded"] is True and report["tracking"]["recorded"] is True  # server was up
+    lost = {**report, "tracking": {**report["tracking"], "recorded": False,
+                                   "not_recorded": {"metric_batches": 2, "metrics": 6},
+                                   "first_unreachable_at": "2026-12-03T10:00:00Z"}}
+    lineage = build_lineage(
+        run_key=RUN_KEY, dag_id="sim_to_real", run_id="manual__toy", params={}, checkpoint=manifest, evaluation=lost,
+        plan={"run_key": RUN_KEY, "tracking": tracking, "rounds": {"round": 1, "max_rounds": 2}},
+        quality_gate={"passed": False, "threshold": 0.8, "metric": "ci95_lower", "value": 0.1, "reason": "x"},
+        cost_actual={"total_usd": 0.42}, rounds={"round": 1, "max_rounds": 2})
+    assert record_headline(tracking, lineage) == {"metrics": 10, "tagged": ["evaluation"]}
+    client = _client(mlflow_stack["url"])
+    metrics = client.get_run(tracking["parent_run_id"]).data.metrics
+    assert metrics["success_rate"] == pytest.approx(report["success_rate"])
+    assert metrics["ci95_lower"] == pytest.approx(report["ci95"][0])
+    assert metrics["ci95_upper"] == pytest.approx(report["ci95"][1])
+    assert metrics["gate_threshold"] == 0.8 and metrics["gate_passed"] == 0.0 and metrics["cost_usd"] == 0.42
+    assert metrics["round"] == 1 and metrics["max_rounds"] == 2 and metrics["episodes"] == report["episodes"]
+    tags = client.get_run(tracking["runs"]["evaluation"]).data.tags
+    assert tags[NOT_RECORDED_TAG] == "2 metric batches (6 values) not recorded (server unreachable since " \
+                                     "2026-12-03T10:00:00Z)"
+    assert NOT_RECORDED_TAG not in client.get_run(tracking["runs"]["rl_training"]).data.tags
+
+
+def test_a_call_the_server_refuses_is_dropped_and_counted_and_the_rest_recorded(mlflow_stack, monkeypatch):
+    """A param logged again with another value (MLflow refuses it, HTTP 400): that call is dropped and counted,
+    not retried, and tracking goes on with the next calls."""
+    from sim2real.workloads.tracking import CLIENT_HTTP_DEFAULTS, RunLogger
+
+    for key, value in CLIENT_HTTP_DEFAULTS.items():
+        monkeypatch.setenv(key, value)
+    client = _client(mlflow_stack["url"])
+    exp = client.get_experiment_by_name("sim2real") or client.get_experiment(client.create_experiment("sim2real"))
+    run_id = client.create_run(exp.experiment_id, run_name="refusal").info.run_id
+    client.log_param(run_id, "seed", "1")
+    logger = RunLogger(client, run_id, flush_every=1)
+    logger.log_params({"seed": 2})
+    logger.log_metrics({"mean_reward": 1.5}, step=1)
+    logger.finish()
+    summary = logger.summary()
+    assert summary["not_recorded"] == {"params": 1} and summary["first_unreachable_at"] is None, summary
+    assert "INVALID_PARAMETER_VALUE" in summary["last_error"]
+    run = client.get_run(run_id)
+    assert run.data.params["seed"] == "1" and run.data.metrics["mean_reward"] == 1.5
+    assert run.info.status == "FINISHED"

@@ -15,6 +15,8 @@ Variable names: :mod:`sim2real.contract.env_vars` (``MLFLOW_TRACKING_URI``, ``ML
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 #: MLflow's system tag naming a run's parent (``mlflow.utils.mlflow_tags.MLFLOW_PARENT_RUN_ID``).
 PARENT_RUN_TAG = "mlflow.parentRunId"
@@ -23,6 +25,9 @@ RUN_KEY_TAG = "sim2real.run_key"
 STAGE_TAG = "sim2real.stage"
 #: A sweep candidate's runs: its ``c<i>`` (``sim2real.orchestration.candidates``).
 CANDIDATE_TAG = "sim2real.candidate"
+#: What a workload could not record while the server was unreachable (set by the workload when the server answers
+#: again, or by the DAG's last task from the workload's manifest/report).
+NOT_RECORDED_TAG = "sim2real.tracking.not_recorded"
 
 #: The child runs of a DAG run: stage → run name suffix.
 STAGES = ("rl_training", "evaluation", "vla_finetune")
@@ -67,3 +72,32 @@ def check_tracking_uri(uri: str) -> str:
         return text
     raise ValueError(f"MLflow tracking URI {uri!r} is neither http(s)://host[:port] nor a SageMaker MLflow "
                      "tracking server ARN (arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>)")
+
+
+def describe_not_recorded(summary: Mapping[str, Any] | None) -> str | None:
+    """One phrase for what a job's tracking did not record, e.g. ``3 metric batches (150 values), 1 artefact not
+    recorded (server unreachable since 2026-12-03T10:00:00Z)``; ``None`` when everything was (or no summary).
+
+    :param summary: ``sim2real.workloads.tracking.RunLogger.summary()`` (the manifest's or report's ``tracking``).
+    """
+    lost = {k: int(v) for k, v in ((summary or {}).get("not_recorded") or {}).items() if v}
+    if not lost:
+        return None
+    parts = []
+    if lost.get("metric_batches"):
+        n = lost["metric_batches"]
+        parts.append(f"{n} metric batch{'es' if n != 1 else ''} ({lost.get('metrics', 0)} values)")
+    for key, word in (("params", "param"), ("tags", "tag"), ("artifacts", "artefact")):
+        if lost.get(key):
+            parts.append(f"{lost[key]} {word}{'s' if lost[key] != 1 else ''}")
+    if lost.get("status"):
+        parts.append("the run's final status")
+    if lost.get("run"):
+        parts.append("the run's start")
+    why = ""
+    since = summary.get("unreachable_since") or summary.get("first_unreachable_at")
+    if since:
+        why = f" (server unreachable since {since})"
+    elif summary.get("last_error"):
+        why = f" ({summary['last_error']})"
+    return f"{', '.join(parts)} not recorded{why}"

@@ -30,7 +30,12 @@ Rows:
   onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy; and an authenticated
   client's p50/p99 under an unauthenticated flood of many-array requests from 2 other processes, beside the
   same client alone in the same run (``--only policy-flood`` for these rows alone;
-  :func:`sim2real.edge.benchmark.flood_latency`).
+  :func:`sim2real.edge.benchmark.flood_latency`);
+* a tracking outage (``--only tracking``): the trainer (Reacher-v5, 4 envs, metrics sent every iteration) for a
+  fixed time budget (``--tracking-budget``, default 20 s) with the local MLflow server up, then with a server
+  that accepts connections and never answers from the first call; the anchor beside them: the same training
+  without tracking. Iterations within the budget, the loop's own time in tracking calls, the end's wait for
+  them and the job's wall time (:func:`tracking_outage`).
 
 Numbers depend on the machine and its load; they are measurements, not test assertions.
 """
@@ -387,13 +392,16 @@ def _parse_main(argv: list[str]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
-    ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep", "policy-flood"), default="all",
+    ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep", "policy-flood", "tracking"),
+                    default="all",
                     help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait rows, "
                          "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox: "
                          "short waits, then the waiting hour time-scaled by 20); waits-hour: only the waiting-hour "
                          "rows; "
                          "sweep: only the rows of a 3-candidate sweep against 3 runs one after the other; "
-                         "policy-flood: only the policy server rows alone vs under an unauthenticated flood")
+                         "policy-flood: only the policy server rows alone vs under an unauthenticated flood; "
+                         "tracking: only the rows of training with MLflow up, down and off")
+    ap.add_argument("--tracking-budget", type=float, default=20.0, help="training seconds of the tracking rows")
     ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
     ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
     args = ap.parse_args(argv)
@@ -432,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "policy-flood":
         results["policy_flood"] = policy_flood()
         return _print_and_write(results, _flood_rows(results["policy_flood"]), "policy server flood only")
+    if args.only == "tracking":
+        results["tracking_outage"] = tracking_outage(args.tracking_budget)
+        return _print_and_write(results, _tracking_rows(results["tracking_outage"]), "tracking outage only")
     if args.only == "rl":
         results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
         rows = _quality_rows(results["policy_quality"])
@@ -477,7 +488,78 @@ def main(argv: list[str] | None = None) -> int:
     rows += _quality_rows(results["policy_quality"])
     results["sweep"] = sweep_comparison()
     rows += _sweep_rows(results["sweep"])
+    results["tracking_outage"] = tracking_outage(args.tracking_budget)
+    rows += _tracking_rows(results["tracking_outage"])
     return _print_and_write(results, rows, f"sandbox run: {orch['state']}")
+
+
+def _train_once(out: Path, budget_s: float, env_extra: dict[str, str]) -> dict[str, Any]:
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SIM2REAL_MLFLOW_"))}
+    env.update({ev.TASK: "Reacher-v5", ev.MAX_ITERATIONS: "100000", ev.NUM_ENVS: "4", ev.OUTPUT_URI: str(out),
+                "TIME_BUDGET_SECONDS": str(budget_s), "CHECKPOINT_INTERVAL": "100000", ev.RUN_KEY: "bench-tracking",
+                ev.MLFLOW_FLUSH_EVERY: "1", "PYTHONPATH": str(REPO_ROOT / "include"), **env_extra})
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "sim2real.workloads.train"], env=env, capture_output=True,
+                          text=True, timeout=budget_s + 600)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError("bench training failed:\n" + proc.stderr[-3000:])
+    manifest = json.loads((out / "manifest.json").read_text())
+    tracking = manifest.get("tracking") or {}
+    return {"iterations": manifest["iteration"], "wall_s": round(wall, 1), "caller_s": tracking.get("caller_s"),
+            "close_wait_s": tracking.get("close_wait_s"), "not_recorded": tracking.get("not_recorded")}
+
+
+def tracking_outage(budget_s: float = 20.0) -> dict[str, Any]:
+    """The trainer for ``budget_s`` seconds with MLflow up (the local server), down (a socket that never answers,
+    from the first call) and off (the anchor); see the module docstring.
+
+    :return: ``{"budget_s", "up", "down", "off"}``, each ``{"iterations", "wall_s", "caller_s", "close_wait_s",
+        "not_recorded"}`` (``up`` is ``{"skipped": reason}`` without the MLflow server venv).
+    """
+    import socket
+
+    from sim2real.dev.sandbox.mlflow_server import MlflowServer, MlflowServerError
+
+    results: dict[str, Any] = {"budget_s": budget_s}
+    with tempfile.TemporaryDirectory(prefix="sim2real-bench-tracking-") as tmp:
+        results["off"] = _train_once(Path(tmp, "off"), budget_s, {})
+        try:
+            server = MlflowServer(repo_root=REPO_ROOT, work_dir=Path(tmp, "mlflow"),
+                                  artifacts_destination=Path(tmp, "artifacts").as_uri(), s3_endpoint_url="",
+                                  aws_env={}).start()
+        except MlflowServerError as err:
+            results["up"] = {"skipped": str(err).splitlines()[0]}
+        else:
+            try:
+                results["up"] = _train_once(Path(tmp, "up"), budget_s, {ev.MLFLOW_TRACKING_URI: server.url})
+            finally:
+                server.stop()
+        hole = socket.socket()
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(128)
+        try:
+            results["down"] = _train_once(Path(tmp, "down"), budget_s, {
+                ev.MLFLOW_TRACKING_URI: f"http://127.0.0.1:{hole.getsockname()[1]}"})
+        finally:
+            hole.close()
+    return results
+
+
+def _tracking_rows(res: dict[str, Any]) -> list[tuple[str, str]]:
+    def cell(r: dict[str, Any]) -> str:
+        if "skipped" in r:
+            return f"skipped ({r['skipped']})"
+        return (f"{r['iterations']} it (loop in tracking {r['caller_s'] * 1000:.0f} ms, end waited {r['close_wait_s']:.1f} s, "
+                f"job {r['wall_s']:.0f} s)")
+
+    b = res["budget_s"]
+    return [(f"training iterations in a {b:.0f} s budget, MLflow up / down from the first call (hanging server)",
+             f"{cell(res['up'])} / {cell(res['down'])}"),
+            (f"anchor: the same training without tracking, {b:.0f} s budget",
+             f"{res['off']['iterations']} it (job {res['off']['wall_s']:.0f} s)")]
 
 
 def _print_and_write(results: dict[str, Any], rows: list[tuple[str, str]], note: str) -> int:

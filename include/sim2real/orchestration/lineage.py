@@ -161,7 +161,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         },
         "tasks": {k: dict(v) for k, v in (task_states or {}).items()},
         "figures": {name: dict(fig) for name, fig in figures.items()} if figures is not None else None,
-        "mlflow": _mlflow_entry(mlflow if mlflow is not None else _get(plan, "tracking")),
+        "mlflow": _mlflow_entry(mlflow if mlflow is not None else _get(plan, "tracking"),
+                                {"rl_training": checkpoint, "evaluation": evaluation}),
         "approval": _approval_entry(approval if approval is not None else _get(model_package, "decision")),
         "candidates": candidate_entries(params, chain, evaluation, sweep, _get(plan, "sweep"), task_states),
         "sweep": ({"rule": sweep.get("rule"), "winner": sweep.get("winner"), "candidate": sweep.get("candidate"),
@@ -219,8 +220,15 @@ def candidate_entries(params: Mapping[str, Any], chain: Mapping[str, Any], evalu
     }]
 
 
-def _mlflow_entry(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The lineage ``mlflow`` entry: the tracking record plus the parent run's UI URL (when enabled)."""
+def _mlflow_entry(tracking: Mapping[str, Any] | None,
+                  outputs: Mapping[str, Mapping[str, Any] | None] | None = None) -> dict[str, Any] | None:
+    """The lineage ``mlflow`` entry: the tracking record plus the parent run's UI URL (when enabled), and
+    ``not_recorded``: per stage, what its workload could not send to MLflow (its manifest's or report's
+    ``tracking`` summary with ``text``, :func:`sim2real.contract.tracking.describe_not_recorded`); ``None`` when
+    everything was recorded.
+
+    :param outputs: stage → the workload's output holding its ``tracking`` summary (``rl_training``: the
+        checkpoint manifest, ``evaluation``: the evaluation report)."""
     if not tracking:
         return None
     if not tracking.get("enabled"):
@@ -232,6 +240,17 @@ def _mlflow_entry(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
              "parent_run_url": run_url(tracking)}
     if tracking.get("candidate_runs"):  # a sweep: each candidate's own runs
         entry["candidate_runs"] = {cid: dict(runs) for cid, runs in tracking["candidate_runs"].items()}
+    # --- what the workloads could not record (an MLflow outage during the job) ---
+    from sim2real.contract.tracking import describe_not_recorded
+
+    gaps = {}
+    for stage, output in (outputs or {}).items():
+        summary = (output or {}).get("tracking") if isinstance(output, Mapping) else None
+        text = describe_not_recorded(summary)
+        if text:
+            gaps[stage] = {"text": text, **{k: summary.get(k) for k in (
+                "mlflow_run_id", "not_recorded", "first_unreachable_at", "unreachable_since")}}
+    entry["not_recorded"] = gaps or None
     return entry
 
 

@@ -153,6 +153,15 @@ def headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) 
     return lines + [cost]
 
 
+# --- experiment tracking: what a workload could not record in MLflow (lineage mlflow.not_recorded) ---
+def tracking_lines(lineage: Mapping[str, Any]) -> list[str]:
+    """``["", "Tracking (rl_training): 3 metric batches (15 values) not recorded (server unreachable since …)"]``
+    per stage whose workload could not send everything to MLflow; ``[]`` when everything was recorded."""
+    gaps = (lineage.get("mlflow") or {}).get("not_recorded") or {}
+    lines = [f"Tracking ({stage}): {entry['text']}" for stage, entry in gaps.items() if entry.get("text")]
+    return ["", *lines] if lines else []
+
+
 def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[str, ...] = (),
                     links: Mapping[str, str | None] | None = None,
                     images: Mapping[str, str | None] | None = None, limit: int = NOTE_MAX_CHARS) -> str:
@@ -168,7 +177,7 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
     :param links: title → URL (``None``: left out), most important first.
     :param images: title → URL of a picture the browser can load (the sandbox's S3), embedded.
     """
-    head = headline(lineage, warnings)
+    head = [*headline(lineage, warnings), *tracking_lines(lineage)]
     rows = stage_rows(lineage.get("tasks") or {})
     shown = [(title, url) for title, url in (links or {}).items() if url]
     pictures = [(title, url) for title, url in (images or {}).items() if url]

@@ -1,5 +1,12 @@
 """One MLflow parent run per DAG run, with a child run per stage (RL training, evaluation, GR00T fine-tune).
 
+How runs appear in MLflow: the experiment is tagged ``mlflow.experimentKind = custom_model_development`` (the UI
+opens it in its model-training view, not the GenAI one); the parent run is named after the run key's distinct
+tail (``91216f4c``, ``91216f4c round 2``), the children ``91216f4c train`` / ``eval`` / ``fine-tune`` and a sweep
+candidate's ``91216f4c c1 train`` (:func:`run_names`); the parent carries the run's params and, once the run
+is over, its headline metrics (success rate and Wilson bounds, gate threshold and verdict, cost, rounds:
+:func:`headline_metrics`), so that MLflow's Compare view compares DAG runs.
+
 Configured by the environment config's optional ``mlflow`` section::
 
     "mlflow": {
@@ -10,13 +17,17 @@ Configured by the environment config's optional ``mlflow`` section::
 
 Without it tracking is off: no MLflow call, the plan and every command are what they were.
 
-:func:`start_tracking` (first task) creates the experiment when missing, the parent run (named after the run key,
-the run's params logged, tags ``sim2real.run_key``, ``airflow.dag_id``, ``airflow.run_id``) and the child runs
+:func:`start_tracking` (first task) creates the experiment when missing, the parent run (the run's params logged,
+tags ``sim2real.run_key``, ``airflow.dag_id``, ``airflow.run_id``) and the child runs
 (tag ``mlflow.parentRunId``: MLflow's UI nests them under the parent; a sweep's candidates' runs nest under
 the run's RL-training run, which :func:`record_sweep` gives the winner when the run closes); :func:`apply_tracking`
 puts each child's variables (:mod:`sim2real.contract.tracking`) into the plan: the training job's environment (Batch and the
 HyperPod Slurm script), the evaluation command's, and the fine-tune's pipeline parameter. :func:`close_tracking`
 (last task) ends each child that a workload left open with its stage's outcome and the parent with the run's.
+
+Every conversation with the server is bounded (short request timeouts, two attempts, one deadline:
+:data:`START_DEADLINE_S` for the set-up, :data:`CLOSE_DEADLINE_S` for the last task's closing of the runs, sweep record
+and headline metrics together), so an MLflow outage never holds an Airflow task beyond them.
 
 Tracking never decides a run's outcome: when the server cannot be reached, refuses a call, or runs another MLflow
 version than the images' client, the reason is logged and recorded (``{"enabled": false, "reason": ...}`` in the
@@ -88,6 +99,37 @@ def check_server_version(server_version: str | None, client_version: str = contr
 
 #: Longest time :func:`start_tracking` talks to the tracking server, in seconds (every call and retry together).
 START_DEADLINE_S = 60.0
+#: Longest time the run's last task talks to the server (:func:`close_dag_run`: closing the runs, the sweep record
+#: and the headline metrics together; each function alone without a hook too), in seconds: its 2-minute timeout
+#: is never reached for an MLflow outage.
+CLOSE_DEADLINE_S = 30.0
+#: The experiment tag MLflow's UI reads to open an experiment in its model-training view rather than its GenAI
+#: view (``mlflow.experimentKind``; the UI's ``ExperimentKind.CUSTOM_MODEL_DEVELOPMENT``, MLflow 3.17.2).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: Short names of the child runs, after the run's short name (:func:`run_names`).
+STAGE_NAMES = {"rl_training": "train", "evaluation": "eval", "vla_finetune": "fine-tune"}
+
+
+def short_name(plan: Mapping[str, Any]) -> str:
+    """The DAG run's short MLflow name: the run key's last part (its 8 hex digits, distinct per run), with
+    ``round <n>`` in a retraining loop's later rounds; e.g. ``91216f4c`` or ``91216f4c round 2``. MLflow's run
+    table cuts long names, so the distinct part comes first (the run key itself is tag ``sim2real.run_key``)."""
+    tail = str(plan["run_key"]).rsplit("-", 1)[-1]
+    rounds = plan.get("rounds") or {}
+    n = rounds.get("round") if isinstance(rounds, Mapping) else None
+    return f"{tail} round {n}" if n and int(n) > 1 else tail
+
+
+def run_names(plan: Mapping[str, Any]) -> dict[str, str]:
+    """Every MLflow run name of the DAG run: ``parent``, each stage (``91216f4c train``, ``91216f4c eval``,
+    ``91216f4c fine-tune``) and each sweep candidate's stages (``91216f4c c1 train``, ...) as ``c<i>.<stage>``."""
+    base = short_name(plan)
+    names = {"parent": base, **{stage: f"{base} {word}" for stage, word in STAGE_NAMES.items()}}
+    for cand in (plan.get("sweep") or {}).get("candidates") or []:
+        for stage in CANDIDATE_STAGES:
+            names[f"{cand['candidate']}.{stage}"] = f"{base} {cand['candidate']} {STAGE_NAMES[stage]}"
+    return names
 
 
 def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: str, run_id: str,
@@ -113,8 +155,6 @@ def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: s
         return {"enabled": False, "reason": "the environment config has no mlflow.tracking_uri"}
     from sim2real.orchestration.hooks.mlflow import MlflowApiError, MlflowHook
 
-    import time
-
     # short timeouts and one overall deadline: this runs inside the first task, whose own timeout is minutes
     hook = hook or MlflowHook(settings["tracking_uri"], timeout=10, retries=2)
     hook.deadline = time.monotonic() + deadline_s
@@ -128,15 +168,17 @@ def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: s
                 raise MlflowTrackingError(f"MLflow tracking server {settings['tracking_uri']} is "
                                           f"{server.get('TrackingServerStatus')}: start it (StartMlflowTrackingServer)")
             ui_url = ui_url or (server.get("TrackingServerUrl") or "").rstrip("/") or None
-        experiment_id = hook.get_or_create_experiment(settings["experiment_name"])
+        experiment_id = hook.get_or_create_experiment(settings["experiment_name"],
+                                                      tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         base_tags = {contract.RUN_KEY_TAG: run_key, "airflow.dag_id": dag_id, "airflow.run_id": run_id}
-        parent = hook.create_run(experiment_id, run_key, {**base_tags, contract.STAGE_TAG: "dag_run"})
+        names = run_names(plan)
+        parent = hook.create_run(experiment_id, names["parent"], {**base_tags, contract.STAGE_TAG: "dag_run"})
         parent_id = parent["run_id"]
         hook.log_batch(parent_id, params={k: v for k, v in sorted((plan.get("params") or {}).items())})
         stages = [s for s in contract.STAGES if s != "vla_finetune" or (plan.get("vla") or {}).get("enabled")]
         runs = {}
         for stage in stages:
-            child = hook.create_run(experiment_id, f"{stage} {run_key}",
+            child = hook.create_run(experiment_id, names[stage],
                                     {**base_tags, contract.STAGE_TAG: stage, contract.PARENT_RUN_TAG: parent_id})
             runs[stage] = child["run_id"]
         candidate_runs: dict[str, dict[str, str]] = {}
@@ -144,7 +186,7 @@ def start_tracking(*, plan: Mapping[str, Any], env: Mapping[str, Any], dag_id: s
         # winner is recorded on it when the run closes, :func:`record_sweep`)
         for cand in (plan.get("sweep") or {}).get("candidates") or []:
             candidate_runs[cand["candidate"]] = {
-                stage: hook.create_run(experiment_id, f"{stage} {cand['candidate_key']}",
+                stage: hook.create_run(experiment_id, names[f"{cand['candidate']}.{stage}"],
                                        {**base_tags, contract.STAGE_TAG: stage,
                                         contract.PARENT_RUN_TAG: runs.get("rl_training", parent_id),
                                         contract.CANDIDATE_TAG: cand["candidate"]})["run_id"]
@@ -230,7 +272,7 @@ def close_tracking(tracking: Mapping[str, Any] | None, *, succeeded: bool,
     from sim2real.orchestration.hooks.mlflow import MlflowHook
     from sim2real.orchestration.report import task_key
 
-    hook = hook or MlflowHook(tracking["tracking_uri"])
+    hook = hook or MlflowHook(tracking["tracking_uri"], deadline=time.monotonic() + CLOSE_DEADLINE_S)
     states = task_states or {}
     closed: dict[str, str] = {}
     try:
@@ -277,7 +319,7 @@ def record_sweep(tracking: Mapping[str, Any] | None, picked: Mapping[str, Any] |
         return {}
     from sim2real.orchestration.hooks.mlflow import MlflowHook
 
-    hook = hook or MlflowHook(tracking["tracking_uri"])
+    hook = hook or MlflowHook(tracking["tracking_uri"], deadline=time.monotonic() + CLOSE_DEADLINE_S)
     winner = picked.get("candidate")
     now = int(time.time() * 1000)
     metrics = []
@@ -301,9 +343,81 @@ def record_sweep(tracking: Mapping[str, Any] | None, picked: Mapping[str, Any] |
     return {"run_id": run_id, "winner": winner, "metrics": len(metrics)}
 
 
+def headline_metrics(lineage: Mapping[str, Any]) -> dict[str, float]:
+    """The run's headline numbers from its lineage, as the parent run's metrics (MLflow's Compare and chart views
+    compare runs by metrics, not params): ``success_rate``, ``ci95_lower``, ``ci95_upper`` (Wilson 95%),
+    ``successes``, ``episodes``, ``gate_threshold``, ``gate_passed`` (1/0), ``cost_usd`` (actual),
+    ``cost_estimate_usd``, ``round``, ``max_rounds``, ``sweep_candidates``; each only when known."""
+    def get(*path: str) -> Any:
+        cur: Any = lineage
+        for key in path:
+            cur = cur.get(key) if isinstance(cur, Mapping) else None
+        return cur
+
+    ci95 = list(get("chain", "success_rate_ci95") or [])
+    gate = get("stages", "quality_gate") or {}
+    passed = gate.get("passed") if isinstance(gate, Mapping) else None
+    values = {
+        "success_rate": get("chain", "success_rate"),
+        "ci95_lower": ci95[0] if ci95 else None, "ci95_upper": ci95[1] if len(ci95) > 1 else None,
+        "successes": get("stages", "evaluation", "successes"), "episodes": get("stages", "evaluation", "episodes"),
+        "gate_threshold": gate.get("threshold") if isinstance(gate, Mapping) else None,
+        "gate_passed": None if passed is None else float(bool(passed)),
+        "cost_usd": get("cost_actual", "total_usd"), "cost_estimate_usd": get("cost_estimate", "total_usd"),
+        "round": get("rounds", "round"), "max_rounds": get("rounds", "max_rounds"),
+        "sweep_candidates": len(lineage.get("candidates") or []) if lineage.get("sweep") else None,
+    }
+    return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def record_headline(tracking: Mapping[str, Any] | None, lineage: Mapping[str, Any] | None,
+                    hook: Any = None) -> dict[str, Any]:
+    """Log :func:`headline_metrics` on the parent run, and tag each child run whose workload could not record
+    everything (lineage ``mlflow.not_recorded``; tag ``sim2real.tracking.not_recorded``), within
+    :data:`CLOSE_DEADLINE_S`. :return: ``{"metrics": n, "tagged": [stage, ...]}``; ``{}`` when tracking is off,
+    there is no lineage, or the server could not be reached (logged, never raised)."""
+    if not tracking or not tracking.get("enabled") or not lineage:
+        return {}
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
+
+    hook = hook or MlflowHook(tracking["tracking_uri"], deadline=time.monotonic() + CLOSE_DEADLINE_S)
+    now = int(time.time() * 1000)
+    metrics = [{"key": k, "value": v, "timestamp": now, "step": 0} for k, v in headline_metrics(lineage).items()]
+    gaps = ((lineage.get("mlflow") or {}).get("not_recorded") or {})
+    tagged = []
+    try:
+        if metrics:
+            hook.log_batch(tracking["parent_run_id"], metrics=metrics)
+        for stage, entry in gaps.items():
+            run = (tracking.get("runs") or {}).get(stage)
+            if run and entry.get("text"):
+                hook.log_batch(run, tags={contract.NOT_RECORDED_TAG: entry["text"]})
+                tagged.append(stage)
+    except Exception as err:  # noqa: BLE001 - the report and the run's verdict do not depend on it
+        log.warning("could not log the run's headline metrics on MLflow run %s: %s: %s",
+                    tracking.get("parent_run_id"), type(err).__name__, err)
+        return {}
+    return {"metrics": len(metrics), "tagged": tagged}
+
+
+def _read_lineage(plan: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The run's ``lineage.json`` (written by ``write_lineage`` before the last task), or None (logged)."""
+    import json
+
+    try:
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        return json.loads(S3Hook().read_key(f"{plan['run_prefix']}lineage.json", plan["bucket"]))
+    except Exception as err:  # noqa: BLE001 - no lineage: no headline metrics
+        log.info("no lineage to log the run's headline metrics from: %s: %s", type(err).__name__, err)
+        return None
+
+
 def close_dag_run(ti: Any, dag_id: str, run_id: str, *, succeeded: bool) -> dict[str, Any]:
     """:func:`close_tracking` from inside the run's last task: the tracking record from ``prepare_run``'s plan,
-    the stages' states from the Task Execution API. Never raises (logged)."""
+    the stages' states from the Task Execution API; then the sweep's record (:func:`record_sweep`) and the run's
+    headline metrics (:func:`record_headline`, from its ``lineage.json``). All of it within one
+    :data:`CLOSE_DEADLINE_S` (the runs' statuses first). Never raises (logged)."""
     try:
         plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {}).get("plan") or {}
     except Exception as err:  # noqa: BLE001
@@ -312,15 +426,19 @@ def close_dag_run(ti: Any, dag_id: str, run_id: str, *, succeeded: bool) -> dict
     tracking = plan.get("tracking")
     if not tracking or not tracking.get("enabled"):
         return {}
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
     from sim2real.orchestration.report import collect_task_states
 
+    states = collect_task_states(dag_id, run_id)
+    hook = MlflowHook(tracking["tracking_uri"], deadline=time.monotonic() + CLOSE_DEADLINE_S)
+    closed = close_tracking(tracking, succeeded=succeeded, task_states=states, hook=hook)
+    log.info("MLflow runs closed: %s", closed)
     if (plan.get("sweep") or {}).get("enabled"):
         try:
             picked = ti.xcom_pull(task_ids=ids.SWEEP_PICK_BEST)
         except Exception as err:  # noqa: BLE001 - the pick never ran (failed sweep)
             log.info("no sweep pick to record in MLflow: %s", err)
             picked = None
-        log.info("MLflow sweep record: %s", record_sweep(tracking, picked))
-    closed = close_tracking(tracking, succeeded=succeeded, task_states=collect_task_states(dag_id, run_id))
-    log.info("MLflow runs closed: %s", closed)
+        log.info("MLflow sweep record: %s", record_sweep(tracking, picked, hook=hook))
+    log.info("MLflow headline metrics: %s", record_headline(tracking, _read_lineage(plan), hook=hook))
     return closed

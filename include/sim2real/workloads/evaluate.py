@@ -19,7 +19,8 @@ Flags (the report's shape: ``eval_report`` in :mod:`sim2real.contract.schemas`):
   ``ci95_upper``, ``mean_return``, ``successes``), each episode's ``episode_return`` / ``episode_length`` /
   ``episode_success`` (step = episode index), all in batches, and the artefacts ``report.json`` and
   ``model/policy.onnx`` (the evaluated policy, :func:`sim2real.workloads.export.export_onnx`) go to the MLflow
-  run ``MLFLOW_RUN_ID``. Tracking errors never change the exit code or the report.
+  run ``MLFLOW_RUN_ID``. Tracking errors never change the exit code or the score; an unreachable tracking server
+  holds the evaluation for a bounded time only, and the report's ``tracking`` entry says what was not recorded.
 
 Exit codes: 0 the evaluation ran (whatever the score); 2 bad input (missing manifest/checkpoint, unknown
 task); 3 checkpoint sha256 differs from the manifest.
@@ -157,15 +158,19 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"[sim2real] error: {err}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
+    tracked = track_report(report, json.dumps(report, indent=2))  # bounded: sim2real.workloads.tracking
+    if tracked is not None:
+        report["tracking"] = tracked
     text = json.dumps(report, indent=2)
     storage.write_bytes(args.report_uri, text.encode())
     print(text, flush=True)
-    track_report(report, text)
     return 0
 
 
-def track_report(report: dict[str, Any], text: str) -> None:
-    """Log the evaluation to MLflow (see the module docstring); nothing without ``MLFLOW_TRACKING_URI``."""
+def track_report(report: dict[str, Any], text: str) -> dict[str, Any] | None:
+    """Log the evaluation to MLflow (see the module docstring); nothing without ``MLFLOW_TRACKING_URI``.
+
+    :return: the tracker's summary (what was and was not recorded), ``None`` when tracking is off."""
     import os
     import tempfile
 
@@ -177,9 +182,9 @@ def track_report(report: dict[str, Any], text: str) -> None:
                                       tags={RUN_KEY_TAG: os.environ.get("RUN_KEY") or None})
     except ValueError as err:
         print(f"[sim2real] mlflow: {err}; tracking is off for this evaluation", file=sys.stderr, flush=True)
-        return
+        return None
     if not tracker.enabled:
-        return
+        return None
     tracker.log_params({"task": report["task"], "episodes": report["episodes"], "seed": report["seeds"][0],
                         "checkpoint_uri": report["checkpoint_uri"], "checkpoint_sha256": report["checkpoint_sha256"],
                         "iteration": report["iteration"], "policy": report["policy"], "ci_method": report["ci_method"]})
@@ -203,7 +208,8 @@ def track_report(report: dict[str, Any], text: str) -> None:
         except Exception as err:  # noqa: BLE001 - the ONNX artefact is extra; the evaluation stands
             print(f"[sim2real] mlflow: ONNX export for the artefact failed: {type(err).__name__}: {err}",
                   file=sys.stderr, flush=True)
-    tracker.finish("FINISHED")
+        tracker.finish("FINISHED")  # within the folder: the artefacts are sent from it until then
+    return tracker.summary()
 
 
 if __name__ == "__main__":

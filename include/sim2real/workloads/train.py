@@ -46,7 +46,9 @@ constant NUM_ENVS across resumes).
 the run's params (settings, PPO hyperparameters, library versions), per-iteration metrics (``mean_reward``,
 ``timesteps``, ``iteration_s``, ``env_steps_per_s``, step = iteration, sent in batches) and, at the end, the
 final checkpoint (``checkpoint/agent_<n>.pt``) and ``manifest.json`` as artefacts into the MLflow run
-``MLFLOW_RUN_ID`` (a resumed job continues the same run and curve). Tracking errors never stop training.
+``MLFLOW_RUN_ID`` (a resumed job continues the same run and curve). Tracking errors never stop training, and an
+unreachable tracking server never holds it: the calls are sent from a background thread and the end waits for
+them for a bounded time; what was not recorded is in the manifest's ``tracking`` entry.
 
 Only rank 0 (``RANK`` env, default 0) writes anything. **Auto-resume**: at start, the newest complete
 checkpoint under OUTPUT_URI is loaded (agent modules incl. optimizer and normalisers) and training continues
@@ -533,13 +535,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if manifest["mean_reward"] is None and resume_modules is not None and iteration == start_iteration:
             prev = resume_modules["sim2real"].get("mean_reward")
             manifest["mean_reward"] = None if prev is None or math.isnan(prev) else prev
+        if tracker is not None:  # bounded (sim2real.workloads.tracking); what it could not record goes in the manifest
+            tracked = _close_tracker(tracker, manifest, staging, kept.get("path"))
+            tracker = None
+            if tracked is not None:
+                manifest["tracking"] = tracked
         storage.write_bytes(storage.join(out, MANIFEST_NAME), json.dumps(manifest, indent=2).encode())
         print(f"{PREFIX} manifest {storage.join(out, MANIFEST_NAME)} iteration={manifest['iteration']} "
               f"sha256={manifest['sha256']}", flush=True)
         env.close()
-        if tracker is not None:
-            _close_tracker(tracker, manifest, staging, kept.get("path"))
-            tracker = None
         return manifest
     except BaseException:
         if tracker is not None:
@@ -574,8 +578,9 @@ def _open_tracker(args: argparse.Namespace, spec, versions: dict[str, str], worl
     return tracker
 
 
-def _close_tracker(tracker, manifest: dict[str, Any], staging: str, checkpoint_path: str | None) -> None:
-    """Log the final checkpoint and the manifest as artefacts and end the run (FINISHED)."""
+def _close_tracker(tracker, manifest: dict[str, Any], staging: str, checkpoint_path: str | None) -> dict | None:
+    """Log the final checkpoint and the manifest as artefacts and end the run (FINISHED), waiting at most the
+    tracker's close timeout; :return: the tracker's summary (``None``: tracking off)."""
     tracker.set_tags({"checkpoint_uri": manifest["checkpoint_uri"], "checkpoint_sha256": manifest["sha256"],
                       "completed": str(manifest["completed"]).lower(), "resumed_from": manifest["resumed_from"]})
     if checkpoint_path and os.path.exists(checkpoint_path):
@@ -585,6 +590,7 @@ def _close_tracker(tracker, manifest: dict[str, Any], staging: str, checkpoint_p
         json.dump(manifest, fh, indent=2)
     tracker.log_artifact(path)
     tracker.finish("FINISHED")
+    return tracker.summary()
 
 
 def throughput_line(*, world_size: int, num_envs: int, rollouts: int, iter_times: list[float], wall_s: float) -> str:

@@ -46,8 +46,9 @@ class MlflowHook(BaseHook):
 
     :param tracking_uri: ``http(s)://...`` or a SageMaker MLflow ARN (see the module docstring).
     :param aws_conn_id: AWS connection for SigV4 signing and ``DescribeMlflowTrackingServer`` (ARN only).
-    :param timeout: seconds per HTTP request.
-    :param retries: attempts on a connection error, HTTP 429 or 5xx (with 1, 2, 4 ... s between them).
+    :param timeout: seconds per HTTP request (default 10).
+    :param retries: attempts on a connection error, HTTP 429 or 5xx (with 1, 2, 4 ... s between them; default 2:
+        a call ends within about 21 s whatever the server does).
     :param deadline: ``time.monotonic()`` value after which no call starts or waits any longer (``None``: no
         overall bound; each call still ends within ``retries`` × ``timeout`` plus the pauses). A request's
         timeout is cut to what is left, so a caller's whole conversation stays within it.
@@ -56,8 +57,8 @@ class MlflowHook(BaseHook):
 
     hook_name = "MLflow tracking server"
 
-    def __init__(self, tracking_uri: str, *, aws_conn_id: str | None = "aws_default", timeout: float = 30.0,
-                 retries: int = 3, deadline: float | None = None) -> None:
+    def __init__(self, tracking_uri: str, *, aws_conn_id: str | None = "aws_default", timeout: float = 10.0,
+                 retries: int = 2, deadline: float | None = None) -> None:
         super().__init__()
         self.deadline = deadline
         self.tracking_uri = contract.check_tracking_uri(tracking_uri)
@@ -163,19 +164,33 @@ class MlflowHook(BaseHook):
         return client.describe_mlflow_tracking_server(TrackingServerName=self._arn["name"])
 
     # -- experiments and runs ----------------------------------------------------------------
-    def get_or_create_experiment(self, name: str) -> str:
-        """The id of the experiment ``name``, created when missing."""
+    def get_or_create_experiment(self, name: str, tags: dict[str, str] | None = None) -> str:
+        """The id of the experiment ``name``, created when missing (with ``tags``); an existing experiment gets
+        those of ``tags`` it does not have yet (one it has keeps its value: a person may have changed it)."""
+        experiment = None
         try:
-            return self.call("GET", "/experiments/get-by-name", query={"experiment_name": name})["experiment"]["experiment_id"]
+            experiment = self.call("GET", "/experiments/get-by-name", query={"experiment_name": name})["experiment"]
         except MlflowApiError as err:
             if err.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
-        try:
-            return self.call("POST", "/experiments/create", {"name": name})["experiment_id"]
-        except MlflowApiError as err:  # created meanwhile by another run
-            if err.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-            return self.call("GET", "/experiments/get-by-name", query={"experiment_name": name})["experiment"]["experiment_id"]
+        if experiment is None:
+            body = {"name": name, "tags": [{"key": k, "value": str(v)} for k, v in (tags or {}).items()]}
+            try:
+                return self.call("POST", "/experiments/create", body)["experiment_id"]
+            except MlflowApiError as err:  # created meanwhile by another run
+                if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+            experiment = self.call("GET", "/experiments/get-by-name", query={"experiment_name": name})["experiment"]
+        have = {t.get("key") for t in experiment.get("tags") or []}
+        for key, value in (tags or {}).items():
+            if key not in have:
+                self.set_experiment_tag(experiment["experiment_id"], key, value)
+        return experiment["experiment_id"]
+
+    def set_experiment_tag(self, experiment_id: str, key: str, value: Any) -> None:
+        """``experiments/set-experiment-tag``."""
+        self.call("POST", "/experiments/set-experiment-tag",
+                  {"experiment_id": experiment_id, "key": key, "value": str(value)})
 
     def create_run(self, experiment_id: str, run_name: str, tags: dict[str, Any]) -> dict[str, Any]:
         """``runs/create`` (status RUNNING, start time now); :return: the run's ``info``."""
