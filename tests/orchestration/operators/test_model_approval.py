@@ -214,7 +214,8 @@ def test_approve_in_airflow_updates_the_package_with_approver_and_comment(moto_e
                                               "grasps 9/10 on the bench")
     assert result["approval_status"] == "Approved" and result["model_data_url"].endswith("run-1/vla/model.tar.gz")
     assert result["decision"] == {"decided_by": "Alice (id 7)", "via": "airflow", "at": "2026-12-02T07:00:00+00:00",
-                                  "comment": "grasps 9/10 on the bench", "status": "Approved"}
+                                  "comment": "grasps 9/10 on the bench", "status": "Approved", "triggered_by": None,
+                                  "refused": []}
 
 
 def test_reject_in_airflow_rejects_the_package_and_fails_with_the_reason(moto_endpoint, sm, context):
@@ -229,12 +230,17 @@ def test_reject_in_airflow_rejects_the_package_and_fails_with_the_reason(moto_en
     assert context["ti"].xcom[DECISION_XCOM]["via"] == "airflow"
 
 
-def test_a_decision_in_sagemaker_that_came_first_is_not_overwritten(moto_endpoint, sm, context):
+def test_a_decision_in_sagemaker_that_came_first_is_not_overwritten(moto_endpoint, sm, context, monkeypatch):
+    import airflow.providers.standard.operators.hitl as hitl
+
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: None)
     arn = register(sm, "g-race", "run-1", "Approved", description="approved in Studio")
-    result = operator("g-race", "run-1").execute_complete(
-        context, {**airflow_answer("Reject", "late"), "model_package_arn": arn})
+    decided_at = sm.describe_model_package(ModelPackageName=arn)["LastModifiedTime"]
+    late = {**airflow_answer("Reject", "late"), "responded_at": decided_at + dt.timedelta(seconds=1)}
+    with pytest.raises(TaskDeferred) as deferred:  # refused; the trigger closes the request with the registry's
+        operator("g-race", "run-1").execute_complete(context, {**late, "model_package_arn": arn})
     assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "Approved"
-    assert result["decision"]["via"] == "sagemaker"
+    assert "registry decision came first: Approved" in deferred.value.trigger.refused[0]
 
 
 def test_an_answer_outside_the_options_is_refused(moto_endpoint, sm, context):
@@ -274,6 +280,7 @@ def comms(monkeypatch):
 
 
 def trigger(group, arn, **kwargs):
+    kwargs.setdefault("settle_seconds", 0)
     return ModelPackageDecisionTrigger(ti_id=str(uuid4()), model_package_group_name=group, run_key="run-1",
                                        model_package_arn=arn, waiter_delay=0, **kwargs)
 
