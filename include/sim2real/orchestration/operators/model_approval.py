@@ -230,6 +230,13 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
             self.log.info("An earlier try of this task recorded the Airflow answer %s of %s: completing it",
                           answer.get("chosen_options"), (answer.get("responded_by_user") or {}).get("name"))
             return self._decided_in_airflow(context, arn, answer)
+        if store.get(REQUEST_KEY):
+            # A retry: the request (and its announcement) is already there, with any answer given meanwhile;
+            # writing it again would erase that answer (the Task Execution API's upsert clears a response). The
+            # trigger reads that answer and the registry, and the step orders them by time as on the first try.
+            self.log.info("The release request was written by an earlier try: waiting for its answer without "
+                          "asking again")
+            return self._defer(context, arn)
         if self._settled(package):
             self.log.info("Model package %s is already %s in the registry", arn, package.get("ModelApprovalStatus"))
             return self._decided_in_sagemaker(context, package)
@@ -240,12 +247,6 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
                 f"Nobody may approve model package {arn}: the only listed approver(s) "
                 f"{settings['approvers']} triggered run {self.run_key}. Add a second person to the environment "
                 "config's approval.approvers, then clear this task.")
-        if store.get(REQUEST_KEY):
-            # A retry: the request (and its announcement) is already there, with any answer given meanwhile;
-            # writing it again would erase that answer (the Task Execution API's upsert clears a response).
-            self.log.info("The release request was written by an earlier try: waiting for its answer without "
-                          "asking again")
-            return self._defer(context, arn)
         self.subject = f"{self.subject} Run {self.run_key}, model package {arn.rsplit('/', 2)[-2]} " \
                        f"v{arn.rsplit('/', 1)[-1]}"
         self.body = self._body(context, package) + "\n" + self._who_may_answer(triggered_by, settings) + "\n"
