@@ -101,3 +101,10 @@ def test_the_review_of_a_run_without_rounds_lists_no_round_picture(s3):
 def test_smoke_line_says_failed_with_the_reason():
     assert smoke_line({"passed": False, "reason": "NaN actions"}, "s3://b/k") == \
         "**Smoke check:** FAILED (NaN actions), `s3://b/k`"
+
+
+def test_the_package_line_dates_its_status_instead_of_stating_it():
+    from sim2real.orchestration.review import package_lines
+
+    line = package_lines(PACKAGE, "us-east-1")[0]
+    assert "(PendingManualApproval when this request was written; the decision is this request's answer)" in line

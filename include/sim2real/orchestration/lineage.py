@@ -97,8 +97,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
     :param mlflow: the run's MLflow tracking (:func:`sim2real.orchestration.tracking.start_tracking`'s result, the
         plan's ``tracking``): parent and child run ids; default: the plan's ``tracking``; ``None``: not known.
     :param approval: the release decision (the approval step's XCom ``decision``: ``{"decided_by", "via"
-        ("airflow" | "sagemaker"), "at", "comment", "status", "triggered_by", "refused"}``); default: the one in ``model_package``; ``None``:
-        nobody decided (no fine-tune, or the approval timed out).
+        ("airflow" | "sagemaker"), "at", "comment", "status", "triggered_by", "refused"}``); default: the one in
+        ``model_package``; ``None``: nobody decided (no fine-tune, or the approval timed out).
     :param sweep: a sweep run's ``pick_best`` result (every candidate and the winner,
         :func:`sim2real.orchestration.stages.sweep.pick_best_result`); its winner's training result stands in for
         ``training`` when that is ``None``. ``None``: no sweep (or it did not finish).
