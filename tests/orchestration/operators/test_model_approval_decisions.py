@@ -46,7 +46,12 @@ class FakeStore:
         return self.rows.get(key, default)
 
     def set(self, key, value, *, retention=None):
+        if value is None:  # as Airflow's TaskStateStoreAccessor.set
+            raise ValueError("Cannot set value as None")
         self.rows[key] = json.loads(json.dumps(value))
+
+    def delete(self, key):
+        self.rows.pop(key, None)
 
 
 @pytest.fixture

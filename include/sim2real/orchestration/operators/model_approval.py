@@ -346,7 +346,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         refused = [*(store.get(REFUSED_KEY) or []), refusal]
         store.set(REFUSED_KEY, refused)
         if not keep_answer:
-            store.set(ANSWER_KEY, None)
+            store.delete(ANSWER_KEY)
         self.log.warning("REFUSED: %s", refusal_note(refusal))
         return refused
 
@@ -486,6 +486,13 @@ class TaskStore:
         except Exception as err:  # noqa: BLE001 - the registry still holds the decision
             self._log.warning("task state store: %s not read (%s)", key, err)
             return None
+
+    def delete(self, key: str) -> None:
+        if self._store is not None:
+            try:
+                self._store.delete(key)
+            except Exception as err:  # noqa: BLE001 - a retry would then complete a refused answer: logged loudly
+                self._log.error("task state store: %s not deleted (%s)", key, err)
 
     def set(self, key: str, value: Any) -> None:
         if self._store is None:
