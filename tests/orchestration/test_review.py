@@ -68,7 +68,8 @@ def test_the_review_on_aws_has_every_fact_and_console_links_only(s3, events_dir)
 def test_the_review_in_the_sandbox_embeds_the_pictures_and_says_what_is_missing(s3):
     text = body({"sandbox": True})  # no TensorBoard events, no smoke.json
     assert "Training curve: not drawn (" in text
-    assert "![Evaluation outcome](" in text and "Signature=" in text  # presigned, loaded from the sandbox
+    assert "[![Evaluation outcome](" in text and "Signature=" in text  # presigned, loaded from the sandbox
+    assert ")](http" in text  # each picture links to itself: one click opens it full size
     assert "**Smoke check:** unknown (" in text and "smoke/smoke.json" in text
 
 

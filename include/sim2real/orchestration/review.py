@@ -128,7 +128,7 @@ def approval_body(*, plan: Mapping[str, Any], ti: Any, package: Mapping[str, Any
             plan["region"], bucket, key)
         links.append(f"[{title}]({url})")
         if endpoint:
-            pictures.append(f"![{title}]({url})")
+            pictures.append(f"[![{title}]({url})]({url})")  # click: the full-size picture in a tab
     mlflow = run_url(plan.get("tracking"))
     if mlflow:
         links.append(f"[MLflow run]({mlflow})")

@@ -49,7 +49,9 @@ RUN_TIMEOUT_S = 420
 def stack(tmp_path_factory) -> Iterator[UiStack]:
     home = tmp_path_factory.mktemp("ui-approval")
     ui = UiStack(home, api_port=free_port(), poll_seconds=1, decision="airflow", mlflow=False, users=USERS,
-                 extra_env={"SIM2REAL_RETRY_DELAY_SECONDS": "1", "SIM2REAL_APPROVERS": "alice,bob"})
+                 extra_env={"SIM2REAL_RETRY_DELAY_SECONDS": "1", "SIM2REAL_APPROVERS": "alice,bob",
+                            # a loaded machine answers the Execution API slowly: no task lost to a 5 s read timeout
+                            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60"})
     started = time.monotonic()
     ui.start(timeout=300)
     print(f"UI stack with users ready in {time.monotonic() - started:.0f} s at {ui.url}")
