@@ -5,12 +5,12 @@ One :class:`sim2real.dev.ui.UiStack` for the module, users ``alice`` (triggers t
 approver) and ``mallory`` (an admin who is not listed); the environment config's ``approval.approvers`` is
 ``alice,bob`` (``SIM2REAL_APPROVERS``), so the request is assigned to bob alone: alice is listed but triggered.
 
-* alice is refused in the browser (Required Actions) and through the REST API
-  (``PATCH .../taskInstances/{task_id}/{map_index}/hitlDetails``), mallory through the API; bob approves within a
-  second of the step deferring; the run deploys; the registry and the lineage name bob, the lineage also alice.
-* an Airflow answer and a registry decision 30 ms apart, in each order: one decision; registry, lineage and
-  deploy agree; the other is refused visibly (the lineage, and the request's closing note or the package's
-  ApprovalDescription).
+One run: alice is refused in the browser (Required Actions) and through the REST API
+(``PATCH .../taskInstances/{task_id}/{map_index}/hitlDetails``), mallory through the API; bob approves and carol
+rejects in the registry 30 ms later: one decision (bob's, the first), registry, lineage and deployment agree, carol's
+is refused visibly (the package's ApprovalDescription, the lineage's ``approval.refused``); the lineage names bob
+and alice. The other order, the compare-and-set and retries are covered with controlled interleavings in
+``tests/orchestration/operators/test_model_approval_decisions.py``.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from tests.dev.ui.test_trigger_form import (
     wait_for_run,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
 
 USERS = {"alice": "user", "bob": "user", "mallory": "admin"}
-RUN_TIMEOUT_S = 420
+RUN_TIMEOUT_S = 1500  # a whole run on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +75,17 @@ def deferred_request(stack: UiStack, run_id: str, timeout: float = RUN_TIMEOUT_S
     deadline = time.monotonic() + timeout
     while True:
         try:
-            request = stack.api("GET", f"{base(run_id)}/taskInstances/{APPROVAL_TASK}/-1/hitlDetails")
-            if request["task_instance"]["state"] == "deferred":
-                return request
-        except urllib.error.HTTPError as err:
-            if err.code != 404:
-                raise
-            run = stack.api("GET", base(run_id))
-            assert run["state"] not in ("success", "failed"), failed_task_logs(stack, run_id)
+            try:
+                request = stack.api("GET", f"{base(run_id)}/taskInstances/{APPROVAL_TASK}/-1/hitlDetails")
+                if request["task_instance"]["state"] == "deferred":
+                    return request
+            except urllib.error.HTTPError as err:
+                if err.code != 404:
+                    raise
+                run = stack.api("GET", base(run_id))
+                assert run["state"] not in ("success", "failed"), failed_task_logs(stack, run_id)
+        except urllib.error.HTTPError:
+            raise
         except (TimeoutError, urllib.error.URLError):
             pass  # a busy API server on a loaded machine
         assert time.monotonic() < deadline, f"run {run_id} never asked for approval:\n{failed_task_logs(stack, run_id)}"
@@ -150,8 +153,10 @@ def refused_in_the_browser(stack: UiStack, run_id: str, user: str, tmp_path) -> 
             browser.close()
 
 
-# ------------------------------------------------------------------------------------------------ four-eyes
-def test_the_trigger_and_an_unlisted_user_are_refused_and_a_second_person_releases(stack, tmp_path):
+# ------------------------------------------------------------------------------------------------ the release
+def test_four_eyes_and_one_decision_when_an_answer_and_a_registry_reject_meet(stack, tmp_path):
+    """alice triggers; she (in the browser and the API) and mallory (the API) are refused; bob approves; carol
+    rejects in SageMaker 30 ms later: bob's answer came first and stands, carol's is refused visibly; deployed."""
     run_id = trigger_as(stack, "alice")
     request = deferred_request(stack, run_id)
     assert [u["id"] for u in request["assigned_users"]] == ["bob"], request["assigned_users"]
@@ -166,66 +171,21 @@ def test_the_trigger_and_an_unlisted_user_are_refused_and_a_second_person_releas
     open_request = stack.api("GET", f"{base(run_id)}/taskInstances/{APPROVAL_TASK}/-1/hitlDetails")
     assert not open_request["response_received"], open_request  # still open for bob
 
+    arn = run_model_package(stack, run_id)["ModelPackageArn"]
     assert answer(stack, run_id, "bob", "Approve", "second pair of eyes") == (200, "")
+    time.sleep(0.03)
+    registry(stack).update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Rejected",
+                                         ApprovalDescription="carol in Studio: drops the cube")
     run = wait_for_run(stack, run_id, RUN_TIMEOUT_S)
     assert run["state"] == "success", failed_task_logs(stack, run_id)
     tasks = task_states(stack, run_id)
     assert tasks["deploy.deploy_to_robots"][0] == "success", tasks
-    package = run_model_package(stack, run_id)
+    # One decision: bob's (first), in the registry, the lineage and the deployment; carol's refused, visibly.
+    package = registry(stack).describe_model_package(ModelPackageName=arn)
     assert package["ModelApprovalStatus"] == "Approved"
     assert package["ApprovalDescription"].startswith("Approved in Airflow by bob at ")
+    assert "| Refused: Reject by " in package["ApprovalDescription"], package["ApprovalDescription"]
     entry = lineage(stack, run_id)["approval"]
     assert (entry["decided_by"], entry["via"], entry["triggered_by"], entry["status"]) == (
         "bob", "airflow", "alice", "Approved"), entry
-
-
-# ------------------------------------------------------------------------------------------------ one decision
-def test_an_airflow_answer_within_a_second_of_deferral_then_a_registry_reject_30ms_later(stack):
-    run_id = trigger_as(stack, "alice")
-    request = deferred_request(stack, run_id)
-    seen = time.monotonic()
-    arn = run_model_package(stack, run_id)["ModelPackageArn"]
-    assert answer(stack, run_id, "bob", "Approve", "fast") == (200, "")
-    answered_after = time.monotonic() - seen
-    time.sleep(0.03)
-    registry(stack).update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Rejected",
-                                         ApprovalDescription="carol in Studio: drops the cube")
-    run = wait_for_run(stack, run_id, RUN_TIMEOUT_S)
-    # The Airflow answer came first: it stands, attributed to bob (also if the fast resume cost a retry).
-    assert run["state"] == "success", failed_task_logs(stack, run_id)
-    assert answered_after < 1.0, f"answered {answered_after:.2f} s after seeing the step deferred"
-    package = registry(stack).describe_model_package(ModelPackageName=arn)
-    assert package["ModelApprovalStatus"] == "Approved"
-    assert package["ApprovalDescription"].startswith("Approved in Airflow by bob at ")
-    assert "Refused: Reject by " in package["ApprovalDescription"]
-    entry = lineage(stack, run_id)["approval"]
-    assert (entry["decided_by"], entry["via"], entry["status"]) == ("bob", "airflow", "Approved"), entry
     assert [(r["via"], r["status"]) for r in entry["refused"]] == [("sagemaker", "Rejected")], entry
-    assert task_states(stack, run_id)["deploy.deploy_to_robots"][0] == "success"
-    assert request["task_instance"]["try_number"] >= 1
-
-
-def test_a_registry_reject_then_an_airflow_approve_30ms_later(stack):
-    run_id = trigger_as(stack, "alice")
-    deferred_request(stack, run_id)
-    arn = run_model_package(stack, run_id)["ModelPackageArn"]
-    registry(stack).update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Rejected",
-                                         ApprovalDescription="carol in Studio: drops the cube")
-    time.sleep(0.03)
-    status, _ = answer(stack, run_id, "bob", "Approve", "late by 30 ms")
-    run = wait_for_run(stack, run_id, RUN_TIMEOUT_S)
-    assert run["state"] == "failed"
-    tasks = task_states(stack, run_id)
-    assert tasks[APPROVAL_TASK][0] == "failed" and tasks["deploy.deploy_to_robots"][0] != "success", tasks
-    package = registry(stack).describe_model_package(ModelPackageName=arn)
-    assert (package["ModelApprovalStatus"], package["ApprovalDescription"]) == ("Rejected",
-                                                                                "carol in Studio: drops the cube")
-    entry = lineage(stack, run_id)["approval"]
-    assert (entry["via"], entry["status"]) == ("sagemaker", "Rejected"), entry
-    if status == 200:  # bob's answer reached Airflow before the step closed the request: refused, visibly
-        assert [(r["by"], r["via"], r["status"]) for r in entry["refused"]] == [("bob", "airflow", "Approved")], entry
-        closed = stack.api("GET", f"{base(run_id)}/taskInstances/{APPROVAL_TASK}/-1/hitlDetails")
-        assert closed["chosen_options"] == ["Reject"], closed
-        assert "Approve by bob in airflow" in closed["params_input"]["comment"], closed
-    else:  # the request was already closed with the registry's decision: Airflow refused the answer itself
-        assert status == 409, status
