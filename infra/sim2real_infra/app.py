@@ -97,6 +97,9 @@ def environment_config(settings: Settings, stacks: dict[str, Any]) -> dict[str, 
         "notifications": {
             "sns_topic_arn": f"arn:{partition}:sns:{region}:{account}:{settings.name('notifications')}",
         },
+        "approval": {"approvers": list(settings.approvers),
+                     "aws_identities": {k: list(v) for k, v in settings.approver_aws_identities.items()},
+                     "self_approval": False},
         "schedule_timezone": settings.schedule_timezone,
         "sandbox": False,
     }

@@ -26,6 +26,12 @@ def _list(value: Any) -> list[str]:
     return [str(v) for v in value if str(v)]
 
 
+def _identities(value: Any) -> dict[str, list[str]]:
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else {}
+    return {str(k): _list(v) for k, v in dict(value or {}).items()}
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every tunable of the app.
@@ -52,6 +58,12 @@ class Settings:
         instances the MWAA role may send SSM commands to besides the workstation.
     :param schedule_timezone: IANA time zone of the nightly run (``0 2 * * *``), e.g. ``Europe/Berlin``; written to
         the environment config (``schedule_timezone``) and to MWAA's ``sim2real.schedule_timezone`` option.
+    :param approvers: Airflow user ids allowed to release a model (the environment config's
+        ``approval.approvers``: the release request's assigned users, less the run's trigger); empty: any user who
+        may act on the task, except the one who triggered the run.
+    :param approver_aws_identities: Airflow user id -> the SageMaker identities (IAM ARNs, Studio user profiles)
+        the person decides with in the registry (``approval.aws_identities``: a registry approval by the run's
+        trigger is then undone too).
     :param airflow_version: MWAA ``AirflowVersion``.
     :param mwaa_environment_class: MWAA ``EnvironmentClass``.
     :param mwaa_versions: S3 object versions of ``plugins.zip``, ``requirements.txt`` and
@@ -79,6 +91,8 @@ class Settings:
     hyperpod_submit_host_tag_key: str = "sim2real:role"
     hyperpod_submit_host_tag_value: str = "hyperpod-head"
     schedule_timezone: str = "UTC"
+    approvers: tuple[str, ...] = ()
+    approver_aws_identities: dict[str, list[str]] = field(default_factory=dict)
     airflow_version: str = "3.3.1"
     mwaa_environment_class: str = "mw1.small"
     mwaa_versions: dict[str, str] = field(default_factory=dict)
@@ -124,6 +138,8 @@ class Settings:
             hyperpod_submit_host_tag_key=str(get("hyperpod_submit_host_tag_key", d.hyperpod_submit_host_tag_key)),
             hyperpod_submit_host_tag_value=str(get("hyperpod_submit_host_tag_value",
                                                    d.hyperpod_submit_host_tag_value)),
+            approvers=tuple(_list(get("approvers", list(d.approvers)))),
+            approver_aws_identities=_identities(get("approver_aws_identities", d.approver_aws_identities)),
             airflow_version=str(get("airflow_version", d.airflow_version)),
             mwaa_environment_class=str(get("mwaa_environment_class", d.mwaa_environment_class)),
             mwaa_versions=dict(versions or {}),
@@ -152,6 +168,11 @@ class Settings:
         if (self.hyperpod_submit_host_tag_key, self.hyperpod_submit_host_tag_value) == (WORKSTATION_TAG_KEY,
                                                                                         WORKSTATION_TAG_VALUE):
             raise ValueError("sim2real:hyperpod_submit_host_tag_* must differ from the workstation's tag")
+        from sim2real.orchestration.config import approval_problems
+
+        problems = approval_problems({"approvers": list(self.approvers), "aws_identities": self.approver_aws_identities})
+        if problems:
+            raise ValueError("sim2real:approvers / sim2real:approver_aws_identities: " + "; ".join(problems))
         if self.max_vcpus < self.vcpus_per_node:
             raise ValueError("sim2real:max_vcpus is below one node's vCPUs: no job could ever be placed")
         import zoneinfo

@@ -60,6 +60,7 @@ def test_parameter_has_every_required_key_and_validates(synth: Synth) -> None:
         "com.sim2real.PolicySetup": "1.0.0", "com.sim2real.PolicyInference": "1.0.0",
         "com.sim2real.PolicyBenchmark": "1.0.0"} | config["greengrass"]["components"]
     assert config["sandbox"] is False
+    assert config["approval"] == {"approvers": [], "aws_identities": {}, "self_approval": False}  # four-eyes
     # the Airflow Variable served by MWAA's SSM secrets backend carries the same document
     assert params["/sim2real/airflow/variables/sim2real_environment"] == config
 
@@ -99,3 +100,22 @@ def test_settings_from_context_and_refusals() -> None:
                 {"sim2real:hyperpod": "true", "sim2real:hyperpod_submit_host_tag_key": ""}):
         with pytest.raises(ValueError):
             Settings.from_context(cdk.App(context=bad).node)
+
+
+def test_approvers_from_context_reach_the_environment_config() -> None:
+    from sim2real_infra.app import environment_config
+
+    s = Settings.from_context(cdk.App(context={
+        "sim2real:approvers": "bob,carol",
+        "sim2real:approver_aws_identities": '{"alice": ["arn:aws:sts::123456789012:assumed-role/ml/alice"]}'}).node)
+    assert s.approvers == ("bob", "carol")
+
+    class Named:  # the stacks' physical names the section does not depend on
+        def __getattr__(self, name: str) -> Any:
+            return {"components": {"c": "1.0.0"}}.get(name, "x")
+
+    config = environment_config(s, {k: Named() for k in ("batch", "sagemaker", "greengrass")})
+    assert config["approval"] == {"approvers": ["bob", "carol"], "self_approval": False,
+                                  "aws_identities": {"alice": ["arn:aws:sts::123456789012:assumed-role/ml/alice"]}}
+    with pytest.raises(ValueError, match="sim2real:approvers"):
+        Settings.from_context(cdk.App(context={"sim2real:approvers": '["bob", " carol"]'}).node)

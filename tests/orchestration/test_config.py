@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -70,3 +71,25 @@ def test_hyperpod_section_bad_values_named(override, needle):
 def test_hyperpod_section_must_be_an_object():
     with pytest.raises(EnvironmentConfigError, match="hyperpod must be an object"):
         validate_environment({**GOOD, "hyperpod": ["c"]})
+
+
+def test_approval_section_defaults_and_values():
+    from sim2real.orchestration.config import approval_settings
+
+    assert approval_settings(GOOD) == {"approvers": [], "aws_identities": {}, "self_approval": False}
+    env = {**GOOD, "approval": {"approvers": ["bob", "carol"], "aws_identities": {"alice": ["arn:aws:sts::1:x"]}}}
+    assert validate_environment(env)["approval"]["approvers"] == ["bob", "carol"]
+    assert approval_settings(env)["aws_identities"] == {"alice": ["arn:aws:sts::1:x"]}
+
+
+@pytest.mark.parametrize(("section", "needle"), [
+    ({"approvers": "bob"}, "approval.approvers must be a list"),
+    ({"approvers": ["bob", " carol"]}, "approval.approvers must be a list"),
+    ({"aws_identities": {"alice": "arn"}}, "approval.aws_identities must map"),
+    ({"self_approval": "yes"}, "approval.self_approval must be true or false"),
+    ({"approver": ["bob"]}, "approval has unknown keys ['approver']"),
+    (["bob"], "approval must be an object"),
+])
+def test_approval_section_bad_values_named(section, needle):
+    with pytest.raises(EnvironmentConfigError, match=re.escape(needle)):
+        validate_environment({**GOOD, "approval": section})

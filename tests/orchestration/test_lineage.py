@@ -110,9 +110,17 @@ def test_the_release_decision_records_who_where_when_and_why():
                              model_package={"model_package_arn": "arn:aws:sagemaker:us-east-1:123456789012:model-package/g/1",
                                             "approval_status": "Approved",
                                             "decision": decision})
-    assert approved["approval"] == decision and lineage_errors(approved) == []
+    assert approved["approval"] == {**decision, "triggered_by": None, "refused": []} and lineage_errors(approved) == []
     assert "| release decision | `Approved in airflow by alice at 2026-12-02T07:00:00+00:00: grasps 9/10` |" in \
         render_markdown(approved)
+    # Four-eyes: who triggered the run, and every refused answer, are in the entry and its row.
+    refusal = {"by": "alice", "via": "airflow", "status": "Approved", "at": "2026-12-02T06:59:00+00:00",
+               "reason": "alice triggered this run and cannot answer its release request"}
+    second = build_lineage(run_key="r", dag_id="d", run_id="x", params={},
+                           approval={**decision, "decided_by": "bob", "triggered_by": "alice", "refused": [refusal]})
+    assert second["approval"]["triggered_by"] == "alice" and second["approval"]["refused"] == [refusal]
+    assert lineage_errors(second) == []
+    assert "run triggered by alice; refused: Approved by alice in airflow" in render_markdown(second)
     # A rejection fails the approval step: its decision comes from the step's XCom, not its return value.
     rejected = build_lineage(run_key="r", dag_id="d", run_id="x", params={},
                              approval={**decision, "via": "sagemaker", "decided_by": None, "status": "Rejected"})

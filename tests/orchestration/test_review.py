@@ -68,7 +68,8 @@ def test_the_review_on_aws_has_every_fact_and_console_links_only(s3, events_dir)
 def test_the_review_in_the_sandbox_embeds_the_pictures_and_says_what_is_missing(s3):
     text = body({"sandbox": True})  # no TensorBoard events, no smoke.json
     assert "Training curve: not drawn (" in text
-    assert "![Evaluation outcome](" in text and "Signature=" in text  # presigned, loaded from the sandbox
+    assert "[![Evaluation outcome](" in text and "Signature=" in text  # presigned, loaded from the sandbox
+    assert ")](http" in text  # each picture links to itself: one click opens it full size
     assert "**Smoke check:** unknown (" in text and "smoke/smoke.json" in text
 
 
@@ -101,3 +102,10 @@ def test_the_review_of_a_run_without_rounds_lists_no_round_picture(s3):
 def test_smoke_line_says_failed_with_the_reason():
     assert smoke_line({"passed": False, "reason": "NaN actions"}, "s3://b/k") == \
         "**Smoke check:** FAILED (NaN actions), `s3://b/k`"
+
+
+def test_the_package_line_dates_its_status_instead_of_stating_it():
+    from sim2real.orchestration.review import package_lines
+
+    line = package_lines(PACKAGE, "us-east-1")[0]
+    assert "(PendingManualApproval when this request was written; the decision is this request's answer)" in line

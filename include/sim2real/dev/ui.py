@@ -81,11 +81,14 @@ class UiStack:
     :param parallelism: ``[core] parallelism`` (task slots of the LocalExecutor; default 4).
     :param extra_env: more environment for both processes (e.g. ``SIM2REAL_RETRY_DELAY_SECONDS``).
     :param mlflow: also run the local MLflow tracking server (``make ui``; default on); off: untracked runs.
+    :param users: SimpleAuthManager users, ``{username: role}`` (``admin``, ``op``, ``user``, ``viewer``), each
+        with a random password (:meth:`password`): logins instead of ``simple_auth_manager_all_admins``; the API
+        calls of :meth:`api` then act as ``user=`` (default: the first one). None (default): every visitor is admin.
     """
 
     def __init__(self, home: str | os.PathLike | None = None, *, api_port: int = 8080, poll_seconds: int = 2,
                  decision: str = "airflow", parallelism: int = 4, extra_env: dict[str, str] | None = None,
-                 mlflow: bool = True) -> None:
+                 mlflow: bool = True, users: dict[str, str] | None = None) -> None:
         self.home = Path(home).resolve() if home else REPO_ROOT / ".sandbox" / "ui"
         self.mlflow = mlflow  # the served sandbox also runs a local MLflow tracking server
         self.api_port = api_port
@@ -100,6 +103,9 @@ class UiStack:
         self._sandbox: subprocess.Popen | None = None
         self._airflow: subprocess.Popen | None = None
         self._token: str | None = None
+        self.users = dict(users or {})
+        self._passwords = {user: secrets.token_urlsafe(16) for user in self.users}
+        self._tokens: dict[str, str] = {}
         self._secret_key = secrets.token_urlsafe(64)
         self._jwt_secret = secrets.token_urlsafe(64)
         self._log_ports = (free_port(), free_port())
@@ -192,12 +198,26 @@ class UiStack:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO"),
         })
+        if self.users:
+            env.update({
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in self.users.items()),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            })
         return env
+
+    def password(self, user: str) -> str:
+        """The password of one of ``users`` (SimpleAuthManager's passwords file, written at start)."""
+        return self._passwords[user]
 
     def _start_airflow(self) -> None:
         if self.airflow_home.exists():
             shutil.rmtree(self.airflow_home)
         self.airflow_home.mkdir(parents=True)
+        if self.users:
+            passwords = self.home / "passwords.json"
+            passwords.touch(mode=0o600)
+            passwords.write_text(json.dumps(self._passwords) + "\n")
         airflow = str(Path(sys.executable).parent / "airflow")
         with self.airflow_log.open("wb") as log:
             self._airflow = subprocess.Popen([airflow, "standalone"], cwd=REPO_ROOT, env=self.airflow_env(),
@@ -260,6 +280,7 @@ class UiStack:
                     finally:
                         self._sandbox = None
             self._token = None
+            self._tokens.clear()
         finally:
             for sig, handler in held.items():
                 signal.signal(sig, handler)
@@ -271,16 +292,25 @@ class UiStack:
         self.stop()
 
     # -- REST API ------------------------------------------------------------------------------
-    def token(self) -> str:
-        """A JWT for the public API (``GET /auth/token``, no credentials needed with all_admins)."""
-        if self._token is None:
-            self._token = self.api("GET", "/auth/token", auth=False)["access_token"]
-        return self._token
+    def token(self, user: str | None = None) -> str:
+        """A JWT for the public API: ``GET /auth/token`` (no credentials needed with all_admins), or, with
+        ``users``, ``POST /auth/token`` with ``user``'s password (default: the first user)."""
+        if not self.users:
+            if self._token is None:
+                self._token = self.api("GET", "/auth/token", auth=False)["access_token"]
+            return self._token
+        user = user or next(iter(self.users))
+        if user not in self._tokens:
+            self._tokens[user] = self.api("POST", "/auth/token", {"username": user, "password": self.password(user)},
+                                          auth=False)["access_token"]
+        return self._tokens[user]
 
-    def api(self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float = 30) -> Any:
+    def api(self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float = 30,
+            user: str | None = None) -> Any:
         """Call the API server and return its JSON answer.
 
         :param path: e.g. ``/api/v2/dags/sim_to_real/dagRuns``.
+        :param user: with ``users``: who calls (default: the first user).
         :raises urllib.error.HTTPError: on a 4xx/5xx answer (its body is in the message).
         """
         headers = {"Accept": "application/json"}
@@ -289,7 +319,7 @@ class UiStack:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         if auth:
-            headers["Authorization"] = f"Bearer {self.token()}"
+            headers["Authorization"] = f"Bearer {self.token(user)}"
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:

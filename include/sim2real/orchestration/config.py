@@ -57,6 +57,16 @@ Shape (JSON object; every key below is required unless marked optional)::
         "use_container_image": true,           # optional; run in the build's image with pyxis/enroot
         "container_mounts": "/fsx:/fsx"        # optional; pyxis --container-mounts
       },
+      "approval": {                            # optional; who may release a model (four-eyes, see
+        "approvers": ["bob", "carol"],         # sim2real.orchestration.operators.model_approval): Airflow
+                                               # user ids (the auth manager's user id) allowed to answer the
+                                               # release request (HITL assigned_users); absent or []: any
+                                               # user who may act on the task, except the one who triggered
+        "aws_identities": {"alice": ["arn:aws:sts::123456789012:assumed-role/ml-engineer/alice"]},
+                                               # optional; Airflow user id -> the SageMaker identities (IAM ARN
+                                               # or Studio user profile) the person decides with in the registry
+        "self_approval": false                 # optional (default false); true only where one person is every
+      },                                       # user (the local sandbox UI's anonymous admin)
       "notifications": {"sns_topic_arn": "arn:aws:sns:..."},   # optional; no topic = notifications skipped
       "airflow": {"mwaa_environment_name": "sim2real"},        # optional; the run note is set through this
                                                # environment's REST API (default: MWAA's AIRFLOW_ENV_NAME)
@@ -134,7 +144,7 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
         for key in keys:
             if scope.get(key) in (None, ""):
                 missing.append(f"{section}.{key}" if section else key)
-    problems = _hyperpod_problems(env.get("hyperpod"))
+    problems = _hyperpod_problems(env.get("hyperpod")) + approval_problems(env.get("approval"))
     mlflow = env.get("mlflow")
     if mlflow is not None:
         from sim2real.contract.tracking import check_tracking_uri
@@ -213,6 +223,41 @@ def _hyperpod_problems(section: Any) -> list[str]:
     if isinstance(shared, str) and shared and not shared.startswith("/"):
         problems.append(f"hyperpod.shared_dir must be an absolute path on the cluster, got {shared!r}")
     return problems
+
+
+#: Defaults of the optional ``approval`` section (:func:`approval_settings`).
+APPROVAL_DEFAULTS: dict[str, Any] = {"approvers": [], "aws_identities": {}, "self_approval": False}
+
+
+def approval_problems(section: Any) -> list[str]:
+    """Problems of the optional ``approval`` section (each names the key and what it must be)."""
+    if section is None:
+        return []
+    if not isinstance(section, Mapping):
+        return [f"approval must be an object, got {type(section).__name__}"]
+    problems = []
+    unknown = sorted(set(section) - set(APPROVAL_DEFAULTS))
+    if unknown:
+        problems.append(f"approval has unknown keys {unknown} (known: {sorted(APPROVAL_DEFAULTS)})")
+    approvers = section.get("approvers", [])
+    if not isinstance(approvers, list) or not all(isinstance(a, str) and a.strip() == a and a for a in approvers):
+        problems.append(f"approval.approvers must be a list of Airflow user ids (non-empty strings, no surrounding "
+                        f"spaces), got {approvers!r}")
+    identities = section.get("aws_identities", {})
+    if not isinstance(identities, Mapping) or not all(
+            isinstance(k, str) and k and isinstance(v, list) and all(isinstance(i, str) and i for i in v)
+            for k, v in identities.items()):
+        problems.append("approval.aws_identities must map Airflow user ids to lists of SageMaker identities "
+                        f"(IAM ARNs or Studio user profile names), got {identities!r}")
+    if not isinstance(section.get("self_approval", False), bool):
+        problems.append(f"approval.self_approval must be true or false, got {section.get('self_approval')!r}")
+    return problems
+
+
+def approval_settings(env: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The environment config's ``approval`` section with :data:`APPROVAL_DEFAULTS` filled in (a copy)."""
+    section = (env or {}).get("approval") or {}
+    return json.loads(json.dumps({**APPROVAL_DEFAULTS, **{k: v for k, v in section.items() if v is not None}}))
 
 
 def check_timezone(name: Any) -> str:

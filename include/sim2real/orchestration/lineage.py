@@ -97,8 +97,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
     :param mlflow: the run's MLflow tracking (:func:`sim2real.orchestration.tracking.start_tracking`'s result, the
         plan's ``tracking``): parent and child run ids; default: the plan's ``tracking``; ``None``: not known.
     :param approval: the release decision (the approval step's XCom ``decision``: ``{"decided_by", "via"
-        ("airflow" | "sagemaker"), "at", "comment", "status"}``); default: the one in ``model_package``; ``None``:
-        nobody decided (no fine-tune, or the approval timed out).
+        ("airflow" | "sagemaker"), "at", "comment", "status", "triggered_by", "refused"}``); default: the one in
+        ``model_package``; ``None``: nobody decided (no fine-tune, or the approval timed out).
     :param sweep: a sweep run's ``pick_best`` result (every candidate and the winner,
         :func:`sim2real.orchestration.stages.sweep.pick_best_result`); its winner's training result stands in for
         ``training`` when that is ``None``. ``None``: no sweep (or it did not finish).
@@ -173,15 +173,21 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
     }
 
 
-#: The keys of the lineage ``approval`` entry (who decided, where, when, why, what).
-APPROVAL_KEYS = ("decided_by", "via", "at", "comment", "status")
+#: The keys of the lineage ``approval`` entry (who decided, where, when, why, what; who triggered the run; the
+#: answers refused before the decision: four-eyes, or a contrary decision that came later).
+APPROVAL_KEYS = ("decided_by", "via", "at", "comment", "status", "triggered_by", "refused")
+#: The keys of one refused answer in the ``approval`` entry's ``refused`` list.
+REFUSAL_KEYS = ("by", "via", "status", "at", "reason")
 
 
 def _approval_entry(decision: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The lineage ``approval`` entry: the decision's :data:`APPROVAL_KEYS`, or ``None`` when nobody decided."""
+    """The lineage ``approval`` entry: the decision's :data:`APPROVAL_KEYS` (``refused``: a list, possibly
+    empty, of :data:`REFUSAL_KEYS`), or ``None`` when nobody decided."""
     if not decision:
         return None
-    return {key: decision.get(key) for key in APPROVAL_KEYS}
+    entry = {key: decision.get(key) for key in APPROVAL_KEYS}
+    entry["refused"] = [{key: r.get(key) for key in REFUSAL_KEYS} for r in decision.get("refused") or []]
+    return entry
 
 
 def candidate_entries(params: Mapping[str, Any], chain: Mapping[str, Any], evaluation: Mapping[str, Any] | None,
@@ -310,8 +316,14 @@ def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _approval_row(entry: Mapping[str, Any] | None) -> str:
     if not entry:
         return "—"
-    return (f"{entry.get('status')} in {entry.get('via')} by {entry.get('decided_by') or 'unknown'} at "
-            f"{entry.get('at') or 'unknown time'}: {entry.get('comment') or 'no comment'}")
+    row = (f"{entry.get('status')} in {entry.get('via')} by {entry.get('decided_by') or 'unknown'} at "
+           f"{entry.get('at') or 'unknown time'}: {entry.get('comment') or 'no comment'}")
+    if entry.get("triggered_by"):
+        row += f"; run triggered by {entry['triggered_by']}"
+    for refusal in entry.get("refused") or []:
+        row += (f"; refused: {refusal.get('status')} by {refusal.get('by')} in {refusal.get('via')} "
+                f"({refusal.get('reason')})")
+    return row
 
 
 def _mlflow_row(entry: Mapping[str, Any] | None) -> str:

@@ -14,7 +14,7 @@ Events (message attribute ``event``, usable in an SNS subscription filter policy
   with the reason;
 - ``approval_needed``: the approval step asks for a decision (``on_execute_callback`` of
   ``vla.wait_for_approval``), with the model package and how to decide: in Airflow (Required Actions) or
-  in SageMaker;
+  in SageMaker; once per run (not again when the step resumes, nor when a retry waits on the same request);
 - ``deployed``: the Greengrass deployment succeeded on every robot (``on_success_callback`` of
   ``deploy.deploy_to_robots``).
 
@@ -204,6 +204,15 @@ def _is_resume(context: Mapping[str, Any]) -> bool:
     return bool(getattr(server_ctx, "next_method", None))
 
 
+def _asked_before(context: Mapping[str, Any]) -> bool:
+    """Whether an earlier try of the approval step already wrote (and so announced) its request: the step's
+    record in the task state store, shared by the task's tries
+    (:data:`sim2real.orchestration.operators.model_approval.REQUEST_KEY`)."""
+    from sim2real.orchestration.operators.model_approval import REQUEST_KEY, TaskStore
+
+    return bool(TaskStore(context, log).get(REQUEST_KEY))
+
+
 class Sim2RealSnsNotifier(SnsNotifier):
     """SNS notifier for one ``sim_to_real`` event; the topic comes from the environment config at send time.
 
@@ -225,8 +234,8 @@ class Sim2RealSnsNotifier(SnsNotifier):
         whose ``dag`` is a serialized DAG without a Jinja environment."""
 
     def notify(self, context: Any) -> None:
-        if self.event == APPROVAL_NEEDED and _is_resume(context):
-            return  # announced when the wait started, not again when the sensor resumes
+        if self.event == APPROVAL_NEEDED and (_is_resume(context) or _asked_before(context)):
+            return  # announced when the wait started, not again when it resumes or a retry waits on
         topic, env = topic_arn_from_environment()
         try:
             subject, message, attributes = compose(self.event, context, env)

@@ -61,7 +61,9 @@ def package_lines(package: Mapping[str, Any], region: str) -> list[str]:
     url = SageMakerModelPackageLink().format_link(
         region_name=region, aws_domain=BaseAwsLink.get_aws_domain(partition_of(region)),
         group_name=package.get("ModelPackageGroupName") or arn.split("/")[-2], version=arn.rsplit("/", 1)[-1])
-    return [f"**Model package:** [{arn}]({url}) ({package.get('ModelApprovalStatus')})",
+    # The request's text is written once: a status here would go stale on the decision, so it is dated as such.
+    return [f"**Model package:** [{arn}]({url}) ({package.get('ModelApprovalStatus')} when this request was "
+            "written; the decision is this request's answer)",
             f"Deciding in SageMaker Studio or with `{approve_command(arn)}` ends this step too."]
 
 
@@ -126,7 +128,7 @@ def approval_body(*, plan: Mapping[str, Any], ti: Any, package: Mapping[str, Any
             plan["region"], bucket, key)
         links.append(f"[{title}]({url})")
         if endpoint:
-            pictures.append(f"![{title}]({url})")
+            pictures.append(f"[![{title}]({url})]({url})")  # click: the full-size picture in a tab
     mlflow = run_url(plan.get("tracking"))
     if mlflow:
         links.append(f"[MLflow run]({mlflow})")

@@ -271,7 +271,12 @@ def wait_for_run(stack: UiStack, run_id: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}"
     while True:
-        run = stack.api("GET", path)
+        try:
+            run = stack.api("GET", path)
+        except (TimeoutError, urllib.error.URLError) as err:  # a busy API server (SQLite on a loaded machine)
+            if isinstance(err, urllib.error.HTTPError) or time.monotonic() > deadline:
+                raise
+            continue
         if run["state"] in ("success", "failed") or time.monotonic() > deadline:
             return run
         time.sleep(2)

@@ -214,7 +214,8 @@ def test_approve_in_airflow_updates_the_package_with_approver_and_comment(moto_e
                                               "grasps 9/10 on the bench")
     assert result["approval_status"] == "Approved" and result["model_data_url"].endswith("run-1/vla/model.tar.gz")
     assert result["decision"] == {"decided_by": "Alice (id 7)", "via": "airflow", "at": "2026-12-02T07:00:00+00:00",
-                                  "comment": "grasps 9/10 on the bench", "status": "Approved"}
+                                  "comment": "grasps 9/10 on the bench", "status": "Approved", "triggered_by": None,
+                                  "refused": []}
 
 
 def test_reject_in_airflow_rejects_the_package_and_fails_with_the_reason(moto_endpoint, sm, context):
@@ -229,12 +230,17 @@ def test_reject_in_airflow_rejects_the_package_and_fails_with_the_reason(moto_en
     assert context["ti"].xcom[DECISION_XCOM]["via"] == "airflow"
 
 
-def test_a_decision_in_sagemaker_that_came_first_is_not_overwritten(moto_endpoint, sm, context):
+def test_a_decision_in_sagemaker_that_came_first_is_not_overwritten(moto_endpoint, sm, context, monkeypatch):
+    import airflow.providers.standard.operators.hitl as hitl
+
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: None)
     arn = register(sm, "g-race", "run-1", "Approved", description="approved in Studio")
-    result = operator("g-race", "run-1").execute_complete(
-        context, {**airflow_answer("Reject", "late"), "model_package_arn": arn})
+    decided_at = sm.describe_model_package(ModelPackageName=arn)["LastModifiedTime"]
+    late = {**airflow_answer("Reject", "late"), "responded_at": decided_at + dt.timedelta(seconds=1)}
+    with pytest.raises(TaskDeferred) as deferred:  # refused; the trigger closes the request with the registry's
+        operator("g-race", "run-1").execute_complete(context, {**late, "model_package_arn": arn})
     assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "Approved"
-    assert result["decision"]["via"] == "sagemaker"
+    assert "registry decision came first: Approved" in deferred.value.trigger.refused[0]
 
 
 def test_an_answer_outside_the_options_is_refused(moto_endpoint, sm, context):
@@ -274,6 +280,7 @@ def comms(monkeypatch):
 
 
 def trigger(group, arn, **kwargs):
+    kwargs.setdefault("settle_seconds", 0)
     return ModelPackageDecisionTrigger(ti_id=str(uuid4()), model_package_group_name=group, run_key="run-1",
                                        model_package_arn=arn, waiter_delay=0, **kwargs)
 
@@ -346,3 +353,52 @@ def test_trigger_serializes_round_trip_with_the_task_instance():
     assert path == "sim2real.orchestration.triggers.model_package.ModelPackageDecisionTrigger"
     assert kwargs["ti_id"] == "0190f0a0-0000-7000-8000-000000000000"
     assert ModelPackageDecisionTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def test_the_steps_own_write_read_back_names_the_airflow_user_not_the_aws_caller():
+    description = airflow_approval_description("Approved", "bob", "ok: fine", "2026-12-02T07:00:00+00:00")
+    decision = sagemaker_decision({"ModelApprovalStatus": "Approved", "ApprovalDescription": description,
+                                   "LastModifiedBy": {"IamIdentity": {"Arn": "arn:aws:sts::1:assumed-role/mwaa/x"}}})
+    assert decision == {"decided_by": "bob", "via": "airflow", "at": "2026-12-02T07:00:00+00:00", "comment": "ok: fine",
+                        "status": "Approved"}
+    assert sagemaker_decision({"ModelApprovalStatus": "Rejected", "ApprovalDescription": description})["via"] == "sagemaker"
+
+
+def test_a_registry_decision_with_an_airflow_answer_pending_goes_to_the_step_as_the_answer(moto_endpoint, sm, comms):
+    """Both decided by the time the trigger looks: the step gets the Airflow answer (and orders the two by time)."""
+    from airflow.sdk.api.datamodels._generated import HITLDetailResponse, HITLUser
+
+    arn = register(sm, "g-tr-both", "run-1", "Rejected", description="carol")
+    at = dt.datetime(2026, 12, 2, 7, 0, tzinfo=dt.timezone.utc)
+    answered = HITLDetailResponse(response_received=True, responded_at=at, chosen_options=["Approve"],
+                                  params_input={"comment": "ok"}, responded_by_user=HITLUser(id="bob", name="bob"))
+    t = trigger("g-tr-both", arn, waiter_max_attempts=1)
+    reads = []
+
+    async def answer_after_the_registry_read():  # the answer lands while the trigger reads the registry
+        reads.append(1)
+        return None if len(reads) == 1 else {"chosen_options": ["Approve"], "params_input": {"comment": "ok"},
+                                             "responded_by_user": {"id": "bob", "name": "bob"}, "responded_at": at}
+
+    t._airflow_answer = answer_after_the_registry_read
+    event = first_event(t)
+    assert (event["via"], event["hitl_response"]["responded_by_user"]["name"]) == ("airflow", "bob")
+    assert comms.updates == [] and answered.chosen_options == ["Approve"]  # the request is not closed over it
+
+
+def test_the_closing_note_names_the_refused_answers(moto_endpoint, sm, comms):
+    arn = register(sm, "g-tr-note", "run-1", "Rejected", description="carol: drops the cube")
+    first_event(trigger("g-tr-note", arn, waiter_max_attempts=1,
+                        refused=["Approve by bob in airflow at t refused: the registry decision came first"]))
+    (closing,) = comms.updates
+    assert closing.chosen_options == ["Reject"]
+    assert "carol: drops the cube | Approve by bob in airflow at t refused" in closing.params_input["comment"]
+
+
+def test_the_trigger_holds_its_event_a_few_seconds_after_it_starts(moto_endpoint, sm, comms):
+    import time as _time
+
+    arn = register(sm, "g-tr-hold", "run-1", "Approved", description="ok")
+    started = _time.monotonic()
+    assert first_event(trigger("g-tr-hold", arn, waiter_max_attempts=1, settle_seconds=1.5))["via"] == "sagemaker"
+    assert _time.monotonic() - started >= 1.5

@@ -20,7 +20,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 
 
 DAG_FILE = """
@@ -83,7 +83,7 @@ def drive(home: str, out: str) -> None:
 
     answered: set = set()  # the runs go one after another: the new request is the one not seen before
 
-    def new_request(timeout: float = 60) -> HITLDetail | None:
+    def new_request(timeout: float = 240) -> HITLDetail | None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with create_session() as session:
@@ -122,7 +122,7 @@ def drive(home: str, out: str) -> None:
         thread = threading.Thread(target=reviewer, args=(arn, case, seen), daemon=True)
         thread.start()
         dag_run = dag.test(run_conf={"run_key": run_key})
-        thread.join(timeout=30)
+        thread.join(timeout=240)
         ti = dag_run.get_task_instance("wait_for_approval")
         with create_session() as session:
             request = session.get(HITLDetail, ti.id)
@@ -146,7 +146,7 @@ def runs(tmp_path_factory) -> dict:
             "from tests.orchestration.operators.test_model_approval_dag import drive; "
             f"drive({str(folder / 'airflow')!r}, {str(out)!r})")
     with log.open("w") as fh:
-        proc = subprocess.run([sys.executable, "-c", code], stdout=fh, stderr=subprocess.STDOUT, timeout=280,
+        proc = subprocess.run([sys.executable, "-c", code], stdout=fh, stderr=subprocess.STDOUT, timeout=880,
                               cwd=REPO_ROOT)
     assert proc.returncode == 0 and out.exists(), log.read_text()[-8000:]
     return json.loads(out.read_text())

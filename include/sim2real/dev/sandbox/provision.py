@@ -81,6 +81,14 @@ def _load_recipes(repo_root: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
+def approval_section(approvers: list[str] | None = None) -> dict[str, Any]:
+    """The sandbox's ``approval`` section: four-eyes among ``approvers`` (default ``SIM2REAL_APPROVERS``,
+    comma-separated), or, with none, self-approval (one anonymous admin is every user of ``make ui``)."""
+    if approvers is None:
+        approvers = [a.strip() for a in os.environ.get("SIM2REAL_APPROVERS", "").split(",") if a.strip()]
+    return {"approvers": list(approvers), "aws_identities": {}, "self_approval": not approvers}
+
+
 def provision(
     sandbox: Sandbox,
     *,
@@ -91,6 +99,7 @@ def provision(
     robots: int = 2,
     hyperpod: bool = True,
     job_environment: dict[str, str] | None = None,
+    approvers: list[str] | None = None,
 ) -> dict[str, Any]:
     """Create the sandbox's AWS resources and return the environment config.
 
@@ -104,6 +113,9 @@ def provision(
     :param hyperpod: also create the HyperPod cluster (groups ``head`` and ``gpu``) and its head/login node
         (EC2 instance tagged ``sim2real:role=hyperpod-head``, SSM-managed, emulated Slurm client).
     :param job_environment: extra/overriding container environment of the job definition.
+    :param approvers: the Airflow user ids that may release a model (the config's ``approval.approvers``,
+        four-eyes: never the run's trigger). Default: ``SIM2REAL_APPROVERS`` (comma-separated) when set; else none
+        and ``self_approval: true``, since the local sandbox UI's one anonymous admin is every user there.
     :return: the environment config dict (validated by :func:`sim2real.orchestration.config.validate_environment`).
     :raises ValueError: on ``robots`` outside 1..10.
     """
@@ -254,6 +266,7 @@ def provision(
         "sagemaker": {"pipeline_name": pipeline_name, "pipeline_role_arn": pipeline_role, "model_package_group": group},
         "greengrass": {"thing_group_name": thing_group, "components": versions},
         "notifications": {"sns_topic_arn": topic},
+        "approval": approval_section(approvers),
         "schedule_timezone": "UTC",
         "sandbox": True,
     }

@@ -7,6 +7,12 @@ Sources: Amazon SageMaker API Reference — ListModelPackages (``ModelPackageGro
 ``InferenceSpecification.Containers[].ModelDataUrl``, ``ApprovalDescription``, ``LastModifiedBy``
 (``UserContext``: ``UserProfileName``, ``IamIdentity.Arn``), ``LastModifiedTime``), UpdateModelPackage
 (``ModelApprovalStatus``, ``ApprovalDescription``: at most 1024 characters).
+
+SageMaker has no conditional UpdateModelPackage (no version or ETag to compare against), so
+:meth:`ModelRegistryHook.compare_and_set_approval` is a compare-and-set built from reads: it writes only while
+the package still shows what the caller saw and re-reads after the write. What remains is the time between that
+read and the write (one API round trip, milliseconds): a write landing exactly there is overwritten, and the
+re-read cannot tell (the registry keeps no history of its approval status).
 """
 
 from __future__ import annotations
@@ -91,6 +97,9 @@ def sagemaker_decision(package: dict[str, Any]) -> dict[str, Any]:
     """
     who = package.get("LastModifiedBy") or {}
     at = package.get("LastModifiedTime")
+    written = airflow_decision_in(package)
+    if written is not None:
+        return written
     return {
         "decided_by": who.get("UserProfileName") or (who.get("IamIdentity") or {}).get("Arn"),
         "via": "sagemaker",
@@ -98,6 +107,27 @@ def sagemaker_decision(package: dict[str, Any]) -> dict[str, Any]:
         "comment": package.get("ApprovalDescription"),
         "status": package.get("ModelApprovalStatus"),
     }
+
+
+#: The first words of an ``ApprovalDescription`` this project writes for an Airflow answer
+#: (:func:`airflow_approval_description`): ``"<status> in Airflow by <user> at <time>: <comment>"``.
+AIRFLOW_DESCRIPTION_MARK = " in Airflow by "
+
+
+def airflow_decision_in(package: dict[str, Any]) -> dict[str, Any] | None:
+    """The Airflow decision a package's ``ApprovalDescription`` records (the text of
+    :func:`airflow_approval_description`, written by the approval step), or None when it records none: so a
+    retry that finds the step's own write still names the Airflow user, not the AWS caller that wrote it."""
+    import re
+
+    status = package.get("ModelApprovalStatus")
+    text = str(package.get("ApprovalDescription") or "")
+    match = re.match(rf"^({'|'.join(DECIDED_STATUSES)}) in Airflow by (.+?) at (\S+): (.*)$", text, re.DOTALL)
+    if not match or match.group(1) != status:
+        return None
+    comment = match.group(4).split(" | Refused: ", 1)[0]
+    return {"decided_by": match.group(2), "via": "airflow", "at": match.group(3),
+            "comment": None if comment == "no comment" else comment, "status": status}
 
 
 class ModelRegistryHook(SageMakerExtHook):
@@ -181,3 +211,38 @@ class ModelRegistryHook(SageMakerExtHook):
         self.conn.update_model_package(ModelPackageArn=model_package_arn, ModelApprovalStatus=status,
                                        ApprovalDescription=description)
         return self.describe_model_package(model_package_arn)
+
+    def compare_and_set_approval(self, model_package_arn: str, status: str, description: str, *,
+                                 expected: dict[str, Any] | None = None) -> tuple[bool, dict[str, Any]]:
+        """Compare-and-set of the package's approval: UpdateModelPackage only while the package still shows
+        ``expected``, then DescribeModelPackage again to see whose decision stands.
+
+        :param model_package_arn: the package version's ARN.
+        :param status: ``Approved``, ``Rejected`` or ``PendingManualApproval`` (undoing a refused decision).
+        :param description: the ``ApprovalDescription`` to write (at most :data:`APPROVAL_DESCRIPTION_MAX`).
+        :param expected: the DescribeModelPackage response the write is conditional on (its
+            ``ModelApprovalStatus`` and ``ApprovalDescription`` must still be the package's); ``None``: the
+            package must still be ``PendingManualApproval`` (any description).
+        :return: ``(written, package)``: ``written`` is True when this call's status and description are the
+            package's after the write; False when the package no longer matched ``expected`` (nothing written)
+            or another write replaced this one right after it (the re-read shows it). ``package`` is the last
+            DescribeModelPackage response.
+        :raises ValueError: an unknown status or a description over the limit.
+        :raises botocore.exceptions.ClientError: the package does not exist or a call is refused.
+        """
+        if status not in (*DECIDED_STATUSES, "PendingManualApproval"):
+            raise ValueError(f"ModelApprovalStatus must be one of {DECIDED_STATUSES} or PendingManualApproval, "
+                             f"got {status!r}")
+        if len(description) > APPROVAL_DESCRIPTION_MAX:
+            raise ValueError(f"ApprovalDescription of {len(description)} characters; at most {APPROVAL_DESCRIPTION_MAX}")
+        now = self.describe_model_package(model_package_arn)
+        if expected is None:
+            matches = now.get("ModelApprovalStatus") == "PendingManualApproval"
+        else:
+            matches = all(now.get(k) == expected.get(k) for k in ("ModelApprovalStatus", "ApprovalDescription"))
+        if not matches:
+            return False, now
+        self.conn.update_model_package(ModelPackageArn=model_package_arn, ModelApprovalStatus=status,
+                                       ApprovalDescription=description)
+        after = self.describe_model_package(model_package_arn)
+        return (after.get("ModelApprovalStatus"), after.get("ApprovalDescription")) == (status, description), after

@@ -42,6 +42,7 @@ from airflow.sdk.definitions.param import ParamsDict
 from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.hooks.model_registry import (
     APPROVAL_DESCRIPTION_MAX,
+    DECIDED_STATUSES,
     ModelRegistryHook,
     airflow_approval_description,
     approval_result,
@@ -64,6 +65,11 @@ COMMENT = "comment"
 COMMENT_MAX_CHARS = APPROVAL_DESCRIPTION_MAX - 224
 #: XCom key of the decision (pushed before a rejection fails the task, so the lineage still has it).
 DECISION_XCOM = "decision"
+#: Task state store keys (kept across the task's tries): the Airflow answer, stored before the registry write;
+#: that the request was written (and announced); the answers refused so far.
+ANSWER_KEY = "sim2real.approval.airflow_answer"
+REQUEST_KEY = "sim2real.approval.request_written"
+REFUSED_KEY = "sim2real.approval.refused"
 
 
 def _parked_exceptions() -> tuple[type[BaseException], ...]:
@@ -161,10 +167,53 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         region = self.hook.conn_region_name or package["ModelPackageArn"].split(":")[3]  # arn:aws:sagemaker:<region>:...
         return "\n\n".join(package_lines(package, region)) + "\n"
 
+    # ------------------------------------------------------------------------------------ who may answer
+    def _four_eyes(self, context: Context) -> tuple[str | None, dict[str, Any]]:
+        """``(the user who triggered the run or None, the environment config's approval settings)``."""
+        from sim2real.orchestration.config import EnvironmentConfigError, approval_settings, load_environment
+
+        try:
+            settings = approval_settings(load_environment())
+        except EnvironmentConfigError as err:
+            self.log.info("No environment config (%s): any user but the run's trigger may answer", err)
+            settings = approval_settings(None)
+        dag_run = context.get("dag_run") if hasattr(context, "get") else None
+        return (getattr(dag_run, "triggering_user_name", None) or None), settings
+
+    @staticmethod
+    def _assigned(triggered_by: str | None, settings: Mapping[str, Any]) -> list[dict[str, str]]:
+        """HITL ``assigned_users``: the listed approvers less the person who triggered the run."""
+        return [{"id": user, "name": user} for user in settings["approvers"]
+                if settings["self_approval"] or user != triggered_by]
+
+    @staticmethod
+    def _refusal(answer: Mapping[str, Any], triggered_by: str | None, settings: Mapping[str, Any]) -> str | None:
+        """Why an Airflow answer is refused (four-eyes), or None when its author may answer."""
+        user = answer.get("responded_by_user") or {}
+        ids = {str(v) for v in (user.get("id"), user.get("name")) if v}
+        who = user.get("name") or user.get("id") or "an unnamed user"
+        if triggered_by and triggered_by in ids and not settings["self_approval"]:
+            return (f"{who} triggered this run and cannot answer its release request: a second person releases "
+                    "the model (four-eyes; environment config approval)")
+        if settings["approvers"] and not ids & set(settings["approvers"]):
+            return (f"{who} is not a listed approver (environment config approval.approvers: "
+                    f"{', '.join(settings['approvers'])})")
+        return None
+
+    def _who_may_answer(self, triggered_by: str | None, settings: Mapping[str, Any]) -> str:
+        """The request's line naming who may answer and why the person who triggered the run may not."""
+        assigned = [u["id"] for u in self._assigned(triggered_by, settings)]
+        who = ", ".join(assigned) if assigned else "any user allowed to act on this task"
+        line = f"**Who may answer:** {who}"
+        if triggered_by and not settings["self_approval"]:
+            line += f" — not {triggered_by}, who triggered this run (a second person releases the model)"
+        return line + "."
+
     # ------------------------------------------------------------------------------------ execute
     def execute(self, context: Context) -> Any:
-        """Locate the package; settle at once when it is already decided in the registry; else write the
-        request and defer until the first decision."""
+        """Locate the package; complete an answer an earlier try recorded; settle at once when the package is
+        already decided in the registry; else write the request (once per run, not again on a retry) and defer
+        until the first decision."""
         package = self.hook.find_model_package(self.model_package_group_name, self.run_key,
                                                self.pipeline_execution_arn)
         if package is None:
@@ -174,17 +223,53 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
                 f"RegisterModel step of execution {self.pipeline_execution_arn}.")
         arn = self._package_arn = package["ModelPackageArn"]
         self._persist_link(context, arn)
-        if settle_now(model_package_step, package, {"model_package_group_name": self.model_package_group_name,
-                                                    "run_key": self.run_key}) is not None:
+        store = TaskStore(context, self.log)
+        answer = store.get(ANSWER_KEY)
+        if answer:
+            # An earlier try got an Airflow answer and may have written it: complete it (same attribution).
+            self.log.info("An earlier try of this task recorded the Airflow answer %s of %s: completing it",
+                          answer.get("chosen_options"), (answer.get("responded_by_user") or {}).get("name"))
+            return self._decided_in_airflow(context, arn, answer)
+        if store.get(REQUEST_KEY):
+            # A retry: the request (and its announcement) is already there, with any answer given meanwhile;
+            # writing it again would erase that answer (the Task Execution API's upsert clears a response). The
+            # trigger reads that answer and the registry, and the step orders them by time as on the first try.
+            self.log.info("The release request was written by an earlier try: waiting for its answer without "
+                          "asking again")
+            return self._defer(context, arn)
+        if self._settled(package):
             self.log.info("Model package %s is already %s in the registry", arn, package.get("ModelApprovalStatus"))
             return self._decided_in_sagemaker(context, package)
+        triggered_by, settings = self._four_eyes(context)
+        assigned = self._assigned(triggered_by, settings)
+        if settings["approvers"] and not assigned:
+            raise AirflowFailException(
+                f"Nobody may approve model package {arn}: the only listed approver(s) "
+                f"{settings['approvers']} triggered run {self.run_key}. Add a second person to the environment "
+                "config's approval.approvers, then clear this task.")
         self.subject = f"{self.subject} Run {self.run_key}, model package {arn.rsplit('/', 2)[-2]} " \
                        f"v{arn.rsplit('/', 1)[-1]}"
-        self.body = self._body(context, package)
+        self.body = self._body(context, package) + "\n" + self._who_may_answer(triggered_by, settings) + "\n"
+        # Settle before deferring: the review took a while; a decision made in the registry meanwhile ends the
+        # step here instead of in a trigger that would fire right after the deferral.
+        package = self.hook.describe_model_package(arn)
+        if self._settled(package):
+            self.log.info("Model package %s was %s in the registry while the review was assembled", arn,
+                          package.get("ModelApprovalStatus"))
+            return self._decided_in_sagemaker(context, package)
+        self.assigned_users = assigned or None
         try:
             super().execute(context)  # the provider writes the request (and runs its notifiers), then parks
         except _parked_exceptions():
             pass  # parked or deferred to the provider's trigger: this step defers to its own, which also watches SageMaker
+        store.set(REQUEST_KEY, {"assigned_users": [u["id"] for u in assigned], "triggered_by": triggered_by})
+        return self._defer(context, arn)
+
+    def _settled(self, package: Mapping[str, Any]) -> bool:
+        return settle_now(model_package_step, package, {"model_package_group_name": self.model_package_group_name,
+                                                        "run_key": self.run_key}) is not None
+
+    def _defer(self, context: Context, arn: str, refused: Sequence[Mapping[str, Any]] = ()) -> None:
         timeout_s = self.response_timeout.total_seconds()
         self.defer(
             trigger=ModelPackageDecisionTrigger(
@@ -200,10 +285,22 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
                 verify=self.verify,
                 botocore_config=self.botocore_config,
                 events=task_events_section(self.log),
+                refused=[refusal_note(r) for r in refused],
             ),
             method_name="execute_complete",
             timeout=dt.timedelta(seconds=timeout_s + self.poke_interval + 120),
         )
+
+    def _reopen(self, context: Context, arn: str, refused: Sequence[Mapping[str, Any]]) -> None:
+        """Open the Airflow request again after refusing its answer (the Task Execution API's upsert clears the
+        response and keeps the request), then wait again: for a legitimate reviewer, or for the trigger to close
+        the request with the registry's decision and the refusals."""
+        from airflow.providers.standard.operators import hitl
+
+        hitl.upsert_hitl_detail(ti_id=context["task_instance"].id, options=self.options, subject=self.subject,
+                                body=self.body, defaults=self.defaults, multiple=self.multiple,
+                                params=self.serialized_params, assigned_users=self.assigned_users)
+        self._defer(context, arn, refused)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume with the first decision: an Airflow answer (from the core API's resume, or the trigger) or the
@@ -233,6 +330,26 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         return package["ModelPackageArn"]
 
     # ------------------------------------------------------------------------------------ decisions
+    def _finish(self, context: Context, arn: str, decision: dict[str, Any], package: Mapping[str, Any]) -> dict[str, Any]:
+        store = TaskStore(context, self.log)
+        triggered_by, _ = self._four_eyes(context)
+        decision = {**decision, "triggered_by": triggered_by, "refused": list(store.get(REFUSED_KEY) or [])}
+        if decision["status"] == "Rejected":
+            raise self._rejected(context, arn, decision)
+        context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
+        return {**approval_result(dict(package)), "decision": decision}
+
+    def _refuse(self, context: Context, refusal: dict[str, Any], keep_answer: bool = False) -> list[dict[str, Any]]:
+        """Record a refused answer (task state store, the lineage's ``refused``; logged); forget the stored
+        Airflow answer unless ``keep_answer``. Returns every refusal so far."""
+        store = TaskStore(context, self.log)
+        refused = [*(store.get(REFUSED_KEY) or []), refusal]
+        store.set(REFUSED_KEY, refused)
+        if not keep_answer:
+            store.delete(ANSWER_KEY)
+        self.log.warning("REFUSED: %s", refusal_note(refusal))
+        return refused
+
     def _decided_in_airflow(self, context: Context, arn: str, answer: dict[str, Any]) -> dict[str, Any]:
         at = answer.get("responded_at")
         if isinstance(at, str):
@@ -243,35 +360,145 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
             status = "Approved"
         except HITLRejectException:
             status = "Rejected"
-        package = self.hook.describe_model_package(arn)
-        if package.get("ModelApprovalStatus") in ("Approved", "Rejected"):
-            # Decided in the registry before the Airflow answer reached this step: that decision came first.
-            self.log.warning("Model package %s was already %s in SageMaker; the Airflow answer %s is not applied",
-                             arn, package.get("ModelApprovalStatus"), status)
-            return self._decided_in_sagemaker(context, package)
         user = answer.get("responded_by_user") or {}
         who = user.get("name") or user.get("id") or "unknown user"
         if user.get("id") and user.get("id") != user.get("name"):
             who = f"{who} (id {user['id']})"
         comment = str((answer.get("params_input") or {}).get(COMMENT) or "").strip() or None
-        decision = {"decided_by": who, "via": "airflow", "at": at.isoformat() if at else None,
-                    "comment": comment, "status": status}
-        description = airflow_approval_description(status, who, comment, decision["at"] or "unknown time")
-        package = self.hook.update_approval(arn, status, description)
-        self.log.info("UpdateModelPackage %s: %s (%s)", arn, status, description)
-        if status == "Rejected":
-            raise self._rejected(context, arn, decision)
-        context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
-        return {**approval_result(package), "decision": decision}
+        at_text = at.isoformat() if at else None
+        triggered_by, settings = self._four_eyes(context)
+        reason = self._refusal(answer, triggered_by, settings)
+        if reason:
+            refused = self._refuse(context, {"by": who, "via": "airflow", "status": status, "at": at_text,
+                                             "reason": reason})
+            self._reopen(context, arn, refused)
+        store = TaskStore(context, self.log)
+        # Kept across retries before the registry is written: a retry completes this answer, same attribution.
+        store.set(ANSWER_KEY, {**answer, "responded_at": at_text})
+        decision = {"decided_by": who, "via": "airflow", "at": at_text, "comment": comment, "status": status}
+        description = airflow_approval_description(status, who, comment, at_text or "unknown time")
+        package: dict[str, Any] = {}
+        for _ in range(3):  # each round reads the registry; a write that raced another one is read again
+            package = self.hook.describe_model_package(arn)
+            current = package.get("ModelApprovalStatus")
+            if current == status and str(package.get("ApprovalDescription") or "").startswith(description):
+                break  # this answer is the registry's decision (written by this call or an earlier try)
+            if current not in DECIDED_STATUSES:
+                written, package = self.hook.compare_and_set_approval(arn, status, description)
+                if written:
+                    break
+                continue
+            other = sagemaker_decision(dict(package))
+            if not _answered_before(at, package.get("LastModifiedTime")):
+                # Decided in the registry before the Airflow answer was given: that decision came first.
+                refused = self._refuse(context, {
+                    "by": who, "via": "airflow", "status": status, "at": at_text,
+                    "reason": (f"the registry decision came first: {other['status']} by "
+                               f"{other['decided_by'] or 'an unnamed identity'} at {other['at'] or 'an unknown time'} "
+                               f"({other['comment'] or 'no ApprovalDescription'})")})
+                # The request shows the refused answer: open it again so that the trigger closes it with the
+                # decision that stands and the refusal (seen by the answer's author on Required Actions).
+                self._reopen(context, arn, refused)
+            # The Airflow answer came first: the registry's later decision gives way (refused, and recorded in
+            # the package's ApprovalDescription next to the decision that stands).
+            late = {"by": other["decided_by"], "via": "sagemaker", "status": other["status"], "at": other["at"],
+                    "reason": f"the Airflow answer ({status} by {who} at {at_text}) came first"}
+            if other["status"] == status:
+                late = None  # the same decision, made twice: no conflict, the first one is recorded
+            text = description if late is None else _with_suffix(description, f" | Refused: {refusal_note(late)}")
+            written, package = self.hook.compare_and_set_approval(arn, status, text, expected=package)
+            if written:
+                if late is not None:
+                    self._refuse(context, late, keep_answer=True)
+                break
+        else:
+            raise AirflowException(f"Model package {arn} kept changing while the Airflow answer of {who} was being "
+                                   f"recorded; it is {package.get('ModelApprovalStatus')} now. Clear this task to "
+                                   "decide again from the registry and the request.")
+        self.log.info("Model package %s: %s (%s)", arn, package.get("ModelApprovalStatus"),
+                      package.get("ApprovalDescription"))
+        return self._finish(context, arn, decision, package)
 
     def _decided_in_sagemaker(self, context: Context, package: Mapping[str, Any]) -> dict[str, Any]:
         arn = package["ModelPackageArn"]
         decision = sagemaker_decision(dict(package))
         status = decision["status"]
-        if status not in ("Approved", "Rejected"):
+        if status not in DECIDED_STATUSES:
             raise AirflowException(f"Model package {arn} is {status} again after a decision; "
                                    f"{self._ways_to_decide(arn)} — then clear this task.")
-        if status == "Rejected":
-            raise self._rejected(context, arn, decision)
-        context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
-        return {**approval_result(dict(package)), "decision": decision}
+        triggered_by, settings = self._four_eyes(context)
+        mapped = set(settings["aws_identities"].get(triggered_by or "", []))
+        if status == "Approved" and triggered_by and not settings["self_approval"] and decision["decided_by"] in mapped:
+            reason = (f"{decision['decided_by']} is {triggered_by}, who triggered this run (environment config "
+                      "approval.aws_identities): a second person releases the model")
+            refused = self._refuse(context, {"by": decision["decided_by"], "via": "sagemaker", "status": status,
+                                             "at": decision["at"], "reason": reason})
+            note = _with_suffix(f"Approval by {decision['decided_by']} refused: {reason}",
+                                f" | was: {package.get('ApprovalDescription') or 'no ApprovalDescription'}")
+            written, _ = self.hook.compare_and_set_approval(arn, "PendingManualApproval", note, expected=dict(package))
+            if not written:
+                self.log.warning("Model package %s changed again before the refused approval was undone; the "
+                                 "wait reads it again", arn)
+            self._reopen(context, arn, refused)
+        return self._finish(context, arn, decision, package)
+
+
+def _answered_before(answered_at: Any, registry_at: Any) -> bool:
+    """Whether the Airflow answer (``responded_at``, the Airflow API server's clock) was given before the
+    registry's decision (``LastModifiedTime``, SageMaker's clock); False when either time is unknown (the registry
+    then stands: its decision is the one already in force)."""
+    if isinstance(registry_at, str):
+        registry_at = dt.datetime.fromisoformat(registry_at)
+    if not isinstance(answered_at, dt.datetime) or not isinstance(registry_at, dt.datetime):
+        return False
+    if answered_at.tzinfo is None or registry_at.tzinfo is None:
+        return False
+    return answered_at < registry_at
+
+
+def _with_suffix(text: str, suffix: str) -> str:
+    """``text + suffix`` cut to :data:`APPROVAL_DESCRIPTION_MAX` characters (only the suffix is cut)."""
+    room = APPROVAL_DESCRIPTION_MAX - len(text)
+    return text + (suffix if len(suffix) <= room else suffix[:max(0, room - 1)] + "…")
+
+
+def refusal_note(refusal: Mapping[str, Any]) -> str:
+    """One line for a refused answer: ``"<status> by <who> in <via> at <time> refused: <reason>"``."""
+    action = {"Approved": "Approve", "Rejected": "Reject"}.get(str(refusal.get("status")), str(refusal.get("status")))
+    return (f"{action} by {refusal.get('by') or 'an unnamed user'} in {refusal.get('via')} at "
+            f"{refusal.get('at') or 'an unknown time'} refused: {refusal.get('reason')}")
+
+
+class TaskStore:
+    """The running task's Airflow task state store (``context["task_state_store"]``, Airflow 3.3+): rows scoped to
+    the run's task, shared by its tries, so what one try records a retry reads. Without one (older cores, a
+    bare context) nothing is kept (logged once); a failing read or write is logged and treated as absent."""
+
+    def __init__(self, context: Any, log: Any) -> None:
+        self._store = context.get("task_state_store") if hasattr(context, "get") else None
+        self._log = log
+
+    def get(self, key: str) -> Any:
+        if self._store is None:
+            return None
+        try:
+            return self._store.get(key)
+        except Exception as err:  # noqa: BLE001 - the registry still holds the decision
+            self._log.warning("task state store: %s not read (%s)", key, err)
+            return None
+
+    def delete(self, key: str) -> None:
+        if self._store is not None:
+            try:
+                self._store.delete(key)
+            except Exception as err:  # noqa: BLE001 - a retry would then complete a refused answer: logged loudly
+                self._log.error("task state store: %s not deleted (%s)", key, err)
+
+    def set(self, key: str, value: Any) -> None:
+        if self._store is None:
+            self._log.info("no task state store: %s is not kept for a retry", key)
+            return
+        try:
+            self._store.set(key, value)
+        except Exception as err:  # noqa: BLE001 - a retry then decides from the registry and the request
+            self._log.warning("task state store: %s not written (%s)", key, err)

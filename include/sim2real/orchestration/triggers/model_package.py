@@ -122,6 +122,10 @@ class ModelPackageApprovalTrigger(StepWaitTrigger):
         return await client.describe_model_package(ModelPackageName=self.model_package_arn)
 
 
+#: Seconds the decision trigger holds an event after it started (:class:`ModelPackageDecisionTrigger`).
+SETTLE_SECONDS = 5.0
+
+
 class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
     """The approval step's wait: ends on whichever comes first, an answer to the task's human-in-the-loop
     request in Airflow or an approval / rejection of the package in the registry (SageMaker Studio, the CLI).
@@ -148,14 +152,25 @@ class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
     ``update_hitl_detail_response``, as ``HITLTrigger`` records a timeout's default): the Required Actions page
     then shows it closed, and a later answer there is refused instead of being ignored.
 
+    :param refused: lines naming answers the step refused (four-eyes, or a later contrary decision): the note
+        that closes the request with the registry's decision repeats them, so their authors see them there.
+    :param settle_seconds: the trigger yields its event no sooner than this many seconds after it started
+        (default :data:`SETTLE_SECONDS`). A trigger firing right after its task deferred can meet Airflow 3.3's
+        race between the deferral's executor event and the resume (the task is then failed from a stale state
+        and retried); the answer or decision is only held, never lost.
+
     One event: ``{"status": "success", "via": "airflow", "model_package_arn", "hitl_response"}``; or
     :class:`ModelPackageApprovalTrigger`'s events with ``via: "sagemaker"`` (``timeout`` without ``via``).
     """
 
-    def __init__(self, *, ti_id: str, model_package_arn: str, **kwargs: Any) -> None:
+    def __init__(self, *, ti_id: str, model_package_arn: str, refused: list[str] | None = None,
+                 settle_seconds: float = SETTLE_SECONDS, **kwargs: Any) -> None:
         super().__init__(model_package_arn=model_package_arn, **kwargs)
         self.ti_id = str(ti_id)
-        self.serialized_fields["ti_id"] = self.ti_id
+        self.refused = list(refused or [])
+        self.settle_seconds = float(settle_seconds)
+        self.serialized_fields.update({"ti_id": self.ti_id, "refused": self.refused,
+                                       "settle_seconds": self.settle_seconds})
         self._unreadable_logged = False
         #: the last DescribeModelPackage response and when it was read (``time.time()``), for rounds on events
         self._package: dict[str, Any] | None = None
@@ -188,7 +203,15 @@ class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
 
         from airflow.sdk.execution_time.hitl import get_hitl_detail_content_detail
 
-        detail = await sync_to_async(get_hitl_detail_content_detail)(ti_id=UUID(self.ti_id))
+        try:
+            detail = await sync_to_async(get_hitl_detail_content_detail)(ti_id=UUID(self.ti_id))
+        except Exception as err:  # noqa: BLE001 - e.g. no request for this try (404): the registry still decides
+            if not self._unreadable_logged:
+                self.log.warning("the Airflow request of task instance %s is not readable (%s): here only a "
+                                 "decision in SageMaker (or Airflow's API resuming the task) ends the wait",
+                                 self.ti_id, err)
+                self._unreadable_logged = True
+            return None
         if detail is None:  # a runner without the Task Execution API's HITL route (dag.test()'s in-process one)
             if not self._unreadable_logged:
                 self.log.warning("this trigger runner cannot read the Airflow answer of task instance %s: here only "
@@ -237,6 +260,8 @@ class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
         option = "Approve" if status == "Approved" else "Reject"
         note = (f"{status} in SageMaker (model package {event.get('model_package_arn')}): "
                 f"{event.get('approval_description') or 'no ApprovalDescription'}")
+        if self.refused:
+            note += " | " + " | ".join(self.refused)
         try:
             await sync_to_async(update_hitl_detail_response)(ti_id=UUID(self.ti_id), chosen_options=[option],
                                                              params_input={"comment": note})
@@ -245,8 +270,22 @@ class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
                              "decision: %s", self.ti_id, err)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        import asyncio
+
+        started = time.monotonic()
         async for event in super().run():
-            if event.payload.get("via") == "sagemaker" and event.payload.get("approval_status") in ("Approved",
-                                                                                                    "Rejected"):
-                await self._close_request(event.payload)
+            hold = self.settle_seconds - (time.monotonic() - started)
+            if hold > 0:
+                await asyncio.sleep(hold)
+            payload = event.payload
+            if payload.get("via") == "sagemaker" and payload.get("approval_status") in ("Approved", "Rejected"):
+                # An Airflow answer given meanwhile goes to the step, which orders the two decisions by time.
+                answer = await self._airflow_answer()
+                if answer is not None:
+                    yield TriggerEvent({"status": "success", "via": "airflow",
+                                        "message": f"answered in Airflow; the registry is {payload['approval_status']}",
+                                        "model_package_arn": payload.get("model_package_arn") or self.model_package_arn,
+                                        "hitl_response": answer})
+                    return
+                await self._close_request(payload)
             yield event

@@ -1,0 +1,343 @@
+"""The release approval's rules, against moto's model registry with controlled interleavings:
+
+* four-eyes: the run's trigger and unlisted users are refused (HITL ``assigned_users`` first, the step's own check
+  behind it), the request stays open, the refusal is recorded;
+* one decision, recorded once: the registry write is a compare-and-set, the decision made first stands (the
+  Airflow answer's ``responded_at`` against the registry's ``LastModifiedTime``), the later contrary one is
+  refused and recorded (lineage, ApprovalDescription, the request's closing note);
+* retries: an earlier try's Airflow answer is completed with its attribution, the request is not written (nor
+  announced) again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import types
+from uuid import uuid4
+
+import boto3
+import pytest
+
+from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.sdk.exceptions import TaskDeferred
+from sim2real.orchestration.hooks.model_registry import ModelRegistryHook
+from sim2real.orchestration.lineage import _approval_entry, lineage_errors
+from sim2real.orchestration.operators.model_approval import (
+    ANSWER_KEY,
+    DECISION_XCOM,
+    REFUSED_KEY,
+    REQUEST_KEY,
+    ModelPackageApprovalOperator,
+)
+
+from operator_helpers import FakeTI
+
+REGION = "us-east-1"
+
+
+class FakeStore:
+    """Airflow's task state store for one task of one run (``context["task_state_store"]``): shared by its tries."""
+
+    def __init__(self):
+        self.rows: dict = {}
+
+    def get(self, key, default=None):
+        return self.rows.get(key, default)
+
+    def set(self, key, value, *, retention=None):
+        if value is None:  # as Airflow's TaskStateStoreAccessor.set
+            raise ValueError("Cannot set value as None")
+        self.rows[key] = json.loads(json.dumps(value))
+
+    def delete(self, key):
+        self.rows.pop(key, None)
+
+
+@pytest.fixture
+def sm(moto_endpoint):
+    return boto3.client("sagemaker", region_name=REGION, endpoint_url=moto_endpoint)
+
+
+@pytest.fixture
+def store():
+    return FakeStore()
+
+
+@pytest.fixture
+def requests(monkeypatch):
+    """Every request the step writes through the Task Execution API (the provider's ``upsert_hitl_detail``)."""
+    import airflow.providers.standard.operators.hitl as hitl
+
+    written = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: written.append(kw))
+    return written
+
+
+def environment(monkeypatch, approval=None):
+    env = {
+        "region": REGION, "artifacts_bucket": "b",
+        "image_build": {"codebuild_project": "p", "ecr_repository": "r", "source_version": "main"},
+        "batch": {"job_queue": "q", "job_definition": "d", "compute_environment": "ce", "instance_type": "g6.12xlarge"},
+        "evaluation": {"workstation_tag_key": "k", "workstation_tag_value": "v"},
+        "sagemaker": {"pipeline_name": "p", "pipeline_role_arn": "arn:aws:iam::1:role/r", "model_package_group": "g"},
+        "greengrass": {"thing_group_name": "t", "components": {"c": "1.0.0"}},
+        **({"approval": approval} if approval is not None else {}),
+    }
+    monkeypatch.delenv("SIM2REAL_ENVIRONMENT_FILE", raising=False)
+    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(env))
+
+
+def context_for(store, triggered_by="alice"):
+    return {"ti": FakeTI("vla.wait_for_approval"), "task_instance": types.SimpleNamespace(id=uuid4()),
+            "dag_run": types.SimpleNamespace(dag_id="sim_to_real", run_id="manual__1", triggering_user_name=triggered_by),
+            "task_state_store": store}
+
+
+def register(sm, group, run_key):
+    try:
+        sm.create_model_package_group(ModelPackageGroupName=group)
+    except sm.exceptions.ClientError:
+        pass
+    return sm.create_model_package(
+        ModelPackageGroupName=group, ModelApprovalStatus="PendingManualApproval",
+        CustomerMetadataProperties={"sim2real:run-key": run_key},
+        InferenceSpecification={
+            "Containers": [{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/groot@sha256:" + "a" * 64,
+                            "ModelDataUrl": f"s3://bucket/runs/{run_key}/vla/model.tar.gz"}],
+            "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"]},
+    )["ModelPackageArn"]
+
+
+def decide_in_registry(sm, arn, run_key, status, description):
+    """A decision in SageMaker (Studio, the CLI); returns the package's LastModifiedTime."""
+    sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus=status, ApprovalDescription=description,
+                            CustomerMetadataProperties={"sim2real:run-key": run_key})
+    return sm.describe_model_package(ModelPackageName=arn)["LastModifiedTime"]
+
+
+def operator(group, run_key):
+    return ModelPackageApprovalOperator(task_id="wait_for_approval", model_package_group_name=group, run_key=run_key,
+                                        poke_interval=1)
+
+
+def answer(option, user, at, comment="looked at the review"):
+    """The event Airflow's ``update_hitl_detail`` resumes the task with (``HITLDetail.as_resume_event_payload``)."""
+    return {"chosen_options": [option], "params_input": {"comment": comment}, "responded_at": at,
+            "responded_by_user": {"id": user, "name": user}, "timedout": False}
+
+
+NOW = dt.datetime.now(dt.timezone.utc)
+
+
+# ---------------------------------------------------------------- the compare-and-set itself
+class RacingClient:
+    """A SageMaker client whose ``n``-th call first runs ``race`` (another decision landing just then)."""
+
+    def __init__(self, client, at_call, race):
+        self._client, self._at, self._race, self.calls = client, at_call, race, []
+
+    def __getattr__(self, name):
+        method = getattr(self._client, name)
+
+        def call(**kwargs):
+            self.calls.append(name)
+            if len(self.calls) == self._at:
+                self._race()
+            return method(**kwargs)
+        return call
+
+
+def test_compare_and_set_writes_nothing_once_the_registry_decided(moto_endpoint, sm):
+    arn = register(sm, "g-cas-1", "r1")
+    hook = ModelRegistryHook(aws_conn_id="aws_default", region_name=REGION)
+    # The registry decides right before the read (call 1: DescribeModelPackage): nothing is written.
+    hook.__dict__["conn"] = RacingClient(sm, 1, lambda: decide_in_registry(sm, arn, "r1", "Rejected", "drops it"))
+    written, package = hook.compare_and_set_approval(arn, "Approved", "Approved in Airflow by bob at t: ok")
+    assert not written and package["ModelApprovalStatus"] == "Rejected"
+    assert hook.conn.calls == ["describe_model_package"]
+    assert sm.describe_model_package(ModelPackageName=arn)["ApprovalDescription"] == "drops it"
+
+
+def test_compare_and_set_sees_a_write_that_replaced_its_own(moto_endpoint, sm):
+    arn = register(sm, "g-cas-2", "r1")
+    hook = ModelRegistryHook(aws_conn_id="aws_default", region_name=REGION)
+    # Another decision lands between the write (call 2) and the re-read (call 3): the re-read shows it.
+    hook.__dict__["conn"] = RacingClient(sm, 3, lambda: decide_in_registry(sm, arn, "r1", "Rejected", "late"))
+    written, package = hook.compare_and_set_approval(arn, "Approved", "Approved in Airflow by bob at t: ok")
+    assert not written and package["ModelApprovalStatus"] == "Rejected"
+    # Conditional on what was seen: a write against a stale view is not made.
+    hook.__dict__["conn"] = sm
+    stale = {"ModelApprovalStatus": "Approved", "ApprovalDescription": "Approved in Airflow by bob at t: ok"}
+    assert hook.compare_and_set_approval(arn, "PendingManualApproval", "undo", expected=stale)[0] is False
+
+
+# ---------------------------------------------------------------- one decision: both orders, 30 ms apart
+def test_a_registry_reject_30ms_before_the_airflow_approve_stands_and_the_approve_is_refused(
+        moto_endpoint, sm, store, requests, monkeypatch):
+    environment(monkeypatch)
+    arn = register(sm, "g-order-1", "r1")
+    rejected_at = decide_in_registry(sm, arn, "r1", "Rejected", "drops the cube (carol in Studio)")
+    context = context_for(store)
+    op = operator("g-order-1", "r1")
+    with pytest.raises(TaskDeferred) as deferred:  # the request reopens, to be closed with the decision that stands
+        op.execute_complete(context, {**answer("Approve", "bob", rejected_at + dt.timedelta(milliseconds=30)),
+                                      "model_package_arn": arn})
+    package = sm.describe_model_package(ModelPackageName=arn)
+    assert (package["ModelApprovalStatus"], package["ApprovalDescription"]) == ("Rejected", "drops the cube (carol in Studio)")
+    (refusal,) = store.rows[REFUSED_KEY]
+    assert (refusal["by"], refusal["via"], refusal["status"]) == ("bob", "airflow", "Approved")
+    assert "registry decision came first" in refusal["reason"] and "drops the cube" in refusal["reason"]
+    assert len(requests) == 1 and requests[0]["ti_id"] == context["task_instance"].id  # reopened
+    note = deferred.value.trigger.refused
+    assert note and note[0].startswith("Approve by bob in airflow") and "came first" in note[0]
+    assert store.rows.get(ANSWER_KEY) is None
+    # The trigger then ends on the registry's decision: the step fails with it, the refusal in its record.
+    event = {"status": "failure", "message": "Rejected", "via": "sagemaker", "model_package_arn": arn,
+             "approval_status": "Rejected"}
+    with pytest.raises(AirflowFailException, match="Rejected in sagemaker"):
+        op.execute_complete(context, event)
+    decision = context["ti"].xcom[DECISION_XCOM]
+    assert decision["status"] == "Rejected" and decision["refused"][0]["by"] == "bob"
+    entry = _approval_entry(decision)
+    assert entry["triggered_by"] == "alice" and entry["refused"][0]["status"] == "Approved"
+
+
+def test_an_airflow_approve_30ms_before_a_registry_reject_stands_and_the_reject_is_refused(
+        moto_endpoint, sm, store, requests, monkeypatch):
+    environment(monkeypatch)
+    arn = register(sm, "g-order-2", "r1")
+    rejected_at = decide_in_registry(sm, arn, "r1", "Rejected", "drops the cube (carol in Studio)")
+    context = context_for(store)
+    result = operator("g-order-2", "r1").execute_complete(
+        context, {**answer("Approve", "bob", rejected_at - dt.timedelta(milliseconds=30)), "model_package_arn": arn})
+    package = sm.describe_model_package(ModelPackageName=arn)
+    assert package["ModelApprovalStatus"] == "Approved"
+    assert package["ApprovalDescription"].startswith("Approved in Airflow by bob at ")
+    assert "| Refused: Reject by " in package["ApprovalDescription"]  # the registry says which decision gave way
+    decision = result["decision"]
+    assert (decision["status"], decision["via"], decision["decided_by"], decision["triggered_by"]) == (
+        "Approved", "airflow", "bob", "alice")
+    (refusal,) = decision["refused"]
+    assert (refusal["via"], refusal["status"]) == ("sagemaker", "Rejected") and "came first" in refusal["reason"]
+    assert requests == []  # nothing to reopen: the Airflow answer stands
+    lineage_entry = _approval_entry(decision)
+    assert lineage_entry["refused"] == [refusal]
+
+
+def test_the_approval_entry_with_refusals_is_valid_lineage():
+    from sim2real.orchestration.lineage import build_lineage
+
+    decision = {"decided_by": "bob", "via": "airflow", "at": "2026-12-03T10:00:00+00:00", "comment": "ok",
+                "status": "Approved", "triggered_by": "alice",
+                "refused": [{"by": "alice", "via": "airflow", "status": "Approved", "at": "2026-12-03T09:59:00+00:00",
+                             "reason": "alice triggered this run"}]}
+    lineage = build_lineage(run_key="r1", dag_id="sim_to_real", run_id="manual__1", params={}, approval=decision)
+    assert lineage_errors(lineage) == []
+    assert lineage["approval"]["triggered_by"] == "alice" and lineage["approval"]["refused"][0]["by"] == "alice"
+
+
+# ---------------------------------------------------------------- four-eyes
+def test_the_request_is_assigned_to_the_listed_approvers_but_not_the_runs_trigger(
+        moto_endpoint, sm, store, requests, monkeypatch):
+    environment(monkeypatch, {"approvers": ["alice", "bob", "carol"]})
+    register(sm, "g-assign", "r1")
+    with pytest.raises(TaskDeferred):
+        operator("g-assign", "r1").execute(context_for(store, triggered_by="alice"))
+    (request,) = requests
+    assert request["assigned_users"] == [{"id": "bob", "name": "bob"}, {"id": "carol", "name": "carol"}]
+    assert "**Who may answer:** bob, carol — not alice, who triggered this run" in request["body"]
+    assert store.rows[REQUEST_KEY] == {"assigned_users": ["bob", "carol"], "triggered_by": "alice"}
+
+
+def test_nobody_left_to_approve_fails_before_asking(moto_endpoint, sm, store, requests, monkeypatch):
+    environment(monkeypatch, {"approvers": ["alice"]})
+    register(sm, "g-alone", "r1")
+    with pytest.raises(AirflowFailException, match="only listed approver.*alice.*triggered"):
+        operator("g-alone", "r1").execute(context_for(store, triggered_by="alice"))
+    assert requests == []
+
+
+@pytest.mark.parametrize(("approval", "user", "why"), [
+    ({}, "alice", "alice triggered this run and cannot answer"),                    # no list: anyone but the trigger
+    ({"approvers": ["bob"]}, "mallory", "mallory is not a listed approver"),       # an unlisted user
+])
+def test_a_refused_answer_leaves_the_request_open_and_the_package_pending(
+        moto_endpoint, sm, store, requests, monkeypatch, approval, user, why):
+    environment(monkeypatch, approval)
+    group = f"g-4eyes-{user}"
+    arn = register(sm, group, "r1")
+    context = context_for(store, triggered_by="alice")
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(group, "r1").execute_complete(context, {**answer("Approve", user, NOW), "model_package_arn": arn})
+    assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "PendingManualApproval"
+    assert len(requests) == 1  # the request is open again (the upsert clears the refused response)
+    assert why in store.rows[REFUSED_KEY][0]["reason"] and why in deferred.value.trigger.refused[0]
+    # A listed second person approves: released, both named.
+    result = operator(group, "r1").execute_complete(context, {**answer("Approve", "bob", NOW), "model_package_arn": arn})
+    assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "Approved"
+    decision = result["decision"]
+    assert (decision["decided_by"], decision["triggered_by"]) == ("bob", "alice")
+    assert [r["by"] for r in decision["refused"]] == [user]
+
+
+def test_self_approval_is_allowed_only_when_the_config_says_so(moto_endpoint, sm, store, requests, monkeypatch):
+    environment(monkeypatch, {"self_approval": True})
+    arn = register(sm, "g-self", "r1")
+    result = operator("g-self", "r1").execute_complete(
+        context_for(store, triggered_by="alice"), {**answer("Approve", "alice", NOW), "model_package_arn": arn})
+    assert result["decision"]["decided_by"] == "alice" and result["decision"]["refused"] == []
+
+
+def test_a_registry_approval_by_the_triggers_mapped_identity_is_undone(moto_endpoint, sm, store, requests, monkeypatch):
+    role = "arn:aws:sts::123456789012:assumed-role/ml-engineer/alice"
+    environment(monkeypatch, {"aws_identities": {"alice": [role]}})
+    arn = register(sm, "g-self-sm", "r1")
+    decide_in_registry(sm, arn, "r1", "Approved", "lgtm")
+    package = {**sm.describe_model_package(ModelPackageName=arn), "LastModifiedBy": {"IamIdentity": {"Arn": role}}}
+    op = operator("g-self-sm", "r1")
+    with pytest.raises(TaskDeferred):
+        op._decided_in_sagemaker(context_for(store, triggered_by="alice"), package)
+    after = sm.describe_model_package(ModelPackageName=arn)
+    assert after["ModelApprovalStatus"] == "PendingManualApproval"
+    assert after["ApprovalDescription"].startswith(f"Approval by {role} refused: ") and "was: lgtm" in after["ApprovalDescription"]
+    assert store.rows[REFUSED_KEY][0]["via"] == "sagemaker"
+
+
+# ---------------------------------------------------------------- retries
+def test_a_retry_completes_the_earlier_tries_airflow_answer_with_its_attribution(
+        moto_endpoint, sm, store, requests, monkeypatch):
+    environment(monkeypatch)
+    arn = register(sm, "g-retry", "r1")
+    first = context_for(store)
+    # Try 1 records bob's answer and writes it; the task is then failed from a stale state (fast-trigger race).
+    operator("g-retry", "r1").execute_complete(first, {**answer("Approve", "bob", NOW), "model_package_arn": arn})
+    sm.update_model_package(ModelPackageArn=arn, CustomerMetadataProperties={"sim2real:run-key": "r1"},
+                            ModelApprovalStatus="Approved",
+                            ApprovalDescription=sm.describe_model_package(ModelPackageName=arn)["ApprovalDescription"])
+    retry = context_for(store)  # a new try: new task instance id, same task state store
+    result = operator("g-retry", "r1").execute(retry)
+    decision = result["decision"]
+    assert (decision["via"], decision["decided_by"]) == ("airflow", "bob")  # not "sagemaker" under the AWS caller
+    assert requests == []  # not asked again
+
+
+def test_a_retry_waits_on_the_written_request_without_writing_or_announcing_it_again(
+        moto_endpoint, sm, store, requests, monkeypatch):
+    from sim2real.orchestration import notifications
+
+    environment(monkeypatch)
+    register(sm, "g-retry-2", "r1")
+    with pytest.raises(TaskDeferred):
+        operator("g-retry-2", "r1").execute(context_for(store))
+    assert len(requests) == 1
+    retry = context_for(store)
+    with pytest.raises(TaskDeferred):
+        operator("g-retry-2", "r1").execute(retry)
+    assert len(requests) == 1  # an upsert would clear an answer recorded meanwhile
+    sent = []
+    monkeypatch.setattr(notifications, "compose", lambda *a, **k: sent.append(a) or ("s", "m", {}))
+    notifications.approval_needed().notify({**retry, "task": operator("g-retry-2", "r1")})
+    assert sent == []  # no second "approval needed"
+    notifications.approval_needed().notify({**context_for(FakeStore()), "task": operator("g-retry-2", "r1")})
+    assert len(sent) == 1  # the first try announces
