@@ -1,6 +1,6 @@
 """The DAG run's note: results (gate, interval, cost, stages, links) rendered from the lineage and set
-through the MWAA REST API (request checked against botocore's InvokeRestApi shape) or, in the sandbox,
-on the run's metadata row; weak gate settings flagged in the form and the note."""
+through the MWAA REST API (request checked against botocore's InvokeRestApi shape) or an Airflow connection's
+API server (test_run_note_api.py); weak gate settings flagged in the form and the note."""
 
 from __future__ import annotations
 
@@ -113,10 +113,12 @@ def test_an_airflow_api_error_is_reported_not_raised(monkeypatch):
     assert out["set"] is False and out["via"] == "mwaa:e" and "answered 403" in out["error"]
 
 
-def test_without_mwaa_or_sandbox_the_note_is_not_set_and_says_why(monkeypatch):
+def test_outside_mwaa_without_the_api_connection_the_note_is_not_set_and_says_why(monkeypatch):
     monkeypatch.delenv("AIRFLOW_ENV_NAME", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_SIM2REAL_AIRFLOW_API", raising=False)
     out = run_note.set_run_note(dag_id="d", run_id="r", note="n", env={})
-    assert out["set"] is False and out["via"] is None and "not on MWAA" in out["error"]
+    assert out["set"] is False and out["via"] == "connection:sim2real_airflow_api"
+    assert "sim2real_airflow_api" in out["error"]
 
 
 def test_report_in_the_sandbox_links_and_embeds_the_pictures_on_its_s3(s3, events_dir, monkeypatch):  # noqa: F811
@@ -126,7 +128,7 @@ def test_report_in_the_sandbox_links_and_embeds_the_pictures_on_its_s3(s3, event
     monkeypatch.delenv("AIRFLOW_ENV_NAME", raising=False)
     monkeypatch.setattr(report, "_environment", lambda: {"sandbox": True})
     written = []
-    monkeypatch.setattr(run_note, "set_note_in_metadata_db", lambda **kw: written.append(kw))
+    monkeypatch.setattr(run_note, "set_note_through_connection", lambda **kw: written.append(kw))
     figs.upload_events(s3, events_dir)
     ti = RunningTask({ids.BATCH_TRAIN_POLICY: {"job_id": "j-1"}, ids.WAIT_FOR_CHECKPOINT: figs.manifest(),
                       ids.READ_EVAL_REPORT: figs.evaluation(),
@@ -145,7 +147,7 @@ def test_report_in_the_sandbox_links_and_embeds_the_pictures_on_its_s3(s3, event
     got = requests.get(curve, timeout=10)
     assert got.status_code == 200 and got.content[:8] == b"\x89PNG\r\n\x1a\n"
     note = out["run_note"]
-    assert note["set"] and note["via"] == "metadata-db (sandbox)" and written[0]["note"] == note["markdown"]
+    assert note["set"] and note["via"] == "connection:sim2real_airflow_api" and written[0]["note"] == note["markdown"]
     # presigned URLs are long: what does not fit Airflow's 1000 characters is left out, and the note says so
     assert "report/training_curve.png?" in note["markdown"] or run_note.SHORTENED in note["markdown"]
     assert note["warnings"] and "Only 10 evaluation episodes" in note["markdown"]

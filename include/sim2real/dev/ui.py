@@ -81,11 +81,14 @@ class UiStack:
     :param parallelism: ``[core] parallelism`` (task slots of the LocalExecutor; default 4).
     :param extra_env: more environment for both processes (e.g. ``SIM2REAL_RETRY_DELAY_SECONDS``).
     :param mlflow: also run the local MLflow tracking server (``make ui``; default on); off: untracked runs.
+    :param dags_folder: the DAGs folder (default the repository's ``dags/``; tests run a small DAG of their own).
+    :param dag_id: the DAG :meth:`wait_ready` waits for (default ``sim_to_real``).
     """
 
     def __init__(self, home: str | os.PathLike | None = None, *, api_port: int = 8080, poll_seconds: int = 2,
                  decision: str = "airflow", parallelism: int = 4, extra_env: dict[str, str] | None = None,
-                 mlflow: bool = True) -> None:
+                 mlflow: bool = True, dags_folder: str | os.PathLike | None = None,
+                 dag_id: str = DAG_ID) -> None:
         self.home = Path(home).resolve() if home else REPO_ROOT / ".sandbox" / "ui"
         self.mlflow = mlflow  # the served sandbox also runs a local MLflow tracking server
         self.api_port = api_port
@@ -93,6 +96,8 @@ class UiStack:
         self.decision = decision
         self.parallelism = parallelism
         self.extra_env = dict(extra_env or {})
+        self.dags_folder = Path(dags_folder).resolve() if dags_folder else REPO_ROOT / "dags"
+        self.dag_id = dag_id
         self.airflow_home = self.home / "airflow"
         self.env_file = self.home / "sandbox.env"
         self.sandbox_log = self.home / "logs" / "sandbox.log"
@@ -113,7 +118,7 @@ class UiStack:
     @property
     def dag_url(self) -> str:
         """The ``sim_to_real`` DAG's page in the UI."""
-        return f"{self.url}/dags/{DAG_ID}"
+        return f"{self.url}/dags/{self.dag_id}"
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, timeout: float = 300.0) -> UiStack:
@@ -167,11 +172,15 @@ class UiStack:
             "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
             "PYTHONUNBUFFERED": "1",
             "AIRFLOW_HOME": str(self.airflow_home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            # The API server the tasks write each run's note through (sim2real.orchestration.run_note); no
+            # login: GET /auth/token answers with simple_auth_manager_all_admins.
+            "AIRFLOW_CONN_SIM2REAL_AIRFLOW_API": json.dumps({"conn_type": "http", "host": "127.0.0.1",
+                                                              "port": self.api_port, "schema": "http"}),
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__AUTH_MANAGER": SIMPLE_AUTH_MANAGER,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
@@ -227,10 +236,10 @@ class UiStack:
                     last = f"components not healthy yet: {unhealthy}"
                 else:
                     errors = [e for e in self.api("GET", "/api/v2/importErrors").get("import_errors", [])
-                              if "sim_to_real" in str(e.get("filename"))]
+                              if self.dag_id in str(e.get("filename"))]
                     if errors:
-                        raise UiStackError(f"dags/sim_to_real.py has import errors: {errors[0].get('stack_trace')}")
-                    self.api("GET", f"/api/v2/dags/{DAG_ID}")
+                        raise UiStackError(f"{self.dag_id} has import errors: {errors[0].get('stack_trace')}")
+                    self.api("GET", f"/api/v2/dags/{self.dag_id}")
                     return
             except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError) as err:
                 last = f"{type(err).__name__}: {err}"
