@@ -175,6 +175,7 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
     if params.get("deploy_to_edge") and not params.get("run_vla_finetune"):
         errors.append("deploy_to_edge needs run_vla_finetune (the deployed model is the approved fine-tuned "
                       "model package)")
+    errors.extend(gate_reach_errors(params))
     errors.extend(_sweep_rule_errors(params, backend))
     budget = params.get("train_time_budget_seconds", 0)
     timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
@@ -187,6 +188,55 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
     errors.extend(round_rule_errors(params))
     if errors:
         raise ParamRuleError(errors)
+
+
+def min_episodes_for_lower_bound(threshold: float) -> int | None:
+    """The fewest evaluation episodes whose best outcome (every episode a success) has a 95% Wilson lower bound
+    of at least ``threshold``; ``None`` when none has (``threshold`` >= 1: the bound of n/n is n / (n + z²) < 1).
+
+    From the Wilson interval at p = 1: the lower bound is n / (n + z²), so n >= threshold·z² / (1 - threshold).
+    """
+    import math
+
+    from sim2real.contract.stats import Z95, wilson_interval
+
+    if threshold >= 1:
+        return None
+    if threshold <= 0:
+        return 1
+    n = max(1, math.ceil(threshold * Z95 * Z95 / (1 - threshold)))
+    while wilson_interval(n, n)[0] < threshold:  # float rounding at the boundary
+        n += 1
+    while n > 1 and wilson_interval(n - 1, n - 1)[0] >= threshold:
+        n -= 1
+    return n
+
+
+def gate_reach_errors(params: Mapping[str, Any]) -> list[str]:
+    """A quality gate no evaluation can pass: on the 95% Wilson lower bound (``gate_on_lower_bound``) the best
+    outcome of ``eval_episodes`` episodes (all successes) has a lower bound below 1 (0.963 for 100 episodes), so
+    a ``min_success_rate`` above it fails every run and every retraining round, whatever the policy.
+
+    :return: one sentence naming the fields, the reachable bar and the episodes it would take (empty when the
+        gate can pass, or gates on the point estimate, whose best value is 1).
+    """
+    from sim2real.contract.stats import wilson_interval
+
+    if not params.get("gate_on_lower_bound") or params.get("min_success_rate") is None:
+        return []
+    threshold, episodes = float(params["min_success_rate"]), int(params.get("eval_episodes") or 0)
+    if episodes <= 0:
+        return []  # eval_episodes' own schema refuses it
+    best = wilson_interval(episodes, episodes)[0]
+    if threshold <= best:
+        return []
+    needed = min_episodes_for_lower_bound(threshold)
+    more = (f"raise eval_episodes to at least {needed} episodes" if needed is not None
+            else "no number of episodes reaches 1.0 on the lower bound")
+    return [f"min_success_rate {params['min_success_rate']} cannot be reached on the 95% Wilson lower bound with "
+            f"eval_episodes {episodes}: even {episodes}/{episodes} successes give {best:.3f}, so every run would "
+            f"fail the gate; lower min_success_rate to at most {int(best * 1000) / 1000:.3f}, {more}, or turn off "
+            f"gate_on_lower_bound to gate on the success rate itself"]
 
 
 def _sweep_rule_errors(params: Mapping[str, Any], backend: str) -> list[str]:
