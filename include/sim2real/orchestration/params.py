@@ -130,10 +130,13 @@ def check_conf_keys(conf: Mapping[str, Any] | None, known: Iterable[str]) -> Non
     this before anything else.
 
     :param conf: ``dag_run.conf`` (None or empty: nothing to check).
-    :param known: the DAG's param names.
+    :param known: the DAG's param names; the keys a run of the DAG sets on the next one and that are no field of
+        the form (:data:`sim2real.orchestration.stages.rounds.CONF_ONLY_KEYS`) are accepted too.
     :raises ParamRuleError: listing every unknown key with its closest field names.
     """
-    errors = unknown_key_errors(conf or {}, known, where="run conf")
+    from sim2real.orchestration.stages.rounds import CONF_ONLY_KEYS
+
+    errors = unknown_key_errors(conf or {}, [*known, *CONF_ONLY_KEYS], where="run conf")
     if errors:
         raise ParamRuleError(errors, headline="the run conf has keys the DAG does not know (nothing was started)")
 

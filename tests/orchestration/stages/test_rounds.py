@@ -58,11 +58,23 @@ def test_one_round_plans_the_run_as_without_rounds():
 
 def test_the_form_refuses_rounds_out_of_range_and_a_link_that_is_no_object():
     specs = build_params()
-    assert specs["max_rounds"].resolve(3) == 3 and specs[RETRAIN_FIELD].resolve(None) is None
-    for field, value in (("max_rounds", 0), ("max_rounds", 11), ("round_iterations", 0), (RETRAIN_FIELD, "round 2")):
+    assert specs["max_rounds"].resolve(3) == 3
+    for field, value in (("max_rounds", 0), ("max_rounds", 11), ("round_iterations", 0)):
         with pytest.raises(Exception, match="ParamValidationError|less than the minimum|greater than the maximum|"
                                             "is not of type"):
             specs[field].resolve(value)
+    with pytest.raises(ParamRuleError, match="retrain_round .* must be an object"):
+        check_params({**PARAMS, "max_rounds": 3, RETRAIN_FIELD: "round 2"}, GOOD)
+
+
+def test_the_round_link_is_no_field_of_the_form_but_a_run_conf_key_the_dag_accepts():
+    from sim2real.orchestration.params import check_conf_keys
+
+    specs = build_params()
+    assert RETRAIN_FIELD not in specs  # set by the previous round's run only: nothing for a person to fill in
+    check_conf_keys({"max_rounds": 2, RETRAIN_FIELD: _link()}, specs)
+    with pytest.raises(ParamRuleError, match="retrain_rounds"):
+        check_conf_keys({"retrain_rounds": 1}, specs)
 
 
 def test_a_later_round_resumes_from_the_link_with_more_iterations_and_fresh_seeds():

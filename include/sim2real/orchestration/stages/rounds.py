@@ -107,13 +107,16 @@ def params() -> dict[str, Any]:
             description="PPO iterations each further round trains beyond the checkpoint it resumes from, within "
             "the training time budget (which applies to every round).",
             section=SECTION_TRAINING, **_range(minimum=1, maximum=100_000)),
-        RETRAIN_FIELD: Param(
-            None, type=["null", "object"], title="Retraining round (set by the previous round's run)",
-            description="Leave empty. The run of a round that failed the gate sets it on the next round's run: "
-            "the round number, the run it continues, the checkpoint to resume from and the earlier rounds' "
-            "results.",
-            section=SECTION_TRAINING),
     }
+
+
+#: Run conf keys that are no field of the trigger form (nothing a person fills in), with what sets them:
+#: :data:`RETRAIN_FIELD`, the link the run of a round that failed the gate gives the next round's run (the round
+#: number, the run it continues, the checkpoint to resume from, the earlier rounds' results). Airflow's form can
+#: hide a field only when it has a ``const`` value, which a link that differs per round cannot have; the key is
+#: therefore accepted in the run conf (:func:`sim2real.orchestration.params.check_conf_keys`) and checked by
+#: :func:`rule_errors`.
+CONF_ONLY_KEYS = {RETRAIN_FIELD: "set by the previous retraining round's run"}
 
 
 def eval_seed_of(params: Mapping[str, Any]) -> int:
@@ -168,9 +171,12 @@ def rule_errors(params: Mapping[str, Any]) -> list[str]:
                       "seeds the sweep's candidates are evaluated on, after every round's gate episodes): lower "
                       "eval_seed, eval_episodes or max_rounds")
     link = params.get(RETRAIN_FIELD)
-    if not link:  # null, or the form's empty object: a new run (round 1)
+    if not link:  # absent, null or an empty object: a new run (round 1)
         return errors
-    where = f"{RETRAIN_FIELD} (set by the previous round's run; leave it empty on a new run)"
+    where = f"{RETRAIN_FIELD} (set by the previous round's run; leave it out of a new run's conf)"
+    if not isinstance(link, Mapping):
+        errors.append(f"{where} must be an object (the link a previous round writes), got {link!r}")
+        return errors
     round_ = link.get("round")
     if not isinstance(round_, int) or isinstance(round_, bool) or not 2 <= round_ <= max_rounds:
         errors.append(f"{where}: round must be an integer from 2 to max_rounds ({max_rounds}), got {round_!r}")
