@@ -6,6 +6,7 @@ from __future__ import annotations
 
 
 import boto3
+import pytest
 from botocore.stub import Stubber
 
 from sim2real.contract import task_ids as ids
@@ -171,3 +172,51 @@ def test_console_object_url_is_what_the_extra_link_renders():
     key = f"{PREFIX}report/training_curve.png"
     assert console_object_url("us-east-1", BUCKET, key) == S3TrainingCurveLink().format_link(
         region_name="us-east-1", aws_domain="aws.amazon.com", bucket=BUCKET, key=key)
+
+
+class KeyedTask(RunningTask):
+    """A running task whose upstream XComs have keys too: ``{(task_id, key): value}`` beside ``{task_id: value}``."""
+
+    def xcom_pull(self, task_ids, key=None, **kw):
+        return self.outputs.get((task_ids, key) if key else task_ids)
+
+
+def test_a_failed_gate_shows_its_verdict_in_the_note_and_lineage_not_not_reached(s3, monkeypatch):  # noqa: F811
+    """The gate task fails without a return value; its verdict XCom carries the value and reason."""
+    from sim2real.orchestration import report
+    from sim2real.orchestration.stages.gate import VERDICT_KEY, decide
+
+    class Ti:
+        pushed: dict = {}
+
+        def xcom_push(self, key, value):
+            self.pushed[key] = value
+
+    gate_ti = Ti()
+    plan = {**figs.plan(), "quality_gate": {"min_success_rate": 0.8, "on_lower_bound": True}}
+    evaluation = {**figs.evaluation(), "success_rate": 0.3, "ci95": [0.108, 0.603], "successes": 3, "episodes": 10}
+    with pytest.raises(RuntimeError, match="QUALITY GATE FAILED: ci95_lower 0.108 < threshold 0.800"):
+        decide(evaluation, plan, gate_ti, fail=RuntimeError)
+    monkeypatch.delenv("AIRFLOW_ENV_NAME", raising=False)
+    monkeypatch.setattr(report, "_environment", lambda: {"sandbox": False})
+    monkeypatch.setattr(run_note, "set_note_through_connection", lambda **kw: None)
+    ti = KeyedTask({ids.READ_EVAL_REPORT: evaluation, (ids.QUALITY_GATE, VERDICT_KEY): gate_ti.pushed[VERDICT_KEY]})
+    out = report.write_run_report(plan=plan, params={"min_success_rate": 0.8, "eval_episodes": 10},
+                                  dag_run=figs.DagRun(), ti=ti)
+    md = out["run_note"]["markdown"]
+    assert "**Quality gate FAILED:** ci95_lower 0.108 < 0.800" in md and "not reached" not in md
+
+
+def test_a_sweep_that_picked_a_winner_is_a_successful_stage_with_its_failed_candidates_counted():
+    tasks = {ids.PREPARE_RUN: {"state": "success", "duration_s": 1.0},
+             "sweep.train_policy[0]": {"state": "success", "duration_s": 30.0},
+             "sweep.train_policy[1]": {"state": "failed", "duration_s": 5.0},
+             "sweep.train_policy[2]": {"state": "success", "duration_s": 31.0},
+             "sweep.pick_best": {"state": "success", "duration_s": 1.0}}
+    doc = lineage(tasks=tasks, sweep={"winner": 2, "min_candidates": 2, "rule": "best"},
+                  candidates=[{"candidate": "c0"}, {"candidate": "c1", "reason": "sweep.train_policy is failed"},
+                              {"candidate": "c2"}])
+    note = run_note.render_run_note(doc)
+    assert "| training (sweep) | success (1 of 3 candidates failed) | 67.0 |" in note, note
+    # a sweep that did not reach its pick stays failed
+    assert "| training (sweep) | failed |" in run_note.render_run_note(lineage(tasks=tasks, sweep=None))

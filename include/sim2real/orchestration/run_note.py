@@ -65,11 +65,14 @@ _STATE_ORDER = ("failed", "upstream_failed", "up_for_retry", "running", "deferre
                 "success", "skipped")
 
 
-def stage_rows(tasks: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, float | None]]:
+def stage_rows(tasks: Mapping[str, Mapping[str, Any]], sweep: Mapping[str, Any] | None = None,
+               candidates: list[Mapping[str, Any]] | None = None) -> list[tuple[str, str, float | None]]:
     """``(stage, state, task time s)`` per stage that has tasks in ``tasks`` (lineage ``tasks``).
 
     The state is the worst of its tasks' (failed before running before success before skipped); the time is
-    the sum of its tasks' durations (``None`` when none is known).
+    the sum of its tasks' durations (``None`` when none is known). A sweep that picked a winner (lineage
+    ``sweep`` with a ``winner``) succeeded as a stage even when some candidates failed (``sweep_min_candidates``
+    lets it pick among the survivors): its row is ``success (N of M candidates failed)``.
     """
     rows = []
     for label, prefix in STAGES:
@@ -78,6 +81,9 @@ def stage_rows(tasks: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, f
             continue
         states = {str(info.get("state")) for info in mine}
         state = next((s for s in _STATE_ORDER if s in states), sorted(states)[0])
+        if prefix == ids.SWEEP_GROUP and sweep and sweep.get("winner") is not None:
+            failed = sum(1 for c in candidates or [] if c.get("reason"))
+            state = f"success ({failed} of {len(candidates or [])} candidates failed)" if failed else "success"
         durations = [info["duration_s"] for info in mine if info.get("duration_s") is not None]
         rows.append((label, state, sum(durations) if durations else None))
     return rows
@@ -179,7 +185,7 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
     :param images: title → URL of a picture the browser can load (the sandbox's S3), embedded.
     """
     head = headline(lineage, warnings)
-    rows = stage_rows(lineage.get("tasks") or {})
+    rows = stage_rows(lineage.get("tasks") or {}, lineage.get("sweep"), lineage.get("candidates"))
     shown = [(title, url) for title, url in (links or {}).items() if url]
     pictures = [(title, url) for title, url in (images or {}).items() if url]
 
