@@ -220,3 +220,10 @@ def test_a_sweep_that_picked_a_winner_is_a_successful_stage_with_its_failed_cand
     assert "| training (sweep) | success (1 of 3 candidates failed) | 67.0 |" in note, note
     # a sweep that did not reach its pick stays failed
     assert "| training (sweep) | failed |" in run_note.render_run_note(lineage(tasks=tasks, sweep=None))
+
+
+def test_a_later_rounds_note_names_its_parent_run():
+    rounds = {"round": 2, "max_rounds": 3, "parent_run_id": "manual__r1", "outcome": "passed",
+              "rounds": [{"success_rate": 0.3, "ci95": [0.1, 0.6]}, {"success_rate": 0.9, "ci95": [0.7, 0.97]}]}
+    note = run_note.render_run_note(lineage(rounds=rounds))
+    assert "**Round 2 of 3** (parent run `manual__r1`; success rate per round" in note, note

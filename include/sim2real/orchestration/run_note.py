@@ -110,8 +110,9 @@ def _round_line(rounds: Mapping[str, Any] | None) -> list[str]:
     then = {"passed": "passed: the loop ends here", "retraining": f"retraining: round {rounds['round'] + 1} is run "
             f"`{rounds.get('next_run_id')}`", "gate_failed": "last round below the bar: the loop ends with the gate "
             "failed", "not_evaluated": "not evaluated: the loop ends here"}.get(rounds.get("outcome"), "")
-    return [f"**Round {rounds['round']} of {rounds['max_rounds']}** (success rate per round, 95% Wilson): {rates}; "
-            f"{then}."]
+    parent = f"parent run `{rounds['parent_run_id']}`; " if rounds.get("parent_run_id") else ""
+    return [f"**Round {rounds['round']} of {rounds['max_rounds']}** ({parent}success rate per round, 95% Wilson): "
+            f"{rates}; {then}."]
 
 
 def _sweep_line(lineage: Mapping[str, Any]) -> list[str]:

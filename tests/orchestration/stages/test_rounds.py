@@ -402,3 +402,22 @@ def test_a_later_rounds_actual_cost_adds_every_earlier_rounds_from_their_lineage
     assert "loop" not in with_loop_cost(_plan(env=S3_ENV, max_rounds=3), actual, "r1", hook)
     assert with_loop_cost(plan, None, "r3", hook) is None
     assert loop_cost(actual, round_=2, run_id="r2", run_key="k2", earlier=[])["total_usd"] == 1.25
+
+
+def test_the_next_rounds_run_is_created_with_a_note_that_names_its_round_and_parent():
+    """The round's run is recognisable on its page from the start: the trigger gives it a note (Airflow's
+    TriggerDagRunOperator ``note``, rendered from plan_next_round's XCom), which its report later replaces."""
+    from airflow.providers.common.compat.sdk import DagRunTriggerException
+
+    from sim2real.orchestration.stages.rounds import NextRoundOperator, round_note
+
+    note = round_note(_link(), max_rounds=3)
+    assert note.startswith("**Retraining round 2 of 3**, parent run `manual__r1`"), note
+    assert "round 1's checkpoint (iteration 40)" in note
+    op = NextRoundOperator(task_id="next_round", trigger_dag_id="sim_to_real", conf={"max_rounds": 3},
+                           note="{{ ti.xcom_pull(task_ids='plan_next_round', key='run_note') }}")
+    assert "note" in op.template_fields
+    op.note = note  # what Airflow renders from the XCom
+    with pytest.raises(DagRunTriggerException) as trigger:
+        op.execute({})
+    assert trigger.value.note == note and trigger.value.trigger_dag_id == "sim_to_real"
