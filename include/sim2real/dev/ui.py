@@ -42,7 +42,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from sim2real.dev.sandbox._core import free_port  # noqa: F401 - re-exported for callers of this module
+from sim2real.dev.sandbox._core import free_port
+from sim2real.orchestration.dag_defaults import NAMESPACE_LEVELS  # noqa: F401 - re-exported for callers of this module
 from sim2real.dev.sandbox.__main__ import DECISIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
@@ -200,6 +201,7 @@ class UiStack:
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO"),
+            "AIRFLOW__LOGGING__NAMESPACE_LEVELS": NAMESPACE_LEVELS,  # no "credentials retrieved" on every poll
         })
         return env
 
