@@ -97,6 +97,50 @@ def range_text(schema: Mapping[str, Any]) -> str:
                                    for k, v in bounds.items()) + "."
 
 
+_TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+               "object": "an object", "array": "a list", "null": "empty"}
+
+
+def _problem_text(err: Any) -> str:
+    """One clause for a jsonschema ``ValidationError``: what the value must be (from its keyword)."""
+    kw, bound = err.validator, err.validator_value
+    if kw == "minimum":
+        return f"it must be at least {bound}"
+    if kw == "maximum":
+        return f"it must be at most {bound}"
+    if kw == "exclusiveMinimum":
+        return f"it must be above {bound}"
+    if kw == "exclusiveMaximum":
+        return f"it must be below {bound}"
+    if kw == "type":
+        types = [bound] if isinstance(bound, str) else list(bound)
+        return "it must be " + " or ".join(_TYPE_WORDS.get(t, t) for t in types)
+    if kw == "enum":
+        return "it must be one of " + ", ".join(repr(v) for v in bound)
+    if kw == "pattern":
+        return f"it must match the pattern {bound}"
+    if kw in ("minLength", "maxLength"):
+        return f"it must have {'at least' if kw == 'minLength' else 'at most'} {bound} characters"
+    if kw in ("minItems", "maxItems"):
+        return f"it must have {'at least' if kw == 'minItems' else 'at most'} {bound} items"
+    return err.message  # any other keyword: jsonschema's own one-line message
+
+
+def param_problem(name: str, value: Any, spec: Any) -> str | None:
+    """Why a form field refuses ``value``, as one sentence naming the field, e.g. ``eval_episodes = -5 is refused:
+    it must be at least 1`` (``None`` when the value is valid). Checks the ``Param``'s JSON schema as Airflow does
+    (``jsonschema`` with a format checker); the first problem of the deepest schema part is named (jsonschema's
+    ``best_match``), instead of the validator's multi-line dump (schema excerpt, instance).
+    """
+    from jsonschema import Draft202012Validator, FormatChecker
+    from jsonschema.exceptions import best_match
+
+    err = best_match(Draft202012Validator(spec.schema, format_checker=FormatChecker()).iter_errors(value))
+    if err is None:
+        return None
+    return f"{name} = {value!r} is refused: {_problem_text(err)}"
+
+
 def unknown_key_errors(keys: Iterable[str], known: Iterable[str], *, where: str) -> list[str]:
     """One message per key of ``keys`` that is not in ``known``, each with a "did you mean" list.
 
@@ -298,10 +342,11 @@ def apply_run_defaults(params: Mapping[str, Any], env: Mapping[str, Any], *, run
     for key, value in defaults.items():
         if key not in specs:
             continue
-        try:
-            applied[key] = specs[key].resolve(value)
-        except Exception as err:  # noqa: BLE001 - ParamValidationError (jsonschema message)
-            errors.append(f"environment config run_defaults.{key} = {value!r} is refused: {err}")
+        problem = param_problem(f"environment config run_defaults.{key}", value, specs[key])
+        if problem:
+            errors.append(problem)
+            continue
+        applied[key] = specs[key].resolve(value)
     if errors:
         raise ParamRuleError(errors)
     return {**params, **applied}, applied
