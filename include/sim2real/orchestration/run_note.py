@@ -230,7 +230,7 @@ def set_note_through_mwaa(*, env_name: str, dag_id: str, run_id: str, note: str,
     ``RestApiResponse``).
 
     :raises botocore.exceptions.ClientError: e.g. ``AccessDeniedException`` without ``airflow:InvokeRestApi``.
-    :raises RuntimeError: when the Airflow API answers with a status of 400 or more.
+    :raises NoteApiError: when the Airflow API answers with a status of 400 or more.
     """
     if hook is None:
         from airflow.providers.amazon.aws.hooks.mwaa import MwaaHook
@@ -239,10 +239,8 @@ def set_note_through_mwaa(*, env_name: str, dag_id: str, run_id: str, note: str,
     path, query, body = note_request(dag_id, run_id, note)
     response = hook.invoke_rest_api(env_name=env_name, path=path, method="PATCH", body=body,
                                     query_params=query, airflow_version=3)
-    status = int(response.get("RestApiStatusCode") or 0)
-    if status >= 400:
-        raise RuntimeError(f"MWAA environment {env_name!r}: PATCH {path} answered {status}: "
-                           f"{response.get('RestApiResponse')}")
+    _check(int(response.get("RestApiStatusCode") or 0), response.get("RestApiResponse"),
+           f"MWAA environment {env_name!r}: PATCH {path}")
     return response
 
 
