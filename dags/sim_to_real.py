@@ -38,8 +38,10 @@ SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone,
     doc_md=__doc__,
     # Nightly at 02:00 in the configured time zone (one run at a time, no backfill of missed nights). Scheduled
     # runs take their params from the environment config's run_defaults (production-sized), manual runs from the form.
-    schedule=CronTriggerTimetable("0 2 * * *", timezone=SCHEDULE_TZ),
-    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    # No start_date: with one in the past, CronTriggerTimetable without catchup schedules the latest 02:00 already
+    # gone (a past "Next Run", and a training started the moment the DAG is deployed); without one,
+    # run_immediately=False makes the first run the next 02:00 to come.
+    schedule=CronTriggerTimetable("0 2 * * *", timezone=SCHEDULE_TZ, run_immediately=False),
     catchup=False,
     max_active_runs=1,
     dagrun_timeout=dt.timedelta(days=3),

@@ -16,6 +16,8 @@ from aws_cdk import aws_mwaa as mwaa
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from sim2real.orchestration.dag_defaults import NAMESPACE_LEVELS
+
 from .policies import as_bucket, grant_prefixes
 from .settings import Settings
 
@@ -40,6 +42,8 @@ def airflow_configuration(variables_prefix: str, schedule_timezone: str = "UTC",
         "secrets.backend_kwargs": '{"variables_prefix": "%s", "connections_prefix": null, "config_prefix": null}'
         % variables_prefix,
         "core.load_examples": "false",
+        # the Amazon provider's "credentials retrieved" INFO line on every poll; its warnings and errors still show
+        "logging.namespace_levels": NAMESPACE_LEVELS,
     }
 
 

@@ -3,8 +3,9 @@
 A gate failure with rounds left triggers the next round as a new run (``next_round``); the demo runs each
 queued round as the scheduler would. Deterministic at toy size: round 1 trains a single PPO iteration (its
 deterministic policy reaches no target in 20 episodes: 0/20), round 2 resumes from it and trains to iteration 30
-(about 0.45 on Reacher-v5), with the gate at a point estimate of 0.25 between the two; the all-fail case gates
-on a 95% lower bound of 0.99, which 20 episodes cannot reach (20/20 gives 0.84).
+(about 0.45 on Reacher-v5), with the gate at a point estimate of 0.25 between the two; the all-fail cases gate
+on a 95% lower bound of 0.83, which only 20/20 episodes reach (0.839): far above what 1-2 PPO iterations score
+(an unreachable bar, such as 0.99 with 20 episodes, is refused before the run starts).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def test_round_1_fails_the_gate_and_round_2_resumes_from_it_and_passes(tmp_path)
 
 def test_when_every_round_fails_the_loop_ends_failed_with_each_rounds_success_rate(tmp_path):
     conf = ('{"max_rounds": 2, "max_iterations": 1, "round_iterations": 1, "train_time_budget_seconds": 60, '
-            '"eval_episodes": 20, "min_success_rate": 0.99, "gate_on_lower_bound": true, "run_vla_finetune": false, '
+            '"eval_episodes": 20, "min_success_rate": 0.83, "gate_on_lower_bound": true, "run_vla_finetune": false, '
             '"deploy_to_edge": false}')
     proc, summary = run_demo(tmp_path, "--no-mlflow", "--seed", "3", "--eval-seed", "2000", "--conf", conf)
     assert proc.returncode == 1, proc.stdout[-6000:] + proc.stderr[-6000:]
@@ -77,7 +78,7 @@ def test_when_every_round_fails_the_loop_ends_failed_with_each_rounds_success_ra
     rounds = summary["lineage"]["rounds"]
     assert (rounds["round"], rounds["outcome"], rounds["next_run_id"]) == (2, "gate_failed", None)
     assert [(r["round"], r["passed"], r["first_seed"]) for r in rounds["rounds"]] == [(1, False, 2000), (2, False, 2020)]
-    assert all(r["ci95"][0] < 0.99 for r in rounds["rounds"])
+    assert all(r["ci95"][0] < 0.83 for r in rounds["rounds"])
     assert summary["lineage"]["figures"]["round_success"]["points"] == 2
     assert "the loop ends with the gate failed" in summary["run_note"]
     messages = [n["message"] for n in summary["notifications"] if n["event"] == "gate_failed"]
@@ -85,11 +86,11 @@ def test_when_every_round_fails_the_loop_ends_failed_with_each_rounds_success_ra
 
 
 def test_a_sweep_with_rounds_retrains_its_winner_in_round_2_and_sums_the_loops_cost(tmp_path):
-    """Round 1 is a 3-candidate sweep, its winner fails the gate (a 95% lower bound of 0.99, out of reach at 20
+    """Round 1 is a 3-candidate sweep, its winner fails the gate (a 95% lower bound of 0.83, reached only by 20/20
     episodes); round 2 retrains the winner's params from its checkpoint, without a sweep, and fails too. Checks the
     link between the two, the same whole-loop estimate in both, and the loop's actual cost in round 2."""
     conf = ('{"max_rounds": 2, "max_iterations": 1, "round_iterations": 1, "train_time_budget_seconds": 60, '
-            '"eval_episodes": 20, "min_success_rate": 0.99, "gate_on_lower_bound": true, "run_vla_finetune": false, '
+            '"eval_episodes": 20, "min_success_rate": 0.83, "gate_on_lower_bound": true, "run_vla_finetune": false, '
             '"deploy_to_edge": false}')
     proc, summary = run_demo(tmp_path, "--sweep", "--no-mlflow", "--seed", "3", "--eval-seed", "2000", "--conf", conf)
     assert proc.returncode == 1, proc.stdout[-6000:] + proc.stderr[-6000:]

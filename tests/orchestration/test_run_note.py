@@ -1,11 +1,12 @@
 """The DAG run's note: results (gate, interval, cost, stages, links) rendered from the lineage and set
-through the MWAA REST API (request checked against botocore's InvokeRestApi shape) or, in the sandbox,
-on the run's metadata row; weak gate settings flagged in the form and the note."""
+through the MWAA REST API (request checked against botocore's InvokeRestApi shape) or an Airflow connection's
+API server (test_run_note_api.py); weak gate settings flagged in the form and the note."""
 
 from __future__ import annotations
 
 
 import boto3
+import pytest
 from botocore.stub import Stubber
 
 from sim2real.contract import task_ids as ids
@@ -113,10 +114,12 @@ def test_an_airflow_api_error_is_reported_not_raised(monkeypatch):
     assert out["set"] is False and out["via"] == "mwaa:e" and "answered 403" in out["error"]
 
 
-def test_without_mwaa_or_sandbox_the_note_is_not_set_and_says_why(monkeypatch):
+def test_outside_mwaa_without_the_api_connection_the_note_is_not_set_and_says_why(monkeypatch):
     monkeypatch.delenv("AIRFLOW_ENV_NAME", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_SIM2REAL_AIRFLOW_API", raising=False)
     out = run_note.set_run_note(dag_id="d", run_id="r", note="n", env={})
-    assert out["set"] is False and out["via"] is None and "not on MWAA" in out["error"]
+    assert out["set"] is False and out["via"] == "connection:sim2real_airflow_api"
+    assert "sim2real_airflow_api" in out["error"]
 
 
 def test_report_in_the_sandbox_links_and_embeds_the_pictures_on_its_s3(s3, events_dir, monkeypatch):  # noqa: F811
@@ -126,7 +129,7 @@ def test_report_in_the_sandbox_links_and_embeds_the_pictures_on_its_s3(s3, event
     monkeypatch.delenv("AIRFLOW_ENV_NAME", raising=False)
     monkeypatch.setattr(report, "_environment", lambda: {"sandbox": True})
     written = []
-    monkeypatch.setattr(run_note, "set_note_in_metadata_db", lambda **kw: written.append(kw))
+    monkeypatch.setattr(run_note, "set_note_through_connection", lambda **kw: written.append(kw))
     figs.upload_events(s3, events_dir)
     ti = RunningTask({ids.BATCH_TRAIN_POLICY: {"job_id": "j-1"}, ids.WAIT_FOR_CHECKPOINT: figs.manifest(),
                       ids.READ_EVAL_REPORT: figs.evaluation(),
@@ -145,7 +148,7 @@ def test_report_in_the_sandbox_links_and_embeds_the_pictures_on_its_s3(s3, event
     got = requests.get(curve, timeout=10)
     assert got.status_code == 200 and got.content[:8] == b"\x89PNG\r\n\x1a\n"
     note = out["run_note"]
-    assert note["set"] and note["via"] == "metadata-db (sandbox)" and written[0]["note"] == note["markdown"]
+    assert note["set"] and note["via"] == "connection:sim2real_airflow_api" and written[0]["note"] == note["markdown"]
     # presigned URLs are long: what does not fit Airflow's 1000 characters is left out, and the note says so
     assert "report/training_curve.png?" in note["markdown"] or run_note.SHORTENED in note["markdown"]
     assert note["warnings"] and "Only 10 evaluation episodes" in note["markdown"]
@@ -169,3 +172,58 @@ def test_console_object_url_is_what_the_extra_link_renders():
     key = f"{PREFIX}report/training_curve.png"
     assert console_object_url("us-east-1", BUCKET, key) == S3TrainingCurveLink().format_link(
         region_name="us-east-1", aws_domain="aws.amazon.com", bucket=BUCKET, key=key)
+
+
+class KeyedTask(RunningTask):
+    """A running task whose upstream XComs have keys too: ``{(task_id, key): value}`` beside ``{task_id: value}``."""
+
+    def xcom_pull(self, task_ids, key=None, **kw):
+        return self.outputs.get((task_ids, key) if key else task_ids)
+
+
+def test_a_failed_gate_shows_its_verdict_in_the_note_and_lineage_not_not_reached(s3, monkeypatch):  # noqa: F811
+    """The gate task fails without a return value; its verdict XCom carries the value and reason."""
+    from sim2real.orchestration import report
+    from sim2real.orchestration.stages.gate import VERDICT_KEY, decide
+
+    class Ti:
+        pushed: dict = {}
+
+        def xcom_push(self, key, value):
+            self.pushed[key] = value
+
+    gate_ti = Ti()
+    plan = {**figs.plan(), "quality_gate": {"min_success_rate": 0.8, "on_lower_bound": True}}
+    evaluation = {**figs.evaluation(), "success_rate": 0.3, "ci95": [0.108, 0.603], "successes": 3, "episodes": 10}
+    with pytest.raises(RuntimeError, match="QUALITY GATE FAILED: ci95_lower 0.108 < threshold 0.800"):
+        decide(evaluation, plan, gate_ti, fail=RuntimeError)
+    monkeypatch.delenv("AIRFLOW_ENV_NAME", raising=False)
+    monkeypatch.setattr(report, "_environment", lambda: {"sandbox": False})
+    monkeypatch.setattr(run_note, "set_note_through_connection", lambda **kw: None)
+    ti = KeyedTask({ids.READ_EVAL_REPORT: evaluation, (ids.QUALITY_GATE, VERDICT_KEY): gate_ti.pushed[VERDICT_KEY]})
+    out = report.write_run_report(plan=plan, params={"min_success_rate": 0.8, "eval_episodes": 10},
+                                  dag_run=figs.DagRun(), ti=ti)
+    md = out["run_note"]["markdown"]
+    assert "**Quality gate FAILED:** ci95_lower 0.108 < 0.800" in md and "not reached" not in md
+
+
+def test_a_sweep_that_picked_a_winner_is_a_successful_stage_with_its_failed_candidates_counted():
+    tasks = {ids.PREPARE_RUN: {"state": "success", "duration_s": 1.0},
+             "sweep.train_policy[0]": {"state": "success", "duration_s": 30.0},
+             "sweep.train_policy[1]": {"state": "failed", "duration_s": 5.0},
+             "sweep.train_policy[2]": {"state": "success", "duration_s": 31.0},
+             "sweep.pick_best": {"state": "success", "duration_s": 1.0}}
+    doc = lineage(tasks=tasks, sweep={"winner": 2, "min_candidates": 2, "rule": "best"},
+                  candidates=[{"candidate": "c0"}, {"candidate": "c1", "reason": "sweep.train_policy is failed"},
+                              {"candidate": "c2"}])
+    note = run_note.render_run_note(doc)
+    assert "| training (sweep) | success (1 of 3 candidates failed) | 67.0 |" in note, note
+    # a sweep that did not reach its pick stays failed
+    assert "| training (sweep) | failed |" in run_note.render_run_note(lineage(tasks=tasks, sweep=None))
+
+
+def test_a_later_rounds_note_names_its_parent_run():
+    rounds = {"round": 2, "max_rounds": 3, "parent_run_id": "manual__r1", "outcome": "passed",
+              "rounds": [{"success_rate": 0.3, "ci95": [0.1, 0.6]}, {"success_rate": 0.9, "ci95": [0.7, 0.97]}]}
+    note = run_note.render_run_note(lineage(rounds=rounds))
+    assert "**Round 2 of 3** (parent run `manual__r1`; success rate per round" in note, note

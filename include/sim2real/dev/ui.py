@@ -42,12 +42,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from sim2real.dev.sandbox._core import free_port  # noqa: F401 - re-exported for callers of this module
+from sim2real.dev.sandbox._core import free_port
+from sim2real.orchestration.dag_defaults import NAMESPACE_LEVELS  # noqa: F401 - re-exported for callers of this module
 from sim2real.dev.sandbox.__main__ import DECISIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 DAG_ID = "sim_to_real"
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+#: The SimpleAuthManager user the run note is written as when the stack has logins (``users``).
+NOTE_WRITER = "sim2real-run-note"
 
 
 class UiStackError(RuntimeError):
@@ -84,11 +87,14 @@ class UiStack:
     :param users: SimpleAuthManager users, ``{username: role}`` (``admin``, ``op``, ``user``, ``viewer``), each
         with a random password (:meth:`password`): logins instead of ``simple_auth_manager_all_admins``; the API
         calls of :meth:`api` then act as ``user=`` (default: the first one). None (default): every visitor is admin.
+    :param dags_folder: the DAGs folder (default the repository's ``dags/``; tests run a small DAG of their own).
+    :param dag_id: the DAG :meth:`wait_ready` waits for (default ``sim_to_real``).
     """
 
     def __init__(self, home: str | os.PathLike | None = None, *, api_port: int = 8080, poll_seconds: int = 2,
                  decision: str = "airflow", parallelism: int = 4, extra_env: dict[str, str] | None = None,
-                 mlflow: bool = True, users: dict[str, str] | None = None) -> None:
+                 mlflow: bool = True, users: dict[str, str] | None = None,
+                 dags_folder: str | os.PathLike | None = None, dag_id: str = DAG_ID) -> None:
         self.home = Path(home).resolve() if home else REPO_ROOT / ".sandbox" / "ui"
         self.mlflow = mlflow  # the served sandbox also runs a local MLflow tracking server
         self.api_port = api_port
@@ -96,6 +102,8 @@ class UiStack:
         self.decision = decision
         self.parallelism = parallelism
         self.extra_env = dict(extra_env or {})
+        self.dags_folder = Path(dags_folder).resolve() if dags_folder else REPO_ROOT / "dags"
+        self.dag_id = dag_id
         self.airflow_home = self.home / "airflow"
         self.env_file = self.home / "sandbox.env"
         self.sandbox_log = self.home / "logs" / "sandbox.log"
@@ -104,7 +112,7 @@ class UiStack:
         self._airflow: subprocess.Popen | None = None
         self._token: str | None = None
         self.users = dict(users or {})
-        self._passwords = {user: secrets.token_urlsafe(16) for user in self.users}
+        self._passwords = {user: secrets.token_urlsafe(16) for user in (*self.users, NOTE_WRITER)}
         self._tokens: dict[str, str] = {}
         self._secret_key = secrets.token_urlsafe(64)
         self._jwt_secret = secrets.token_urlsafe(64)
@@ -119,7 +127,7 @@ class UiStack:
     @property
     def dag_url(self) -> str:
         """The ``sim_to_real`` DAG's page in the UI."""
-        return f"{self.url}/dags/{DAG_ID}"
+        return f"{self.url}/dags/{self.dag_id}"
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, timeout: float = 300.0) -> UiStack:
@@ -173,11 +181,15 @@ class UiStack:
             "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
             "PYTHONUNBUFFERED": "1",
             "AIRFLOW_HOME": str(self.airflow_home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            # The API server the tasks write each run's note through (sim2real.orchestration.run_note); no
+            # login: GET /auth/token answers with simple_auth_manager_all_admins.
+            "AIRFLOW_CONN_SIM2REAL_AIRFLOW_API": json.dumps({"conn_type": "http", "host": "127.0.0.1",
+                                                              "port": self.api_port, "schema": "http"}),
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__AUTH_MANAGER": SIMPLE_AUTH_MANAGER,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
@@ -197,11 +209,17 @@ class UiStack:
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO"),
+            "AIRFLOW__LOGGING__NAMESPACE_LEVELS": NAMESPACE_LEVELS,  # no "credentials retrieved" on every poll
         })
         if self.users:
+            # With logins, the run note's writer logs in as a user of its own (role "user": it may edit DAG runs).
+            accounts = {**self.users, NOTE_WRITER: "user"}
             env.update({
+                "AIRFLOW_CONN_SIM2REAL_AIRFLOW_API": json.dumps({
+                    "conn_type": "http", "host": "127.0.0.1", "port": self.api_port, "schema": "http",
+                    "login": NOTE_WRITER, "password": self._passwords[NOTE_WRITER]}),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in self.users.items()),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in accounts.items()),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             })
         return env
@@ -247,10 +265,10 @@ class UiStack:
                     last = f"components not healthy yet: {unhealthy}"
                 else:
                     errors = [e for e in self.api("GET", "/api/v2/importErrors").get("import_errors", [])
-                              if "sim_to_real" in str(e.get("filename"))]
+                              if self.dag_id in str(e.get("filename"))]
                     if errors:
-                        raise UiStackError(f"dags/sim_to_real.py has import errors: {errors[0].get('stack_trace')}")
-                    self.api("GET", f"/api/v2/dags/{DAG_ID}")
+                        raise UiStackError(f"{self.dag_id} has import errors: {errors[0].get('stack_trace')}")
+                    self.api("GET", f"/api/v2/dags/{self.dag_id}")
                     return
             except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError) as err:
                 last = f"{type(err).__name__}: {err}"

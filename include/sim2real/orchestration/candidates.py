@@ -103,10 +103,11 @@ def sweep_errors(sweep: Any, params: Mapping[str, Any], specs: Mapping[str, Any]
         for key, value in override.items():
             if key in bad_keys:
                 continue
-            try:
-                specs[key].resolve(value)
-            except Exception as err:  # noqa: BLE001 - ParamValidationError (the JSON schema's message)
-                errors.append(f"sweep candidate {i}: {key} = {value!r} is refused: {err}")
+            from sim2real.orchestration.params import param_problem
+
+            problem = param_problem(key, value, specs[key])
+            if problem:
+                errors.append(f"sweep candidate {i}: {problem}")
         resolved = candidate_params(params, override)
         fingerprint = json.dumps({k: resolved.get(k) for k in SWEEP_KEYS}, sort_keys=True)
         if fingerprint in seen:

@@ -10,6 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 
+#: Airflow's ``[logging] namespace_levels`` for the deployments this repository sets up (``make ui``, MWAA through
+#: infra/): the Amazon provider's connection wrapper logs "<connection> credentials retrieved from ..." at INFO each
+#: time a hook reads its connection, i.e. on every poll of every wait; WARNING keeps its warnings and errors.
+NAMESPACE_LEVELS = "airflow.providers.amazon.aws.utils.connection_wrapper=WARNING"
+
 #: Seconds between status polls of every waiting task (``SIM2REAL_POLL_SECONDS``: 30 on AWS; the local
 #: sandbox sets 1-2).
 POLL = int(os.environ.get("SIM2REAL_POLL_SECONDS", "30"))

@@ -97,6 +97,50 @@ def range_text(schema: Mapping[str, Any]) -> str:
                                    for k, v in bounds.items()) + "."
 
 
+_TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+               "object": "an object", "array": "a list", "null": "empty"}
+
+
+def _problem_text(err: Any) -> str:
+    """One clause for a jsonschema ``ValidationError``: what the value must be (from its keyword)."""
+    kw, bound = err.validator, err.validator_value
+    if kw == "minimum":
+        return f"it must be at least {bound}"
+    if kw == "maximum":
+        return f"it must be at most {bound}"
+    if kw == "exclusiveMinimum":
+        return f"it must be above {bound}"
+    if kw == "exclusiveMaximum":
+        return f"it must be below {bound}"
+    if kw == "type":
+        types = [bound] if isinstance(bound, str) else list(bound)
+        return "it must be " + " or ".join(_TYPE_WORDS.get(t, t) for t in types)
+    if kw == "enum":
+        return "it must be one of " + ", ".join(repr(v) for v in bound)
+    if kw == "pattern":
+        return f"it must match the pattern {bound}"
+    if kw in ("minLength", "maxLength"):
+        return f"it must have {'at least' if kw == 'minLength' else 'at most'} {bound} characters"
+    if kw in ("minItems", "maxItems"):
+        return f"it must have {'at least' if kw == 'minItems' else 'at most'} {bound} items"
+    return err.message  # any other keyword: jsonschema's own one-line message
+
+
+def param_problem(name: str, value: Any, spec: Any) -> str | None:
+    """Why a form field refuses ``value``, as one sentence naming the field, e.g. ``eval_episodes = -5 is refused:
+    it must be at least 1`` (``None`` when the value is valid). Checks the ``Param``'s JSON schema as Airflow does
+    (``jsonschema`` with a format checker); the first problem of the deepest schema part is named (jsonschema's
+    ``best_match``), instead of the validator's multi-line dump (schema excerpt, instance).
+    """
+    from jsonschema import Draft202012Validator, FormatChecker
+    from jsonschema.exceptions import best_match
+
+    err = best_match(Draft202012Validator(spec.schema, format_checker=FormatChecker()).iter_errors(value))
+    if err is None:
+        return None
+    return f"{name} = {value!r} is refused: {_problem_text(err)}"
+
+
 def unknown_key_errors(keys: Iterable[str], known: Iterable[str], *, where: str) -> list[str]:
     """One message per key of ``keys`` that is not in ``known``, each with a "did you mean" list.
 
@@ -130,10 +174,13 @@ def check_conf_keys(conf: Mapping[str, Any] | None, known: Iterable[str]) -> Non
     this before anything else.
 
     :param conf: ``dag_run.conf`` (None or empty: nothing to check).
-    :param known: the DAG's param names.
+    :param known: the DAG's param names; the keys a run of the DAG sets on the next one and that are no field of
+        the form (:data:`sim2real.orchestration.stages.rounds.CONF_ONLY_KEYS`) are accepted too.
     :raises ParamRuleError: listing every unknown key with its closest field names.
     """
-    errors = unknown_key_errors(conf or {}, known, where="run conf")
+    from sim2real.orchestration.stages.rounds import CONF_ONLY_KEYS
+
+    errors = unknown_key_errors(conf or {}, [*known, *CONF_ONLY_KEYS], where="run conf")
     if errors:
         raise ParamRuleError(errors, headline="the run conf has keys the DAG does not know (nothing was started)")
 
@@ -175,6 +222,7 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
     if params.get("deploy_to_edge") and not params.get("run_vla_finetune"):
         errors.append("deploy_to_edge needs run_vla_finetune (the deployed model is the approved fine-tuned "
                       "model package)")
+    errors.extend(gate_reach_errors(params))
     errors.extend(_sweep_rule_errors(params, backend))
     budget = params.get("train_time_budget_seconds", 0)
     timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
@@ -187,6 +235,55 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
     errors.extend(round_rule_errors(params))
     if errors:
         raise ParamRuleError(errors)
+
+
+def min_episodes_for_lower_bound(threshold: float) -> int | None:
+    """The fewest evaluation episodes whose best outcome (every episode a success) has a 95% Wilson lower bound
+    of at least ``threshold``; ``None`` when none has (``threshold`` >= 1: the bound of n/n is n / (n + z²) < 1).
+
+    From the Wilson interval at p = 1: the lower bound is n / (n + z²), so n >= threshold·z² / (1 - threshold).
+    """
+    import math
+
+    from sim2real.contract.stats import Z95, wilson_interval
+
+    if threshold >= 1:
+        return None
+    if threshold <= 0:
+        return 1
+    n = max(1, math.ceil(threshold * Z95 * Z95 / (1 - threshold)))
+    while wilson_interval(n, n)[0] < threshold:  # float rounding at the boundary
+        n += 1
+    while n > 1 and wilson_interval(n - 1, n - 1)[0] >= threshold:
+        n -= 1
+    return n
+
+
+def gate_reach_errors(params: Mapping[str, Any]) -> list[str]:
+    """A quality gate no evaluation can pass: on the 95% Wilson lower bound (``gate_on_lower_bound``) the best
+    outcome of ``eval_episodes`` episodes (all successes) has a lower bound below 1 (0.963 for 100 episodes), so
+    a ``min_success_rate`` above it fails every run and every retraining round, whatever the policy.
+
+    :return: one sentence naming the fields, the reachable bar and the episodes it would take (empty when the
+        gate can pass, or gates on the point estimate, whose best value is 1).
+    """
+    from sim2real.contract.stats import wilson_interval
+
+    if not params.get("gate_on_lower_bound") or params.get("min_success_rate") is None:
+        return []
+    threshold, episodes = float(params["min_success_rate"]), int(params.get("eval_episodes") or 0)
+    if episodes <= 0:
+        return []  # eval_episodes' own schema refuses it
+    best = wilson_interval(episodes, episodes)[0]
+    if threshold <= best:
+        return []
+    needed = min_episodes_for_lower_bound(threshold)
+    more = (f"raise eval_episodes to at least {needed} episodes" if needed is not None
+            else "no number of episodes reaches 1.0 on the lower bound")
+    return [f"min_success_rate {params['min_success_rate']} cannot be reached on the 95% Wilson lower bound with "
+            f"eval_episodes {episodes}: even {episodes}/{episodes} successes give {best:.3f}, so every run would "
+            f"fail the gate; lower min_success_rate to at most {int(best * 1000) / 1000:.3f}, {more}, or turn off "
+            f"gate_on_lower_bound to gate on the success rate itself"]
 
 
 def _sweep_rule_errors(params: Mapping[str, Any], backend: str) -> list[str]:
@@ -245,10 +342,11 @@ def apply_run_defaults(params: Mapping[str, Any], env: Mapping[str, Any], *, run
     for key, value in defaults.items():
         if key not in specs:
             continue
-        try:
-            applied[key] = specs[key].resolve(value)
-        except Exception as err:  # noqa: BLE001 - ParamValidationError (jsonschema message)
-            errors.append(f"environment config run_defaults.{key} = {value!r} is refused: {err}")
+        problem = param_problem(f"environment config run_defaults.{key}", value, specs[key])
+        if problem:
+            errors.append(problem)
+            continue
+        applied[key] = specs[key].resolve(value)
     if errors:
         raise ParamRuleError(errors)
     return {**params, **applied}, applied

@@ -409,6 +409,10 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
 
     parts: dict[str, Any] = {key: _pull(ti, task_id) for key, task_id in stage_sources(plan).items()}
+    if not parts.get("quality_gate"):  # a failed gate returns nothing: its verdict XCom has the value and reason
+        from sim2real.orchestration.stages.gate import VERDICT_KEY
+
+        parts["quality_gate"] = _pull(ti, stage_sources(plan)["quality_gate"], key=VERDICT_KEY)
     rounds = lineage_entry(plan, run_id=dag_run.run_id, evaluation=parts.get("evaluation"),
                            checkpoint=parts.get("checkpoint"), next_run_id=_pull(ti, ids.NEXT_ROUND, key="trigger_run_id"))
     scaling = None

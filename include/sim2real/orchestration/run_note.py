@@ -6,18 +6,27 @@ the success rate and its Wilson 95 % interval against the threshold, the gate ve
 the actual cost, a table of the stages (state, task time) and links (S3 run folder, lineage, the report's
 pictures, embedded in the sandbox).
 
-``set_run_note`` writes it on the run. Airflow 3's Task Execution API, the only API a Task SDK task may
-use, has no call that changes a DAG run's note (its ``dag-runs`` routes read a run, trigger, clear or
-count runs), and a task has no metadata database session. The note is therefore set through Airflow's
-public REST API, ``PATCH /api/v2/dags/{dag_id}/dagRuns/{dag_run_id}`` with ``{"note": ...}`` and
-``update_mask=note``:
+``set_run_note`` writes it on the run through Airflow's public REST API, the same call the UI's "Add a note"
+and "Mark Dag Run as failed" dialogs make: ``PATCH /api/v2/dags/{dag_id}/dagRuns/{dag_run_id}`` with
+``{"note": ...}`` and ``update_mask=note`` (Airflow 3.3 ``patch_dag_run`` → ``patch_dag_run_note``). Airflow 3's
+Task Execution API, the only API a Task SDK task may use, has no call that changes a DAG run's note (its
+``dag-runs`` routes read a run, trigger, clear or count runs; a note can only be given to a run it triggers), and
+a task has no metadata database session. Where the REST API is reached:
 
-* on Amazon MWAA through MWAA's ``InvokeRestApi`` (the Amazon provider's ``MwaaHook.invoke_rest_api``);
-  the environment is the config's ``airflow.mwaa_environment_name``, else ``AIRFLOW_ENV_NAME``, which MWAA
-  sets on its workers. The execution role needs ``airflow:InvokeRestApi`` on the environment's ``User``
-  Airflow role (``arn:aws:airflow:<region>:<account>:role/<environment>/User``);
-* in the local sandbox (``"sandbox": true``) the DAG runs in one process with ``dag.test()``, no API
-  server: the note is written on the run's row of the metadata database that process holds.
+* **Amazon MWAA**: through MWAA's ``InvokeRestApi`` (the Amazon provider's ``MwaaHook.invoke_rest_api``); the
+  environment is the config's ``airflow.mwaa_environment_name``, else ``AIRFLOW_ENV_NAME``, which MWAA sets on
+  its workers. The execution role needs ``airflow:InvokeRestApi`` on the environment's ``User`` Airflow role
+  (``arn:aws:airflow:<region>:<account>:role/<environment>/User``);
+* **``dag.test()``** (``make demo``, the end-to-end tests: the task runs in the process that holds the metadata
+  database, with the Task Execution API served in that process): Airflow's own API application served in the
+  same process (:func:`set_note_in_process`, as ``dag.test()`` serves the Execution API);
+* **anywhere else** (``make ui``, a self-managed Airflow): the API server named by the Airflow connection
+  ``airflow.api_connection_id`` of the environment config (default :data:`API_CONNECTION_ID`, type ``http``:
+  host, port, schema; login and password when the auth manager wants them), through the HTTP provider's
+  ``HttpHook`` with a JWT from the server's ``/auth/token`` (:class:`AirflowApiTokenAuth`).
+
+Writing through the API keeps the one ``dag_run_note`` row the UI updates: the first write inserts it, every
+later one (the report's, a person's "Mark Dag Run as failed" with its note) updates that row.
 
 Setting the note never fails the report (``lineage.md`` beside ``lineage.json`` holds the same facts): a
 failure is logged and returned.
@@ -25,6 +34,7 @@ failure is logged and returned.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Mapping
@@ -55,11 +65,14 @@ _STATE_ORDER = ("failed", "upstream_failed", "up_for_retry", "running", "deferre
                 "success", "skipped")
 
 
-def stage_rows(tasks: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, float | None]]:
+def stage_rows(tasks: Mapping[str, Mapping[str, Any]], sweep: Mapping[str, Any] | None = None,
+               candidates: list[Mapping[str, Any]] | None = None) -> list[tuple[str, str, float | None]]:
     """``(stage, state, task time s)`` per stage that has tasks in ``tasks`` (lineage ``tasks``).
 
     The state is the worst of its tasks' (failed before running before success before skipped); the time is
-    the sum of its tasks' durations (``None`` when none is known).
+    the sum of its tasks' durations (``None`` when none is known). A sweep that picked a winner (lineage
+    ``sweep`` with a ``winner``) succeeded as a stage even when some candidates failed (``sweep_min_candidates``
+    lets it pick among the survivors): its row is ``success (N of M candidates failed)``.
     """
     rows = []
     for label, prefix in STAGES:
@@ -68,6 +81,9 @@ def stage_rows(tasks: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, f
             continue
         states = {str(info.get("state")) for info in mine}
         state = next((s for s in _STATE_ORDER if s in states), sorted(states)[0])
+        if prefix == ids.SWEEP_GROUP and sweep and sweep.get("winner") is not None:
+            failed = sum(1 for c in candidates or [] if c.get("reason"))
+            state = f"success ({failed} of {len(candidates or [])} candidates failed)" if failed else "success"
         durations = [info["duration_s"] for info in mine if info.get("duration_s") is not None]
         rows.append((label, state, sum(durations) if durations else None))
     return rows
@@ -94,8 +110,9 @@ def _round_line(rounds: Mapping[str, Any] | None) -> list[str]:
     then = {"passed": "passed: the loop ends here", "retraining": f"retraining: round {rounds['round'] + 1} is run "
             f"`{rounds.get('next_run_id')}`", "gate_failed": "last round below the bar: the loop ends with the gate "
             "failed", "not_evaluated": "not evaluated: the loop ends here"}.get(rounds.get("outcome"), "")
-    return [f"**Round {rounds['round']} of {rounds['max_rounds']}** (success rate per round, 95% Wilson): {rates}; "
-            f"{then}."]
+    parent = f"parent run `{rounds['parent_run_id']}`; " if rounds.get("parent_run_id") else ""
+    return [f"**Round {rounds['round']} of {rounds['max_rounds']}** ({parent}success rate per round, 95% Wilson): "
+            f"{rates}; {then}."]
 
 
 def _sweep_line(lineage: Mapping[str, Any]) -> list[str]:
@@ -178,7 +195,7 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
     :param images: title → URL of a picture the browser can load (the sandbox's S3), embedded.
     """
     head = [*headline(lineage, warnings), *tracking_lines(lineage)]
-    rows = stage_rows(lineage.get("tasks") or {})
+    rows = stage_rows(lineage.get("tasks") or {}, lineage.get("sweep"), lineage.get("candidates"))
     shown = [(title, url) for title, url in (links or {}).items() if url]
     pictures = [(title, url) for title, url in (images or {}).items() if url]
 
@@ -222,55 +239,179 @@ def set_note_through_mwaa(*, env_name: str, dag_id: str, run_id: str, note: str,
     ``RestApiResponse``).
 
     :raises botocore.exceptions.ClientError: e.g. ``AccessDeniedException`` without ``airflow:InvokeRestApi``.
-    :raises RuntimeError: when the Airflow API answers with a status of 400 or more.
+    :raises NoteApiError: when the Airflow API answers with a status of 400 or more.
     """
     if hook is None:
         from airflow.providers.amazon.aws.hooks.mwaa import MwaaHook
 
         hook = MwaaHook()
-    path = DAG_RUN_PATH.format(dag_id=quote(dag_id, safe=""), run_id=quote(run_id, safe=""))
-    response = hook.invoke_rest_api(env_name=env_name, path=path, method="PATCH", body={"note": note},
-                                    query_params={"update_mask": "note"}, airflow_version=3)
-    status = int(response.get("RestApiStatusCode") or 0)
-    if status >= 400:
-        raise RuntimeError(f"MWAA environment {env_name!r}: PATCH {path} answered {status}: "
-                           f"{response.get('RestApiResponse')}")
+    path, query, body = note_request(dag_id, run_id, note)
+    response = hook.invoke_rest_api(env_name=env_name, path=path, method="PATCH", body=body,
+                                    query_params=query, airflow_version=3)
+    _check(int(response.get("RestApiStatusCode") or 0), response.get("RestApiResponse"),
+           f"MWAA environment {env_name!r}: PATCH {path}")
     return response
 
 
-def set_note_in_metadata_db(*, dag_id: str, run_id: str, note: str) -> None:
-    """Sandbox only (``dag.test()`` in one process): write the note on the run's metadata database row.
+#: Airflow connection (type ``http``) of the API server the note is written through outside MWAA and
+#: ``dag.test()``; the environment config's ``airflow.api_connection_id`` names another.
+API_CONNECTION_ID = "sim2real_airflow_api"
 
-    :raises LookupError: when the run is not in the database.
+#: Seconds one HTTP call to the API server may take (token and PATCH each).
+API_TIMEOUT_S = 30.0
+
+
+def api_connection_id(env: Mapping[str, Any]) -> str:
+    """The Airflow connection of the REST API: the config's ``airflow.api_connection_id``, else
+    :data:`API_CONNECTION_ID`."""
+    return (env.get("airflow") or {}).get("api_connection_id") or API_CONNECTION_ID
+
+
+def note_request(dag_id: str, run_id: str, note: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """``(path under /api/v2, query, body)`` of the note write (``DAG_RUN_PATH``, ``update_mask=note``)."""
+    return (DAG_RUN_PATH.format(dag_id=quote(dag_id, safe=""), run_id=quote(run_id, safe="")),
+            {"update_mask": "note"}, {"note": note})
+
+
+class NoteApiError(RuntimeError):
+    """The Airflow REST API refused the note (its status and answer are in the message)."""
+
+
+def _check(status: int, answer: Any, where: str) -> None:
+    if status >= 400:
+        raise NoteApiError(f"{where} answered {status}: {str(answer)[:500]}")
+
+
+class AirflowApiTokenAuth:
+    """``requests`` auth for Airflow 3's public API: a JWT from the server's ``/auth/token``, sent as
+    ``Authorization: Bearer``. With a login, ``POST /auth/token`` ``{"username", "password"}`` (the Simple and
+    FAB auth managers); without one, ``GET /auth/token``, which the Simple auth manager answers when
+    ``[core] simple_auth_manager_all_admins`` is on (``make ui``). The token is fetched once per object, from
+    the URL of the first request (everything before ``/api/v2/``). ``HttpHook(auth_type=AirflowApiTokenAuth)``
+    builds it from the connection's login and password.
+
+    :raises NoteApiError: from the request when the server refuses the token request.
     """
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
 
-    with create_session() as session:
-        dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        if dag_run is None:
-            raise LookupError(f"DAG run {dag_id}/{run_id} is not in the metadata database")
-        dag_run.note = note
+    def __init__(self, login: str | None = None, password: str | None = None, timeout: float = API_TIMEOUT_S):
+        self.login, self.password, self.timeout = login, password, timeout
+        self.token: str | None = None
+
+    def fetch_token(self, base_url: str) -> str:
+        import requests
+
+        url = base_url.rstrip("/") + "/auth/token"
+        if self.login:
+            resp = requests.post(url, json={"username": self.login, "password": self.password or ""},
+                                 timeout=self.timeout)
+        else:
+            resp = requests.get(url, timeout=self.timeout)
+        _check(resp.status_code, resp.text, f"{'POST' if self.login else 'GET'} {url}")
+        return str(resp.json()["access_token"])
+
+    def __call__(self, request: Any) -> Any:
+        if self.token is None:
+            self.token = self.fetch_token(str(request.url).split("/api/v2/", 1)[0])
+        request.headers["Authorization"] = f"Bearer {self.token}"
+        return request
 
 
-def set_run_note(*, dag_id: str, run_id: str, note: str, env: Mapping[str, Any], mwaa_hook: Any = None) -> dict[str, Any]:
-    """Set the run's note (module docstring: how, where). Never raises.
+def set_note_through_connection(*, conn_id: str, dag_id: str, run_id: str, note: str,
+                                timeout: float = API_TIMEOUT_S) -> dict[str, Any]:
+    """``PATCH`` the run's note on the API server of Airflow connection ``conn_id`` (``HttpHook``, JWT from
+    :class:`AirflowApiTokenAuth`); returns the API's answer (the DAG run).
 
-    :return: ``{"set": bool, "via": "mwaa:<environment>" | "metadata-db (sandbox)" | None, "error": str | None}``.
+    :raises airflow.exceptions.AirflowNotFoundException: when there is no such connection.
+    :raises NoteApiError: when the server answers 400 or more (e.g. 401 without credentials it accepts).
+    """
+    from airflow.providers.http.hooks.http import HttpHook
+
+    path, query, body = note_request(dag_id, run_id, note)
+    hook = HttpHook(method="PATCH", http_conn_id=conn_id, auth_type=AirflowApiTokenAuth)
+    resp = hook.run(f"api/v2{path}?update_mask={query['update_mask']}", json=body,
+                    headers={"Accept": "application/json"},
+                    extra_options={"check_response": False, "timeout": timeout})
+    _check(resp.status_code, resp.text, f"connection {conn_id!r}: PATCH /api/v2{path}")
+    return resp.json()
+
+
+def in_process_test_run() -> bool:
+    """Whether this task runs inside ``dag.test()`` (Airflow's ``InProcessTestSupervisor``: the Task SDK's
+    supervisor comms are in-process, the metadata database is this process's)."""
+    try:
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+    except ImportError:  # pragma: no cover - Airflow < 3
+        return False
+    return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
+
+
+#: The note writer's user in the in-process API (the note's ``user_id``).
+IN_PROCESS_USER = "sim2real"
+
+
+def set_note_in_process(*, dag_id: str, run_id: str, note: str) -> dict[str, Any]:
+    """``dag.test()`` only: ``PATCH`` the note on Airflow's public API application served in this process
+    (``airflow.api_fastapi.app.create_app("core")`` behind ``httpx``'s WSGI transport, as Airflow's
+    ``InProcessExecutionAPI`` serves the Execution API to ``dag.test()``, and like it with the caller's identity
+    given in-process: the admin user :data:`IN_PROCESS_USER` of the Simple auth manager, Airflow's default).
+    The application is built once per process (:func:`in_process_api`).
+
+    :raises NoteApiError: when the API answers 400 or more.
+    :raises NotImplementedError: when the configured auth manager is not the Simple auth manager.
+    """
+    import httpx
+
+    path, query, body = note_request(dag_id, run_id, note)
+    with httpx.Client(transport=in_process_api(), base_url="http://in-process") as client:
+        resp = client.patch(f"/api/v2{path}", params=query, json=body, timeout=API_TIMEOUT_S)
+    _check(resp.status_code, resp.text, f"in-process API: PATCH /api/v2{path}")
+    return resp.json()
+
+
+@functools.cache
+def in_process_api() -> Any:
+    """The ``httpx`` transport of Airflow's public API application in this process (built once; seconds)."""
+    import httpx
+    from a2wsgi import ASGIMiddleware
+    from airflow.api_fastapi.app import create_app, get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.api_fastapi.core_api.security import get_user
+
+    app = create_app("core")
+    manager = get_auth_manager()
+    if not isinstance(manager, SimpleAuthManager):
+        raise NotImplementedError(f"dag.test() with the {type(manager).__name__}: the in-process note is written "
+                                  f"as a Simple auth manager user only")
+    app.dependency_overrides[get_user] = lambda: SimpleAuthManagerUser(username=IN_PROCESS_USER, role="admin")
+    return httpx.WSGITransport(app=ASGIMiddleware(app))
+
+
+def set_run_note(*, dag_id: str, run_id: str, note: str, env: Mapping[str, Any], mwaa_hook: Any = None,
+                 in_process: bool | None = None) -> dict[str, Any]:
+    """Set the run's note through the REST API (module docstring: how, where). Never raises.
+
+    :param in_process: whether the task runs in ``dag.test()`` (default: :func:`in_process_test_run`).
+    :return: ``{"set": bool, "via": "mwaa:<environment>" | "in-process API (dag.test)" |
+        "connection:<conn id>", "error": str | None}``.
     """
     env_name = mwaa_environment_name(env)
-    via = f"mwaa:{env_name}" if env_name else ("metadata-db (sandbox)" if env.get("sandbox") else None)
+    in_process = in_process_test_run() if in_process is None else in_process
+    conn_id = api_connection_id(env)
+    via = f"mwaa:{env_name}" if env_name else ("in-process API (dag.test)" if in_process else f"connection:{conn_id}")
     try:
         if env_name:
             set_note_through_mwaa(env_name=env_name, dag_id=dag_id, run_id=run_id, note=note, hook=mwaa_hook)
-        elif env.get("sandbox"):
-            set_note_in_metadata_db(dag_id=dag_id, run_id=run_id, note=note)
+        elif in_process:
+            set_note_in_process(dag_id=dag_id, run_id=run_id, note=note)
         else:
-            raise RuntimeError("not on MWAA (no airflow.mwaa_environment_name in the environment config, no "
-                               "AIRFLOW_ENV_NAME) and not the sandbox: no API to set the run note through")
+            set_note_through_connection(conn_id=conn_id, dag_id=dag_id, run_id=run_id, note=note)
     except Exception as err:  # noqa: BLE001 - the note is a view of lineage.md; it never fails the report
-        log.warning("run note not set (%s): %s: %s; lineage.md holds the same summary", via, type(err).__name__, err)
-        return {"set": False, "via": via, "error": f"{type(err).__name__}: {err}"}
+        hint = (f" (outside MWAA the note needs the Airflow connection {conn_id!r} to the API server)"
+                if via.startswith("connection:") and "isn't defined" in str(err) else "")
+        log.warning("run note not set (%s): %s: %s%s; lineage.md holds the same summary", via, type(err).__name__,
+                    err, hint)
+        return {"set": False, "via": via, "error": f"{type(err).__name__}: {err}{hint}"}
     log.info("run note set (%s, %d characters)", via, len(note))
     return {"set": True, "via": via, "error": None}

@@ -199,3 +199,19 @@ def test_the_deployment_is_the_deployed_model_assets_producer(dag):
     # only the deployment produces it: a run whose deployment is skipped or fails emits no event
     producers = [t.task_id for t in dag.tasks if DEPLOYED_MODEL_PACKAGE_ASSET in (t.outlets or [])]
     assert producers == [ids.DEPLOY_TO_ROBOTS]
+
+
+def test_the_first_nightly_run_is_the_next_02_00_not_a_past_one(dag):
+    """What the scheduler stores as the DAG's next run (the UI's "Next Run") when the DAG is first deployed or
+    unpaused: the next 02:00 to come. A start date in the past made CronTriggerTimetable without catchup pick the
+    latest 02:00 already gone: a past "Next Run" (for ever where scheduling is off, as in make ui) and a full
+    training started the moment the DAG was deployed."""
+    import datetime as dt
+
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # the scheduler's DAG
+    now = dt.datetime.now(dt.timezone.utc)
+    first = serialized.next_dagrun_info(last_automated_run_info=None)
+    assert now < first.run_after <= now + dt.timedelta(days=1), first
+    assert (first.run_after.hour, first.run_after.minute) == (2, 0)

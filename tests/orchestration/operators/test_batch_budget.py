@@ -176,3 +176,33 @@ def test_a_failed_job_hands_on_its_cost_figures(aws_env, moto_batch_gaps, starte
     item = _training_actual(plan, record, time.time(), {})
     assert item["hours"] == pytest.approx(RAN_S / 3600, abs=0.01)
     assert item["usd"] == pytest.approx(COST_NOW, abs=0.05)
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_a_job_stopped_at_its_runnable_budget_hands_on_zero_cost_not_unknown(aws_env, moto_batch_gaps, started):
+    """Terminated while RUNNABLE (no instance ever ran it): its job_cost XCom says so, and the run's actual cost
+    counts $0 for it instead of leaving a sweep's total "unknown" (and its budget verdict with it)."""
+    from sim2real.orchestration.budget import actual_run_cost
+
+    setup_batch()
+    started["*"] = [("RUNNABLE", None, None)]
+    op = make_op(runnable_timeout_seconds=900, poll_interval=15, max_retries=100, usd_per_node_hour=PRICE)
+    with pytest.raises(TaskDeferred):
+        op.execute({})
+    # moto stamps startedAt at submission; AWS sets it only when the job goes STARTING -> RUNNING (Batch API
+    # reference, JobDetail.startedAt), so a job terminated while RUNNABLE has none
+    describe = op.hook.get_job_description
+    op.hook.get_job_description = lambda job_id: {k: v for k, v in describe(job_id).items() if k != "startedAt"}
+    ti = FakeTI(ids.BATCH_TRAIN_POLICY)
+    with pytest.raises(AirflowFailException, match="failure class CAPACITY"):
+        op.execute_complete({"ti": ti}, {"status": "failure", "job_id": op.job_id, "job_status": "RUNNABLE",
+                                         "reason": "runnable_timeout", "message": "stayed RUNNABLE"})
+    record = ti.xcom["job_cost"]
+    assert record["job_id"] == op.job_id and "startedAt" not in record and record["attempts"] == []
+    plan = {"budget": {"max_budget_usd": 100.0, "items": [{"stage": "training", "instance_type": "g6.12xlarge",
+                                                           "usd_per_hour": PRICE, "instances": 2}]},
+            "batch": {"num_nodes": 2}}
+    winner = {"job_id": "j-won", "started_at": time.time() - 3600, "stopped_at": time.time(), "num_nodes": 2}
+    actual = actual_run_cost(plan, [winner, record])
+    assert actual["unknown"] == [] and actual["within_budget"] is True
+    assert actual["items"][1]["usd"] == 0.0 and "never started" in actual["items"][1]["basis"]

@@ -58,11 +58,23 @@ def test_one_round_plans_the_run_as_without_rounds():
 
 def test_the_form_refuses_rounds_out_of_range_and_a_link_that_is_no_object():
     specs = build_params()
-    assert specs["max_rounds"].resolve(3) == 3 and specs[RETRAIN_FIELD].resolve(None) is None
-    for field, value in (("max_rounds", 0), ("max_rounds", 11), ("round_iterations", 0), (RETRAIN_FIELD, "round 2")):
+    assert specs["max_rounds"].resolve(3) == 3
+    for field, value in (("max_rounds", 0), ("max_rounds", 11), ("round_iterations", 0)):
         with pytest.raises(Exception, match="ParamValidationError|less than the minimum|greater than the maximum|"
                                             "is not of type"):
             specs[field].resolve(value)
+    with pytest.raises(ParamRuleError, match="retrain_round .* must be an object"):
+        check_params({**PARAMS, "max_rounds": 3, RETRAIN_FIELD: "round 2"}, GOOD)
+
+
+def test_the_round_link_is_no_field_of_the_form_but_a_run_conf_key_the_dag_accepts():
+    from sim2real.orchestration.params import check_conf_keys
+
+    specs = build_params()
+    assert RETRAIN_FIELD not in specs  # set by the previous round's run only: nothing for a person to fill in
+    check_conf_keys({"max_rounds": 2, RETRAIN_FIELD: _link()}, specs)
+    with pytest.raises(ParamRuleError, match="retrain_rounds"):
+        check_conf_keys({"retrain_rounds": 1}, specs)
 
 
 def test_a_later_round_resumes_from_the_link_with_more_iterations_and_fresh_seeds():
@@ -390,3 +402,22 @@ def test_a_later_rounds_actual_cost_adds_every_earlier_rounds_from_their_lineage
     assert "loop" not in with_loop_cost(_plan(env=S3_ENV, max_rounds=3), actual, "r1", hook)
     assert with_loop_cost(plan, None, "r3", hook) is None
     assert loop_cost(actual, round_=2, run_id="r2", run_key="k2", earlier=[])["total_usd"] == 1.25
+
+
+def test_the_next_rounds_run_is_created_with_a_note_that_names_its_round_and_parent():
+    """The round's run is recognisable on its page from the start: the trigger gives it a note (Airflow's
+    TriggerDagRunOperator ``note``, rendered from plan_next_round's XCom), which its report later replaces."""
+    from airflow.providers.common.compat.sdk import DagRunTriggerException
+
+    from sim2real.orchestration.stages.rounds import NextRoundOperator, round_note
+
+    note = round_note(_link(), max_rounds=3)
+    assert note.startswith("**Retraining round 2 of 3**, parent run `manual__r1`"), note
+    assert "round 1's checkpoint (iteration 40)" in note
+    op = NextRoundOperator(task_id="next_round", trigger_dag_id="sim_to_real", conf={"max_rounds": 3},
+                           note="{{ ti.xcom_pull(task_ids='plan_next_round', key='run_note') }}")
+    assert "note" in op.template_fields
+    op.note = note  # what Airflow renders from the XCom
+    with pytest.raises(DagRunTriggerException) as trigger:
+        op.execute({})
+    assert trigger.value.note == note and trigger.value.trigger_dag_id == "sim_to_real"

@@ -228,3 +228,41 @@ def test_hyperpod_plan_carries_the_training_cost_limit_priced_by_the_gpu_group()
 def test_batch_plan_has_no_slurm_commands():
     plan = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)
     assert plan["backend"] == "batch" and plan["hyperpod"]["submit_commands"] == []
+
+
+def test_a_gate_the_lower_bound_cannot_reach_is_refused_with_the_reachable_bar():
+    # 100/100 successes give a Wilson lower bound of 0.963: a threshold of 1.0 (or 0.97) can never pass.
+    with pytest.raises(ParamRuleError) as err:
+        check_params({**PARAMS, "gate_on_lower_bound": True, "min_success_rate": 1.0, "eval_episodes": 100}, GOOD)
+    (reason,) = err.value.errors
+    assert reason.startswith("min_success_rate 1.0 cannot be reached on the 95% Wilson lower bound with "
+                             "eval_episodes 100: even 100/100 successes give 0.963"), reason
+    assert "gate_on_lower_bound" in reason and "lower min_success_rate to at most 0.963" in reason
+    with pytest.raises(ParamRuleError, match=r"at least 125 episodes"):  # 125/125 -> 0.9703 >= 0.97
+        check_params({**PARAMS, "gate_on_lower_bound": True, "min_success_rate": 0.97, "eval_episodes": 100}, GOOD)
+    assert wilson_interval(125, 125)[0] >= 0.97 > wilson_interval(124, 124)[0]
+    # reachable: 0.96 with 100 episodes; any bar on the point estimate; exactly the bound of a perfect run
+    check_params({**PARAMS, "gate_on_lower_bound": True, "min_success_rate": 0.96, "eval_episodes": 100}, GOOD)
+    check_params({**PARAMS, "gate_on_lower_bound": False, "min_success_rate": 1.0, "eval_episodes": 100}, GOOD)
+    bound = wilson_interval(20, 20)[0]
+    check_params({**PARAMS, "gate_on_lower_bound": True, "min_success_rate": bound, "eval_episodes": 20}, GOOD)
+
+
+def test_a_refused_value_is_one_readable_sentence_naming_the_field():
+    from sim2real.orchestration.candidates import sweep_errors
+    from sim2real.orchestration.params import apply_run_defaults, build_params, param_problem
+
+    specs = build_params()
+    assert param_problem("eval_episodes", -5, specs["eval_episodes"]) == "eval_episodes = -5 is refused: it must be at least 1"
+    assert param_problem("eval_episodes", 5.5, specs["eval_episodes"]) == ("eval_episodes = 5.5 is refused: it must be "
+                                                                          "an integer")
+    assert param_problem("training_backend", "k8s", specs["training_backend"]).startswith(
+        "training_backend = 'k8s' is refused: it must be one of 'batch', 'hyperpod'")
+    assert param_problem("eval_episodes", 20, specs["eval_episodes"]) is None
+    (sweep,) = sweep_errors([{"num_envs": 0}], {}, specs)
+    assert sweep == "sweep candidate 0: num_envs = 0 is refused: it must be at least 1"
+    with pytest.raises(ParamRuleError) as err:
+        apply_run_defaults({}, {"run_defaults": {"eval_episodes": 0}}, run_type="scheduled")
+    assert err.value.errors == ["environment config run_defaults.eval_episodes = 0 is refused: it must be at least 1"]
+    for text in (sweep, *err.value.errors):
+        assert "\n" not in text and "Failed validating" not in text and "schema[" not in text

@@ -37,7 +37,7 @@ def test_a_list_and_a_grid_expand_to_candidates_and_empty_means_no_sweep():
 @pytest.mark.parametrize("sweep, reason", [
     ([{"seed": 3}, {"learning_rate": 0.0003}], r"candidate 1 overrides 'learning_rate'.*allowed: seed, num_envs"),
     ([{"task": "Pusher-v5"}], "overrides 'task'"),
-    ([{"num_envs": 0}], r"candidate 0: num_envs = 0 is refused: 0 is less than the minimum of 1"),
+    ([{"num_envs": 0}], r"candidate 0: num_envs = 0 is refused: it must be at least 1"),
     ([{"seed": "3"}], r"seed = '3' is refused"),
     ([{"seed": 3}, {"seed": 4}, {"seed": 3}], r"candidates 0 and 2 have the same params"),
     ([{"seed": 0}, {}], r"candidates 0 and 1 have the same params"),  # {} is the form's own seed 0

@@ -25,6 +25,10 @@ class MlflowRunLink(BaseOperatorLink):
     key = "sim2real_mlflow_run"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        from sim2real.orchestration.links import nothing_persisted
+
+        if nothing_persisted(ti_key, self.key):  # an untracked run: no lookup (and no "XCom not found")
+            return ""
         url = XCom.get_value(key=self.key, ti_key=ti_key)
         return url if isinstance(url, str) else ""
 
@@ -35,5 +39,8 @@ class MlflowRunLink(BaseOperatorLink):
 
         url = run_url(tracking)
         if url:
+            from sim2real.orchestration.links import record_push
+
             ti.xcom_push(key=cls.key, value=url)
+            record_push(ti, cls.key)
         return url

@@ -50,6 +50,15 @@ class S3ObjectLink(BaseAwsLink):
 
     format_str = BASE_AWS_CONSOLE_LINK + "/s3/object/{bucket}?region={region_name}&prefix={key}"
 
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        """The provider's lookup, skipped when the running task persisted no such picture (not drawn: no
+        ``XCom not found`` in its log; :func:`sim2real.orchestration.links.nothing_persisted`)."""
+        from sim2real.orchestration.links import nothing_persisted
+
+        if nothing_persisted(ti_key, self.key):
+            return ""
+        return super().get_link(operator, ti_key=ti_key)
+
     def format_link(self, **kwargs) -> str:
         if kwargs.get("url"):
             return kwargs["url"]
@@ -62,9 +71,12 @@ class S3ObjectLink(BaseAwsLink):
         """Persist the link of ``s3://<plan bucket>/<key>`` for the running task instance ``ti``
         (``plan``: ``prepare_run``'s output, for the bucket and region). ``url``: in the sandbox, the object's
         presigned URL there (:func:`presigned_get_url`); ``None`` on AWS (the S3 console page)."""
+        from sim2real.orchestration.links import record_push
+
         extra = {"url": url} if url else {}
         cls.persist(context={"ti": ti}, operator=ti.task, region_name=plan["region"],
                     aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], key=key, **extra)
+        record_push(ti, cls.key)
 
 
 def console_object_url(region: str, bucket: str, key: str) -> str:

@@ -319,6 +319,7 @@ class BatchTrainingOperator(BatchOperator):
             self._push_job_cost(context, event.get("job_cost"))
             raise AirflowFailException(message or f"AWS Batch job {self.job_id} stopped at its cost limit")
         if event.get("reason") == "runnable_timeout":
+            self._push_never_started_cost(context)
             raise AirflowFailException(f"{message} {classify_failure(None, job_status='RUNNABLE').describe()}")
         if status == "failure" and event.get("job_status") == self.hook.FAILURE_STATE:
             raise self._failed(context, self.hook.get_job_description(self.job_id))
@@ -384,6 +385,24 @@ class BatchTrainingOperator(BatchOperator):
     #: :func:`sim2real.orchestration.budget.batch_job_run_seconds`; epoch milliseconds).
     FAILED_JOB_COST_FIELDS = ("jobId", "jobName", "status", "statusReason", "startedAt", "stoppedAt", "attempts",
                               "nodeProperties")
+
+    def _push_never_started_cost(self, context: Context | None) -> None:
+        """XCom ``job_cost`` of a job terminated while RUNNABLE (its budget): no instance ran it, so its cost is
+        $0, not unknown (:func:`sim2real.orchestration.budget.actual_run_cost`: no ``startedAt``, no attempts)."""
+        try:
+            job = self.hook.get_job_description(self.job_id)
+        except Exception as err:  # noqa: BLE001 - the trigger saw it RUNNABLE and terminated it
+            self.log.warning("Could not describe AWS Batch job %s for its cost figures: %s", self.job_id, err)
+            job = {"jobId": self.job_id, "status": "RUNNABLE"}
+        if job.get("startedAt") or any(a.get("startedAt") for a in job.get("attempts") or []):
+            record = {k: job[k] for k in self.FAILED_JOB_COST_FIELDS if k in job}  # it ran after all: its times
+        else:
+            record = {k: job[k] for k in ("jobId", "jobName", "status", "statusReason") if k in job}
+            record["attempts"] = []
+        record["nodeProperties"] = {"numNodes": int((job.get("nodeProperties") or {}).get("numNodes")
+                                                    or self._validated_num_nodes())}
+        record["job_id"] = job.get("jobId") or self.job_id
+        self._push_job_cost(context, record)
 
     def _failed(self, context: Context, job: dict[str, Any]) -> AirflowException:
         """:meth:`_failure`, after pushing the job's ``job_cost`` (its ``DescribeJobs`` times): a failed job has no

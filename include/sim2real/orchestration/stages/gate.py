@@ -113,12 +113,28 @@ def add_tasks(plan: Any, *, report: Any) -> Any:
 
     @task(task_id=ids.QUALITY_GATE, multiple_outputs=True, retries=0, execution_timeout=dt.timedelta(minutes=1),
           doc_md=DOC, on_failure_callback=notify.gate_failed())
-    def gate(report: dict, plan: dict) -> dict:
+    def gate(report: dict, plan: dict, ti=None) -> dict:
         """Pass → the release goes on. Fail → the run stops here with the reason (not an infra failure)."""
-        bar = QualityGatePlan.from_plan(plan)
-        verdict = quality_gate(report, min_success_rate=bar.min_success_rate, on_lower_bound=bar.on_lower_bound)
-        if not verdict["passed"]:
-            raise AirflowFailException("QUALITY GATE FAILED: " + verdict["reason"])
-        return verdict
+        return decide(report, plan, ti, fail=AirflowFailException)
 
     return gate(report, plan["plan"])
+
+
+#: XCom key of the gate's verdict, pushed whether it passed or failed (a failed gate task returns nothing).
+VERDICT_KEY = "verdict"
+
+
+def decide(report: Mapping[str, Any], plan: Mapping[str, Any], ti: Any, *, fail: type[Exception]) -> dict[str, Any]:
+    """The gate task's body: the verdict (:func:`quality_gate` with the plan's bar), pushed to XCom
+    :data:`VERDICT_KEY` so that the report and the run note show a failed gate's value and reason too.
+
+    :return: the verdict when it passed.
+    :raises fail: ``QUALITY GATE FAILED: <reason>`` when it did not.
+    """
+    bar = QualityGatePlan.from_plan(plan)
+    verdict = quality_gate(report, min_success_rate=bar.min_success_rate, on_lower_bound=bar.on_lower_bound)
+    if ti is not None:
+        ti.xcom_push(key=VERDICT_KEY, value=verdict)
+    if not verdict["passed"]:
+        raise fail("QUALITY GATE FAILED: " + verdict["reason"])
+    return verdict

@@ -30,6 +30,7 @@ Why a new run and not a chain of task groups: docs/architecture.md, "Retraining 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -107,13 +108,16 @@ def params() -> dict[str, Any]:
             description="PPO iterations each further round trains beyond the checkpoint it resumes from, within "
             "the training time budget (which applies to every round).",
             section=SECTION_TRAINING, **_range(minimum=1, maximum=100_000)),
-        RETRAIN_FIELD: Param(
-            None, type=["null", "object"], title="Retraining round (set by the previous round's run)",
-            description="Leave empty. The run of a round that failed the gate sets it on the next round's run: "
-            "the round number, the run it continues, the checkpoint to resume from and the earlier rounds' "
-            "results.",
-            section=SECTION_TRAINING),
     }
+
+
+#: Run conf keys that are no field of the trigger form (nothing a person fills in), with what sets them:
+#: :data:`RETRAIN_FIELD`, the link the run of a round that failed the gate gives the next round's run (the round
+#: number, the run it continues, the checkpoint to resume from, the earlier rounds' results). Airflow's form can
+#: hide a field only when it has a ``const`` value, which a link that differs per round cannot have; the key is
+#: therefore accepted in the run conf (:func:`sim2real.orchestration.params.check_conf_keys`) and checked by
+#: :func:`rule_errors`.
+CONF_ONLY_KEYS = {RETRAIN_FIELD: "set by the previous retraining round's run"}
 
 
 def eval_seed_of(params: Mapping[str, Any]) -> int:
@@ -168,9 +172,12 @@ def rule_errors(params: Mapping[str, Any]) -> list[str]:
                       "seeds the sweep's candidates are evaluated on, after every round's gate episodes): lower "
                       "eval_seed, eval_episodes or max_rounds")
     link = params.get(RETRAIN_FIELD)
-    if not link:  # null, or the form's empty object: a new run (round 1)
+    if not link:  # absent, null or an empty object: a new run (round 1)
         return errors
-    where = f"{RETRAIN_FIELD} (set by the previous round's run; leave it empty on a new run)"
+    where = f"{RETRAIN_FIELD} (set by the previous round's run; leave it out of a new run's conf)"
+    if not isinstance(link, Mapping):
+        errors.append(f"{where} must be an object (the link a previous round writes), got {link!r}")
+        return errors
     round_ = link.get("round")
     if not isinstance(round_, int) or isinstance(round_, bool) or not 2 <= round_ <= max_rounds:
         errors.append(f"{where}: round must be an integer from 2 to max_rounds ({max_rounds}), got {round_!r}")
@@ -376,7 +383,6 @@ def add_tasks(plan: Any, *, gate: Any, report: Any, manifest: Any) -> Any:  # no
     :param report: the evaluation report task the gate judged; ``manifest``: the checkpoint it is of (their
         results are pulled by task id: an evaluation that failed leaves no XCom, and the task is then skipped).
     """
-    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
     from airflow.sdk import task
     from airflow.sdk.exceptions import AirflowSkipException
 
@@ -406,6 +412,7 @@ def add_tasks(plan: Any, *, gate: Any, report: Any, manifest: Any) -> Any:  # no
         if conf is None:  # the gate failed for another reason than the verdict
             raise AirflowSkipException(f"the policy passes the bar ({verdict['reason']}): no retraining")
         link = conf[RETRAIN_FIELD]
+        ti.xcom_push(key=ROUND_NOTE_KEY, value=round_note(link, max_rounds=section.max_rounds))
         print(f"[sim2real] round {section.round} of {section.max_rounds} below the bar ({verdict['reason']}); "
               f"round {link['round']} resumes from {link['resume_from']['checkpoint_uri']} "
               f"(round {link['resume_from']['round']}, the best so far)"
@@ -415,10 +422,11 @@ def add_tasks(plan: Any, *, gate: Any, report: Any, manifest: Any) -> Any:  # no
 
     conf = plan_next_round()
     gate >> conf
-    next_round = TriggerDagRunOperator(
+    next_round = _next_round_operator()(
         task_id=ids.NEXT_ROUND,
         trigger_dag_id="{{ dag.dag_id }}",
         conf=conf,
+        note=f"{{{{ ti.xcom_pull(task_ids='{ids.PLAN_NEXT_ROUND}', key='{ROUND_NOTE_KEY}') }}}}",
         wait_for_completion=False,  # the next round starts once this run has ended (max_active_runs=1)
         retries=0,
         execution_timeout=dt.timedelta(minutes=2),
@@ -426,3 +434,39 @@ def add_tasks(plan: Any, *, gate: Any, report: Any, manifest: Any) -> Any:  # no
     )
     conf >> next_round
     return next_round
+
+
+#: XCom key of the next round's first run note (:func:`round_note`), pushed by ``plan_next_round``.
+ROUND_NOTE_KEY = "run_note"
+
+
+def round_note(link: Mapping[str, Any], *, max_rounds: int) -> str:
+    """The note the next round's run is created with (Markdown), until its report writes the results:
+    ``**Retraining round 2 of 3**, parent run `<run id>`: resumes from round 1's checkpoint (iteration 40).``"""
+    resume = link.get("resume_from") or {}
+    text = (f"**Retraining round {link['round']} of {max_rounds}**, parent run `{link['parent_run_id']}`: resumes "
+            f"from round {resume.get('round')}'s checkpoint (iteration {resume.get('iteration')})")
+    if link.get("sweep"):
+        text += f" with the sweep winner {link['sweep'].get('winner')}'s params"
+    return text + ". The results replace this note when the run ends.\n"
+
+
+@functools.cache
+def _next_round_operator() -> type:
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
+    class NextRoundOperator(TriggerDagRunOperator):
+        """Airflow's ``TriggerDagRunOperator`` with ``note`` templated (the provider templates ``conf`` but not
+        ``note``): the next round's run is created with :func:`round_note`, so its page says which round it is
+        and which run it continues from the moment it exists (and its note row exists before anyone marks it)."""
+
+        template_fields = (*TriggerDagRunOperator.template_fields, "note")
+
+    NextRoundOperator.__module__ = __name__
+    return NextRoundOperator
+
+
+def __getattr__(name: str) -> Any:  # the class is built on first use (the provider is imported then, not before)
+    if name == "NextRoundOperator":
+        return _next_round_operator()
+    raise AttributeError(name)
