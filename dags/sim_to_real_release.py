@@ -4,7 +4,8 @@
 Releases a model package that was approved **outside** a `sim_to_real` run (in SageMaker Studio, an
 older approved version, a rollback), without training: resolve the package in the SageMaker Model
 Registry (the given ARN, or the latest **Approved** version of the group) → refuse anything that is
-not Approved → optionally re-verify an RL checkpoint manifest whose policy ships with it → deploy to
+not Approved → re-verify the RL policy the robots serve with it (the form's checkpoint manifest; empty: the
+checkpoint of the `sim_to_real` run that registered the package, from its lineage record) → deploy to
 the robots' thing group with AWS IoT Greengrass v2 (same components and configuration as the main
 DAG) → write `runs/<run_key>/release.json` and `release.md` in the artifacts bucket (a teardown:
 written whatever happened to the deployment).
