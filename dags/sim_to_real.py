@@ -20,6 +20,19 @@ from __future__ import annotations
 
 import datetime as dt
 
+# Airflow's dag-processor forks a fresh process for every parse of this file; its long-lived manager first imports,
+# once, the airflow.* modules a DAG file names at its top level ([dag_processor] parsing_pre_import_modules, on by
+# default). Naming the provider modules this DAG's operators are built on keeps boto3/botocore/requests out of
+# every parse (tests/orchestration/dags/test_dag_parse_imports.py checks it).
+import airflow.providers.amazon.aws.hooks.base_aws  # noqa: F401
+import airflow.providers.amazon.aws.hooks.s3  # noqa: F401
+import airflow.providers.amazon.aws.notifications.sns  # noqa: F401
+import airflow.providers.amazon.aws.operators.batch  # noqa: F401
+import airflow.providers.amazon.aws.operators.sagemaker  # noqa: F401
+import airflow.providers.amazon.aws.operators.ssm  # noqa: F401
+import airflow.providers.standard.operators.hitl  # noqa: F401
+import airflow.providers.standard.operators.trigger_dagrun  # noqa: F401
+
 from airflow.sdk import CronTriggerTimetable, dag
 
 from sim2real.orchestration import notifications as notify

@@ -4,7 +4,8 @@
 Releases a model package that was approved **outside** a `sim_to_real` run (in SageMaker Studio, an
 older approved version, a rollback), without training: resolve the package in the SageMaker Model
 Registry (the given ARN, or the latest **Approved** version of the group) → refuse anything that is
-not Approved → optionally re-verify an RL checkpoint manifest whose policy ships with it → deploy to
+not Approved → re-verify the RL policy the robots serve with it (the form's checkpoint manifest; empty: the
+checkpoint of the `sim_to_real` run that registered the package, from its lineage record) → deploy to
 the robots' thing group with AWS IoT Greengrass v2 (same components and configuration as the main
 DAG) → write `runs/<run_key>/release.json` and `release.md` in the artifacts bucket (a teardown:
 written whatever happened to the deployment).
@@ -16,6 +17,14 @@ Logic: `sim2real.orchestration.release`.
 from __future__ import annotations
 
 import datetime as dt
+
+# Airflow's dag-processor forks a fresh process for every parse of this file; its long-lived manager first imports,
+# once, the airflow.* modules a DAG file names at its top level ([dag_processor] parsing_pre_import_modules, on by
+# default). Naming the provider modules this DAG's operators are built on keeps boto3/botocore/requests out of
+# every parse (tests/orchestration/dags/test_dag_parse_imports.py checks it).
+import airflow.providers.amazon.aws.hooks.base_aws  # noqa: F401
+import airflow.providers.amazon.aws.hooks.s3  # noqa: F401
+import airflow.providers.amazon.aws.notifications.sns  # noqa: F401
 
 from airflow.sdk import dag, task
 from airflow.sdk.exceptions import AirflowFailException

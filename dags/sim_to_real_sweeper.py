@@ -21,6 +21,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+# Airflow's dag-processor forks a fresh process for every parse of this file; its long-lived manager first imports,
+# once, the airflow.* modules a DAG file names at its top level ([dag_processor] parsing_pre_import_modules, on by
+# default). Naming the provider modules this DAG's operators are built on keeps boto3/botocore/requests out of
+# every parse (tests/orchestration/dags/test_dag_parse_imports.py checks it).
+import airflow.providers.amazon.aws.hooks.base_aws  # noqa: F401
+
 from airflow.sdk import CronTriggerTimetable, Param, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real.dev.bench import REPO_ROOT, dag_parse_seconds
+from sim2real.dev.bench import REPO_ROOT, dag_parse_seconds, processor_parse_seconds
 
 
 @pytest.mark.parametrize("relative", ["dags/sim_to_real.py", "bench/provider_dag.py"])
@@ -18,3 +18,10 @@ def test_dag_parse_counts_the_parsed_tasks(relative):
     out = dag_parse_seconds(REPO_ROOT / relative, repeats=1)
     assert out["tasks"] == expected > 0
     assert out["repeats"] == 1 and out["median_s"] == out["min_s"] > 0
+
+
+def test_processor_parse_rows_measure_the_parse_alone_quiet_and_beside_busy_processes():
+    quiet = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real_sweeper.py", repeats=1)
+    busy = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real_sweeper.py", repeats=1, busy=2)
+    assert quiet["busy"] == 0 and busy["busy"] == 2
+    assert 0 < quiet["median_s"] == quiet["min_s"] and busy["median_s"] > 0

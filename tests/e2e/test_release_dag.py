@@ -9,8 +9,10 @@ and runs the release DAG twice:
   whose sha256 is verified again; release.json validates against its schema;
 - ``pending``: the ARN of v3 (PendingManualApproval) → refused before any CreateDeployment, and the
   record still says so;
-- ``device_fails``: a rollback to v1 by ARN that one robot cannot apply → the deployment is cancelled,
-  the run fails, and the record (written by the teardown) has each robot's status and reason.
+- ``device_fails``: a rollback to v1 by ARN with no manifest (the package alone, as the form documents: the
+  policy of the run that registered v1, from its lineage record) that one robot cannot apply → the deployment is
+  cancelled, the run fails naming which robot runs which release, and the record (written by the teardown) has
+  each robot's status and reason.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tests.paths import REPO_ROOT
 pytestmark = pytest.mark.e2e
 
 
-def _register(sm, s3, group: str, bucket: str, version_tag: str, status: str) -> str:
+def _register(sm, s3, group: str, bucket: str, version_tag: str, status: str, run_key: str | None = None) -> str:
     key = f"models/release-test/{version_tag}/model.tar.gz"
     s3.put_object(Bucket=bucket, Key=key, Body=f"model {version_tag}".encode())
     arn = sm.create_model_package(
@@ -40,6 +42,7 @@ def _register(sm, s3, group: str, bucket: str, version_tag: str, status: str) ->
                                 "SupportedContentTypes": ["application/json"],
                                 "SupportedResponseMIMETypes": ["application/json"]},
         ModelApprovalStatus="PendingManualApproval",
+        **({"CustomerMetadataProperties": {"sim2real:run-key": run_key}} if run_key else {}),
     )["ModelPackageArn"]
     if status != "PendingManualApproval":
         sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus=status,
@@ -62,7 +65,8 @@ def drive(home: str, out: str) -> None:
         inbox = subscribe_notifications(sandbox, env)
         bucket, group = env["artifacts_bucket"], env["sagemaker"]["model_package_group"]
         sm, s3 = sandbox.client("sagemaker", internal=True), sandbox.client("s3", internal=True)
-        arns = {tag: _register(sm, s3, group, bucket, tag, status)
+        # v1 was registered by the sim_to_real run "older-run" (CustomerMetadataProperties), v2 and v3 by hand.
+        arns = {tag: _register(sm, s3, group, bucket, tag, status, run_key="older-run" if tag == "v1" else None)
                 for tag, status in (("v1", "Approved"), ("v2", "Approved"), ("v3", "PendingManualApproval"))}
         checkpoint = b"toy policy checkpoint bytes"
         s3.put_object(Bucket=bucket, Key="runs/older-run/checkpoints/agent_000010.pt", Body=checkpoint)
@@ -70,6 +74,9 @@ def drive(home: str, out: str) -> None:
                     "checkpoint_uri": f"s3://{bucket}/runs/older-run/checkpoints/agent_000010.pt",
                     "sha256": hashlib.sha256(checkpoint).hexdigest()}
         s3.put_object(Bucket=bucket, Key="runs/older-run/checkpoints/manifest.json", Body=json.dumps(manifest))
+        # ... and that run's lineage record names the checkpoint it evaluated (what a finished run leaves).
+        s3.put_object(Bucket=bucket, Key="runs/older-run/lineage.json",
+                      Body=json.dumps({"run_key": "older-run", "stages": {"checkpoint": manifest}}))
         result.update(arns=arns, checkpoint_sha256=manifest["sha256"], bucket=bucket)
 
         from airflow.dag_processing.dagbag import DagBag
@@ -80,13 +87,12 @@ def drive(home: str, out: str) -> None:
         cases = {
             "latest": {"policy_checkpoint_manifest_uri": f"s3://{bucket}/runs/older-run/checkpoints/manifest.json"},
             "pending": {"model_package_arn": arns["v3"]},
-            "device_fails": {"model_package_arn": arns["v1"]},
+            # An empty form field is null in the conf (and dag.test would otherwise keep the previous run's value).
+            "device_fails": {"model_package_arn": arns["v1"], "policy_checkpoint_manifest_uri": None},
         }
         for name, conf in cases.items():
-            if name == "device_fails":  # robot 2 cannot apply the rollback to v1
-                sandbox.greengrass.device_check = lambda deployment, thing: (
-                    (False, "com.sim2real.PolicySetup failed: model download refused") if thing.endswith("-2")
-                    else (True, "applied"))
+            if name == "device_fails":  # the package alone (as the form documents); robot 2 cannot apply it
+                sandbox.greengrass.device_check = serving_device_check
             before = sandbox.requests.count("CreateDeployment")
             dag_run = dag.test(run_conf=conf)
             run_key = make_run_key(dag_run.dag_id, dag_run.run_id)
@@ -108,6 +114,19 @@ def drive(home: str, out: str) -> None:
             }
         result["sweeper"] = sweep_orphans_of_a_dead_run(sandbox, env)
     Path(out).write_text(json.dumps(result, indent=2, default=str))
+
+
+def serving_device_check(deployment: dict, thing: str) -> tuple[bool, str]:
+    """An emulated robot that, like the sandbox's ``PolicyDeviceCheck``, needs an RL policy in the configuration merge
+    to serve (without exporting it: the test's checkpoint is toy bytes); robot 2 cannot apply the release."""
+    from sim2real.dev.sandbox.device import _merge_config
+
+    config = _merge_config(deployment)
+    if not config.get("PolicyCheckpointUri") or not config.get("PolicyCheckpointSha256"):
+        return False, "configuration merge has no PolicyCheckpointUri/PolicyCheckpointSha256: nothing to serve"
+    if thing.endswith("-2"):
+        return False, "com.sim2real.PolicySetup failed: model download refused"
+    return True, f"serves {config['PolicyCheckpointUri']}"
 
 
 def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
@@ -232,8 +251,21 @@ def test_failed_deployment_is_recorded_by_the_teardown(release):
     deployment = record["deployment"]
     assert deployment["deployment_name"] == f"sim2real-{case['run_key']}"
     assert deployment["deployment_status"] == "CANCELED"
-    assert deployment["devices"]["sim2real-robot-2"] == "FAILED"
+    # The package alone ships the policy of the run that registered it (its lineage), verified again: robot 1 serves
+    # it; robot 2 fails on its own fault, not on "nothing to serve".
+    merge = json.loads(record["components"]["com.sim2real.PolicySetup"]["configurationUpdate"]["merge"])
+    assert merge["PolicyCheckpointSha256"] == release["checkpoint_sha256"] == record["policy"]["sha256"]
+    assert record["policy"]["manifest_uri"].endswith("/runs/older-run/checkpoints/manifest.json")
+    assert record["requested"]["policy_checkpoint_manifest_uri"] is None
+    assert f"policy of model package {release['arns']['v1']}: run older-run's checkpoint" in release["log"]
+    assert deployment["devices"] == {"sim2real-robot-1": "SUCCEEDED", "sim2real-robot-2": "FAILED"}
     assert "model download refused" in deployment["device_reasons"]["sim2real-robot-2"]
+    assert "nothing to serve" not in release["log"]
+    # The failure says which robot runs which release: robot 1 keeps this one, the fleet is mixed.
+    this = f"sim2real-{case['run_key']}"
+    assert ("sim2real-robot-1: SUCCEEDED (serves s3://" in release["log"]
+            and f"agent_000010.pt) — runs this release {this}" in release["log"])
+    assert f"The fleet is MIXED: sim2real-robot-1 run {this}, sim2real-robot-2 do not" in release["log"]
     assert [n["event"] for n in case["notifications"]] == ["run_failed"] and not case["asset_events"]
 
 

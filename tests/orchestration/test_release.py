@@ -247,6 +247,61 @@ def test_missing_manifest_is_refused(tmp_path):
         r.verify_policy_manifest(str(tmp_path / "manifest.json"), None)
 
 
+# ---------------------------------------------------------------- the package alone: its run's policy
+
+
+def _run_with_lineage(sm, runs, run_key="sim-to-real-older-run", *, lineage=True, evaluated=None):
+    """A package registered by run ``run_key`` (CustomerMetadataProperties) whose checkpoint, manifest and lineage
+    record are in the runs folder ``runs`` (a local stand-in for s3://<bucket>/runs/), as a finished run leaves them."""
+    ckpt = b"run checkpoint bytes"
+    sha = hashlib.sha256(ckpt).hexdigest()
+    folder = runs / run_key / "checkpoints"
+    folder.mkdir(parents=True)
+    (folder / "agent_000100.pt").write_bytes(ckpt)
+    manifest = {"schema_version": 1, "task": "Reacher-v5", "iteration": 100, "run_key": run_key,
+                "checkpoint_uri": str(folder / "agent_000100.pt"), "sha256": sha}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    if lineage:
+        doc = {"run_key": run_key, "stages": {"checkpoint": {**manifest, "sha256": evaluated or sha}}}
+        (runs / run_key / "lineage.json").write_text(json.dumps(doc))
+    arn = register(sm, "Approved")
+    sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Approved",
+                            CustomerMetadataProperties={"sim2real:run-key": run_key})
+    return arn, manifest
+
+
+def test_the_package_alone_ships_the_policy_of_the_run_that_registered_it(registry, tmp_path):
+    """The form's documented default (no manifest): the robots get the RL policy the package's own run trained and
+    evaluated (its lineage record), verified again; not a configuration with nothing to serve."""
+    sm, hook = registry
+    arn, manifest = _run_with_lineage(sm, tmp_path)
+    p = {**plan(), "runs_uri": f"{tmp_path}/"}
+    assert plan()["runs_uri"] == f"s3://{ENV['artifacts_bucket']}/runs/"
+    out = r.resolve_release(hook, p, aws_conn_id=None)
+    assert out["model_package_arn"] == arn and out["run_key"] == "sim-to-real-older-run"
+    policy = out["manifest"]
+    assert policy["verified_sha256"] is True and policy["sha256"] == manifest["sha256"]
+    assert policy["manifest_uri"] == f"{tmp_path}/sim-to-real-older-run/checkpoints/manifest.json"
+    merge = json.loads(r.release_components(p, out, policy)["com.sim2real.PolicySetup"]
+                       ["configurationUpdate"]["merge"])
+    assert merge["PolicyCheckpointSha256"] == manifest["sha256"] and merge["PolicyCheckpointUri"]
+
+
+@pytest.mark.parametrize("case, error", [
+    ("no_run", "was not registered by a sim_to_real run .* give policy_checkpoint_manifest_uri"),
+    ("no_lineage", "which has no lineage record at .*/lineage.json .* give policy_checkpoint_manifest_uri"),
+    ("other_sha", "names checkpoint sha256 .* but run sim-to-real-older-run evaluated and registered 0{64}"),
+])
+def test_the_package_alone_without_a_known_policy_is_refused_before_any_deployment(registry, tmp_path, case, error):
+    sm, hook = registry
+    if case == "no_run":
+        register(sm, "Approved")
+    else:
+        _run_with_lineage(sm, tmp_path, lineage=case != "no_lineage", evaluated="0" * 64 if case == "other_sha" else None)
+    with pytest.raises(AirflowFailException, match=error):
+        r.resolve_release(hook, {**plan(), "runs_uri": f"{tmp_path}/"}, aws_conn_id=None)
+
+
 # ---------------------------------------------------------------- components and record
 
 PACKAGE = {"model_package_arn": ARN_V3, "model_package_group_name": GROUP, "version": 3,

@@ -5,7 +5,9 @@ Rows:
 * DAG file parse time: median wall time of parsing ``dags/sim_to_real.py`` with a DagBag, each
   parse in a fresh interpreter (what the dag-processor pays per file), seconds; beside it the same
   figure for ``bench/provider_dag.py``, a plain Amazon-provider DAG with the same task count (the
-  installed provider ships no example DAGs);
+  installed provider ships no example DAGs); and ``dags/sim_to_real.py`` parsed as the Airflow 3 dag-processor
+  parses it (:func:`processor_parse`: the manager pre-imports the ``airflow.*`` modules the file names, then the
+  file's own parse), quiet and with two CPU-bound processes beside it (a busy 2-core laptop);
 * orchestration, from one sandbox run of the DAG (tiny training, ``SIM2REAL_POLL_SECONDS=2``), in a
   subprocess: per waiting stage, the latency from the resource reaching its terminal state (sandbox
   event time) to the next task's start (task instance ``start_date``); the worker-slot seconds the
@@ -83,6 +85,75 @@ def dag_parse_seconds(path: Path, repeats: int = 5) -> dict[str, float]:
         times.append(float(seconds))
         tasks = int(count)
     return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats, "tasks": tasks}
+
+
+_PROCESSOR_PARSE_SNIPPET = """
+import json, logging, sys, time
+t0 = time.perf_counter()
+import airflow.dag_processing.manager  # what the dag-processor's long-lived manager process has loaded
+from airflow.dag_processing.dagbag import DagBag
+from airflow.dag_processing.processor import _pre_import_airflow_modules
+t1 = time.perf_counter()
+paths = sys.argv[1:]
+for path in paths:  # the manager pre-imports each file's airflow.* imports before it forks the file's parser
+    _pre_import_airflow_modules(path, logging.getLogger("pre-import"))
+t2 = time.perf_counter()
+out = {"airflow_import_s": t1 - t0, "pre_import_s": t2 - t1, "files": {}}
+for path in paths:
+    seen, start = set(sys.modules), time.perf_counter()
+    bag = DagBag(dag_folder=path)
+    out["files"][path] = {"parse_s": time.perf_counter() - start,
+                          "tasks": sum(len(dag.tasks) for dag in bag.dags.values()),
+                          "import_errors": {str(k): str(v) for k, v in bag.import_errors.items()},
+                          "new_modules": sorted(set(sys.modules) - seen)}
+out["all_modules"] = sorted(sys.modules)
+print(json.dumps(out))
+"""
+
+#: Third-party packages a DAG file's parse must not import itself: the AWS SDK stack (the dag-processor's manager
+#: imports it once, through the provider modules the DAG files name: ``[dag_processor] parsing_pre_import_modules``)
+#: and the data/ML libraries (only ever imported inside a task).
+PARSE_HEAVY_PACKAGES = ("boto3", "botocore", "s3transfer", "requests", "urllib3", "jmespath", "aiobotocore",
+                        "numpy", "pandas", "matplotlib", "PIL", "scipy", "torch", "onnx", "onnxruntime",
+                        "gymnasium", "mujoco", "mlflow", "zmq", "msgpack", "skrl")
+#: Of those, the ones not even a cold parse (fresh interpreter, nothing pre-imported) may import.
+PARSE_NEVER_PACKAGES = PARSE_HEAVY_PACKAGES[7:]
+
+
+def processor_parse(paths: list[Path]) -> dict[str, Any]:
+    """Parse ``paths`` in a fresh interpreter the way the Airflow 3 dag-processor does.
+
+    The manager process has Airflow loaded and imports every ``airflow.*`` module a DAG file names at its top
+    level before it forks the process that parses that file (``[dag_processor] parsing_pre_import_modules``,
+    default on; ``airflow.dag_processing.processor._pre_import_airflow_modules``): what that pre-import loaded is
+    free for every parse, what the parse imports itself is paid on every parse.
+
+    :return: ``{"airflow_import_s", "pre_import_s", "files": {path: {"parse_s", "tasks", "import_errors",
+        "new_modules"}}, "all_modules"}`` (seconds; ``new_modules``: imported by that file's parse; ``all_modules``:
+        every module of the process at the end). Files are parsed one after the other in the one process, so a
+        later file's ``new_modules`` leave out what an earlier one loaded.
+    :raises subprocess.CalledProcessError: the interpreter failed.
+    """
+    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    out = subprocess.run([sys.executable, "-c", _PROCESSOR_PARSE_SNIPPET, *map(str, paths)], capture_output=True,
+                         text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def processor_parse_seconds(path: Path, repeats: int = 5, busy: int = 0) -> dict[str, float]:
+    """Median/min seconds of :func:`processor_parse` of ``path`` (the parse alone, after the pre-import), each in a
+    fresh interpreter, with ``busy`` CPU-bound processes running beside it (0: none).
+
+    :return: ``{"median_s", "min_s", "repeats", "busy"}``.
+    """
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        times = [processor_parse([path])["files"][str(path)]["parse_s"] for _ in range(repeats)]
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats, "busy": busy}
 
 
 #: waiting task -> (services whose calls are its polls, sandbox event marking the terminal state,
@@ -449,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
         return _print_and_write(results, rows, "policy quality only")
     results["dag_parse"] = dag_parse_seconds(REPO_ROOT / "dags" / "sim_to_real.py")
     results["provider_dag_parse"] = dag_parse_seconds(REPO_ROOT / "bench" / "provider_dag.py")
+    results["dag_parse_processor"] = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real.py")
+    results["dag_parse_processor_busy"] = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real.py", repeats=3,
+                                                                  busy=2)
     results["orchestration"] = _orchestration_subprocess()
     results["env_steps_per_s"] = {str(n): env_steps_per_second(n, seconds=5.0) for n in (1, 8)}
     results["policy_server"] = policy_latency()
@@ -460,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
          f"{results['dag_parse']['median_s']:.2f} s"),
         (f"DAG parse, bench/provider_dag.py (plain provider operators, {results['provider_dag_parse']['tasks']} tasks)",
          f"{results['provider_dag_parse']['median_s']:.2f} s"),
+        ("DAG parse, dags/sim_to_real.py as the dag-processor parses it (after its pre-import), median of 5",
+         f"{results['dag_parse_processor']['median_s']:.2f} s"),
+        ("DAG parse, dags/sim_to_real.py as the dag-processor parses it, 2 CPU-bound processes beside it, median of 3",
+         f"{results['dag_parse_processor_busy']['median_s']:.2f} s"),
     ]
     for task_id, st in orch["stages"].items():
         if "terminal_to_next_start_s" in st:

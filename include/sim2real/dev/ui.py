@@ -210,6 +210,16 @@ class UiStack:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO"),
             "AIRFLOW__LOGGING__NAMESPACE_LEVELS": NAMESPACE_LEVELS,  # no "credentials retrieved" on every poll
+            # DAG processor, for DAG files that do not change while the stack runs, on a busy 2-core laptop
+            # (a parse there took 10-50 s; Airflow's defaults abort it after 30 s, kill the parser after 50 s and
+            # deactivate the DAG 50 s after its last good parse): no re-parse every 30 s (an edited file is
+            # still parsed at once: modified_time order puts a file changed since its last parse first), a
+            # parse may take 4 minutes, and the DAG is deactivated only after an hour without one good parse.
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+            "AIRFLOW__DAG_PROCESSOR__FILE_PARSING_SORT_MODE": "modified_time",
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "240",
+            "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "300",
+            "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "3600",
         })
         if self.users:
             # With logins, the run note's writer logs in as a user of its own (role "user": it may edit DAG runs).

@@ -3,7 +3,8 @@
 The ``sim_to_real`` DAG deploys the package its own fine-tune registered. This module releases a
 package approved **outside** a run (SageMaker Studio, an older approved version, a rollback), without
 training: resolve the package in the SageMaker Model Registry, refuse anything that is not Approved,
-optionally re-verify an RL checkpoint manifest whose policy ships with it, deploy with AWS IoT
+re-verify the RL policy that ships with it (the form's checkpoint manifest, else the checkpoint of the run that
+registered the package, found through that run's lineage record), deploy with AWS IoT
 Greengrass v2 (the same components and configuration merge as the main DAG,
 :func:`sim2real.orchestration.stages.deployment_components`) and write ``runs/<run_key>/release.json`` (+
 ``release.md``) in the artifacts bucket.
@@ -41,7 +42,7 @@ SCHEMA_PATH = schemas.path("release")
 
 SECTION_PACKAGE = "Model package"
 SECTION_DEPLOY = "Edge deployment"
-SECTION_POLICY = "RL policy (optional)"
+SECTION_POLICY = "RL policy"
 
 #: SageMaker ``ModelPackageGroupName`` pattern (API reference).
 GROUP_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
@@ -101,9 +102,12 @@ def build_release_params() -> dict[str, Any]:
         "policy_checkpoint_manifest_uri": Param(
             None, type=["null", "string"], maxLength=1024, pattern=f"^({MANIFEST_PATTERN})?$",
             title="RL checkpoint manifest",
-            description="Optional s3://.../manifest.json written by an RL training run: its checkpoint "
-            "(and ONNX export, when the manifest names one) ships with the package, after its sha256 is "
-            "verified again. Empty: the package alone.",
+            description="s3://.../manifest.json written by an RL training run: its checkpoint (and ONNX "
+            "export, when the manifest names one) is the policy the robots' policy server serves with the "
+            "package, after its sha256 is verified again. Empty: the policy of the sim_to_real run that "
+            "registered the package (its CustomerMetadataProperties sim2real:run-key → that run's lineage "
+            "record runs/<run_key>/lineage.json), verified again; a package registered outside a run needs "
+            "this field (refused before any deployment otherwise).",
             section=SECTION_POLICY,
         ),
     }
@@ -151,7 +155,7 @@ def plan_release(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Ma
 
     :param params: the run's params (Airflow-validated field by field).
     :param env: the environment config (``sim2real.orchestration.config.load_environment()``).
-    :return: ``{"run_key", "bucket", "run_prefix", "run_uri", "release_uri", "markdown_uri", "region",
+    :return: ``{"run_key", "bucket", "run_prefix", "run_uri", "runs_uri", "release_uri", "markdown_uri", "region",
         "params", "model_package_arn" (None: the latest Approved), "model_package_group",
         "policy_checkpoint_manifest_uri" (or None), "deploy": {"thing_group_name", "components"
         {name: version}, "deployment_name", "iot_job_configuration"}}``. ``run_key`` and ``deploy`` are what
@@ -171,6 +175,7 @@ def plan_release(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Ma
         "bucket": bucket,
         "run_prefix": prefix,
         "run_uri": f"s3://{bucket}/{prefix}",
+        "runs_uri": f"s3://{bucket}/runs/",  # every run's folder
         "release_uri": f"s3://{bucket}/{prefix}release.json",
         "markdown_uri": f"s3://{bucket}/{prefix}release.md",
         "region": env["region"],
@@ -243,26 +248,82 @@ def resolve_model_package(hook: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
     if not result.get("model_data_url"):
         raise AirflowFailException(f"model package {result['model_package_arn']} has no "
                                    "InferenceSpecification.Containers[0].ModelDataUrl: nothing to deploy")
+    from sim2real.orchestration.config import RUN_KEY_TAG
+
     return {
         **result,
         "model_package_group_name": actual_group or group,
         "version": package.get("ModelPackageVersion"),
         "creation_time": created.isoformat() if isinstance(created, dt.datetime) else created,
         "selected_by": "arn" if arn else "latest_approved",
+        # The sim_to_real run that registered it (the pipeline's RegisterModel step), None for one registered by hand.
+        "run_key": (package.get("CustomerMetadataProperties") or {}).get(RUN_KEY_TAG),
     }
 
 
 def resolve_release(hook: Any, plan: Mapping[str, Any], aws_conn_id: str | None = "aws_default") -> dict[str, Any]:
-    """The ``resolve_model_package`` task: :func:`resolve_model_package`, then (when the plan names one)
-    :func:`verify_policy_manifest`.
+    """The ``resolve_model_package`` task: :func:`resolve_model_package`, then :func:`verify_policy_manifest` of the
+    plan's manifest, or (none given) :func:`lineage_policy`.
 
-    :return: :func:`resolve_model_package`'s dict plus ``"manifest"`` (the verified manifest, or ``None``).
-    :raises AirflowFailException: as those two functions.
+    :return: :func:`resolve_model_package`'s dict plus ``"manifest"`` (the verified manifest: the form's, else the
+        one :func:`lineage_policy` finds through the package's run).
+    :raises AirflowFailException: as those functions.
     """
     package = resolve_model_package(hook, plan)
     uri = plan.get("policy_checkpoint_manifest_uri")
-    manifest = verify_policy_manifest(uri, aws_conn_id) if uri else None
+    manifest = verify_policy_manifest(uri, aws_conn_id) if uri else lineage_policy(plan, package, aws_conn_id)
     return {**package, "manifest": manifest}
+
+
+def lineage_uri(plan: Mapping[str, Any], run_key: str) -> str:
+    """``<runs_uri><run_key>/lineage.json``: the lineage record a ``sim_to_real`` run writes (``runs_uri``:
+    ``s3://<artifacts bucket>/runs/``, :func:`plan_release`)."""
+    return f"{plan.get('runs_uri') or 's3://' + plan['bucket'] + '/runs/'}{run_key}/lineage.json"
+
+
+def lineage_policy(plan: Mapping[str, Any], package: Mapping[str, Any],
+                   aws_conn_id: str | None = "aws_default") -> dict[str, Any]:
+    """The RL policy that ships with ``package`` when the form names no manifest: the checkpoint of the
+    ``sim_to_real`` run that registered it, as that run's lineage record says (``stages.checkpoint``), its manifest
+    (``manifest.json`` beside the checkpoint, where the trainer writes it) verified again
+    (:func:`verify_policy_manifest`) and naming the same sha256 the run evaluated.
+
+    The robots' policy server serves an RL policy (the deployment's ``PolicyCheckpointUri`` /
+    ``PolicyCheckpointSha256``): a release without one has nothing to serve, so it is refused here, before any
+    deployment.
+
+    :return: :func:`verify_policy_manifest`'s dict.
+    :raises AirflowFailException: the package names no run (registered outside ``sim_to_real``), the run has no
+        lineage record (still running, or deleted) or no checkpoint in it, or the manifest differs from the lineage.
+    """
+    from airflow.providers.common.compat.sdk import AirflowFailException
+    from sim2real.orchestration.triggers.checkpoint import manifest_path
+
+    arn, run_key = package.get("model_package_arn"), package.get("run_key")
+    fix = ("give policy_checkpoint_manifest_uri (s3://.../manifest.json of the RL training run whose policy the "
+           "robots should serve with this package)")
+    if not run_key:
+        raise AirflowFailException(
+            f"model package {arn} was not registered by a sim_to_real run (no CustomerMetadataProperties "
+            f"sim2real:run-key), so no RL policy is known for it and the robots would have nothing to serve: {fix}")
+    uri = lineage_uri(plan, run_key)
+    try:
+        lineage = json.loads(manifest_path(uri, aws_conn_id).read_text())
+    except FileNotFoundError as err:
+        raise AirflowFailException(f"model package {arn} was registered by run {run_key}, which has no lineage "
+                                   f"record at {uri} (the run is still going, or its folder was deleted): {fix}") from err
+    checkpoint = (lineage.get("stages") or {}).get("checkpoint") or {}
+    if not checkpoint.get("checkpoint_uri") or not checkpoint.get("sha256"):
+        raise AirflowFailException(f"the lineage record {uri} of run {run_key} (which registered model package "
+                                   f"{arn}) names no checkpoint: {fix}")
+    manifest_uri = str(checkpoint["checkpoint_uri"]).rsplit("/", 1)[0] + "/manifest.json"
+    manifest = verify_policy_manifest(manifest_uri, aws_conn_id)
+    if manifest["sha256"] != checkpoint["sha256"]:
+        raise AirflowFailException(f"{manifest_uri} names checkpoint sha256 {manifest['sha256']}, but run {run_key} "
+                                   f"evaluated and registered {checkpoint['sha256']} (lineage {uri}): {fix}")
+    log.info("policy of model package %s: run %s's checkpoint %s (sha256 %s, from its lineage %s)", arn, run_key,
+             manifest["checkpoint_uri"], manifest["sha256"], uri)
+    return manifest
 
 
 def verify_policy_manifest(manifest_uri: str, aws_conn_id: str | None = "aws_default") -> dict[str, Any]:

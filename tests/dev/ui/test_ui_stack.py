@@ -120,3 +120,26 @@ def test_a_second_ctrl_c_while_stopping_still_stops_both_process_groups(tmp_path
     assert [proc.wait(timeout=10) is not None for proc in procs] == [True, True]
     assert stack._airflow is None and stack._sandbox is None
     assert signal.getsignal(signal.SIGINT) is before  # the handler is given back
+
+
+def test_dag_processor_settings_keep_an_unchanged_dag_active_on_a_busy_machine(tmp_path):
+    """A DAG file that takes 10-50 s to parse on a loaded 2-core machine is neither aborted nor deactivated, and
+    is not re-parsed every 30 s; an edited file is still parsed again at once (modified_time order)."""
+    stack = UiStack(tmp_path / "ui")
+    stack.env_file.parent.mkdir(parents=True, exist_ok=True)
+    stack.env_file.write_text("")
+    env = stack.airflow_env()
+
+    def seconds(key: str) -> float:
+        return float(env[key])
+
+    import_timeout = seconds("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT")
+    processor_timeout = seconds("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT")
+    interval = seconds("AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL")
+    stale = seconds("AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD")
+    assert import_timeout >= 120  # the 50 s worst parse seen, with room
+    assert processor_timeout > import_timeout  # the import's own timeout reports first, with its traceback
+    assert interval >= 300  # an unchanged file: no re-parse every 30 s eating a busy machine's CPU
+    # Deactivated only after several parses in a row failed: one slow or failed parse never hides the DAG.
+    assert stale >= 3 * (interval + processor_timeout)
+    assert env["AIRFLOW__DAG_PROCESSOR__FILE_PARSING_SORT_MODE"] == "modified_time"

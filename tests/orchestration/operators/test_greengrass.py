@@ -132,13 +132,18 @@ def test_failure_statuses_cancel_and_list_devices(moto_endpoint, group_arn, cont
              "robot-b": effective(status, reason="component com.sim2real.PolicyInference broke", errors=["COMPONENT_BROKEN"])},
         )
         stub.add_response("cancel_deployment", {"message": "ok"}, {"deploymentId": DEP})
+        stub_devices(  # read again after the cancel: what each robot reports now
+            stub, group_arn,
+            {"robot-a": effective("SUCCEEDED"),
+             "robot-b": effective(status, reason="component com.sim2real.PolicyInference broke", errors=["COMPONENT_BROKEN"])},
+        )
         with pytest.raises(AirflowException) as err:
             op.execute(context)
-        stub.assert_no_pending_responses()  # CancelDeployment was called
+        stub.assert_no_pending_responses()  # CancelDeployment was called, the devices read again
     text = str(err.value)
     assert f"robot-b: {status}" in text and "robot-a: SUCCEEDED" in text
     assert "PolicyInference broke" in text and "COMPONENT_BROKEN" in text
-    assert "cancelled" in text and "roll back" in text
+    assert "cancelled" in text and "runs this release run-1" in text and "MIXED" in text
 
 
 def test_in_progress_queued_or_not_received_defers(moto_endpoint, group_arn, context):
@@ -186,6 +191,7 @@ def test_timeout_is_one_bound_from_the_form_and_names_the_unfinished_devices(mot
     base = {"deployment_id": DEP, "iot_job_id": "job-1", "target_arn": group_arn, "thing_group_name": GROUP}
     with Stubber(op.hook.conn) as stub:
         stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": DEP})
+        stub_devices(stub, group_arn, {"robot-a": effective("SUCCEEDED"), "robot-b": effective("IN_PROGRESS")})
         with pytest.raises(AirflowFailException) as err:
             op.execute_complete(context, event, base)
         stub.assert_no_pending_responses()
@@ -195,6 +201,42 @@ def test_timeout_is_one_bound_from_the_form_and_names_the_unfinished_devices(mot
     assert "within the deployment timeout of 90 s" in text and "no end after 3 polls" in text
     assert "robot-a: SUCCEEDED" not in text.split("unfinished devices:")[1].split(".")[0]
     assert "cancelled" in text and "deployment_timeout_minutes" in text
+
+
+def test_after_a_timeout_each_robot_is_named_with_the_release_it_really_runs(moto_endpoint, group_arn, context):
+    """The wait's last reading said robot-b QUEUED; after the cancel it reports FAILED and rolled back, robot-a had
+    SUCCEEDED and keeps the new release, robot-c never got it. The failure says exactly that (status as each
+    device reports it, which release it runs, the fleet is mixed), not "devices roll back"."""
+    op = operator(deployment_timeout_seconds=60)
+    op.waiter_delay = 30
+    devices = {"robot-a": {"status": "SUCCEEDED", "outcome": "success", "reason": None},
+               "robot-b": {"status": "QUEUED", "outcome": "retry", "reason": None},
+               "robot-c": {"status": "QUEUED", "outcome": "retry", "reason": None}}
+    event = {"status": "timeout", "message": "no end after 2 polls", "deployment_id": DEP, "devices": devices}
+    base = {"deployment_id": DEP, "iot_job_id": "job-1", "target_arn": group_arn, "thing_group_name": GROUP}
+
+    def with_previous(response):
+        previous = {"deploymentId": "old", "deploymentName": "sim2real-run-0", "iotJobId": "job-0",
+                    "targetArn": "arn:t", "coreDeviceExecutionStatus": "SUCCEEDED",
+                    "creationTimestamp": 0, "modifiedTimestamp": 0}
+        return {"effectiveDeployments": response["effectiveDeployments"] + [previous]}
+
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": DEP})
+        stub_devices(stub, group_arn, {
+            "robot-a": with_previous(effective("SUCCEEDED")),
+            "robot-b": with_previous(effective("FAILED", reason="PolicySetup failed", errors=["COMPONENT_BROKEN"])),
+            "robot-c": with_previous(effective("CANCELED", reason="deployment canceled")),
+        })
+        with pytest.raises(AirflowFailException) as err:
+            op.execute_complete(context, event, base)
+        stub.assert_no_pending_responses()
+    text = str(err.value)
+    assert "(devices roll back)" not in text and "robot-b: QUEUED" not in text.split("Robots as they report")[1]
+    assert "robot-a: SUCCEEDED — runs this release run-1" in text
+    assert "robot-b: FAILED (PolicySetup failed" in text and "rolled back to sim2real-run-0" in text
+    assert "robot-c: CANCELED (deployment canceled) — never applied this release: still runs sim2real-run-0" in text
+    assert "The fleet is MIXED: robot-a run run-1, robot-b, robot-c do not" in text
 
 
 def test_trigger_gets_the_form_timeout(moto_endpoint, group_arn, context):

@@ -18,7 +18,7 @@ from airflow.providers.amazon.aws.utils import trim_none_values
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowFailException
 from sim2real.orchestration.events.settings import task_events_section
-from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, summarize
+from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, device_report, summarize
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
@@ -61,6 +61,71 @@ def normalize_components(components: dict[str, Any]) -> dict[str, dict[str, Any]
     return out
 
 
+#: ``coreDeviceExecutionStatus`` values of a device that runs the deployment (AWS IoT Greengrass V2 API Reference,
+#: ListEffectiveDeployments; COMPLETED: a deployment to that single thing).
+RUNS_IT = frozenset({"SUCCEEDED", "COMPLETED"})
+#: ... of a device that tried the deployment and failed (it rolls back itself under failureHandlingPolicy ROLLBACK).
+FAILED_IT = frozenset({"FAILED", "TIMED_OUT", "REJECTED"})
+#: ... of a device that was still applying it: CancelDeployment does not stop a device that already received the
+#: deployment (API Reference, CancelDeployment), it finishes on its own.
+APPLYING_IT = frozenset({"IN_PROGRESS"})
+
+
+def previous_release(response: dict[str, Any], deployment_id: str) -> str | None:
+    """The release a device ran before ``deployment_id``: the newest other deployment its ListEffectiveDeployments
+    response shows it finished (SUCCEEDED / COMPLETED), by ``deploymentName`` (``sim2real-<run_key>``), else its id;
+    ``None`` when it lists none."""
+    done = [e for e in response.get("effectiveDeployments") or []
+            if e.get("deploymentId") != deployment_id and e.get("coreDeviceExecutionStatus") in RUNS_IT]
+    if not done:
+        return None
+    newest = max(done, key=lambda e: str(e.get("creationTimestamp") or ""))
+    return newest.get("deploymentName") or newest.get("deploymentId")
+
+
+def device_releases(responses: dict[str, dict[str, Any]], deployment_id: str, deployment_name: str,
+                    failure_handling_policy: str) -> dict[str, dict[str, Any]]:
+    """Which release each core device runs after ``deployment_id`` ended badly (failed, timed out, cancelled).
+
+    :param responses: thing name → its ListEffectiveDeployments response, read after the CancelDeployment.
+    :return: thing → ``{"status", "reason", "release"}``: ``status`` is the device's ``coreDeviceExecutionStatus``
+        for this deployment exactly as it reports it (``NOT_RECEIVED`` when it does not list it); ``release``
+        says what it runs: ``deployment_name`` (it finished this deployment: a cancel does not undo that), its
+        previous release (it failed and rolled back, or never applied this one), or that it is still applying.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for thing, response in sorted(responses.items()):
+        report = device_report(response, deployment_id)
+        status = report["status"]
+        before = previous_release(response, deployment_id) or "its earlier components (no earlier deployment listed)"
+        if status in RUNS_IT:
+            release = f"runs this release {deployment_name} (a cancel does not undo a device that finished)"
+        elif status in FAILED_IT:
+            release = (f"rolled back to {before}" if failure_handling_policy == "ROLLBACK"
+                       else f"left as the failure left it (failureHandlingPolicy DO_NOTHING; before: {before})")
+        elif status in APPLYING_IT:
+            release = (f"was applying this release when it was cancelled and finishes on its own (success keeps "
+                       f"{deployment_name}, a failure rolls back to {before})")
+        else:  # QUEUED, CANCELED, NOT_RECEIVED: never applied it
+            release = f"never applied this release: still runs {before}"
+        out[thing] = {"status": status, "reason": report.get("reason"), "release": release}
+    return out
+
+
+def describe_releases(devices: dict[str, dict[str, Any]], deployment_name: str) -> str:
+    """One sentence per device (status as reported, reason, release it runs), and whether the fleet is mixed."""
+    lines = "; ".join(f"{thing}: {d['status']}" + (f" ({d['reason']})" if d.get("reason") else "")
+                      + f" — {d['release']}" for thing, d in sorted(devices.items()))
+    new = sorted(t for t, d in devices.items() if d["status"] in RUNS_IT)
+    old = sorted(t for t, d in devices.items() if d["status"] not in RUNS_IT)
+    text = f"Robots as they report now (ListEffectiveDeployments after the cancel): {lines}"
+    if new and old:
+        text += (f". The fleet is MIXED: {', '.join(new)} run {deployment_name}, {', '.join(old)} do not; to put "
+                 "every robot on one release, release the previous approved model package again (DAG "
+                 "sim_to_real_release with its model_package_arn) or fix the failing robots and deploy again")
+    return text
+
+
 class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     """CreateDeployment to a thing group and wait until every core device reports success.
 
@@ -69,8 +134,11 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     (ListCoreDevices ``thingGroupArn``); each device's status for THIS deployment is read from
     ListEffectiveDeployments. SUCCEEDED/COMPLETED are success; FAILED/TIMED_OUT/REJECTED/CANCELED
     fail the task; QUEUED/IN_PROGRESS keep waiting. On a failure or timeout the deployment is
-    cancelled (CancelDeployment; with ``failure_handling_policy="ROLLBACK"`` the devices roll
-    back) and the task fails listing each device, its status and reason. The trigger's
+    cancelled (CancelDeployment: it stops the devices that have not received it yet) and every device is read
+    again: the task fails naming each device's status as the device reports it, its reason and the release it
+    runs now (this one when it had SUCCEEDED: a cancel does not undo it; its previous release when it failed and
+    rolled back, ``failure_handling_policy="ROLLBACK"``, or never applied this one; still applying), and says
+    when the fleet is left mixed. The trigger's
     ``on_kill`` cancels the deployment too.
 
     :param thing_group_name: IoT thing group of the robots.
@@ -263,19 +331,37 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         except Exception as error:  # the failure report matters more
             cancelled = f"CancelDeployment failed: {error}"
         what = "timed out" if status == "timeout" else "failed"
-        # A device failure or a timeout is a verdict on this release (the deployment is cancelled and rolled
-        # back): not retried, which would push the same components to the robots again and multiply the bound.
+        # What each robot runs now, as it reports it after the cancel (the wait's last reading can be older: a
+        # robot seen QUEUED may have failed and rolled back since, one seen IN_PROGRESS may have finished).
+        devices = self._releases_after_cancel(base)
+        if devices:
+            self.log.info("Devices after the cancel: %s", devices)
+        # A device failure or a timeout is a verdict on this release: not retried, which would push the same
+        # components to the robots again and multiply the bound.
         target = base.get("thing_group_name") or self.thing_group_name
         raise AirflowFailException(
             f"Greengrass deployment {deployment_id} ({self.deployment_name}) to thing group {target!r}"
             + (f" ({base['target_arn']})" if base.get("target_arn") else "") + f" {what}"
             + (f": {message}" if message else "")
-            + (f". Devices: {summarize(reports)}" if reports else "")
             + f". Deployment {cancelled}"
-            + (" (devices roll back)" if self.failure_handling_policy == "ROLLBACK" else "")
+            + (f". {describe_releases(devices, self.deployment_name)}" if devices
+               else (f". Devices as last read (they could not be read again after the cancel): {summarize(reports)}"
+                     if reports else ""))
             + ". Check the device logs (/greengrass/v2/logs/greengrass.log and the component logs)"
             + (" or raise deployment_timeout_minutes" if status == "timeout" else "") + "."
         )
+
+    def _releases_after_cancel(self, base: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """:func:`device_releases` of every core device of the group, read now; ``{}`` when they cannot be read."""
+        try:
+            target = base.get("target_arn") or self.hook.thing_group_arn(base.get("thing_group_name")
+                                                                         or self.thing_group_name)
+            responses = {thing: self.hook.conn.list_effective_deployments(coreDeviceThingName=thing)
+                         for thing in self.hook.list_core_device_names(target)}
+        except Exception as error:  # noqa: BLE001 - the failure is raised anyway, with the last reading
+            self.log.warning("Could not read the devices again after the cancel: %s", error)
+            return {}
+        return device_releases(responses, base["deployment_id"], self.deployment_name, self.failure_handling_policy)
 
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, base: dict[str, Any] | None = None
