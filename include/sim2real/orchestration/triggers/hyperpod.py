@@ -232,8 +232,8 @@ class HyperPodSlurmJobTrigger(StepWaitTrigger):
             return f"{inv.get('Status')}: {(inv.get('StandardErrorContent') or '')[-300:]}"
         return ""
 
-    async def on_kill(self) -> None:
-        """``scancel`` the job on the submit host when the deferred task is killed (Airflow 3.3+)."""
+    async def stop_resource(self) -> None:
+        """``scancel`` the job on the submit host: a person stopped the deferred task (base ``on_kill``)."""
         self.log.info("Cancelling Slurm job %s on %s (scancel via SSM on %s)", self.job_id, self.cluster_name,
                       self.instance_id)
         async with await self.hook().get_async_conn() as client:
