@@ -25,9 +25,9 @@ import pytest
 from sim2real.dev.sandbox import Sandbox
 
 from tests.orchestration.live_airflow import LiveAirflow
-from tests.paths import REPO_ROOT
 
-SLEEP_LAUNCHER = REPO_ROOT / "tests" / "dev" / "sandbox" / "scripts" / "launcher_sleep.sh"
+#: The Batch job: runs until terminated (10 minutes at most).
+LAUNCHER = 'echo "training (a stand-in that sleeps)"\nsleep 600\n'
 
 TRAIN_DAG = '''
 import datetime as dt
@@ -90,7 +90,9 @@ with DAG("runctl_outcome", schedule=None, start_date=dt.datetime(2026, 1, 1), ca
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[tuple[LiveAirflow, Sandbox]]:
     home = tmp_path_factory.mktemp("live-airflow")
-    with Sandbox(step_seconds=0.05, batch_launcher=SLEEP_LAUNCHER) as sandbox:
+    launcher = home / "launcher.sh"
+    launcher.write_text(LAUNCHER)
+    with Sandbox(step_seconds=0.05, batch_launcher=launcher) as sandbox:
         sandbox.provision(hyperpod=False, robots=1)
         airflow = LiveAirflow(home, {"runctl_train.py": TRAIN_DAG, "runctl_outcome.py": OUTCOME_DAG},
                               sandbox.airflow_env())
@@ -126,6 +128,12 @@ def _deferred_training(airflow: LiveAirflow, sandbox: Sandbox) -> tuple[str, str
     return run_id, job_id
 
 
+def _trigger_logs(airflow: LiveAirflow, dag_id: str, run_id: str) -> str:
+    """Every trigger log of the run's tasks (``attempt=<n>.log.trigger.<triggerer job id>.log``)."""
+    folder = airflow.home / "airflow" / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+    return "\n".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*.trigger.*.log")))
+
+
 def _assert_terminated(airflow: LiveAirflow, sandbox: Sandbox, job_id: str, timeout: float = 60) -> None:
     airflow.wait(lambda: _terminations(sandbox, job_id), timeout, f"TerminateJob of {job_id}")
     airflow.wait(lambda: _job_status(sandbox, job_id) in ("FAILED", "SUCCEEDED"), 30, f"job {job_id} ended")
@@ -148,11 +156,14 @@ def test_marking_the_deferred_training_failed_terminates_its_job(stack):
     assert _final_state(airflow, "runctl_train", run_id) == "failed"
 
 
-def test_deleting_the_run_terminates_its_job(stack):
+def test_clearing_the_deferred_training_terminates_its_job(stack):
+    """A cleared task starts again from scratch (here: a new job); the job of the cleared try is stopped."""
     airflow, sandbox = stack
     run_id, job_id = _deferred_training(airflow, sandbox)
-    airflow.api("DELETE", airflow.run_path("runctl_train", run_id))
+    airflow.api("POST", "/api/v2/dags/runctl_train/clearTaskInstances",
+                {"dag_run_id": run_id, "task_ids": ["train"], "dry_run": False, "only_failed": False})
     _assert_terminated(airflow, sandbox, job_id)
+    airflow.api("PATCH", airflow.run_path("runctl_train", run_id), {"note": "cleanup", "state": "failed"})
 
 
 def test_a_trigger_handed_to_another_triggerer_keeps_the_job_and_the_wait(stack):
@@ -166,17 +177,17 @@ def test_a_trigger_handed_to_another_triggerer_keeps_the_job_and_the_wait(stack)
         airflow.start_triggerer(second)
     airflow.freeze("triggerer-a")
     try:
-        airflow.wait(lambda: f"runctl_train/{run_id}/train" in airflow.log_text(second), 90,
+        airflow.wait(lambda: _trigger_logs(airflow, "runctl_train", run_id).count(") starting") >= 2, 90,
                      "the second triggerer running the trigger", interval=1)
     finally:
         airflow.thaw("triggerer-a")
-    airflow.wait(lambda: "Trigger cancelled by user action" in airflow.log_text("triggerer-a"), 60,
-                 "the first triggerer cancelling its copy", interval=1)
-    time.sleep(8)  # what its on_kill would do, it has done by now
+    airflow.wait(lambda: "NOT stopping what it waits on" in _trigger_logs(airflow, "runctl_train", run_id), 90,
+                 "the first triggerer cancelling its copy and leaving the job alone", interval=1)
+    assert "Trigger cancelled by user action" in _trigger_logs(airflow, "runctl_train", run_id)
+    time.sleep(3)
     assert _terminations(sandbox, job_id) == [], "a hand-over between triggerers stopped the job"
     assert _job_status(sandbox, job_id) == "RUNNING"
     assert airflow.ti("runctl_train", run_id, "train")["state"] == "deferred"
-    assert "NOT stopping what it waits on" in airflow.log_text("triggerer-a")
     described = len([r for r in sandbox.requests.since(0, "DescribeJobs") if job_id in r.body])
     airflow.wait(lambda: len([r for r in sandbox.requests.since(0, "DescribeJobs") if job_id in r.body]) > described,
                  30, "the wait going on in the second triggerer")

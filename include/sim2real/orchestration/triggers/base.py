@@ -203,11 +203,14 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
     async def _stop_after_kill(self) -> None:
         from sim2real.orchestration.stop_rule import trigger_should_stop
 
+        asked = time.monotonic()
         decision = await trigger_should_stop(self)
+        took = time.monotonic() - asked
         if not decision.stop:
-            self.log.warning("Trigger cancelled, but NOT stopping what it waits on: %s", decision.why)
+            self.log.warning("Trigger cancelled, but NOT stopping what it waits on: %s (state read in %.1f s)",
+                             decision.why, took)
             return
-        self.log.info("Task stopped (%s): stopping what this wait watches", decision.why)
+        self.log.info("Task stopped (%s; state read in %.1f s): stopping what this wait watches", decision.why, took)
         try:
             await asyncio.wait_for(self.stop_resource(), timeout=STOP_ON_KILL_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - logged for the person who stopped it
