@@ -180,8 +180,8 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
           task instance's state first: still ``deferred`` is a hand-over and nothing is stopped.
         * **A stop that stops**: Airflow 3.3.1's triggerer sends the cancel again on every loop (about once a
           second) until the trigger has ended, which cancels an ``on_kill`` still waiting for AWS (before, the
-          ``TerminateJob`` of a task marked failed never went out: the cancel arrived while the connection was
-          being built). The stop runs as its own task: a repeated cancel is absorbed while it runs, and any other
+          ``TerminateJob`` of a task marked failed was lost whenever AWS took longer than that to answer: the
+          cancel arrived while the call was under way). The stop runs as its own task: a repeated cancel is absorbed while it runs, and any other
           cancellation (the triggerer shutting down, its ``on_kill_timeout``) leaves the stop running to its end.
           The stop is bounded by :data:`STOP_ON_KILL_TIMEOUT_S`.
         """
