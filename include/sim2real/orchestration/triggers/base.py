@@ -181,9 +181,10 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
         * **A stop that stops**: Airflow 3.3.1's triggerer sends the cancel again on every loop (about once a
           second) until the trigger has ended, which cancels an ``on_kill`` still waiting for AWS (before, the
           ``TerminateJob`` of a task marked failed was lost whenever AWS took longer than that to answer: the
-          cancel arrived while the call was under way). The stop runs as its own task: a repeated cancel is absorbed while it runs, and any other
-          cancellation (the triggerer shutting down, its ``on_kill_timeout``) leaves the stop running to its end.
-          The stop is bounded by :data:`STOP_ON_KILL_TIMEOUT_S`.
+          cancel arrived while the call was under way). The stop runs as its own task: a repeated cancel is
+          absorbed while it runs, and any other cancellation (the triggerer shutting down, its
+          ``on_kill_timeout``) leaves the stop running to its end. The stop is bounded by
+          :data:`STOP_ON_KILL_TIMEOUT_S`.
         """
         stop = asyncio.ensure_future(self._stop_after_kill())
         _STOPS_IN_PROGRESS.add(stop)
