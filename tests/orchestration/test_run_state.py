@@ -215,3 +215,89 @@ def test_failed_sweep_candidates_the_pick_went_around_do_not_fail_the_run():
     other = [*crumbs, {"task_id": ids.QUALITY_GATE, "map_index": -1, "state": "failed"}]
     with pytest.raises(AirflowFailException, match=rf"failed: {ids.QUALITY_GATE}"):
         check_run_outcome("d", "r", own_task_id=ids.RUN_OUTCOME, breadcrumbs=other, forgiven=forgiven)
+
+
+# -- a run marked failed while no task was running -----------------------------------------------------------
+#: Skipped on a default Batch run, never started (``make demo``'s table): the HyperPod and sweep branches.
+SKIPPED_ON_A_DEFAULT_RUN = (
+    "hyperpod.check_capacity", "preflight.check_sweep_capacity", "hyperpod.scale_up", "hyperpod.train_policy",
+    "hyperpod.wait_for_nodes", "hyperpod.submission", "hyperpod.sweep_script", "hyperpod.submit_sweep",
+    "sweep.eval_command", "sweep.read_eval_report", "sweep.run_evaluation", "sweep.submit_training",
+    "sweep.train_policy", "sweep.train_on_slurm", "sweep.wait_for_checkpoint", "sweep.wait_for_slot", "pick_best",
+    "hyperpod.scale_down", "next_round")
+#: Ran and skipped themselves (AirflowSkipException) on a default run.
+SKIPPED_ITSELF = ("sweep_candidates", "plan_next_round")
+BRANCH_DECISIONS = {ids.TRAINING_BACKEND: {"followed": [ids.BATCH_CHECK_CAPACITY]}}
+
+
+@pytest.fixture(scope="module")
+def sdk_dag():
+    """The DAG as the worker running run_outcome has it (its operators, branches included)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS / "sim_to_real.py"))
+    assert bag.import_errors == {}
+    return bag.dags["sim_to_real"]
+
+
+def default_run(dag) -> list[dict]:
+    crumbs = []
+    for task_id in dag.task_ids:
+        if task_id == ids.RUN_OUTCOME:
+            continue
+        state, duration = ("skipped", 0.0) if task_id in SKIPPED_ON_A_DEFAULT_RUN else \
+            ("skipped", 0.2) if task_id in SKIPPED_ITSELF else ("success", 1.0)
+        crumbs.append({"task_id": task_id, "map_index": -1, "state": state, "duration": duration})
+    return crumbs
+
+
+def test_a_default_run_s_skips_are_explained(sdk_dag):
+    from sim2real.orchestration.run_state import unexplained_skips
+
+    crumbs = default_run(sdk_dag)
+    assert unexplained_skips(sdk_dag, crumbs, BRANCH_DECISIONS.get, exclude=(ids.RUN_OUTCOME,)) == []
+    outcome = check_run_outcome("sim_to_real", "r", own_task_id=ids.RUN_OUTCOME, breadcrumbs=crumbs, dag=sdk_dag,
+                                decision_of=BRANCH_DECISIONS.get)
+    assert outcome["state"] == "success"
+
+
+def test_a_run_marked_failed_between_training_and_evaluation_ends_failed(sdk_dag):
+    """Marked failed after training succeeded, before checkpoint.training_job started: Airflow skips every
+    unfinished task and fails none (nothing was running). Before: "none of its finished tasks failed", success."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    order = list(sdk_dag.topological_sort())
+    after = {t.task_id for t in order[[t.task_id for t in order].index(ids.TRAINING_JOB):]}
+    crumbs = []
+    for crumb in default_run(sdk_dag):
+        task = sdk_dag.get_task(crumb["task_id"])
+        if crumb["task_id"] in after and crumb["state"] == "success" and not task.is_teardown:
+            crumb = {**crumb, "state": "skipped", "duration": 0.0}
+        crumbs.append(crumb)
+    with pytest.raises(AirflowFailException, match=r"skipped without a cause in the DAG: checkpoint.training_job"):
+        check_run_outcome("sim_to_real", "r", own_task_id=ids.RUN_OUTCOME, breadcrumbs=crumbs, dag=sdk_dag,
+                          decision_of=BRANCH_DECISIONS.get)
+
+
+def test_a_branch_s_skip_is_not_a_person_s(sdk_dag):
+    """The same skipped HyperPod task is explained by the branch that followed Batch, and flagged when no branch
+    decision says so (the branch followed HyperPod, yet it was skipped before it ran)."""
+    from sim2real.orchestration.run_state import unexplained_skips
+
+    crumbs = default_run(sdk_dag)
+    hyperpod = {ids.TRAINING_BACKEND: {"followed": [ids.HYPERPOD_CHECK_CAPACITY]}}
+    flagged = unexplained_skips(sdk_dag, crumbs, hyperpod.get, exclude=(ids.RUN_OUTCOME,))
+    assert ids.HYPERPOD_CHECK_CAPACITY in flagged and ids.BATCH_CHECK_CAPACITY not in flagged
+
+
+@pytest.mark.parametrize("rule, upstream, skips", [
+    ("all_success", ["success", "skipped"], True), ("all_success", ["success", "success"], False),
+    ("none_failed_min_one_success", ["success", "skipped"], False),
+    ("none_failed_min_one_success", ["skipped", "skipped"], True),
+    ("all_done_min_one_success", ["success", "skipped"], True), ("none_failed", ["skipped"], False),
+    ("all_done", ["failed"], False), ("one_success", ["skipped", "failed"], True), ("all_failed", ["success"], True),
+])
+def test_trigger_rules_as_airflow_decides_them(rule, upstream, skips):
+    from sim2real.orchestration.run_state import rule_skips
+
+    assert rule_skips(rule, upstream) is skips

@@ -29,7 +29,8 @@ supported way for a task in Airflow 3, which has no database access from tasks).
 * ``foreign``: the record names another Airflow deployment (a developer's ``dag.test`` against the same
   environment config, or MWAA seen from such a ``dag.test``): this Airflow cannot know that run; reported,
   never stopped.
-* ``orphan``: its DAG run no longer exists (deleted), or is over (failed, success). A Greengrass deployment
+* ``orphan``: its DAG run no longer exists (deleted), or is over (failed, success), or its process died (below).
+  A Greengrass deployment
   only when its run ended without its deploy task succeeding (see below). Inside ``prepare_run`` (the DAG's
   ``max_active_runs=1``) also a thing of another, still "running" run of the same DAG that has no task
   running, deferred, queued, up for retry or scheduled (its process died); never one of a backfill run
@@ -37,6 +38,15 @@ supported way for a task in Airflow 3, which has no database access from tasks).
 * ``released``: a Greengrass deployment of a run that succeeded, or whose deploy task succeeded: it is the
   group's current release, left alone even while a new or offline robot has not finished it (QUEUED).
 * ``watched``: its DAG run still watches it.
+
+**A run whose process died.** A run executed in one process (``dag.test``: ``make demo``, a developer's run; the
+task runs in-process, ``InProcessSupervisorComms``) leaves its DAG run "running" and its training task "deferred"
+for ever in that Airflow home when the process is killed: no scheduler ever fails it. Its run record then names
+that process (``process``: ``{"host", "pid", "started"}``, :func:`current_process`, written only for in-process
+runs). The rule: a run that still says queued/running, whose record names a process on this host that no longer
+exists (no such pid, or a pid reused by a process started at another time), is dead: ``orphan``. A record from
+another host, or without ``process`` (runs of a scheduler: their workers are watched by the scheduler, which
+fails a task whose worker stopped heartbeating), is judged as before.
 
 A Greengrass deployment is only looked at while some core device has not finished it (QUEUED/IN_PROGRESS):
 a finished deployment stays ``ACTIVE`` as its group's current one.
@@ -60,6 +70,7 @@ import datetime as dt
 import getpass
 import json
 import logging
+import os
 import socket
 import time
 import uuid
@@ -143,19 +154,58 @@ def deployment_id() -> str:
     return f"local:{user}@{socket.gethostname()}"
 
 
+def in_process_run() -> bool:
+    """Whether this task runs inside the process that runs the whole DAG run (``dag.test``: the Task SDK's
+    ``InProcessSupervisorComms``), so that the run lives exactly as long as this process."""
+    try:
+        from airflow.sdk.execution_time import task_runner
+    except ImportError:  # pragma: no cover - the pinned Airflow has it
+        return False
+    return type(getattr(task_runner, "SUPERVISOR_COMMS", None)).__name__ == "InProcessSupervisorComms"
+
+
+def current_process() -> dict[str, Any]:
+    """``{"host", "pid", "started"}`` of this process (``started``: its start, epoch seconds, from psutil)."""
+    import psutil
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": round(psutil.Process().create_time(), 3)}
+
+
+def process_gone(process: Mapping[str, Any] | None) -> bool | None:
+    """Whether the process a run record names has ended: True (no such pid on this host, or the pid now belongs to
+    a process started at another time), False (it runs), None (no process recorded, or another host: unknown)."""
+    import psutil
+
+    if not isinstance(process, Mapping) or process.get("host") != socket.gethostname() or not process.get("pid"):
+        return None
+    try:
+        started = psutil.Process(int(process["pid"])).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return True
+    except psutil.Error:
+        return None
+    return abs(started - float(process.get("started") or 0)) > 1.0
+
+
 def register_run(s3_hook: Any, bucket: str, *, dag_id: str, run_id: str, run_key: str,
-                 run_type: str | None = None, deployment: str | None = None) -> str:
+                 run_type: str | None = None, deployment: str | None = None,
+                 process: Mapping[str, Any] | None = None) -> str:
     """Write the run record ``s3://<bucket>/runs/<run_key>/run.json``.
 
     :param run_type: the DAG run's ``run_type`` (``manual``, ``scheduled``, ``backfill``, ...), when known.
     :param deployment: the Airflow deployment running it; default :func:`deployment_id`.
-    :return: the record's ``s3://`` URI; the record is ``{"dag_id", "run_id", "run_key", "run_type", "deployment"}``.
+    :param process: the one process that runs the whole run (:func:`current_process`, under ``dag.test``), else
+        None (not written).
+    :return: the record's ``s3://`` URI; the record is ``{"dag_id", "run_id", "run_key", "run_type", "deployment"}``
+        (and ``process`` when given).
     :raises botocore.exceptions.ClientError: the bucket cannot be written.
     """
     key = run_record_key(run_key)
     record = {"dag_id": dag_id, "run_id": run_id, "run_key": run_key,
               "run_type": str(getattr(run_type, "value", run_type)) if run_type is not None else None,
               "deployment": deployment or deployment_id()}
+    if process:
+        record["process"] = dict(process)
     s3_hook.load_string(json.dumps(record, sort_keys=True), key=key, bucket_name=bucket, replace=True)
     return f"s3://{bucket}/{key}"
 
@@ -397,6 +447,10 @@ def verdict(found: Found, record: Mapping[str, Any] | None, runs: Any, current: 
     state = runs.state(dag_id, run_id)
     if state is None:
         return "orphan", f"{who} no longer exists (deleted)"
+    process = record.get("process")
+    if state in ACTIVE_DAG_RUN_STATES and process_gone(process):
+        return "orphan", (f"{who} still says {state}, but the process that ran it (pid {process.get('pid')} on "
+                          f"{process.get('host')}, a dag.test) is gone: nothing watches it any more")
     if state not in ACTIVE_DAG_RUN_STATES:
         if found.kind == "greengrass_deployment":
             if state == "success" or runs.deploy_succeeded(dag_id, run_id):
@@ -641,7 +695,8 @@ def sweep_before_run(ti: Any, plan: Mapping[str, Any], *, dag_id: str, run_id: s
     deployment = deployment_id()
     try:
         uri = register_run(s3, plan["bucket"], dag_id=dag_id, run_id=run_id, run_key=plan["run_key"],
-                           run_type=run_type, deployment=deployment)
+                           run_type=run_type, deployment=deployment,
+                           process=current_process() if in_process_run() else None)
         log.info("run record written to %s (Airflow deployment %s)", uri, deployment)
     except Exception as err:  # noqa: BLE001
         log.warning("could not write the run record runs/%s/%s (%s): no orphan sweep", plan["run_key"], RUN_RECORD, err)

@@ -271,6 +271,42 @@ def test_prepare_run_leaves_a_working_or_backfill_run_of_its_dag_alone(s3):
     assert verdict(found, record, FakeRuns(), current, deployment=deployment_id())[0] == "watched"
 
 
+def test_a_run_whose_dag_test_process_died_is_an_orphan_though_its_training_still_says_deferred(s3):
+    """A dag.test killed during training leaves its run "running" and its training "deferred" in that Airflow home
+    for ever. Its run record names the process that ran it; once that process is gone, the run is dead and its job
+    is stopped, by the 30-minute sweeper as by the next run. Before, the busy (deferred) task kept it "watched"."""
+    import socket
+    import subprocess
+    import sys
+
+    import psutil
+
+    from sim2real.orchestration.sweeper import current_process, process_gone
+
+    run_id = "manual__2026-11-12T00:00:00+00:00"
+    key = make_run_key("sim_to_real", run_id)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        owner = {"host": socket.gethostname(), "pid": proc.pid, "started": psutil.Process(proc.pid).create_time()}
+        register_run(s3, BUCKET, dag_id="sim_to_real", run_id=run_id, run_key=key, process=owner)
+        assert read_run_record(s3, BUCKET, key)["process"] == owner
+        STATES[("sim_to_real", run_id)] = "running"
+        runs = FakeRuns(busy=[run_id])  # its training task still says deferred
+        alive = run(False, [_job("j-alive", key, "RUNNING")], [], [], {}, runs=runs)
+        assert {r["id"]: r["verdict"] for r in alive["found"]} == {"j-alive": "watched"}
+    finally:
+        proc.kill()
+        proc.wait()
+    report = run(False, [_job("j-killed", key, "RUNNING")], [], [], {}, terminated=["j-killed"], runs=runs)
+    assert [r["id"] for r in report["stopped"]] == ["j-killed"]
+    assert f"pid {proc.pid}" in report["stopped"][0]["why"] and "is gone" in report["stopped"][0]["why"]
+    # The rule's edges: this very process runs; a pid reused by a later process, or another host, is not this run's.
+    assert process_gone(current_process()) is False
+    assert process_gone({**current_process(), "started": current_process()["started"] - 3600}) is True
+    assert process_gone({**current_process(), "host": "another-host"}) is None
+    assert process_gone(None) is None
+
+
 def test_a_deadline_skips_the_rest_with_a_warning(s3, caplog):
     """Under a deadline (prepare_run's), the services and stops left when it passed are skipped, not waited for."""
     c = clients()

@@ -454,6 +454,8 @@ class BatchTrainingOperator(BatchOperator):
     def on_kill(self) -> None:
         """Terminate the job this task started or reattached to while the task runs in the worker (the
         deferred wait: the trigger's ``on_kill``)."""
-        if self.job_id:
+        from sim2real.orchestration.stop_rule import operator_should_stop
+
+        if self.job_id and operator_should_stop(self, f"AWS Batch job {self.job_id}"):
             self.hook.terminate_job(self.job_id, "Airflow task killed by the user")
             self.log.info("AWS Batch job %s terminated (task killed)", self.job_id)

@@ -333,6 +333,8 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
     def on_kill(self) -> None:
         """Stop the build this task started (``StopBuild``) while the task runs in the worker (the deferred
         wait: the trigger's ``on_kill``)."""
-        if self.build_id:
+        from sim2real.orchestration.stop_rule import operator_should_stop
+
+        if self.build_id and operator_should_stop(self, f"CodeBuild build {self.build_id}"):
             self.hook.stop_build(self.build_id)
             self.log.info("CodeBuild build %s stopped (task killed)", self.build_id)

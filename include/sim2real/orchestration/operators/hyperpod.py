@@ -707,7 +707,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
 
     def on_kill(self) -> None:
         """``scancel`` the job this task submitted (or reattached to)."""
-        if self._job_id and self._instance_id:
+        from sim2real.orchestration.stop_rule import operator_should_stop
+
+        if self._job_id and self._instance_id and operator_should_stop(self, f"Slurm job {self._job_id}"):
             self.log.info("Cancelling Slurm job %s on %s (scancel via SSM on %s)", self._job_id, self.cluster_name,
                           self._instance_id)
             note = self._cancel()

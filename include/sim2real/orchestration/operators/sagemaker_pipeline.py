@@ -211,6 +211,8 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
     def on_kill(self) -> None:
         """StopPipelineExecution for the execution this try started or reattached to, while the task runs in
         the worker (deferred: the trigger's ``on_kill``)."""
-        if self._execution_arn:
+        from sim2real.orchestration.stop_rule import operator_should_stop
+
+        if self._execution_arn and operator_should_stop(self, f"pipeline execution {self._execution_arn}"):
             self.log.info("Stopping pipeline execution %s", self._execution_arn)
             self.hook.stop_pipeline(self._execution_arn)

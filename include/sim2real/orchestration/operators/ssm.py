@@ -343,7 +343,9 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
     def on_kill(self) -> None:
         """CancelCommand for the command this try sent, while the task runs in the worker (deferred: the
         trigger's ``on_kill``)."""
-        if self._command_id:
+        from sim2real.orchestration.stop_rule import operator_should_stop
+
+        if self._command_id and operator_should_stop(self, f"SSM command {self._command_id}"):
             self.log.info("Cancelling SSM command %s", self._command_id)
             self.hook.cancel_command(self._command_id, [self._instance_id] if self._instance_id else None)
 

@@ -9,6 +9,7 @@ every deferred wait would fail there. This class implements ``hook()`` the way b
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -21,6 +22,22 @@ from sim2real.orchestration.events.consumer import EventDrivenResponses, WaitEve
 from sim2real.orchestration.events.envelope import ResourceKey
 from sim2real.orchestration.events.settings import EventSettings
 from sim2real.orchestration.waits.core import Action, Step, WaitState, drive
+
+#: Seconds a stop on kill may take (below the triggerer's ``[triggerer] on_kill_timeout``, default 30).
+STOP_ON_KILL_TIMEOUT_S = 25.0
+#: The stops in progress: each runs as its own task, referenced here until it ends (the event loop keeps only weak
+#: references to tasks), so that it outlives an ``on_kill`` that the triggerer cancels.
+_STOPS_IN_PROGRESS: set[asyncio.Task] = set()
+
+
+def _user_action_message() -> str:
+    """The message Airflow's triggerer cancels a trigger with when it must call ``on_kill``
+    (``airflow.jobs.triggerer_job_runner._USER_ACTION_CANCEL_MSG`` in 3.3.1)."""
+    try:
+        from airflow.jobs.triggerer_job_runner import _USER_ACTION_CANCEL_MSG
+    except ImportError:  # pragma: no cover - the pinned Airflow has it
+        return "__airflow_user_action__"
+    return _USER_ACTION_CANCEL_MSG
 
 
 async def _paced_by_source(_seconds: float) -> None:
@@ -149,6 +166,58 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
     async def perform(self, client: Any, action: Action) -> str:
         """Do ``action`` (stop what was started); return "" or a sentence for the event's message."""
         raise NotImplementedError(f"{type(self).__name__} cannot perform {action.name}")
+
+    async def stop_resource(self) -> None:
+        """Stop what this wait watches (TerminateJob, StopBuild, CancelCommand, ...), when the task was stopped by a
+        person (:meth:`on_kill` decides). Subclasses that started something implement it; default: nothing."""
+
+    async def on_kill(self) -> None:
+        """Airflow 3.3+ calls this when the triggerer cancels the trigger "by user action". Stops the resource
+        (:meth:`stop_resource`) only when the task really ended, and makes sure the stop is not lost.
+
+        * **Only a stop**: the triggerer also cancels a trigger another triggerer took over (a restart, a late
+          heartbeat, a second triggerer). :func:`sim2real.orchestration.stop_rule.trigger_should_stop` reads the
+          task instance's state first: still ``deferred`` is a hand-over and nothing is stopped.
+        * **A stop that stops**: Airflow 3.3.1's triggerer sends the cancel again on every loop (about once a
+          second) until the trigger has ended, which cancels an ``on_kill`` still waiting for AWS (before, the
+          ``TerminateJob`` of a task marked failed was lost whenever AWS took longer than that to answer: the
+          cancel arrived while the call was under way). The stop runs as its own task: a repeated cancel is
+          absorbed while it runs, and any other cancellation (the triggerer shutting down, its
+          ``on_kill_timeout``) leaves the stop running to its end. The stop is bounded by
+          :data:`STOP_ON_KILL_TIMEOUT_S`.
+        """
+        stop = asyncio.ensure_future(self._stop_after_kill())
+        _STOPS_IN_PROGRESS.add(stop)
+        stop.add_done_callback(_STOPS_IN_PROGRESS.discard)
+        repeated = _user_action_message()
+        while True:
+            try:
+                await asyncio.shield(stop)
+                return
+            except asyncio.CancelledError as err:
+                if stop.done() or not (err.args and err.args[0] == repeated):
+                    raise
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()  # this cancel only repeats the one being handled
+
+    async def _stop_after_kill(self) -> None:
+        from sim2real.orchestration.stop_rule import trigger_should_stop
+
+        asked = time.monotonic()
+        decision = await trigger_should_stop(self)
+        took = time.monotonic() - asked
+        if not decision.stop:
+            self.log.warning("Trigger cancelled, but NOT stopping what it waits on: %s (state read in %.1f s)",
+                             decision.why, took)
+            return
+        self.log.info("Task stopped (%s; state read in %.1f s): stopping what this wait watches", decision.why, took)
+        try:
+            await asyncio.wait_for(self.stop_resource(), timeout=STOP_ON_KILL_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - logged for the person who stopped it
+            self.log.error("Stopping what %s watches FAILED (%s: %s): stop it by hand; the orphan sweeper stops it "
+                           "once the run is over", type(self).__name__, type(err).__name__, err)
+            raise
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         step_function = type(self).step_function

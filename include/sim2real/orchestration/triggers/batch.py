@@ -40,8 +40,9 @@ class BatchTrainingJobTrigger(StepWaitTrigger):
     "cost_limit"`` (and ``job_cost``), after ``TerminateJob`` (``"action"`` says whether it worked).
     While RUNNING, the latest ``[sim2real] iteration=`` line of the main node's stream is logged.
 
-    ``on_kill`` (Airflow 3.3+ ``BaseTrigger.on_kill``: user marks the deferred task failed/success or
-    clears it) terminates the job when ``terminate_on_kill``.
+    ``on_kill`` (Airflow 3.3+ ``BaseTrigger.on_kill``) terminates the job when ``terminate_on_kill`` and a person
+    stopped the task (marked it failed/success, cleared it, deleted its run), never when the trigger moved to
+    another triggerer (:meth:`StepWaitTrigger.on_kill`).
 
     :param job_id: the Batch job id.
     :param runnable_timeout_seconds: budget for RUNNABLE (seconds); None = no budget.
@@ -208,11 +209,11 @@ class BatchTrainingJobTrigger(StepWaitTrigger):
                 return match.group(0)
         return None
 
-    async def on_kill(self) -> None:
-        """Terminate the job (``TerminateJob``) when the user kills the deferred task (Airflow 3.3+)."""
+    async def stop_resource(self) -> None:
+        """Terminate the job (``TerminateJob``): a person stopped the deferred task (base ``on_kill``)."""
         if not (self.job_id and self.terminate_on_kill):
             return
-        self.log.info("Task killed by the user: terminating AWS Batch job %s", self.job_id)
+        self.log.info("Terminating AWS Batch job %s", self.job_id)
         async with await self.hook().get_async_conn() as client:
             await client.terminate_job(jobId=self.job_id, reason="Airflow task killed by the user")
         self.log.info("AWS Batch job %s terminated", self.job_id)

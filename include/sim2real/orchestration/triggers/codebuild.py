@@ -70,11 +70,11 @@ class CodeBuildBuildCompleteTrigger(StepWaitTrigger):
         """``BatchGetBuilds`` of the build."""
         return await client.batch_get_builds(ids=[self.build_id])
 
-    async def on_kill(self) -> None:
-        """Stop the build (``StopBuild``) when the user kills the deferred task (Airflow 3.3+)."""
+    async def stop_resource(self) -> None:
+        """Stop the build (``StopBuild``): a person stopped the deferred task (base ``on_kill``)."""
         if not (self.build_id and self.stop_on_kill):
             return
-        self.log.info("Task killed by the user: stopping CodeBuild build %s", self.build_id)
+        self.log.info("Stopping CodeBuild build %s", self.build_id)
         async with await self.hook().get_async_conn() as client:
             await client.stop_build(id=self.build_id)
         self.log.info("CodeBuild build %s stopped", self.build_id)

@@ -93,8 +93,8 @@ class GreengrassDeploymentTrigger(StepWaitTrigger):
         return {"devices": {thing: await client.list_effective_deployments(coreDeviceThingName=thing)
                             for thing in await self._things(client)}}
 
-    async def on_kill(self) -> None:
-        """CancelDeployment when the user kills the deferred task (Airflow 3.3+)."""
+    async def stop_resource(self) -> None:
+        """CancelDeployment: a person stopped the deferred task (base ``on_kill``)."""
         if not self.cancel_on_kill:
             return
         self.log.info("Cancelling Greengrass deployment %s", self.deployment_id)

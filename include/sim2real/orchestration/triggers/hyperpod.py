@@ -125,8 +125,9 @@ class HyperPodSlurmJobTrigger(StepWaitTrigger):
     :param cost_limit_usd: USD the job may spend; None = no cost check.
     :param usd_per_node_hour: on-demand USD per node-hour; None = no cost check and no cost figure.
 
-    ``on_kill`` (the deferred task killed, Airflow 3.3+) always runs ``scancel``: a job nobody waits
-    for would keep the GPU nodes busy.
+    ``on_kill`` (the deferred task stopped by a person, Airflow 3.3+) always runs ``scancel`` (no flag turns it
+    off): a job nobody waits for would keep the GPU nodes busy. A hand-over to another triggerer stops nothing
+    (:meth:`StepWaitTrigger.on_kill`).
 
     One event (:func:`~sim2real.orchestration.waits.hyperpod.slurm_job_step`):
     ``{"status": "success" | "failure" | "timeout", "cluster_name", "job_id",
@@ -232,8 +233,8 @@ class HyperPodSlurmJobTrigger(StepWaitTrigger):
             return f"{inv.get('Status')}: {(inv.get('StandardErrorContent') or '')[-300:]}"
         return ""
 
-    async def on_kill(self) -> None:
-        """``scancel`` the job on the submit host when the deferred task is killed (Airflow 3.3+)."""
+    async def stop_resource(self) -> None:
+        """``scancel`` the job on the submit host: a person stopped the deferred task (base ``on_kill``)."""
         self.log.info("Cancelling Slurm job %s on %s (scancel via SSM on %s)", self.job_id, self.cluster_name,
                       self.instance_id)
         async with await self.hook().get_async_conn() as client:

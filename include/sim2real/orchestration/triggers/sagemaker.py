@@ -90,8 +90,8 @@ class PipelineExecutionTrigger(StepWaitTrigger):
                 self.log.warning("ListPipelineExecutionSteps failed for %s: %s", arn, error)
         return response
 
-    async def on_kill(self) -> None:
-        """StopPipelineExecution when the user kills the deferred task (Airflow 3.3+)."""
+    async def stop_resource(self) -> None:
+        """StopPipelineExecution: a person stopped the deferred task (base ``on_kill``)."""
         if not self.stop_on_kill:
             return
         self.log.info("Stopping SageMaker pipeline execution %s", self.pipeline_execution_arn)

@@ -107,8 +107,8 @@ class WorkstationCommandTrigger(StepWaitTrigger):
                 invocations.append({**error.response, "InstanceId": instance_id})
         return invocations_response(invocations)
 
-    async def on_kill(self) -> None:
-        """CancelCommand on the instances when the user kills the deferred task (Airflow 3.3+)."""
+    async def stop_resource(self) -> None:
+        """CancelCommand on the instances: a person stopped the deferred task (base ``on_kill``)."""
         if not self.cancel_on_kill:
             return
         self.log.info("Cancelling SSM command %s on %s", self.command_id, self.instance_ids)

@@ -1,0 +1,154 @@
+"""A stop stops, and only a stop: the shared trigger base's on_kill and the operators' rule, without a live Airflow.
+
+The cancellation is driven the way Airflow 3.3.1's triggerer drives it (``TriggerRunner.run_trigger``: the trigger's
+task is cancelled with the "user action" message, its ``on_kill`` awaited under ``wait_for(on_kill_timeout)``, and
+``cancel_triggers`` repeats the cancel on every loop until the task has ended); the live test
+(``test_live_run_control.py``) shows the same against a real triggerer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from types import SimpleNamespace
+
+import pytest
+
+from sim2real.orchestration import stop_rule
+from sim2real.orchestration.triggers.base import StepWaitTrigger, _user_action_message
+
+TI = SimpleNamespace(dag_id="d", run_id="r", task_id="train", map_index=-1)
+
+
+class SlowStopTrigger(StepWaitTrigger):
+    """A wait whose stop takes ``stop_seconds`` (a connection built, a TerminateJob under load)."""
+
+    stop_seconds = 1.5
+
+    def __init__(self) -> None:
+        super().__init__(serialized_fields={}, waiter_delay=1, waiter_max_attempts=1)
+        self.stopped: list[str] = []
+
+    async def run(self):  # waits until cancelled, like a long training wait
+        await asyncio.sleep(3600)
+        yield None  # pragma: no cover
+
+    async def stop_resource(self) -> None:
+        await asyncio.sleep(self.stop_seconds)
+        self.stopped.append("TerminateJob")
+
+
+async def _as_the_triggerer_does(trigger, repeat_every: float = 0.2, on_kill_timeout: float = 30.0) -> None:
+    """``run_trigger`` plus ``cancel_triggers``: cancel by user action, await on_kill, and keep re-sending the cancel
+    while the trigger's task has not ended."""
+    message = _user_action_message()
+
+    async def run_trigger():
+        try:
+            async for _ in trigger.run():
+                pass
+        except asyncio.CancelledError as err:
+            if err.args and err.args[0] == message:
+                try:
+                    await asyncio.wait_for(trigger.on_kill(), timeout=on_kill_timeout)
+                except (TimeoutError, asyncio.CancelledError):
+                    pass
+            raise
+
+    task = asyncio.create_task(run_trigger())
+    await asyncio.sleep(0.1)
+    while not task.done():
+        task.cancel(message)
+        await asyncio.sleep(repeat_every)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(50):  # a stop the trigger's task no longer waits for still runs to its end
+        if trigger.stopped:
+            break
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("state", ["failed", "success", "none", "scheduled", stop_rule.GONE])
+def test_a_person_s_stop_stops_despite_the_repeated_cancel(monkeypatch, state):
+    monkeypatch.setattr(stop_rule, "read_task_state", lambda ti: state)
+    trigger = SlowStopTrigger()
+    trigger.task_instance = TI
+    asyncio.run(_as_the_triggerer_does(trigger))
+    assert trigger.stopped == ["TerminateJob"]
+
+
+def test_a_hand_over_to_another_triggerer_stops_nothing(monkeypatch):
+    monkeypatch.setattr(stop_rule, "read_task_state", lambda ti: "deferred")
+    trigger = SlowStopTrigger()
+    trigger.task_instance = TI
+    asyncio.run(_as_the_triggerer_does(trigger))
+    assert trigger.stopped == []
+
+
+def test_an_unreadable_state_stops_as_airflow_asked(monkeypatch):
+    def broken(ti):
+        raise ConnectionError("supervisor gone")
+
+    monkeypatch.setattr(stop_rule, "read_task_state", broken)
+    trigger = SlowStopTrigger()
+    trigger.task_instance = TI
+    asyncio.run(_as_the_triggerer_does(trigger))
+    assert trigger.stopped == ["TerminateJob"]
+
+
+def test_the_state_is_read_for_the_trigger_s_own_task_instance(monkeypatch):
+    """``GetTaskStates`` answers ``{run_id: {task_id or task_id_<map_index>: state}}`` (Execution API
+    ``/task-instances/states``); a task instance missing from it has been deleted with its run."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    asked = []
+
+    def states(**kwargs):
+        asked.append(kwargs)
+        return {"r": {"train": "deferred", "train_3": "failed"}}
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(states))
+    assert stop_rule.read_task_state(TI) == "deferred"
+    assert stop_rule.read_task_state(SimpleNamespace(**{**vars(TI), "map_index": 3})) == "failed"
+    assert stop_rule.read_task_state(SimpleNamespace(**{**vars(TI), "task_id": "other"})) == stop_rule.GONE
+    assert asked[0] == {"dag_id": "d", "task_ids": ["train"], "run_ids": ["r"], "map_index": -1}
+
+
+def test_the_worker_rule():
+    """A task still running when SIGTERM arrives is a worker stopping (restart, scale-in): nothing is stopped,
+    unless the try ran out of its execution_timeout; any other state is a person's action."""
+    assert stop_rule.worker_decision("running").stop is False
+    assert stop_rule.worker_decision("running", timed_out=True).stop is True
+    for state in ("failed", "success", "restarting", "none", stop_rule.GONE, None):
+        assert stop_rule.worker_decision(state).stop is True
+    task = SimpleNamespace(execution_timeout=dt.timedelta(minutes=5))
+    started = dt.datetime.now(dt.timezone.utc)
+    assert stop_rule._timed_out(SimpleNamespace(start_date=started), task) is False
+    assert stop_rule._timed_out(SimpleNamespace(start_date=started - dt.timedelta(minutes=6)), task) is True
+    # on_kill called by hand (no running task): it stops, as before
+    assert stop_rule.worker_should_stop(task).stop is True
+
+
+def test_the_worker_read_never_hangs_the_kill(monkeypatch):
+    """The SIGTERM handler may interrupt a send that holds the supervisor channel: the read gives up in time."""
+    import threading
+
+    gate = threading.Event()
+    monkeypatch.setattr(stop_rule, "read_task_state", lambda ti: gate.wait(5) and "running")
+    decision = stop_rule.worker_should_stop(SimpleNamespace(execution_timeout=None), TI, timeout_s=0.3)
+    gate.set()
+    assert decision.stop is True and decision.state is None
+
+
+def test_the_cause_a_plain_on_kill_is_cancelled_by_the_repeated_cancel():
+    """Why a task marked failed kept its job before: an ``on_kill`` that awaits AWS directly (as every trigger's did)
+    is itself cancelled by the triggerer's next cancel of the same trigger, about a second later, and the
+    ``TerminateJob`` never goes out."""
+
+    class PlainOnKill(SlowStopTrigger):
+        async def on_kill(self) -> None:
+            await self.stop_resource()
+
+    trigger = PlainOnKill()
+    asyncio.run(_as_the_triggerer_does(trigger, repeat_every=0.5))
+    assert trigger.stopped == []
