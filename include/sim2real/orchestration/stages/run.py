@@ -4,6 +4,7 @@ the ``training_backend`` branch, and the two closing teardowns ``write_lineage``
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +143,31 @@ def plan(ctx: PlanContext, *, applied: dict[str, Any]) -> RunPlan:
                    run_defaults_applied=applied)
 
 
+def first_note_text(run_key: str) -> str:
+    """The note a run carries from its first task until its report replaces it (Markdown)."""
+    return (f"**Run in progress** (run key `{run_key}`): the results (success rate against the gate, cost, stages) "
+            "replace this note when the run ends.\n")
+
+
+def _first_note(dag_run: Any, plan: Mapping[str, Any]) -> None:
+    """Give the run its note in its first task, through the REST API like every note write.
+
+    Airflow 3.3.1 answers the UI's "Mark Dag Run as failed" on a run WITHOUT a note row with 409 and applies only
+    half of it (the skips are committed in sessions of their own, then the request's own duplicate note insert
+    fails): a run that has a note row from its first task updates that row instead. A retraining round's run is
+    created with its round note already (``next_round``), which stays. Never fails the run (see
+    :func:`sim2real.orchestration.run_note.set_run_note`).
+    """
+    from sim2real.orchestration.config import load_environment
+    from sim2real.orchestration.run_note import set_run_note
+    from sim2real.orchestration.stages.rounds import RETRAIN_FIELD
+
+    if (dag_run.conf or {}).get(RETRAIN_FIELD):
+        return
+    set_run_note(dag_id=dag_run.dag_id, run_id=dag_run.run_id, note=first_note_text(plan["run_key"]),
+                 env=load_environment())
+
+
 def add_opening_tasks() -> tuple[Any, Any, Any]:
     """Add ``prepare_run``, ``check_resources`` and the ``training_backend`` branch; return them
     (``prepare_run``'s XComArg is the ``plan`` every stage reads)."""
@@ -180,6 +206,7 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
             print(f"[sim2real] resuming from {seeded['source']} (iteration {seeded['iteration']}, sha256 "
                   f"{seeded['sha256']}), copied to {seeded['copied_to']}", flush=True)
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
+        _first_note(dag_run, plan)
         # MLflow: the parent run and the stages' child runs; their ids go into the workloads' environments
         # (never fails the run: a server that cannot be reached leaves the run untracked, with the reason).
         env = load_environment()
