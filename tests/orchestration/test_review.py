@@ -87,7 +87,7 @@ def test_the_review_of_a_later_round_shows_every_rounds_success_rate(s3):
     text = approval_body(plan={**review_plan(), "rounds": rounds}, ti=RunningTask(outputs()), package=PACKAGE,
                          dag_id="sim_to_real", run_id="manual__2", s3_hook=S3Hook(aws_conn_id=None),
                          sagemaker_client=None, env={})
-    assert "**Round 2 of 3** (success rate per round, 95% Wilson): " in text
+    assert "**Round 2 of 3** (parent run `manual__r1`; success rate per round, 95% Wilson): " in text
     assert "0.100 [0.018, 0.404]" in text and "0.300 [" in text  # round 1's and this round's
     assert "[Success rate per round](https://console.aws.amazon.com/s3/object/" in text
     assert "Success rate per round: not drawn" not in text
