@@ -10,7 +10,7 @@ CONSTRAINTS := -c $(MWAA_CONSTRAINTS) -c constraints.txt
 CDK_CLI := infra/node_modules/.bin/cdk
 # infra/node_modules as installed from this package.json + lock (named by their hash, like the venvs' stamps)
 CDK_STAMP := infra/node_modules/.installed-$(shell cat infra/package.json infra/package-lock.json | sha256sum | cut -c1-12)
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-workload.txt requirements-infra.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-lint.txt requirements-workload.txt requirements-infra.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: install demo test test-fast bench faults ui lint clean
 
@@ -84,14 +84,35 @@ browser-deps:
 	{ $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
 	  || echo "browser-deps: could not install chromium (see above): the browser test will be skipped"
 
-## Lint (seconds; `make test` runs it first): ruff (pyproject.toml [tool.ruff]: pyflakes, pycodestyle errors,
-## bugbear, the Airflow AIR rules, ...), the import contracts between the runtime packages (lint-imports:
-## [tool.importlinter]), and no reference to a document outside the repository (scripts/check_references.py).
+## Lint (about 20 s on a fresh clone, most of it building .venv-lint; `make test` runs it first): ruff
+## (pyproject.toml [tool.ruff]: pyflakes, pycodestyle errors, bugbear, the Airflow AIR rules, ...), the import
+## contracts between the runtime packages (lint-imports: [tool.importlinter]), and no reference to a document outside
+## the repository (scripts/check_references.py). Its own small venv, .venv-lint (requirements-lint.txt: ruff,
+## import-linter and their dependencies, about 70 MB), not the dev venv: import-linter reads imports statically
+## (grimp), so the imported packages need not be installed; PYTHONPATH=include finds the sim2real package.
 LINT_PATHS := dags include plugins scripts infra tests
-lint: install
-	$(BIN)/ruff check $(LINT_PATHS)
-	$(BIN)/lint-imports --no-cache
-	$(BIN)/python scripts/check_references.py
+LINT_VENV := .venv-lint
+LINT_STAMP := $(LINT_VENV)/.installed-$(shell cat requirements-lint.txt constraints.txt $(MWAA_CONSTRAINTS) | sha256sum | cut -c1-12)
+
+# The venv without a pip of its own when $(PY)'s pip can install into another interpreter (pip >= 22.3: --python);
+# that skips ensurepip, about half of the build on a busy machine.
+$(LINT_STAMP):
+	rm -rf $(LINT_VENV)
+	@if $(PY) -m pip --python $(PY) --version >/dev/null 2>&1; then \
+	  set -x; $(PY) -m venv --without-pip $(LINT_VENV) && PIP="$(PY) -m pip --python $(LINT_VENV)/bin/python"; \
+	else \
+	  set -x; $(PY) -m venv $(LINT_VENV) && PIP="$(LINT_VENV)/bin/python -m pip"; \
+	fi; \
+	$$PIP install -q -r requirements-lint.txt $(CONSTRAINTS) && $$PIP check
+	touch $@
+
+.PHONY: lint-venv
+lint-venv: $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
+	$(LINT_VENV)/bin/ruff check $(LINT_PATHS)
+	PYTHONPATH=include$${PYTHONPATH:+:$$PYTHONPATH} $(LINT_VENV)/bin/lint-imports --no-cache
+	$(LINT_VENV)/bin/python scripts/check_references.py
 
 ## One wheel per runtime in dist/wheels/ (sim2real-contract, -workloads, -orchestration, -edge; scripts/build_wheels.py).
 .PHONY: wheels
@@ -99,7 +120,7 @@ wheels: install
 	$(BIN)/python scripts/build_wheels.py --out dist/wheels
 
 clean:
-	rm -rf $(VENV) $(LATEST_VENV) .sandbox .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) $(LINT_VENV) .sandbox .pytest_cache
 
 # ---------------------------------------------------------------------------------------------
 # GR00T pipeline definition (SageMaker Python SDK v3, about 1 GB: its own venv .venv/pipeline, never the Airflow
