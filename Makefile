@@ -12,7 +12,7 @@ CDK_CLI := infra/node_modules/.bin/cdk
 CDK_STAMP := infra/node_modules/.installed-$(shell cat infra/package.json infra/package-lock.json | sha256sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-lint.txt requirements-workload.txt requirements-infra.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install demo test test-fast bench faults ui lint clean
+.PHONY: install demo test test-unit test-fast bench faults ui lint clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -35,9 +35,13 @@ PYTEST_WORKERS ?= 2
 test: install mlflow-venv browser-deps $(CDK_STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-## Everything but the end-to-end DAG runs and the MWAA bundle install check.
-test-fast: install mlflow-venv lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not e2e and not package_check" $(PYTEST_ARGS)
+## The inner loop: the unit tests, every test that needs no sandbox, server, Airflow metadata DB or browser
+## (-m "not integration"; tests/conftest.py fails a unit test that starts one). No install beyond the venv.
+test-unit: install
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not integration" $(PYTEST_ARGS)
+
+## Before a push: lint, then the unit tests (make test runs everything).
+test-fast: lint test-unit
 
 ## Forward compatibility: tests/orchestration/operators and tests/orchestration/dags on the newest Amazon and standard provider releases, in
 ## their own venv (.venv-latest: the workload/infra/dev pins, the Airflow side resolved to the newest releases).
