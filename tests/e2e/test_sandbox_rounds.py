@@ -14,7 +14,9 @@ import pytest
 
 from tests.e2e.test_sandbox_run import start_demos, states
 
-pytestmark = pytest.mark.e2e
+#: The runs start together in the ``loops`` fixture, before the first test, which waits for its own: the first
+#: test's timeout covers all three running at once (as the fault replay's does).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 BUCKET = "sim2real-artifacts-123456789012"
 #: The file's three loops, started at once by the module fixture (each its own process, sandbox and Airflow home).

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.e2e
 
 def start_demo(folder: Path, *args: str) -> Callable[[], tuple[subprocess.CompletedProcess, dict]]:
     """Start ``python -m sim2real.dev.demo <args>`` now, its Airflow home and summary in ``folder``; return a function
-    that waits for it (900 s at most) and returns ``(the completed process, the JSON summary or {})``.
+    that waits for it (1100 s at most from now) and returns ``(the completed process, the JSON summary or {})``.
 
     A file with several runs starts them all in a module fixture (:func:`start_demos`), so that one run's waits
     (polls, the sandbox's status steps, training's time budget) overlap the others' work.
@@ -36,9 +37,11 @@ def start_demo(folder: Path, *args: str) -> Callable[[], tuple[subprocess.Comple
             stdout=fo, stderr=fe, text=True, env=env,
         )
 
+    deadline = time.monotonic() + 1100
+
     def finish() -> tuple[subprocess.CompletedProcess, dict]:
         try:
-            proc.wait(timeout=900)
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

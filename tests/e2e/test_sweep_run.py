@@ -11,7 +11,9 @@ import pytest
 
 from .test_sandbox_run import start_demos, states
 
-pytestmark = pytest.mark.e2e
+#: The runs start together in the ``sweeps`` fixture, before the first test, which waits for its own: the first
+#: test's timeout covers all three running at once (as the fault replay's does).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 TOY = '"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10'
 SEEDS = ("--seed", "3", "--eval-seed", "2000")
