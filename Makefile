@@ -10,9 +10,13 @@ CONSTRAINTS := -c $(MWAA_CONSTRAINTS) -c constraints.txt
 CDK_CLI := infra/node_modules/.bin/cdk
 # infra/node_modules as installed from this package.json + lock (named by their hash, like the venvs' stamps)
 CDK_STAMP := infra/node_modules/.installed-$(shell cat infra/package.json infra/package-lock.json | sha256sum | cut -c1-12)
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-lint.txt requirements-workload.txt requirements-infra.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
+# The venv's stamps are named by the hash of what they install: the demo's set (requirements-demo.txt: the Airflow
+# side, the workloads, the sandbox) and the whole development set (requirements-dev.txt: the demo's, plus tests,
+# lint, CDK, the browser driver, Stable-Baselines3), which includes the demo's.
+DEMO_STAMP := $(VENV)/.installed-demo-$(shell cat requirements.txt requirements-demo.txt requirements-workload.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-demo.txt requirements-dev.txt requirements-lint.txt requirements-workload.txt requirements-infra.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install demo test test-unit test-fast bench faults ui lint clean
+.PHONY: install install-demo demo test test-unit test-fast bench faults ui lint clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -20,13 +24,26 @@ $(STAMP):
 	$(BIN)/python -m pip install -q -r requirements-dev.txt $(CONSTRAINTS)
 	$(BIN)/python -m pip check
 	$(BIN)/python -m pip install -q --no-deps -e .
-	rm -f $(VENV)/.installed-* && touch $@
+	rm -f $(VENV)/.installed-* && touch $@ $(DEMO_STAMP)
 
+$(DEMO_STAMP):
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(BIN)/python -m pip install -q -r requirements-demo.txt $(CONSTRAINTS)
+	$(BIN)/python -m pip check
+	$(BIN)/python -m pip install -q --no-deps -e .
+	rm -f $(VENV)/.installed-demo-* && touch $@
+
+## The whole development set (make test, make bench, make synth, ...).
 install: $(STAMP)
+
+## What make demo, make ui and make faults need: the Airflow side, the workloads and the sandbox (no test, lint,
+## browser, CDK or Stable-Baselines3 package; `make install` adds them to the same .venv).
+install-demo: $(DEMO_STAMP)
 
 ## Run the sim_to_real DAG end to end against the local AWS sandbox (no AWS account needed), tracked in a local
 ## MLflow server (its venv: mlflow-venv; DEMO_ARGS=--no-mlflow for an untracked run).
-demo: install mlflow-venv
+demo: install-demo mlflow-venv
 	$(BIN)/python -m sim2real.dev.demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
@@ -67,13 +84,13 @@ bench: install
 	$(BIN)/python -m sim2real.dev.bench $(BENCH_ARGS)
 
 ## Fault replay: every failure mode the sandbox injects, in one sandbox run; results in .sandbox/faults-results.json.
-faults: install
+faults: install-demo
 	$(BIN)/python -m sim2real.dev.faults --json-out .sandbox/faults-results.json --markdown
 
 ## The Airflow UI (airflow standalone: scheduler, dag-processor, triggerer, API server) against the local
 ## AWS sandbox, at http://127.0.0.1:8080 (no login: local sandbox, every visitor is admin), and the MLflow UI of
 ## the sandbox's tracking server (its URL is printed; compare runs there). Ctrl-C stops both.
-ui: install mlflow-venv
+ui: install-demo mlflow-venv
 	$(BIN)/python -m sim2real.dev.ui $(UI_ARGS)
 
 ## Chromium from Debian for the browser test (tests/dev/ui/), installed only when `chromium` is not on PATH.
