@@ -10,9 +10,13 @@ CONSTRAINTS := -c $(MWAA_CONSTRAINTS) -c constraints.txt
 CDK_CLI := infra/node_modules/.bin/cdk
 # infra/node_modules as installed from this package.json + lock (named by their hash, like the venvs' stamps)
 CDK_STAMP := infra/node_modules/.installed-$(shell cat infra/package.json infra/package-lock.json | sha256sum | cut -c1-12)
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-workload.txt requirements-infra.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
+# The venv's stamps are named by the hash of what they install: the demo's set (requirements-demo.txt: the Airflow
+# side, the workloads, the sandbox) and the whole development set (requirements-dev.txt: the demo's, plus tests,
+# lint, CDK, the browser driver, Stable-Baselines3), which includes the demo's.
+DEMO_STAMP := $(VENV)/.installed-demo-$(shell cat requirements.txt requirements-demo.txt requirements-workload.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-demo.txt requirements-dev.txt requirements-lint.txt requirements-workload.txt requirements-infra.txt constraints.txt $(MWAA_CONSTRAINTS) pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install demo test test-fast bench faults ui lint clean
+.PHONY: install install-demo demo test test-unit test-fast bench faults ui lint clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -20,13 +24,26 @@ $(STAMP):
 	$(BIN)/python -m pip install -q -r requirements-dev.txt $(CONSTRAINTS)
 	$(BIN)/python -m pip check
 	$(BIN)/python -m pip install -q --no-deps -e .
-	rm -f $(VENV)/.installed-* && touch $@
+	rm -f $(VENV)/.installed-* && touch $@ $(DEMO_STAMP)
 
+$(DEMO_STAMP):
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(BIN)/python -m pip install -q -r requirements-demo.txt $(CONSTRAINTS)
+	$(BIN)/python -m pip check
+	$(BIN)/python -m pip install -q --no-deps -e .
+	rm -f $(VENV)/.installed-demo-* && touch $@
+
+## The whole development set (make test, make bench, make synth, ...).
 install: $(STAMP)
+
+## What make demo, make ui and make faults need: the Airflow side, the workloads and the sandbox (no test, lint,
+## browser, CDK or Stable-Baselines3 package; `make install` adds them to the same .venv).
+install-demo: $(DEMO_STAMP)
 
 ## Run the sim_to_real DAG end to end against the local AWS sandbox (no AWS account needed), tracked in a local
 ## MLflow server (its venv: mlflow-venv; DEMO_ARGS=--no-mlflow for an untracked run).
-demo: install mlflow-venv
+demo: install-demo mlflow-venv
 	$(BIN)/python -m sim2real.dev.demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
@@ -35,9 +52,13 @@ PYTEST_WORKERS ?= 2
 test: install mlflow-venv browser-deps $(CDK_STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-## Everything but the end-to-end DAG runs and the MWAA bundle install check.
-test-fast: install mlflow-venv lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not e2e and not package_check" $(PYTEST_ARGS)
+## The inner loop: the unit tests, every test that needs no sandbox, server, Airflow metadata DB or browser
+## (-m "not integration"; tests/conftest.py fails a unit test that starts one). No install beyond the venv.
+test-unit: install
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not integration" $(PYTEST_ARGS)
+
+## Before a push: lint, then the unit tests (make test runs everything).
+test-fast: lint test-unit
 
 ## Forward compatibility: tests/orchestration/operators and tests/orchestration/dags on the newest Amazon and standard provider releases, in
 ## their own venv (.venv-latest: the workload/infra/dev pins, the Airflow side resolved to the newest releases).
@@ -63,13 +84,13 @@ bench: install
 	$(BIN)/python -m sim2real.dev.bench $(BENCH_ARGS)
 
 ## Fault replay: every failure mode the sandbox injects, in one sandbox run; results in .sandbox/faults-results.json.
-faults: install
+faults: install-demo
 	$(BIN)/python -m sim2real.dev.faults --json-out .sandbox/faults-results.json --markdown
 
 ## The Airflow UI (airflow standalone: scheduler, dag-processor, triggerer, API server) against the local
 ## AWS sandbox, at http://127.0.0.1:8080 (no login: local sandbox, every visitor is admin), and the MLflow UI of
 ## the sandbox's tracking server (its URL is printed; compare runs there). Ctrl-C stops both.
-ui: install mlflow-venv
+ui: install-demo mlflow-venv
 	$(BIN)/python -m sim2real.dev.ui $(UI_ARGS)
 
 ## Chromium from Debian for the browser test (tests/dev/ui/), installed only when `chromium` is not on PATH.
@@ -84,14 +105,35 @@ browser-deps:
 	{ $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
 	  || echo "browser-deps: could not install chromium (see above): the browser test will be skipped"
 
-## Lint (seconds; `make test` runs it first): ruff (pyproject.toml [tool.ruff]: pyflakes, pycodestyle errors,
-## bugbear, the Airflow AIR rules, ...), the import contracts between the runtime packages (lint-imports:
-## [tool.importlinter]), and no reference to a document outside the repository (scripts/check_references.py).
+## Lint (about 20 s on a fresh clone, most of it building .venv-lint; `make test` runs it first): ruff
+## (pyproject.toml [tool.ruff]: pyflakes, pycodestyle errors, bugbear, the Airflow AIR rules, ...), the import
+## contracts between the runtime packages (lint-imports: [tool.importlinter]), and no reference to a document outside
+## the repository (scripts/check_references.py). Its own small venv, .venv-lint (requirements-lint.txt: ruff,
+## import-linter and their dependencies, about 70 MB), not the dev venv: import-linter reads imports statically
+## (grimp), so the imported packages need not be installed; PYTHONPATH=include finds the sim2real package.
 LINT_PATHS := dags include plugins scripts infra tests
-lint: install
-	$(BIN)/ruff check $(LINT_PATHS)
-	$(BIN)/lint-imports --no-cache
-	$(BIN)/python scripts/check_references.py
+LINT_VENV := .venv-lint
+LINT_STAMP := $(LINT_VENV)/.installed-$(shell cat requirements-lint.txt constraints.txt $(MWAA_CONSTRAINTS) | sha256sum | cut -c1-12)
+
+# The venv without a pip of its own when $(PY)'s pip can install into another interpreter (pip >= 22.3: --python);
+# that skips ensurepip, about half of the build on a busy machine.
+$(LINT_STAMP):
+	rm -rf $(LINT_VENV)
+	@if $(PY) -m pip --python $(PY) --version >/dev/null 2>&1; then \
+	  set -x; $(PY) -m venv --without-pip $(LINT_VENV) && PIP="$(PY) -m pip --python $(LINT_VENV)/bin/python"; \
+	else \
+	  set -x; $(PY) -m venv $(LINT_VENV) && PIP="$(LINT_VENV)/bin/python -m pip"; \
+	fi; \
+	$$PIP install -q -r requirements-lint.txt $(CONSTRAINTS) && $$PIP check
+	touch $@
+
+.PHONY: lint-venv
+lint-venv: $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
+	$(LINT_VENV)/bin/ruff check $(LINT_PATHS)
+	PYTHONPATH=include$${PYTHONPATH:+:$$PYTHONPATH} $(LINT_VENV)/bin/lint-imports --no-cache
+	$(LINT_VENV)/bin/python scripts/check_references.py
 
 ## One wheel per runtime in dist/wheels/ (sim2real-contract, -workloads, -orchestration, -edge; scripts/build_wheels.py).
 .PHONY: wheels
@@ -99,7 +141,7 @@ wheels: install
 	$(BIN)/python scripts/build_wheels.py --out dist/wheels
 
 clean:
-	rm -rf $(VENV) $(LATEST_VENV) .sandbox .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) $(LINT_VENV) .sandbox .pytest_cache
 
 # ---------------------------------------------------------------------------------------------
 # GR00T pipeline definition (SageMaker Python SDK v3, about 1 GB: its own venv .venv/pipeline, never the Airflow

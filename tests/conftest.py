@@ -1,12 +1,24 @@
-"""Test-wide safety and isolation: fake AWS credentials, no real endpoint, a private AIRFLOW_HOME.
+"""Test-wide safety and isolation: fake AWS credentials, no real endpoint, a private AIRFLOW_HOME; the unit /
+integration split and its guard; the slow files' order.
 
-Set before any test module imports airflow or boto3 (pytest imports conftest first).
+The environment is set before any test module imports airflow or boto3 (pytest imports conftest first).
+
+Unit and integration (README, "Tests"): a test is a *unit* test unless it is marked ``integration`` (or ``e2e``,
+``browser``, ``package_check``, ``system``, which imply it). ``make test-unit`` runs ``-m "not integration"``. A unit
+test must not start the sandbox (:class:`sim2real.dev.sandbox.Sandbox`, in this process or a subprocess, the UI
+stack's included) or an MLflow server, and must not use a database connection (the Airflow metadata DB: ``dag.test()``,
+``create_session``, a task instance's XCom): :func:`pytest_runtest_protocol` arms a guard that fails it with a
+message saying how to mark it.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
 
 from sim2real.dev.boto_data import parse_once
 
@@ -28,6 +40,9 @@ for _k, _v in {
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME}/airflow.db",
 }.items():
     os.environ[_k] = _v
+# Every sandbox run's Airflow home (demo, end-to-end tests, fault replay) starts from one migrated DB, copied
+# (sim2real.dev.sandbox.airflow_db): `airflow db migrate` runs once per Airflow release set, not once per run.
+os.environ.setdefault("SIM2REAL_AIRFLOW_DB_CACHE", str(REPO_ROOT / ".sandbox" / "airflow-db"))
 # A test must never reach a real AWS endpoint: drop anything that could point at one.
 for _k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"):
     os.environ.pop(_k, None)
@@ -77,8 +92,13 @@ SLOW_FILES_FIRST = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the implied marker must be there by then
 def pytest_collection_modifyitems(session, config, items):  # noqa: ARG001 - pytest hook signature
-    """Move the items of :data:`SLOW_FILES_FIRST` to the front, in that order; the rest keep their order."""
+    """Mark the items that imply ``integration`` with it (so ``-m "not integration"`` is the unit set), then move
+    the items of :data:`SLOW_FILES_FIRST` to the front, in that order; the rest keep their order."""
+    for item in items:
+        if item.get_closest_marker("integration") is None and is_integration(item):
+            item.add_marker("integration")
     rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
 
     def key(indexed):
@@ -87,3 +107,85 @@ def pytest_collection_modifyitems(session, config, items):  # noqa: ARG001 - pyt
         return (rank.get(path, len(rank)), index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The unit / integration split and its guard.
+
+#: Markers that say a test needs more than its own process (each implies ``integration``).
+INTEGRATION_MARKERS = ("integration", "e2e", "browser", "package_check", "system")
+
+#: Environment variable that makes :meth:`sim2real.dev.sandbox.Sandbox.start` refuse to start (in this process and
+#: in every subprocess a unit test starts); its value is the reason, shown in the error.
+NO_SERVERS_ENV = "SIM2REAL_NO_SERVERS"
+
+
+class UnitTestBoundaryError(AssertionError):
+    """A test without the ``integration`` marker started a server or used a database connection."""
+
+
+_unit_item: list[Any] = []  # the unit test item running now (0 or 1 entries)
+
+
+def _refuse(what: str) -> None:
+    if _unit_item:
+        nodeid = _unit_item[0].nodeid
+        raise UnitTestBoundaryError(
+            f"{nodeid} is a unit test (no integration marker) but it {what}. A test that needs the sandbox, a "
+            "server, the Airflow metadata DB or a browser is an integration test: mark it with "
+            "@pytest.mark.integration (or the file with pytestmark = pytest.mark.integration); see README, Tests.")
+
+
+def _install_guards() -> None:
+    """Wrap what a unit test must not start (each raises :class:`UnitTestBoundaryError` while a unit test runs)."""
+    from sim2real.dev.sandbox.mlflow_server import MlflowServer
+    from sim2real.dev.sandbox.server import Sandbox
+    from sqlalchemy import event
+    from sqlalchemy.pool import Pool
+
+    def guarded(cls: type, name: str, what: str) -> None:
+        original = getattr(cls, name)
+        if getattr(original, "_unit_guard", False):
+            return
+
+        def wrapper(self, *args, **kwargs):
+            _refuse(what)
+            return original(self, *args, **kwargs)
+
+        wrapper._unit_guard = True  # type: ignore[attr-defined]
+        setattr(cls, name, wrapper)
+
+    guarded(Sandbox, "start", "started the sandbox (sim2real.dev.sandbox.Sandbox)")
+    guarded(MlflowServer, "start", "started an MLflow tracking server")
+    # The UI stack (sim2real.dev.ui.UiStack) starts the sandbox in a subprocess, which SIM2REAL_NO_SERVERS refuses.
+
+    def on_checkout(dbapi_connection, connection_record, connection_proxy) -> None:  # noqa: ARG001 - event API
+        _refuse("used a database connection (the Airflow metadata DB: dag.test(), create_session, XCom, ...)")
+
+    event.listen(Pool, "checkout", on_checkout)
+
+
+_install_guards()
+
+
+def is_integration(item: pytest.Item) -> bool:
+    """Whether ``item`` carries ``integration`` or a marker that implies it (:data:`INTEGRATION_MARKERS`)."""
+    return any(item.get_closest_marker(name) is not None for name in INTEGRATION_MARKERS)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:  # noqa: ARG001
+    """Arm the unit-test guard around a unit test's setup, call and teardown (module fixtures included)."""
+    if is_integration(item):
+        return (yield)
+    _unit_item.append(item)
+    previous = os.environ.get(NO_SERVERS_ENV)
+    os.environ[NO_SERVERS_ENV] = f"{item.nodeid} is a unit test (no integration marker)"
+    try:
+        return (yield)
+    finally:
+        _unit_item.clear()
+        if previous is None:
+            os.environ.pop(NO_SERVERS_ENV, None)
+        else:
+            os.environ[NO_SERVERS_ENV] = previous

@@ -1,12 +1,18 @@
-"""The suite's own set-up in tests/conftest.py: the slow-files order and botocore's parsed data files."""
+"""The suite's own set-up in tests/conftest.py: the slow-files order, botocore's parsed data files, and the guard
+that keeps unit tests (no ``integration`` marker) off the sandbox, servers and the Airflow metadata DB."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import boto3
+import pytest
 
 from sim2real.dev.boto_data import parse_once
 
-from tests.conftest import SLOW_FILES_FIRST
+from tests.conftest import NO_SERVERS_ENV, SLOW_FILES_FIRST, UnitTestBoundaryError
 from tests.paths import REPO_ROOT
 
 
@@ -29,3 +35,71 @@ def test_sessions_share_one_parse_of_each_data_file_and_still_build_working_clie
         client = session.client("s3", region_name="eu-west-1")
         assert client.meta.endpoint_url == "https://s3.eu-west-1.amazonaws.com"
         assert client.meta.service_model.operation_model("PutObject").http["method"] == "PUT"
+
+
+# ------------------------------------------------------------------------------------------------ unit / integration
+# These tests are unit tests (no marker): the guard of tests/conftest.py is armed while they run.
+
+
+def test_a_unit_test_that_starts_the_sandbox_fails_naming_the_marker():
+    from sim2real.dev.sandbox import Sandbox
+
+    sandbox = Sandbox()
+    with pytest.raises(UnitTestBoundaryError, match=r"started the sandbox.*@pytest.mark.integration"):
+        sandbox.start()
+    assert sandbox._server is None  # refused before anything listened
+
+
+def test_a_unit_test_that_starts_an_mlflow_server_fails(tmp_path):
+    from sim2real.dev.sandbox.mlflow_server import MlflowServer
+
+    with pytest.raises(UnitTestBoundaryError, match="MLflow tracking server"):
+        MlflowServer(repo_root=REPO_ROOT, work_dir=tmp_path, artifacts_destination="s3://bucket/mlflow",
+                     s3_endpoint_url="http://127.0.0.1:1", aws_env={}).start()
+
+
+def test_a_unit_test_that_uses_the_airflow_db_fails():
+    from airflow.utils.session import create_session
+    from sqlalchemy import text
+
+    with pytest.raises(UnitTestBoundaryError, match="Airflow metadata DB"):
+        with create_session() as session:
+            session.execute(text("SELECT 1"))
+
+
+def test_a_unit_test_that_starts_a_sandbox_in_a_subprocess_fails_there_too():
+    proc = subprocess.run([sys.executable, "-c", "from sim2real.dev.sandbox import Sandbox; Sandbox().start()"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert f"{NO_SERVERS_ENV}): tests/test_suite_setup.py::" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.integration
+def test_an_integration_test_runs_without_the_guard():
+    assert NO_SERVERS_ENV not in os.environ
+    from airflow.utils.session import create_session
+    from sqlalchemy import text
+
+    with create_session() as session:  # the test process's SQLite DB (tests/conftest.py's AIRFLOW_HOME)
+        assert session.execute(text("SELECT 1")).scalar() == 1
+
+
+class _Item:
+    """Enough of a pytest item for the collection hook: a node id and its markers."""
+
+    def __init__(self, nodeid: str, *markers: str) -> None:
+        self.nodeid, self.markers = nodeid, set(markers)
+
+    def get_closest_marker(self, name: str):
+        return name if name in self.markers else None
+
+    def add_marker(self, name: str) -> None:
+        self.markers.add(name)
+
+
+def test_every_marker_that_implies_integration_adds_it_so_the_unit_run_deselects_it():
+    import tests.conftest as suite
+
+    items = [_Item("tests/a.py::unit"), *(_Item(f"tests/a.py::{m}", m) for m in suite.INTEGRATION_MARKERS)]
+    suite.pytest_collection_modifyitems(None, None, items)
+    assert [i.nodeid for i in items if "integration" not in i.markers] == ["tests/a.py::unit"]

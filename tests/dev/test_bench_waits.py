@@ -19,6 +19,7 @@ from sim2real.dev.sandbox._core import RecordedRequest
 from sim2real.orchestration.events.settings import settings_problems
 
 
+@pytest.mark.integration  # waits in the sandbox
 def test_bench_rows_polling_and_events_through_the_trigger() -> None:
     results = bench_waits.run([2], step_seconds=0.3, poll_seconds=1, hold_seconds=3)
     by_mode = {r["mode"]: r for r in results}
@@ -86,6 +87,7 @@ def test_count_calls_tells_rows_apart_by_queue_and_job() -> None:
     assert sum(sqs.values()) == 0 and describes == 1
 
 
+@pytest.mark.integration  # waits in the sandbox
 def test_hour_rows_run_together_in_one_sandbox_and_count_per_row() -> None:
     """Toy size (jobs RUNNING 3 s): the rows' structure and attribution, not the per-hour figures."""
     results = bench_waits.run_hour([1, 3], scale=20, step_seconds=0.3, hold_seconds=3)

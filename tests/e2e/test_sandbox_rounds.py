@@ -5,24 +5,41 @@ queued round as the scheduler would. Deterministic at toy size: round 1 trains a
 deterministic policy reaches no target in 20 episodes: 0/20), round 2 resumes from it and trains to iteration 30
 (about 0.45 on Reacher-v5), with the gate at a point estimate of 0.25 between the two; the all-fail cases gate
 on a 95% lower bound of 0.83, which only 20/20 episodes reach (0.839): far above what 1-2 PPO iterations score
-(an unreachable bar, such as 0.99 with 20 episodes, is refused before the run starts).
+(an unreachable bar, such as 0.99 with 20 episodes, is refused before the run starts). The file's three loops start at
+once (the ``loops`` fixture), each in its own process, sandbox and Airflow home.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_sandbox_run import run_demo, states
+from tests.e2e.test_sandbox_run import start_demos, states
 
-pytestmark = pytest.mark.e2e
+#: The runs start together in the ``loops`` fixture, before the first test, which waits for its own: the first
+#: test's timeout covers all three running at once (as the fault replay's does).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 BUCKET = "sim2real-artifacts-123456789012"
+#: The file's three loops, started at once by the module fixture (each its own process, sandbox and Airflow home).
+PASSES_IN_ROUND_2 = ('{"max_rounds": 3, "max_iterations": 1, "round_iterations": 29, "train_time_budget_seconds": 300, '
+                     '"eval_episodes": 20, "min_success_rate": 0.25, "gate_on_lower_bound": false}')
+EVERY_ROUND_FAILS = ('{"max_rounds": 2, "max_iterations": 1, "round_iterations": 1, "train_time_budget_seconds": 60, '
+                     '"eval_episodes": 20, "min_success_rate": 0.83, "gate_on_lower_bound": true, '
+                     '"run_vla_finetune": false, "deploy_to_edge": false}')
+SEEDS = ("--seed", "3", "--eval-seed", "2000")
 
 
-def test_round_1_fails_the_gate_and_round_2_resumes_from_it_and_passes(tmp_path):
-    conf = ('{"max_rounds": 3, "max_iterations": 1, "round_iterations": 29, "train_time_budget_seconds": 300, '
-            '"eval_episodes": 20, "min_success_rate": 0.25, "gate_on_lower_bound": false}')
-    proc, summary = run_demo(tmp_path, "--seed", "3", "--eval-seed", "2000", "--conf", conf)
+@pytest.fixture(scope="module")
+def loops(tmp_path_factory):
+    return start_demos(tmp_path_factory.mktemp("rounds"), {
+        "passes_in_round_2": (*SEEDS, "--conf", PASSES_IN_ROUND_2),
+        "every_round_fails": ("--no-mlflow", *SEEDS, "--conf", EVERY_ROUND_FAILS),
+        "sweep_then_round_2": ("--sweep", "--no-mlflow", *SEEDS, "--conf", EVERY_ROUND_FAILS),
+    })
+
+
+def test_round_1_fails_the_gate_and_round_2_resumes_from_it_and_passes(loops):
+    proc, summary = loops["passes_in_round_2"]()
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     first, second = summary["round_runs"]  # the loop stopped at the round that passed: no third run
     assert (first["state"], second["state"]) == ("failed", "success")
@@ -65,11 +82,8 @@ def test_round_1_fails_the_gate_and_round_2_resumes_from_it_and_passes(tmp_path)
     assert lineage_errors(lineage) == []
 
 
-def test_when_every_round_fails_the_loop_ends_failed_with_each_rounds_success_rate(tmp_path):
-    conf = ('{"max_rounds": 2, "max_iterations": 1, "round_iterations": 1, "train_time_budget_seconds": 60, '
-            '"eval_episodes": 20, "min_success_rate": 0.83, "gate_on_lower_bound": true, "run_vla_finetune": false, '
-            '"deploy_to_edge": false}')
-    proc, summary = run_demo(tmp_path, "--no-mlflow", "--seed", "3", "--eval-seed", "2000", "--conf", conf)
+def test_when_every_round_fails_the_loop_ends_failed_with_each_rounds_success_rate(loops):
+    proc, summary = loops["every_round_fails"]()
     assert proc.returncode == 1, proc.stdout[-6000:] + proc.stderr[-6000:]
     first, second = summary["round_runs"]
     assert (first["state"], second["state"]) == ("failed", "failed")
@@ -85,14 +99,11 @@ def test_when_every_round_fails_the_loop_ends_failed_with_each_rounds_success_ra
     assert len(messages) == 2 and "last retraining round (2 of 2)" in messages[1]
 
 
-def test_a_sweep_with_rounds_retrains_its_winner_in_round_2_and_sums_the_loops_cost(tmp_path):
+def test_a_sweep_with_rounds_retrains_its_winner_in_round_2_and_sums_the_loops_cost(loops):
     """Round 1 is a 3-candidate sweep, its winner fails the gate (a 95% lower bound of 0.83, reached only by 20/20
     episodes); round 2 retrains the winner's params from its checkpoint, without a sweep, and fails too. Checks the
     link between the two, the same whole-loop estimate in both, and the loop's actual cost in round 2."""
-    conf = ('{"max_rounds": 2, "max_iterations": 1, "round_iterations": 1, "train_time_budget_seconds": 60, '
-            '"eval_episodes": 20, "min_success_rate": 0.83, "gate_on_lower_bound": true, "run_vla_finetune": false, '
-            '"deploy_to_edge": false}')
-    proc, summary = run_demo(tmp_path, "--sweep", "--no-mlflow", "--seed", "3", "--eval-seed", "2000", "--conf", conf)
+    proc, summary = loops["sweep_then_round_2"]()
     assert proc.returncode == 1, proc.stdout[-6000:] + proc.stderr[-6000:]
     first, second = summary["round_runs"]
     assert (first["state"], second["state"]) == ("failed", "failed")

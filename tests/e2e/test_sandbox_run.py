@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,16 +20,45 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def run_demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    out = tmp_path / "summary.json"
+def start_demo(folder: Path, *args: str) -> Callable[[], tuple[subprocess.CompletedProcess, dict]]:
+    """Start ``python -m sim2real.dev.demo <args>`` now, its Airflow home and summary in ``folder``; return a function
+    that waits for it (1100 s at most from now) and returns ``(the completed process, the JSON summary or {})``.
+
+    A file with several runs starts them all in a module fixture (:func:`start_demos`), so that one run's waits
+    (polls, the sandbox's status steps, training's time budget) overlap the others' work.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    out, stdout, stderr = folder / "summary.json", folder / "stdout.txt", folder / "stderr.txt"
     env = {**os.environ, "SIM2REAL_POLL_SECONDS": "1", "SIM2REAL_RETRY_DELAY_SECONDS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "sim2real.dev.demo", "--home", str(tmp_path / "airflow"), "--json-out", str(out),
-         "--step-seconds", "0.05", *args],
-        capture_output=True, text=True, timeout=900, env=env,
-    )
-    summary = json.loads(out.read_text()) if out.exists() else {}
-    return proc, summary
+    with stdout.open("w") as fo, stderr.open("w") as fe:  # files, not pipes: a full pipe would stall the run
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sim2real.dev.demo", "--home", str(folder / "airflow"), "--json-out", str(out),
+             "--step-seconds", "0.05", *args],
+            stdout=fo, stderr=fe, text=True, env=env,
+        )
+
+    deadline = time.monotonic() + 1100
+
+    def finish() -> tuple[subprocess.CompletedProcess, dict]:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout.read_text(), stderr.read_text())
+        return done, (json.loads(out.read_text()) if out.exists() else {})
+
+    return finish
+
+
+def start_demos(folder: Path, runs: dict[str, tuple[str, ...]]) -> dict[str, Callable[[], tuple]]:
+    """:func:`start_demo` for each ``name -> demo arguments`` at once, each in ``folder/<name>``."""
+    return {name: start_demo(folder / name, *args) for name, args in runs.items()}
+
+
+def run_demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run the demo and wait for it (:func:`start_demo`)."""
+    return start_demo(tmp_path, *args)()
 
 
 def states(summary: dict) -> dict[str, str]:

@@ -2,25 +2,41 @@
 
 Toy size (10 s of training per candidate, 10 evaluation episodes, the gate open): the test checks the sweep's
 orchestration — three Batch jobs on distinct prefixes, the best Wilson lower bound going on, the lineage listing
-every candidate — not the policies' quality.
+every candidate — not the policies' quality. The file's three runs start at once (the ``sweeps`` fixture).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .test_sandbox_run import run_demo, states
+from .test_sandbox_run import start_demos, states
 
-pytestmark = pytest.mark.e2e
+#: The runs start together in the ``sweeps`` fixture, before the first test, which waits for its own: the first
+#: test's timeout covers all three running at once (as the fault replay's does).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+
+TOY = '"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10'
+SEEDS = ("--seed", "3", "--eval-seed", "2000")
 
 
-def test_a_sweep_trains_three_candidates_and_the_best_lower_bound_goes_on(tmp_path):
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    """The file's three sweep runs, started at once (each its own process, sandbox and Airflow home)."""
+    return start_demos(tmp_path_factory.mktemp("sweeps"), {
+        "all_succeed": ("--sweep", *SEEDS, "--conf", "{" + TOY + "}"),
+        "c1_fails": ("--sweep", "--fail-candidate", "1", "--no-mlflow", *SEEDS, "--conf", "{" + TOY + "}"),
+        "c1_fails_all_needed": ("--sweep", "--fail-candidate", "1", "--no-mlflow", *SEEDS, "--conf",
+                                "{" + TOY + ', "sweep_min_candidates": 3, "run_vla_finetune": false, '
+                                '"deploy_to_edge": false}'),
+    })
+
+
+def test_a_sweep_trains_three_candidates_and_the_best_lower_bound_goes_on(sweeps):
     from sim2real.contract import task_ids as ids
     from sim2real.orchestration.candidates import best_candidate
     from sim2real.orchestration.lineage import lineage_errors
 
-    proc, summary = run_demo(tmp_path, "--sweep", "--seed", "3", "--eval-seed", "2000",
-                             "--conf", '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10}')
+    proc, summary = sweeps["all_succeed"]()
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert summary["state"] == "success"
     tasks = states(summary)
@@ -64,16 +80,14 @@ def test_a_sweep_trains_three_candidates_and_the_best_lower_bound_goes_on(tmp_pa
     assert "Sweep candidates" in proc.stdout
 
 
-def test_a_sweep_whose_candidate_fails_still_releases_the_best_survivor(tmp_path):
+def test_a_sweep_whose_candidate_fails_still_releases_the_best_survivor(sweeps):
     """Candidate c1's Batch job fails (as when its instance is lost): the sweep picks among c0 and c2
     (``sweep_min_candidates`` 1, the default), the run releases and succeeds, the failed candidate is a failed mapped
     task instance, recorded in the lineage with its reason and named in the run note."""
     from sim2real.contract import task_ids as ids
     from sim2real.orchestration.lineage import lineage_errors
 
-    proc, summary = run_demo(tmp_path, "--sweep", "--fail-candidate", "1", "--no-mlflow", "--seed", "3",
-                             "--eval-seed", "2000", "--conf",
-                             '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10}')
+    proc, summary = sweeps["c1_fails"]()
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert summary["state"] == "success"
     tasks = states(summary)
@@ -97,16 +111,13 @@ def test_a_sweep_whose_candidate_fails_still_releases_the_best_survivor(tmp_path
     assert not [n for n in summary["notifications"] if n["event"] == "run_failed"]
 
 
-def test_a_sweep_that_needs_every_candidate_fails_at_its_pick_naming_the_failed_one(tmp_path):
+def test_a_sweep_that_needs_every_candidate_fails_at_its_pick_naming_the_failed_one(sweeps):
     """sweep_min_candidates 3 of 3 (every candidate needed) and candidate c1's job fails: pick_best fails with the
     reason (2 of 3 succeeded), the run fails, and the lineage records c1's state and reason."""
     from sim2real.contract import task_ids as ids
     from sim2real.orchestration.lineage import lineage_errors
 
-    proc, summary = run_demo(tmp_path, "--sweep", "--fail-candidate", "1", "--no-mlflow", "--seed", "3",
-                             "--eval-seed", "2000", "--conf",
-                             '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10, '
-                             '"sweep_min_candidates": 3, "run_vla_finetune": false, "deploy_to_edge": false}')
+    proc, summary = sweeps["c1_fails_all_needed"]()
     assert proc.returncode == 1, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert summary["state"] == "failed"
     tasks = states(summary)

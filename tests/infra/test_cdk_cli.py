@@ -19,6 +19,9 @@ import pytest
 
 from .conftest import REPO_ROOT, Synth
 
+# integration (not in make test-unit): the CDK CLI (node, npm ci) synthesizes the app
+pytestmark = pytest.mark.integration
+
 INFRA = REPO_ROOT / "infra"
 CDK = INFRA / "node_modules" / ".bin" / "cdk"
 VENV_PYTHON = Path(sys.executable)

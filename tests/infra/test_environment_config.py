@@ -14,6 +14,9 @@ from sim2real_infra.settings import Settings
 
 from .conftest import Synth, render, resources
 
+# integration (not in make test-unit): a provisioned sandbox
+pytestmark = pytest.mark.integration
+
 
 def _parameters(synth: Synth) -> dict[str, Any]:
     template = synth.templates[synth.stacks.environment.stack_name]

@@ -14,6 +14,11 @@ import re
 import subprocess
 
 from tests.paths import REPO_ROOT as REPO
+
+import pytest
+
+# integration (not in make test-unit): builds the pipeline venv (pip, the package index)
+pytestmark = pytest.mark.integration
 SDK_TESTS = REPO / "tests" / "pipelines" / "sdk"
 
 

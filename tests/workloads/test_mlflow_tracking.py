@@ -20,9 +20,12 @@ from sim2real.contract import tracking as contract
 
 from .conftest import REPO_ROOT, clean_env, free_port, run_train
 
-pytestmark = pytest.mark.skipif(not (REPO_ROOT / ".venv" / "mlflow" / "bin" / "mlflow").is_file()
-                                and not os.environ.get("SIM2REAL_MLFLOW_SERVER_BIN"),
-                                reason="no MLflow server venv: run `make mlflow-venv`")
+pytestmark = [
+    pytest.mark.integration,  # a local MLflow tracking server and the sandbox's S3
+    pytest.mark.skipif(not (REPO_ROOT / ".venv" / "mlflow" / "bin" / "mlflow").is_file()
+                       and not os.environ.get("SIM2REAL_MLFLOW_SERVER_BIN"),
+                       reason="no MLflow server venv: run `make mlflow-venv`"),
+]
 
 BUCKET = "sim2real-test"
 RUN_KEY = "sim-to-real-mlflow-toy"

@@ -28,6 +28,9 @@ Rows:
 * a sweep of 3 candidates (training seeds 3, 4, 5; toy training of 10 s, 10 evaluation episodes) in one DAG
   run against 3 runs of one candidate each, one after the other (each in a fresh process and sandbox account
   holding 3 nodes): wall time and AWS API calls the sandbox served (``--only sweep`` for these rows alone);
+* the feedback loop (``--only feedback`` for these rows alone): ``make lint`` from an empty lint venv and again,
+  ``make test-unit``, measured; the whole suite (``make test``) as a recorded measurement, labelled so, or measured
+  with ``--suite`` (:mod:`sim2real.dev.bench_feedback`);
 * policy server latency p50/p99 (ms) and throughput (requests/s) over real ZMQ on loopback,
   onnxruntime on CPU, serving the ONNX export of a freshly trained toy policy; and an authenticated
   client's p50/p99 under an unauthenticated flood of many-array requests from 2 other processes, beside the
@@ -463,16 +466,21 @@ def _parse_main(argv: list[str]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
-    ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep", "policy-flood", "tracking"),
-                    default="all",
+    ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep", "policy-flood", "tracking",
+                                       "feedback"), default="all",
                     help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait rows, "
                          "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox: "
                          "short waits, then the waiting hour time-scaled by 20); waits-hour: only the waiting-hour "
                          "rows; "
                          "sweep: only the rows of a 3-candidate sweep against 3 runs one after the other; "
                          "policy-flood: only the policy server rows alone vs under an unauthenticated flood; "
-                         "tracking: only the rows of training with MLflow up, down and off")
+                         "tracking: only the rows of training with MLflow up, down and off; "
+                         "feedback: only make lint (from an empty lint venv) and make test-unit, measured "
+                         "(sim2real.dev.bench_feedback)")
     ap.add_argument("--tracking-budget", type=float, default=20.0, help="training seconds of the tracking rows")
+    ap.add_argument("--suite", action="store_true",
+                    help="with the feedback rows, also measure make test (the whole suite); otherwise its row is "
+                         "the recorded measurement, labelled so")
     ap.add_argument("--rl-budgets", default="60,120", help="training seconds at which success is measured")
     ap.add_argument("--rl-seeds", default="3,4,5", help="training seeds of each trainer")
     args = ap.parse_args(argv)
@@ -514,6 +522,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "tracking":
         results["tracking_outage"] = tracking_outage(args.tracking_budget)
         return _print_and_write(results, _tracking_rows(results["tracking_outage"]), "tracking outage only")
+    if args.only == "feedback":
+        from sim2real.dev import bench_feedback
+
+        results["feedback"] = bench_feedback.measure(suite=args.suite)
+        return _print_and_write(results, bench_feedback.rows(results["feedback"]), "feedback loop only")
     if args.only == "rl":
         results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
         rows = _quality_rows(results["policy_quality"])
@@ -568,6 +581,10 @@ def main(argv: list[str] | None = None) -> int:
     rows += _sweep_rows(results["sweep"])
     results["tracking_outage"] = tracking_outage(args.tracking_budget)
     rows += _tracking_rows(results["tracking_outage"])
+    from sim2real.dev import bench_feedback
+
+    results["feedback"] = bench_feedback.measure(suite=args.suite)
+    rows += bench_feedback.rows(results["feedback"])
     return _print_and_write(results, rows, f"sandbox run: {orch['state']}")
 
 

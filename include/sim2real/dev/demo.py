@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -87,7 +86,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str]:
-    """Set the process environment for an Airflow run against the sandbox and migrate its DB.
+    """Set the process environment for an Airflow run against the sandbox and migrate its DB
+    (:func:`sim2real.dev.sandbox.airflow_db.migrated_db`).
 
     Must run before ``airflow`` is imported in this process (Airflow reads its config at import).
     :return: the environment variables that were set.
@@ -106,8 +106,10 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
         **extra_env,
     }
     os.environ.update(env)
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, env=os.environ.copy(),
-                   stdout=subprocess.DEVNULL)
+    from sim2real.dev.sandbox.airflow_db import migrated_db
+
+    # ``airflow db migrate`` (or, with SIM2REAL_AIRFLOW_DB_CACHE set, as the test suite does, a copy of its result)
+    migrated_db(home / "airflow.db", os.environ.copy())
     return env
 
 

@@ -8,6 +8,11 @@ from sandbox_helpers import wait_until
 
 from sim2real.dev.sandbox import Approver, Sandbox
 
+import pytest
+
+# integration (not in make test-unit): one sandbox per module (tests/dev/sandbox/conftest.py)
+pytestmark = pytest.mark.integration
+
 PIPELINE, GROUP = "sim2real-groot-finetune", "sim2real-groot-models"
 
 

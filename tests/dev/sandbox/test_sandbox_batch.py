@@ -10,6 +10,9 @@ from sandbox_helpers import SCRIPTS, wait_until
 
 from sim2real.dev.sandbox import Sandbox
 
+# integration (not in make test-unit): one sandbox per module (tests/dev/sandbox/conftest.py)
+pytestmark = pytest.mark.integration
+
 QUEUE, JOBDEF = "sim2real-gpu", "sim2real-train"
 
 

@@ -12,6 +12,9 @@ from sandbox_helpers import wait_until
 
 from sim2real.dev.sandbox import Sandbox
 
+# integration (not in make test-unit): one sandbox per module (tests/dev/sandbox/conftest.py)
+pytestmark = pytest.mark.integration
+
 PROJECT, REPO = "sim2real-training-image", "sim2real-training"
 
 

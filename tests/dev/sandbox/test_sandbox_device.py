@@ -14,6 +14,9 @@ import pytest
 from sim2real.dev.sandbox import Sandbox
 from sim2real.dev.sandbox.device import PolicyDeviceCheck
 
+# integration (not in make test-unit): one sandbox per module (tests/dev/sandbox/conftest.py)
+pytestmark = pytest.mark.integration
+
 BUCKET = "sim2real-artifacts-123456789012"
 
 

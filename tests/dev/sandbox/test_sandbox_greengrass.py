@@ -9,6 +9,11 @@ from sandbox_helpers import wait_until
 
 from sim2real.dev.sandbox import Sandbox
 
+import pytest
+
+# integration (not in make test-unit): one sandbox per module (tests/dev/sandbox/conftest.py)
+pytestmark = pytest.mark.integration
+
 GROUP = "sim2real-robots"
 TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELED", "REJECTED"}
 

@@ -7,6 +7,9 @@ from sandbox_helpers import wait_until
 
 from sim2real.dev.sandbox import Sandbox
 
+# integration (not in make test-unit): one sandbox per module (tests/dev/sandbox/conftest.py)
+pytestmark = pytest.mark.integration
+
 PIPELINE, GROUP = "sim2real-groot-finetune", "sim2real-groot-models"
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# integration (not in make test-unit): one sandbox per module (tests/dev/sandbox/conftest.py)
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def slurm(tmp_path):

@@ -8,6 +8,9 @@ from sandbox_helpers import wait_until
 
 from sim2real.dev.sandbox import Sandbox
 
+# integration (not in make test-unit): one sandbox per module (tests/dev/sandbox/conftest.py)
+pytestmark = pytest.mark.integration
+
 BUCKET = "sim2real-artifacts-123456789012"
 
 

@@ -35,6 +35,7 @@ def test_env_file_refuses_multi_line_values(tmp_path):
         read_env_file(tmp_path / "bad.env")
 
 
+@pytest.mark.integration  # the served sandbox, a subprocess
 def test_served_sandbox_writes_the_airflow_env_and_stops_on_sigterm(tmp_path):
     env_file = tmp_path / "sandbox.env"
     proc = subprocess.Popen([sys.executable, "-m", "sim2real.dev.sandbox", "serve", "--env-file", str(env_file),

@@ -22,6 +22,9 @@ from sim2real.orchestration.triggers.hyperpod import HyperPodSlurmJobTrigger
 
 from operator_helpers import first_event, hyperpod_sandbox
 
+# integration (not in make test-unit): the sandbox's HyperPod head node (operator_helpers.hyperpod_sandbox)
+pytestmark = pytest.mark.integration
+
 LAUNCHER = """#!/bin/bash
 echo "task node=$SLURM_NODEID of $SLURM_NNODES master=$MASTER_ADDR rank=$NODE_RANK marker=$MARKER"
 # held until the test has seen the operator defer (see defer()): a job is never over before the operator looks

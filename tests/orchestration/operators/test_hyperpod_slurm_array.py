@@ -22,6 +22,9 @@ from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
 
 from operator_helpers import first_event, hyperpod_sandbox
 
+# integration (not in make test-unit): the sandbox's HyperPod head node (operator_helpers.hyperpod_sandbox)
+pytestmark = pytest.mark.integration
+
 LAUNCHER = """#!/bin/bash
 echo "array task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID marker=$MARKER"
 while [ -n "${HOLD_FILE:-}" ] && [ ! -e "$HOLD_FILE" ]; do sleep 0.05; done

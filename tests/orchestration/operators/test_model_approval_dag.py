@@ -20,7 +20,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # integration: dag.test() on an Airflow metadata DB
 
 
 DAG_FILE = """

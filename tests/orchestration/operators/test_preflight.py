@@ -16,6 +16,9 @@ from sim2real.orchestration.operators.preflight import (
 )
 from sim2real.dev.sandbox import Sandbox
 
+# integration (not in make test-unit): one sandbox for the module
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def sandbox():

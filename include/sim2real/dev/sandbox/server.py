@@ -212,6 +212,16 @@ class Sandbox:
         return self._endpoint
 
     def start(self) -> Sandbox:
+        """Start the emulator (moto on a free 127.0.0.1 port) and its responders; return ``self``.
+
+        :raises RuntimeError: ``SIM2REAL_NO_SERVERS`` is set (its value, the reason, is in the message): the test
+            suite sets it around each unit test, so a unit test that starts a sandbox, here or in a subprocess,
+            fails instead of passing slowly.
+        """
+        refused = os.environ.get("SIM2REAL_NO_SERVERS")
+        if refused:
+            raise RuntimeError(f"the sandbox does not start here (SIM2REAL_NO_SERVERS): {refused}; a test that needs "
+                               "it is an integration test: mark it with @pytest.mark.integration")
         set_active(self)
         try:
             from sim2real.dev.boto_data import parse_once
