@@ -122,11 +122,11 @@ def serving_device_check(deployment: dict, thing: str) -> tuple[bool, str]:
     from sim2real.dev.sandbox.device import _merge_config
 
     config = _merge_config(deployment)
-    if not config.get("PolicyCheckpointUri") or not config.get("PolicyCheckpointSha256"):
-        return False, "configuration merge has no PolicyCheckpointUri/PolicyCheckpointSha256: nothing to serve"
+    if not config.get("ModelS3Uri") or not config.get("ModelSha256"):
+        return False, "configuration merge has no ModelS3Uri/ModelSha256: nothing to serve"
     if thing.endswith("-2"):
         return False, "com.sim2real.PolicySetup failed: model download refused"
-    return True, f"serves {config['PolicyCheckpointUri']}"
+    return True, f"serves {config['ModelS3Uri']}"
 
 
 def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
@@ -199,7 +199,7 @@ def test_latest_approved_version_is_deployed_and_recorded(release):
     # The configuration merge the robots got names the package and the re-verified RL policy.
     merge = json.loads(record["components"]["com.sim2real.PolicySetup"]["configurationUpdate"]["merge"])
     assert merge["ModelPackageArn"] == release["arns"]["v2"]
-    assert merge["PolicyCheckpointSha256"] == release["checkpoint_sha256"] == record["policy"]["sha256"]
+    assert merge["ModelSha256"] == release["checkpoint_sha256"] == record["policy"]["sha256"]
     assert record["policy"]["verified_sha256"] is True
     assert record["tasks"]["deploy"]["state"] == "success" and record["durations"]["deploy_s"] > 0
     assert deployment["deployment_id"] in case["markdown"]
@@ -254,7 +254,7 @@ def test_failed_deployment_is_recorded_by_the_teardown(release):
     # The package alone ships the policy of the run that registered it (its lineage), verified again: robot 1 serves
     # it; robot 2 fails on its own fault, not on "nothing to serve".
     merge = json.loads(record["components"]["com.sim2real.PolicySetup"]["configurationUpdate"]["merge"])
-    assert merge["PolicyCheckpointSha256"] == release["checkpoint_sha256"] == record["policy"]["sha256"]
+    assert merge["ModelSha256"] == release["checkpoint_sha256"] == record["policy"]["sha256"]
     assert record["policy"]["manifest_uri"].endswith("/runs/older-run/checkpoints/manifest.json")
     assert record["requested"]["policy_checkpoint_manifest_uri"] is None
     assert f"policy of model package {release['arns']['v1']}: run older-run's checkpoint" in release["log"]

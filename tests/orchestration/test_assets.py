@@ -15,14 +15,26 @@ class Events(dict):
         return self[asset]
 
 
+class AliasEvents(dict):
+    """``outlet_events`` of an alias outlet: ``add(asset, extra=...)`` records what the task emits."""
+
+    def __missing__(self, alias):
+        added = []
+        self[alias] = SimpleNamespace(added=added, add=lambda asset, extra=None: added.append((asset, extra)))
+        return self[alias]
+
+
 def test_checkpoint_sensor_puts_uri_and_sha256_on_its_event():
-    asset = Asset(name="ckpt", uri="sim2real://rl/checkpoint")
-    events = Events()
-    ctx = {"task": SimpleNamespace(outlets=[asset], run_key=None),
-           "dag_run": SimpleNamespace(dag_id="sim_to_real", run_id="manual__1"), "outlet_events": events}
+    from sim2real.orchestration.stages.checkpoint import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
+
+    events = AliasEvents()
+    ctx = {"task": SimpleNamespace(outlets=[CHECKPOINT_ANNOUNCEMENTS], run_key=None),
+           "dag_run": SimpleNamespace(dag_id="sim_to_real", run_id="manual__1"), "outlet_events": events,
+           "inlet_events": {CHECKPOINT_ANNOUNCEMENTS: []}}  # nothing announced by this run yet
     assets.checkpoint_post_execute(ctx, {"checkpoint_uri": "s3://b/c.pt", "sha256": "ab" * 32, "iteration": 225,
                                          "task": "Reacher-v5", "verified_sha256": True})
-    extra = events[asset].extra
+    [(asset, extra)] = events[CHECKPOINT_ANNOUNCEMENTS].added
+    assert asset == CHECKPOINT_ASSET
     assert extra["checkpoint_uri"] == "s3://b/c.pt" and extra["sha256"] == "ab" * 32
     assert extra["iteration"] == 225 and extra["run_key"].startswith("sim-to-real-manual-1-")
 

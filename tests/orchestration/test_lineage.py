@@ -129,3 +129,31 @@ def test_the_release_decision_records_who_where_when_and_why():
     for bad in ({**decision, "via": "email"}, {**decision, "status": "PendingManualApproval"}):
         lin = build_lineage(run_key="r", dag_id="d", run_id="x", params={}, approval=bad)
         assert any(e.startswith("$.approval") for e in lineage_errors(lin)), bad
+
+
+def test_after_a_reattach_the_training_row_shows_the_jobs_running_time():
+    """The reattaching try ran 8.6 s; the Batch job ran 1 h 2 min (DescribeJobs startedAt/stoppedAt)."""
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.lineage import lineage_errors
+
+    training = {"job_id": "j-1", "reattached": True, "started_at": 1_767_225_600.0, "stopped_at": 1_767_229_320.5}
+    tasks = {ids.PREPARE_RUN: {"state": "success", "duration_s": 1.5},
+             ids.BATCH_TRAIN_POLICY: {"state": "success", "duration_s": 8.6}}
+    lin = build_lineage(run_key="k-1", dag_id="sim_to_real", run_id="r", params={},  # no plan: Batch
+                        training=training, task_states=tasks)
+    row = lin["tasks"][ids.BATCH_TRAIN_POLICY]
+    assert row["duration_s"] == 8.6 and row["job_duration_s"] == 3720.5
+    assert row["job_duration_source"] == "AWS Batch job j-1 startedAt → stoppedAt (DescribeJobs)"
+    assert lin["tasks"][ids.PREPARE_RUN] == {"state": "success", "duration_s": 1.5}
+    assert lineage_errors(lin) == []
+    md = render_markdown(lin)
+    assert f"| {ids.BATCH_TRAIN_POLICY} | success | 3720.5 (AWS Batch job's running time; this task's try 8.6) |" in md
+    # A Slurm job on HyperPod the same; without the job's times (a failed submit) the task's duration stays alone.
+    hp = build_lineage(run_key="k-1", dag_id="sim_to_real", run_id="r", params={}, plan={"backend": "hyperpod"},
+                       training={"job_id": "42", "started_at": 100.0, "stopped_at": 160.0},
+                       task_states={ids.HYPERPOD_TRAIN_POLICY: {"state": "success", "duration_s": 3.0}})
+    assert hp["tasks"][ids.HYPERPOD_TRAIN_POLICY]["job_duration_s"] == 60.0
+    assert "Slurm job 42" in hp["tasks"][ids.HYPERPOD_TRAIN_POLICY]["job_duration_source"]
+    bare = build_lineage(run_key="k-1", dag_id="sim_to_real", run_id="r", params={}, plan={"backend": "batch"},
+                         training={"job_id": "j-1", "started_at": None, "stopped_at": None}, task_states=tasks)
+    assert "job_duration_s" not in bare["tasks"][ids.BATCH_TRAIN_POLICY]

@@ -284,7 +284,7 @@ def test_the_package_alone_ships_the_policy_of_the_run_that_registered_it(regist
     assert policy["manifest_uri"] == f"{tmp_path}/sim-to-real-older-run/checkpoints/manifest.json"
     merge = json.loads(r.release_components(p, out, policy)["com.sim2real.PolicySetup"]
                        ["configurationUpdate"]["merge"])
-    assert merge["PolicyCheckpointSha256"] == manifest["sha256"] and merge["PolicyCheckpointUri"]
+    assert merge["ModelSha256"] == manifest["sha256"] and merge["ModelS3Uri"] == manifest["checkpoint_uri"]
 
 
 @pytest.mark.parametrize("case, error", [
@@ -316,18 +316,17 @@ def test_components_carry_the_package_and_the_policy(policy):
     components = r.release_components(p, PACKAGE, {**manifest, "verified_sha256": True})
     assert set(components) == set(ENV["greengrass"]["components"])
     merge = json.loads(components["com.sim2real.PolicySetup"]["configurationUpdate"]["merge"])
-    assert merge == {"ModelPackageArn": ARN_V3, "ModelS3Uri": PACKAGE["model_data_url"], "RunKey": p["run_key"],
-                     "PolicyCheckpointUri": manifest["checkpoint_uri"], "PolicyCheckpointSha256": manifest["sha256"],
-                     "PolicyOnnxUri": manifest["onnx_uri"], "PolicyOnnxSha256": manifest["onnx_sha256"]}
-    no_policy = json.loads(r.release_components(p, PACKAGE, None)["com.sim2real.PolicySetup"]
-                           ["configurationUpdate"]["merge"])
-    assert "PolicyCheckpointUri" not in no_policy
+    assert merge == {"ModelPackageArn": ARN_V3, "ModelS3Uri": manifest["onnx_uri"],
+                     "ModelSha256": manifest["onnx_sha256"], "Exporter": ""}  # the ONNX export, as is
+    with pytest.raises(ValueError, match="no RL checkpoint manifest"):
+        r.release_components(p, PACKAGE, None)
 
 
 def record(**kwargs):
     p = plan(model_package_arn=ARN_V3)
     args = {"plan": p, "dag_id": "sim_to_real_release", "run_id": "manual__2026-03-01T00:00:00+00:00",
-            "package": PACKAGE, "manifest": None, "components": r.release_components(p, PACKAGE, None),
+            "package": PACKAGE, "manifest": None,
+            "components": r.release_components(p, PACKAGE, {"checkpoint_uri": "s3://b/c.pt", "sha256": "ab" * 32}),
             "deployment": {"deployment_id": "d-1", "deployment_name": p["deploy"]["deployment_name"],
                            "iot_job_id": "j-1", "target_arn": "arn:aws:iot:us-east-1:1:thinggroup/sim2real-robots",
                            "deployment_status": "COMPLETED", "devices": {"robot-1": "SUCCEEDED", "robot-2": "SUCCEEDED"},

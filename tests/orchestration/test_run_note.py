@@ -49,6 +49,15 @@ def test_note_has_rate_interval_threshold_verdict_cost_stage_table_and_links():
     assert "Warning" not in note and run_note.SHORTENED not in note
 
 
+def test_after_a_reattach_the_training_stage_shows_the_jobs_running_time_labelled():
+    tasks = {**lineage()["tasks"], ids.BATCH_TRAIN_POLICY: {
+        "state": "success", "duration_s": 8.6, "job_duration_s": 3720.5,
+        "job_duration_source": "AWS Batch job j-1 startedAt → stoppedAt (DescribeJobs)"}}
+    note = run_note.render_run_note(lineage(tasks=tasks))
+    assert "| training (Batch), job's running time | success | 3720.5 |" in note
+    assert "8.6" not in note
+
+
 def test_a_run_without_evaluation_or_cost_says_so():
     note = run_note.render_run_note(lineage(chain={}, stages={}, cost_actual=None, tasks={}))
     assert "not measured" in note and "**Quality gate:** not reached." in note and "actual unknown" in note

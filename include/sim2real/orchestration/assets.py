@@ -14,12 +14,23 @@ Each producing task attaches an ``extra`` to its outlet's event through ``outlet
 
 Every extra carries the ``run_key``. Operators and sensors get it through their ``post_execute``
 hook (which receives the task's return value, after a deferral too); TaskFlow tasks set it in their body.
+
+The checkpoint event is announced once per checkpoint sha256 and DAG run (:func:`announce_once`): a cleared or
+retried ``wait_for_checkpoint`` that finds the same checkpoint again emits no second event, so a DAG scheduled on
+the asset does not run twice for it. A static Asset outlet always emits when its task succeeds (Airflow 3.3.1,
+``TaskInstance.register_asset_changes_in_db``), so the sensor's outlet (and inlet) is the asset alias
+``sim2real_rl_checkpoint_announcements``, through which the event reaches ``sim2real_rl_checkpoint`` only when it
+is added at run time (``outlet_events[alias].add(asset, extra=...)``, Airflow's documented way to emit an event
+decided at run time); the alias's events already recorded for this run are read through ``inlet_events``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def checkpoint_extra(manifest: Mapping[str, Any] | None, run_key: str | None = None) -> dict[str, Any]:
@@ -84,9 +95,58 @@ def _run_key(context: Mapping[str, Any]) -> str | None:
     return make_run_key(dag_run.dag_id, dag_run.run_id)
 
 
+def _earlier_announcement(context: Mapping[str, Any], alias: Any, key: str, value: Any) -> Any:
+    """The event of ``alias`` this DAG run already recorded with ``extra[key] == value`` (an earlier try), or None.
+
+    Reads the alias's events through the Task SDK (``inlet_events[alias]``, the Execution API's asset events by
+    alias), from the earliest of the run's logical date and ``run_after`` on (no event of this run is older).
+    """
+    dag_run = context.get("dag_run")
+    inlet_events = context.get("inlet_events")
+    if dag_run is None or inlet_events is None:
+        return None
+    accessor = inlet_events[alias]
+    dates = [d for d in (getattr(dag_run, "logical_date", None), getattr(dag_run, "run_after", None)) if d]
+    if dates:
+        accessor = accessor.after(min(dates))
+    for event in accessor:
+        if (event.source_dag_id == dag_run.dag_id and event.source_run_id == dag_run.run_id
+                and (event.extra or {}).get(key) == value):
+            return event
+    return None
+
+
+def announce_once(context: Mapping[str, Any], alias: Any, asset: Any, extra: Mapping[str, Any], *,
+                  key: str = "sha256") -> bool:
+    """Emit ``asset``'s event through ``alias`` with ``extra``, unless this DAG run already did for ``extra[key]``.
+
+    :param context: the task's context; its task has ``alias`` among its outlets and its inlets.
+    :param alias: the task's ``AssetAlias`` outlet.
+    :param asset: the ``Asset`` the event is for.
+    :param extra: the event's extra; ``extra[key]`` identifies what is announced (the checkpoint's sha256).
+    :return: True when the event is added, False when an earlier try of this run announced the same value (or the
+        context has no ``outlet_events``).
+    """
+    events = context.get("outlet_events")
+    if events is None:
+        return False
+    value = extra.get(key)
+    earlier = _earlier_announcement(context, alias, key, value) if value is not None else None
+    if earlier is not None:
+        log.info("%s %s=%s was already announced by this run (%s, try of %s): no second asset event", asset.name,
+                 key, value, earlier.source_task_id, earlier.timestamp)
+        return False
+    events[alias].add(asset, extra=dict(extra))
+    return True
+
+
 def checkpoint_post_execute(context: Mapping[str, Any], result: Any = None) -> None:
-    """``post_execute`` of the checkpoint sensor: the manifest's URI and sha256 on the asset event."""
-    _set_outlet_extra(context, checkpoint_extra(result if isinstance(result, Mapping) else None, _run_key(context)))
+    """``post_execute`` of the checkpoint sensor: the ``sim2real_rl_checkpoint`` event with the manifest's URI and
+    sha256, once per sha256 and run (:func:`announce_once`)."""
+    from sim2real.orchestration.stages.checkpoint import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
+
+    announce_once(context, CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET,
+                  checkpoint_extra(result if isinstance(result, Mapping) else None, _run_key(context)))
 
 
 def model_package_post_execute(context: Mapping[str, Any], result: Any = None) -> None:

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from sim2real.contract import schemas
+from sim2real.contract import task_ids as ids
 from sim2real.contract.run_key import run_prefix
 
 SCHEMA_VERSION = 1
@@ -159,7 +160,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
             "model_package": dict(model_package) if model_package else None,
             "deployment": dict(deployment) if deployment else None,
         },
-        "tasks": {k: dict(v) for k, v in (task_states or {}).items()},
+        "tasks": with_job_time({k: dict(v) for k, v in (task_states or {}).items()}, backend,
+                               None if sweep else training),
         "figures": {name: dict(fig) for name, fig in figures.items()} if figures is not None else None,
         "mlflow": _mlflow_entry(mlflow if mlflow is not None else _get(plan, "tracking"),
                                 {"rl_training": checkpoint, "evaluation": evaluation}),
@@ -171,6 +173,34 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   if sweep else None),
         "rounds": dict(rounds) if rounds else None,
     }
+
+
+#: The training task whose result is the job a backend ran (``training``), and how its job is named.
+TRAINING_TASKS = {"batch": (ids.BATCH_TRAIN_POLICY, "AWS Batch job", "startedAt → stoppedAt (DescribeJobs)"),
+                  "hyperpod": (ids.HYPERPOD_TRAIN_POLICY, "Slurm job", "start → end (on the HyperPod cluster)")}
+
+
+def with_job_time(tasks: dict[str, dict[str, Any]], backend: str,
+                  training: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Add the training job's own running time to its task's entry.
+
+    A cleared or retried training task that reattached to its job (already running or finished) lasts only its
+    own try (seconds), while the job ran for hours: the entry keeps that ``duration_s`` and gains
+    ``job_duration_s`` (the job's ``stopped_at - started_at``, seconds, as the training operator read them:
+    Batch ``DescribeJobs`` ``startedAt``/``stoppedAt``, or the Slurm job's start and end) and
+    ``job_duration_source`` (which job, which fields). Nothing is added without both times, nor for a sweep
+    (its candidates' tasks are mapped; ``training`` is then ``None``).
+
+    :param tasks: the lineage ``tasks`` (``{task_id: {"state", "duration_s"}}``), changed in place and returned.
+    :param backend: the plan's ``backend`` (``batch`` or ``hyperpod``).
+    :param training: the training task's result (``job_id``, ``started_at``, ``stopped_at``: epoch seconds).
+    """
+    task_id, kind, fields = TRAINING_TASKS.get(backend, (None, "", ""))
+    started, stopped = _get(training, "started_at"), _get(training, "stopped_at")
+    if task_id in tasks and started is not None and stopped is not None and float(stopped) >= float(started):
+        tasks[task_id]["job_duration_s"] = round(float(stopped) - float(started), 1)
+        tasks[task_id]["job_duration_source"] = f"{kind} {_get(training, 'job_id')} {fields}"
+    return tasks
 
 
 #: The keys of the lineage ``approval`` entry (who decided, where, when, why, what; who triggered the run; the
@@ -464,5 +494,11 @@ def render_markdown(lineage: Mapping[str, Any]) -> str:
         lines += ["", "## Tasks", "", "| task | state | duration (s) |", "|---|---|---|"]
         for task_id, info in tasks.items():
             dur = info.get("duration_s")
-            lines.append(f"| {task_id} | {info.get('state')} | {'' if dur is None else f'{dur:.1f}'} |")
+            shown = "" if dur is None else f"{dur:.1f}"
+            if info.get("job_duration_s") is not None:  # a reattached training task: the job's time first
+                kind = next((k for _, k, _ in TRAINING_TASKS.values()
+                             if str(info.get("job_duration_source")).startswith(k)), "job")
+                shown = (f"{info['job_duration_s']:.1f} ({kind}'s running time"
+                         + (f"; this task's try {shown})" if shown else ")"))
+            lines.append(f"| {task_id} | {info.get('state')} | {shown} |")
     return "\n".join(lines) + "\n"

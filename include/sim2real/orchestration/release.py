@@ -288,8 +288,8 @@ def lineage_policy(plan: Mapping[str, Any], package: Mapping[str, Any],
     (``manifest.json`` beside the checkpoint, where the trainer writes it) verified again
     (:func:`verify_policy_manifest`) and naming the same sha256 the run evaluated.
 
-    The robots' policy server serves an RL policy (the deployment's ``PolicyCheckpointUri`` /
-    ``PolicyCheckpointSha256``): a release without one has nothing to serve, so it is refused here, before any
+    The robots' policy server serves an RL policy (the deployment's ``ModelS3Uri`` / ``ModelSha256``, which
+    ``com.sim2real.PolicySetup`` downloads and verifies): a release without one has nothing to serve, so it is refused here, before any
     deployment.
 
     :return: :func:`verify_policy_manifest`'s dict.

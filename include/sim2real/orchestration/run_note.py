@@ -70,7 +70,9 @@ def stage_rows(tasks: Mapping[str, Mapping[str, Any]], sweep: Mapping[str, Any] 
     """``(stage, state, task time s)`` per stage that has tasks in ``tasks`` (lineage ``tasks``).
 
     The state is the worst of its tasks' (failed before running before success before skipped); the time is
-    the sum of its tasks' durations (``None`` when none is known). A sweep that picked a winner (lineage
+    the sum of its tasks' durations (``None`` when none is known); for a training task whose lineage entry has
+    ``job_duration_s`` (the job's running time, :func:`sim2real.orchestration.lineage.with_job_time`) that time
+    counts instead of the task's try, and the label ends with ", job's running time". A sweep that picked a winner (lineage
     ``sweep`` with a ``winner``) succeeded as a stage even when some candidates failed (``sweep_min_candidates``
     lets it pick among the survivors): its row is ``success (N of M candidates failed)``.
     """
@@ -84,7 +86,13 @@ def stage_rows(tasks: Mapping[str, Mapping[str, Any]], sweep: Mapping[str, Any] 
         if prefix == ids.SWEEP_GROUP and sweep and sweep.get("winner") is not None:
             failed = sum(1 for c in candidates or [] if c.get("reason"))
             state = f"success ({failed} of {len(candidates or [])} candidates failed)" if failed else "success"
-        durations = [info["duration_s"] for info in mine if info.get("duration_s") is not None]
+        # A training task that reattached to its job lasted seconds; the job's own running time (lineage
+        # ``job_duration_s``, from the job's start and stop) stands for it, and the row says so.
+        durations = [info["job_duration_s"] if info.get("job_duration_s") is not None else info["duration_s"]
+                     for info in mine
+                     if info.get("job_duration_s") is not None or info.get("duration_s") is not None]
+        if any(info.get("job_duration_s") is not None for info in mine):
+            label = f"{label}, job's running time"
         rows.append((label, state, sum(durations) if durations else None))
     return rows
 

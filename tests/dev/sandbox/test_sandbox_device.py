@@ -13,6 +13,7 @@ import pytest
 
 from sim2real.dev.sandbox import Sandbox
 from sim2real.dev.sandbox.device import PolicyDeviceCheck
+from sim2real.orchestration.stages import deployment_components
 
 # integration (not in make test-unit): one sandbox per module (tests/dev/sandbox/conftest.py)
 pytestmark = pytest.mark.integration
@@ -33,9 +34,10 @@ def checkpoint(tmp_path_factory) -> bytes:
 
 
 def _deployment(uri: str, sha: str) -> dict:
-    merge = json.dumps({"PolicyCheckpointUri": uri, "PolicyCheckpointSha256": sha, "ModelS3Uri": "s3://x/m.tar.gz"})
-    return {"components": {"com.sim2real.PolicySetup": {"componentVersion": "1.0.0",
-                                                        "configurationUpdate": {"merge": merge}}}}
+    """The components the DAGs deploy (the keys the real recipe reads: ModelS3Uri, ModelSha256, Exporter)."""
+    plan = {"run_key": "dev", "deploy": {"components": {"com.sim2real.PolicySetup": "1.0.0"}}}
+    return {"components": deployment_components(plan, {"model_package_arn": "arn:pkg"},
+                                                 {"checkpoint_uri": uri, "sha256": sha})}
 
 
 def test_device_serves_the_deployed_policy(sb: Sandbox, checkpoint: bytes, tmp_path) -> None:
@@ -52,4 +54,4 @@ def test_device_serves_the_deployed_policy(sb: Sandbox, checkpoint: bytes, tmp_p
 
 def test_device_without_a_policy_in_the_configuration_fails(sb: Sandbox, tmp_path) -> None:
     ok, reason = PolicyDeviceCheck(sb, tmp_path)({"components": {}}, "robot-1")
-    assert not ok and "PolicyCheckpointUri" in reason
+    assert not ok and "ModelS3Uri/ModelSha256" in reason

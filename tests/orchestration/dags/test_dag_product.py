@@ -201,6 +201,18 @@ def test_the_deployment_is_the_deployed_model_assets_producer(dag):
     assert producers == [ids.DEPLOY_TO_ROBOTS]
 
 
+def test_the_checkpoint_sensor_announces_through_the_alias_once_per_sha256(dag):
+    """The wiring tests/orchestration/test_checkpoint_event_once.py runs under dag.test(): no static Asset outlet
+    (it would emit on every successful try), the alias as outlet and inlet, the announcing post_execute."""
+    from sim2real.orchestration import assets
+    from sim2real.orchestration.stages.checkpoint import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
+
+    sensor = dag.get_task(ids.WAIT_FOR_CHECKPOINT)
+    assert sensor.outlets == [CHECKPOINT_ANNOUNCEMENTS] and sensor.inlets == [CHECKPOINT_ANNOUNCEMENTS]
+    assert sensor._post_execute_hook is assets.checkpoint_post_execute
+    assert not [t.task_id for t in dag.tasks if CHECKPOINT_ASSET in (t.outlets or [])]
+
+
 def test_the_first_nightly_run_is_the_next_02_00_not_a_past_one(dag):
     """What the scheduler stores as the DAG's next run (the UI's "Next Run") when the DAG is first deployed or
     unpaused: the next 02:00 to come. A start date in the past made CronTriggerTimetable without catchup pick the

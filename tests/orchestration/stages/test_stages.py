@@ -145,14 +145,13 @@ def test_quality_gate_point_estimate_and_lower_bound():
     assert not verdict["passed"] and "ci95_lower" in verdict["reason"] and "12/20" in verdict["reason"]
 
 
-def test_deployment_components_merge_the_model_uri():
+def test_deployment_components_merge_the_policy_and_its_sha256():
     plan = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)
     comps = deployment_components(plan, {"model_data_url": "s3://b/m.tar.gz", "model_package_arn": "arn:pkg"},
                                   {"checkpoint_uri": "s3://b/c.pt", "sha256": "ff"})
     merge = json.loads(comps["c"]["configurationUpdate"]["merge"])
     assert comps["c"]["componentVersion"] == "1.0.0"
-    assert merge["ModelS3Uri"] == "s3://b/m.tar.gz" and merge["ModelPackageArn"] == "arn:pkg"
-    assert merge["PolicyCheckpointSha256"] == "ff" and merge["RunKey"] == plan["run_key"]
+    assert merge == {"ModelS3Uri": "s3://b/c.pt", "ModelSha256": "ff", "ModelPackageArn": "arn:pkg"}
 
 
 HYPERPOD_ENV = {**GOOD, "hyperpod": {"cluster_name": "sim2real-hyperpod", "gpu_instance_group": "gpu", "min_count": 1,

@@ -3,14 +3,13 @@
 For each deployment it reads the configuration merge of ``com.sim2real.PolicySetup`` (or any
 component that carries one), then, as the real components would on a Jetson:
 
-1. setup: downloads the RL policy checkpoint (``PolicyCheckpointUri``) from sandbox S3, verifies
-   its sha256 against ``PolicyCheckpointSha256`` and exports it to ONNX
-   (``sim2real.edge.setup_component.run_setup`` with ``sim2real.workloads.export.export_onnx``);
+1. setup: downloads the RL policy (``ModelS3Uri``, the keys the real recipe reads) from sandbox S3,
+   verifies its sha256 against ``ModelSha256`` and exports a checkpoint to ONNX
+   (``sim2real.edge.setup_component.run_setup`` with the ``Exporter`` the deployment names);
 2. inference: serves the ONNX policy with the ZMQ policy server on a free loopback port and
    checks ``ping`` and one ``get_action`` (``sim2real.edge.device_check.check_policy_endpoint``).
 
-The device reports SUCCEEDED only when both work. The GR00T model (``ModelS3Uri``) cannot run
-here; the RL policy stands in for it on the device, and the log says so.
+The device reports SUCCEEDED only when both work.
 """
 
 from __future__ import annotations
@@ -47,24 +46,23 @@ class PolicyDeviceCheck:
 
     def __call__(self, deployment: dict[str, Any], thing: str) -> tuple[bool, str]:
         from sim2real.edge.device_check import check_policy_endpoint
-        from sim2real.edge.setup_component import run_setup
-        from sim2real.workloads.export import export_onnx
+        from sim2real.edge.setup_component import load_exporter, run_setup
 
         config = _merge_config(deployment)
-        uri, sha = config.get("PolicyCheckpointUri"), config.get("PolicyCheckpointSha256")
+        uri, sha = config.get("ModelS3Uri"), config.get("ModelSha256")
         if not uri or not sha:
-            return False, "configuration merge has no PolicyCheckpointUri/PolicyCheckpointSha256: nothing to serve"
+            return False, "configuration merge has no ModelS3Uri/ModelSha256: nothing to serve"
         try:
             with self._lock:
                 marker = run_setup(uri, sha, self.work_dir / thing / "com.sim2real.PolicySetup",
-                                   exporter=export_onnx, build_trt=False,
+                                   exporter=load_exporter(config.get("Exporter")), build_trt=False,
                                    model_package_arn=config.get("ModelPackageArn"),
                                    s3_client=self.sandbox.client("s3", internal=True))
         except Exception as err:  # noqa: BLE001 - a device reports, it does not raise
             return False, f"com.sim2real.PolicySetup failed: {err}"
         onnx_path = marker["model_path"]
         ok, reason, details = check_policy_endpoint(onnx_path)
-        log.info("%s greengrass: device %s served the RL policy %s (stand-in for the GR00T model %s): %s %s",
-                 PREFIX, thing, onnx_path, config.get("ModelS3Uri"), reason, details.get("action_shapes"))
+        log.info("%s greengrass: device %s served the RL policy %s (from %s): %s %s",
+                 PREFIX, thing, onnx_path, uri, reason, details.get("action_shapes"))
         return ok, ("com.sim2real.PolicyInference: " + reason)
 

@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk import Asset
+from airflow.sdk import Asset, AssetAlias
 
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
@@ -23,7 +23,8 @@ DOC = """\
 **Wait for the checkpoint.** Runs after whichever backend trained (Batch or HyperPod). Calls S3
 `HeadObject`/`GetObject` (or reads a mounted EFS path). Waits (deferred) for `manifest.json`, which the
 trainer writes last. Hands on the manifest: checkpoint URI, its sha256
-(re-verified against the object), iteration, timesteps and mean reward; emits the checkpoint asset event.
+(re-verified against the object), iteration, timesteps and mean reward; emits the checkpoint asset
+event, once per sha256 and run (a cleared or retried try finding the same checkpoint emits none).
 """
 
 GROUP_ID = ids.CHECKPOINT_GROUP
@@ -31,6 +32,9 @@ TASK_IDS = (ids.TRAINING_JOB, ids.WAIT_FOR_CHECKPOINT)
 LINEAGE_SOURCES = {"checkpoint": ids.WAIT_FOR_CHECKPOINT}
 #: Updated by ``wait_for_checkpoint`` (checkpoint URI and sha256 on the event).
 CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
+#: The checkpoint sensor's outlet and inlet: its ``sim2real_rl_checkpoint`` event goes through this alias, added at
+#: run time once per checkpoint sha256 and run (``sim2real.orchestration.assets.announce_once``).
+CHECKPOINT_ANNOUNCEMENTS = AssetAlias(name="sim2real_rl_checkpoint_announcements")
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,10 @@ def add_tasks(plan: Any, *, trained_by: list[Any]) -> tuple[Any, Any]:
             poke_interval=POLL,
             timeout=30 * 60,
             execution_timeout=dt.timedelta(minutes=40),
-            outlets=[CHECKPOINT_ASSET],
+            # sim2real_rl_checkpoint's event, through the alias: once per sha256 and run (a cleared or retried
+            # sensor finding the same checkpoint emits none); the inlet reads this run's earlier announcements.
+            outlets=[CHECKPOINT_ANNOUNCEMENTS],
+            inlets=[CHECKPOINT_ANNOUNCEMENTS],
             post_execute=assets.checkpoint_post_execute,  # checkpoint URI + sha256 on the asset event
             doc_md=DOC,
         )

@@ -21,7 +21,7 @@ DOC = """\
 **Deploy to the robots (AWS IoT Greengrass v2).** Calls IoT `DescribeThingGroup`, SageMaker
 `DescribeModelPackage` (read again: a package no longer Approved is refused, nothing deployed), Greengrass
 `ListCoreDevices` (a group without core devices is refused before any deployment), `CreateDeployment`
-(configuration merge with the model URI, ROLLBACK on failure, rollout, abort and timeout config),
+(configuration merge `ModelS3Uri`/`ModelSha256` of the RL policy, ROLLBACK on failure, rollout, abort and timeout config),
 `ListEffectiveDeployments`; `CancelDeployment` on failure, timeout or kill. Waits (deferred) until every
 core device of the thing group reports SUCCEEDED, at most the form's `deployment_timeout_minutes` (then
 cancelled and failed without retry, naming each unfinished robot). Hands on the deployment id, each
@@ -108,27 +108,58 @@ def iot_job_configuration(params: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: The component that downloads and verifies the model (``containers/greengrass/recipes``).
+SETUP_COMPONENT = "com.sim2real.PolicySetup"
+#: ``Exporter`` of ``com.sim2real.PolicySetup`` when the policy ships as a torch checkpoint (no ONNX export named):
+#: ``module:function`` that converts it on the device (needs torch and ``sim2real.workloads`` there).
+CHECKPOINT_EXPORTER = "sim2real.workloads.export:export_onnx"
+
+
+def deployment_configuration(approval: Mapping[str, Any], manifest: Mapping[str, Any] | None) -> dict[str, str]:
+    """The configuration merge of every component: the keys the recipes in ``containers/greengrass/recipes`` read.
+
+    ``com.sim2real.PolicySetup`` downloads ``ModelS3Uri``, refuses it unless its bytes hash to ``ModelSha256``
+    and converts a torch checkpoint with ``Exporter``; ``ModelPackageArn`` goes into its ready marker. The robots
+    serve the RL policy of the manifest: its ONNX export (``onnx_uri`` / ``onnx_sha256``) when the manifest names
+    one, else its checkpoint (``checkpoint_uri`` / ``sha256``) with :data:`CHECKPOINT_EXPORTER`. Every other key
+    (``Port``, ``EnginePrecision``, ``Host``, ...) keeps the recipe's default.
+
+    :param approval: the approved model package (``model_package_arn``).
+    :param manifest: the verified RL checkpoint manifest.
+    :return: ``{"ModelS3Uri", "ModelSha256", "ModelPackageArn", "Exporter"}`` (strings).
+    :raises ValueError: no manifest, or one without a URI and sha256 (the device would have nothing to verify).
+    """
+    if not manifest:
+        raise ValueError("no RL checkpoint manifest: the robots' com.sim2real.PolicySetup needs ModelS3Uri and "
+                         "ModelSha256 of the policy to serve")
+    if manifest.get("onnx_uri"):
+        uri, sha, exporter = manifest["onnx_uri"], manifest.get("onnx_sha256"), ""
+    else:
+        uri, sha, exporter = manifest.get("checkpoint_uri"), manifest.get("sha256"), CHECKPOINT_EXPORTER
+    if not uri or not sha:
+        raise ValueError(f"the RL checkpoint manifest names no policy URI with its sha256 (uri={uri!r}, "
+                         f"sha256={sha!r}): com.sim2real.PolicySetup refuses a model it cannot verify")
+    return {"ModelS3Uri": str(uri), "ModelSha256": str(sha),
+            "ModelPackageArn": str(approval.get("model_package_arn") or ""), "Exporter": exporter}
+
+
 def deployment_components(plan: Mapping[str, Any], approval: Mapping[str, Any],
                           manifest: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Greengrass ``components`` for CreateDeployment, with the model URI merged into the configuration.
+    """Greengrass ``components`` for CreateDeployment, each with :func:`deployment_configuration` merged.
 
-    :param approval: the approval sensor's output (``model_package_arn``, ``model_data_url``).
-    :param manifest: the RL checkpoint manifest (its ONNX export / sha256 go to the setup component).
-    :return: ``{component_name: {"componentVersion": v, "configurationUpdate": {"merge": json}}}``.
+    :param approval: the approval sensor's output (``model_package_arn``).
+    :param manifest: the RL checkpoint manifest (the policy the robots serve).
+    :return: ``{component_name: {"componentVersion": v, "configurationUpdate": {"merge": json}}}`` (``Exporter``
+        only in :data:`SETUP_COMPONENT`'s merge).
+    :raises ValueError: as :func:`deployment_configuration`.
     """
-    merge = {
-        "ModelS3Uri": approval.get("model_data_url"),
-        "ModelPackageArn": approval.get("model_package_arn"),
-        "RunKey": plan["run_key"],
-    }
-    if manifest:
-        merge["PolicyCheckpointUri"] = manifest.get("checkpoint_uri")
-        merge["PolicyCheckpointSha256"] = manifest.get("sha256")
-        if manifest.get("onnx_uri"):
-            merge["PolicyOnnxUri"] = manifest["onnx_uri"]
-            merge["PolicyOnnxSha256"] = manifest.get("onnx_sha256")
+    config = deployment_configuration(approval, manifest)
+    # The model keys are declared by every component (inference and benchmark keep them for their logs);
+    # Exporter only by the setup component.
+    shared = {k: v for k, v in config.items() if k != "Exporter"}
     return {
-        name: {"componentVersion": version, "configurationUpdate": {"merge": json.dumps(merge, sort_keys=True)}}
+        name: {"componentVersion": version, "configurationUpdate": {
+            "merge": json.dumps(config if name == SETUP_COMPONENT else shared, sort_keys=True)}}
         for name, version in plan["deploy"]["components"].items()
     }
 
