@@ -67,7 +67,10 @@ SLOW_FILES_FIRST = (
     "tests/e2e/test_hyperpod_run.py",
     "tests/e2e/test_sandbox_run.py",
     "tests/e2e/test_release_dag.py",
+    "tests/dev/ui/test_release_approval.py",  # a live Airflow: one sim_to_real run approved by a second user
     "tests/dev/ui/test_trigger_form.py",
+    "tests/orchestration/test_live_run_control.py",  # a live Airflow with two triggerers: stops, hand-over, marks
+    "tests/dev/ui/test_run_note_ui.py",  # a live Airflow: the note through the REST API, a mark-failed after it
     "tests/orchestration/operators/test_hyperpod_slurm.py",
     "tests/orchestration/operators/test_model_approval_dag.py",
     "tests/orchestration/events/test_trigger_events.py",
@@ -84,6 +87,7 @@ SLOW_FILES_FIRST = (
     "tests/orchestration/test_release.py",
     "tests/orchestration/operators/test_quota.py",
     "tests/orchestration/operators/test_greengrass.py",
+    "tests/orchestration/test_checkpoint_event_once.py",
     "tests/workloads/test_export.py",
     "tests/infra/test_environment_config.py",
     "tests/workloads/test_launcher.py",

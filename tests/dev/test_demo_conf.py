@@ -22,8 +22,8 @@ def test_the_demo_trains_an_iteration_budget_with_time_only_as_a_safety_bound():
 
 
 def test_the_demo_conf_is_a_valid_run_conf_and_conf_still_wins():
-    conf = demo_conf(DEFAULT_SEED, DEFAULT_EVAL_SEED, {"max_iterations": 5, "eval_episodes": 10})
-    assert conf["max_iterations"] == 5 and conf["eval_episodes"] == 10
+    conf = demo_conf(DEFAULT_SEED, DEFAULT_EVAL_SEED, {"max_iterations": 5, "eval_episodes": 20})
+    assert conf["max_iterations"] == 5 and conf["eval_episodes"] == 20
     params = build_params()
     check_conf_keys(conf, params)
     resolved = ParamsDict(params)

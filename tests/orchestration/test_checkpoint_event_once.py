@@ -18,7 +18,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]  # integration: dag.test() on an Airflow metadata DB
 
 SHA_A, SHA_B = "aa" * 32, "bb" * 32
 

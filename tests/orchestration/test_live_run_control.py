@@ -26,6 +26,9 @@ from sim2real.dev.sandbox import Sandbox
 
 from tests.orchestration.live_airflow import LiveAirflow
 
+#: A live Airflow (scheduler, DAG processor, two triggerers, API server) against the sandbox.
+pytestmark = pytest.mark.integration
+
 #: The Batch job: runs until terminated (10 minutes at most).
 LAUNCHER = 'echo "training (a stand-in that sleeps)"\nsleep 600\n'
 

@@ -30,15 +30,15 @@ def notes(monkeypatch):
 
 
 def test_a_fresh_run_gets_its_note_in_its_first_task(notes):
-    dag_run = SimpleNamespace(dag_id="sim_to_real", run_id="manual__1", conf={})
-    run_stage._first_note(dag_run, {"run_key": "sim-to-real-manual-1-abcd"})
+    dag_run = SimpleNamespace(run_id="manual__1", conf={})
+    run_stage._first_note("sim_to_real", dag_run, {"run_key": "sim-to-real-manual-1-abcd"})
     assert len(notes) == 1
     assert notes[0]["dag_id"] == "sim_to_real" and notes[0]["run_id"] == "manual__1"
     assert "sim-to-real-manual-1-abcd" in notes[0]["note"] and notes[0]["note"].strip()  # never empty: "" deletes
 
 
 def test_a_retraining_round_keeps_the_note_it_was_created_with(notes):
-    dag_run = SimpleNamespace(dag_id="sim_to_real", run_id="manual__2", conf={RETRAIN_FIELD: {"round": 2}})
-    run_stage._first_note(dag_run, {"run_key": "k"})
+    dag_run = SimpleNamespace(run_id="manual__2", conf={RETRAIN_FIELD: {"round": 2}})
+    run_stage._first_note("sim_to_real", dag_run, {"run_key": "k"})
     assert notes == []
 

@@ -149,7 +149,7 @@ def first_note_text(run_key: str) -> str:
             "replace this note when the run ends.\n")
 
 
-def _first_note(dag_run: Any, plan: Mapping[str, Any]) -> None:
+def _first_note(dag_id: str, dag_run: Any, plan: Mapping[str, Any]) -> None:
     """Give the run its note in its first task, through the REST API like every note write.
 
     Airflow 3.3.1 answers the UI's "Mark Dag Run as failed" on a run WITHOUT a note row with 409 and applies only
@@ -164,7 +164,7 @@ def _first_note(dag_run: Any, plan: Mapping[str, Any]) -> None:
 
     if (dag_run.conf or {}).get(RETRAIN_FIELD):
         return
-    set_run_note(dag_id=dag_run.dag_id, run_id=dag_run.run_id, note=first_note_text(plan["run_key"]),
+    set_run_note(dag_id=dag_id, run_id=dag_run.run_id, note=first_note_text(plan["run_key"]),
                  env=load_environment())
 
 
@@ -206,7 +206,7 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
             print(f"[sim2real] resuming from {seeded['source']} (iteration {seeded['iteration']}, sha256 "
                   f"{seeded['sha256']}), copied to {seeded['copied_to']}", flush=True)
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
-        _first_note(dag_run, plan)
+        _first_note(dag.dag_id, dag_run, plan)
         # MLflow: the parent run and the stages' child runs; their ids go into the workloads' environments
         # (never fails the run: a server that cannot be reached leaves the run untracked, with the reason).
         env = load_environment()
