@@ -355,13 +355,14 @@ def test_trigger_serializes_round_trip_with_the_task_instance():
     assert ModelPackageDecisionTrigger(**kwargs).serialize() == (path, kwargs)
 
 
-def test_the_steps_own_write_read_back_names_the_airflow_user_not_the_aws_caller():
+def test_a_description_naming_an_airflow_user_does_not_make_that_user_the_decider():
+    # Anyone who may update the package can write such a text; the step recognises its own write by the answer
+    # it keeps in the task state store (test_model_approval_decisions: a retry completes it), not by this text.
     description = airflow_approval_description("Approved", "bob", "ok: fine", "2026-12-02T07:00:00+00:00")
     decision = sagemaker_decision({"ModelApprovalStatus": "Approved", "ApprovalDescription": description,
                                    "LastModifiedBy": {"IamIdentity": {"Arn": "arn:aws:sts::1:assumed-role/mwaa/x"}}})
-    assert decision == {"decided_by": "bob", "via": "airflow", "at": "2026-12-02T07:00:00+00:00", "comment": "ok: fine",
-                        "status": "Approved"}
-    assert sagemaker_decision({"ModelApprovalStatus": "Rejected", "ApprovalDescription": description})["via"] == "sagemaker"
+    assert decision == {"decided_by": "arn:aws:sts::1:assumed-role/mwaa/x", "via": "sagemaker", "at": None,
+                        "comment": description, "status": "Approved"}
 
 
 def test_a_registry_decision_with_an_airflow_answer_pending_goes_to_the_step_as_the_answer(moto_endpoint, sm, comms):

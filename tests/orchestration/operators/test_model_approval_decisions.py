@@ -304,6 +304,24 @@ def test_a_registry_approval_by_the_triggers_mapped_identity_is_undone(moto_endp
     assert store.rows[REFUSED_KEY][0]["via"] == "sagemaker"
 
 
+
+def test_a_registry_approval_dressed_as_an_airflow_answer_is_the_identity_that_made_it(
+        moto_endpoint, sm, store, requests, monkeypatch):
+    # The run's trigger approves in Studio with a description that reads like the step's record of another user's
+    # Airflow answer: the decider is the identity SageMaker recorded, so four-eyes still refuses it.
+    role = "arn:aws:sts::123456789012:assumed-role/ml-engineer/alice"
+    environment(monkeypatch, {"aws_identities": {"alice": [role]}})
+    arn = register(sm, "g-forged", "r1")
+    forged = f"Approved in Airflow by bob at {NOW.isoformat()}: looked at the review"
+    decide_in_registry(sm, arn, "r1", "Approved", forged)
+    package = {**sm.describe_model_package(ModelPackageName=arn), "LastModifiedBy": {"IamIdentity": {"Arn": role}}}
+    with pytest.raises(TaskDeferred):
+        operator("g-forged", "r1")._decided_in_sagemaker(context_for(store, triggered_by="alice"), package)
+    assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "PendingManualApproval"
+    refused = store.rows[REFUSED_KEY][0]
+    assert (refused["by"], refused["via"]) == (role, "sagemaker")
+
+
 # ---------------------------------------------------------------- retries
 def test_a_retry_completes_the_earlier_tries_airflow_answer_with_its_attribution(
         moto_endpoint, sm, store, requests, monkeypatch):

@@ -90,6 +90,11 @@ def airflow_approval_description(status: str, user: str, comment: str | None, at
 def sagemaker_decision(package: dict[str, Any]) -> dict[str, Any]:
     """Who decided a package outside Airflow (SageMaker Studio, the CLI or the API), from DescribeModelPackage.
 
+    The decider is the identity SageMaker recorded, never what the ``ApprovalDescription`` says: a description
+    written to look like this project's record of an Airflow answer ("Approved in Airflow by <user> ...") names
+    nobody (anyone who may update the package can write it). The approval step's own write of an Airflow answer
+    is recognised by the answer it keeps in the task's state store, not by this text.
+
     :return: ``{"decided_by", "via": "sagemaker", "at", "comment", "status"}``: ``decided_by`` is
         ``LastModifiedBy.UserProfileName`` (Studio), else ``LastModifiedBy.IamIdentity.Arn`` (CLI / API),
         else ``None`` (the response names nobody); ``at`` is ``LastModifiedTime`` (ISO 8601) or ``None``;
@@ -97,9 +102,6 @@ def sagemaker_decision(package: dict[str, Any]) -> dict[str, Any]:
     """
     who = package.get("LastModifiedBy") or {}
     at = package.get("LastModifiedTime")
-    written = airflow_decision_in(package)
-    if written is not None:
-        return written
     return {
         "decided_by": who.get("UserProfileName") or (who.get("IamIdentity") or {}).get("Arn"),
         "via": "sagemaker",
@@ -107,27 +109,6 @@ def sagemaker_decision(package: dict[str, Any]) -> dict[str, Any]:
         "comment": package.get("ApprovalDescription"),
         "status": package.get("ModelApprovalStatus"),
     }
-
-
-#: The first words of an ``ApprovalDescription`` this project writes for an Airflow answer
-#: (:func:`airflow_approval_description`): ``"<status> in Airflow by <user> at <time>: <comment>"``.
-AIRFLOW_DESCRIPTION_MARK = " in Airflow by "
-
-
-def airflow_decision_in(package: dict[str, Any]) -> dict[str, Any] | None:
-    """The Airflow decision a package's ``ApprovalDescription`` records (the text of
-    :func:`airflow_approval_description`, written by the approval step), or None when it records none: so a
-    retry that finds the step's own write still names the Airflow user, not the AWS caller that wrote it."""
-    import re
-
-    status = package.get("ModelApprovalStatus")
-    text = str(package.get("ApprovalDescription") or "")
-    match = re.match(rf"^({'|'.join(DECIDED_STATUSES)}) in Airflow by (.+?) at (\S+): (.*)$", text, re.DOTALL)
-    if not match or match.group(1) != status:
-        return None
-    comment = match.group(4).split(" | Refused: ", 1)[0]
-    return {"decided_by": match.group(2), "via": "airflow", "at": match.group(3),
-            "comment": None if comment == "no comment" else comment, "status": status}
 
 
 class ModelRegistryHook(SageMakerExtHook):
