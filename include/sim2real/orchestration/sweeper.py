@@ -449,6 +449,9 @@ def verdict(found: Found, record: Mapping[str, Any] | None, runs: Any, current: 
         return "orphan", f"{who} no longer exists (deleted)"
     process = record.get("process")
     if state in ACTIVE_DAG_RUN_STATES and process_gone(process):
+        if found.kind == "greengrass_deployment" and runs.deploy_succeeded(dag_id, run_id):
+            return "released", (f"{who} deployed it before the process that ran it died: the group's current "
+                                "release, left alone")
         return "orphan", (f"{who} still says {state}, but the process that ran it (pid {process.get('pid')} on "
                           f"{process.get('host')}, a dag.test) is gone: nothing watches it any more")
     if state not in ACTIVE_DAG_RUN_STATES:

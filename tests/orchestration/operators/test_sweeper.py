@@ -307,6 +307,21 @@ def test_a_run_whose_dag_test_process_died_is_an_orphan_though_its_training_stil
     assert process_gone(None) is None
 
 
+def test_a_dead_processs_run_that_had_deployed_keeps_its_release():
+    """A dag.test killed after its deploy task succeeded: the Greengrass deployment is the group's current
+    release (robots may still be applying it), not an orphan to cancel; a deployment it had not finished is one."""
+    from sim2real.orchestration.sweeper import current_process
+
+    run_id = "manual__2026-11-13T00:00:00+00:00"
+    key = make_run_key("sim_to_real", run_id)
+    STATES[("sim_to_real", run_id)] = "running"
+    gone = {**current_process(), "started": current_process()["started"] - 3600}  # this pid, another start: gone
+    record = {"dag_id": "sim_to_real", "run_id": run_id, "deployment": deployment_id(), "process": gone}
+    found = Found("greengrass_deployment", "d-1", "n", key, "ACTIVE", "arn:aws:iot:us-east-1:1:thinggroup/robots")
+    assert verdict(found, record, FakeRuns(deployed=[run_id]), deployment=deployment_id())[0] == "released"
+    assert verdict(found, record, FakeRuns(), deployment=deployment_id())[0] == "orphan"
+
+
 def test_a_deadline_skips_the_rest_with_a_warning(s3, caplog):
     """Under a deadline (prepare_run's), the services and stops left when it passed are skipped, not waited for."""
     c = clients()
