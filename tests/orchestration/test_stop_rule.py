@@ -96,6 +96,22 @@ def test_an_unreadable_state_stops_as_airflow_asked(monkeypatch):
     assert trigger.stopped == ["TerminateJob"]
 
 
+def test_a_state_read_that_hangs_stops_as_airflow_asked_after_its_limit(monkeypatch):
+    """The supervisor channel can hang (a stuck in-process Execution API): the read gives up after its limit and
+    the stop goes ahead, instead of waiting for ever with the job running."""
+    import threading
+
+    gate = threading.Event()
+    monkeypatch.setattr(stop_rule, "read_task_state", lambda ti: gate.wait(30) and "deferred")
+    monkeypatch.setattr(stop_rule, "TRIGGER_STATE_READ_TIMEOUT_S", 0.5)
+    trigger = SimpleNamespace(task_instance=TI)
+    try:
+        decision = asyncio.run(asyncio.wait_for(stop_rule.trigger_should_stop(trigger), 10))
+    finally:
+        gate.set()
+    assert decision.stop is True and decision.state is None
+
+
 def test_the_state_is_read_for_the_trigger_s_own_task_instance(monkeypatch):
     """``GetTaskStates`` answers ``{run_id: {task_id or task_id_<map_index>: state}}`` (Execution API
     ``/task-instances/states``); a task instance missing from it has been deleted with its run."""
