@@ -70,6 +70,7 @@ SLOW_FILES_FIRST = (
     "tests/dev/ui/test_release_approval.py",  # a live Airflow: one sim_to_real run approved by a second user
     "tests/dev/ui/test_trigger_form.py",
     "tests/orchestration/test_live_run_control.py",  # a live Airflow with two triggerers: stops, hand-over, marks
+    "tests/orchestration/operators/test_live_approval_orderings.py",  # a live Airflow: two approval orderings
     "tests/dev/ui/test_run_note_ui.py",  # a live Airflow: the note through the REST API, a mark-failed after it
     "tests/orchestration/operators/test_hyperpod_slurm.py",
     "tests/orchestration/operators/test_model_approval_dag.py",

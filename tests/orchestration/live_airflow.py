@@ -3,7 +3,8 @@ two triggerers, each its own process (so that a triggerer can be stopped, frozen
 in-process sandbox (moto + responders: the AWS calls it receives are in ``sandbox.requests``).
 
 Only 127.0.0.1; the API server runs the SimpleAuthManager with every user admin (a token needs no
-credentials), as ``make ui`` does. The DAG folder is the test's own (tiny DAGs, parsed in a second).
+credentials), as ``make ui`` does, or, with ``users``, with those logins (each a random password). The DAG
+folder is the test's own (tiny DAGs, parsed in a second).
 """
 
 from __future__ import annotations
@@ -36,15 +37,21 @@ class LiveAirflow:
     :param env: more environment (the sandbox's connection and Variable, settings).
     :param triggerer_health_s: ``[triggerer] triggerer_health_check_threshold``: a triggerer whose heartbeat is
         older loses its triggers to another one.
+    :param users: SimpleAuthManager users ``{username: role}`` (``admin``, ``op``, ``user``, ``viewer``), as
+        :class:`sim2real.dev.ui.UiStack` sets them: logins instead of every user admin; :meth:`api` calls as one.
     """
 
-    def __init__(self, home: Path, dags: dict[str, str], env: dict[str, str], *, triggerer_health_s: int = 8) -> None:
+    def __init__(self, home: Path, dags: dict[str, str], env: dict[str, str], *, triggerer_health_s: int = 8,
+                 users: dict[str, str] | None = None) -> None:
         self.home = home
         self.dags_folder = home / "dags"
         self.logs = home / "logs"
         self.port = free_port()
         self.procs: dict[str, subprocess.Popen] = {}
         self._token: str | None = None
+        self.users = dict(users or {})
+        self._passwords = {user: secrets.token_urlsafe(16) for user in self.users}
+        self._tokens: dict[str, str] = {}
         self.dags_folder.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         for name, source in dags.items():
@@ -79,6 +86,15 @@ class LiveAirflow:
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(triggerer_health_s),
         }
         (home / "airflow").mkdir(parents=True, exist_ok=True)
+        if self.users:
+            passwords = home / "passwords.json"
+            passwords.touch(mode=0o600)
+            passwords.write_text(json.dumps(self._passwords) + "\n")
+            self.env.update({
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in self.users.items()),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            })
 
     @property
     def url(self) -> str:
@@ -174,20 +190,30 @@ class LiveAirflow:
         return True
 
     # -- REST API --------------------------------------------------------------------------
-    def token(self) -> str:
-        if self._token is None:
-            self._token = self.api("GET", "/auth/token", auth=False)["access_token"]
-        return self._token
+    def token(self, user: str | None = None) -> str:
+        """A JWT: ``GET /auth/token`` (every user admin), or with ``users`` ``POST /auth/token`` as ``user``
+        (default: the first user)."""
+        if not self.users:
+            if self._token is None:
+                self._token = self.api("GET", "/auth/token", auth=False)["access_token"]
+            return self._token
+        user = user or next(iter(self.users))
+        if user not in self._tokens:
+            self._tokens[user] = self.api("POST", "/auth/token", {"username": user, "password": self._passwords[user]},
+                                          auth=False)["access_token"]
+        return self._tokens[user]
 
-    def api(self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float = 30) -> Any:
-        """Call the API server; raises ``urllib.error.HTTPError`` (body in the message) on 4xx/5xx."""
+    def api(self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float = 30,
+            user: str | None = None) -> Any:
+        """Call the API server (with ``users``: as ``user``, default the first); raises
+        ``urllib.error.HTTPError`` (body in the message) on 4xx/5xx."""
         headers = {"Accept": "application/json"}
         data = None
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         if auth:
-            headers["Authorization"] = f"Bearer {self.token()}"
+            headers["Authorization"] = f"Bearer {self.token(user)}"
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -197,8 +223,9 @@ class LiveAirflow:
             raise urllib.error.HTTPError(err.url, err.code, f"{err.reason}: {detail}", err.headers, None) from None
         return json.loads(raw) if raw else None
 
-    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
-        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+    def trigger(self, dag_id: str, conf: dict | None = None, *, user: str | None = None) -> str:
+        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}},
+                       user=user)
         return run["dag_run_id"]
 
     def run_path(self, dag_id: str, run_id: str) -> str:

@@ -1,0 +1,279 @@
+"""The release approval's orderings that need a RUNNING Airflow: a registry decision first with an Airflow answer
+30 ms later, and an Airflow answer given within a second of the step asking.
+
+One stack for the file (:class:`tests.orchestration.live_airflow.LiveAirflow`: API server, scheduler, DAG
+processor and triggerer as separate processes, LocalExecutor, SQLite) against an in-process sandbox, with
+SimpleAuthManager users ``alice`` (triggers the runs) and ``bob`` (the environment config's approver besides
+alice, so the request is assigned to bob alone). A tiny DAG stands in for ``sim_to_real``'s release:
+``register`` registers a model package (PendingManualApproval, ``CustomerMetadataProperties["sim2real:run-key"]``
+= the run's key, as the fine-tune pipeline's RegisterModel step does) and ``approve`` is the project's
+:class:`~sim2real.orchestration.operators.model_approval.ModelPackageApprovalOperator` with its "approval needed"
+notification. Answers go through the REST API (``PATCH .../hitlDetails``), registry decisions through
+UpdateModelPackage at the sandbox's endpoint; the decision XCom and the try number are read through the REST API.
+
+Airflow 3.3.1 can fail a task whose trigger fires seconds after its deferral from a stale executor state
+(and retry it); the step defends with settle-before-defer, a 5 s settle in its trigger and an idempotent
+completion. The DAG gives ``approve`` a retry, so a lost race would show as try 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sim2real.contract.run_key import make_run_key
+from sim2real.dev.sandbox import Sandbox
+
+from tests.orchestration.live_airflow import LiveAirflow
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+DAG_ID = "approval_orderings"
+TASK = "approve"
+USERS = {"alice": "user", "bob": "user"}
+#: the scheduler's line when it fails a resumed task from the deferral's stale exit (Airflow 3.3.1)
+STALE_EXIT = re.compile(r"reported that the task instance .* finished with state success, but the task instance's "
+                        r"state attribute is (scheduled|queued|running)")
+#: the notifications' queue URL and the messages read from it so far
+NOTICES: dict[str, Any] = {"queue": None, "read": []}
+
+DAG_SOURCE = '''
+import datetime as dt
+
+from airflow.sdk import DAG, BaseOperator
+
+from sim2real.orchestration import notifications as notify
+from sim2real.orchestration.operators.model_approval import ModelPackageApprovalOperator
+
+GROUP = {group!r}
+
+
+class RegisterModelPackage(BaseOperator):
+    """What the fine-tune pipeline's RegisterModel step leaves: a PendingManualApproval package of this run."""
+
+    def execute(self, context):
+        from sim2real.contract.run_key import make_run_key
+        from sim2real.orchestration.hooks.model_registry import ModelRegistryHook
+
+        run_key = make_run_key(context["dag_run"].dag_id, context["run_id"])
+        ModelRegistryHook(aws_conn_id="aws_default").conn.create_model_package(
+            ModelPackageGroupName=GROUP, ModelApprovalStatus="PendingManualApproval",
+            CustomerMetadataProperties={{"sim2real:run-key": run_key}},
+            InferenceSpecification={{
+                "Containers": [{{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/groot@sha256:" + "a" * 64,
+                                "ModelDataUrl": f"s3://bucket/runs/{{run_key}}/vla/model.tar.gz"}}],
+                "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"]}})
+        return run_key
+
+
+with DAG(DAG_ID, schedule=None, start_date=dt.datetime(2026, 1, 1), catchup=False, max_active_runs=2):
+    register = RegisterModelPackage(task_id="register", retries=0)
+    register >> ModelPackageApprovalOperator(
+        task_id=TASK_ID, model_package_group_name=GROUP,
+        run_key="{{{{ ti.xcom_pull(task_ids='register') }}}}",
+        poke_interval=1, response_timeout=dt.timedelta(minutes=10),
+        retries=1, retry_delay=dt.timedelta(seconds=1),
+        on_execute_callback=notify.approval_needed(),
+    )
+'''
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[tuple[LiveAirflow, Sandbox]]:
+    home = tmp_path_factory.mktemp("live-approval")
+    with Sandbox(step_seconds=0.05) as sandbox:
+        config = sandbox.provision(hyperpod=False, robots=1, approvers=["alice", "bob"])
+        # the notifications' reader: an SQS queue subscribed to the topic (raw delivery: the message itself)
+        sqs = sandbox.client("sqs", internal=True)
+        queue = sqs.create_queue(QueueName="approval-notices")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        sandbox.client("sns", internal=True).subscribe(
+            TopicArn=config["notifications"]["sns_topic_arn"], Protocol="sqs", Endpoint=queue_arn,
+            Attributes={"RawMessageDelivery": "true"})
+        NOTICES["queue"] = queue
+        source = DAG_SOURCE.format(group=config["sagemaker"]["model_package_group"]).replace(
+            "DAG_ID", repr(DAG_ID)).replace("TASK_ID", repr(TASK))
+        airflow = LiveAirflow(home, {f"{DAG_ID}.py": source}, sandbox.airflow_env(), users=USERS)
+        try:
+            started = time.monotonic()
+            airflow.start()
+            print(f"live Airflow with users ready in {time.monotonic() - started:.0f} s")
+            yield airflow, sandbox
+        finally:
+            airflow.stop()
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _hitl_path(airflow: LiveAirflow, run_id: str) -> str:
+    return f"{airflow.run_path(DAG_ID, run_id)}/taskInstances/{TASK}/-1/hitlDetails"
+
+
+def _request(airflow: LiveAirflow, run_id: str) -> dict[str, Any] | None:
+    """The step's Airflow request (None until written)."""
+    try:
+        return airflow.api("GET", _hitl_path(airflow, run_id))
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            return None
+        raise
+
+
+def _answer(airflow: LiveAirflow, run_id: str, user: str, option: str, comment: str) -> tuple[int, str]:
+    """PATCH the request as ``user``: ``(HTTP status, reason)``."""
+    try:
+        airflow.api("PATCH", _hitl_path(airflow, run_id),
+                    {"chosen_options": [option], "params_input": {"comment": comment}}, user=user)
+        return 200, ""
+    except urllib.error.HTTPError as err:
+        return err.code, str(err.reason)
+
+
+def _finished(airflow: LiveAirflow, run_id: str, timeout: float = 300) -> dict[str, Any]:
+    """The approval task instance once it is finished (no retry pending)."""
+    return airflow.wait(lambda: (lambda ti: ti if ti["state"] in ("success", "failed", "upstream_failed") else None)(
+        airflow.ti(DAG_ID, run_id, TASK)), timeout, f"{TASK} of {run_id} finished")
+
+
+def _decision(airflow: LiveAirflow, run_id: str) -> dict[str, Any]:
+    entry = airflow.api("GET", f"{airflow.run_path(DAG_ID, run_id)}/taskInstances/{TASK}/xcomEntries/decision"
+                               "?deserialize=true")
+    return entry["value"]
+
+
+def _registry(sandbox: Sandbox):
+    return sandbox.client("sagemaker", internal=True)
+
+
+def _package(sandbox: Sandbox, run_id: str) -> dict[str, Any]:
+    run_key = make_run_key(DAG_ID, run_id)
+    sm = _registry(sandbox)
+    group = sandbox.config["sagemaker"]["model_package_group"]
+    for summary in sm.list_model_packages(ModelPackageGroupName=group)["ModelPackageSummaryList"]:
+        package = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
+        if (package.get("CustomerMetadataProperties") or {}).get("sim2real:run-key") == run_key:
+            return package
+    raise AssertionError(f"no model package for run {run_id}")
+
+
+def _approval_notices(sandbox: Sandbox, run_id: str) -> int:
+    """The "model approval needed" notifications of this run (read from the topic's SQS subscriber)."""
+    sqs = sandbox.client("sqs", internal=True)
+    while True:
+        got = sqs.receive_message(QueueUrl=NOTICES["queue"], MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            break
+        for message in got:
+            NOTICES["read"].append(message["Body"])
+            sqs.delete_message(QueueUrl=NOTICES["queue"], ReceiptHandle=message["ReceiptHandle"])
+    run_key = make_run_key(DAG_ID, run_id)
+    return sum(1 for body in NOTICES["read"] if body.startswith("sim2real: model approval needed") and run_key in body)
+
+
+def _task_log(airflow: LiveAirflow, run_id: str, try_number: int = 1) -> str:
+    try:
+        got = airflow.api("GET", f"{airflow.run_path(DAG_ID, run_id)}/taskInstances/{TASK}/logs/{try_number}"
+                                 "?full_content=true")
+    except urllib.error.HTTPError as err:
+        return f"(log not readable: {err})"
+    content = got.get("content") if isinstance(got, dict) else got
+    if isinstance(content, list):
+        # structured lines: the message and, for a failure, the exception (``error_detail``)
+        return "\n".join(json.dumps(c) if isinstance(c, dict) else str(c) for c in content)
+    return str(content)
+
+
+# -- the orderings -------------------------------------------------------------------------------
+def test_a_registry_reject_first_refuses_the_airflow_approve_30_ms_later(stack):
+    """Rejected in SageMaker, bob approves in Airflow 30 ms later: the registry's Reject stands (registry and the
+    decision XCom), bob's Approve is refused visibly, the task fails as a rejection on its first try."""
+    airflow, sandbox = stack
+    run_id = airflow.trigger(DAG_ID, user="alice")
+    request = airflow.wait(lambda: (lambda r: r if r and r["task_instance"]["state"] == "deferred" else None)(
+        _request(airflow, run_id)), 300, "the approval request, deferred")
+    assert [u["id"] for u in request["assigned_users"]] == ["bob"], request["assigned_users"]
+    assert _approval_notices(sandbox, run_id) == 1
+    time.sleep(6)  # past the trigger's settle hold: the trigger is in its steady rounds, as a real wait is
+
+    arn = _package(sandbox, run_id)["ModelPackageArn"]
+    run_key = make_run_key(DAG_ID, run_id)
+    # a reviewer's UpdateModelPackage at the sandbox's endpoint (as Studio or the CLI send it)
+    sandbox.client("sagemaker").update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Rejected",
+                                                     ApprovalDescription="carol in Studio: drops the cube",
+                                                     CustomerMetadataProperties={"sim2real:run-key": run_key})
+    time.sleep(0.03)
+    status, why = _answer(airflow, run_id, "bob", "Approve", "looks good to me")
+
+    ti = _finished(airflow, run_id)
+    log = _task_log(airflow, run_id)
+    assert ti["state"] == "failed", (ti, log)
+    assert ti["try_number"] == 1, ti  # a rejection is not retried (and no stale-state failure made a try 2)
+    package = _registry(sandbox).describe_model_package(ModelPackageName=arn)
+    assert package["ModelApprovalStatus"] == "Rejected", package
+    assert package["ApprovalDescription"].startswith("carol in Studio"), package["ApprovalDescription"]
+    decision = _decision(airflow, run_id)
+    assert (decision["status"], decision["via"], decision["triggered_by"]) == ("Rejected", "sagemaker", "alice"), decision
+    assert f"{arn} (run {run_key}) was Rejected in sagemaker" in log, log[-3000:]  # the failure names the decision
+    final = _request(airflow, run_id)
+    assert final["response_received"] and final["chosen_options"] == ["Reject"], final
+    assert _approval_notices(sandbox, run_id) == 1  # the re-opened request is not announced again
+    if status == 200:
+        # bob's answer reached the step after the registry's decision: refused, in the lineage's record and on
+        # the request he answered (its closing note names his refused Approve).
+        assert [(r["by"], r["via"], r["status"]) for r in decision["refused"]] == [("bob", "airflow", "Approved")], \
+            decision
+        assert "the registry decision came first" in decision["refused"][0]["reason"], decision
+        assert "Approve by bob in airflow" in final["params_input"]["comment"], final
+        path = "refused by the step"
+    else:
+        # the trigger had already closed the request with the registry's decision: the API refused bob at once
+        assert status == 409 and "already been updated" in why, (status, why)
+        assert decision["refused"] == [], decision
+        assert final["params_input"]["comment"].startswith("Rejected in SageMaker"), final
+        path = "refused by the API (request already closed)"
+    print(f"(a) bob's Approve 30 ms after the registry's Reject: {path}; task failed on try {ti['try_number']}")
+
+
+def test_b_an_airflow_answer_within_a_second_of_the_request_is_kept(stack):
+    """bob approves within a second of the request being written (the step about to defer, or just deferred):
+    the decision is bob's in Airflow, announced once, the request not asked again.
+
+    An answer landing while the task is deferred resumes it through the API directly (no trigger, so the trigger's
+    settle hold cannot help); in the fraction of a second before the scheduler has processed the deferral's exit,
+    Airflow 3.3.1 queues (or already runs) the resumed task and then fails it from that stale exit ("finished with
+    state success, but the task instance's state attribute is queued / running") and retries it. Then, and only then, try 2 is allowed: the
+    retry must complete bob's answer (task state store), not ask again nor announce again."""
+    airflow, sandbox = stack
+    run_id = airflow.trigger(DAG_ID, user="alice")
+    seen = airflow.wait(lambda: _request(airflow, run_id), 300, "the approval request", interval=0.05)
+    written_at = time.monotonic()
+    status, why = _answer(airflow, run_id, "bob", "Approve", "fast and fine")
+    answered_after = time.monotonic() - written_at
+    assert status == 200, (status, why)
+    assert answered_after < 1.0, answered_after
+
+    ti = _finished(airflow, run_id)
+    assert ti["state"] == "success", (ti, _task_log(airflow, run_id, ti["try_number"]))
+    stale = [line for line in airflow.log_text("scheduler").splitlines()
+             if run_id in line and STALE_EXIT.search(line)]
+    if ti["try_number"] != 1:
+        # only Airflow's fast-resume race may cost a try, and only one
+        assert ti["try_number"] == 2 and stale, (ti, stale)
+    decision = _decision(airflow, run_id)
+    assert (decision["status"], decision["via"], decision["decided_by"], decision["triggered_by"]) == (
+        "Approved", "airflow", "bob", "alice"), decision
+    assert decision["comment"] == "fast and fine" and decision["refused"] == [], decision
+    package = _package(sandbox, run_id)
+    assert package["ModelApprovalStatus"] == "Approved", package
+    assert package["ApprovalDescription"].startswith("Approved in Airflow by bob at "), package
+    final = _request(airflow, run_id)
+    assert final["responded_by_user"]["id"] == "bob" and final["chosen_options"] == ["Approve"], final
+    assert _approval_notices(sandbox, run_id) == 1
+    print(f"(b) bob answered {answered_after * 1000:.0f} ms after the request appeared (task then "
+          f"{seen['task_instance']['state']}); decided by bob in Airflow on try {ti['try_number']}"
+          + (" (Airflow 3.3.1 failed try 1 from the deferral's stale exit)" if stale else ""))
