@@ -5,8 +5,8 @@ queued round as the scheduler would. Deterministic at toy size: round 1 trains a
 deterministic policy reaches no target in 20 episodes: 0/20), round 2 resumes from it and trains to iteration 30
 (about 0.45 on Reacher-v5), with the gate at a point estimate of 0.25 between the two; the all-fail cases gate
 on a 95% lower bound of 0.83, which only 20/20 episodes reach (0.839): far above what 1-2 PPO iterations score
-(an unreachable bar, such as 0.99 with 20 episodes, is refused before the run starts). The file's three loops start at
-once (the ``loops`` fixture), each in its own process, sandbox and Airflow home.
+(an unreachable bar, such as 0.99 with 20 episodes, is refused before the run starts). Each of the file's three
+loops starts when its test asks for it (the ``loops`` fixture), in its own process, sandbox and Airflow home.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import pytest
 
 from tests.e2e.test_sandbox_run import start_demos, states
 
-#: The runs start together in the ``loops`` fixture, before the first test, which waits for its own: the first
-#: test's timeout covers all three running at once (as the fault replay's does).
+#: Each run starts when its test asks for it (``start_demos``), one after another.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 BUCKET = "sim2real-artifacts-123456789012"
-#: The file's three loops, started at once by the module fixture (each its own process, sandbox and Airflow home).
+#: The file's three loops (each its own process, sandbox and Airflow home), each started when its test asks for it.
 PASSES_IN_ROUND_2 = ('{"max_rounds": 3, "max_iterations": 1, "round_iterations": 29, "train_time_budget_seconds": 300, '
                      '"eval_episodes": 20, "min_success_rate": 0.25, "gate_on_lower_bound": false}')
 EVERY_ROUND_FAILS = ('{"max_rounds": 2, "max_iterations": 1, "round_iterations": 1, "train_time_budget_seconds": 60, '

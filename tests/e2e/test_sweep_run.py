@@ -2,7 +2,7 @@
 
 Toy size (10 s of training per candidate, 10 evaluation episodes, the gate open): the test checks the sweep's
 orchestration — three Batch jobs on distinct prefixes, the best Wilson lower bound going on, the lineage listing
-every candidate — not the policies' quality. The file's three runs start at once (the ``sweeps`` fixture).
+every candidate — not the policies' quality. Each of the file's three runs starts when its test asks for it (the ``sweeps`` fixture).
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 
 from .test_sandbox_run import start_demos, states
 
-#: The runs start together in the ``sweeps`` fixture, before the first test, which waits for its own: the first
-#: test's timeout covers all three running at once (as the fault replay's does).
+#: Each run starts when its test asks for it (``start_demos``), one after another.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 TOY = '"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10'
@@ -21,7 +20,7 @@ SEEDS = ("--seed", "3", "--eval-seed", "2000")
 
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory):
-    """The file's three sweep runs, started at once (each its own process, sandbox and Airflow home)."""
+    """The file's three sweep runs (each its own process, sandbox and Airflow home), each started when its test asks."""
     return start_demos(tmp_path_factory.mktemp("sweeps"), {
         "all_succeed": ("--sweep", *SEEDS, "--conf", "{" + TOY + "}"),
         "c1_fails": ("--sweep", "--fail-candidate", "1", "--no-mlflow", *SEEDS, "--conf", "{" + TOY + "}"),
