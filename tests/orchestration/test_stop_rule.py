@@ -168,3 +168,20 @@ def test_the_cause_a_plain_on_kill_is_cancelled_by_the_repeated_cancel():
     trigger = PlainOnKill()
     asyncio.run(_as_the_triggerer_does(trigger, repeat_every=0.5))
     assert trigger.stopped == []
+
+
+@pytest.mark.parametrize("try_number, max_tries, retries, afresh", [
+    (1, 0, 0, True),     # the first try, no retries
+    (1, 2, 2, True),     # the first try
+    (2, 2, 2, False),    # its retry
+    (3, 4, 2, True),     # the first try after a clear of try 2 (clear sets max_tries = try_number + retries)
+    (4, 4, 2, False),    # a retry after that clear
+])
+def test_starts_afresh_tells_a_clear_from_a_retry(try_number, max_tries, retries, afresh):
+    ti = SimpleNamespace(try_number=try_number, max_tries=max_tries)
+    assert stop_rule.starts_afresh(ti, retries) is afresh
+
+
+def test_starts_afresh_without_try_counters_is_a_retry():
+    assert stop_rule.starts_afresh(None, 2) is False
+    assert stop_rule.starts_afresh(SimpleNamespace(try_number=None, max_tries=1), 0) is False

@@ -18,6 +18,12 @@ Airflow 3.3.1 calls a task's stop hooks in more cases than a person's stop:
   it still is (its next try reattaches to the resource by name). ``execution_timeout`` calls ``on_kill`` too, with
   the task instance ``running`` and its time used up.
 
+A person's **clear** also starts the task afresh: the cleared try's wait is cancelled (above) and a new try runs.
+Operators that reattach to this run's resource on a retry (a worker lost after the submit) must not reattach on
+such a try, or a clear would silently continue the old job whenever the new try looked before the old trigger's
+stop landed (on a busy triggerer it often does): :func:`starts_afresh` tells a retry from a fresh start, and the
+operator stops what an earlier try left running.
+
 The rule (:func:`trigger_should_stop`, :func:`worker_should_stop`), read through the Task Execution API
 (``GetTaskStates``, what the triggerer and the task supervisor answer for their triggers and tasks):
 
@@ -149,6 +155,27 @@ async def trigger_should_stop(trigger: Any) -> Decision:
         log.warning("could not read the state of %s: %s: %s", ti, type(err).__name__, err)
         state = None
     return trigger_decision(state)
+
+
+def starts_afresh(ti: Any, retries: Any) -> bool:
+    """Whether the try ``ti`` runs starts its task afresh (its first try, or the first try after a person cleared
+    it) rather than retrying an earlier try of the same series.
+
+    Airflow counts tries per series: a new task instance has ``max_tries = retries``, and ``clear_task_instances``
+    sets ``max_tries = try_number + retries`` before the next try, so the first try of a series has
+    ``try_number == max_tries - retries + 1`` (the Task SDK's ``RuntimeTaskInstance.get_first_reschedule_date``
+    uses the same number). A retry has a larger ``try_number``.
+
+    :param ti: the running task instance (``context["ti"]``); anything without integer ``try_number`` and
+        ``max_tries`` (a test's bare context) counts as a retry, the behaviour before this rule.
+    :param retries: the task's ``retries`` (None: 0).
+    """
+    try:
+        try_number, max_tries = int(ti.try_number), int(ti.max_tries)
+        series_start = max_tries - int(retries or 0) + 1
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return try_number <= series_start
 
 
 def _timed_out(ti: Any, task: Any) -> bool:

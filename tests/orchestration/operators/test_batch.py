@@ -245,6 +245,43 @@ def test_reattach_after_crash_right_after_submit(aws_env, moto_batch_gaps, scrip
     assert [j["jobId"] for j in jobs_named(clients["batch"])] == [result["job_id"]]
 
 
+class _Try:
+    """The running task instance's try counters, as Airflow sets them (``context["ti"]``)."""
+
+    def __init__(self, try_number: int, max_tries: int):
+        self.try_number, self.max_tries = try_number, max_tries
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_a_cleared_task_terminates_the_earlier_tries_job_and_submits_a_new_one(aws_env, moto_batch_gaps, script):
+    """Before: the first try after a person's clear reattached to the cleared try's job when it looked before the
+    trigger's stop landed (a busy triggerer): the clear silently continued the old job, and its stop never came
+    (the trigger saw the task deferred again and took it for a hand-over)."""
+    clients = setup_batch()
+    script["*"] = [("RUNNING", None, None)]
+    with pytest.raises(TaskDeferred):
+        make_op(retries=2).execute({"ti": _Try(1, 2)})
+    [old] = jobs_named(clients["batch"])
+    script[old["jobId"]] = [("RUNNING", None, None)]
+    script["*"] = [("SUCCEEDED", None, 0)]
+    # clear_task_instances: max_tries = try_number (1) + retries (2); the new try is try 2
+    result = make_op(retries=2).execute({"ti": _Try(2, 3)})
+    assert result["reattached"] is False and result["job_id"] != old["jobId"]
+    assert script["terminated"] == [(old["jobId"], "sim2real: superseded by try 2 of the cleared task")]
+
+
+@mock_aws(config=MOTO_BATCH)
+def test_a_retry_reattaches_to_the_running_job(aws_env, moto_batch_gaps, script):
+    clients = setup_batch()
+    script["*"] = [("RUNNING", None, None)]
+    with pytest.raises(TaskDeferred):
+        make_op(retries=2).execute({"ti": _Try(1, 2)})
+    script["*"] = [("SUCCEEDED", None, 0)]
+    result = make_op(retries=2).execute({"ti": _Try(2, 2)})  # a retry: max_tries unchanged
+    assert result["reattached"] is True and script["terminated"] == []
+    assert [j["jobId"] for j in jobs_named(clients["batch"])] == [result["job_id"]]
+
+
 @mock_aws(config=MOTO_BATCH)
 def test_failed_job_is_not_reattached(aws_env, moto_batch_gaps, monkeypatch):
     clients = setup_batch()

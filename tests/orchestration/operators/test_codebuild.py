@@ -12,6 +12,7 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException
 from moto import mock_aws
 from moto.codebuild.models import CodeBuildBackend
+from moto.codebuild.responses import CodeBuildResponse
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ecr.models import ecr_backends
 from sim2real.orchestration.operators.codebuild import CodeBuildImageOperator
@@ -131,8 +132,20 @@ def build_status(monkeypatch):
         holder["stopped"].append(build_id)
         return original_stop(self, build_id)
 
+    def start_build(self):
+        """moto drops ``environmentVariablesOverride``; CodeBuild lists the build's variables, overrides included,
+        in its ``environment.environmentVariables`` (``BatchGetBuilds``), which a retry's lookup reads."""
+        result = original_start(self)
+        build = self.codebuild_backend.build_metadata[self._get_param("projectName")].build_metadata
+        build["environment"]["environmentVariables"] = [
+            *build["environment"].get("environmentVariables", []),
+            *({"type": "PLAINTEXT", **v} for v in self._get_param("environmentVariablesOverride") or [])]
+        return result
+
+    original_start = CodeBuildResponse.start_build
     monkeypatch.setattr(CodeBuildBackend, "batch_get_builds", batch_get_builds)
     monkeypatch.setattr(CodeBuildBackend, "stop_build", stop_build)
+    monkeypatch.setattr(CodeBuildResponse, "start_build", start_build)
     return holder
 
 
@@ -335,6 +348,44 @@ def test_deferrable_defers_with_trigger_and_on_kill_stops(aws_env, build_status)
         "image_key"] == key_facts["image_key"]
     op.on_kill()
     assert build_status["stopped"] == [op.build_id]
+
+
+
+class _Try:
+    """The running task instance's try counters, as Airflow sets them (``context["ti"]``)."""
+
+    def __init__(self, try_number: int, max_tries: int):
+        self.try_number, self.max_tries = try_number, max_tries
+
+
+def _deferred_build(op, context) -> str:
+    from airflow.providers.common.compat.sdk import TaskDeferred
+
+    with pytest.raises(TaskDeferred):
+        op.execute(context)
+    return op.build_id
+
+
+@mock_aws
+def test_a_cleared_task_stops_the_earlier_tries_build_and_starts_a_new_one(aws_env, build_status):
+    """Before: the first try after a person's clear reattached to the cleared try's build still IN_PROGRESS (the
+    same image tag), so the clear silently continued the old build."""
+    _setup()
+    build_status["status"] = "IN_PROGRESS"
+    old = _deferred_build(_op(retries=2), {"ti": _Try(1, 2)})
+    # clear_task_instances: max_tries = try_number (1) + retries (2); the new try is try 2
+    new = _deferred_build(_op(retries=2), {"ti": _Try(2, 3)})
+    assert new != old and build_status["stopped"] == [old]
+    assert sorted(_builds()) == sorted([old, new])
+
+
+@mock_aws
+def test_a_retry_reattaches_to_the_build_in_progress(aws_env, build_status):
+    _setup()
+    build_status["status"] = "IN_PROGRESS"
+    old = _deferred_build(_op(retries=2), {"ti": _Try(1, 2)})
+    assert _deferred_build(_op(retries=2), {"ti": _Try(2, 2)}) == old  # a retry: max_tries unchanged
+    assert build_status["stopped"] == [] and _builds() == [old]
 
 
 def test_git_ref_commit_reads_the_ref_advertisement(monkeypatch):

@@ -156,15 +156,37 @@ def test_trigger_on_kill_scancels(sandbox, context):
                                                                    open(job(sandbox, trigger.job_id)["output"]).read())
 
 
+def tries(op, context, try_number: int, max_tries: int, retries: int = 2):
+    """``op`` with ``retries`` and ``context`` whose task instance has Airflow's try counters (a new task instance:
+    ``max_tries = retries``; ``clear_task_instances``: ``max_tries = try_number + retries``)."""
+    op.retries = retries
+    context["ti"].try_number, context["ti"].max_tries = try_number, max_tries
+    return op, context
+
+
 def test_retry_reattaches_to_the_running_job_instead_of_submitting_again(sandbox, context):
     # The job must still be running when the second try looks (a job already over is settled without deferring).
-    first, _ = defer(make_operator(sandbox, "t-reattach", SLEEP_SECONDS="15"), context)
+    first, _ = defer(*tries(make_operator(sandbox, "t-reattach", SLEEP_SECONDS="15"), context, 1, 2))
     second_op = make_operator(sandbox, "t-reattach", SLEEP_SECONDS="15")
-    second, _ = defer(second_op, context)
+    second, _ = defer(*tries(second_op, context, 2, 2))  # a retry: max_tries unchanged
     assert second.job_id == first.job_id and second.reattached is True
     assert [j["job_id"] for j in sandbox.slurm.jobs() if j["name"] == "t-reattach"] == [first.job_id]
     result = second_op.execute_complete(context, event=first_event(second))
     assert result["reattached"] is True and result["state"] == "COMPLETED"
+
+
+def test_a_cleared_task_cancels_the_earlier_tries_job_and_submits_a_new_one(sandbox, context):
+    """Before: the first try after a person's clear reattached to the cleared try's job still running (same job
+    name), so the clear silently continued the old job."""
+    first, _ = defer(*tries(make_operator(sandbox, "t-cleared", SLEEP_SECONDS="30"), context, 1, 2))
+    second_op = make_operator(sandbox, "t-cleared")
+    # clear_task_instances: max_tries = try_number (1) + retries (2); the new try is try 2
+    second, _ = defer(*tries(second_op, context, 2, 3))
+    assert second.job_id != first.job_id and second.reattached is False
+    assert job(sandbox, first.job_id)["state"] == "CANCELLED"
+    assert [j["job_id"] for j in sandbox.slurm.jobs() if j["name"] == "t-cleared"] == [first.job_id, second.job_id]
+    result = second_op.execute_complete(context, event=first_event(second))  # runs once the old job freed the nodes
+    assert result["job_id"] == second.job_id and result["reattached"] is False and result["state"] == "COMPLETED"
 
 
 def test_retry_after_the_job_completed_reports_it_instead_of_submitting_again(sandbox, context):
@@ -304,6 +326,19 @@ def test_submit_commands_run_under_sh(tmp_path):
     out = subprocess.run([sh, "-c", "\n".join(commands)], capture_output=True, text=True, env=env, check=False)
     assert slurm.parse_submit_output(out.stdout) == ("6", True), out.stderr
 
+    def fresh(start: str):
+        run = subprocess.run([sh, "-c", "\n".join([f"export {slurm.START_ENV}={start}", *commands])],
+                             capture_output=True, text=True, env=env, check=False)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    # a fresh start does not report the COMPLETED job: it submits
+    assert slurm.parse_superseded(fresh("afresh")) == [] and slurm.parse_submit_output(fresh("afresh")) == ("77", False)
+    (bin_dir / "squeue").write_text("#!/bin/sh\nprintf '8\\n9\\n'\n")
+    out = fresh("afresh")  # active jobs of the run: named for the operator to cancel, nothing submitted
+    assert slurm.parse_superseded(out) == ["8", "9"] and slurm.SUBMIT_MARKER not in out
+    assert slurm.parse_submit_output(fresh("new")) == ("77", False)  # after the cancel: submits without looking
+
 
 def test_no_submit_host_is_a_clear_error(sandbox, context):
     op = make_operator(sandbox, "t-nohost")
@@ -367,6 +402,10 @@ def test_parse_submit_output_and_refusals():
     assert slurm.parse_submit_output("sim2real-slurm-job-id=7 reattached=1") == ("7", True)
     with pytest.raises(ValueError, match="no Slurm job id"):
         slurm.parse_submit_output("sbatch: error: Batch job submission failed")
+    assert slurm.parse_superseded("sim2real-slurm-superseded=12\nnoise\nsim2real-slurm-superseded=13\n") == [
+        "12", "13"]
+    with pytest.raises(ValueError, match="digits"):
+        slurm.parse_superseded("sim2real-slurm-superseded=12; rm -rf /")
     with pytest.raises(ValueError, match="digits"):
         slurm.status_commands("1; rm -rf /")
 

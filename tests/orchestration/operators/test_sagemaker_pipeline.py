@@ -139,6 +139,54 @@ def test_reattaches_to_executing_execution_and_defers(moto_endpoint, context, sm
     assert len(executions) == 1  # no second execution started
 
 
+
+def _try(context, try_number: int, max_tries: int, retries: int = 2) -> dict:
+    """``context`` whose task instance has Airflow's try counters (a new task instance: ``max_tries = retries``;
+    ``clear_task_instances``: ``max_tries = try_number + retries``)."""
+    context["ti"].try_number, context["ti"].max_tries = try_number, max_tries
+    return context
+
+
+def test_a_retry_reattaches_to_the_executing_execution(moto_endpoint, context, sm):
+    _pipeline(sm, "p-retry")
+    arn = sm.start_pipeline_execution(PipelineName="p-retry", PipelineExecutionDisplayName="run-t1")["PipelineExecutionArn"]
+    _set_status(arn, "Executing")
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-retry", display_name="run-t1", retries=2)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(_try(context, 2, 2))  # a retry: max_tries unchanged
+    assert deferred.value.trigger.pipeline_execution_arn == arn
+    assert len(sm.list_pipeline_executions(PipelineName="p-retry")["PipelineExecutionSummaries"]) == 1
+
+
+def test_a_cleared_task_stops_the_earlier_tries_execution_and_starts_a_new_one(moto_endpoint, context):
+    """Before: the first try after a person's clear reattached to the cleared try's execution still Executing (same
+    display name, the run key), so the clear silently continued the old execution."""
+    old = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:pipeline/p-stub/execution/old111"
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-stub", display_name="run-s1", retries=2,
+                                   check_interval=0, waiter_max_attempts=1)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response(
+            "list_pipeline_executions",
+            {"PipelineExecutionSummaries": [{"PipelineExecutionArn": old, "PipelineExecutionStatus": "Executing",
+                                             "PipelineExecutionDisplayName": "run-s1"}]},
+            {"PipelineName": "p-stub", "SortBy": "CreationTime", "SortOrder": "Descending"},
+        )
+        stub.add_response("stop_pipeline_execution", {"PipelineExecutionArn": old}, {"PipelineExecutionArn": old})
+        stub.add_response("describe_pipeline_execution", {"PipelineExecutionStatus": "Stopping"},
+                          {"PipelineExecutionArn": old})
+        stub.add_response(
+            "start_pipeline_execution",
+            {"PipelineExecutionArn": ARN},
+            {"PipelineName": "p-stub", "PipelineExecutionDisplayName": "run-s1", "PipelineParameters": []},
+        )
+        stub.add_response("describe_pipeline_execution", {"PipelineExecutionStatus": "Executing"},
+                          {"PipelineExecutionArn": ARN})
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(_try(context, 2, 3))  # try 1 of 2 retries cleared: max_tries = 1 + 2
+        stub.assert_no_pending_responses()
+    assert deferred.value.trigger.pipeline_execution_arn == ARN
+
+
 def test_reattach_to_succeeded_returns_without_waiting(moto_endpoint, context, sm):
     _pipeline(sm, "p-done")
     arn = sm.start_pipeline_execution(PipelineName="p-done", PipelineExecutionDisplayName="run-d1")["PipelineExecutionArn"]

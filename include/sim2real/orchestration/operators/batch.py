@@ -24,6 +24,7 @@ from sim2real.orchestration.hooks.batch import (
     job_cost_record,
 )
 from sim2real.orchestration.links.batch import NODE_LOG_LINKS
+from sim2real.orchestration.stop_rule import starts_afresh
 from sim2real.contract.run_key import is_valid_run_key
 from sim2real.orchestration.triggers.batch import BatchTrainingJobTrigger
 from sim2real.orchestration.waits.batch import batch_job_step
@@ -42,8 +43,11 @@ class BatchTrainingOperator(BatchOperator):
     * registers a revision of ``job_definition`` with every node range's (or the container's)
       image replaced by ``image_uri`` and tagged ``sim2real:image-digest``; the latest ACTIVE
       revision is reused when its images already equal ``image_uri``;
-    * reattaches to this run's job (``ListJobs`` filter ``JOB_NAME=job_name``, not FAILED, tag
-      ``sim2real:run-key`` = ``run_key``) instead of submitting a second one — logs "reattached";
+    * on a retry, reattaches to this run's job (``ListJobs`` filter ``JOB_NAME=job_name``, not FAILED, tag
+      ``sim2real:run-key`` = ``run_key``) instead of submitting a second one — logs "reattached"; the first try
+      after a person cleared the task starts afresh instead
+      (:func:`sim2real.orchestration.stop_rule.starts_afresh`): it terminates the earlier try's job if that
+      still runs (reason ``sim2real: superseded ...``) and submits a new one;
     * submits with ``nodeOverrides={"numNodes": num_nodes, "nodePropertyOverrides": [{"targetNodes": "0:",
       "containerOverrides": {"environment": [...]}}]}`` (container job definitions: ``containerOverrides``)
       and tags ``{"sim2real:run-key": run_key}``; the environment gets ``RUN_KEY`` and ``IMAGE_DIGEST``
@@ -205,6 +209,9 @@ class BatchTrainingOperator(BatchOperator):
         self.job_definition_arn = job_def["jobDefinitionArn"]
 
         existing = self.hook.find_run_job(self.job_queue, self.job_name, self.run_key)
+        if existing and starts_afresh(context.get("ti"), self.retries):
+            self._supersede(existing, context)
+            existing = None
         if existing:
             self.job_id = existing["jobId"]
             self.reattached = True
@@ -248,6 +255,18 @@ class BatchTrainingOperator(BatchOperator):
         job = self._persist_links(context)
         self._reserve_node_links(context)
         return self._settle(context, job)
+
+    def _supersede(self, job: dict[str, Any], context: Context) -> None:
+        """A fresh start (a cleared task's new try) does not reattach: the earlier try's job is terminated when it
+        has not ended, and a new job is submitted."""
+        try_number = getattr(context.get("ti"), "try_number", "?")
+        if job.get("status") in ("SUCCEEDED", self.hook.FAILURE_STATE):
+            self.log.info("AWS Batch job %s of an earlier try ended %s; try %s starts afresh (the task was cleared) "
+                          "and submits a new job", job["jobId"], job.get("status"), try_number)
+            return
+        self.log.warning("AWS Batch job %s of an earlier try is %s; try %s starts afresh (the task was cleared): "
+                         "terminating it and submitting a new job", job["jobId"], job.get("status"), try_number)
+        self.hook.terminate_job(job["jobId"], f"sim2real: superseded by try {try_number} of the cleared task")
 
     def _reserve_node_links(self, context: Context) -> None:
         """Push an empty value for every link key persisted only once the job ended (each node's

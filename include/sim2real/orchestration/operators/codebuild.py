@@ -24,6 +24,7 @@ from sim2real.orchestration.hooks.codebuild import (
     image_key,
 )
 from sim2real.orchestration.links.codebuild import CodeBuildBuildLink
+from sim2real.orchestration.stop_rule import starts_afresh
 from sim2real.orchestration.triggers.codebuild import CodeBuildBuildCompleteTrigger
 from sim2real.orchestration.waits.codebuild import codebuild_build_step
 from sim2real.orchestration.waits.core import event_outcome, settle_now
@@ -48,7 +49,9 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
        a new commit, does not match a record.
     3. Otherwise ``StartBuild`` on the resolved commit (``sourceVersion``) with ``IMAGE_TAG=<prefix><key[:40]>``
        and ``IMAGE_REPO_NAME``; on a retry, a build of the same tag still IN_PROGRESS is reattached instead
-       (``ListBuildsForProject``). The wait is deferred; a build that is already over when it would defer is
+       (``ListBuildsForProject``); the first try after a person cleared the task starts afresh instead
+       (:func:`sim2real.orchestration.stop_rule.starts_afresh`): it stops that build (``StopBuild``) and starts
+       a new one. The wait is deferred; a build that is already over when it would defer is
        finished at once (no trigger). The digest is the build's exported ``IMAGE_DIGEST`` (buildspec
        ``env.exported-variables``), else ECR's image of the tag; it is recorded under the key (and under the
        key of the build's ``resolvedSourceVersion`` when the source could not be resolved beforehand).
@@ -201,6 +204,9 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
         tag = f"{self.image_tag_prefix}{(key or uuid.uuid4().hex)[:40]}"
         self.key_facts["image_tag"] = tag
         build = self.hook.find_build(self.project_name, tag) if key else None
+        if build and starts_afresh(context.get("ti"), self.retries):
+            self._supersede(build, context)
+            build = None
         if build:
             self.log.info("Reattaching to CodeBuild build %s of an earlier try (IMAGE_TAG %s)", build["id"], tag)
         else:
@@ -231,6 +237,14 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
             timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 60),
         )
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
+
+    def _supersede(self, build: dict[str, Any], context: Context) -> None:
+        """A fresh start (a cleared task's new try) does not reattach: the earlier try's build (IN_PROGRESS, as
+        :meth:`CodeBuildHook.find_build` finds it) is stopped, and a new build is started."""
+        try_number = getattr(context.get("ti"), "try_number", "?")
+        self.log.warning("CodeBuild build %s of an earlier try is %s; try %s starts afresh (the task was cleared): "
+                         "stopping it and starting a new build", build["id"], build.get("buildStatus"), try_number)
+        self.hook.stop_build(build["id"])
 
     def _finish(self, build: dict[str, Any]) -> dict[str, Any]:
         """Result of a finished build: its digest recorded under the image key (raises on a failed build)."""

@@ -28,6 +28,7 @@ from sim2real.orchestration.hooks.hyperpod import HyperPodHook, instance_group_s
 from sim2real.orchestration.hooks.workstation import WorkstationHook
 from sim2real.orchestration.links.sagemaker import HyperPodClusterLink
 from sim2real.orchestration.run_state import FAILED_STATES
+from sim2real.orchestration.stop_rule import starts_afresh
 from sim2real.orchestration.triggers.hyperpod import HyperPodScaleTrigger, HyperPodSlurmJobTrigger
 from sim2real.orchestration.waits.core import WaitState, event_outcome, settle_now
 from sim2real.orchestration.waits.hyperpod import (
@@ -255,7 +256,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     ``AWS-RunShellScript`` with ``submit_commands`` (:func:`sim2real.orchestration.slurm.submit_commands`: write the
     batch script, then ``sbatch --parsable`` unless ``squeue -n <job_name>`` already lists a pending or
     running job of this run, or ``sacct --name <job_name>`` one that COMPLETED, which a retried try waits
-    for or reports instead of submitting twice); the Slurm job
+    for or reports instead of submitting twice; the first try after a person cleared the task starts afresh
+    instead (:func:`sim2real.orchestration.stop_rule.starts_afresh`, :data:`sim2real.orchestration.slurm.START_ENV`):
+    it cancels the run's pending or running job (``scancel``) and submits a new one); the Slurm job
     id is parsed from the output; then poll the job's state with ``sacct -X -n -P -o State,ExitCode``
     (else ``scontrol show job -o``) through SSM, deferred
     (:class:`~sim2real.orchestration.triggers.hyperpod.HyperPodSlurmJobTrigger`) until COMPLETED or a failure state
@@ -296,7 +299,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         job unknown to both sacct and scontrol) before the task fails, retried (default
         :data:`~sim2real.orchestration.waits.hyperpod.DEFAULT_MAX_FAILED_QUERIES`).
     :param submit_only: submit (or reattach) and return at once, without waiting: a sweep's job array, whose
-        tasks each candidate waits for (default False). Returns ``{"cluster_name", "job_id", "job_name",
+        tasks each candidate waits for (default False); a cleared try reattaches too, and submits only the
+        indexes without an active or COMPLETED task (:func:`sim2real.orchestration.slurm.array_submit_commands`).
+        Returns ``{"cluster_name", "job_id", "job_name",
         "log_path", "submit_host_instance_id", "reattached", "tasks"}`` (``tasks``: array index → task id from
         the ``sim2real-slurm-array-task=`` lines, :func:`sim2real.orchestration.slurm.parse_array_tasks`; empty for
         a single job).
@@ -465,19 +470,20 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         commands = list(self.submit_commands)
         if self.container_image:
             commands.insert(0, f"export SIM2REAL_CONTAINER_IMAGE={shlex.quote(str(self.container_image))}")
-        result = self.hook.run_shell_script(
-            instance_id, commands, execution_timeout_seconds=300, poll_seconds=min(2.0, float(self.poll_interval)),
-            comment=f"sbatch {self.job_name}",
-        )
-        if result["status"] != "Success":
-            raise AirflowException(
-                f"Submitting Slurm job {self.job_name} on HyperPod cluster {self.cluster_name} through SSM on "
-                f"{instance_id} ended {result['status']} (exit code {result['response_code']}): "
-                f"{(result['stderr'] or result['stdout'])[-1500:]}"
-            )
-        job_id, reattached = slurm.parse_submit_output(result["stdout"])
+        # A sweep's array is not started afresh: a cleared submit_sweep resubmits only its missing candidates.
+        afresh = not self.submit_only and starts_afresh(context.get("ti"), self.retries)
+        stdout = self._submit(instance_id, commands, "afresh" if afresh else None)
+        superseded = slurm.parse_superseded(stdout) if afresh else []
+        if superseded:
+            self._supersede(superseded, context)
+            stdout = self._submit(instance_id, commands, "new")
+        job_id, reattached = slurm.parse_submit_output(stdout)
+        if afresh and reattached:
+            self.log.warning("Try %s starts afresh (the task was cleared) but the submit lines reattached to Slurm job "
+                             "%s: they do not read %s (rendered before it existed)",
+                             getattr(context.get("ti"), "try_number", "?"), job_id, slurm.START_ENV)
         if self.submit_only:
-            tasks = slurm.parse_array_tasks(result["stdout"])
+            tasks = slurm.parse_array_tasks(stdout)
             context["ti"].xcom_push(key=XCOM_SLURM_JOB_ID, value=job_id)
             kept = sorted((i for i, t in tasks.items() if not t.startswith(f"{job_id}_")), key=int)
             self.log.info("%s Slurm job %s (%s) on HyperPod cluster %s via %s: not waiting (submit_only)%s",
@@ -488,6 +494,42 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
                     "log_path": self.log_path, "submit_host_instance_id": instance_id, "reattached": reattached,
                     "tasks": tasks}
         return self._wait(context, job_id, reattached=reattached, instance_id=instance_id)
+
+    def _submit(self, instance_id: str, commands: list[str], start: str | None) -> str:
+        """Send the submit lines (with :data:`sim2real.orchestration.slurm.START_ENV` ``start`` exported when
+        given) through SSM; their standard output.
+
+        :raises AirflowException: the command did not end Success.
+        """
+        if start:
+            commands = [f"export {slurm.START_ENV}={start}", *commands]
+        result = self.hook.run_shell_script(
+            instance_id, commands, execution_timeout_seconds=300, poll_seconds=min(2.0, float(self.poll_interval)),
+            comment=f"sbatch {self.job_name}",
+        )
+        if result["status"] != "Success":
+            raise AirflowException(
+                f"Submitting Slurm job {self.job_name} on HyperPod cluster {self.cluster_name} through SSM on "
+                f"{instance_id} ended {result['status']} (exit code {result['response_code']}): "
+                f"{(result['stderr'] or result['stdout'])[-1500:]}"
+            )
+        return result["stdout"]
+
+    def _supersede(self, job_ids: list[str], context: Context) -> None:
+        """A fresh start (a cleared task's new try) does not reattach: the run's pending or running jobs of earlier
+        tries are cancelled (``scancel``, as :meth:`on_kill`) before a new job is submitted.
+
+        :raises AirflowException: a cancel could not be sent (no second job is submitted beside the first).
+        """
+        try_number = getattr(context.get("ti"), "try_number", "?")
+        for job_id in job_ids:
+            self.log.warning("Slurm job %s (%s) of an earlier try is still active on %s; try %s starts afresh (the "
+                             "task was cleared): cancelling it (scancel) and submitting a new job", job_id,
+                             self.job_name, self.cluster_name, try_number)
+            note = self._cancel(job_id)
+            if note:
+                raise AirflowException(f"Slurm job {job_id} ({self.job_name}) of an earlier try on HyperPod cluster "
+                                       f"{self.cluster_name} could not be cancelled{note}: no new job submitted")
 
     def _wait(self, context: Context, job_id: str, *, reattached: bool, instance_id: str) -> dict[str, Any]:
         """Wait (deferred) for ``job_id`` to end; settled at once when it already has."""
@@ -694,13 +736,16 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
                              (result.get("stderr") or result.get("stdout") or "")[-500:])
         return arrays
 
-    def _cancel(self) -> str:
-        if not (self._job_id and self._instance_id):
+    def _cancel(self, job_id: str | None = None) -> str:
+        """``scancel`` ``job_id`` (default: this task's job) through SSM on the submit host; a note on a failure
+        to send it (empty when sent)."""
+        job_id = job_id or self._job_id
+        if not (job_id and self._instance_id):
             return ""
         try:
-            self.hook.run_shell_script(self._instance_id, slurm.cancel_commands(self._job_id),
+            self.hook.run_shell_script(self._instance_id, slurm.cancel_commands(job_id),
                                        execution_timeout_seconds=60, poll_seconds=1.0,
-                                       comment=f"scancel {self._job_id}")
+                                       comment=f"scancel {job_id}")
             return ""
         except Exception as error:  # the failure message matters more than the cancel
             return f" (scancel failed: {error})"

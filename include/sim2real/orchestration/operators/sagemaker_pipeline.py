@@ -25,6 +25,7 @@ from sim2real.orchestration.hooks.sagemaker_pipeline import (
     pipeline_failure_message,
 )
 from sim2real.orchestration.links.sagemaker import SageMakerPipelineExecutionLink
+from sim2real.orchestration.stop_rule import starts_afresh
 from sim2real.orchestration.triggers.sagemaker import PipelineExecutionTrigger
 from sim2real.orchestration.waits.core import WaitState, event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import pipeline_execution_step
@@ -85,7 +86,9 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
 
     ``display_name`` is the run key. Before starting, ListPipelineExecutions is searched for an
     execution of this pipeline with the same display name in Executing or Succeeded status; if
-    one exists (a retried task) it is reused instead of starting a second one.
+    one exists (a retried task) it is reused instead of starting a second one; the first try after a person
+    cleared the task starts afresh instead (:func:`sim2real.orchestration.stop_rule.starts_afresh`): it stops that
+    execution if it is Executing (StopPipelineExecution) and starts a new one.
     Statuses: Succeeded → success; Failed, Stopped, CompletedWithFailures → failure (message
     names the failing step and FailureReason from ListPipelineExecutionSteps, best effort);
     Executing, Stopping → keep waiting. ``on_kill`` (sync) and the trigger's ``on_kill``
@@ -96,7 +99,7 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
     :param pipeline_params: typed values, cast with :func:`pipeline_param_value`.
     :param check_interval: seconds between status polls.
     :param waiter_max_attempts: polls before failing (default 2880 × 30 s = 24 h).
-    :param reattach: reuse an Executing/Succeeded execution with this display name.
+    :param reattach: on a retry, reuse an Executing/Succeeded execution with this display name.
     :return: ``{"pipeline_execution_arn": str, "status": "Succeeded"}``.
     :raises ValueError: bad display name or parameter value.
     :raises AirflowException: the execution ended Failed/Stopped/CompletedWithFailures, or timed out.
@@ -143,6 +146,9 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
     def execute(self, context: Context) -> dict[str, str]:  # type: ignore[override]
         params = self._validated()
         existing = self.hook.find_execution(self.pipeline_name, self.display_name) if self.reattach else None
+        if existing and starts_afresh(context.get("ti"), self.retries):
+            self._supersede(existing, context)
+            existing = None
         if existing:
             arn, status = existing["PipelineExecutionArn"], existing["PipelineExecutionStatus"]
             self.log.info("Reattaching to execution %s (%s) with display name %s", arn, status, self.display_name)
@@ -185,6 +191,19 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
             timeout=timedelta(seconds=self.check_interval * self.waiter_max_attempts + 120),
         )
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
+
+    def _supersede(self, execution: dict[str, Any], context: Context) -> None:
+        """A fresh start (a cleared task's new try) does not reattach: the earlier try's execution is stopped when
+        it is Executing, and a new execution is started."""
+        try_number = getattr(context.get("ti"), "try_number", "?")
+        arn, status = execution["PipelineExecutionArn"], execution["PipelineExecutionStatus"]
+        if status in PIPELINE_SUCCESS_STATES:
+            self.log.info("Pipeline execution %s of an earlier try ended %s; try %s starts afresh (the task was "
+                          "cleared) and starts a new execution", arn, status, try_number)
+            return
+        self.log.warning("Pipeline execution %s of an earlier try is %s; try %s starts afresh (the task was "
+                         "cleared): stopping it and starting a new execution", arn, status, try_number)
+        self.hook.stop_pipeline(arn)
 
     def _settle(self, arn: str, response: dict[str, Any]) -> dict[str, str]:
         """The result of a terminal ``DescribePipelineExecution`` answer: success, or the failure raised."""

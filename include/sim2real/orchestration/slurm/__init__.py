@@ -47,6 +47,10 @@ TIME_RESOLUTION_SECONDS = 1.0
 
 #: Marker line the submit command prints (parsed by :func:`parse_submit_output`).
 SUBMIT_MARKER = "sim2real-slurm-job-id="
+#: Marker of each job of the run a fresh start's submit lines found active (:func:`parse_superseded`).
+SUPERSEDED_MARKER = "sim2real-slurm-superseded="
+#: Environment variable the submit lines read (:func:`submit_commands`): ``afresh`` or ``new``; unset: a retry.
+START_ENV = "SIM2REAL_SLURM_START"
 #: Marker of each array task line the job array's submit lines print (:func:`parse_array_tasks`).
 ARRAY_TASK_MARKER = "sim2real-slurm-array-task="
 _HEREDOC = "SIM2REAL_SBATCH_EOF"
@@ -206,6 +210,11 @@ def submit_commands(*, script_path: str, script_text: str, job_name: str, log_di
     one that ended COMPLETED (a retried task reports that job instead of paying for a second
     training), writes ``script_text`` to ``script_path`` (quoted here-document: no expansion) and runs
     ``sbatch --parsable``. Prints one line ``sim2real-slurm-job-id=<id> reattached=<0|1>``.
+
+    A fresh start (the first try after a person cleared the task) exports :data:`START_ENV` before the lines:
+    ``afresh``: when ``squeue`` lists jobs of the run in :data:`REATTACH_STATES`, prints one line
+    ``sim2real-slurm-superseded=<id>`` per job and submits nothing (the operator cancels them, then sends the lines
+    again with ``new``); otherwise submits (a COMPLETED job is not reported). ``new``: submits without looking.
     """
     q = shlex.quote
     name = q(job_name)
@@ -213,10 +222,15 @@ def submit_commands(*, script_path: str, script_text: str, job_name: str, log_di
         f"sacct -X -n -P --name {name} -S {COMPLETED_LOOKBACK} -o JobID,State 2>/dev/null"
         " | awk -F'|' '$2 == \"COMPLETED\" && $1 ~ /^[0-9]+$/ { id = $1 } END { print id }'"
     )
+    active = f"squeue -h -n {name} -t {REATTACH_STATES} -o %i"
     return bash_commands([
         f"mkdir -p {q(str(Path(script_path).parent))} {q(log_dir)}",
-        f"existing=\"$(squeue -h -n {name} -t {REATTACH_STATES} -o %i | head -n 1)\"",
-        f"if [ -z \"$existing\" ]; then existing=\"$({completed} || true)\"; fi",
+        f"start=\"${{{START_ENV}:-retry}}\"; existing=\"\"",
+        f"if [ \"$start\" = afresh ]; then superseded=\"$({active})\"",
+        f"  if [ -n \"$superseded\" ]; then for id in $superseded; do echo \"{SUPERSEDED_MARKER}$id\"; done; exit 0; fi",
+        f"elif [ \"$start\" != new ]; then existing=\"$({active} | head -n 1)\"",
+        f"  if [ -z \"$existing\" ]; then existing=\"$({completed} || true)\"; fi",
+        "fi",
         f"if [ -n \"$existing\" ]; then echo \"{SUBMIT_MARKER}$existing reattached=1\"; exit 0; fi",
         f"cat > {q(script_path)} <<'{_HEREDOC}'\n{script_text.rstrip(chr(10))}\n{_HEREDOC}",
         f"job_id=\"$(sbatch --parsable {q(script_path)})\"",
@@ -305,6 +319,20 @@ def parse_submit_output(stdout: str) -> tuple[str, bool]:
             if _JOB_ID.match(head):
                 return head, flag.strip() == "1"
     raise ValueError(f"no Slurm job id in the submit output: {(stdout or '')[-500:]!r}")
+
+
+def parse_superseded(stdout: str) -> list[str]:
+    """The job ids a fresh start's submit lines found active (``sim2real-slurm-superseded=<id>`` lines of
+    :func:`submit_commands` with :data:`START_ENV` ``afresh``), in order; empty when there are none.
+
+    :raises ValueError: a marker line whose id is not a Slurm job id.
+    """
+    found = []
+    for line in (stdout or "").splitlines():
+        line = line.strip()
+        if line.startswith(SUPERSEDED_MARKER):
+            found.append(_job_id(line[len(SUPERSEDED_MARKER):]))
+    return found
 
 
 def _job_id(job_id: str) -> str:
