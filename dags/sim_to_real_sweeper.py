@@ -31,6 +31,7 @@ from airflow.sdk import CronTriggerTimetable, Param, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
+from sim2real.orchestration.params import declare_dialect
 
 
 @dag(
@@ -44,10 +45,10 @@ from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
     max_active_runs=1,
     dagrun_timeout=dt.timedelta(minutes=25),
     default_args={**DEFAULT_ARGS, "retries": 0},
-    params={
+    params=declare_dialect({
         "dry_run": Param(False, type="boolean", title="Dry run",
                          description="Only report the orphans found (nothing is stopped)."),
-    },
+    }),
     tags=["sim2real", "maintenance"],
 )
 def sim_to_real_sweeper():

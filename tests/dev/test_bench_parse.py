@@ -18,6 +18,7 @@ def test_dag_parse_counts_the_parsed_tasks(relative):
     out = dag_parse_seconds(REPO_ROOT / relative, repeats=1)
     assert out["tasks"] == expected > 0
     assert out["repeats"] == 1 and out["median_s"] == out["min_s"] > 0
+    assert out["serialize_median_s"] > 0  # the parsed DAGs serialized after the parse
 
 
 def test_processor_parse_rows_measure_the_parse_alone_quiet_and_beside_busy_processes():

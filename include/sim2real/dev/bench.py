@@ -68,26 +68,35 @@ t = time.perf_counter()
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 assert not bag.import_errors, bag.import_errors
-print(time.perf_counter() - t, sum(len(dag.tasks) for dag in bag.dags.values()))
+parse_s = time.perf_counter() - t
+from airflow.serialization.serialized_objects import DagSerialization
+t = time.perf_counter()
+for dag in bag.dags.values():  # what the dag-processor does with every DAG it parsed
+    DagSerialization.to_dict(dag)
+print(parse_s, sum(len(dag.tasks) for dag in bag.dags.values()), time.perf_counter() - t)
 """
 
 
 def dag_parse_seconds(path: Path, repeats: int = 5) -> dict[str, float]:
-    """Median/min seconds to import Airflow and parse ``path`` in a fresh interpreter, ``repeats`` times.
+    """Median/min seconds to import Airflow and parse ``path`` in a fresh interpreter, ``repeats`` times; and the
+    median seconds to serialize the parsed DAGs after it (``DagSerialization.to_dict``, what the dag-processor does
+    with every DAG it parsed, and ``dag.test()`` with the DAG it runs).
 
-    :return: ``{"median_s", "min_s", "repeats", "tasks"}``; ``tasks`` is the number of tasks the parsed DAGs hold
-        (mapped tasks counted once, task groups' tasks counted each).
+    :return: ``{"median_s", "min_s", "repeats", "tasks", "serialize_median_s"}``; ``tasks`` is the number of tasks
+        the parsed DAGs hold (mapped tasks counted once, task groups' tasks counted each).
     :raises subprocess.CalledProcessError: the file does not parse (import errors).
     """
     env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    times, tasks = [], 0
+    times, tasks, serialize = [], 0, []
     for _ in range(repeats):
         out = subprocess.run([sys.executable, "-c", _PARSE_SNIPPET, str(path)], capture_output=True, text=True,
                              env=env, check=True)
-        seconds, count = out.stdout.strip().splitlines()[-1].split()
+        seconds, count, serialize_s = out.stdout.strip().splitlines()[-1].split()
         times.append(float(seconds))
+        serialize.append(float(serialize_s))
         tasks = int(count)
-    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats, "tasks": tasks}
+    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats, "tasks": tasks,
+            "serialize_median_s": statistics.median(serialize)}
 
 
 _PROCESSOR_PARSE_SNIPPET = """
@@ -391,6 +400,20 @@ def _flood_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _parse_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    ours, anchor = results["dag_parse"], results["provider_dag_parse"]
+    return [
+        (f"DAG parse, dags/sim_to_real.py ({ours['tasks']} tasks; fresh interpreter, median of 5)",
+         f"{ours['median_s']:.2f} s"),
+        (f"DAG parse, bench/provider_dag.py (plain provider operators, {anchor['tasks']} tasks)",
+         f"{anchor['median_s']:.2f} s"),
+        ("DAG serialization after the parse (dag-processor, dag.test()), dags/sim_to_real.py, median of 5",
+         f"{ours['serialize_median_s']:.2f} s"),
+        ("DAG serialization after the parse, bench/provider_dag.py, median of 5",
+         f"{anchor['serialize_median_s']:.2f} s"),
+    ]
+
+
 def _orchestration_subprocess() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "orchestration.json")
@@ -467,7 +490,7 @@ def _parse_main(argv: list[str]):
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
     ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep", "policy-flood", "tracking",
-                                       "feedback"), default="all",
+                                       "feedback", "parse"), default="all",
                     help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait rows, "
                          "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox: "
                          "short waits, then the waiting hour time-scaled by 20); waits-hour: only the waiting-hour "
@@ -476,7 +499,8 @@ def _parse_main(argv: list[str]):
                          "policy-flood: only the policy server rows alone vs under an unauthenticated flood; "
                          "tracking: only the rows of training with MLflow up, down and off; "
                          "feedback: only make lint (from an empty lint venv) and make test-unit, measured "
-                         "(sim2real.dev.bench_feedback)")
+                         "(sim2real.dev.bench_feedback); "
+                         "parse: only the DAG parse and serialization rows, ours beside the plain-provider DAG")
     ap.add_argument("--tracking-budget", type=float, default=20.0, help="training seconds of the tracking rows")
     ap.add_argument("--suite", action="store_true",
                     help="with the feedback rows, also measure make test (the whole suite); otherwise its row is "
@@ -533,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         return _print_and_write(results, rows, "policy quality only")
     results["dag_parse"] = dag_parse_seconds(REPO_ROOT / "dags" / "sim_to_real.py")
     results["provider_dag_parse"] = dag_parse_seconds(REPO_ROOT / "bench" / "provider_dag.py")
+    if args.only == "parse":
+        return _print_and_write(results, _parse_rows(results), "DAG parse and serialization only")
     results["dag_parse_processor"] = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real.py")
     results["dag_parse_processor_busy"] = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real.py", repeats=3,
                                                                   busy=2)
@@ -543,10 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     results["policy_quality"] = policy_quality(budgets=args.rl_budgets, seeds=args.rl_seeds)
     orch = results["orchestration"]
     rows = [
-        (f"DAG parse, dags/sim_to_real.py ({results['dag_parse']['tasks']} tasks; fresh interpreter, median of 5)",
-         f"{results['dag_parse']['median_s']:.2f} s"),
-        (f"DAG parse, bench/provider_dag.py (plain provider operators, {results['provider_dag_parse']['tasks']} tasks)",
-         f"{results['provider_dag_parse']['median_s']:.2f} s"),
+        *_parse_rows(results),
         ("DAG parse, dags/sim_to_real.py as the dag-processor parses it (after its pre-import), median of 5",
          f"{results['dag_parse_processor']['median_s']:.2f} s"),
         ("DAG parse, dags/sim_to_real.py as the dag-processor parses it, 2 CPU-bound processes beside it, median of 3",

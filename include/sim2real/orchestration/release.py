@@ -72,7 +72,7 @@ def build_release_params() -> dict[str, Any]:
     """
     from airflow.sdk import Param
 
-    from sim2real.orchestration.params import build_params
+    from sim2real.orchestration.params import build_params, declare_dialect
 
     main = build_params()
 
@@ -80,7 +80,7 @@ def build_release_params() -> dict[str, Any]:
         spec = main[name]
         return Param(spec.value, description=spec.description, **spec.schema)
 
-    return {
+    return declare_dialect({
         # Optional text fields are nullable: the trigger form sends an empty field as null.
         "model_package_arn": Param(
             None, type=["null", "string"], maxLength=2048, pattern=f"^({ARN_PATTERN})?$", title="Model package ARN",
@@ -110,7 +110,7 @@ def build_release_params() -> dict[str, Any]:
             "this field (refused before any deployment otherwise).",
             section=SECTION_POLICY,
         ),
-    }
+    })
 
 
 def parse_model_package_arn(arn: str) -> tuple[str, int]:

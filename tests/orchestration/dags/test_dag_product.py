@@ -227,3 +227,48 @@ def test_the_first_nightly_run_is_the_next_02_00_not_a_past_one(dag):
     first = serialized.next_dagrun_info(last_automated_run_info=None)
     assert now < first.run_after <= now + dt.timedelta(days=1), first
     assert (first.run_after.hour, first.run_after.minute) == (2, 0)
+
+
+#: Keywords that draft-07 does not know (2019-09 / 2020-12): a field using one would be checked by nothing.
+NEWER_KEYWORDS = {"$defs", "$anchor", "$dynamicRef", "$dynamicAnchor", "$vocabulary", "prefixItems",
+                  "dependentRequired", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties", "minContains",
+                  "maxContains"}
+
+
+def _keywords(schema) -> set[str]:
+    if isinstance(schema, dict):
+        return set(schema) | {k for v in schema.values() for k in _keywords(v)}
+    if isinstance(schema, list):
+        return {k for v in schema for k in _keywords(v)}
+    return set()
+
+
+@pytest.mark.parametrize("build", ["sim2real.orchestration.params:build_params",
+                                   "sim2real.orchestration.release:build_release_params"])
+def test_every_form_field_declares_the_draft_07_dialect_and_uses_only_its_keywords(build):
+    """Before: no ``$schema``, so jsonschema checked each field's schema against the 2020-12 metaschema at every
+    validation, and serializing the DAG (88 dumps of every field) took 12 s instead of about 1."""
+    import importlib
+
+    from jsonschema import Draft7Validator, validators
+
+    from sim2real.orchestration.params import PARAM_SCHEMA_DIALECT
+
+    module, name = build.split(":")
+    params = getattr(importlib.import_module(module), name)()
+    for key, spec in params.items():
+        assert spec.schema.get("$schema") == PARAM_SCHEMA_DIALECT, key
+        assert validators.validator_for(spec.schema) is Draft7Validator, key
+        Draft7Validator.check_schema(spec.schema)
+        assert not (_keywords(spec.schema) & NEWER_KEYWORDS), (key, _keywords(spec.schema) & NEWER_KEYWORDS)
+        spec.resolve()  # the default is valid in this dialect too
+
+
+def test_the_sweeper_dags_field_declares_the_dialect():
+    from airflow.dag_processing.dagbag import DagBag
+
+    from sim2real.orchestration.params import PARAM_SCHEMA_DIALECT
+
+    bag = DagBag(dag_folder=str(DAGS / "sim_to_real_sweeper.py"))
+    assert bag.import_errors == {}
+    assert all(p.schema.get("$schema") == PARAM_SCHEMA_DIALECT for p in bag.dags["sim_to_real_sweeper"].params.values())
