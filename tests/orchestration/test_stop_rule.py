@@ -185,3 +185,71 @@ def test_starts_afresh_tells_a_clear_from_a_retry(try_number, max_tries, retries
 def test_starts_afresh_without_try_counters_is_a_retry():
     assert stop_rule.starts_afresh(None, 2) is False
     assert stop_rule.starts_afresh(SimpleNamespace(try_number=None, max_tries=1), 0) is False
+
+
+TI_TRY_1 = SimpleNamespace(**{**vars(TI), "try_number": 1})
+
+
+@pytest.mark.parametrize("claimed, stops", [
+    (1, False),     # a hand-over: the task instance still waits for this trigger's try
+    (2, True),      # cleared, and its next try deferred again before this cancel (before: read as a hand-over)
+    (None, True),   # cleared, its next try started (its XComs cleared) and has not claimed a wait yet
+])
+def test_deferred_again_after_a_clear_is_told_from_a_hand_over_by_the_wait_claim(monkeypatch, claimed, stops):
+    monkeypatch.setattr(stop_rule, "read_task_state", lambda ti: "deferred")
+    monkeypatch.setattr(stop_rule, "read_wait_claim", lambda ti: claimed)
+    trigger = SlowStopTrigger()
+    trigger.task_instance = TI_TRY_1
+    asyncio.run(_as_the_triggerer_does(trigger))
+    assert trigger.stopped == (["TerminateJob"] if stops else [])
+
+
+def test_an_unreadable_wait_claim_leaves_a_deferred_task_s_job_alone(monkeypatch):
+    def broken(ti):
+        raise ConnectionError("supervisor gone")
+
+    monkeypatch.setattr(stop_rule, "read_task_state", lambda ti: "deferred")
+    monkeypatch.setattr(stop_rule, "read_wait_claim", broken)
+    decision = asyncio.run(stop_rule.trigger_should_stop(SimpleNamespace(task_instance=TI_TRY_1)))
+    assert decision.stop is False and decision.state == "deferred"
+
+
+def test_the_wait_claim_is_the_try_number_in_the_task_instance_s_xcom(monkeypatch):
+    """Written and read through the Task SDK's XCom (``SetXCom`` / ``GetXCom``, served by the triggerer)."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    store: dict = {}
+    monkeypatch.setattr(XCom, "set", classmethod(lambda cls, key, value, **where: store.__setitem__(
+        (key, tuple(sorted(where.items()))), value)))
+    monkeypatch.setattr(XCom, "get_one", classmethod(lambda cls, *, key, **where: store.get(
+        (key, tuple(sorted(where.items()))))))
+    assert stop_rule.read_wait_claim(TI_TRY_1) is None
+    stop_rule.claim_wait(TI_TRY_1)
+    assert store == {(stop_rule.WAIT_CLAIM_XCOM, (("dag_id", "d"), ("map_index", -1), ("run_id", "r"),
+                                                  ("task_id", "train"))): {"try_number": 1}}
+    assert stop_rule.read_wait_claim(TI_TRY_1) == 1
+
+
+def test_a_wait_claims_its_try_when_it_starts(monkeypatch):
+    claims = []
+    monkeypatch.setattr(stop_rule, "claim_wait", lambda ti: claims.append(ti.try_number))
+
+    class Done(StepWaitTrigger):
+        step_function = staticmethod(lambda response, state: None)
+
+        def __init__(self) -> None:
+            super().__init__(serialized_fields={}, waiter_delay=1, waiter_max_attempts=1)
+
+        def hook(self):
+            raise RuntimeError("claimed, then the wait itself starts")
+
+    trigger = Done()
+    trigger.task_instance = TI_TRY_1
+
+    async def first_event():
+        async for event in trigger.run():
+            return event
+
+    with pytest.raises(RuntimeError, match="claimed, then"):
+        asyncio.run(first_event())
+    assert claims == [1]

@@ -36,6 +36,13 @@ any other / no such row        stop                         stop
 could not be read              stop (logged)                stop (logged)
 =============================  ===========================  ================================
 
+``deferred`` alone does not prove a hand-over: after a person's clear, the task's next try can run and defer again
+(a new trigger, a new job) before the old trigger's cancel is even sent, on a busy triggerer within seconds. So
+every trigger claims its wait when it starts: XCom :data:`WAIT_CLAIM_XCOM` of its task instance holds the try
+number it waits for (:func:`claim_wait`; a new try's start clears the task's XComs, and its own trigger writes its
+own). ``deferred`` with the claim of this trigger's try is a hand-over; a claim of another try, or none, means the
+task moved on, and the trigger stops what it waited on.
+
 "Keep" leaves the resource running for whoever waits on it next: the other triggerer's copy of the trigger, or
 the task's next try (which reattaches). If nobody does, the orphan sweeper (:mod:`sim2real.orchestration.sweeper`)
 stops it once the run is over. When the state cannot be read, Airflow's request is followed (stop), as before.
@@ -51,6 +58,9 @@ from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+#: XCom key of a waiting trigger's claim, ``{"try_number": n}``: the try of the task instance it waits for.
+WAIT_CLAIM_XCOM = "sim2real_wait"
 
 #: The state the rule answers for a task instance that has no row (its run deleted).
 GONE = "gone"
@@ -102,10 +112,53 @@ def read_task_state(ti: Any) -> str:
     return "none" if state is None else str(state)
 
 
-def trigger_decision(state: str | None) -> Decision:
-    """The triggerer's rule for a cancelled trigger whose task instance is in ``state`` (None: not read)."""
+def claim_wait(ti: Any) -> None:
+    """Record that a trigger now waits for try ``ti.try_number`` of ``ti`` (XCom :data:`WAIT_CLAIM_XCOM`, written
+    through the Task Execution API like any XCom; the triggerer serves ``SetXCom``).
+
+    :raises Exception: whatever the supervisor channel raises (no supervisor: outside a task or triggerer).
+    """
+    from airflow.sdk.execution_time.xcom import XCom
+
+    fields = _ti_fields(ti)
+    if fields is None:
+        raise ValueError(f"not a task instance: {ti!r}")
+    dag_id, run_id, task_id, map_index = fields
+    XCom.set(WAIT_CLAIM_XCOM, {"try_number": int(ti.try_number)}, dag_id=dag_id, task_id=task_id, run_id=run_id,
+             map_index=map_index)
+
+
+def read_wait_claim(ti: Any) -> int | None:
+    """The try number the task instance's current wait claims (:func:`claim_wait`); None when there is no claim
+    (a new try started: its start cleared the task's XComs, and its trigger has not claimed yet).
+
+    :raises Exception: whatever the supervisor channel raises.
+    """
+    from airflow.sdk.execution_time.xcom import XCom
+
+    fields = _ti_fields(ti)
+    if fields is None:
+        raise ValueError(f"not a task instance: {ti!r}")
+    dag_id, run_id, task_id, map_index = fields
+    value = XCom.get_one(key=WAIT_CLAIM_XCOM, dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index)
+    try:
+        return int(value["try_number"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def trigger_decision(state: str | None, *, own_try: int | None = None, claimed_try: int | None = None
+                     ) -> Decision:
+    """The triggerer's rule for a cancelled trigger whose task instance is in ``state`` (None: not read).
+
+    :param own_try: the try this trigger waits for (None: not known, no claim check).
+    :param claimed_try: the try the task instance's current wait claims (:func:`read_wait_claim`; None: no claim).
+    """
     if state is None:
         return Decision(True, "its task instance's state could not be read: stopping, as Airflow asked", None)
+    if state == "deferred" and own_try is not None and claimed_try != own_try:
+        return Decision(True, f"its task instance is deferred again, by try {claimed_try or 'a later try'} (this "
+                              f"wait was try {own_try}'s): the task was cleared and started afresh", state)
     if state == "deferred":
         return Decision(False, "its task instance is still deferred: the trigger was handed over to another "
                                "triggerer (or this one restarted), not stopped by a person; the job is left "
@@ -154,7 +207,23 @@ async def trigger_should_stop(trigger: Any) -> Decision:
     except Exception as err:  # noqa: BLE001 - not knowing falls back to Airflow's request
         log.warning("could not read the state of %s: %s: %s", ti, type(err).__name__, err)
         state = None
-    return trigger_decision(state)
+    own_try = _try_number(ti)
+    if state != "deferred" or own_try is None:
+        return trigger_decision(state)
+    try:
+        claimed = await asyncio.wait_for(sync_to_async(read_wait_claim, thread_sensitive=False)(ti),
+                                         TRIGGER_STATE_READ_TIMEOUT_S)
+    except Exception as err:  # noqa: BLE001 - without the claim, deferred reads as the hand-over it usually is
+        log.warning("could not read the wait claim of %s: %s: %s", ti, type(err).__name__, err)
+        return trigger_decision(state)
+    return trigger_decision(state, own_try=own_try, claimed_try=claimed)
+
+
+def _try_number(ti: Any) -> int | None:
+    try:
+        return int(ti.try_number)
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def starts_afresh(ti: Any, retries: Any) -> bool:

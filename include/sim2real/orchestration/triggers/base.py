@@ -219,7 +219,25 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
                            "once the run is over", type(self).__name__, type(err).__name__, err)
             raise
 
+    async def _claim_wait(self) -> None:
+        """Claim this wait for its try (:func:`sim2real.orchestration.stop_rule.claim_wait`), so that a cancel can
+        tell a hand-over from a cleared task deferred again. Outside a triggerer (no task instance): nothing. A
+        failed write is logged; the wait goes on."""
+        from asgiref.sync import sync_to_async
+
+        from sim2real.orchestration.stop_rule import claim_wait
+
+        ti = getattr(self, "task_instance", None)
+        if ti is None or getattr(ti, "try_number", None) is None:
+            return
+        try:
+            await sync_to_async(claim_wait, thread_sensitive=False)(ti)
+        except Exception as err:  # noqa: BLE001 - the claim only sharpens the stop rule
+            self.log.warning("Could not record this wait's claim (XCom sim2real_wait): %s: %s; a cancel while the "
+                             "task is deferred again counts as a hand-over", type(err).__name__, err)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        await self._claim_wait()
         step_function = type(self).step_function
         state = WaitState(params=self.step_params(), poll_interval_s=float(self.waiter_delay))
         keys = self.event_keys() if self.event_settings.enabled else []
