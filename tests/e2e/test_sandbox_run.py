@@ -85,6 +85,10 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
                              '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 20}')
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert summary["state"] == "success"
+    # The run note's in-process API logs in nobody: no generated admin password in the demo's output (before:
+    # "Simple auth manager | Password for user 'admin': ..." in every demo's log).
+    assert "Password for user" not in proc.stdout + proc.stderr
+    assert summary["run_note"], "the in-process API wrote no note"
     tasks = states(summary)
     # The training_backend branch skips the HyperPod path on the default (Batch) backend.
     # The HyperPod branch is skipped whole, its scale-down teardown included (it must not resize a cluster

@@ -103,6 +103,9 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
         "SIM2REAL_POLL_SECONDS": os.environ.get("SIM2REAL_POLL_SECONDS", "2"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO"),
+        # dag.test() serves Airflow's API to this process only (the run note's in-process API, no listener): no
+        # user logs in, so the Simple auth manager must not generate an admin password and print it to the log.
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         **extra_env,
     }
     os.environ.update(env)
