@@ -205,7 +205,7 @@ def test_the_checkpoint_sensor_announces_through_the_alias_once_per_sha256(dag):
     """The wiring tests/orchestration/test_checkpoint_event_once.py runs under dag.test(): no static Asset outlet
     (it would emit on every successful try), the alias as outlet and inlet, the announcing post_execute."""
     from sim2real.orchestration import assets
-    from sim2real.orchestration.stages.checkpoint import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
+    from sim2real.orchestration.assets import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
 
     sensor = dag.get_task(ids.WAIT_FOR_CHECKPOINT)
     assert sensor.outlets == [CHECKPOINT_ANNOUNCEMENTS] and sensor.inlets == [CHECKPOINT_ANNOUNCEMENTS]
