@@ -12,9 +12,8 @@ from airflow.providers.amazon.aws.links.logs import CloudWatchEventsLink
 from airflow.providers.amazon.aws.operators.batch import BatchOperator
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.budget import cost_limit_explanation, optional_usd
-from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.config import RUN_KEY_TAG, task_events_section
 from sim2real.orchestration.failures import FailureClass, classify_failure
 from sim2real.orchestration.hooks.batch import (
     DEFAULT_LOG_GROUP,

@@ -15,7 +15,7 @@ from airflow.providers.common.compat.sdk import (
     AirflowFailException,
 )
 
-from sim2real.orchestration.events.settings import task_events_section
+from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.codebuild import (
     COMMIT_ID,
     CodeBuildHook,

@@ -17,7 +17,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import trim_none_values
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowFailException
-from sim2real.orchestration.events.settings import task_events_section
+from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, device_report, summarize
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger

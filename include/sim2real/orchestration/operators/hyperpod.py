@@ -22,7 +22,7 @@ from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.orchestration import slurm
-from sim2real.orchestration.events.settings import task_events_section
+from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.budget import optional_usd
 from sim2real.orchestration.hooks.hyperpod import HyperPodHook, instance_group_specs
 from sim2real.orchestration.hooks.workstation import WorkstationHook

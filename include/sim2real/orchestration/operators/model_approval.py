@@ -39,7 +39,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamsDict
 
-from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.config import RUN_KEY_TAG, task_events_section
 from sim2real.orchestration.hooks.model_registry import (
     APPROVAL_DESCRIPTION_MAX,
     DECIDED_STATUSES,
@@ -50,7 +50,6 @@ from sim2real.orchestration.hooks.model_registry import (
     sagemaker_decision,
 )
 from sim2real.orchestration.links.sagemaker import SageMakerModelPackageLink
-from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.triggers.model_package import ModelPackageDecisionTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import model_package_step
