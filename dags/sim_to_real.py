@@ -37,8 +37,8 @@ from airflow.sdk import CronTriggerTimetable, dag
 
 from sim2real.orchestration import notifications as notify
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, schedule_timezone
-from sim2real.orchestration.params import build_params
-from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, run, sweep, train, vla
+from sim2real.orchestration.stages import (build, build_params, checkpoint, deploy, evaluate, gate, hyperpod, rounds,
+                                            run, sweep, train, vla)
 
 SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone, through the Airflow configuration
 

@@ -67,12 +67,13 @@ TASKS = {
 def build_release_params() -> dict[str, Any]:
     """The release DAG's ``params`` (``airflow.sdk.Param`` objects; no I/O, safe at parse time).
 
-    The rollout fields reuse the ``sim_to_real`` form's definitions (:func:`sim2real.orchestration.params.build_params`),
+    The rollout fields reuse the ``sim_to_real`` form's definitions (:func:`sim2real.orchestration.stages.build_params`),
     so both DAGs accept the same limits.
     """
     from airflow.sdk import Param
 
-    from sim2real.orchestration.params import build_params, declare_dialect
+    from sim2real.orchestration.params import declare_dialect
+    from sim2real.orchestration.stages import build_params
 
     main = build_params()
 

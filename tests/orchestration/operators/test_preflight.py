@@ -33,7 +33,7 @@ def sandbox():
 
 @pytest.fixture(scope="module")
 def plan(sandbox):
-    from sim2real.orchestration.params import build_params
+    from sim2real.orchestration.stages import build_params
     from sim2real.orchestration.stages import plan_run
 
     params = {k: p.value for k, p in build_params().items()}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real.orchestration.params import ParamRuleError, apply_run_defaults
+from sim2real.orchestration.params import ParamRuleError
+from sim2real.orchestration.stages import apply_run_defaults
 from sim2real.orchestration.stages import plan_run
 
 from tests.orchestration.test_config import GOOD

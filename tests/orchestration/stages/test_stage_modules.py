@@ -137,7 +137,7 @@ def test_every_lineage_source_is_a_task_of_the_dag(dag):
 
 
 def test_form_task_names_are_the_workload_registry_names():
-    from sim2real.orchestration.params import build_params
+    from sim2real.orchestration.stages import build_params
     from sim2real.workloads.tasks import TASKS as REGISTRY
 
     assert set(build_params()["task"].schema["enum"]) == set(contract_tasks.TASKS) == set(REGISTRY)

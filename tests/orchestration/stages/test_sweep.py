@@ -9,7 +9,8 @@ import pytest
 from sim2real.contract.stats import wilson_interval
 from sim2real.orchestration.budget import BudgetExceeded, candidate_cost_limits
 from sim2real.orchestration.candidates import MAX_CANDIDATES, SWEEP_KEYS, best_candidate, expand_sweep
-from sim2real.orchestration.params import ParamRuleError, build_params, check_params
+from sim2real.orchestration.params import ParamRuleError
+from sim2real.orchestration.stages import build_params, check_params
 from sim2real.orchestration.stages import plan_run
 from sim2real.orchestration.stages.sweep import SweepPlan, pick_best_result
 

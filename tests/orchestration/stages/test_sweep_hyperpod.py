@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from sim2real.orchestration import slurm
-from sim2real.orchestration.params import ParamRuleError, check_params
+from sim2real.orchestration.params import ParamRuleError
+from sim2real.orchestration.stages import check_params
 from sim2real.orchestration.stages import plan_run
 from sim2real.orchestration.stages.hyperpod import sweep_array_commands
 from sim2real.orchestration.stages.sweep import pick_best_result, training_job_fields, training_task_id

@@ -39,6 +39,7 @@ from typing import Any
 from sim2real.contract import env_vars as ev
 from sim2real.contract import task_ids as ids
 from sim2real.contract.stats import wilson_interval
+from sim2real.orchestration.params import RETRAIN_FIELD
 from sim2real.orchestration.stages._base import PlanContext, PlanSection
 
 DOC = """\
@@ -54,8 +55,6 @@ GROUP_ID = None
 TASK_IDS = (ids.PLAN_NEXT_ROUND, ids.NEXT_ROUND)
 LINEAGE_SOURCES: dict[str, str] = {}  # the report builds the lineage's ``rounds`` entry (lineage_entry)
 
-#: The form field through which a round's run hands the next round its link (set by ``plan_next_round``).
-RETRAIN_FIELD = "retrain_round"
 #: Most rounds a loop may take (the form's bound).
 MAX_ROUNDS_LIMIT = 10
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -111,15 +110,6 @@ def params() -> dict[str, Any]:
     }
 
 
-#: Run conf keys that are no field of the trigger form (nothing a person fills in), with what sets them:
-#: :data:`RETRAIN_FIELD`, the link the run of a round that failed the gate gives the next round's run (the round
-#: number, the run it continues, the checkpoint to resume from, the earlier rounds' results). Airflow's form can
-#: hide a field only when it has a ``const`` value, which a link that differs per round cannot have; the key is
-#: therefore accepted in the run conf (:func:`sim2real.orchestration.params.check_conf_keys`) and checked by
-#: :func:`rule_errors`.
-CONF_ONLY_KEYS = {RETRAIN_FIELD: "set by the previous retraining round's run"}
-
-
 def eval_seed_of(params: Mapping[str, Any]) -> int:
     """This round's first evaluation seed: ``eval_seed + (round - 1) × eval_episodes`` (fresh episodes)."""
     round_ = int((params.get(RETRAIN_FIELD) or {}).get("round") or 1)
@@ -149,7 +139,7 @@ def resume_environment(ctx: PlanContext) -> dict[str, str]:
 
 
 def rule_errors(params: Mapping[str, Any]) -> list[str]:
-    """The cross-field rules of the rounds (:func:`sim2real.orchestration.params.check_params` lists them).
+    """The cross-field rules of the rounds (:func:`sim2real.orchestration.stages.check_params` lists them).
 
     :return: one sentence per broken rule: a ``retrain_round`` link that is not one a previous round writes
         (round number out of range, history not rounds 1 … round-1, a resume checkpoint that is not an S3

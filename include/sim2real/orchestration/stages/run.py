@@ -160,7 +160,7 @@ def _first_note(dag_id: str, dag_run: Any, plan: Mapping[str, Any]) -> None:
     """
     from sim2real.orchestration.config import load_environment
     from sim2real.orchestration.run_note import set_run_note
-    from sim2real.orchestration.stages.rounds import RETRAIN_FIELD
+    from sim2real.orchestration.params import RETRAIN_FIELD
 
     if (dag_run.conf or {}).get(RETRAIN_FIELD):
         return
