@@ -9,7 +9,7 @@ in the first task of the run, as ``apply_run_defaults`` does for the scheduled r
 Rules that involve several fields cannot be expressed per param; ``check_params`` applies them in
 the first task of the run, before any AWS call that costs money, and raises ``ParamRuleError``
 listing every broken rule. The form is composed from the stages' fields, so ``build_params``,
-``check_params`` and ``apply_run_defaults`` live in :mod:`sim2real.orchestration.stages`; this module holds
+``check_params`` and ``apply_run_defaults`` live in :mod:`sim2real.orchestration.stages.run`; this module holds
 what every stage's fields share (sections, bounds, field checks, the conf keys that are no field).
 
 Defaults are chosen so that a run with no overrides works in the local sandbox (a ~1 minute
@@ -263,3 +263,27 @@ def gate_reach_errors(params: Mapping[str, Any]) -> list[str]:
 
 
 
+#: Below this many evaluation episodes the run note warns that the Wilson 95% interval is too wide to gate on.
+MIN_GATE_EPISODES = 20
+
+
+def gate_warnings(params: Mapping[str, Any]) -> list[str]:
+    """Why this run's quality gate says little, one sentence each (empty when it is sound).
+
+    Flags a threshold of 0 (``min_success_rate``: every policy passes) and fewer than
+    :data:`MIN_GATE_EPISODES` evaluation episodes (``eval_episodes``: the interval's half-width at a 0.5
+    success rate is then above 0.2). The values are reported as given, never changed.
+    """
+    from sim2real.contract.stats import wilson_interval
+
+    out = []
+    threshold = params.get("min_success_rate")
+    if threshold is not None and float(threshold) <= 0:
+        out.append("Quality gate at 0 (`min_success_rate`): every evaluated policy passes, the gate checks nothing.")
+    episodes = params.get("eval_episodes")
+    if episodes is not None and int(episodes) < MIN_GATE_EPISODES:
+        n = int(episodes)
+        lo, hi = wilson_interval(n // 2, n)
+        out.append(f"Only {n} evaluation episodes (`eval_episodes` < {MIN_GATE_EPISODES}): the 95% Wilson interval "
+                   f"of a 0.5 success rate is [{lo:.2f}, {hi:.2f}], too wide to gate on.")
+    return out

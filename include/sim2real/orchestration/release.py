@@ -67,13 +67,13 @@ TASKS = {
 def build_release_params() -> dict[str, Any]:
     """The release DAG's ``params`` (``airflow.sdk.Param`` objects; no I/O, safe at parse time).
 
-    The rollout fields reuse the ``sim_to_real`` form's definitions (:func:`sim2real.orchestration.stages.build_params`),
+    The rollout fields reuse the ``sim_to_real`` form's definitions (:func:`sim2real.orchestration.stages.run.build_params`),
     so both DAGs accept the same limits.
     """
     from airflow.sdk import Param
 
     from sim2real.orchestration.params import declare_dialect
-    from sim2real.orchestration.stages import build_params
+    from sim2real.orchestration.stages.run import build_params
 
     main = build_params()
 
@@ -194,20 +194,6 @@ def plan_release(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Ma
     }
 
 
-def not_approved_message(package: Mapping[str, Any]) -> str:
-    """Why a package is refused and how to approve it (names the ARN, its status and the command)."""
-    from sim2real.orchestration.hooks.model_registry import approve_command
-
-    arn = package.get("ModelPackageArn")
-    status = package.get("ModelApprovalStatus") or "unknown"
-    group = package.get("ModelPackageGroupName") or "?"
-    why = f" (ApprovalDescription: {package['ApprovalDescription']})" if package.get("ApprovalDescription") else ""
-    return (f"Model package {arn} is {status}{why}, not Approved: only an Approved package is released to the "
-            f"robots. Approve it in SageMaker Studio (Models > Registered models > {group} > version "
-            f"{package.get('ModelPackageVersion', '?')}) or run: {approve_command(arn)} — then trigger the release "
-            "again (or give the ARN of an Approved version).")
-
-
 def resolve_model_package(hook: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
     """The package to release: the given ARN, else the newest Approved version of the plan's group.
 
@@ -222,7 +208,7 @@ def resolve_model_package(hook: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
     from botocore.exceptions import ClientError
 
     from airflow.providers.common.compat.sdk import AirflowFailException
-    from sim2real.orchestration.hooks.model_registry import approval_result
+    from sim2real.orchestration.hooks.model_registry import approval_result, not_approved_message
 
     group, arn = plan["model_package_group"], plan.get("model_package_arn")
     try:

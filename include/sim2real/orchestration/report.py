@@ -25,21 +25,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sim2real.contract import task_ids as ids
-from sim2real.orchestration.lineage import _get, build_lineage, figure_entry, lineage_errors, render_markdown
+from sim2real.orchestration.lineage import (
+    HYPERPOD_SCALING_SOURCES,
+    SOURCES,
+    VERDICT_KEY,
+    RoundsEntry,
+    _get,
+    build_lineage,
+    figure_entry,
+    lineage_errors,
+    render_markdown,
+    stage_sources,
+)
 from sim2real.orchestration.links.s3 import presigned_get_url, sandbox_endpoint
-from sim2real.orchestration.stages import hyperpod, lineage_sources
-from sim2real.orchestration.stages.rounds import lineage_entry
 
 log = logging.getLogger(__name__)
-
-#: lineage key → task id whose return value fills it: every stage module's ``LINEAGE_SOURCES``.
-SOURCES = lineage_sources()
-
-#: What differs for a ``training_backend: hyperpod`` run (the plan's ``backend``): its capacity check
-#: and training are the ``hyperpod`` group's tasks (the Slurm job's result is the ``training`` stage).
-HYPERPOD_SOURCES = hyperpod.LINEAGE_SOURCES
-#: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
-HYPERPOD_SCALING_SOURCES = hyperpod.LINEAGE_SCALING_SOURCES
 
 
 def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
@@ -48,11 +48,6 @@ def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
     except Exception as err:  # noqa: BLE001 - a stage that never ran has no XCom
         log.info("no output%s from %s: %s", f" {key!r}" if key else "", task_id, err)
         return None
-
-
-def stage_sources(plan: Mapping[str, Any]) -> dict[str, str]:
-    """lineage key → task id for this run's backend (:data:`SOURCES`, with :data:`HYPERPOD_SOURCES`)."""
-    return {**SOURCES, **(HYPERPOD_SOURCES if plan.get("backend") == "hyperpod" else {})}
 
 
 def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
@@ -129,7 +124,7 @@ def with_loop_cost(plan: Mapping[str, Any], actual: dict[str, Any] | None, run_i
 def sweep_trainings(plan: Mapping[str, Any], ti: Any) -> list[Any]:
     """Each sweep candidate's training result (its ``job_cost`` XCom when the job was stopped at the cost limit;
     ``None`` when it handed on neither), in candidate order."""
-    from sim2real.orchestration.stages.sweep import training_task_id
+    from sim2real.orchestration.candidates import training_task_id
 
     indexes = list(range(len((plan.get("sweep") or {}).get("candidates") or [])))
     task_id = training_task_id(plan)  # Batch: sweep.train_policy; HyperPod: sweep.train_on_slurm
@@ -379,7 +374,7 @@ def write_run_note(lineage: Mapping[str, Any], *, plan: Mapping[str, Any], env: 
     :return: :func:`sim2real.orchestration.run_note.set_run_note`'s result plus ``markdown`` and ``warnings``.
     """
     from sim2real.orchestration.run_note import render_run_note, set_run_note
-    from sim2real.orchestration.stages.gate import gate_warnings
+    from sim2real.orchestration.params import gate_warnings
 
     warnings = gate_warnings(plan.get("params") or lineage.get("params") or {})
     for warning in warnings:
@@ -390,9 +385,12 @@ def write_run_note(lineage: Mapping[str, Any], *, plan: Mapping[str, Any], env: 
     return {**result, "warnings": warnings, "markdown": markdown}
 
 
-def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_run: Any, ti: Any) -> dict[str, Any]:
+def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_run: Any, ti: Any,
+                     rounds_entry: RoundsEntry) -> dict[str, Any]:
     """Build the lineage from the run's XComs and write it (JSON + Markdown) under the run prefix, after
     the report's pictures (:func:`write_figures`).
+
+    :param rounds_entry: computes the lineage's ``rounds`` entry (:data:`sim2real.orchestration.lineage.RoundsEntry`).
 
     The document is checked against ``sim2real/contract/schemas/lineage.schema.json``; it is written even
     when it does not match (the record of the run is kept), and the task then fails with the list.
@@ -410,11 +408,9 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
 
     parts: dict[str, Any] = {key: _pull(ti, task_id) for key, task_id in stage_sources(plan).items()}
     if not parts.get("quality_gate"):  # a failed gate returns nothing: its verdict XCom has the value and reason
-        from sim2real.orchestration.stages.gate import VERDICT_KEY
-
         parts["quality_gate"] = _pull(ti, stage_sources(plan)["quality_gate"], key=VERDICT_KEY)
-    rounds = lineage_entry(plan, run_id=dag_run.run_id, evaluation=parts.get("evaluation"),
-                           checkpoint=parts.get("checkpoint"), next_run_id=_pull(ti, ids.NEXT_ROUND, key="trigger_run_id"))
+    rounds = rounds_entry(plan, run_id=dag_run.run_id, evaluation=parts.get("evaluation"),
+                          checkpoint=parts.get("checkpoint"), next_run_id=_pull(ti, ids.NEXT_ROUND, key="trigger_run_id"))
     scaling = None
     if plan.get("backend") == "hyperpod":
         scaling = {key: _pull(ti, task_id) for key, task_id in HYPERPOD_SCALING_SOURCES.items()}

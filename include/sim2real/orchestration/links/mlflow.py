@@ -35,8 +35,6 @@ class MlflowRunLink(BaseOperatorLink):
     @classmethod
     def persist(cls, ti: Any, tracking: Mapping[str, Any] | None) -> str | None:
         """Persist the parent run's URL for the running task instance; :return: the URL (``None``: tracking off)."""
-        from sim2real.orchestration.tracking import run_url
-
         url = run_url(tracking)
         if url:
             from sim2real.orchestration.links import record_push
@@ -44,3 +42,12 @@ class MlflowRunLink(BaseOperatorLink):
             ti.xcom_push(key=cls.key, value=url)
             record_push(ti, cls.key)
         return url
+
+
+def run_url(tracking: Mapping[str, Any] | None, run_id: str | None = None) -> str | None:
+    """The MLflow UI page of ``run_id`` (default the parent run): ``<ui>/#/experiments/<id>/runs/<run id>``;
+    ``None`` when tracking is off or no UI URL is known."""
+    if not tracking or not tracking.get("enabled") or not tracking.get("ui_url"):
+        return None
+    return f"{tracking['ui_url'].rstrip('/')}/#/experiments/{tracking['experiment_id']}/runs/" \
+           f"{run_id or tracking['parent_run_id']}"

@@ -282,8 +282,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         is not Approved. Returns ``{"model_package_arn", "model_approval_status"}`` (``{}`` without a package)."""
         if not self.model_package_arn:
             return {}
-        from sim2real.orchestration.hooks.model_registry import ModelRegistryHook
-        from sim2real.orchestration.release import not_approved_message
+        from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, not_approved_message
 
         registry = ModelRegistryHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
                                      verify=self.verify, config=self.botocore_config)

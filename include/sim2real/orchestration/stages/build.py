@@ -21,8 +21,6 @@ Hands on the image URI pinned by **digest**, never a tag.
 
 GROUP_ID = ids.BUILD_GROUP
 TASK_IDS = (ids.BUILD_IMAGE,)
-#: lineage key → task id whose return value fills it.
-LINEAGE_SOURCES = {"image": ids.BUILD_IMAGE}
 
 
 @dataclass(frozen=True)

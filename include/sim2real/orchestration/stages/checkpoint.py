@@ -28,7 +28,6 @@ event, once per sha256 and run (a cleared or retried try finding the same checkp
 
 GROUP_ID = ids.CHECKPOINT_GROUP
 TASK_IDS = (ids.TRAINING_JOB, ids.WAIT_FOR_CHECKPOINT)
-LINEAGE_SOURCES = {"checkpoint": ids.WAIT_FOR_CHECKPOINT}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ the `sim2real_deployed_model_package` asset gets an event (none when the deploym
 
 GROUP_ID = ids.DEPLOY_GROUP
 TASK_IDS = (ids.DEPLOY_ENABLED, ids.DEPLOYMENT_COMPONENTS, ids.DEPLOY_TO_ROBOTS)
-LINEAGE_SOURCES = {"deployment": ids.DEPLOY_TO_ROBOTS}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ GROUP_ID = ids.EVALUATE_GROUP
 #: A value of this run's plan's evaluation section, as a template (rendered when the task runs).
 _PLAN_EVALUATION = "{{{{ ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "')['plan']['evaluation']['{key}'] }}}}"
 TASK_IDS = (ids.EVAL_COMMAND, ids.RUN_EVALUATION, ids.READ_EVAL_REPORT, ids.STOP_WORKSTATION)
-LINEAGE_SOURCES = {"evaluation": ids.READ_EVAL_REPORT}
 #: Updated by ``read_eval_report`` (success rate and interval on the event).
 EVAL_REPORT_ASSET = Asset(name="sim2real_eval_report", uri="sim2real://rl/eval-report")
 
@@ -48,7 +47,7 @@ class EvaluationPlan(PlanSection):
     output_s3_key_prefix: str  #: the command's stdout/stderr: ``runs/<run_key>/eval/ssm``
     command_template: str  #: ``str.format`` template; fields in :func:`eval_commands`
     #: exported before the command: the evaluation's MLflow child run (``sim2real.contract.env_vars``; set by
-    #: :func:`sim2real.orchestration.tracking.apply_tracking`, empty when tracking is off)
+    #: :func:`sim2real.orchestration.stages.run.apply_tracking`, empty when tracking is off)
     environment: dict[str, str] = field(default_factory=dict)
 
 

@@ -37,12 +37,6 @@ A run with a `sweep`: the group is scaled for `min(sweep_max_parallel, candidate
 GROUP_ID = ids.HYPERPOD_GROUP
 TASK_IDS = (ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES,
             ids.HYPERPOD_TRAIN_POLICY, ids.HYPERPOD_SCALE_DOWN, ids.HYPERPOD_SUBMISSION, *ids.HYPERPOD_SWEEP)
-#: What differs in the lineage of a ``training_backend: hyperpod`` run: its capacity check and training
-#: are this group's tasks (the Slurm job's result is the ``training`` stage).
-LINEAGE_SOURCES = {"preflight": ids.HYPERPOD_CHECK_CAPACITY, "training": ids.HYPERPOD_TRAIN_POLICY}
-#: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
-LINEAGE_SCALING_SOURCES = {"scale_up": ids.HYPERPOD_SCALE_UP, "wait_for_nodes": ids.HYPERPOD_WAIT_FOR_NODES,
-                           "scale_down": ids.HYPERPOD_SCALE_DOWN}
 
 
 @dataclass(frozen=True)

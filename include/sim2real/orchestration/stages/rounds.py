@@ -53,7 +53,6 @@ when this run has ended: `max_active_runs=1`); on the last round, or when the ga
 
 GROUP_ID = None
 TASK_IDS = (ids.PLAN_NEXT_ROUND, ids.NEXT_ROUND)
-LINEAGE_SOURCES: dict[str, str] = {}  # the report builds the lineage's ``rounds`` entry (lineage_entry)
 
 #: Most rounds a loop may take (the form's bound).
 MAX_ROUNDS_LIMIT = 10
@@ -139,7 +138,7 @@ def resume_environment(ctx: PlanContext) -> dict[str, str]:
 
 
 def rule_errors(params: Mapping[str, Any]) -> list[str]:
-    """The cross-field rules of the rounds (:func:`sim2real.orchestration.stages.check_params` lists them).
+    """The cross-field rules of the rounds (:func:`sim2real.orchestration.stages.run.check_params` lists them).
 
     :return: one sentence per broken rule: a ``retrain_round`` link that is not one a previous round writes
         (round number out of range, history not rounds 1 … round-1, a resume checkpoint that is not an S3

@@ -28,7 +28,7 @@ Survivors: ``pick_best`` picks among the candidates whose training, checkpoint a
 as at least ``sweep_min_candidates`` did (default 1; the number of candidates: every candidate must succeed). It
 runs once every candidate has ended and at least one succeeded (trigger rule ``all_done_min_one_success``; when
 none did it is ``upstream_failed``, as before), records each failed candidate with its state and reason
-(:func:`failed_candidate`), and fails, naming them, when fewer survived. A lane's sensor fails at once
+(:func:`sim2real.orchestration.candidates.failed_candidate`), and fails, naming them, when fewer survived. A lane's sensor fails at once
 when so many candidates can no longer succeed that the sweep cannot reach its minimum; on HyperPod the failing
 candidate's ``sweep.train_on_slurm`` then cancels the job array's remaining tasks. ``run_outcome`` does not
 count the failed candidates' task instances that ``pick_best`` recorded against the run
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration.candidates import CANDIDATE_TASKS, failed_candidate, training_task_id
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
 DOC = """\
@@ -84,7 +85,6 @@ failed ones are listed with their task states and, for a Batch job that was subm
 
 GROUP_ID = ids.SWEEP_GROUP
 TASK_IDS = ids.SWEEP
-LINEAGE_SOURCES = {"sweep": ids.SWEEP_PICK_BEST}
 #: The Airflow option (read when the DAG is parsed) that lets this many candidates' evaluations run at once on the
 #: workstation; default 1 (one after the other: one workstation, one simulator at a time).
 PARALLEL_EVALUATIONS_OPTION = ("sim2real", "sweep_parallel_evaluations")
@@ -215,8 +215,8 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
         where a candidate's task handed on nothing: it failed, or was not run because an earlier one failed).
     :param failures: map index → ``{"state", "reason", "batch_job_id"}`` (a HyperPod candidate: also
         ``"slurm_job_id"`` and ``"hyperpod_cluster_name"`` once it waited for its array task) of the candidates that failed
-        (:func:`failed_candidate`); a candidate missing a result but not listed is recorded as failed with the
-        missing result as its reason.
+        (:func:`sim2real.orchestration.candidates.failed_candidate`); a candidate missing a result but not listed
+        is recorded as failed with the missing result as its reason.
     :return: ``{"rule", "winner" (index), "candidate" (``c<i>``), "candidates": [{"index", "candidate",
         "candidate_key", "overrides", "params", "batch_job_id" (a HyperPod sweep: None, and "slurm_job_id"
         ``<array>_<i>`` and "hyperpod_cluster_name" instead), "checkpoint_uri", "checkpoint_sha256", "manifest_uri",
@@ -272,36 +272,6 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
             "survivors": len(survivors), "failed": [r["index"] for r in failed]}
 
 
-#: The mapped tasks of one candidate, in run order (a candidate's first failed one is its cause).
-CANDIDATE_TASKS = (ids.SWEEP_WAIT_FOR_SLOT, ids.SWEEP_SUBMIT_TRAINING, ids.SWEEP_TRAIN_POLICY,
-                   ids.SWEEP_TRAIN_ON_SLURM, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_EVAL_COMMAND, ids.SWEEP_RUN_EVALUATION,
-                   ids.SWEEP_READ_EVAL_REPORT)
-
-
-def failed_candidate(states: dict[str, str], job: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """One candidate's failure from its mapped tasks' states, or ``None`` when none of them failed.
-
-    :param states: task id (:data:`CANDIDATE_TASKS`) → that candidate's task instance state.
-    :param job: its Batch job's ``DescribeJobs`` entry, when it was submitted (``jobId``, ``status``,
-        ``statusReason``).
-    :return: ``{"state", "reason", "batch_job_id", "tasks"}``: ``state`` of its first failed task (``failed``, or
-        ``upstream_failed`` when only followers of a failure are listed), ``reason`` naming that task and the job's
-        status and reason, ``tasks`` every failed one.
-    """
-    from sim2real.orchestration.run_state import FAILED_STATES
-
-    bad = {t: states[t] for t in CANDIDATE_TASKS if states.get(t) in FAILED_STATES}
-    if not bad:
-        return None
-    first = next((t for t, s in bad.items() if s == "failed"), next(iter(bad)))
-    reason = f"{first} is {bad[first]}"
-    if job:
-        reason += f"; Batch job {job.get('jobId')} {job.get('status')}"
-        if job.get("statusReason"):
-            reason += f" ({job['statusReason']})"
-    return {"state": bad[first], "reason": reason, "batch_job_id": (job or {}).get("jobId"), "tasks": bad}
-
-
 def forgiven_task_keys(picked: dict[str, Any] | None) -> list[str]:
     """The task instances (``task_id[i]``) of the candidates ``pick_best`` recorded as failed: ``run_outcome`` does
     not fail the run for them (the sweep picked among the survivors). Empty without a pick."""
@@ -333,12 +303,6 @@ def _job_fields(training: dict, failure: dict | None) -> dict[str, Any]:
     if failure.get("batch_job_id"):
         fields["batch_job_id"] = failure["batch_job_id"]
     return fields
-
-
-def training_task_id(plan: dict) -> str:
-    """The mapped task whose results are the candidates' trainings: ``sweep.train_policy`` (Batch) or
-    ``sweep.train_on_slurm`` (HyperPod)."""
-    return ids.SWEEP_TRAINING_BY_BACKEND.get(plan.get("backend", "batch"), ids.SWEEP_TRAIN_POLICY)
 
 
 def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, scale_down: Any = None) -> Any:

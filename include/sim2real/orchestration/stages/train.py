@@ -31,8 +31,6 @@ retryable classes are retried. Hands on the job id, its attempts and every node'
 
 GROUP_IDS = (ids.PREFLIGHT_GROUP, ids.TRAIN_GROUP)
 TASK_IDS = (ids.BATCH_CHECK_CAPACITY, ids.BATCH_TRAIN_POLICY)
-#: lineage key → task id whose return value fills it (a Batch run; HyperPod runs: ``hyperpod.LINEAGE_SOURCES``).
-LINEAGE_SOURCES = {"preflight": ids.BATCH_CHECK_CAPACITY, "training": ids.BATCH_TRAIN_POLICY}
 
 
 @dataclass(frozen=True)

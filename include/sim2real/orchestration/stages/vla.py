@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,6 @@ model data URI and the decision (who, where, when, why).
 GROUP_ID = ids.VLA_GROUP
 TASK_IDS = (ids.VLA_ENABLED, ids.PIPELINE_DEFINITION, ids.UPSERT_PIPELINE, ids.FINETUNE_GROOT,
             ids.WAIT_FOR_APPROVAL)
-LINEAGE_SOURCES = {"vla": ids.FINETUNE_GROOT, "model_package": ids.WAIT_FOR_APPROVAL}
 #: Updated by ``wait_for_approval`` (the package ARN on the event).
 MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
 
@@ -47,7 +47,7 @@ class VlaPlan(PlanSection):
     parameters: dict[str, Any]  #: the pipeline execution's parameters (name → value)
     images: dict[str, str]  #: configured step images (processing / training / smoke_eval → URI)
     #: ``{"tracking_uri", "experiment_name"}`` when the run is tracked (the definition's ``MlflowConfig``; set by
-    #: :func:`sim2real.orchestration.tracking.apply_tracking`, with the ``MlflowRunId`` parameter), else ``None``
+    #: :func:`sim2real.orchestration.stages.run.apply_tracking`, with the ``MlflowRunId`` parameter), else ``None``
     mlflow: dict[str, str] | None = None
 
 
@@ -108,6 +108,8 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
     from sim2real.orchestration.operators.sagemaker_pipeline import (PipelineDefinitionUpsertOperator,
                                                                      PipelineExecutionOperator)
     from sim2real.orchestration.operators.model_approval import ModelPackageApprovalOperator
+    from sim2real.orchestration.review import approval_body
+    from sim2real.orchestration.stages.rounds import lineage_entry
 
     vla = refs(plan, VlaPlan)
     with TaskGroup(GROUP_ID, tooltip="GR00T fine-tune (SageMaker Pipelines) and Model Registry approval",
@@ -167,7 +169,8 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
             model_package_group_name=vla.model_package_group,
             run_key=plan["run_key"],
             pipeline_execution_arn=finetune.output["pipeline_execution_arn"],
-            plan=plan["plan"],  # the review shown to the approver
+            plan=plan["plan"],  # the review shown to the approver, with the retraining rounds so far
+            review=functools.partial(approval_body, rounds_entry=lineage_entry),
             poke_interval=POLL,
             response_timeout=dt.timedelta(hours=24),
             execution_timeout=dt.timedelta(minutes=15),  # locating the package, the review, UpdateModelPackage
