@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration.params import param_problem
+from sim2real.orchestration.run_state import FAILED_STATES
 
 #: The form fields a candidate may override: the training hyper-parameters the trainer reads
 #: (:func:`sim2real.orchestration.stages.train.training_environment`). Not ``task`` (candidates compete on one
@@ -107,8 +109,6 @@ def sweep_errors(sweep: Any, params: Mapping[str, Any], specs: Mapping[str, Any]
         for key, value in override.items():
             if key in bad_keys:
                 continue
-            from sim2real.orchestration.params import param_problem
-
             problem = param_problem(key, value, specs[key])
             if problem:
                 errors.append(f"sweep candidate {i}: {problem}")
@@ -180,8 +180,6 @@ def failed_candidate(states: dict[str, str], job: dict[str, Any] | None = None) 
         ``upstream_failed`` when only followers of a failure are listed), ``reason`` naming that task and the job's
         status and reason, ``tasks`` every failed one.
     """
-    from sim2real.orchestration.run_state import FAILED_STATES
-
     bad = {t: states[t] for t in CANDIDATE_TASKS if states.get(t) in FAILED_STATES}
     if not bad:
         return None

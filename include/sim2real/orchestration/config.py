@@ -98,6 +98,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from sim2real.orchestration.events.settings import EventSettings, settings_problems
+
 #: Airflow Variable holding the environment config (JSON).
 ENV_VARIABLE = "sim2real_environment"
 #: SSM parameter infra/ writes the same document to.
@@ -156,7 +158,6 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
                 check_tracking_uri(mlflow["tracking_uri"])
             except ValueError as err:
                 problems.append(f"mlflow.tracking_uri: {err}")
-    from sim2real.orchestration.events.settings import settings_problems
 
     problems += [f"{p}" for p in settings_problems(env.get("events"))]
     if env.get("schedule_timezone") is not None:
@@ -315,8 +316,6 @@ def task_events_section(log: Any = None) -> dict[str, Any] | None:
         config is set (the trigger then polls; logged when ``log`` is given).
     :raises ValueError: when the section is invalid (the message names the key).
     """
-    from sim2real.orchestration.events.settings import EventSettings
-
     try:
         section = load_environment().get("events")
     except EnvironmentConfigError as err:

@@ -16,6 +16,7 @@ from typing import Any
 from sim2real.contract import schemas
 from sim2real.contract import task_ids as ids
 from sim2real.contract.run_key import run_prefix
+from sim2real.orchestration.candidates import CANDIDATE_TASKS, SWEEP_KEYS, failed_candidate
 
 
 #: Lineage key → the task whose return value fills it, for a run on AWS Batch (task ids:
@@ -264,13 +265,9 @@ def candidate_entries(params: Mapping[str, Any], chain: Mapping[str, Any], evalu
     the plan's ``sweep`` section): its planned candidates with nothing measured and none won, a failed one with
     its state and reason from ``task_states`` (:func:`sim2real.orchestration.candidates.failed_candidate`);
     else the run's one policy (from ``chain``, ``won`` true when it reached the gate's input)."""
-    from sim2real.orchestration.candidates import SWEEP_KEYS
-
     if sweep:
         return [dict(row) for row in sweep.get("candidates") or []]
     if planned and planned.get("enabled"):
-        from sim2real.orchestration.candidates import CANDIDATE_TASKS, failed_candidate
-
         rows = []
         for c in planned.get("candidates") or []:
             states = {t: ((task_states or {}).get(f"{t}[{c['index']}]") or {}).get("state") for t in CANDIDATE_TASKS}

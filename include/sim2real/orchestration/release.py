@@ -30,9 +30,11 @@ from functools import lru_cache
 from typing import Any
 
 from sim2real.contract import schemas
-from sim2real.orchestration.params import ParamRuleError
 from sim2real.contract.run_key import make_run_key, run_prefix
-from sim2real.orchestration.stages import deployment_timeout_seconds, iot_job_configuration
+from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.params import ParamRuleError, declare_dialect
+from sim2real.orchestration.stages import deployment_components, deployment_timeout_seconds, iot_job_configuration
+from sim2real.orchestration.stages.run import build_params
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +73,6 @@ def build_release_params() -> dict[str, Any]:
     so both DAGs accept the same limits.
     """
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import declare_dialect
-    from sim2real.orchestration.stages.run import build_params
 
     main = build_params()
 
@@ -235,7 +234,6 @@ def resolve_model_package(hook: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
     if not result.get("model_data_url"):
         raise AirflowFailException(f"model package {result['model_package_arn']} has no "
                                    "InferenceSpecification.Containers[0].ModelDataUrl: nothing to deploy")
-    from sim2real.orchestration.config import RUN_KEY_TAG
 
     return {
         **result,
@@ -357,8 +355,6 @@ def release_components(plan: Mapping[str, Any], package: Mapping[str, Any],
                        manifest: Mapping[str, Any] | None) -> dict[str, Any]:
     """Greengrass ``components`` of the release: :func:`sim2real.orchestration.stages.deployment_components` on the
     release plan (``run_key``, ``deploy.components``), the resolved package and the verified manifest."""
-    from sim2real.orchestration.stages import deployment_components
-
     return deployment_components(plan, package, manifest or None)
 
 

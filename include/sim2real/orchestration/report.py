@@ -25,11 +25,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration import plots
+from sim2real.orchestration.budget import actual_run_cost, finetune_billing, loop_cost
+from sim2real.orchestration.candidates import training_task_id
 from sim2real.orchestration.lineage import (
+    FIGURES,
     HYPERPOD_SCALING_SOURCES,
+    LineageSchemaError,
+    RoundsEntry,
     SOURCES,
     VERDICT_KEY,
-    RoundsEntry,
     _get,
     build_lineage,
     figure_entry,
@@ -37,7 +42,16 @@ from sim2real.orchestration.lineage import (
     render_markdown,
     stage_sources,
 )
-from sim2real.orchestration.links.s3 import presigned_get_url, sandbox_endpoint
+from sim2real.orchestration.links.s3 import (
+    FIGURE_LINKS,
+    PRESIGNED_MAX_S,
+    S3RunFolderLink,
+    console_object_url,
+    partition_of,
+    presigned_get_url,
+    sandbox_endpoint,
+)
+from sim2real.orchestration.params import gate_warnings
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +73,6 @@ def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
     step (:func:`sim2real.orchestration.budget.finetune_billing`, one DescribeTrainingJob) when a client is given.
     Never raises: ``None`` when the figure cannot be made (logged).
     """
-    from sim2real.orchestration.budget import actual_run_cost, finetune_billing
-
     try:
         training = parts.get("training")
         if (plan.get("sweep") or {}).get("enabled"):  # every candidate's job counts
@@ -108,8 +120,6 @@ def with_loop_cost(plan: Mapping[str, Any], actual: dict[str, Any] | None, run_i
                    ) -> dict[str, Any] | None:
     """``actual`` with ``loop`` (:func:`sim2real.orchestration.budget.loop_cost`) from round 2 on; unchanged in
     round 1, without rounds, or when this run's cost is unknown. Never raises."""
-    from sim2real.orchestration.budget import loop_cost
-
     round_ = int(_get(plan, "rounds", "round") or 1)
     if not actual or round_ <= 1:
         return actual
@@ -124,8 +134,6 @@ def with_loop_cost(plan: Mapping[str, Any], actual: dict[str, Any] | None, run_i
 def sweep_trainings(plan: Mapping[str, Any], ti: Any) -> list[Any]:
     """Each sweep candidate's training result (its ``job_cost`` XCom when the job was stopped at the cost limit;
     ``None`` when it handed on neither), in candidate order."""
-    from sim2real.orchestration.candidates import training_task_id
-
     indexes = list(range(len((plan.get("sweep") or {}).get("candidates") or [])))
     task_id = training_task_id(plan)  # Batch: sweep.train_policy; HyperPod: sweep.train_on_slurm
     out = []
@@ -163,8 +171,6 @@ def draw_training_curve(plan: Mapping[str, Any], parts: Mapping[str, Any], hook:
 
     :raises FigureSkipped: no events prefix, no event files, or no reward value in them.
     """
-    from sim2real.orchestration import plots
-
     manifest = parts.get("checkpoint") or {}
     output_uri = _get(plan, "checkpoint", "output_uri")
     source = manifest.get("tensorboard_uri") or (f"{output_uri.rstrip('/')}/tensorboard/" if output_uri else None)
@@ -190,8 +196,6 @@ def draw_eval_outcome(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: A
 
     :raises FigureSkipped: no evaluation report (the evaluation did not run or its report was refused).
     """
-    from sim2real.orchestration import plots
-
     report = parts.get("evaluation")
     if not report:
         raise FigureSkipped("evaluation did not run or its report was refused (no output from "
@@ -211,8 +215,6 @@ def draw_round_success(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: 
 
     :raises FigureSkipped: no round has an evaluated success rate yet.
     """
-    from sim2real.orchestration import plots
-
     rounds = parts.get("rounds") or {}
     if not rounds.get("rounds"):
         raise FigureSkipped("no round was evaluated (no success rate to draw)")
@@ -245,8 +247,6 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
     :return: the lineage ``figures`` entries (:func:`sim2real.orchestration.lineage.figure_entry`); raises nothing for a
         picture (an upload error is recorded as its reason like any other).
     """
-    from sim2real.orchestration.links.s3 import FIGURE_LINKS
-
     bucket, prefix = plan["bucket"], plan["run_prefix"]
     figures: dict[str, dict[str, Any]] = {}
     for name, draw in FIGURE_DRAWERS.items():
@@ -342,9 +342,6 @@ def note_links(plan: Mapping[str, Any], lineage: Mapping[str, Any], endpoint_url
     as S3 console URLs on AWS, as presigned URLs on the sandbox's S3 (``endpoint_url``, ``s3_client``), where
     the pictures are also embedded when they fit (the browser loads them from 127.0.0.1; the console needs a
     sign-in, so AWS gets links only)."""
-    from sim2real.orchestration.lineage import FIGURES
-    from sim2real.orchestration.links.s3 import PRESIGNED_MAX_S, S3RunFolderLink, console_object_url, partition_of
-
     bucket, prefix, region = plan["bucket"], plan["run_prefix"], plan["region"]
     common = {"region_name": region, "aws_domain": S3RunFolderLink.get_aws_domain(partition_of(region)),
               "bucket": bucket}
@@ -374,7 +371,6 @@ def write_run_note(lineage: Mapping[str, Any], *, plan: Mapping[str, Any], env: 
     :return: :func:`sim2real.orchestration.run_note.set_run_note`'s result plus ``markdown`` and ``warnings``.
     """
     from sim2real.orchestration.run_note import render_run_note, set_run_note
-    from sim2real.orchestration.params import gate_warnings
 
     warnings = gate_warnings(plan.get("params") or lineage.get("params") or {})
     for warning in warnings:
@@ -441,8 +437,6 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     log.info("lineage written to %s", uri)
     note = write_run_note(lineage, plan=plan, env=env, endpoint_url=endpoint, s3_client=hook.get_conn())
     if errors:
-        from sim2real.orchestration.lineage import LineageSchemaError
-
         raise LineageSchemaError(errors)
     log.info("lineage matches lineage.schema.json")
     return {"lineage_uri": uri, "markdown_uri": f"s3://{bucket}/{prefix}lineage.md", "chain": lineage["chain"],

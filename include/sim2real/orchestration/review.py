@@ -19,7 +19,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sim2real.orchestration.lineage import RoundsEntry
+from sim2real.orchestration.lineage import FIGURES, RoundsEntry, build_lineage, stage_sources
+from sim2real.orchestration.params import gate_warnings
+from sim2real.orchestration.run_note import headline
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +84,9 @@ def approval_body(*, plan: Mapping[str, Any], ti: Any, package: Mapping[str, Any
     :param sagemaker_client: for the fine-tune's billed time (default: the SageMaker hook's client).
     :param env: the environment config (default: read it; ``"sandbox": true`` gives presigned links).
     """
-    from sim2real.orchestration.lineage import FIGURES, build_lineage, stage_sources
     from sim2real.orchestration.links.mlflow import run_url
     from sim2real.orchestration.links.s3 import console_object_url, presigned_get_url, sandbox_endpoint
-    from sim2real.orchestration.params import gate_warnings
     from sim2real.orchestration.report import FIGURE_KEYS, _environment, _pull, run_actual_cost, write_figures
-    from sim2real.orchestration.run_note import headline
 
     if s3_hook is None:
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook

@@ -42,9 +42,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sim2real.contract import task_ids as ids
 from sim2real.contract import env_vars
+from sim2real.contract import task_ids as ids
 from sim2real.contract import tracking as contract
+from sim2real.orchestration.candidates import candidate_index
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +230,6 @@ def close_tracking(tracking: Mapping[str, Any] | None, *, succeeded: bool,
     """
     if not tracking or not tracking.get("enabled"):
         return {}
-    from sim2real.orchestration.candidates import candidate_index
     from sim2real.orchestration.hooks.mlflow import MlflowHook
     from sim2real.orchestration.report import task_key
 

@@ -50,6 +50,7 @@ from sim2real.orchestration.hooks.model_registry import (
     sagemaker_decision,
 )
 from sim2real.orchestration.links.sagemaker import SageMakerModelPackageLink
+from sim2real.orchestration.review import package_lines
 from sim2real.orchestration.triggers.model_package import ModelPackageDecisionTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import model_package_step
@@ -159,8 +160,6 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
             "The release stops here; register a new model version to try again.")
 
     def _body(self, context: Context, package: Mapping[str, Any]) -> str:
-        from sim2real.orchestration.review import package_lines
-
         if self.plan and self.review is not None:
             try:
                 return self.review(plan=self.plan, ti=context["ti"], package=package,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_TRAINING
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
 DOC = """\
@@ -38,8 +40,6 @@ def params() -> dict[str, Any]:
     """The build's trigger-form fields."""
     from airflow.sdk import Param
 
-    from sim2real.orchestration.params import SECTION_TRAINING
-
     return {
         # Optional text fields are nullable: the trigger form sends an empty field as null, and a field
         # whose type does not allow null is required there (its Trigger button stays disabled).
@@ -66,7 +66,6 @@ def add_tasks(plan: Any) -> Any:
     """Add the ``build`` group; return the image operator (its ``output["image_uri"]``: the digest URI)."""
     from airflow.sdk import TaskGroup
 
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.codebuild import CodeBuildImageOperator
 
     image = refs(plan, ImagePlan)

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration import assets
 from sim2real.orchestration.assets import CHECKPOINT_ANNOUNCEMENTS
+from sim2real.orchestration.dag_defaults import POLL
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
 TRAINING_JOB_DOC = """\
@@ -80,8 +82,6 @@ def add_tasks(plan: Any, *, trained_by: list[Any]) -> tuple[Any, Any]:
     from airflow.sdk import TaskGroup, task
     from airflow.sdk.exceptions import AirflowFailException
 
-    from sim2real.orchestration import assets
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.sensors.checkpoint import CheckpointManifestSensor
 
     ckpt = refs(plan, CheckpointPlan)

@@ -13,7 +13,14 @@ from airflow.sdk import Asset
 
 from sim2real.contract import task_ids as ids
 from sim2real.contract.stats import wilson_interval
+from sim2real.orchestration import assets
+from sim2real.orchestration.config import DEFAULT_EVAL_COMMAND
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_BUDGET, SECTION_EVAL, _range
+from sim2real.orchestration.slurm import bash_commands
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+from sim2real.orchestration.stages.checkpoint import CheckpointPlan
+from sim2real.orchestration.stages.rounds import eval_seed_of
 
 DOC = """\
 **Closed-loop evaluation on the workstation.** Calls EC2 `DescribeInstances` (by tag) and `StartInstances`
@@ -55,8 +62,6 @@ def params() -> dict[str, Any]:
     """The evaluation fields of the trigger form."""
     from airflow.sdk import Param
 
-    from sim2real.orchestration.params import SECTION_BUDGET, SECTION_EVAL, _range
-
     return {
         "eval_episodes": Param(100, type="integer", title="Episodes",
                                description="Episodes of the evaluation (episode i: seed eval_seed + i). Warning: "
@@ -75,9 +80,6 @@ def params() -> dict[str, Any]:
 
 
 def plan(ctx: PlanContext) -> EvaluationPlan:
-    from sim2real.orchestration.config import DEFAULT_EVAL_COMMAND
-    from sim2real.orchestration.stages.rounds import eval_seed_of
-
     ev = ctx.env["evaluation"]
     return EvaluationPlan(
         workstation_tag_key=ev["workstation_tag_key"],
@@ -106,9 +108,6 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any], *, manif
         command, every value shell-quoted, run with ``bash -euo pipefail``
         (:func:`sim2real.orchestration.slurm.bash_commands`: AWS-RunShellScript uses ``sh``).
     """
-    from sim2real.orchestration.slurm import bash_commands
-    from sim2real.orchestration.stages.checkpoint import CheckpointPlan
-
     ev = EvaluationPlan.from_plan(plan)
     ckpt = CheckpointPlan.from_plan(plan)
     fields = {
@@ -154,8 +153,6 @@ def add_tasks(plan: Any, *, manifest: Any, trained: Any) -> tuple[Any, Any]:
     from airflow.sdk import TaskGroup, task
     from airflow.sdk.exceptions import AirflowFailException
 
-    from sim2real.orchestration import assets
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
 
     ev = refs(plan, EvaluationPlan)

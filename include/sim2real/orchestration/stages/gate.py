@@ -9,6 +9,7 @@ from typing import Any
 
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.lineage import VERDICT_KEY
+from sim2real.orchestration.params import SECTION_EVAL, _range
 from sim2real.orchestration.stages._base import PlanContext, PlanSection
 
 DOC = """\
@@ -38,8 +39,6 @@ class QualityGatePlan(PlanSection):
 def params() -> dict[str, Any]:
     """The gate's fields of the trigger form."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import SECTION_EVAL, _range
 
     return {
         "min_success_rate": Param(

@@ -39,8 +39,10 @@ from typing import Any
 from sim2real.contract import env_vars as ev
 from sim2real.contract import task_ids as ids
 from sim2real.contract.stats import wilson_interval
-from sim2real.orchestration.params import RETRAIN_FIELD
+from sim2real.orchestration.candidates import SWEEP_KEYS, expand_sweep
+from sim2real.orchestration.params import RETRAIN_FIELD, SECTION_TRAINING, _range
 from sim2real.orchestration.stages._base import PlanContext, PlanSection
+from sim2real.orchestration.stages.gate import QualityGatePlan, quality_gate
 
 DOC = """\
 **Next retraining round.** Calls no AWS API. Runs only when the quality gate failed: with rounds left
@@ -87,8 +89,6 @@ class RoundPlan(PlanSection):
 def params() -> dict[str, Any]:
     """The retraining fields of the trigger form."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import SECTION_TRAINING, _range
 
     return {
         "max_rounds": Param(
@@ -192,8 +192,6 @@ def rule_errors(params: Mapping[str, Any]) -> list[str]:
         errors.append(f"{where}: resume_from.iteration must be a non-negative integer, got {iteration!r}")
     swept = link.get("sweep")
     if swept is not None:
-        from sim2real.orchestration.candidates import expand_sweep
-
         try:
             count = len(expand_sweep(swept.get("field"))) if isinstance(swept, Mapping) else 0
         except ValueError:
@@ -265,8 +263,6 @@ def next_round_conf(plan: Mapping[str, Any], this_round: Mapping[str, Any], *, r
         "history", "sweep" (only after a sweep)}}`` where ``resume_from`` is :func:`best_round` of the history
         with this round.
     """
-    from sim2real.orchestration.candidates import SWEEP_KEYS
-
     section = RoundPlan.from_plan(plan)
     if this_round["passed"] or section.round >= section.max_rounds:
         return None
@@ -306,8 +302,6 @@ def lineage_entry(plan: Mapping[str, Any], *, run_id: str, evaluation: Mapping[s
         ``gate_failed`` (the last round, or none could be started) or ``not_evaluated``; ``None`` for a plan
         without a ``rounds`` section.
     """
-    from sim2real.orchestration.stages.gate import QualityGatePlan, quality_gate
-
     if RoundPlan.SECTION not in plan:
         return None
     section = RoundPlan.from_plan(plan)
@@ -381,8 +375,6 @@ def add_tasks(plan: Any, *, gate: Any, report: Any, manifest: Any) -> Any:  # no
           execution_timeout=dt.timedelta(minutes=1), doc_md=DOC)
     def plan_next_round(dag_run=None, ti=None) -> dict:
         """The next round's run conf; skipped when there is none (last round, or no evaluated policy)."""
-        from sim2real.orchestration.stages.gate import QualityGatePlan, quality_gate
-
         # The plan is pulled, not passed: a task right after prepare_run (the lineage's setup) would count it
         # among its upstream tasks, and all_failed would never fire.
         plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {})["plan"]

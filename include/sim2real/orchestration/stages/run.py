@@ -22,19 +22,27 @@ from sim2real.contract.run_key import make_run_key, run_prefix
 from sim2real.contract.tasks import ISAACLAB_TASKS, MUJOCO_TASKS
 from sim2real.orchestration.budget import check_budget, estimate_run_cost
 from sim2real.orchestration.candidates import candidate_params, expand_sweep, sweep_errors
+from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.params import (
     FORM_SECTIONS,
     ParamRuleError,
+    RETRAIN_FIELD,
+    SECTION_BUDGET,
+    _range,
+    check_conf_keys,
     declare_dialect,
     gate_reach_errors,
     param_problem,
     range_text,
     unknown_key_errors,
 )
+from sim2real.orchestration.run_state import check_run_outcome
 from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, sweep, train, vla
-from sim2real.orchestration.stages._base import PlanContext, PlanSection
+from sim2real.orchestration.stages._base import PlanContext, PlanSection, flat_xcoms
 from sim2real.orchestration.stages.hyperpod import hyperpod_plan
-from sim2real.orchestration.tracking import stage_env
+from sim2real.orchestration.stages.rounds import lineage_entry
+from sim2real.orchestration.stages.sweep import forgiven_task_keys
+from sim2real.orchestration.tracking import close_dag_run, stage_env
 
 PREPARE_RUN_DOC = """\
 **Prepare the run.** Reads the environment config (Airflow Variable `sim2real_environment`, written by
@@ -148,8 +156,6 @@ def params() -> dict[str, Any]:
     """The run-wide fields of the trigger form."""
     from airflow.sdk import Param
 
-    from sim2real.orchestration.params import SECTION_BUDGET, _range
-
     return {
         "max_budget_usd": Param(500.0, type="number", title="Max budget (USD)",
                                 section=SECTION_BUDGET, **_range(minimum=0)),
@@ -157,8 +163,6 @@ def params() -> dict[str, Any]:
 
 
 def plan(ctx: PlanContext, *, applied: dict[str, Any]) -> RunPlan:
-    from sim2real.orchestration.config import RUN_KEY_TAG
-
     return RunPlan(run_key=ctx.run_key, backend=ctx.params.get("training_backend", "batch"), bucket=ctx.bucket,
                    run_prefix=ctx.run_prefix, run_uri=ctx.run_uri, region=ctx.env["region"],
                    tags={RUN_KEY_TAG: ctx.run_key}, budget=dict(ctx.budget), params=dict(ctx.params),
@@ -382,7 +386,6 @@ def _first_note(dag_id: str, dag_run: Any, plan: Mapping[str, Any]) -> None:
     """
     from sim2real.orchestration.config import load_environment
     from sim2real.orchestration.run_note import set_run_note
-    from sim2real.orchestration.params import RETRAIN_FIELD
 
     if (dag_run.conf or {}).get(RETRAIN_FIELD):
         return
@@ -408,8 +411,6 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
     def prepare_run(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
         from sim2real.orchestration.config import load_environment
-        from sim2real.orchestration.params import check_conf_keys
-        from sim2real.orchestration.stages._base import flat_xcoms
         from sim2real.orchestration.stages.rounds import seed_checkpoint
         from sim2real.orchestration.sweeper import sweep_before_run
         from sim2real.orchestration.tracking import close_tracking, start_tracking
@@ -485,7 +486,6 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
     def write_lineage(plan: dict, dag_run=None, ti=None) -> dict:
         """Write runs/<run_key>/lineage.json and lineage.md, whatever happened upstream."""
         from sim2real.orchestration.report import write_run_report
-        from sim2real.orchestration.stages.rounds import lineage_entry
 
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
         MlflowRunLink.persist(ti, plan.get(TrackingPlan.SECTION))
@@ -502,11 +502,6 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
           doc_md=RUN_OUTCOME_DOC)
     def run_outcome(dag_run=None, ti=None) -> dict:
         """Fail when any task of the run failed (the run's state is this verdict: sim2real.orchestration.run_state)."""
-        from sim2real.orchestration.run_state import check_run_outcome
-        from sim2real.orchestration.tracking import close_dag_run
-
-        from sim2real.orchestration.stages.sweep import forgiven_task_keys
-
         try:
             picked = None
             try:  # a sweep's pick: the failed candidates it went around do not fail the run

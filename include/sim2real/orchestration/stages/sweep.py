@@ -43,8 +43,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim2real.contract import task_ids as ids
-from sim2real.orchestration.candidates import CANDIDATE_TASKS, failed_candidate, training_task_id
+from sim2real.orchestration.budget import candidate_cost_limits
+from sim2real.orchestration.candidates import (
+    CANDIDATE_TASKS,
+    MAX_CANDIDATES,
+    PICK_RULE,
+    SWEEP_KEYS,
+    best_candidate,
+    candidate_id,
+    candidate_params,
+    expand_sweep,
+    failed_candidate,
+    sweep_schema,
+    training_task_id,
+)
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_TRAINING, _range
+from sim2real.orchestration.stages import hyperpod, train
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+from sim2real.orchestration.stages.evaluate import EvaluationPlan, check_report, eval_commands
+from sim2real.orchestration.stages.train import BatchPlan, training_environment
 
 DOC = """\
 **Sweep: several candidates in one run (AWS Batch or HyperPod Slurm).** Runs only when the form's `sweep` lists
@@ -111,10 +129,6 @@ def params() -> dict[str, Any]:
     """The sweep fields of the trigger form."""
     from airflow.sdk import Param
 
-    from sim2real.orchestration.candidates import MAX_CANDIDATES, SWEEP_KEYS, sweep_schema
-    from sim2real.orchestration.params import SECTION_TRAINING, _range
-    from sim2real.orchestration.stages import train
-
     training_fields = train.params()
     schema = sweep_schema({k: training_fields[k].schema for k in SWEEP_KEYS})
     return {
@@ -154,9 +168,6 @@ def candidate_entry(ctx: PlanContext, index: int, override: dict[str, Any], *, m
         "manifest_uri", "report_uri", "ssm_output_key_prefix", "eval_seed", "eval_environment", "lane_after" (the
         candidate whose job must have ended first; None: none)}``.
     """
-    from sim2real.orchestration.candidates import SWEEP_KEYS, candidate_id, candidate_params
-    from sim2real.orchestration.stages.train import training_environment
-
     cid = candidate_id(index)
     prefix = f"{ctx.run_prefix}candidates/{cid}/"
     uri = f"s3://{ctx.bucket}/{prefix}"
@@ -183,9 +194,6 @@ def candidate_entry(ctx: PlanContext, index: int, override: dict[str, Any], *, m
 
 
 def plan(ctx: PlanContext) -> SweepPlan:
-    from sim2real.orchestration.budget import candidate_cost_limits
-    from sim2real.orchestration.candidates import expand_sweep
-
     overrides = expand_sweep(ctx.params.get("sweep"))
     max_parallel = int(ctx.params.get("sweep_max_parallel") or 1)
     selection_seed = selection_eval_seed_of(ctx.params)
@@ -226,8 +234,6 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
     :raises ValueError: the results do not line up with the planned candidates, there are none, or fewer than
         ``min_candidates`` survived (naming every failed candidate and its reason).
     """
-    from sim2real.orchestration.candidates import PICK_RULE, best_candidate
-
     section = SweepPlan.from_plan(plan)
     planned = section.candidates
     if not (len(planned) == len(trainings) == len(manifests) == len(reports)) or not planned:
@@ -315,14 +321,11 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
     from airflow.sdk import task, task_group
     from airflow.sdk.exceptions import AirflowFailException
 
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.batch import BatchTrainingOperator
     from sim2real.orchestration.operators.quota import GpuCapacityPreflightOperator
     from sim2real.orchestration.operators.ssm import WorkstationCommandOperator
     from sim2real.orchestration.sensors.checkpoint import CheckpointManifestSensor
     from sim2real.orchestration.sensors.sweep import SweepLaneSensor
-    from sim2real.orchestration.stages.evaluate import EvaluationPlan
-    from sim2real.orchestration.stages.train import BatchPlan
 
     batch = refs(plan, BatchPlan)
     ev = refs(plan, EvaluationPlan)
@@ -386,8 +389,6 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
         @task(task_id=ids.local(ids.SWEEP_EVAL_COMMAND), execution_timeout=dt.timedelta(minutes=1))
         def eval_command(plan: dict, manifest: dict, manifest_uri: str, report_uri: str, eval_seed: int,
                          eval_environment: dict) -> list:
-            from sim2real.orchestration.stages.evaluate import eval_commands
-
             return eval_commands(plan, manifest, manifest_uri=manifest_uri, report_uri=report_uri, seed=eval_seed,
                                  environment=eval_environment)
 
@@ -409,8 +410,6 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
 
             from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-            from sim2real.orchestration.stages.evaluate import check_report
-
             episodes = EvaluationPlan.from_plan(plan).episodes
             report = json.loads(S3Hook().read_key(key=report_uri))
             try:
@@ -426,8 +425,6 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
         # (a branch inside the mapped group could not skip map indexes that are not expanded yet).
         capacity >> lane >> submitted >> training >> manifest
         if slurm_array is not None:
-            from sim2real.orchestration.stages import hyperpod
-
             on_slurm = hyperpod.add_candidate_training(plan, array=slurm_array, index=index,
                                                        cost_limit_usd=cost_limit_usd, max_failed=sweep.max_failed,
                                                        candidate_task_ids=CANDIDATE_TASKS)

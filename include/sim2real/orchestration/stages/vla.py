@@ -10,8 +10,13 @@ from typing import Any
 from airflow.sdk import Asset
 
 from sim2real.contract import task_ids as ids
-from sim2real.orchestration.params import VLA_INSTANCE_GPUS
+from sim2real.orchestration import assets
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_VLA, VLA_INSTANCE_GPUS, _range
+from sim2real.orchestration.pipelines.groot import pipeline_definition_json
+from sim2real.orchestration.review import approval_body
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+from sim2real.orchestration.stages.rounds import lineage_entry
 
 DOC = """\
 **Fine-tune GR00T and approve the release.** Calls SageMaker `DescribePipeline`, `CreatePipeline` /
@@ -54,8 +59,6 @@ class VlaPlan(PlanSection):
 def params() -> dict[str, Any]:
     """The fine-tune's fields of the trigger form."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import SECTION_VLA, _range
 
     return {
         "run_vla_finetune": Param(True, type="boolean", title="Fine-tune GR00T and release",
@@ -102,14 +105,10 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
     model package ARN, model data URI and the decision)."""
     from airflow.sdk import TaskGroup, task
 
-    from sim2real.orchestration import assets
     from sim2real.orchestration import notifications as notify
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.sagemaker_pipeline import (PipelineDefinitionUpsertOperator,
                                                                      PipelineExecutionOperator)
     from sim2real.orchestration.operators.model_approval import ModelPackageApprovalOperator
-    from sim2real.orchestration.review import approval_body
-    from sim2real.orchestration.stages.rounds import lineage_entry
 
     vla = refs(plan, VlaPlan)
     with TaskGroup(GROUP_ID, tooltip="GR00T fine-tune (SageMaker Pipelines) and Model Registry approval",
@@ -126,8 +125,6 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
             # the same values (the upsert stays a no-op and step caching survives).
             import hashlib
             import logging
-
-            from sim2real.orchestration.pipelines.groot import pipeline_definition_json
 
             section = VlaPlan.from_plan(plan)
             configured = section.images
