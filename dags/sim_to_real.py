@@ -37,7 +37,6 @@ from airflow.sdk import CronTriggerTimetable, dag
 
 from sim2real.orchestration import notifications as notify
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, schedule_timezone
-from sim2real.orchestration.params import build_params
 from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, run, sweep, train, vla
 
 SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone, through the Airflow configuration
@@ -61,7 +60,7 @@ SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone,
     # Every wait defers to the triggerer, whatever [operators] default_deferrable says (operators that take
     # no deferrable argument ignore it).
     default_args={**DEFAULT_ARGS, "deferrable": True},
-    params=build_params(),
+    params=run.build_params(),  # every stage's fields of the trigger form
     tags=["sim2real", "robotics", "rl", "vla"],
     # SNS topic read from the environment config at send time (skipped when none is configured).
     on_failure_callback=notify.run_failed(),

@@ -7,7 +7,8 @@ from __future__ import annotations
 from airflow.sdk.definitions.param import ParamsDict
 
 from sim2real.dev.demo import DEFAULT_EVAL_SEED, DEFAULT_SEED, DEMO_TRAINING, demo_conf
-from sim2real.orchestration.params import build_params, check_conf_keys, check_params
+from sim2real.orchestration.params import check_conf_keys
+from sim2real.orchestration.stages.run import build_params, check_params
 
 #: Seconds one PPO iteration of the demo's training takes on a quiet 2-core machine (32 envs, Reacher-v5: 100
 #: iterations in ~70 s), and how many times slower a machine may be before the safety bound cuts the training.

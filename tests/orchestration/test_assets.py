@@ -25,7 +25,7 @@ class AliasEvents(dict):
 
 
 def test_checkpoint_sensor_puts_uri_and_sha256_on_its_event():
-    from sim2real.orchestration.stages.checkpoint import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
+    from sim2real.orchestration.assets import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
 
     events = AliasEvents()
     ctx = {"task": SimpleNamespace(outlets=[CHECKPOINT_ANNOUNCEMENTS], run_key=None),

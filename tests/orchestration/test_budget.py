@@ -8,7 +8,7 @@ import pytest
 from sim2real.orchestration.budget import (ON_DEMAND_USD_PER_HOUR, PRICE_SOURCE, VLA_OVERHEAD_HOURS, VLA_SECONDS_PER_STEP,
                              BudgetExceeded, check_budget, estimate_run_cost)
 from sim2real.orchestration.params import VLA_INSTANCE_GPUS
-from sim2real.orchestration.stages import plan_run
+from sim2real.orchestration.stages.run import plan_run
 
 from tests.orchestration.test_config import GOOD
 from tests.orchestration.stages.test_stages import PARAMS

@@ -28,7 +28,7 @@ import datetime as dt
 from airflow.sdk import DAG, BaseOperator
 
 from sim2real.orchestration import assets
-from sim2real.orchestration.stages.checkpoint import CHECKPOINT_ANNOUNCEMENTS
+from sim2real.orchestration.assets import CHECKPOINT_ANNOUNCEMENTS
 
 
 class ManifestOf(BaseOperator):

@@ -92,7 +92,7 @@ def test_form_refuses_bad_fields_before_a_run(form, conf, field):
 
 
 def test_form_defaults_and_limits_match_the_main_dag(form):
-    from sim2real.orchestration.params import build_params
+    from sim2real.orchestration.stages.run import build_params
 
     resolved = form.deep_merge({"model_package_arn": ARN_V3,
                                 "policy_checkpoint_manifest_uri": "s3://b-1/runs/k/checkpoints/manifest.json"}).validate()

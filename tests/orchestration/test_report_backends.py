@@ -13,10 +13,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from sim2real.orchestration.stages.rounds import lineage_entry
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.budget import ON_DEMAND_USD_PER_HOUR
 from sim2real.orchestration.lineage import lineage_errors, render_markdown
-from sim2real.orchestration.stages import plan_run
+from sim2real.orchestration.stages.run import plan_run
 
 from tests.orchestration.test_config import GOOD as _GOOD
 from tests.orchestration.stages.test_stages import HYPERPOD_ENV as _HYPERPOD_ENV
@@ -56,7 +57,7 @@ def write(plan, outputs):
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket=plan["bucket"])
-        write_run_report(plan=plan, params=plan["params"], dag_run=DagRun(), ti=RunningTask(outputs))
+        write_run_report(rounds_entry=lineage_entry, plan=plan, params=plan["params"], dag_run=DagRun(), ti=RunningTask(outputs))
         body = s3.get_object(Bucket=plan["bucket"], Key=f"{plan['run_prefix']}lineage.json")["Body"].read()
     return json.loads(body)
 

@@ -11,6 +11,7 @@ import pytest
 from moto import mock_aws
 from PIL import Image
 
+from sim2real.orchestration.stages.rounds import lineage_entry
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import plots
 from sim2real.orchestration.lineage import lineage_errors
@@ -98,7 +99,7 @@ def write(ti):
     from sim2real.orchestration.report import write_run_report
 
     p = plan()
-    return write_run_report(plan=p, params={"seed": 1}, dag_run=DagRun(), ti=ti)
+    return write_run_report(rounds_entry=lineage_entry, plan=p, params={"seed": 1}, dag_run=DagRun(), ti=ti)
 
 
 def stored(s3, key):

@@ -8,6 +8,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from sim2real.orchestration.stages.rounds import lineage_entry
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.review import approval_body, smoke_line
 from tests.orchestration.test_report_figures import (BUCKET, PREFIX, RunningTask, events_dir, evaluation,  # noqa: F401
@@ -41,7 +42,7 @@ def outputs():
 def body(env, **kwargs):
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    return approval_body(plan=review_plan(), ti=RunningTask(outputs()), package=PACKAGE, dag_id="sim_to_real",
+    return approval_body(rounds_entry=lineage_entry, plan=review_plan(), ti=RunningTask(outputs()), package=PACKAGE, dag_id="sim_to_real",
                          run_id="manual__1", s3_hook=S3Hook(aws_conn_id=None), sagemaker_client=None, env=env,
                          **kwargs)
 
@@ -84,7 +85,7 @@ def test_the_review_of_a_later_round_shows_every_rounds_success_rate(s3):
               "resume_from": {"checkpoint_uri": first["checkpoint_uri"], "sha256": "a" * 64, "iteration": 2,
                               "round": 1},
               "resumed_checkpoint_uri": f"s3://{BUCKET}/{PREFIX}checkpoints/agent_000002.pt", "history": [first]}
-    text = approval_body(plan={**review_plan(), "rounds": rounds}, ti=RunningTask(outputs()), package=PACKAGE,
+    text = approval_body(rounds_entry=lineage_entry, plan={**review_plan(), "rounds": rounds}, ti=RunningTask(outputs()), package=PACKAGE,
                          dag_id="sim_to_real", run_id="manual__2", s3_hook=S3Hook(aws_conn_id=None),
                          sagemaker_client=None, env={})
     assert "**Round 2 of 3** (parent run `manual__r1`; success rate per round, 95% Wilson): " in text

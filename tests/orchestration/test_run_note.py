@@ -9,8 +9,10 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from sim2real.orchestration.stages.rounds import lineage_entry
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import run_note
+from sim2real.orchestration.params import gate_warnings
 from sim2real.orchestration.stages import gate
 from tests.orchestration import test_report_figures as figs
 from tests.orchestration.test_report_figures import BUCKET, PREFIX, RUN_KEY, RunningTask, events_dir, s3  # noqa: F401
@@ -65,7 +67,7 @@ def test_a_run_without_evaluation_or_cost_says_so():
 
 def test_the_note_fits_airflows_1000_characters_and_keeps_the_verdict():
     long_links = {f"link {i}": "https://console.aws.amazon.com/s3/object/b?prefix=" + "x" * 150 for i in range(5)}
-    note = run_note.render_run_note(lineage(), warnings=gate.gate_warnings({"min_success_rate": 0}),
+    note = run_note.render_run_note(lineage(), warnings=gate_warnings({"min_success_rate": 0}),
                                     links=long_links, images={"Training curve": "http://127.0.0.1/" + "y" * 100})
     assert len(note) <= run_note.NOTE_MAX_CHARS
     assert note.endswith(run_note.SHORTENED + "\n")
@@ -74,13 +76,13 @@ def test_the_note_fits_airflows_1000_characters_and_keeps_the_verdict():
 
 
 def test_gate_warnings_flag_a_zero_threshold_and_few_episodes_without_changing_them():
-    assert gate.gate_warnings({"min_success_rate": 0.8, "eval_episodes": 100}) == []
-    zero, few = gate.gate_warnings({"min_success_rate": 0.0, "eval_episodes": 10})
+    assert gate_warnings({"min_success_rate": 0.8, "eval_episodes": 100}) == []
+    zero, few = gate_warnings({"min_success_rate": 0.0, "eval_episodes": 10})
     assert "every evaluated policy passes" in zero
     assert "Only 10 evaluation episodes" in few and "[0.24, 0.76]" in few  # Wilson of 5/10
-    assert gate.gate_warnings({"min_success_rate": 0.5, "eval_episodes": 20}) == []
+    assert gate_warnings({"min_success_rate": 0.5, "eval_episodes": 20}) == []
     params = {"min_success_rate": 0.0, "eval_episodes": 10}
-    gate.gate_warnings(params)
+    gate_warnings(params)
     assert params == {"min_success_rate": 0.0, "eval_episodes": 10}
 
 
@@ -144,7 +146,7 @@ def test_report_in_the_sandbox_links_and_embeds_the_pictures_on_its_s3(s3, event
                       ids.READ_EVAL_REPORT: figs.evaluation(),
                       "quality_gate": {"passed": True, "metric": "success_rate", "value": 0.3, "threshold": 0.15,
                                        "reason": "ok"}})
-    out = report.write_run_report(plan=figs.plan(), params={"min_success_rate": 0.15, "eval_episodes": 10},
+    out = report.write_run_report(rounds_entry=lineage_entry, plan=figs.plan(), params={"min_success_rate": 0.15, "eval_episodes": 10},
                                   dag_run=figs.DagRun(), ti=ti)
     endpoint = s3.meta.endpoint_url
     curve = S3TrainingCurveLink().format_link(**ti.pushed[S3TrainingCurveLink.key])
@@ -169,7 +171,7 @@ def test_report_on_aws_links_the_console(s3, monkeypatch):  # noqa: F811
 
     monkeypatch.delenv("AIRFLOW_ENV_NAME", raising=False)
     monkeypatch.setattr(report, "_environment", lambda: {"sandbox": False})
-    out = report.write_run_report(plan=figs.plan(), params={}, dag_run=figs.DagRun(), ti=RunningTask({}))
+    out = report.write_run_report(rounds_entry=lineage_entry, plan=figs.plan(), params={}, dag_run=figs.DagRun(), ti=RunningTask({}))
     md = out["run_note"]["markdown"]
     assert "[S3 run folder](https://console.aws.amazon.com/s3/buckets/sim2real-test?region=us-east-1" in md
     assert "![" not in md and out["run_note"]["set"] is False
@@ -210,7 +212,7 @@ def test_a_failed_gate_shows_its_verdict_in_the_note_and_lineage_not_not_reached
     monkeypatch.setattr(report, "_environment", lambda: {"sandbox": False})
     monkeypatch.setattr(run_note, "set_note_through_connection", lambda **kw: None)
     ti = KeyedTask({ids.READ_EVAL_REPORT: evaluation, (ids.QUALITY_GATE, VERDICT_KEY): gate_ti.pushed[VERDICT_KEY]})
-    out = report.write_run_report(plan=plan, params={"min_success_rate": 0.8, "eval_episodes": 10},
+    out = report.write_run_report(rounds_entry=lineage_entry, plan=plan, params={"min_success_rate": 0.8, "eval_episodes": 10},
                                   dag_run=figs.DagRun(), ti=ti)
     md = out["run_note"]["markdown"]
     assert "**Quality gate FAILED:** ci95_lower 0.108 < 0.800" in md and "not reached" not in md

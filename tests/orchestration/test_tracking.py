@@ -38,7 +38,7 @@ def test_off_by_default_nothing_imported_nothing_changed():
 
 
 def _plan(**overrides):
-    from sim2real.orchestration.stages import plan_run
+    from sim2real.orchestration.stages.run import plan_run
 
     from tests.orchestration.test_config import GOOD
     from tests.orchestration.stages.test_stages import PARAMS
@@ -50,7 +50,8 @@ def _plan(**overrides):
 def test_start_tracking_without_config_leaves_the_plan_as_it_was():
     from sim2real.orchestration.stages import eval_commands
     from sim2real.orchestration.stages.run import TrackingPlan
-    from sim2real.orchestration.tracking import apply_tracking, start_tracking
+    from sim2real.orchestration.tracking import start_tracking
+    from sim2real.orchestration.stages.run import apply_tracking
 
     plan = _plan()
     assert TrackingPlan.from_plan(plan) == TrackingPlan.off("not started (prepare_run starts it)")
@@ -70,7 +71,7 @@ def test_apply_tracking_puts_each_child_run_in_its_stage():
     from sim2real.orchestration.stages.evaluate import EvaluationPlan
     from sim2real.orchestration.stages.run import TrackingPlan
     from sim2real.orchestration.stages.vla import VlaPlan
-    from sim2real.orchestration.tracking import apply_tracking
+    from sim2real.orchestration.stages.run import apply_tracking
 
     from tests.orchestration.test_config import GOOD
 
@@ -91,7 +92,7 @@ def test_apply_tracking_puts_each_child_run_in_its_stage():
 
 
 def test_apply_tracking_refuses_a_record_that_is_not_a_tracking_plan():
-    from sim2real.orchestration.tracking import apply_tracking
+    from sim2real.orchestration.stages.run import apply_tracking
 
     from tests.orchestration.test_config import GOOD
 

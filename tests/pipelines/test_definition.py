@@ -84,7 +84,7 @@ def test_parameters_and_workshop_defaults(definition):
 
 def test_plan_parameters_are_all_declared_with_matching_types(definition):
     """StartPipelineExecution refuses undeclared parameters: every one the run plan sends must exist."""
-    from sim2real.orchestration.stages import plan_run
+    from sim2real.orchestration.stages.run import plan_run
 
     from tests.orchestration.test_config import GOOD
     from tests.orchestration.stages.test_stages import PARAMS

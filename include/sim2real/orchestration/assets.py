@@ -30,7 +30,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from airflow.sdk import Asset, AssetAlias
+
 log = logging.getLogger(__name__)
+
+#: Updated by ``wait_for_checkpoint`` (checkpoint URI and sha256 on the event).
+CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
+#: The checkpoint sensor's outlet and inlet: its ``sim2real_rl_checkpoint`` event goes through this alias, added at
+#: run time once per checkpoint sha256 and run (:func:`announce_once`).
+CHECKPOINT_ANNOUNCEMENTS = AssetAlias(name="sim2real_rl_checkpoint_announcements")
 
 
 def checkpoint_extra(manifest: Mapping[str, Any] | None, run_key: str | None = None) -> dict[str, Any]:
@@ -143,8 +151,6 @@ def announce_once(context: Mapping[str, Any], alias: Any, asset: Any, extra: Map
 def checkpoint_post_execute(context: Mapping[str, Any], result: Any = None) -> None:
     """``post_execute`` of the checkpoint sensor: the ``sim2real_rl_checkpoint`` event with the manifest's URI and
     sha256, once per sha256 and run (:func:`announce_once`)."""
-    from sim2real.orchestration.stages.checkpoint import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
-
     announce_once(context, CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET,
                   checkpoint_extra(result if isinstance(result, Mapping) else None, _run_key(context)))
 

@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sim2real.orchestration.candidates import candidate_id, candidate_params, expand_sweep
+
 #: On-demand USD per instance-hour (Linux). Source: AWS on-demand list price, us-east-1, May 2025
 #: (EC2 pricing page for the Batch types; SageMaker AI pricing page, "Training" tab, for the ml.*
 #: types). Prices change (AWS lowered P4/P5 prices in June 2025, which these do not reflect) and
@@ -162,8 +164,6 @@ def _training_runs(params: Mapping[str, Any]) -> list[tuple[str | None, Mapping[
     loop round 1's (``retrain_round.sweep``: its field over the base values of the swept keys); ``[(None,
     params)]`` without a sweep (:mod:`sim2real.orchestration.candidates`; the sweep is already checked by
     ``check_params``)."""
-    from sim2real.orchestration.candidates import candidate_id, candidate_params, expand_sweep
-
     earlier = (params.get("retrain_round") or {}).get("sweep") if isinstance(params.get("retrain_round"), Mapping) else None
     if earlier and not params.get("sweep"):
         base = {**params, **(earlier.get("base") or {})}

@@ -14,7 +14,9 @@ sweep, the run trains one policy as without this field.
 
 Which candidate goes on (:func:`best_candidate`): the highest Wilson 95% lower bound of its closed-loop success
 rate; ties go to the higher success rate, then to the lower candidate index (the order of the ``sweep`` field),
-so the pick is deterministic.
+so the pick is deterministic. A candidate runs as the map index of the sweep group's tasks
+(:data:`CANDIDATE_TASKS`; its training: :func:`training_task_id`); the first of them that failed is its cause
+(:func:`failed_candidate`).
 
 Pure functions (no Airflow, no AWS): the planner, the DAG's ``pick_best`` task and the tests share them.
 """
@@ -25,6 +27,10 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from sim2real.contract import task_ids as ids
+from sim2real.orchestration.params import param_problem
+from sim2real.orchestration.run_state import FAILED_STATES
 
 #: The form fields a candidate may override: the training hyper-parameters the trainer reads
 #: (:func:`sim2real.orchestration.stages.train.training_environment`). Not ``task`` (candidates compete on one
@@ -103,8 +109,6 @@ def sweep_errors(sweep: Any, params: Mapping[str, Any], specs: Mapping[str, Any]
         for key, value in override.items():
             if key in bad_keys:
                 continue
-            from sim2real.orchestration.params import param_problem
-
             problem = param_problem(key, value, specs[key])
             if problem:
                 errors.append(f"sweep candidate {i}: {problem}")
@@ -158,3 +162,37 @@ def best_candidate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 #: How :func:`best_candidate` decides, in words (the lineage's ``sweep.rule``).
 PICK_RULE = ("highest Wilson 95% lower bound of the closed-loop success rate; ties: higher success rate, "
              "then lower candidate index")
+
+
+#: The mapped tasks of one candidate, in run order (a candidate's first failed one is its cause).
+CANDIDATE_TASKS = (ids.SWEEP_WAIT_FOR_SLOT, ids.SWEEP_SUBMIT_TRAINING, ids.SWEEP_TRAIN_POLICY,
+                   ids.SWEEP_TRAIN_ON_SLURM, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_EVAL_COMMAND, ids.SWEEP_RUN_EVALUATION,
+                   ids.SWEEP_READ_EVAL_REPORT)
+
+
+def failed_candidate(states: dict[str, str], job: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """One candidate's failure from its mapped tasks' states, or ``None`` when none of them failed.
+
+    :param states: task id (:data:`CANDIDATE_TASKS`) → that candidate's task instance state.
+    :param job: its Batch job's ``DescribeJobs`` entry, when it was submitted (``jobId``, ``status``,
+        ``statusReason``).
+    :return: ``{"state", "reason", "batch_job_id", "tasks"}``: ``state`` of its first failed task (``failed``, or
+        ``upstream_failed`` when only followers of a failure are listed), ``reason`` naming that task and the job's
+        status and reason, ``tasks`` every failed one.
+    """
+    bad = {t: states[t] for t in CANDIDATE_TASKS if states.get(t) in FAILED_STATES}
+    if not bad:
+        return None
+    first = next((t for t, s in bad.items() if s == "failed"), next(iter(bad)))
+    reason = f"{first} is {bad[first]}"
+    if job:
+        reason += f"; Batch job {job.get('jobId')} {job.get('status')}"
+        if job.get("statusReason"):
+            reason += f" ({job['statusReason']})"
+    return {"state": bad[first], "reason": reason, "batch_job_id": (job or {}).get("jobId"), "tasks": bad}
+
+
+def training_task_id(plan: dict) -> str:
+    """The mapped task whose results are the candidates' trainings: ``sweep.train_policy`` (Batch) or
+    ``sweep.train_on_slurm`` (HyperPod)."""
+    return ids.SWEEP_TRAINING_BY_BACKEND.get(plan.get("backend", "batch"), ids.SWEEP_TRAIN_POLICY)

@@ -98,6 +98,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from sim2real.orchestration.events.settings import EventSettings, settings_problems
+
 #: Airflow Variable holding the environment config (JSON).
 ENV_VARIABLE = "sim2real_environment"
 #: SSM parameter infra/ writes the same document to.
@@ -156,7 +158,6 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
                 check_tracking_uri(mlflow["tracking_uri"])
             except ValueError as err:
                 problems.append(f"mlflow.tracking_uri: {err}")
-    from sim2real.orchestration.events.settings import settings_problems
 
     problems += [f"{p}" for p in settings_problems(env.get("events"))]
     if env.get("schedule_timezone") is not None:
@@ -305,3 +306,23 @@ def load_environment() -> dict[str, Any]:
         )
     env = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
     return validate_environment(env)
+
+
+def task_events_section(log: Any = None) -> dict[str, Any] | None:
+    """The running task's environment config ``events`` section, for an operator to pass to its trigger
+    (its keys: :mod:`sim2real.orchestration.events.settings`).
+
+    :return: the section (JSON-serializable), or None when the environment config has none or no environment
+        config is set (the trigger then polls; logged when ``log`` is given).
+    :raises ValueError: when the section is invalid (the message names the key).
+    """
+    try:
+        section = load_environment().get("events")
+    except EnvironmentConfigError as err:
+        if log is not None:
+            log.info("No environment config (%s): the wait polls", err)
+        return None
+    if section is None:
+        return None
+    EventSettings.from_dict(section)  # refuses a bad section with the reason
+    return dict(section)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 
+from sim2real.orchestration.config import check_timezone
+
 #: Airflow's ``[logging] namespace_levels`` for the deployments this repository sets up (``make ui``, MWAA through
 #: infra/): the Amazon provider's connection wrapper logs "<connection> credentials retrieved from ..." at INFO each
 #: time a hook reads its connection, i.e. on every poll of every wait; WARNING keeps its warnings and errors.
@@ -32,8 +34,6 @@ def schedule_timezone() -> str:
     :raises ValueError: not an IANA time zone name (the DAG then fails to import, naming the option).
     """
     from airflow.providers.common.compat.sdk import conf
-
-    from sim2real.orchestration.config import check_timezone
 
     value = conf.get("sim2real", "schedule_timezone", fallback="UTC") or "UTC"
     try:

@@ -9,13 +9,50 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
 from sim2real.contract import schemas
 from sim2real.contract import task_ids as ids
 from sim2real.contract.run_key import run_prefix
+from sim2real.orchestration.candidates import CANDIDATE_TASKS, SWEEP_KEYS, failed_candidate
+
+
+#: Lineage key → the task whose return value fills it, for a run on AWS Batch (task ids:
+#: :mod:`sim2real.contract.task_ids`). The report pulls each task's XCom and hands it to :func:`build_lineage`
+#: under its key; the lineage's ``rounds`` entry is computed from the plan instead, and the plan itself is the
+#: lineage's frame (run key, params, budget).
+SOURCES = {
+    "image": ids.BUILD_IMAGE,
+    "preflight": ids.BATCH_CHECK_CAPACITY,
+    "training": ids.BATCH_TRAIN_POLICY,
+    "sweep": ids.SWEEP_PICK_BEST,
+    "checkpoint": ids.WAIT_FOR_CHECKPOINT,
+    "evaluation": ids.READ_EVAL_REPORT,
+    "quality_gate": ids.QUALITY_GATE,
+    "vla": ids.FINETUNE_GROOT,
+    "model_package": ids.WAIT_FOR_APPROVAL,
+    "deployment": ids.DEPLOY_TO_ROBOTS,
+}
+#: What differs for a ``training_backend: hyperpod`` run (the plan's ``backend``): its capacity check and training
+#: are the ``hyperpod`` group's tasks (the Slurm job's result is the ``training`` stage).
+HYPERPOD_SOURCES = {"preflight": ids.HYPERPOD_CHECK_CAPACITY, "training": ids.HYPERPOD_TRAIN_POLICY}
+#: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
+HYPERPOD_SCALING_SOURCES = {"scale_up": ids.HYPERPOD_SCALE_UP, "wait_for_nodes": ids.HYPERPOD_WAIT_FOR_NODES,
+                            "scale_down": ids.HYPERPOD_SCALE_DOWN}
+#: The lineage's ``rounds`` entry, given by the stages (``stages.rounds.lineage_entry``): called as
+#: ``rounds_entry(plan, run_id=, evaluation=, checkpoint=, next_run_id=)`` with this run's evaluation report and
+#: checkpoint manifest (None: not there) and the next round's run id (None: none started); returns the entry, or
+#: None for a plan without retraining rounds.
+RoundsEntry = Callable[..., dict[str, Any] | None]
+#: XCom key of the quality gate's verdict, pushed whether it passed or failed (a failed gate task returns nothing).
+VERDICT_KEY = "verdict"
+
+
+def stage_sources(plan: Mapping[str, Any]) -> dict[str, str]:
+    """lineage key → task id for this run's backend (:data:`SOURCES`, with :data:`HYPERPOD_SOURCES`)."""
+    return {**SOURCES, **(HYPERPOD_SOURCES if plan.get("backend") == "hyperpod" else {})}
 
 SCHEMA_VERSION = 1
 
@@ -226,15 +263,11 @@ def candidate_entries(params: Mapping[str, Any], chain: Mapping[str, Any], evalu
     """The lineage's ``candidates``: a sweep's rows (params, job, checkpoint sha256, success rate and interval of
     the selection evaluation, ``state`` and ``reason``, ``won``); a sweep that did not reach its pick (``planned``:
     the plan's ``sweep`` section): its planned candidates with nothing measured and none won, a failed one with
-    its state and reason from ``task_states`` (:func:`sim2real.orchestration.stages.sweep.failed_candidate`);
+    its state and reason from ``task_states`` (:func:`sim2real.orchestration.candidates.failed_candidate`);
     else the run's one policy (from ``chain``, ``won`` true when it reached the gate's input)."""
-    from sim2real.orchestration.candidates import SWEEP_KEYS
-
     if sweep:
         return [dict(row) for row in sweep.get("candidates") or []]
     if planned and planned.get("enabled"):
-        from sim2real.orchestration.stages.sweep import CANDIDATE_TASKS, failed_candidate
-
         rows = []
         for c in planned.get("candidates") or []:
             states = {t: ((task_states or {}).get(f"{t}[{c['index']}]") or {}).get("state") for t in CANDIDATE_TASKS}
@@ -269,7 +302,7 @@ def _mlflow_entry(tracking: Mapping[str, Any] | None,
         return None
     if not tracking.get("enabled"):
         return {"enabled": False, "reason": str(tracking.get("reason") or "tracking off")}
-    from sim2real.orchestration.tracking import run_url
+    from sim2real.orchestration.links.mlflow import run_url
 
     keys = ("enabled", "tracking_uri", "experiment_name", "experiment_id", "parent_run_id", "runs", "ui_url")
     entry = {**{k: tracking.get(k) for k in keys}, "runs": dict(tracking.get("runs") or {}),

@@ -8,7 +8,9 @@ accepts conf keys that are no param; ``check_conf_keys`` refuses them (with a "d
 in the first task of the run, as ``apply_run_defaults`` does for the scheduled runs' ``run_defaults``.
 Rules that involve several fields cannot be expressed per param; ``check_params`` applies them in
 the first task of the run, before any AWS call that costs money, and raises ``ParamRuleError``
-listing every broken rule.
+listing every broken rule. The form is composed from the stages' fields, so ``build_params``,
+``check_params`` and ``apply_run_defaults`` live in :mod:`sim2real.orchestration.stages.run`; this module holds
+what every stage's fields share (sections, bounds, field checks, the conf keys that are no field).
 
 Defaults are chosen so that a run with no overrides works in the local sandbox (a ~1 minute
 toy training on a MuJoCo task); production runs override the training section.
@@ -42,6 +44,19 @@ VLA_INSTANCE_GPUS = {
 }
 
 
+#: The form field through which a round's run hands the next round its link (set by ``plan_next_round``,
+#: :mod:`sim2real.orchestration.stages.rounds`).
+RETRAIN_FIELD = "retrain_round"
+
+#: Run conf keys that are no field of the trigger form (nothing a person fills in), with what sets them:
+#: :data:`RETRAIN_FIELD`, the link the run of a round that failed the gate gives the next round's run (the round
+#: number, the run it continues, the checkpoint to resume from, the earlier rounds' results). Airflow's form can
+#: hide a field only when it has a ``const`` value, which a link that differs per round cannot have; the key is
+#: therefore accepted in the run conf (:func:`check_conf_keys`) and checked by
+#: :func:`sim2real.orchestration.stages.rounds.rule_errors`.
+CONF_ONLY_KEYS = {RETRAIN_FIELD: "set by the previous retraining round's run"}
+
+
 #: The JSON Schema dialect every form field's schema declares (its ``$schema``). Airflow validates a ``Param`` with
 #: ``jsonschema.validate``, which first checks the schema itself against its dialect's metaschema, on every call; and
 #: it dumps (validates) every task's copy of the DAG's params twice whenever it serializes the DAG (the DAG
@@ -60,20 +75,6 @@ def declare_dialect(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def build_params() -> dict[str, Any]:
-    """Return the DAG's ``params`` mapping (``airflow.sdk.Param`` objects): every stage's fields
-    (:func:`sim2real.orchestration.stages.form_params`, each stage module's ``params()``), in form-section order.
-
-    Imported by the DAG file at parse time: it builds objects only, no I/O.
-    """
-    from sim2real.orchestration.stages import form_params
-
-    params = form_params()
-    for spec in params.values():  # the form shows no bounds (see _range): the description states them
-        allowed = range_text(spec.schema)
-        if allowed:
-            spec.description = f"{spec.description} {allowed}" if spec.description else allowed
-    return declare_dialect(params)
 
 
 def _range(**bounds: float) -> dict[str, Any]:
@@ -194,11 +195,9 @@ def check_conf_keys(conf: Mapping[str, Any] | None, known: Iterable[str]) -> Non
 
     :param conf: ``dag_run.conf`` (None or empty: nothing to check).
     :param known: the DAG's param names; the keys a run of the DAG sets on the next one and that are no field of
-        the form (:data:`sim2real.orchestration.stages.rounds.CONF_ONLY_KEYS`) are accepted too.
+        the form (:data:`CONF_ONLY_KEYS`) are accepted too.
     :raises ParamRuleError: listing every unknown key with its closest field names.
     """
-    from sim2real.orchestration.stages.rounds import CONF_ONLY_KEYS
-
     errors = unknown_key_errors(conf or {}, [*known, *CONF_ONLY_KEYS], where="run conf")
     if errors:
         raise ParamRuleError(errors, headline="the run conf has keys the DAG does not know (nothing was started)")
@@ -212,48 +211,6 @@ class ParamRuleError(ValueError):
         super().__init__(f"{headline}:\n- " + "\n- ".join(errors))
 
 
-def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None) -> None:
-    """Apply the cross-field rules to a run's params.
-
-    :param params: the run's params (after Airflow's per-field validation).
-    :param env: the environment config (``sim2real.orchestration.config``), for rules that depend on it.
-    :raises ParamRuleError: listing every broken rule, each with the reason and the fix.
-    """
-    env = env or {}
-    errors: list[str] = []
-    backend = params.get("training_backend", "batch")
-    task = params.get("task", "")
-    hyperpod_cfg = env.get("hyperpod") or {}
-    if backend == "hyperpod":
-        if not (params.get("hyperpod_cluster_name") or hyperpod_cfg.get("cluster_name")):
-            errors.append("training_backend 'hyperpod' needs a cluster: set hyperpod_cluster_name in the form "
-                          "or hyperpod.cluster_name in the environment config")
-        if not (hyperpod_cfg.get("submit_host_tag_key") and hyperpod_cfg.get("submit_host_tag_value")):
-            errors.append("training_backend 'hyperpod' needs the head/login node that submits the Slurm job: set "
-                          "hyperpod.submit_host_tag_key and hyperpod.submit_host_tag_value (its EC2 tag; the "
-                          "instance runs the SSM agent and the Slurm client) in the environment config")
-    if task in ISAACLAB_TASKS and env.get("sandbox"):
-        errors.append(f"task {task!r} needs the Isaac Lab GPU image; the local sandbox runs only "
-                      f"MuJoCo tasks {list(MUJOCO_TASKS)}")
-    if params.get("num_nodes", 1) > 1 and task in MUJOCO_TASKS:
-        errors.append(f"num_nodes > 1 is a GPU (NCCL) path; MuJoCo task {task!r} trains on one CPU node "
-                      "with vectorised environments: set num_nodes to 1 or pick an Isaac Lab task")
-    if params.get("deploy_to_edge") and not params.get("run_vla_finetune"):
-        errors.append("deploy_to_edge needs run_vla_finetune (the deployed model is the approved fine-tuned "
-                      "model package)")
-    errors.extend(gate_reach_errors(params))
-    errors.extend(_sweep_rule_errors(params, backend))
-    budget = params.get("train_time_budget_seconds", 0)
-    timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
-    if budget and budget >= timeout_s:
-        errors.append(f"train_time_budget_seconds ({budget}) must be below training_timeout_hours "
-                      f"({timeout_s:.0f} s) so the trainer can write its final checkpoint before the stage "
-                      "times out")
-    from sim2real.orchestration.stages.rounds import rule_errors as round_rule_errors
-
-    errors.extend(round_rule_errors(params))
-    if errors:
-        raise ParamRuleError(errors)
 
 
 def min_episodes_for_lower_bound(threshold: float) -> int | None:
@@ -305,67 +262,28 @@ def gate_reach_errors(params: Mapping[str, Any]) -> list[str]:
             f"gate_on_lower_bound to gate on the success rate itself"]
 
 
-def _sweep_rule_errors(params: Mapping[str, Any], backend: str) -> list[str]:
-    """The ``sweep`` field's rules (:func:`sim2real.orchestration.candidates.sweep_errors`: allowed keys, each value
-    against its field's schema, the candidate limit, no duplicates). Each candidate's own time budget must also
-    stay below ``training_timeout_hours``. Both backends run sweeps (AWS Batch: a job per candidate; HyperPod: a
-    Slurm job array); on HyperPod the candidates share one array's ``#SBATCH --time``
-    (``training_timeout_hours``), which is why that bound holds for every candidate alike."""
-    from sim2real.orchestration.candidates import candidate_params, expand_sweep, sweep_errors
 
-    sweep = params.get("sweep")
-    if sweep in (None, [], {}):
-        return []
-    errors = sweep_errors(sweep, params, build_params())
-    if errors:
-        return errors
-    count = len(expand_sweep(sweep))
-    minimum = int(params.get("sweep_min_candidates") or 1)
-    if minimum > count:
-        errors.append(f"sweep_min_candidates {minimum} is above the sweep's {count} candidates: at most {count} "
-                      "can succeed (set it to the number of candidates for every one to be needed)")
-    timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
-    for i, override in enumerate(expand_sweep(sweep)):
-        budget = candidate_params(params, override).get("train_time_budget_seconds", 0)
-        if budget and budget >= timeout_s and "train_time_budget_seconds" in override:
-            errors.append(f"sweep candidate {i}: train_time_budget_seconds ({budget}) must be below "
-                          f"training_timeout_hours ({timeout_s:.0f} s)")
-    return errors
+#: Below this many evaluation episodes the run note warns that the Wilson 95% interval is too wide to gate on.
+MIN_GATE_EPISODES = 20
 
 
-def apply_run_defaults(params: Mapping[str, Any], env: Mapping[str, Any], *, run_type: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The params a run uses: for a **scheduled** run, the environment config's ``run_defaults`` over the form's.
+def gate_warnings(params: Mapping[str, Any]) -> list[str]:
+    """Why this run's quality gate says little, one sentence each (empty when it is sound).
 
-    The form's defaults are sandbox-sized (a one-minute toy training); a nightly run on a real account
-    needs production values (task, ``num_nodes``, ``max_iterations``, ``train_time_budget_seconds: 0``, …).
-    Those come from the optional ``run_defaults`` object of the environment config and apply to
-    scheduled runs only (``dag_run.run_type == "scheduled"``); a manual run keeps the form's values.
-    Each value is checked against its field's JSON schema, as the trigger form would.
-
-    :param params: the run's params (Airflow-validated).
-    :param env: the environment config.
-    :param run_type: ``dag_run.run_type`` (a ``DagRunType`` or its string value).
-    :return: ``(params to use, the run_defaults that were applied)``.
-    :raises ParamRuleError: ``run_defaults`` is not an object, names an unknown field, or has a value its
-        field refuses (every problem listed).
+    Flags a threshold of 0 (``min_success_rate``: every policy passes) and fewer than
+    :data:`MIN_GATE_EPISODES` evaluation episodes (``eval_episodes``: the interval's half-width at a 0.5
+    success rate is then above 0.2). The values are reported as given, never changed.
     """
-    kind = str(getattr(run_type, "value", run_type) or "")
-    if kind != "scheduled":
-        return dict(params), {}
-    defaults = env.get("run_defaults") or {}
-    if not isinstance(defaults, Mapping):
-        raise ParamRuleError([f"environment config run_defaults must be an object, got {type(defaults).__name__}"])
-    specs = build_params()
-    applied: dict[str, Any] = {}
-    errors: list[str] = unknown_key_errors(defaults, specs, where="environment config run_defaults")
-    for key, value in defaults.items():
-        if key not in specs:
-            continue
-        problem = param_problem(f"environment config run_defaults.{key}", value, specs[key])
-        if problem:
-            errors.append(problem)
-            continue
-        applied[key] = specs[key].resolve(value)
-    if errors:
-        raise ParamRuleError(errors)
-    return {**params, **applied}, applied
+    from sim2real.contract.stats import wilson_interval
+
+    out = []
+    threshold = params.get("min_success_rate")
+    if threshold is not None and float(threshold) <= 0:
+        out.append("Quality gate at 0 (`min_success_rate`): every evaluated policy passes, the gate checks nothing.")
+    episodes = params.get("eval_episodes")
+    if episodes is not None and int(episodes) < MIN_GATE_EPISODES:
+        n = int(episodes)
+        lo, hi = wilson_interval(n // 2, n)
+        out.append(f"Only {n} evaluation episodes (`eval_episodes` < {MIN_GATE_EPISODES}): the 95% Wilson interval "
+                   f"of a 0.5 success rate is [{lo:.2f}, {hi:.2f}], too wide to gate on.")
+    return out

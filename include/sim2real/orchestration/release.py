@@ -30,9 +30,11 @@ from functools import lru_cache
 from typing import Any
 
 from sim2real.contract import schemas
-from sim2real.orchestration.params import ParamRuleError
 from sim2real.contract.run_key import make_run_key, run_prefix
-from sim2real.orchestration.stages import deployment_timeout_seconds, iot_job_configuration
+from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.params import ParamRuleError, declare_dialect
+from sim2real.orchestration.stages import deployment_components, deployment_timeout_seconds, iot_job_configuration
+from sim2real.orchestration.stages.run import build_params
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +69,10 @@ TASKS = {
 def build_release_params() -> dict[str, Any]:
     """The release DAG's ``params`` (``airflow.sdk.Param`` objects; no I/O, safe at parse time).
 
-    The rollout fields reuse the ``sim_to_real`` form's definitions (:func:`sim2real.orchestration.params.build_params`),
+    The rollout fields reuse the ``sim_to_real`` form's definitions (:func:`sim2real.orchestration.stages.run.build_params`),
     so both DAGs accept the same limits.
     """
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import build_params, declare_dialect
 
     main = build_params()
 
@@ -193,20 +193,6 @@ def plan_release(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Ma
     }
 
 
-def not_approved_message(package: Mapping[str, Any]) -> str:
-    """Why a package is refused and how to approve it (names the ARN, its status and the command)."""
-    from sim2real.orchestration.hooks.model_registry import approve_command
-
-    arn = package.get("ModelPackageArn")
-    status = package.get("ModelApprovalStatus") or "unknown"
-    group = package.get("ModelPackageGroupName") or "?"
-    why = f" (ApprovalDescription: {package['ApprovalDescription']})" if package.get("ApprovalDescription") else ""
-    return (f"Model package {arn} is {status}{why}, not Approved: only an Approved package is released to the "
-            f"robots. Approve it in SageMaker Studio (Models > Registered models > {group} > version "
-            f"{package.get('ModelPackageVersion', '?')}) or run: {approve_command(arn)} — then trigger the release "
-            "again (or give the ARN of an Approved version).")
-
-
 def resolve_model_package(hook: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
     """The package to release: the given ARN, else the newest Approved version of the plan's group.
 
@@ -221,7 +207,7 @@ def resolve_model_package(hook: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
     from botocore.exceptions import ClientError
 
     from airflow.providers.common.compat.sdk import AirflowFailException
-    from sim2real.orchestration.hooks.model_registry import approval_result
+    from sim2real.orchestration.hooks.model_registry import approval_result, not_approved_message
 
     group, arn = plan["model_package_group"], plan.get("model_package_arn")
     try:
@@ -248,7 +234,6 @@ def resolve_model_package(hook: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
     if not result.get("model_data_url"):
         raise AirflowFailException(f"model package {result['model_package_arn']} has no "
                                    "InferenceSpecification.Containers[0].ModelDataUrl: nothing to deploy")
-    from sim2real.orchestration.config import RUN_KEY_TAG
 
     return {
         **result,
@@ -370,8 +355,6 @@ def release_components(plan: Mapping[str, Any], package: Mapping[str, Any],
                        manifest: Mapping[str, Any] | None) -> dict[str, Any]:
     """Greengrass ``components`` of the release: :func:`sim2real.orchestration.stages.deployment_components` on the
     release plan (``run_key``, ``deploy.components``), the resolved package and the verified manifest."""
-    from sim2real.orchestration.stages import deployment_components
-
     return deployment_components(plan, package, manifest or None)
 
 

@@ -25,21 +25,35 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sim2real.contract import task_ids as ids
-from sim2real.orchestration.lineage import _get, build_lineage, figure_entry, lineage_errors, render_markdown
-from sim2real.orchestration.links.s3 import presigned_get_url, sandbox_endpoint
-from sim2real.orchestration.stages import hyperpod, lineage_sources
-from sim2real.orchestration.stages.rounds import lineage_entry
+from sim2real.orchestration import plots
+from sim2real.orchestration.budget import actual_run_cost, finetune_billing, loop_cost
+from sim2real.orchestration.candidates import training_task_id
+from sim2real.orchestration.lineage import (
+    FIGURES,
+    HYPERPOD_SCALING_SOURCES,
+    LineageSchemaError,
+    RoundsEntry,
+    SOURCES,
+    VERDICT_KEY,
+    _get,
+    build_lineage,
+    figure_entry,
+    lineage_errors,
+    render_markdown,
+    stage_sources,
+)
+from sim2real.orchestration.links.s3 import (
+    FIGURE_LINKS,
+    PRESIGNED_MAX_S,
+    S3RunFolderLink,
+    console_object_url,
+    partition_of,
+    presigned_get_url,
+    sandbox_endpoint,
+)
+from sim2real.orchestration.params import gate_warnings
 
 log = logging.getLogger(__name__)
-
-#: lineage key → task id whose return value fills it: every stage module's ``LINEAGE_SOURCES``.
-SOURCES = lineage_sources()
-
-#: What differs for a ``training_backend: hyperpod`` run (the plan's ``backend``): its capacity check
-#: and training are the ``hyperpod`` group's tasks (the Slurm job's result is the ``training`` stage).
-HYPERPOD_SOURCES = hyperpod.LINEAGE_SOURCES
-#: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
-HYPERPOD_SCALING_SOURCES = hyperpod.LINEAGE_SCALING_SOURCES
 
 
 def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
@@ -48,11 +62,6 @@ def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
     except Exception as err:  # noqa: BLE001 - a stage that never ran has no XCom
         log.info("no output%s from %s: %s", f" {key!r}" if key else "", task_id, err)
         return None
-
-
-def stage_sources(plan: Mapping[str, Any]) -> dict[str, str]:
-    """lineage key → task id for this run's backend (:data:`SOURCES`, with :data:`HYPERPOD_SOURCES`)."""
-    return {**SOURCES, **(HYPERPOD_SOURCES if plan.get("backend") == "hyperpod" else {})}
 
 
 def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
@@ -64,8 +73,6 @@ def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
     step (:func:`sim2real.orchestration.budget.finetune_billing`, one DescribeTrainingJob) when a client is given.
     Never raises: ``None`` when the figure cannot be made (logged).
     """
-    from sim2real.orchestration.budget import actual_run_cost, finetune_billing
-
     try:
         training = parts.get("training")
         if (plan.get("sweep") or {}).get("enabled"):  # every candidate's job counts
@@ -113,8 +120,6 @@ def with_loop_cost(plan: Mapping[str, Any], actual: dict[str, Any] | None, run_i
                    ) -> dict[str, Any] | None:
     """``actual`` with ``loop`` (:func:`sim2real.orchestration.budget.loop_cost`) from round 2 on; unchanged in
     round 1, without rounds, or when this run's cost is unknown. Never raises."""
-    from sim2real.orchestration.budget import loop_cost
-
     round_ = int(_get(plan, "rounds", "round") or 1)
     if not actual or round_ <= 1:
         return actual
@@ -129,8 +134,6 @@ def with_loop_cost(plan: Mapping[str, Any], actual: dict[str, Any] | None, run_i
 def sweep_trainings(plan: Mapping[str, Any], ti: Any) -> list[Any]:
     """Each sweep candidate's training result (its ``job_cost`` XCom when the job was stopped at the cost limit;
     ``None`` when it handed on neither), in candidate order."""
-    from sim2real.orchestration.stages.sweep import training_task_id
-
     indexes = list(range(len((plan.get("sweep") or {}).get("candidates") or [])))
     task_id = training_task_id(plan)  # Batch: sweep.train_policy; HyperPod: sweep.train_on_slurm
     out = []
@@ -168,8 +171,6 @@ def draw_training_curve(plan: Mapping[str, Any], parts: Mapping[str, Any], hook:
 
     :raises FigureSkipped: no events prefix, no event files, or no reward value in them.
     """
-    from sim2real.orchestration import plots
-
     manifest = parts.get("checkpoint") or {}
     output_uri = _get(plan, "checkpoint", "output_uri")
     source = manifest.get("tensorboard_uri") or (f"{output_uri.rstrip('/')}/tensorboard/" if output_uri else None)
@@ -195,8 +196,6 @@ def draw_eval_outcome(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: A
 
     :raises FigureSkipped: no evaluation report (the evaluation did not run or its report was refused).
     """
-    from sim2real.orchestration import plots
-
     report = parts.get("evaluation")
     if not report:
         raise FigureSkipped("evaluation did not run or its report was refused (no output from "
@@ -216,8 +215,6 @@ def draw_round_success(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: 
 
     :raises FigureSkipped: no round has an evaluated success rate yet.
     """
-    from sim2real.orchestration import plots
-
     rounds = parts.get("rounds") or {}
     if not rounds.get("rounds"):
         raise FigureSkipped("no round was evaluated (no success rate to draw)")
@@ -250,8 +247,6 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
     :return: the lineage ``figures`` entries (:func:`sim2real.orchestration.lineage.figure_entry`); raises nothing for a
         picture (an upload error is recorded as its reason like any other).
     """
-    from sim2real.orchestration.links.s3 import FIGURE_LINKS
-
     bucket, prefix = plan["bucket"], plan["run_prefix"]
     figures: dict[str, dict[str, Any]] = {}
     for name, draw in FIGURE_DRAWERS.items():
@@ -347,9 +342,6 @@ def note_links(plan: Mapping[str, Any], lineage: Mapping[str, Any], endpoint_url
     as S3 console URLs on AWS, as presigned URLs on the sandbox's S3 (``endpoint_url``, ``s3_client``), where
     the pictures are also embedded when they fit (the browser loads them from 127.0.0.1; the console needs a
     sign-in, so AWS gets links only)."""
-    from sim2real.orchestration.lineage import FIGURES
-    from sim2real.orchestration.links.s3 import PRESIGNED_MAX_S, S3RunFolderLink, console_object_url, partition_of
-
     bucket, prefix, region = plan["bucket"], plan["run_prefix"], plan["region"]
     common = {"region_name": region, "aws_domain": S3RunFolderLink.get_aws_domain(partition_of(region)),
               "bucket": bucket}
@@ -379,7 +371,6 @@ def write_run_note(lineage: Mapping[str, Any], *, plan: Mapping[str, Any], env: 
     :return: :func:`sim2real.orchestration.run_note.set_run_note`'s result plus ``markdown`` and ``warnings``.
     """
     from sim2real.orchestration.run_note import render_run_note, set_run_note
-    from sim2real.orchestration.stages.gate import gate_warnings
 
     warnings = gate_warnings(plan.get("params") or lineage.get("params") or {})
     for warning in warnings:
@@ -390,9 +381,12 @@ def write_run_note(lineage: Mapping[str, Any], *, plan: Mapping[str, Any], env: 
     return {**result, "warnings": warnings, "markdown": markdown}
 
 
-def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_run: Any, ti: Any) -> dict[str, Any]:
+def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_run: Any, ti: Any,
+                     rounds_entry: RoundsEntry) -> dict[str, Any]:
     """Build the lineage from the run's XComs and write it (JSON + Markdown) under the run prefix, after
     the report's pictures (:func:`write_figures`).
+
+    :param rounds_entry: computes the lineage's ``rounds`` entry (:data:`sim2real.orchestration.lineage.RoundsEntry`).
 
     The document is checked against ``sim2real/contract/schemas/lineage.schema.json``; it is written even
     when it does not match (the record of the run is kept), and the task then fails with the list.
@@ -410,11 +404,9 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
 
     parts: dict[str, Any] = {key: _pull(ti, task_id) for key, task_id in stage_sources(plan).items()}
     if not parts.get("quality_gate"):  # a failed gate returns nothing: its verdict XCom has the value and reason
-        from sim2real.orchestration.stages.gate import VERDICT_KEY
-
         parts["quality_gate"] = _pull(ti, stage_sources(plan)["quality_gate"], key=VERDICT_KEY)
-    rounds = lineage_entry(plan, run_id=dag_run.run_id, evaluation=parts.get("evaluation"),
-                           checkpoint=parts.get("checkpoint"), next_run_id=_pull(ti, ids.NEXT_ROUND, key="trigger_run_id"))
+    rounds = rounds_entry(plan, run_id=dag_run.run_id, evaluation=parts.get("evaluation"),
+                          checkpoint=parts.get("checkpoint"), next_run_id=_pull(ti, ids.NEXT_ROUND, key="trigger_run_id"))
     scaling = None
     if plan.get("backend") == "hyperpod":
         scaling = {key: _pull(ti, task_id) for key, task_id in HYPERPOD_SCALING_SOURCES.items()}
@@ -445,8 +437,6 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     log.info("lineage written to %s", uri)
     note = write_run_note(lineage, plan=plan, env=env, endpoint_url=endpoint, s3_client=hook.get_conn())
     if errors:
-        from sim2real.orchestration.lineage import LineageSchemaError
-
         raise LineageSchemaError(errors)
     log.info("lineage matches lineage.schema.json")
     return {"lineage_uri": uri, "markdown_uri": f"s3://{bucket}/{prefix}lineage.md", "chain": lineage["chain"],

@@ -19,6 +19,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from sim2real.orchestration.lineage import FIGURES, RoundsEntry, build_lineage, stage_sources
+from sim2real.orchestration.params import gate_warnings
+from sim2real.orchestration.run_note import headline
+
 log = logging.getLogger(__name__)
 
 #: Object of the SmokeEval step's report under the pipeline's ``OutputS3Uri`` (``pipelines/groot``: the
@@ -68,24 +72,21 @@ def package_lines(package: Mapping[str, Any], region: str) -> list[str]:
 
 
 def approval_body(*, plan: Mapping[str, Any], ti: Any, package: Mapping[str, Any], dag_id: str, run_id: str,
-                  s3_hook: Any = None, sagemaker_client: Any = None, env: Mapping[str, Any] | None = None) -> str:
+                  rounds_entry: RoundsEntry, s3_hook: Any = None, sagemaker_client: Any = None,
+                  env: Mapping[str, Any] | None = None) -> str:
     """The approval request's Markdown body (module docstring: what it shows).
 
     :param plan: the run's plan (``prepare_run``'s output).
     :param ti: the running task instance (its XComs: the stages' outputs).
     :param package: the package's DescribeModelPackage response.
+    :param rounds_entry: computes the lineage's ``rounds`` entry (:data:`sim2real.orchestration.lineage.RoundsEntry`).
     :param s3_hook: ``S3Hook`` (default: a new one) for the smoke report and the pictures.
     :param sagemaker_client: for the fine-tune's billed time (default: the SageMaker hook's client).
     :param env: the environment config (default: read it; ``"sandbox": true`` gives presigned links).
     """
-    from sim2real.orchestration.lineage import FIGURES, build_lineage
+    from sim2real.orchestration.links.mlflow import run_url
     from sim2real.orchestration.links.s3 import console_object_url, presigned_get_url, sandbox_endpoint
-    from sim2real.orchestration.report import (FIGURE_KEYS, _environment, _pull, run_actual_cost, stage_sources,
-                                               write_figures)
-    from sim2real.orchestration.run_note import headline
-    from sim2real.orchestration.stages.gate import gate_warnings
-    from sim2real.orchestration.stages.rounds import lineage_entry
-    from sim2real.orchestration.tracking import run_url
+    from sim2real.orchestration.report import FIGURE_KEYS, _environment, _pull, run_actual_cost, write_figures
 
     if s3_hook is None:
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
@@ -103,8 +104,8 @@ def approval_body(*, plan: Mapping[str, Any], ti: Any, package: Mapping[str, Any
     parts = {key: _pull(ti, task_id) for key, task_id in stage_sources(plan).items()}
     endpoint = sandbox_endpoint(env, s3_hook.get_conn())
     # The retraining rounds so far, this one included (its gate passed: no next round), as the report builds them.
-    rounds = lineage_entry(plan, run_id=run_id, evaluation=parts.get("evaluation"), checkpoint=parts.get("checkpoint"),
-                           next_run_id=None)
+    rounds = rounds_entry(plan, run_id=run_id, evaluation=parts.get("evaluation"), checkpoint=parts.get("checkpoint"),
+                          next_run_id=None)
     figures = write_figures(plan=plan, parts={**parts, "rounds": rounds}, hook=s3_hook, endpoint_url=endpoint)
     lineage = build_lineage(run_key=plan["run_key"], dag_id=dag_id, run_id=run_id, params=params, plan=plan,
                             figures=figures, cost_actual=run_actual_cost(plan, parts, ti, sagemaker_client),

@@ -1,7 +1,7 @@
 """The DAG run's note: the run's results where the Airflow UI shows them (the run's "Note" panel).
 
 ``render_run_note`` turns the lineage document into Markdown of at most 1000 characters (Airflow's limit):
-a warning line for each weak quality gate setting (:func:`sim2real.orchestration.stages.gate.gate_warnings`),
+a warning line for each weak quality gate setting (:func:`sim2real.orchestration.params.gate_warnings`),
 the success rate and its Wilson 95 % interval against the threshold, the gate verdict, the estimated against
 the actual cost, a table of the stages (state, task time) and links (S3 run folder, lineage, the report's
 pictures, embedded in the sandbox).
@@ -198,7 +198,7 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
     from the end (pictures first, then links but the first two, then the links, then the stage table's rows
     that succeeded or were skipped), and the note then says so; the warnings and the verdict always stay.
 
-    :param warnings: one line each, shown first (e.g. :func:`sim2real.orchestration.stages.gate.gate_warnings`).
+    :param warnings: one line each, shown first (e.g. :func:`sim2real.orchestration.params.gate_warnings`).
     :param links: title → URL (``None``: left out), most important first.
     :param images: title → URL of a picture the browser can load (the sandbox's S3), embedded.
     """

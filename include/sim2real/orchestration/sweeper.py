@@ -79,8 +79,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sim2real.contract import task_ids as ids
-from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.contract.run_key import is_valid_run_key, run_prefix
+from sim2real.orchestration import slurm
+from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
 
 log = logging.getLogger(__name__)
 
@@ -491,8 +493,6 @@ def stop(found: Found, clients: Mapping[str, Any], why: str, timeout_s: int = SC
         clients["greengrass"].conn.cancel_deployment(deploymentId=found.id)
         return "CancelDeployment"
     if found.kind == "slurm_job":
-        from sim2real.orchestration import slurm
-
         result = clients["workstation"].run_shell_script(found.extra["instance_id"], slurm.cancel_commands(found.id),
                                                          execution_timeout_seconds=int(timeout_s), poll_seconds=1.0,
                                                          comment=f"sim2real sweeper: scancel {found.id}",
@@ -690,8 +690,6 @@ def sweep_before_run(ti: Any, plan: Mapping[str, Any], *, dag_id: str, run_id: s
         swept: without its own record the run could not be told apart later).
     """
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
-    from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
 
     started = time.monotonic()
     s3 = S3Hook(aws_conn_id=aws_conn_id)

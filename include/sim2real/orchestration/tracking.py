@@ -20,10 +20,11 @@ Without it tracking is off: no MLflow call, the plan and every command are what 
 :func:`start_tracking` (first task) creates the experiment when missing, the parent run (the run's params logged,
 tags ``sim2real.run_key``, ``airflow.dag_id``, ``airflow.run_id``) and the child runs
 (tag ``mlflow.parentRunId``: MLflow's UI nests them under the parent; a sweep's candidates' runs nest under
-the run's RL-training run, which :func:`record_sweep` gives the winner when the run closes); :func:`apply_tracking`
-puts each child's variables (:mod:`sim2real.contract.tracking`) into the plan: the training job's environment (Batch and the
-HyperPod Slurm script), the evaluation command's, and the fine-tune's pipeline parameter. :func:`close_tracking`
-(last task) ends each child that a workload left open with its stage's outcome and the parent with the run's.
+the run's RL-training run, which :func:`record_sweep` gives the winner when the run closes);
+:func:`sim2real.orchestration.stages.run.apply_tracking` puts each child's variables (:func:`stage_env`) into the
+plan: the training job's environment (Batch and the HyperPod Slurm script), the evaluation command's, and the
+fine-tune's pipeline parameter. :func:`close_tracking` (last task) ends each child that a workload left open with
+its stage's outcome and the parent with the run's.
 
 Every conversation with the server is bounded (short request timeouts, two attempts, one deadline:
 :data:`START_DEADLINE_S` for the set-up, :data:`CLOSE_DEADLINE_S` for the last task's closing of the runs, sweep record
@@ -41,9 +42,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sim2real.contract import task_ids as ids
 from sim2real.contract import env_vars
+from sim2real.contract import task_ids as ids
 from sim2real.contract import tracking as contract
+from sim2real.orchestration.candidates import candidate_index
 
 log = logging.getLogger(__name__)
 
@@ -215,46 +217,6 @@ def stage_env(tracking: Mapping[str, Any] | None, stage: str) -> dict[str, str]:
             env_vars.MLFLOW_RUN_ID: tracking["runs"][stage], env_vars.MLFLOW_PARENT_RUN_ID: tracking["parent_run_id"]}
 
 
-def apply_tracking(plan: dict[str, Any], tracking: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]:
-    """Put the child runs' variables into ``plan`` (in place; returned): ``batch.environment``, the HyperPod section
-    (re-planned with them, so the Slurm script exports them), ``evaluation.environment``, each sweep candidate's
-    ``environment`` and ``eval_environment`` (its own runs, ``candidate_runs``) and the fine-tune's
-    ``MlflowRunId`` pipeline parameter and ``vla.mlflow``; ``plan["tracking"]`` = ``tracking`` (a
-    :class:`~sim2real.orchestration.stages.run.TrackingPlan`). With tracking off only the latter.
-
-    :raises TypeError: ``tracking`` has keys that are not :class:`TrackingPlan` fields.
-    """
-    from sim2real.orchestration.stages import hyperpod_plan
-    from sim2real.orchestration.stages.run import TrackingPlan
-
-    plan[TrackingPlan.SECTION] = TrackingPlan(**tracking).to_json()
-    training = stage_env(tracking, "rl_training")
-    if training:
-        plan["batch"]["environment"] = {**plan["batch"]["environment"], **training}
-        plan["hyperpod"] = hyperpod_plan(plan["run_key"], plan["params"], env, plan["batch"]["environment"],
-                                         plan.get("budget"))
-    plan["evaluation"]["environment"] = stage_env(tracking, "evaluation")
-    for cand in (plan.get("sweep") or {}).get("candidates") or []:
-        own = {**tracking, "runs": (tracking.get("candidate_runs") or {}).get(cand["candidate"]) or {}}
-        cand["environment"] = {**cand["environment"], **stage_env(own, "rl_training")}
-        cand["eval_environment"] = stage_env(own, "evaluation")
-    finetune = stage_env(tracking, "vla_finetune")
-    if finetune and (plan.get("vla") or {}).get("enabled"):
-        plan["vla"]["parameters"] = {**plan["vla"]["parameters"], "MlflowRunId": finetune[env_vars.MLFLOW_RUN_ID]}
-        plan["vla"]["mlflow"] = {"tracking_uri": tracking["tracking_uri"],
-                                 "experiment_name": tracking["experiment_name"]}
-    return plan
-
-
-def run_url(tracking: Mapping[str, Any] | None, run_id: str | None = None) -> str | None:
-    """The MLflow UI page of ``run_id`` (default the parent run): ``<ui>/#/experiments/<id>/runs/<run id>``;
-    ``None`` when tracking is off or no UI URL is known."""
-    if not tracking or not tracking.get("enabled") or not tracking.get("ui_url"):
-        return None
-    return f"{tracking['ui_url'].rstrip('/')}/#/experiments/{tracking['experiment_id']}/runs/" \
-           f"{run_id or tracking['parent_run_id']}"
-
-
 def close_tracking(tracking: Mapping[str, Any] | None, *, succeeded: bool,
                    task_states: Mapping[str, Mapping[str, Any]] | None = None, hook: Any = None) -> dict[str, Any]:
     """End the child runs still RUNNING (status from their stage's task state; a stage that never ran → KILLED)
@@ -268,7 +230,6 @@ def close_tracking(tracking: Mapping[str, Any] | None, *, succeeded: bool,
     """
     if not tracking or not tracking.get("enabled"):
         return {}
-    from sim2real.orchestration.candidates import candidate_index
     from sim2real.orchestration.hooks.mlflow import MlflowHook
     from sim2real.orchestration.report import task_key
 

@@ -29,7 +29,7 @@ from urllib.parse import quote
 import pytest
 
 from sim2real.contract.run_key import make_run_key
-from sim2real.orchestration.params import build_params
+from sim2real.orchestration.stages.run import build_params
 from sim2real.dev.sandbox.__main__ import read_env_file
 from sim2real.dev.ui import DAG_ID, REPO_ROOT, UiStack, free_port
 

@@ -162,7 +162,7 @@ def test_prepare_run_fails_the_mlflow_runs_it_started_when_it_fails_after(dag, m
     assert calls == ["start_tracking", "sweep_before_run", ("close_tracking", "parent-1", {"succeeded": False})]
 
 
-@pytest.mark.parametrize("build", ["sim2real.orchestration.params:build_params", "sim2real.orchestration.release:build_release_params"])
+@pytest.mark.parametrize("build", ["sim2real.orchestration.stages.run:build_params", "sim2real.orchestration.release:build_release_params"])
 def test_optional_text_fields_of_both_forms_accept_the_forms_empty_value(build):
     """The trigger form sends an empty text field as null and marks a field required unless its type allows
     null: an optional field defaulting to "" with type "string" kept the Trigger button disabled."""
@@ -205,7 +205,7 @@ def test_the_checkpoint_sensor_announces_through_the_alias_once_per_sha256(dag):
     """The wiring tests/orchestration/test_checkpoint_event_once.py runs under dag.test(): no static Asset outlet
     (it would emit on every successful try), the alias as outlet and inlet, the announcing post_execute."""
     from sim2real.orchestration import assets
-    from sim2real.orchestration.stages.checkpoint import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
+    from sim2real.orchestration.assets import CHECKPOINT_ANNOUNCEMENTS, CHECKPOINT_ASSET
 
     sensor = dag.get_task(ids.WAIT_FOR_CHECKPOINT)
     assert sensor.outlets == [CHECKPOINT_ANNOUNCEMENTS] and sensor.inlets == [CHECKPOINT_ANNOUNCEMENTS]
@@ -243,7 +243,7 @@ def _keywords(schema) -> set[str]:
     return set()
 
 
-@pytest.mark.parametrize("build", ["sim2real.orchestration.params:build_params",
+@pytest.mark.parametrize("build", ["sim2real.orchestration.stages.run:build_params",
                                    "sim2real.orchestration.release:build_release_params"])
 def test_every_form_field_declares_the_draft_07_dialect_and_uses_only_its_keywords(build):
     """Before: no ``$schema``, so jsonschema checked each field's schema against the 2020-12 metaschema at every

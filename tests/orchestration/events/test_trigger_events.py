@@ -268,7 +268,7 @@ def test_events_section_round_trips_and_stays_out_of_the_step_params(bus) -> Non
 
 
 def test_the_operator_passes_the_environment_events_section(monkeypatch, bus) -> None:
-    from sim2real.orchestration.events.settings import task_events_section
+    from sim2real.orchestration.config import task_events_section
 
     monkeypatch.delenv("SIM2REAL_ENVIRONMENT_FILE", raising=False)
     monkeypatch.delenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", raising=False)

@@ -33,8 +33,8 @@ def sandbox():
 
 @pytest.fixture(scope="module")
 def plan(sandbox):
-    from sim2real.orchestration.params import build_params
-    from sim2real.orchestration.stages import plan_run
+    from sim2real.orchestration.stages.run import build_params
+    from sim2real.orchestration.stages.run import plan_run
 
     params = {k: p.value for k, p in build_params().items()}
     return plan_run(dag_id="sim_to_real", run_id="manual__preflight", params=params, env=sandbox.config)

@@ -13,7 +13,7 @@ import pytest
 
 from sim2real.orchestration import run_note
 from sim2real.orchestration.stages import run as run_stage
-from sim2real.orchestration.stages.rounds import RETRAIN_FIELD
+from sim2real.orchestration.params import RETRAIN_FIELD
 
 
 @pytest.fixture

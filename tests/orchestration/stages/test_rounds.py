@@ -11,9 +11,10 @@ from moto import mock_aws
 
 from sim2real.contract.stats import wilson_interval
 from sim2real.orchestration.budget import BudgetExceeded, estimate_run_cost, training_cost_limit
-from sim2real.orchestration.params import ParamRuleError, build_params, check_params
-from sim2real.orchestration.stages import plan_run, quality_gate
-from sim2real.orchestration.stages.rounds import (RETRAIN_FIELD, best_round, lineage_entry, next_round_conf,
+from sim2real.orchestration.params import RETRAIN_FIELD, ParamRuleError
+from sim2real.orchestration.stages.run import build_params, check_params, plan_run
+from sim2real.orchestration.stages import quality_gate
+from sim2real.orchestration.stages.rounds import (best_round, lineage_entry, next_round_conf,
                                                   round_result, seed_checkpoint)
 
 from tests.orchestration.test_config import GOOD

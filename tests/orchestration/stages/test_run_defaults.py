@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real.orchestration.params import ParamRuleError, apply_run_defaults
-from sim2real.orchestration.stages import plan_run
+from sim2real.orchestration.params import ParamRuleError
+from sim2real.orchestration.stages.run import apply_run_defaults, plan_run
 
 from tests.orchestration.test_config import GOOD
 from .test_stages import PARAMS

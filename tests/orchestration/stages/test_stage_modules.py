@@ -10,7 +10,8 @@ import pytest
 from sim2real.contract import env_vars, progress, task_ids
 from sim2real.contract import tasks as contract_tasks
 from sim2real.orchestration import stages
-from sim2real.orchestration.stages import PLANNED, STAGES, plan_run
+from sim2real.orchestration.stages import STAGES
+from sim2real.orchestration.stages.run import PLANNED, plan_run
 from sim2real.orchestration.stages._base import PlanSection, flat_xcoms, refs
 
 from tests.orchestration.test_config import GOOD
@@ -129,15 +130,15 @@ def test_every_stage_declares_its_form_fields_and_the_form_has_no_others(dag):
 
 
 def test_every_lineage_source_is_a_task_of_the_dag(dag):
-    from sim2real.orchestration import report
+    from sim2real.orchestration import lineage
 
-    sources = {**report.SOURCES, **report.HYPERPOD_SOURCES, **report.HYPERPOD_SCALING_SOURCES}
+    sources = {**lineage.SOURCES, **lineage.HYPERPOD_SOURCES, **lineage.HYPERPOD_SCALING_SOURCES}
     assert set(sources.values()) <= set(dag.task_ids)
-    assert report.SOURCES["evaluation"] == task_ids.READ_EVAL_REPORT
+    assert lineage.SOURCES["evaluation"] == task_ids.READ_EVAL_REPORT
 
 
 def test_form_task_names_are_the_workload_registry_names():
-    from sim2real.orchestration.params import build_params
+    from sim2real.orchestration.stages.run import build_params
     from sim2real.workloads.tasks import TASKS as REGISTRY
 
     assert set(build_params()["task"].schema["enum"]) == set(contract_tasks.TASKS) == set(REGISTRY)

@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from sim2real.orchestration.params import ParamRuleError, check_params
-from sim2real.orchestration.stages import check_report, deployment_components, eval_commands, plan_run, quality_gate
+from sim2real.orchestration.params import ParamRuleError
+from sim2real.orchestration.stages.run import check_params, plan_run
+from sim2real.orchestration.stages import check_report, deployment_components, eval_commands, quality_gate
 from sim2real.contract.stats import wilson_interval
 
 from tests.orchestration.test_config import GOOD
@@ -249,7 +250,8 @@ def test_a_gate_the_lower_bound_cannot_reach_is_refused_with_the_reachable_bar()
 
 def test_a_refused_value_is_one_readable_sentence_naming_the_field():
     from sim2real.orchestration.candidates import sweep_errors
-    from sim2real.orchestration.params import apply_run_defaults, build_params, param_problem
+    from sim2real.orchestration.params import param_problem
+    from sim2real.orchestration.stages.run import apply_run_defaults, build_params
 
     specs = build_params()
     assert param_problem("eval_episodes", -5, specs["eval_episodes"]) == "eval_episodes = -5 is refused: it must be at least 1"

@@ -9,8 +9,8 @@ import pytest
 from sim2real.contract.stats import wilson_interval
 from sim2real.orchestration.budget import BudgetExceeded, candidate_cost_limits
 from sim2real.orchestration.candidates import MAX_CANDIDATES, SWEEP_KEYS, best_candidate, expand_sweep
-from sim2real.orchestration.params import ParamRuleError, build_params, check_params
-from sim2real.orchestration.stages import plan_run
+from sim2real.orchestration.params import ParamRuleError
+from sim2real.orchestration.stages.run import build_params, check_params, plan_run
 from sim2real.orchestration.stages.sweep import SweepPlan, pick_best_result
 
 from tests.orchestration.test_config import GOOD
@@ -223,7 +223,7 @@ def test_a_run_without_a_sweep_lists_its_one_policy_as_the_only_candidate():
 def test_each_candidate_hands_its_own_mlflow_runs_to_its_trainer_and_evaluation():
     from sim2real.contract import env_vars
     from sim2real.orchestration.stages.evaluate import eval_commands
-    from sim2real.orchestration.tracking import apply_tracking
+    from sim2real.orchestration.stages.run import apply_tracking
 
     plan = json.loads(json.dumps(_plan(sweep=SWEEP)))
     runs = {f"c{i}": {"rl_training": f"{i}" * 32, "evaluation": f"{i + 5}" * 32} for i in range(3)}
@@ -336,7 +336,8 @@ def test_too_few_survivors_fail_the_pick_with_every_failed_candidate_named():
 
 def test_a_candidates_failure_is_its_first_failed_task_and_its_jobs_reason():
     from sim2real.contract import task_ids as ids
-    from sim2real.orchestration.stages.sweep import failed_candidate, forgiven_task_keys
+    from sim2real.orchestration.candidates import failed_candidate
+    from sim2real.orchestration.stages.sweep import forgiven_task_keys
 
     assert failed_candidate({ids.SWEEP_TRAIN_POLICY: "success", ids.SWEEP_READ_EVAL_REPORT: "success"}) is None
     states = {ids.SWEEP_SUBMIT_TRAINING: "success", ids.SWEEP_TRAIN_POLICY: "failed",
@@ -384,7 +385,7 @@ def test_a_candidates_training_is_not_retried_on_either_backend_and_the_slurm_wa
     from airflow.dag_processing.dagbag import DagBag
 
     from sim2real.contract import task_ids as ids
-    from sim2real.orchestration.stages.sweep import CANDIDATE_TASKS
+    from sim2real.orchestration.candidates import CANDIDATE_TASKS
 
     dag = DagBag(dag_folder="dags/sim_to_real.py").dags["sim_to_real"]
     assert dag.get_task(ids.SWEEP_TRAIN_POLICY).retries == 0

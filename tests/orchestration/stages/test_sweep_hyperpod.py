@@ -11,10 +11,11 @@ import subprocess
 import pytest
 
 from sim2real.orchestration import slurm
-from sim2real.orchestration.params import ParamRuleError, check_params
-from sim2real.orchestration.stages import plan_run
+from sim2real.orchestration.params import ParamRuleError
+from sim2real.orchestration.stages.run import check_params, plan_run
 from sim2real.orchestration.stages.hyperpod import sweep_array_commands
-from sim2real.orchestration.stages.sweep import pick_best_result, training_job_fields, training_task_id
+from sim2real.orchestration.candidates import training_task_id
+from sim2real.orchestration.stages.sweep import pick_best_result, training_job_fields
 
 from .test_stages import HYPERPOD_ENV, PARAMS
 

@@ -97,24 +97,3 @@ def settings_problems(section: Any) -> list[str]:
             problems.append(f"events.{key} must be {'a whole number' if whole else 'a number'} in {low}..{high}, "
                             f"got {value!r}")
     return problems
-
-
-def task_events_section(log: Any = None) -> dict[str, Any] | None:
-    """The running task's environment config ``events`` section, for an operator to pass to its trigger.
-
-    :return: the section (JSON-serializable), or None when the environment config has none or no environment
-        config is set (the trigger then polls; logged when ``log`` is given).
-    :raises ValueError: when the section is invalid (the message names the key).
-    """
-    from sim2real.orchestration.config import EnvironmentConfigError, load_environment
-
-    try:
-        section = load_environment().get("events")
-    except EnvironmentConfigError as err:
-        if log is not None:
-            log.info("No environment config (%s): the wait polls", err)
-        return None
-    if section is None:
-        return None
-    EventSettings.from_dict(section)  # refuses a bad section with the reason
-    return dict(section)

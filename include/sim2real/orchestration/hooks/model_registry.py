@@ -17,6 +17,7 @@ re-read cannot tell (the registry keeps no history of its approval status).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sim2real.orchestration.config import RUN_KEY_TAG
@@ -60,6 +61,18 @@ def approve_command(model_package_arn: str) -> str:
         f"aws sagemaker update-model-package --model-package-arn {model_package_arn} "
         "--model-approval-status Approved --approval-description '<why>'"
     )
+
+
+def not_approved_message(package: Mapping[str, Any]) -> str:
+    """Why a package is refused and how to approve it (names the ARN, its status and the command)."""
+    arn = package.get("ModelPackageArn")
+    status = package.get("ModelApprovalStatus") or "unknown"
+    group = package.get("ModelPackageGroupName") or "?"
+    why = f" (ApprovalDescription: {package['ApprovalDescription']})" if package.get("ApprovalDescription") else ""
+    return (f"Model package {arn} is {status}{why}, not Approved: only an Approved package is released to the "
+            f"robots. Approve it in SageMaker Studio (Models > Registered models > {group} > version "
+            f"{package.get('ModelPackageVersion', '?')}) or run: {approve_command(arn)} — then trigger the release "
+            "again (or give the ARN of an Approved version).")
 
 
 #: Longest ``ApprovalDescription`` UpdateModelPackage accepts (botocore's SageMaker model: ``max`` 1024).

@@ -17,6 +17,8 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink, XCom
 
+from sim2real.orchestration.links import nothing_persisted, record_push
+
 
 class MlflowRunLink(BaseOperatorLink):
     """Link to the DAG run's MLflow parent run (empty when tracking is off)."""
@@ -25,8 +27,6 @@ class MlflowRunLink(BaseOperatorLink):
     key = "sim2real_mlflow_run"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        from sim2real.orchestration.links import nothing_persisted
-
         if nothing_persisted(ti_key, self.key):  # an untracked run: no lookup (and no "XCom not found")
             return ""
         url = XCom.get_value(key=self.key, ti_key=ti_key)
@@ -35,12 +35,17 @@ class MlflowRunLink(BaseOperatorLink):
     @classmethod
     def persist(cls, ti: Any, tracking: Mapping[str, Any] | None) -> str | None:
         """Persist the parent run's URL for the running task instance; :return: the URL (``None``: tracking off)."""
-        from sim2real.orchestration.tracking import run_url
-
         url = run_url(tracking)
         if url:
-            from sim2real.orchestration.links import record_push
-
             ti.xcom_push(key=cls.key, value=url)
             record_push(ti, cls.key)
         return url
+
+
+def run_url(tracking: Mapping[str, Any] | None, run_id: str | None = None) -> str | None:
+    """The MLflow UI page of ``run_id`` (default the parent run): ``<ui>/#/experiments/<id>/runs/<run id>``;
+    ``None`` when tracking is off or no UI URL is known."""
+    if not tracking or not tracking.get("enabled") or not tracking.get("ui_url"):
+        return None
+    return f"{tracking['ui_url'].rstrip('/')}/#/experiments/{tracking['experiment_id']}/runs/" \
+           f"{run_id or tracking['parent_run_id']}"

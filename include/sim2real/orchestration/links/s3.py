@@ -9,6 +9,8 @@ from urllib.parse import quote
 
 from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
 
+from sim2real.orchestration.links import nothing_persisted, record_push
+
 
 def partition_of(region: str) -> str:
     """AWS partition of ``region`` (``aws``, ``aws-cn``, ``aws-us-gov``)."""
@@ -53,8 +55,6 @@ class S3ObjectLink(BaseAwsLink):
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         """The provider's lookup, skipped when the running task persisted no such picture (not drawn: no
         ``XCom not found`` in its log; :func:`sim2real.orchestration.links.nothing_persisted`)."""
-        from sim2real.orchestration.links import nothing_persisted
-
         if nothing_persisted(ti_key, self.key):
             return ""
         return super().get_link(operator, ti_key=ti_key)
@@ -71,8 +71,6 @@ class S3ObjectLink(BaseAwsLink):
         """Persist the link of ``s3://<plan bucket>/<key>`` for the running task instance ``ti``
         (``plan``: ``prepare_run``'s output, for the bucket and region). ``url``: in the sandbox, the object's
         presigned URL there (:func:`presigned_get_url`); ``None`` on AWS (the S3 console page)."""
-        from sim2real.orchestration.links import record_push
-
         extra = {"url": url} if url else {}
         cls.persist(context={"ti": ti}, operator=ti.task, region_name=plan["region"],
                     aws_partition=partition_of(plan["region"]), bucket=plan["bucket"], key=key, **extra)

@@ -12,9 +12,9 @@ from airflow.providers.amazon.aws.links.logs import CloudWatchEventsLink
 from airflow.providers.amazon.aws.operators.batch import BatchOperator
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from sim2real.orchestration.events.settings import task_events_section
+from sim2real.contract.run_key import is_valid_run_key
 from sim2real.orchestration.budget import cost_limit_explanation, optional_usd
-from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.config import RUN_KEY_TAG, task_events_section
 from sim2real.orchestration.failures import FailureClass, classify_failure
 from sim2real.orchestration.hooks.batch import (
     DEFAULT_LOG_GROUP,
@@ -24,8 +24,7 @@ from sim2real.orchestration.hooks.batch import (
     job_cost_record,
 )
 from sim2real.orchestration.links.batch import NODE_LOG_LINKS
-from sim2real.orchestration.stop_rule import starts_afresh
-from sim2real.contract.run_key import is_valid_run_key
+from sim2real.orchestration.stop_rule import operator_should_stop, starts_afresh
 from sim2real.orchestration.triggers.batch import BatchTrainingJobTrigger
 from sim2real.orchestration.waits.batch import batch_job_step
 from sim2real.orchestration.waits.core import event_outcome, settle_now
@@ -473,8 +472,6 @@ class BatchTrainingOperator(BatchOperator):
     def on_kill(self) -> None:
         """Terminate the job this task started or reattached to while the task runs in the worker (the
         deferred wait: the trigger's ``on_kill``)."""
-        from sim2real.orchestration.stop_rule import operator_should_stop
-
         if self.job_id and operator_should_stop(self, f"AWS Batch job {self.job_id}"):
             self.hook.terminate_job(self.job_id, "Airflow task killed by the user")
             self.log.info("AWS Batch job %s terminated (task killed)", self.job_id)

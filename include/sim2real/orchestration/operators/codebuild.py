@@ -15,7 +15,7 @@ from airflow.providers.common.compat.sdk import (
     AirflowFailException,
 )
 
-from sim2real.orchestration.events.settings import task_events_section
+from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.codebuild import (
     COMMIT_ID,
     CodeBuildHook,
@@ -24,7 +24,7 @@ from sim2real.orchestration.hooks.codebuild import (
     image_key,
 )
 from sim2real.orchestration.links.codebuild import CodeBuildBuildLink
-from sim2real.orchestration.stop_rule import starts_afresh
+from sim2real.orchestration.stop_rule import operator_should_stop, starts_afresh
 from sim2real.orchestration.triggers.codebuild import CodeBuildBuildCompleteTrigger
 from sim2real.orchestration.waits.codebuild import codebuild_build_step
 from sim2real.orchestration.waits.core import event_outcome, settle_now
@@ -347,8 +347,6 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
     def on_kill(self) -> None:
         """Stop the build this task started (``StopBuild``) while the task runs in the worker (the deferred
         wait: the trigger's ``on_kill``)."""
-        from sim2real.orchestration.stop_rule import operator_should_stop
-
         if self.build_id and operator_should_stop(self, f"CodeBuild build {self.build_id}"):
             self.hook.stop_build(self.build_id)
             self.log.info("CodeBuild build %s stopped (task killed)", self.build_id)

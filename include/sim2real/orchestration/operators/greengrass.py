@@ -17,8 +17,10 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import trim_none_values
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowFailException
-from sim2real.orchestration.events.settings import task_events_section
+
+from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, device_report, summarize
+from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, not_approved_message
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
@@ -282,8 +284,6 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         is not Approved. Returns ``{"model_package_arn", "model_approval_status"}`` (``{}`` without a package)."""
         if not self.model_package_arn:
             return {}
-        from sim2real.orchestration.hooks.model_registry import ModelRegistryHook
-        from sim2real.orchestration.release import not_approved_message
 
         registry = ModelRegistryHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
                                      verify=self.verify, config=self.botocore_config)

@@ -21,14 +21,15 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException
 from airflow.sdk.exceptions import TaskDeferred
+
 from sim2real.orchestration import slurm
-from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.budget import optional_usd
+from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.hyperpod import HyperPodHook, instance_group_specs
 from sim2real.orchestration.hooks.workstation import WorkstationHook
 from sim2real.orchestration.links.sagemaker import HyperPodClusterLink
 from sim2real.orchestration.run_state import FAILED_STATES
-from sim2real.orchestration.stop_rule import starts_afresh
+from sim2real.orchestration.stop_rule import operator_should_stop, starts_afresh
 from sim2real.orchestration.triggers.hyperpod import HyperPodScaleTrigger, HyperPodSlurmJobTrigger
 from sim2real.orchestration.waits.core import WaitState, event_outcome, settle_now
 from sim2real.orchestration.waits.hyperpod import (
@@ -752,8 +753,6 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
 
     def on_kill(self) -> None:
         """``scancel`` the job this task submitted (or reattached to)."""
-        from sim2real.orchestration.stop_rule import operator_should_stop
-
         if self._job_id and self._instance_id and operator_should_stop(self, f"Slurm job {self._job_id}"):
             self.log.info("Cancelling Slurm job %s on %s (scancel via SSM on %s)", self._job_id, self.cluster_name,
                           self._instance_id)

@@ -28,7 +28,7 @@ ListModelPackages, DescribeModelPackage, UpdateModelPackage.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
@@ -39,7 +39,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamsDict
 
-from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.config import RUN_KEY_TAG, task_events_section
 from sim2real.orchestration.hooks.model_registry import (
     APPROVAL_DESCRIPTION_MAX,
     DECIDED_STATUSES,
@@ -50,7 +50,7 @@ from sim2real.orchestration.hooks.model_registry import (
     sagemaker_decision,
 )
 from sim2real.orchestration.links.sagemaker import SageMakerModelPackageLink
-from sim2real.orchestration.events.settings import task_events_section
+from sim2real.orchestration.review import package_lines
 from sim2real.orchestration.triggers.model_package import ModelPackageDecisionTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import model_package_step
@@ -91,8 +91,10 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
     :param model_package_group_name: the model package group.
     :param run_key: this DAG run's key (``CustomerMetadataProperties["sim2real:run-key"]`` of the package).
     :param pipeline_execution_arn: the execution that registered the package (cross-check).
-    :param plan: the run's plan; when given, the request's body is the review of
-        :func:`sim2real.orchestration.review.approval_body` (else the package's lines only).
+    :param plan: the run's plan; with ``review``, the request's body is ``review(plan=, ti=, package=, dag_id=,
+        run_id=)`` (the ``vla`` stage gives :func:`sim2real.orchestration.review.approval_body` with the rounds'
+        lineage entry); else the package's lines only.
+    :param review: builds the request's Markdown body from the plan (see ``plan``).
     :param poke_interval: seconds between the wait's rounds (DescribeModelPackage and the Airflow answer).
     :param response_timeout: how long to wait for a decision (default 24 h).
     :return: ``{"model_package_arn", "model_data_url", "approval_status": "Approved", "approval_description",
@@ -116,6 +118,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         run_key: str,
         pipeline_execution_arn: str | None = None,
         plan: Mapping[str, Any] | None = None,
+        review: Callable[..., str] | None = None,
         poke_interval: float = 60,
         response_timeout: dt.timedelta = dt.timedelta(hours=24),
         subject: str = "Release the fine-tuned GR00T model?",
@@ -133,6 +136,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         self.run_key = run_key
         self.pipeline_execution_arn = pipeline_execution_arn
         self.plan = plan
+        self.review = review
         self.poke_interval = poke_interval
         self._package_arn: str | None = None
 
@@ -156,12 +160,10 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
             "The release stops here; register a new model version to try again.")
 
     def _body(self, context: Context, package: Mapping[str, Any]) -> str:
-        from sim2real.orchestration.review import approval_body, package_lines
-
-        if self.plan:
+        if self.plan and self.review is not None:
             try:
-                return approval_body(plan=self.plan, ti=context["ti"], package=package,
-                                     dag_id=context["dag_run"].dag_id, run_id=context["dag_run"].run_id)
+                return self.review(plan=self.plan, ti=context["ti"], package=package,
+                                   dag_id=context["dag_run"].dag_id, run_id=context["dag_run"].run_id)
             except Exception:  # noqa: BLE001 - a review that cannot be assembled still leaves the decision
                 self.log.exception("the review body could not be assembled; showing the package only")
         region = self.hook.conn_region_name or package["ModelPackageArn"].split(":")[3]  # arn:aws:sagemaker:<region>:...

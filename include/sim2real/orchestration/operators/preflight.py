@@ -223,7 +223,7 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
     with its error code and the IAM action the call needs (:func:`client_error_problem`); any other exception
     is raised.
 
-    :param plan: the run's plan (``prepare_run``'s ``plan`` XCom, :func:`sim2real.orchestration.stages.plan_run`) (templated).
+    :param plan: the run's plan (``prepare_run``'s ``plan`` XCom, :func:`sim2real.orchestration.stages.run.plan_run`) (templated).
     :return: ``{"ok": True, "checked": [str], "instance_shape": {...} | None}`` (what was checked).
     :raises AirflowFailException: (no retry) listing every problem found.
     """

@@ -14,6 +14,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
+from sim2real.orchestration.hooks.batch import BatchTrainingHook
 from sim2real.orchestration.hooks.service_quotas import (
     CloudWatchUsageHook,
     ServiceQuotasHook,
@@ -214,7 +215,6 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
 
         shape_problems: list[str] = []
         if self.job_definition:
-            from sim2real.orchestration.hooks.batch import BatchTrainingHook
             from sim2real.orchestration.operators.preflight import job_shape_problems
 
             try:

@@ -18,14 +18,15 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.operators.sagemaker import SageMakerStartPipelineOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
-from sim2real.orchestration.events.settings import task_events_section
+
+from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.sagemaker_pipeline import (
     PIPELINE_SUCCESS_STATES,
     SageMakerPipelineHook,
     pipeline_failure_message,
 )
 from sim2real.orchestration.links.sagemaker import SageMakerPipelineExecutionLink
-from sim2real.orchestration.stop_rule import starts_afresh
+from sim2real.orchestration.stop_rule import operator_should_stop, starts_afresh
 from sim2real.orchestration.triggers.sagemaker import PipelineExecutionTrigger
 from sim2real.orchestration.waits.core import WaitState, event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import pipeline_execution_step
@@ -230,8 +231,6 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
     def on_kill(self) -> None:
         """StopPipelineExecution for the execution this try started or reattached to, while the task runs in
         the worker (deferred: the trigger's ``on_kill``)."""
-        from sim2real.orchestration.stop_rule import operator_should_stop
-
         if self._execution_arn and operator_should_stop(self, f"pipeline execution {self._execution_arn}"):
             self.log.info("Stopping pipeline execution %s", self._execution_arn)
             self.hook.stop_pipeline(self._execution_arn)

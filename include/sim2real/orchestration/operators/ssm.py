@@ -17,7 +17,8 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.operators.ssm import SsmRunCommandOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
-from sim2real.orchestration.events.settings import task_events_section
+
+from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.workstation import (
     SSM_INLINE_OUTPUT_LIMIT,
     SSM_SUCCESS_STATES,
@@ -25,6 +26,7 @@ from sim2real.orchestration.hooks.workstation import (
     ssm_output_key,
 )
 from sim2real.orchestration.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
+from sim2real.orchestration.stop_rule import operator_should_stop
 from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger
 from sim2real.orchestration.waits.core import Step, event_outcome, settle_now
 from sim2real.orchestration.waits.ssm import invocations_response, ssm_command_step
@@ -343,8 +345,6 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
     def on_kill(self) -> None:
         """CancelCommand for the command this try sent, while the task runs in the worker (deferred: the
         trigger's ``on_kill``)."""
-        from sim2real.orchestration.stop_rule import operator_should_stop
-
         if self._command_id and operator_should_stop(self, f"SSM command {self._command_id}"):
             self.log.info("Cancelling SSM command %s", self._command_id)
             self.hook.cancel_command(self._command_id, [self._instance_id] if self._instance_id else None)

@@ -18,10 +18,9 @@ from airflow.providers.common.compat.sdk import (
     AirflowSensorTimeout,
     PokeReturnValue,
 )
-from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.config import RUN_KEY_TAG, task_events_section
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, approve_command
 from sim2real.orchestration.links.sagemaker import SageMakerModelPackageLink
-from sim2real.orchestration.events.settings import task_events_section
 from sim2real.orchestration.triggers.model_package import ModelPackageApprovalTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import model_package_step

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sim2real.orchestration.budget import job_cost_record as cost_record
+
 #: The batch script template (``@NAME@`` fields).
 TEMPLATE = Path(__file__).with_name("train_rl.sbatch")
 #: Partition HyperPod's managed Slurm puts the worker nodes in.
@@ -464,8 +466,6 @@ def job_cost_record(*, job_id: str, cluster_name: str, started_at: float | None,
         "run_seconds", "usd_per_node_hour", "cost_usd" (USD, None without a start, a price or a node
         count), "stopped_by_budget"}``.
     """
-    from sim2real.orchestration.budget import job_cost_record as cost_record
-
     return cost_record(job_id=job_id, num_nodes=num_nodes, started_at=started_at, stopped_at=stopped_at,
                        run_seconds=elapsed_s, usd_per_node_hour=usd_per_node_hour,
                        stopped_by_budget=stopped_by_budget, cluster_name=cluster_name)

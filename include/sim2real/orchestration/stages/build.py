@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_TRAINING
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
 DOC = """\
@@ -21,8 +23,6 @@ Hands on the image URI pinned by **digest**, never a tag.
 
 GROUP_ID = ids.BUILD_GROUP
 TASK_IDS = (ids.BUILD_IMAGE,)
-#: lineage key → task id whose return value fills it.
-LINEAGE_SOURCES = {"image": ids.BUILD_IMAGE}
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,6 @@ class ImagePlan(PlanSection):
 def params() -> dict[str, Any]:
     """The build's trigger-form fields."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import SECTION_TRAINING
 
     return {
         # Optional text fields are nullable: the trigger form sends an empty field as null, and a field
@@ -68,7 +66,6 @@ def add_tasks(plan: Any) -> Any:
     """Add the ``build`` group; return the image operator (its ``output["image_uri"]``: the digest URI)."""
     from airflow.sdk import TaskGroup
 
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.codebuild import CodeBuildImageOperator
 
     image = refs(plan, ImagePlan)

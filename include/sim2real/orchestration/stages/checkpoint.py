@@ -7,9 +7,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk import Asset, AssetAlias
-
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration import assets
+from sim2real.orchestration.assets import CHECKPOINT_ANNOUNCEMENTS
+from sim2real.orchestration.dag_defaults import POLL
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
 TRAINING_JOB_DOC = """\
@@ -29,12 +30,6 @@ event, once per sha256 and run (a cleared or retried try finding the same checkp
 
 GROUP_ID = ids.CHECKPOINT_GROUP
 TASK_IDS = (ids.TRAINING_JOB, ids.WAIT_FOR_CHECKPOINT)
-LINEAGE_SOURCES = {"checkpoint": ids.WAIT_FOR_CHECKPOINT}
-#: Updated by ``wait_for_checkpoint`` (checkpoint URI and sha256 on the event).
-CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
-#: The checkpoint sensor's outlet and inlet: its ``sim2real_rl_checkpoint`` event goes through this alias, added at
-#: run time once per checkpoint sha256 and run (``sim2real.orchestration.assets.announce_once``).
-CHECKPOINT_ANNOUNCEMENTS = AssetAlias(name="sim2real_rl_checkpoint_announcements")
 
 
 @dataclass(frozen=True)
@@ -87,8 +82,6 @@ def add_tasks(plan: Any, *, trained_by: list[Any]) -> tuple[Any, Any]:
     from airflow.sdk import TaskGroup, task
     from airflow.sdk.exceptions import AirflowFailException
 
-    from sim2real.orchestration import assets
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.sensors.checkpoint import CheckpointManifestSensor
 
     ckpt = refs(plan, CheckpointPlan)

@@ -11,6 +11,8 @@ from typing import Any
 from airflow.sdk import Asset
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_DEPLOY, _range
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
 #: The model running on the robots: one event per successful deployment (``sim_to_real`` and ``sim_to_real_release``).
@@ -31,7 +33,6 @@ the `sim2real_deployed_model_package` asset gets an event (none when the deploym
 
 GROUP_ID = ids.DEPLOY_GROUP
 TASK_IDS = (ids.DEPLOY_ENABLED, ids.DEPLOYMENT_COMPONENTS, ids.DEPLOY_TO_ROBOTS)
-LINEAGE_SOURCES = {"deployment": ids.DEPLOY_TO_ROBOTS}
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,6 @@ class DeployPlan(PlanSection):
 def params() -> dict[str, Any]:
     """The deployment's fields of the trigger form."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import SECTION_DEPLOY, _range
 
     return {
         "deploy_to_edge": Param(True, type="boolean", title="Deploy to robots", section=SECTION_DEPLOY),
@@ -169,7 +168,6 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
     from airflow.sdk import TaskGroup, task
 
     from sim2real.orchestration import assets, notifications as notify
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
 
     deploy = refs(plan, DeployPlan)

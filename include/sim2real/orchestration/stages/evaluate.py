@@ -13,7 +13,14 @@ from airflow.sdk import Asset
 
 from sim2real.contract import task_ids as ids
 from sim2real.contract.stats import wilson_interval
+from sim2real.orchestration import assets
+from sim2real.orchestration.config import DEFAULT_EVAL_COMMAND
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_BUDGET, SECTION_EVAL, _range
+from sim2real.orchestration.slurm import bash_commands
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+from sim2real.orchestration.stages.checkpoint import CheckpointPlan
+from sim2real.orchestration.stages.rounds import eval_seed_of
 
 DOC = """\
 **Closed-loop evaluation on the workstation.** Calls EC2 `DescribeInstances` (by tag) and `StartInstances`
@@ -28,7 +35,6 @@ GROUP_ID = ids.EVALUATE_GROUP
 #: A value of this run's plan's evaluation section, as a template (rendered when the task runs).
 _PLAN_EVALUATION = "{{{{ ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "')['plan']['evaluation']['{key}'] }}}}"
 TASK_IDS = (ids.EVAL_COMMAND, ids.RUN_EVALUATION, ids.READ_EVAL_REPORT, ids.STOP_WORKSTATION)
-LINEAGE_SOURCES = {"evaluation": ids.READ_EVAL_REPORT}
 #: Updated by ``read_eval_report`` (success rate and interval on the event).
 EVAL_REPORT_ASSET = Asset(name="sim2real_eval_report", uri="sim2real://rl/eval-report")
 
@@ -48,15 +54,13 @@ class EvaluationPlan(PlanSection):
     output_s3_key_prefix: str  #: the command's stdout/stderr: ``runs/<run_key>/eval/ssm``
     command_template: str  #: ``str.format`` template; fields in :func:`eval_commands`
     #: exported before the command: the evaluation's MLflow child run (``sim2real.contract.env_vars``; set by
-    #: :func:`sim2real.orchestration.tracking.apply_tracking`, empty when tracking is off)
+    #: :func:`sim2real.orchestration.stages.run.apply_tracking`, empty when tracking is off)
     environment: dict[str, str] = field(default_factory=dict)
 
 
 def params() -> dict[str, Any]:
     """The evaluation fields of the trigger form."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import SECTION_BUDGET, SECTION_EVAL, _range
 
     return {
         "eval_episodes": Param(100, type="integer", title="Episodes",
@@ -76,9 +80,6 @@ def params() -> dict[str, Any]:
 
 
 def plan(ctx: PlanContext) -> EvaluationPlan:
-    from sim2real.orchestration.config import DEFAULT_EVAL_COMMAND
-    from sim2real.orchestration.stages.rounds import eval_seed_of
-
     ev = ctx.env["evaluation"]
     return EvaluationPlan(
         workstation_tag_key=ev["workstation_tag_key"],
@@ -107,9 +108,6 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any], *, manif
         command, every value shell-quoted, run with ``bash -euo pipefail``
         (:func:`sim2real.orchestration.slurm.bash_commands`: AWS-RunShellScript uses ``sh``).
     """
-    from sim2real.orchestration.slurm import bash_commands
-    from sim2real.orchestration.stages.checkpoint import CheckpointPlan
-
     ev = EvaluationPlan.from_plan(plan)
     ckpt = CheckpointPlan.from_plan(plan)
     fields = {
@@ -155,8 +153,6 @@ def add_tasks(plan: Any, *, manifest: Any, trained: Any) -> tuple[Any, Any]:
     from airflow.sdk import TaskGroup, task
     from airflow.sdk.exceptions import AirflowFailException
 
-    from sim2real.orchestration import assets
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
 
     ev = refs(plan, EvaluationPlan)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration.lineage import VERDICT_KEY
+from sim2real.orchestration.params import SECTION_EVAL, _range
 from sim2real.orchestration.stages._base import PlanContext, PlanSection
 
 DOC = """\
@@ -19,7 +21,6 @@ SNS notification carries it.
 
 GROUP_ID = None
 TASK_IDS = (ids.QUALITY_GATE,)
-LINEAGE_SOURCES = {"quality_gate": ids.QUALITY_GATE}
 
 
 class QualityGateFailed(Exception):
@@ -38,8 +39,6 @@ class QualityGatePlan(PlanSection):
 def params() -> dict[str, Any]:
     """The gate's fields of the trigger form."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import SECTION_EVAL, _range
 
     return {
         "min_success_rate": Param(
@@ -78,32 +77,6 @@ def quality_gate(report: Mapping[str, Any], *, min_success_rate: float, on_lower
     return {"passed": passed, "metric": metric, "value": value, "threshold": min_success_rate, "reason": reason}
 
 
-#: Below this many evaluation episodes the run note warns that the Wilson 95% interval is too wide to gate on.
-MIN_GATE_EPISODES = 20
-
-
-def gate_warnings(params: Mapping[str, Any]) -> list[str]:
-    """Why this run's quality gate says little, one sentence each (empty when it is sound).
-
-    Flags a threshold of 0 (``min_success_rate``: every policy passes) and fewer than
-    :data:`MIN_GATE_EPISODES` evaluation episodes (``eval_episodes``: the interval's half-width at a 0.5
-    success rate is then above 0.2). The values are reported as given, never changed.
-    """
-    from sim2real.contract.stats import wilson_interval
-
-    out = []
-    threshold = params.get("min_success_rate")
-    if threshold is not None and float(threshold) <= 0:
-        out.append("Quality gate at 0 (`min_success_rate`): every evaluated policy passes, the gate checks nothing.")
-    episodes = params.get("eval_episodes")
-    if episodes is not None and int(episodes) < MIN_GATE_EPISODES:
-        n = int(episodes)
-        lo, hi = wilson_interval(n // 2, n)
-        out.append(f"Only {n} evaluation episodes (`eval_episodes` < {MIN_GATE_EPISODES}): the 95% Wilson interval "
-                   f"of a 0.5 success rate is [{lo:.2f}, {hi:.2f}], too wide to gate on.")
-    return out
-
-
 def add_tasks(plan: Any, *, report: Any) -> Any:
     """Add ``quality_gate`` after the evaluation report; return it."""
     from airflow.sdk import task
@@ -120,13 +93,9 @@ def add_tasks(plan: Any, *, report: Any) -> Any:
     return gate(report, plan["plan"])
 
 
-#: XCom key of the gate's verdict, pushed whether it passed or failed (a failed gate task returns nothing).
-VERDICT_KEY = "verdict"
-
-
 def decide(report: Mapping[str, Any], plan: Mapping[str, Any], ti: Any, *, fail: type[Exception]) -> dict[str, Any]:
     """The gate task's body: the verdict (:func:`quality_gate` with the plan's bar), pushed to XCom
-    :data:`VERDICT_KEY` so that the report and the run note show a failed gate's value and reason too.
+    :data:`sim2real.orchestration.lineage.VERDICT_KEY` so that the report and the run note show a failed gate's value and reason too.
 
     :return: the verdict when it passed.
     :raises fail: ``QUALITY GATE FAILED: <reason>`` when it did not.

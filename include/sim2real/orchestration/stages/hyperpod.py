@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration import slurm
+from sim2real.orchestration.budget import estimate_run_cost, training_cost_limit, training_usd_per_node_hour
+from sim2real.orchestration.candidates import expand_sweep
+from sim2real.orchestration.config import hyperpod_settings
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_TRAINING
 from sim2real.orchestration.stages._base import PlanSection, refs
+from sim2real.orchestration.stages.train import training_environment
 
 DOC = """\
 **Train the policy (SageMaker HyperPod, Slurm).** `check_capacity` calls SageMaker `DescribeCluster` /
@@ -37,12 +44,6 @@ A run with a `sweep`: the group is scaled for `min(sweep_max_parallel, candidate
 GROUP_ID = ids.HYPERPOD_GROUP
 TASK_IDS = (ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES,
             ids.HYPERPOD_TRAIN_POLICY, ids.HYPERPOD_SCALE_DOWN, ids.HYPERPOD_SUBMISSION, *ids.HYPERPOD_SWEEP)
-#: What differs in the lineage of a ``training_backend: hyperpod`` run: its capacity check and training
-#: are this group's tasks (the Slurm job's result is the ``training`` stage).
-LINEAGE_SOURCES = {"preflight": ids.HYPERPOD_CHECK_CAPACITY, "training": ids.HYPERPOD_TRAIN_POLICY}
-#: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
-LINEAGE_SCALING_SOURCES = {"scale_up": ids.HYPERPOD_SCALE_UP, "wait_for_nodes": ids.HYPERPOD_WAIT_FOR_NODES,
-                           "scale_down": ids.HYPERPOD_SCALE_DOWN}
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,6 @@ def params() -> dict[str, Any]:
     """The HyperPod fields of the trigger form."""
     from airflow.sdk import Param
 
-    from sim2real.orchestration.params import SECTION_TRAINING
-
     return {
         "hyperpod_cluster_name": Param(
             None, type=["null", "string"], maxLength=63, pattern=r"^([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})?$",
@@ -93,8 +92,6 @@ def params() -> dict[str, Any]:
 
 
 def plan(ctx: Any) -> HyperPodPlan:
-    from sim2real.orchestration.stages.train import training_environment
-
     return HyperPodPlan(**hyperpod_plan(ctx.run_key, ctx.params, ctx.env, training_environment(ctx), ctx.budget))
 
 
@@ -121,10 +118,6 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
     :param budget: the run's cost estimate (plan ``budget``); default: :func:`~sim2real.orchestration.budget.estimate_run_cost`
         of ``params`` and ``env``, the same figure.
     """
-    from sim2real.orchestration import slurm
-    from sim2real.orchestration.budget import estimate_run_cost, training_cost_limit, training_usd_per_node_hour
-    from sim2real.orchestration.config import hyperpod_settings
-
     hp = hyperpod_settings(env)
     name = slurm.job_name(run_key)
     shared = str(hp["shared_dir"]).rstrip("/") or "/"
@@ -187,8 +180,6 @@ def hyperpod_plan(run_key: str, params: Mapping[str, Any], env: Mapping[str, Any
 
 def _swept_candidates(params: Mapping[str, Any]) -> int:
     """How many sweep candidates the params ask for (0: no sweep)."""
-    from sim2real.orchestration.candidates import expand_sweep
-
     return len(expand_sweep(params.get("sweep")))
 
 
@@ -204,8 +195,6 @@ def sweep_array_commands(plan: Mapping[str, Any]) -> list[str]:
     :param plan: the run's plan (``hyperpod``, ``sweep.candidates``, ``params``, ``run_key``).
     :raises ValueError: the plan has no HyperPod sweep, or a value cannot go into the script.
     """
-    from sim2real.orchestration import slurm
-
     hp = HyperPodPlan.from_plan(plan)
     candidates = (plan.get("sweep") or {}).get("candidates") or []
     if not (hp.sweep_array and candidates):
@@ -265,7 +254,6 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
     submit_sweep)`` (``submit_sweep``: a sweep's job array, which :func:`add_candidate_training` waits on)."""
     from airflow.sdk import TaskGroup, task
 
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator, HyperPodSlurmJobOperator
     from sim2real.orchestration.operators.quota import HyperPodCapacityPreflightOperator
 
@@ -383,7 +371,6 @@ def add_candidate_training(plan: Any, *, array: Any, index: Any, cost_limit_usd:
         have failed (any of ``candidate_task_ids``), the array's remaining tasks are cancelled.
     :return: the operator (its result is the candidate's training result, as ``sweep.train_policy``'s on Batch).
     """
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
 
     hp = refs(plan, HyperPodPlan)

@@ -39,7 +39,10 @@ from typing import Any
 from sim2real.contract import env_vars as ev
 from sim2real.contract import task_ids as ids
 from sim2real.contract.stats import wilson_interval
+from sim2real.orchestration.candidates import SWEEP_KEYS, expand_sweep
+from sim2real.orchestration.params import RETRAIN_FIELD, SECTION_TRAINING, _range
 from sim2real.orchestration.stages._base import PlanContext, PlanSection
+from sim2real.orchestration.stages.gate import QualityGatePlan, quality_gate
 
 DOC = """\
 **Next retraining round.** Calls no AWS API. Runs only when the quality gate failed: with rounds left
@@ -52,10 +55,7 @@ when this run has ended: `max_active_runs=1`); on the last round, or when the ga
 
 GROUP_ID = None
 TASK_IDS = (ids.PLAN_NEXT_ROUND, ids.NEXT_ROUND)
-LINEAGE_SOURCES: dict[str, str] = {}  # the report builds the lineage's ``rounds`` entry (lineage_entry)
 
-#: The form field through which a round's run hands the next round its link (set by ``plan_next_round``).
-RETRAIN_FIELD = "retrain_round"
 #: Most rounds a loop may take (the form's bound).
 MAX_ROUNDS_LIMIT = 10
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -90,8 +90,6 @@ def params() -> dict[str, Any]:
     """The retraining fields of the trigger form."""
     from airflow.sdk import Param
 
-    from sim2real.orchestration.params import SECTION_TRAINING, _range
-
     return {
         "max_rounds": Param(
             1, type="integer", title="Retraining rounds (max)",
@@ -109,15 +107,6 @@ def params() -> dict[str, Any]:
             "the training time budget (which applies to every round).",
             section=SECTION_TRAINING, **_range(minimum=1, maximum=100_000)),
     }
-
-
-#: Run conf keys that are no field of the trigger form (nothing a person fills in), with what sets them:
-#: :data:`RETRAIN_FIELD`, the link the run of a round that failed the gate gives the next round's run (the round
-#: number, the run it continues, the checkpoint to resume from, the earlier rounds' results). Airflow's form can
-#: hide a field only when it has a ``const`` value, which a link that differs per round cannot have; the key is
-#: therefore accepted in the run conf (:func:`sim2real.orchestration.params.check_conf_keys`) and checked by
-#: :func:`rule_errors`.
-CONF_ONLY_KEYS = {RETRAIN_FIELD: "set by the previous retraining round's run"}
 
 
 def eval_seed_of(params: Mapping[str, Any]) -> int:
@@ -149,7 +138,7 @@ def resume_environment(ctx: PlanContext) -> dict[str, str]:
 
 
 def rule_errors(params: Mapping[str, Any]) -> list[str]:
-    """The cross-field rules of the rounds (:func:`sim2real.orchestration.params.check_params` lists them).
+    """The cross-field rules of the rounds (:func:`sim2real.orchestration.stages.run.check_params` lists them).
 
     :return: one sentence per broken rule: a ``retrain_round`` link that is not one a previous round writes
         (round number out of range, history not rounds 1 … round-1, a resume checkpoint that is not an S3
@@ -203,8 +192,6 @@ def rule_errors(params: Mapping[str, Any]) -> list[str]:
         errors.append(f"{where}: resume_from.iteration must be a non-negative integer, got {iteration!r}")
     swept = link.get("sweep")
     if swept is not None:
-        from sim2real.orchestration.candidates import expand_sweep
-
         try:
             count = len(expand_sweep(swept.get("field"))) if isinstance(swept, Mapping) else 0
         except ValueError:
@@ -276,8 +263,6 @@ def next_round_conf(plan: Mapping[str, Any], this_round: Mapping[str, Any], *, r
         "history", "sweep" (only after a sweep)}}`` where ``resume_from`` is :func:`best_round` of the history
         with this round.
     """
-    from sim2real.orchestration.candidates import SWEEP_KEYS
-
     section = RoundPlan.from_plan(plan)
     if this_round["passed"] or section.round >= section.max_rounds:
         return None
@@ -317,8 +302,6 @@ def lineage_entry(plan: Mapping[str, Any], *, run_id: str, evaluation: Mapping[s
         ``gate_failed`` (the last round, or none could be started) or ``not_evaluated``; ``None`` for a plan
         without a ``rounds`` section.
     """
-    from sim2real.orchestration.stages.gate import QualityGatePlan, quality_gate
-
     if RoundPlan.SECTION not in plan:
         return None
     section = RoundPlan.from_plan(plan)
@@ -392,8 +375,6 @@ def add_tasks(plan: Any, *, gate: Any, report: Any, manifest: Any) -> Any:  # no
           execution_timeout=dt.timedelta(minutes=1), doc_md=DOC)
     def plan_next_round(dag_run=None, ti=None) -> dict:
         """The next round's run conf; skipped when there is none (last round, or no evaluated policy)."""
-        from sim2real.orchestration.stages.gate import QualityGatePlan, quality_gate
-
         # The plan is pulled, not passed: a task right after prepare_run (the lineage's setup) would count it
         # among its upstream tasks, and all_failed would never fire.
         plan = (ti.xcom_pull(task_ids=ids.PREPARE_RUN) or {})["plan"]

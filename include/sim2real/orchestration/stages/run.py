@@ -1,5 +1,11 @@
-"""The run's own tasks outside the stage groups: ``prepare_run`` (the plan), ``check_resources``,
-the ``training_backend`` branch, and the two closing teardowns ``write_lineage`` and ``run_outcome``."""
+"""The run as a whole: the composition of every stage, and the run's own tasks outside the stage groups.
+
+The composition: :func:`build_params` (the trigger form: every stage's ``params()``), :func:`check_params` (the
+cross-field rules), :func:`plan_run` (the plan: every stage's ``plan(ctx)``) and :func:`apply_tracking` (the MLflow
+runs' variables into the plan). The tasks: ``prepare_run`` (the plan), ``check_resources``, the
+``training_backend`` branch, and the two closing teardowns ``write_lineage`` (the run report, given the rounds'
+lineage entry) and ``run_outcome``. This module is the top of the stages: it imports the other stage modules, none
+imports it."""
 
 from __future__ import annotations
 
@@ -10,8 +16,33 @@ from typing import Any
 
 from airflow.sdk import get_current_context
 
+from sim2real.contract import env_vars
 from sim2real.contract import task_ids as ids
-from sim2real.orchestration.stages._base import PlanContext, PlanSection
+from sim2real.contract.run_key import make_run_key, run_prefix
+from sim2real.contract.tasks import ISAACLAB_TASKS, MUJOCO_TASKS
+from sim2real.orchestration.budget import check_budget, estimate_run_cost
+from sim2real.orchestration.candidates import candidate_params, expand_sweep, sweep_errors
+from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.params import (
+    FORM_SECTIONS,
+    ParamRuleError,
+    RETRAIN_FIELD,
+    SECTION_BUDGET,
+    _range,
+    check_conf_keys,
+    declare_dialect,
+    gate_reach_errors,
+    param_problem,
+    range_text,
+    unknown_key_errors,
+)
+from sim2real.orchestration.run_state import check_run_outcome
+from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, sweep, train, vla
+from sim2real.orchestration.stages._base import PlanContext, PlanSection, flat_xcoms
+from sim2real.orchestration.stages.hyperpod import hyperpod_plan
+from sim2real.orchestration.stages.rounds import lineage_entry
+from sim2real.orchestration.stages.sweep import forgiven_task_keys
+from sim2real.orchestration.tracking import close_dag_run, stage_env
 
 PREPARE_RUN_DOC = """\
 **Prepare the run.** Reads the environment config (Airflow Variable `sim2real_environment`, written by
@@ -73,7 +104,6 @@ did not count.
 
 GROUP_ID = None
 TASK_IDS = (ids.PREPARE_RUN, ids.CHECK_RESOURCES, ids.TRAINING_BACKEND, ids.WRITE_LINEAGE, ids.RUN_OUTCOME)
-LINEAGE_SOURCES: dict[str, str] = {}  # the plan itself is the lineage's frame (run key, params, budget)
 DOC = PREPARE_RUN_DOC
 
 
@@ -126,8 +156,6 @@ def params() -> dict[str, Any]:
     """The run-wide fields of the trigger form."""
     from airflow.sdk import Param
 
-    from sim2real.orchestration.params import SECTION_BUDGET, _range
-
     return {
         "max_budget_usd": Param(500.0, type="number", title="Max budget (USD)",
                                 section=SECTION_BUDGET, **_range(minimum=0)),
@@ -135,12 +163,210 @@ def params() -> dict[str, Any]:
 
 
 def plan(ctx: PlanContext, *, applied: dict[str, Any]) -> RunPlan:
-    from sim2real.orchestration.config import RUN_KEY_TAG
-
     return RunPlan(run_key=ctx.run_key, backend=ctx.params.get("training_backend", "batch"), bucket=ctx.bucket,
                    run_prefix=ctx.run_prefix, run_uri=ctx.run_uri, region=ctx.env["region"],
                    tags={RUN_KEY_TAG: ctx.run_key}, budget=dict(ctx.budget), params=dict(ctx.params),
                    run_defaults_applied=applied)
+
+
+#: The stages with a plan section, in the plan's key order.
+PLANNED = (sweep, gate, build, train, hyperpod, checkpoint, evaluate, vla, deploy, rounds)
+#: The trigger form's field order (stable within a form section): the training fields first, the run's own
+#: fields (:func:`params`) last.
+_FORM_ORDER = (train, rounds, build, hyperpod, sweep, evaluate, gate, vla, deploy)
+
+
+def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mapping[str, Any],
+             run_type: Any = None) -> dict[str, Any]:
+    """Validate the run and compute every name and URI the stages use.
+
+    :param params: the run's params (already valid field by field).
+    :param env: the environment config (``sim2real.orchestration.config.load_environment()``).
+    :param run_type: ``dag_run.run_type``; for ``"scheduled"`` runs the config's ``run_defaults`` replace
+        the form's defaults (:func:`apply_run_defaults`).
+    :return: the plan (plain JSON): the run-wide keys of :class:`RunPlan` (``run_key``, ``run_uri``
+        ``s3://<bucket>/runs/<run_key>/``, ``budget``, ``params``, ...) and one section per stage
+        (``dataclasses.asdict`` of its plan dataclass, under its ``SECTION``), ``tracking``
+        (:class:`TrackingPlan`, off until ``prepare_run`` starts it).
+    :raises sim2real.orchestration.params.ParamRuleError: when a cross-field rule is broken (before any spend).
+    :raises sim2real.orchestration.budget.BudgetExceeded: when the estimated cost is above ``max_budget_usd``.
+    """
+    params, applied = apply_run_defaults(params, env, run_type=run_type)
+    check_params(params, env)
+    budget = estimate_run_cost(params, env)
+    check_budget(budget)
+    run_key = make_run_key(dag_id, run_id)
+    bucket = env["artifacts_bucket"]
+    prefix = run_prefix(run_key)
+    ctx = PlanContext(run_key=run_key, bucket=bucket, run_prefix=prefix, run_uri=f"s3://{bucket}/{prefix}",
+                      params=dict(params), env=env, budget=budget)
+    out = plan(ctx, applied=applied).to_json()
+    # planned off: prepare_run starts it (MLflow calls) and replaces the section
+    out[TrackingPlan.SECTION] = TrackingPlan.off("not started (prepare_run starts it)").to_json()
+    for stage in PLANNED:
+        section = stage.plan(ctx)
+        out[section.SECTION] = section.to_json()
+    return out
+
+
+def form_params() -> dict[str, Any]:
+    """Every stage's trigger-form fields, grouped by form section (in the form's section order)."""
+    merged: dict[str, Any] = {}
+    for fields in [*(stage.params() for stage in _FORM_ORDER), params()]:
+        for name, spec in fields.items():
+            if name in merged:
+                raise ValueError(f"form field {name!r} is declared by two stages")
+            merged[name] = spec
+    order = {section: i for i, section in enumerate(FORM_SECTIONS)}
+    return dict(sorted(merged.items(), key=lambda item: order[item[1].schema.get("section")]))
+
+
+def build_params() -> dict[str, Any]:
+    """Return the DAG's ``params`` mapping (``airflow.sdk.Param`` objects): every stage's fields
+    (:func:`form_params`, each stage module's ``params()``), in form-section order.
+
+    Imported by the DAG file at parse time: it builds objects only, no I/O.
+    """
+    params = form_params()
+    for spec in params.values():  # the form shows no bounds (see _range): the description states them
+        allowed = range_text(spec.schema)
+        if allowed:
+            spec.description = f"{spec.description} {allowed}" if spec.description else allowed
+    return declare_dialect(params)
+
+
+def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None) -> None:
+    """Apply the cross-field rules to a run's params.
+
+    :param params: the run's params (after Airflow's per-field validation).
+    :param env: the environment config (``sim2real.orchestration.config``), for rules that depend on it.
+    :raises ParamRuleError: listing every broken rule, each with the reason and the fix.
+    """
+    env = env or {}
+    errors: list[str] = []
+    backend = params.get("training_backend", "batch")
+    task = params.get("task", "")
+    hyperpod_cfg = env.get("hyperpod") or {}
+    if backend == "hyperpod":
+        if not (params.get("hyperpod_cluster_name") or hyperpod_cfg.get("cluster_name")):
+            errors.append("training_backend 'hyperpod' needs a cluster: set hyperpod_cluster_name in the form "
+                          "or hyperpod.cluster_name in the environment config")
+        if not (hyperpod_cfg.get("submit_host_tag_key") and hyperpod_cfg.get("submit_host_tag_value")):
+            errors.append("training_backend 'hyperpod' needs the head/login node that submits the Slurm job: set "
+                          "hyperpod.submit_host_tag_key and hyperpod.submit_host_tag_value (its EC2 tag; the "
+                          "instance runs the SSM agent and the Slurm client) in the environment config")
+    if task in ISAACLAB_TASKS and env.get("sandbox"):
+        errors.append(f"task {task!r} needs the Isaac Lab GPU image; the local sandbox runs only "
+                      f"MuJoCo tasks {list(MUJOCO_TASKS)}")
+    if params.get("num_nodes", 1) > 1 and task in MUJOCO_TASKS:
+        errors.append(f"num_nodes > 1 is a GPU (NCCL) path; MuJoCo task {task!r} trains on one CPU node "
+                      "with vectorised environments: set num_nodes to 1 or pick an Isaac Lab task")
+    if params.get("deploy_to_edge") and not params.get("run_vla_finetune"):
+        errors.append("deploy_to_edge needs run_vla_finetune (the deployed model is the approved fine-tuned "
+                      "model package)")
+    errors.extend(gate_reach_errors(params))
+    errors.extend(_sweep_rule_errors(params, backend))
+    budget = params.get("train_time_budget_seconds", 0)
+    timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
+    if budget and budget >= timeout_s:
+        errors.append(f"train_time_budget_seconds ({budget}) must be below training_timeout_hours "
+                      f"({timeout_s:.0f} s) so the trainer can write its final checkpoint before the stage "
+                      "times out")
+    errors.extend(rounds.rule_errors(params))
+    if errors:
+        raise ParamRuleError(errors)
+
+
+def _sweep_rule_errors(params: Mapping[str, Any], backend: str) -> list[str]:
+    """The ``sweep`` field's rules (:func:`sim2real.orchestration.candidates.sweep_errors`: allowed keys, each value
+    against its field's schema, the candidate limit, no duplicates). Each candidate's own time budget must also
+    stay below ``training_timeout_hours``. Both backends run sweeps (AWS Batch: a job per candidate; HyperPod: a
+    Slurm job array); on HyperPod the candidates share one array's ``#SBATCH --time``
+    (``training_timeout_hours``), which is why that bound holds for every candidate alike."""
+    sweep = params.get("sweep")
+    if sweep in (None, [], {}):
+        return []
+    errors = sweep_errors(sweep, params, build_params())
+    if errors:
+        return errors
+    count = len(expand_sweep(sweep))
+    minimum = int(params.get("sweep_min_candidates") or 1)
+    if minimum > count:
+        errors.append(f"sweep_min_candidates {minimum} is above the sweep's {count} candidates: at most {count} "
+                      "can succeed (set it to the number of candidates for every one to be needed)")
+    timeout_s = float(params.get("training_timeout_hours", 0)) * 3600
+    for i, override in enumerate(expand_sweep(sweep)):
+        budget = candidate_params(params, override).get("train_time_budget_seconds", 0)
+        if budget and budget >= timeout_s and "train_time_budget_seconds" in override:
+            errors.append(f"sweep candidate {i}: train_time_budget_seconds ({budget}) must be below "
+                          f"training_timeout_hours ({timeout_s:.0f} s)")
+    return errors
+
+
+def apply_run_defaults(params: Mapping[str, Any], env: Mapping[str, Any], *, run_type: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The params a run uses: for a **scheduled** run, the environment config's ``run_defaults`` over the form's.
+
+    The form's defaults are sandbox-sized (a one-minute toy training); a nightly run on a real account
+    needs production values (task, ``num_nodes``, ``max_iterations``, ``train_time_budget_seconds: 0``, …).
+    Those come from the optional ``run_defaults`` object of the environment config and apply to
+    scheduled runs only (``dag_run.run_type == "scheduled"``); a manual run keeps the form's values.
+    Each value is checked against its field's JSON schema, as the trigger form would.
+
+    :param params: the run's params (Airflow-validated).
+    :param env: the environment config.
+    :param run_type: ``dag_run.run_type`` (a ``DagRunType`` or its string value).
+    :return: ``(params to use, the run_defaults that were applied)``.
+    :raises ParamRuleError: ``run_defaults`` is not an object, names an unknown field, or has a value its
+        field refuses (every problem listed).
+    """
+    kind = str(getattr(run_type, "value", run_type) or "")
+    if kind != "scheduled":
+        return dict(params), {}
+    defaults = env.get("run_defaults") or {}
+    if not isinstance(defaults, Mapping):
+        raise ParamRuleError([f"environment config run_defaults must be an object, got {type(defaults).__name__}"])
+    specs = build_params()
+    applied: dict[str, Any] = {}
+    errors: list[str] = unknown_key_errors(defaults, specs, where="environment config run_defaults")
+    for key, value in defaults.items():
+        if key not in specs:
+            continue
+        problem = param_problem(f"environment config run_defaults.{key}", value, specs[key])
+        if problem:
+            errors.append(problem)
+            continue
+        applied[key] = specs[key].resolve(value)
+    if errors:
+        raise ParamRuleError(errors)
+    return {**params, **applied}, applied
+
+
+def apply_tracking(plan: dict[str, Any], tracking: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]:
+    """Put the child runs' variables into ``plan`` (in place; returned): ``batch.environment``, the HyperPod section
+    (re-planned with them, so the Slurm script exports them), ``evaluation.environment``, each sweep candidate's
+    ``environment`` and ``eval_environment`` (its own runs, ``candidate_runs``) and the fine-tune's
+    ``MlflowRunId`` pipeline parameter and ``vla.mlflow``; ``plan["tracking"]`` = ``tracking`` (a
+    :class:`TrackingPlan`). With tracking off only the latter.
+
+    :raises TypeError: ``tracking`` has keys that are not :class:`TrackingPlan` fields.
+    """
+    plan[TrackingPlan.SECTION] = TrackingPlan(**tracking).to_json()
+    training = stage_env(tracking, "rl_training")
+    if training:
+        plan["batch"]["environment"] = {**plan["batch"]["environment"], **training}
+        plan["hyperpod"] = hyperpod_plan(plan["run_key"], plan["params"], env, plan["batch"]["environment"],
+                                         plan.get("budget"))
+    plan["evaluation"]["environment"] = stage_env(tracking, "evaluation")
+    for cand in (plan.get("sweep") or {}).get("candidates") or []:
+        own = {**tracking, "runs": (tracking.get("candidate_runs") or {}).get(cand["candidate"]) or {}}
+        cand["environment"] = {**cand["environment"], **stage_env(own, "rl_training")}
+        cand["eval_environment"] = stage_env(own, "evaluation")
+    finetune = stage_env(tracking, "vla_finetune")
+    if finetune and (plan.get("vla") or {}).get("enabled"):
+        plan["vla"]["parameters"] = {**plan["vla"]["parameters"], "MlflowRunId": finetune[env_vars.MLFLOW_RUN_ID]}
+        plan["vla"]["mlflow"] = {"tracking_uri": tracking["tracking_uri"],
+                                 "experiment_name": tracking["experiment_name"]}
+    return plan
 
 
 def first_note_text(run_key: str) -> str:
@@ -160,7 +386,6 @@ def _first_note(dag_id: str, dag_run: Any, plan: Mapping[str, Any]) -> None:
     """
     from sim2real.orchestration.config import load_environment
     from sim2real.orchestration.run_note import set_run_note
-    from sim2real.orchestration.stages.rounds import RETRAIN_FIELD
 
     if (dag_run.conf or {}).get(RETRAIN_FIELD):
         return
@@ -186,12 +411,9 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
     def prepare_run(params=None, dag_run=None, dag=None) -> dict:
         """Validate params (cross-field rules), load the environment config, derive the run key and plan."""
         from sim2real.orchestration.config import load_environment
-        from sim2real.orchestration.params import ParamRuleError, check_conf_keys
-        from sim2real.orchestration.stages import plan_run
-        from sim2real.orchestration.stages._base import flat_xcoms
         from sim2real.orchestration.stages.rounds import seed_checkpoint
         from sim2real.orchestration.sweeper import sweep_before_run
-        from sim2real.orchestration.tracking import apply_tracking, close_tracking, start_tracking
+        from sim2real.orchestration.tracking import close_tracking, start_tracking
 
         try:
             check_conf_keys(dag_run.conf, dag.params)  # a typo'd key would otherwise run on the default
@@ -267,7 +489,7 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
 
         S3RunFolderLink.persist_for_plan(get_current_context(), plan)
         MlflowRunLink.persist(ti, plan.get(TrackingPlan.SECTION))
-        return write_run_report(plan=plan, params=plan["params"], dag_run=dag_run, ti=ti)
+        return write_run_report(plan=plan, params=plan["params"], dag_run=dag_run, ti=ti, rounds_entry=lineage_entry)
 
     # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded), also
     # when the run is marked failed (teardowns are left to run); a report that cannot be written fails the run.
@@ -280,11 +502,6 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
           doc_md=RUN_OUTCOME_DOC)
     def run_outcome(dag_run=None, ti=None) -> dict:
         """Fail when any task of the run failed (the run's state is this verdict: sim2real.orchestration.run_state)."""
-        from sim2real.orchestration.run_state import check_run_outcome
-        from sim2real.orchestration.tracking import close_dag_run
-
-        from sim2real.orchestration.stages.sweep import forgiven_task_keys
-
         try:
             picked = None
             try:  # a sweep's pick: the failed candidates it went around do not fail the run

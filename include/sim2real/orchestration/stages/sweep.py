@@ -28,7 +28,7 @@ Survivors: ``pick_best`` picks among the candidates whose training, checkpoint a
 as at least ``sweep_min_candidates`` did (default 1; the number of candidates: every candidate must succeed). It
 runs once every candidate has ended and at least one succeeded (trigger rule ``all_done_min_one_success``; when
 none did it is ``upstream_failed``, as before), records each failed candidate with its state and reason
-(:func:`failed_candidate`), and fails, naming them, when fewer survived. A lane's sensor fails at once
+(:func:`sim2real.orchestration.candidates.failed_candidate`), and fails, naming them, when fewer survived. A lane's sensor fails at once
 when so many candidates can no longer succeed that the sweep cannot reach its minimum; on HyperPod the failing
 candidate's ``sweep.train_on_slurm`` then cancels the job array's remaining tasks. ``run_outcome`` does not
 count the failed candidates' task instances that ``pick_best`` recorded against the run
@@ -43,7 +43,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration.budget import candidate_cost_limits
+from sim2real.orchestration.candidates import (
+    CANDIDATE_TASKS,
+    MAX_CANDIDATES,
+    PICK_RULE,
+    SWEEP_KEYS,
+    best_candidate,
+    candidate_id,
+    candidate_params,
+    expand_sweep,
+    failed_candidate,
+    sweep_schema,
+    training_task_id,
+)
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_TRAINING, _range
+from sim2real.orchestration.stages import hyperpod, train
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+from sim2real.orchestration.stages.evaluate import EvaluationPlan, check_report, eval_commands
+from sim2real.orchestration.stages.train import BatchPlan, training_environment
 
 DOC = """\
 **Sweep: several candidates in one run (AWS Batch or HyperPod Slurm).** Runs only when the form's `sweep` lists
@@ -84,7 +103,6 @@ failed ones are listed with their task states and, for a Batch job that was subm
 
 GROUP_ID = ids.SWEEP_GROUP
 TASK_IDS = ids.SWEEP
-LINEAGE_SOURCES = {"sweep": ids.SWEEP_PICK_BEST}
 #: The Airflow option (read when the DAG is parsed) that lets this many candidates' evaluations run at once on the
 #: workstation; default 1 (one after the other: one workstation, one simulator at a time).
 PARALLEL_EVALUATIONS_OPTION = ("sim2real", "sweep_parallel_evaluations")
@@ -110,10 +128,6 @@ class SweepPlan(PlanSection):
 def params() -> dict[str, Any]:
     """The sweep fields of the trigger form."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.candidates import MAX_CANDIDATES, SWEEP_KEYS, sweep_schema
-    from sim2real.orchestration.params import SECTION_TRAINING, _range
-    from sim2real.orchestration.stages import train
 
     training_fields = train.params()
     schema = sweep_schema({k: training_fields[k].schema for k in SWEEP_KEYS})
@@ -154,9 +168,6 @@ def candidate_entry(ctx: PlanContext, index: int, override: dict[str, Any], *, m
         "manifest_uri", "report_uri", "ssm_output_key_prefix", "eval_seed", "eval_environment", "lane_after" (the
         candidate whose job must have ended first; None: none)}``.
     """
-    from sim2real.orchestration.candidates import SWEEP_KEYS, candidate_id, candidate_params
-    from sim2real.orchestration.stages.train import training_environment
-
     cid = candidate_id(index)
     prefix = f"{ctx.run_prefix}candidates/{cid}/"
     uri = f"s3://{ctx.bucket}/{prefix}"
@@ -183,9 +194,6 @@ def candidate_entry(ctx: PlanContext, index: int, override: dict[str, Any], *, m
 
 
 def plan(ctx: PlanContext) -> SweepPlan:
-    from sim2real.orchestration.budget import candidate_cost_limits
-    from sim2real.orchestration.candidates import expand_sweep
-
     overrides = expand_sweep(ctx.params.get("sweep"))
     max_parallel = int(ctx.params.get("sweep_max_parallel") or 1)
     selection_seed = selection_eval_seed_of(ctx.params)
@@ -215,8 +223,8 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
         where a candidate's task handed on nothing: it failed, or was not run because an earlier one failed).
     :param failures: map index → ``{"state", "reason", "batch_job_id"}`` (a HyperPod candidate: also
         ``"slurm_job_id"`` and ``"hyperpod_cluster_name"`` once it waited for its array task) of the candidates that failed
-        (:func:`failed_candidate`); a candidate missing a result but not listed is recorded as failed with the
-        missing result as its reason.
+        (:func:`sim2real.orchestration.candidates.failed_candidate`); a candidate missing a result but not listed
+        is recorded as failed with the missing result as its reason.
     :return: ``{"rule", "winner" (index), "candidate" (``c<i>``), "candidates": [{"index", "candidate",
         "candidate_key", "overrides", "params", "batch_job_id" (a HyperPod sweep: None, and "slurm_job_id"
         ``<array>_<i>`` and "hyperpod_cluster_name" instead), "checkpoint_uri", "checkpoint_sha256", "manifest_uri",
@@ -226,8 +234,6 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
     :raises ValueError: the results do not line up with the planned candidates, there are none, or fewer than
         ``min_candidates`` survived (naming every failed candidate and its reason).
     """
-    from sim2real.orchestration.candidates import PICK_RULE, best_candidate
-
     section = SweepPlan.from_plan(plan)
     planned = section.candidates
     if not (len(planned) == len(trainings) == len(manifests) == len(reports)) or not planned:
@@ -272,36 +278,6 @@ def pick_best_result(plan: dict, trainings: list, manifests: list, reports: list
             "survivors": len(survivors), "failed": [r["index"] for r in failed]}
 
 
-#: The mapped tasks of one candidate, in run order (a candidate's first failed one is its cause).
-CANDIDATE_TASKS = (ids.SWEEP_WAIT_FOR_SLOT, ids.SWEEP_SUBMIT_TRAINING, ids.SWEEP_TRAIN_POLICY,
-                   ids.SWEEP_TRAIN_ON_SLURM, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_EVAL_COMMAND, ids.SWEEP_RUN_EVALUATION,
-                   ids.SWEEP_READ_EVAL_REPORT)
-
-
-def failed_candidate(states: dict[str, str], job: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """One candidate's failure from its mapped tasks' states, or ``None`` when none of them failed.
-
-    :param states: task id (:data:`CANDIDATE_TASKS`) → that candidate's task instance state.
-    :param job: its Batch job's ``DescribeJobs`` entry, when it was submitted (``jobId``, ``status``,
-        ``statusReason``).
-    :return: ``{"state", "reason", "batch_job_id", "tasks"}``: ``state`` of its first failed task (``failed``, or
-        ``upstream_failed`` when only followers of a failure are listed), ``reason`` naming that task and the job's
-        status and reason, ``tasks`` every failed one.
-    """
-    from sim2real.orchestration.run_state import FAILED_STATES
-
-    bad = {t: states[t] for t in CANDIDATE_TASKS if states.get(t) in FAILED_STATES}
-    if not bad:
-        return None
-    first = next((t for t, s in bad.items() if s == "failed"), next(iter(bad)))
-    reason = f"{first} is {bad[first]}"
-    if job:
-        reason += f"; Batch job {job.get('jobId')} {job.get('status')}"
-        if job.get("statusReason"):
-            reason += f" ({job['statusReason']})"
-    return {"state": bad[first], "reason": reason, "batch_job_id": (job or {}).get("jobId"), "tasks": bad}
-
-
 def forgiven_task_keys(picked: dict[str, Any] | None) -> list[str]:
     """The task instances (``task_id[i]``) of the candidates ``pick_best`` recorded as failed: ``run_outcome`` does
     not fail the run for them (the sweep picked among the survivors). Empty without a pick."""
@@ -335,12 +311,6 @@ def _job_fields(training: dict, failure: dict | None) -> dict[str, Any]:
     return fields
 
 
-def training_task_id(plan: dict) -> str:
-    """The mapped task whose results are the candidates' trainings: ``sweep.train_policy`` (Batch) or
-    ``sweep.train_on_slurm`` (HyperPod)."""
-    return ids.SWEEP_TRAINING_BY_BACKEND.get(plan.get("backend", "batch"), ids.SWEEP_TRAIN_POLICY)
-
-
 def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, scale_down: Any = None) -> Any:
     """Add ``preflight.check_sweep_capacity``, the mapped ``sweep`` group and ``pick_best`` after the
     ``training_backend`` branch; return ``pick_best``.
@@ -351,14 +321,11 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
     from airflow.sdk import task, task_group
     from airflow.sdk.exceptions import AirflowFailException
 
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.batch import BatchTrainingOperator
     from sim2real.orchestration.operators.quota import GpuCapacityPreflightOperator
     from sim2real.orchestration.operators.ssm import WorkstationCommandOperator
     from sim2real.orchestration.sensors.checkpoint import CheckpointManifestSensor
     from sim2real.orchestration.sensors.sweep import SweepLaneSensor
-    from sim2real.orchestration.stages.evaluate import EvaluationPlan
-    from sim2real.orchestration.stages.train import BatchPlan
 
     batch = refs(plan, BatchPlan)
     ev = refs(plan, EvaluationPlan)
@@ -422,8 +389,6 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
         @task(task_id=ids.local(ids.SWEEP_EVAL_COMMAND), execution_timeout=dt.timedelta(minutes=1))
         def eval_command(plan: dict, manifest: dict, manifest_uri: str, report_uri: str, eval_seed: int,
                          eval_environment: dict) -> list:
-            from sim2real.orchestration.stages.evaluate import eval_commands
-
             return eval_commands(plan, manifest, manifest_uri=manifest_uri, report_uri=report_uri, seed=eval_seed,
                                  environment=eval_environment)
 
@@ -445,8 +410,6 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
 
             from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-            from sim2real.orchestration.stages.evaluate import check_report
-
             episodes = EvaluationPlan.from_plan(plan).episodes
             report = json.loads(S3Hook().read_key(key=report_uri))
             try:
@@ -462,8 +425,6 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
         # (a branch inside the mapped group could not skip map indexes that are not expanded yet).
         capacity >> lane >> submitted >> training >> manifest
         if slurm_array is not None:
-            from sim2real.orchestration.stages import hyperpod
-
             on_slurm = hyperpod.add_candidate_training(plan, array=slurm_array, index=index,
                                                        cost_limit_usd=cost_limit_usd, max_failed=sweep.max_failed,
                                                        candidate_task_ids=CANDIDATE_TASKS)

@@ -10,7 +10,11 @@ from typing import Any
 
 from sim2real.contract import env_vars as ev
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration.budget import training_cost_limit, training_usd_per_node_hour
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_BUDGET, SECTION_TRAINING, TASKS, _range
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+from sim2real.orchestration.stages.rounds import max_iterations_of, resume_environment
 
 PREFLIGHT_DOC = """\
 **Capacity preflight.** Calls EC2 `DescribeInstanceTypes`, Service Quotas `GetServiceQuota`, CloudWatch
@@ -31,8 +35,6 @@ retryable classes are retried. Hands on the job id, its attempts and every node'
 
 GROUP_IDS = (ids.PREFLIGHT_GROUP, ids.TRAIN_GROUP)
 TASK_IDS = (ids.BATCH_CHECK_CAPACITY, ids.BATCH_TRAIN_POLICY)
-#: lineage key → task id whose return value fills it (a Batch run; HyperPod runs: ``hyperpod.LINEAGE_SOURCES``).
-LINEAGE_SOURCES = {"preflight": ids.BATCH_CHECK_CAPACITY, "training": ids.BATCH_TRAIN_POLICY}
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,6 @@ class BatchPlan(PlanSection):
 def params() -> dict[str, Any]:
     """The training fields of the trigger form (both backends)."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import SECTION_BUDGET, SECTION_TRAINING, TASKS, _range
 
     return {
         "training_backend": Param(
@@ -105,8 +105,6 @@ def params() -> dict[str, Any]:
 
 def training_environment(ctx: PlanContext) -> dict[str, str]:
     """The trainer's environment (names: :mod:`sim2real.contract.env_vars`), the same for both backends."""
-    from sim2real.orchestration.stages.rounds import max_iterations_of, resume_environment
-
     p = ctx.params
     env = {
         ev.TASK: p["task"],
@@ -123,8 +121,6 @@ def training_environment(ctx: PlanContext) -> dict[str, str]:
 
 
 def plan(ctx: PlanContext) -> BatchPlan:
-    from sim2real.orchestration.budget import training_cost_limit, training_usd_per_node_hour
-
     batch = ctx.env["batch"]
     return BatchPlan(
         job_name=f"sim2real-train-{ctx.run_key}"[:128],
@@ -145,7 +141,6 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
     training operator."""
     from airflow.sdk import TaskGroup
 
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.batch import BatchTrainingOperator
     from sim2real.orchestration.operators.quota import GpuCapacityPreflightOperator
 

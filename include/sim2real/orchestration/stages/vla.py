@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk import Asset
 
 from sim2real.contract import task_ids as ids
-from sim2real.orchestration.params import VLA_INSTANCE_GPUS
+from sim2real.orchestration import assets
+from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.params import SECTION_VLA, VLA_INSTANCE_GPUS, _range
+from sim2real.orchestration.pipelines.groot import pipeline_definition_json
+from sim2real.orchestration.review import approval_body
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
+from sim2real.orchestration.stages.rounds import lineage_entry
 
 DOC = """\
 **Fine-tune GR00T and approve the release.** Calls SageMaker `DescribePipeline`, `CreatePipeline` /
@@ -30,7 +36,6 @@ model data URI and the decision (who, where, when, why).
 GROUP_ID = ids.VLA_GROUP
 TASK_IDS = (ids.VLA_ENABLED, ids.PIPELINE_DEFINITION, ids.UPSERT_PIPELINE, ids.FINETUNE_GROOT,
             ids.WAIT_FOR_APPROVAL)
-LINEAGE_SOURCES = {"vla": ids.FINETUNE_GROOT, "model_package": ids.WAIT_FOR_APPROVAL}
 #: Updated by ``wait_for_approval`` (the package ARN on the event).
 MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
 
@@ -47,15 +52,13 @@ class VlaPlan(PlanSection):
     parameters: dict[str, Any]  #: the pipeline execution's parameters (name → value)
     images: dict[str, str]  #: configured step images (processing / training / smoke_eval → URI)
     #: ``{"tracking_uri", "experiment_name"}`` when the run is tracked (the definition's ``MlflowConfig``; set by
-    #: :func:`sim2real.orchestration.tracking.apply_tracking`, with the ``MlflowRunId`` parameter), else ``None``
+    #: :func:`sim2real.orchestration.stages.run.apply_tracking`, with the ``MlflowRunId`` parameter), else ``None``
     mlflow: dict[str, str] | None = None
 
 
 def params() -> dict[str, Any]:
     """The fine-tune's fields of the trigger form."""
     from airflow.sdk import Param
-
-    from sim2real.orchestration.params import SECTION_VLA, _range
 
     return {
         "run_vla_finetune": Param(True, type="boolean", title="Fine-tune GR00T and release",
@@ -102,9 +105,7 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
     model package ARN, model data URI and the decision)."""
     from airflow.sdk import TaskGroup, task
 
-    from sim2real.orchestration import assets
     from sim2real.orchestration import notifications as notify
-    from sim2real.orchestration.dag_defaults import POLL
     from sim2real.orchestration.operators.sagemaker_pipeline import (PipelineDefinitionUpsertOperator,
                                                                      PipelineExecutionOperator)
     from sim2real.orchestration.operators.model_approval import ModelPackageApprovalOperator
@@ -124,8 +125,6 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
             # the same values (the upsert stays a no-op and step caching survives).
             import hashlib
             import logging
-
-            from sim2real.orchestration.pipelines.groot import pipeline_definition_json
 
             section = VlaPlan.from_plan(plan)
             configured = section.images
@@ -167,7 +166,8 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
             model_package_group_name=vla.model_package_group,
             run_key=plan["run_key"],
             pipeline_execution_arn=finetune.output["pipeline_execution_arn"],
-            plan=plan["plan"],  # the review shown to the approver
+            plan=plan["plan"],  # the review shown to the approver, with the retraining rounds so far
+            review=functools.partial(approval_body, rounds_entry=lineage_entry),
             poke_interval=POLL,
             response_timeout=dt.timedelta(hours=24),
             execution_timeout=dt.timedelta(minutes=15),  # locating the package, the review, UpdateModelPackage

@@ -21,6 +21,7 @@ from airflow.triggers.base import TriggerEvent
 from sim2real.orchestration.events.consumer import EventDrivenResponses, WaitEvent, subscribe
 from sim2real.orchestration.events.envelope import ResourceKey
 from sim2real.orchestration.events.settings import EventSettings
+from sim2real.orchestration.stop_rule import trigger_should_stop
 from sim2real.orchestration.waits.core import Action, Step, WaitState, drive
 
 #: Seconds a stop on kill may take (below the triggerer's ``[triggerer] on_kill_timeout``, default 30).
@@ -202,8 +203,6 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
                     current.uncancel()  # this cancel only repeats the one being handled
 
     async def _stop_after_kill(self) -> None:
-        from sim2real.orchestration.stop_rule import trigger_should_stop
-
         asked = time.monotonic()
         decision = await trigger_should_stop(self)
         took = time.monotonic() - asked
