@@ -366,7 +366,7 @@ def decision_trigger(bus: dict, arn: str, answers: Answers, waiter_delay: int = 
 
     trigger = ModelPackageDecisionTrigger(ti_id=str(uuid4()), model_package_group_name=arn.rsplit("/", 2)[-2],
                                           run_key="run-1", model_package_arn=arn, waiter_delay=waiter_delay,
-                                          waiter_max_attempts=600,
+                                          waiter_max_attempts=600, settle_seconds=0,  # the hold: test_model_approval
                                           events=None if events.get("polling") else events_section(bus, **events))
     closed: list[dict[str, Any]] = []
 
