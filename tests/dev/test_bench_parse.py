@@ -23,6 +23,6 @@ def test_dag_parse_counts_the_parsed_tasks(relative):
 
 def test_processor_parse_rows_measure_the_parse_alone_quiet_and_beside_busy_processes():
     quiet = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real_sweeper.py", repeats=1)
-    busy = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real_sweeper.py", repeats=1, busy=2)
-    assert quiet["busy"] == 0 and busy["busy"] == 2
+    busy = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real_sweeper.py", repeats=1, busy=1)
+    assert quiet["busy"] == 0 and busy["busy"] == 1  # one CPU-bound process beside it (2 cores: the other runs tests)
     assert 0 < quiet["median_s"] == quiet["min_s"] and busy["median_s"] > 0

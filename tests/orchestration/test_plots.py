@@ -9,7 +9,7 @@ from PIL import Image
 
 from sim2real.orchestration import plots
 from sim2real.contract.stats import wilson_interval
-from tests.workloads.conftest import trained_dir  # noqa: F401 - the toy training run (real skrl events)
+from tests.workloads.conftest import trained_dir, trained_run  # noqa: F401 - the toy training run (real skrl events)
 
 RUN_KEY = "sim-to-real-manual-2026-11-29t23-59-50-00-00-1a2b3c4d"
 

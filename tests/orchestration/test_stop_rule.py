@@ -21,9 +21,10 @@ TI = SimpleNamespace(dag_id="d", run_id="r", task_id="train", map_index=-1)
 
 
 class SlowStopTrigger(StepWaitTrigger):
-    """A wait whose stop takes ``stop_seconds`` (a connection built, a TerminateJob under load)."""
+    """A wait whose stop takes ``stop_seconds`` (a connection built, a TerminateJob under load): several of the
+    triggerer's repeated cancels (:func:`_as_the_triggerer_does`, every 0.2 s here) arrive while it runs."""
 
-    stop_seconds = 1.5
+    stop_seconds = 0.7
 
     def __init__(self) -> None:
         super().__init__(serialized_fields={}, waiter_delay=1, waiter_max_attempts=1)
@@ -62,10 +63,10 @@ async def _as_the_triggerer_does(trigger, repeat_every: float = 0.2, on_kill_tim
         await asyncio.sleep(repeat_every)
     with pytest.raises(asyncio.CancelledError):
         await task
-    for _ in range(50):  # a stop the trigger's task no longer waits for still runs to its end
-        if trigger.stopped:
-            break
-        await asyncio.sleep(0.1)
+    # a stop the trigger's task no longer waits for still runs to its end: wait for every task left on the loop
+    left = asyncio.all_tasks() - {asyncio.current_task()}
+    if left:
+        await asyncio.wait_for(asyncio.gather(*left, return_exceptions=True), timeout=30)
 
 
 @pytest.mark.parametrize("state", ["failed", "success", "none", "scheduled", stop_rule.GONE])
@@ -105,10 +106,14 @@ def test_a_state_read_that_hangs_stops_as_airflow_asked_after_its_limit(monkeypa
     monkeypatch.setattr(stop_rule, "read_task_state", lambda ti: gate.wait(30) and "deferred")
     monkeypatch.setattr(stop_rule, "TRIGGER_STATE_READ_TIMEOUT_S", 0.5)
     trigger = SimpleNamespace(task_instance=TI)
-    try:
-        decision = asyncio.run(asyncio.wait_for(stop_rule.trigger_should_stop(trigger), 10))
-    finally:
-        gate.set()
+
+    async def decide():
+        try:
+            return await asyncio.wait_for(stop_rule.trigger_should_stop(trigger), 10)
+        finally:
+            gate.set()  # before asyncio.run ends: it waits for the executor's threads, the hung read's included
+
+    decision = asyncio.run(decide())
     assert decision.stop is True and decision.state is None
 
 
@@ -166,7 +171,7 @@ def test_the_cause_a_plain_on_kill_is_cancelled_by_the_repeated_cancel():
             await self.stop_resource()
 
     trigger = PlainOnKill()
-    asyncio.run(_as_the_triggerer_does(trigger, repeat_every=0.5))
+    asyncio.run(_as_the_triggerer_does(trigger, repeat_every=SlowStopTrigger.stop_seconds / 3))
     assert trigger.stopped == []
 
 

@@ -42,13 +42,20 @@ def run_train(env: dict[str, str], *args: str, timeout: int = 120) -> subprocess
 
 
 @pytest.fixture(scope="session")
-def trained_dir(tmp_path_factory) -> Path:
-    """A local OUTPUT_URI with a toy training run (Reacher-v5, 2 iterations × 64 steps × 4 envs)."""
+def trained_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A toy training run (Reacher-v5, 2 iterations × 64 steps × 4 envs, a checkpoint every iteration): its local
+    OUTPUT_URI and its finished process (stdout: the progress lines). Tests only read it."""
     out = tmp_path_factory.mktemp("trained")
     proc = run_train(clean_env(TASK="Reacher-v5", MAX_ITERATIONS="2", NUM_ENVS="4", OUTPUT_URI=str(out),
                                CHECKPOINT_INTERVAL="1", RUN_KEY="toy-run"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    return out, proc
+
+
+@pytest.fixture(scope="session")
+def trained_dir(trained_run) -> Path:
+    """The local OUTPUT_URI of :func:`trained_run`."""
+    return trained_run[0]
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from sim2real.contract import schemas
-from sim2real.workloads.evaluate import wilson_interval
+from sim2real.workloads.evaluate import main, wilson_interval
 from tests.workloads.conftest import clean_env
 
 
@@ -19,14 +19,18 @@ def evaluate(*args: str, **env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_same_checkpoint_and_seeds_give_identical_reports(trained_dir, tmp_path):
-    reports = []
-    for name in ("r1.json", "r2.json"):
-        proc = evaluate("--manifest-uri", str(trained_dir / "manifest.json"), "--episodes", "3", "--seed", "7",
-                        "--report-uri", str(tmp_path / name))
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        reports.append(json.loads((tmp_path / name).read_text()))
-        assert json.loads(proc.stdout) == reports[-1]  # the report is printed too
+def test_same_checkpoint_and_seeds_give_identical_reports(trained_dir, tmp_path, capsys):
+    """Once as the console script in a fresh process, once through ``main`` here (after the process already ran
+    torch and MuJoCo: the seeds, not a fresh process's state, make the report)."""
+    args = ("--manifest-uri", str(trained_dir / "manifest.json"), "--episodes", "3", "--seed", "7")
+    proc = evaluate(*args, "--report-uri", str(tmp_path / "r1.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    reports = [json.loads((tmp_path / "r1.json").read_text())]
+    assert json.loads(proc.stdout) == reports[-1]  # the report is printed too
+    capsys.readouterr()
+    assert main([*args, "--report-uri", str(tmp_path / "r2.json")]) == 0
+    reports.append(json.loads((tmp_path / "r2.json").read_text()))
+    assert json.loads(capsys.readouterr().out) == reports[-1]
     a, b = ({k: v for k, v in r.items() if k != "created_at"} for r in reports)
     assert a == b
     r = reports[0]
@@ -42,22 +46,22 @@ def test_same_checkpoint_and_seeds_give_identical_reports(trained_dir, tmp_path)
     assert schemas.errors("checkpoint_manifest", json.loads((trained_dir / "manifest.json").read_text())) == []
 
 
-def test_sha256_mismatch_exits_3_and_writes_no_report(trained_dir, tmp_path):
+def test_sha256_mismatch_exits_3_and_writes_no_report(trained_dir, tmp_path, capsys):
     tampered = tmp_path / "agent_000002.pt"
     shutil.copy(trained_dir / "agent_000002.pt", tampered)
     with open(tampered, "ab") as fh:
         fh.write(b"\0")
     report = tmp_path / "report.json"
-    proc = evaluate("--manifest-uri", str(trained_dir / "manifest.json"), "--checkpoint-uri", str(tampered),
-                    "--episodes", "2", "--report-uri", str(report))
-    assert proc.returncode == 3
-    assert "sha256 mismatch" in proc.stderr and str(tampered) in proc.stderr
+    assert main(["--manifest-uri", str(trained_dir / "manifest.json"), "--checkpoint-uri", str(tampered),
+                 "--episodes", "2", "--report-uri", str(report)]) == 3  # the console script's exit status
+    stderr = capsys.readouterr().err
+    assert "sha256 mismatch" in stderr and str(tampered) in stderr
     assert not report.exists()
 
 
-def test_missing_manifest_is_bad_input(tmp_path):
-    proc = evaluate("--manifest-uri", str(tmp_path / "nope.json"), "--report-uri", str(tmp_path / "r.json"))
-    assert proc.returncode == 2 and "nope.json" in proc.stderr
+def test_missing_manifest_is_bad_input(tmp_path, capsys):
+    assert main(["--manifest-uri", str(tmp_path / "nope.json"), "--report-uri", str(tmp_path / "r.json")]) == 2
+    assert "nope.json" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
 
 

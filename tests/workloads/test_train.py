@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import boto3
 import pytest
@@ -41,12 +42,11 @@ def test_local_run_writes_checkpoints_sidecars_tensorboard_and_one_manifest(trai
     assert policy(torch.zeros(3, 10)).shape == (3, 2)
 
 
-def test_progress_lines_are_machine_parsable(tmp_path):
-    proc = run_train(clean_env(TASK="Reacher-v5", MAX_ITERATIONS="2", NUM_ENVS="2", OUTPUT_URI=str(tmp_path)))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_progress_lines_are_machine_parsable(trained_run):
+    _, proc = trained_run  # 2 iterations x 64 rollouts x 4 envs
     matches = [PROGRESS.match(line) for line in proc.stdout.splitlines() if line.startswith("[sim2real] iteration=")]
     assert all(matches)
-    assert [m.group(1, 2, 3) for m in matches] == [("1", "2", "128"), ("2", "2", "256")]
+    assert [m.group(1, 2, 3) for m in matches] == [("1", "2", "256"), ("2", "2", "512")]
     float(matches[-1].group(4))  # a number (or nan)
 
 
@@ -60,18 +60,18 @@ def test_cli_flags_override_env(tmp_path):
         "Reacher-v5", 1, "flag-key", "sha256:abc")
 
 
-def test_resume_continues_from_latest_complete_checkpoint(tmp_path):
-    env = dict(TASK="Reacher-v5", NUM_ENVS="2", OUTPUT_URI=str(tmp_path), CHECKPOINT_INTERVAL="1")
-    first = run_train(clean_env(**env, MAX_ITERATIONS="2"))
-    assert first.returncode == 0, first.stderr[-2000:]
+def test_resume_continues_from_latest_complete_checkpoint(trained_dir, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(trained_dir, out)  # the first run: 2 iterations, a checkpoint each (the shared toy run)
+    env = dict(TASK="Reacher-v5", NUM_ENVS="4", OUTPUT_URI=str(out), CHECKPOINT_INTERVAL="1", RUN_KEY="toy-run")
     # an incomplete checkpoint (no sidecar) with a higher number must be ignored
-    (tmp_path / "agent_000009.pt").write_bytes(b"partial upload")
+    (out / "agent_000009.pt").write_bytes(b"partial upload")
     second = run_train(clean_env(**env, MAX_ITERATIONS="4"))
     assert second.returncode == 0, second.stderr[-2000:]
     assert "iteration=3/4" in second.stdout and "iteration=1/4" not in second.stdout
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["resumed_from"] == str(tmp_path / "agent_000002.pt")
-    assert manifest["iteration"] == 4 and manifest["timesteps"] == 4 * 64 * 2
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["resumed_from"] == str(out / "agent_000002.pt")
+    assert manifest["iteration"] == 4 and manifest["timesteps"] == 4 * 64 * 4
     assert schemas.errors("checkpoint_manifest", manifest) == []
     assert load_checkpoint(manifest["checkpoint_uri"])["sim2real"]["iteration"] == 4
 
@@ -85,10 +85,18 @@ def test_corrupt_checkpoint_is_skipped_on_resume(tmp_path):
     assert it == 1 and uri.endswith("agent_000001.pt")
 
 
-def test_time_budget_stops_early_and_still_writes_checkpoint_and_manifest(tmp_path):
-    proc = run_train(clean_env(TASK="Reacher-v5", MAX_ITERATIONS="10000", NUM_ENVS="2", OUTPUT_URI=str(tmp_path),
+@pytest.fixture(scope="module")
+def budget_run(tmp_path_factory):
+    """10000 iterations with a 2 s time budget (far too few seconds for them): the OUTPUT_URI and the process."""
+    out = tmp_path_factory.mktemp("budget")
+    proc = run_train(clean_env(TASK="Reacher-v5", MAX_ITERATIONS="10000", NUM_ENVS="2", OUTPUT_URI=str(out),
                                CHECKPOINT_INTERVAL="10000", TIME_BUDGET_SECONDS="2"))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return out, proc
+
+
+def test_time_budget_stops_early_and_still_writes_checkpoint_and_manifest(budget_run):
+    tmp_path, proc = budget_run
     assert "time budget" in proc.stdout
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert 1 <= manifest["iteration"] < 10000 and manifest["completed"] is False
@@ -147,11 +155,9 @@ def test_bad_input_is_a_clear_usage_error(env, needle, monkeypatch):
         parse_args([])
 
 
-def test_progress_eta_respects_the_time_budget(tmp_path):
+def test_progress_eta_respects_the_time_budget(budget_run):
     # 10000 iterations would take far longer than the 2 s budget: every ETA stays within the budget left
-    proc = run_train(clean_env(TASK="Reacher-v5", MAX_ITERATIONS="10000", NUM_ENVS="2", OUTPUT_URI=str(tmp_path),
-                               CHECKPOINT_INTERVAL="10000", TIME_BUDGET_SECONDS="2"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    _, proc = budget_run
     lines = [m.groups() for m in map(PROGRESS.match, proc.stdout.splitlines()) if m]
     assert lines
     for *_, elapsed, eta in lines:

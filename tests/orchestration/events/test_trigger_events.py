@@ -366,7 +366,7 @@ def decision_trigger(bus: dict, arn: str, answers: Answers, waiter_delay: int = 
 
     trigger = ModelPackageDecisionTrigger(ti_id=str(uuid4()), model_package_group_name=arn.rsplit("/", 2)[-2],
                                           run_key="run-1", model_package_arn=arn, waiter_delay=waiter_delay,
-                                          waiter_max_attempts=600,
+                                          waiter_max_attempts=600, settle_seconds=0,  # the hold: test_model_approval
                                           events=None if events.get("polling") else events_section(bus, **events))
     closed: list[dict[str, Any]] = []
 
@@ -400,7 +400,9 @@ async def run_decision(trigger: Any, send=None, limit: float = 30) -> dict[str, 
 
 def test_model_package_decision_wait_ends_on_the_package_event(bus) -> None:
     arn = register_package(bus, "g-events")
-    trigger, closed = decision_trigger(bus, arn, Answers(None))
+    # the Airflow answer is read every 5 s (not 1 s): on 2 busy cores the event can take over a second to arrive,
+    # and a round of reading the answer in between counts one more (reused) describe response
+    trigger, closed = decision_trigger(bus, arn, Answers(None), waiter_delay=5)
     event = asyncio.run(run_decision(trigger, lambda task: put_event(bus, package_event(arn, "Approved", "in Studio"))))
     assert (event["status"], event["via"], event["model_package_arn"]) == ("success", "sagemaker", arn)
     assert event["approval_description"] == "in Studio"

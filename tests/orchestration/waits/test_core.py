@@ -83,11 +83,17 @@ def test_driver_times_out_after_max_attempts_with_last_reason():
 def test_driver_ends_at_its_deadline_however_few_responses_came():
     """A source that paces itself (events) gives few responses: the deadline, not an attempt count, ends it."""
     clock = iter([1000.0, 1000.0, 1600.0, 4700.0])   # start, then the time of each response
+    sleeps: list[float] = []
+
+    async def sleep(seconds):  # the clock above is the time; the 30 s poll interval is not slept for real
+        sleeps.append(seconds)
+
     responses = _Responses({"Status": "PENDING"}, {"Status": "PENDING"}, {"Status": "PENDING"})
     event = _run(drive(_count_step, responses, WaitState(poll_interval_s=30), max_attempts=None,
-                       deadline=1000.0 + 3600, clock=lambda: next(clock)))
+                       deadline=1000.0 + 3600, clock=lambda: next(clock), sleep=sleep))
     assert event["status"] == "timeout" and "no end within 3600 s (the wait's deadline)" in event["message"]
     assert event["seen"] == 3 and not responses.items
+    assert sleeps == [30, 30]
 
 
 def test_driver_deadline_does_not_hide_a_terminal_last_response():
