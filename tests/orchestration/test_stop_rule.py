@@ -205,8 +205,26 @@ def test_deferred_again_after_a_clear_is_told_from_a_hand_over_by_the_wait_claim
     monkeypatch.setattr(stop_rule, "read_wait_claim", lambda ti: claimed)
     trigger = SlowStopTrigger()
     trigger.task_instance = TI_TRY_1
+    trigger.wait_claimed = True
     asyncio.run(_as_the_triggerer_does(trigger))
     assert trigger.stopped == (["TerminateJob"] if stops else [])
+
+
+def test_a_trigger_that_could_not_claim_its_wait_leaves_a_deferred_task_s_job_alone(monkeypatch):
+    """Before: a failed claim write made the next real hand-over (a triggerer restart) read "no claim" and
+    terminate the job."""
+    def refused(ti):
+        raise ConnectionError("supervisor busy")
+
+    monkeypatch.setattr(stop_rule, "claim_wait", refused)
+    monkeypatch.setattr(stop_rule, "read_task_state", lambda ti: "deferred")
+    monkeypatch.setattr(stop_rule, "read_wait_claim", lambda ti: None)
+    trigger = SlowStopTrigger()
+    trigger.task_instance = TI_TRY_1
+    asyncio.run(trigger._claim_wait())
+    assert trigger.wait_claimed is False
+    asyncio.run(_as_the_triggerer_does(trigger))
+    assert trigger.stopped == []
 
 
 def test_an_unreadable_wait_claim_leaves_a_deferred_task_s_job_alone(monkeypatch):
@@ -251,10 +269,11 @@ def test_a_wait_claims_its_try_when_it_starts(monkeypatch):
     trigger = Done()
     trigger.task_instance = TI_TRY_1
 
-    async def first_event():
-        async for event in trigger.run():
-            return event
+    async def first_event_then_the_claim():
+        with pytest.raises(RuntimeError, match="claimed, then"):
+            async for _ in trigger.run():
+                pass
+        await trigger._claim  # the claim runs beside the wait, not before it
 
-    with pytest.raises(RuntimeError, match="claimed, then"):
-        asyncio.run(first_event())
-    assert claims == [1]
+    asyncio.run(first_event_then_the_claim())
+    assert claims == [1] and trigger.wait_claimed is True

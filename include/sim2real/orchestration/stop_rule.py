@@ -30,7 +30,7 @@ The rule (:func:`trigger_should_stop`, :func:`worker_should_stop`), read through
 =============================  ===========================  ================================
 task instance state            trigger's ``on_kill``        operator's ``on_kill`` (worker)
 =============================  ===========================  ================================
-``deferred``                   keep (hand-over)             stop
+``deferred``                   keep (hand-over; see claim)  stop
 ``running``                    stop                         keep, unless past its timeout
 any other / no such row        stop                         stop
 could not be read              stop (logged)                stop (logged)
@@ -208,8 +208,8 @@ async def trigger_should_stop(trigger: Any) -> Decision:
         log.warning("could not read the state of %s: %s: %s", ti, type(err).__name__, err)
         state = None
     own_try = _try_number(ti)
-    if state != "deferred" or own_try is None:
-        return trigger_decision(state)
+    if state != "deferred" or own_try is None or not getattr(trigger, "wait_claimed", True):
+        return trigger_decision(state)  # a trigger that could not record its claim cannot look for it either
     try:
         claimed = await asyncio.wait_for(sync_to_async(read_wait_claim, thread_sensitive=False)(ti),
                                          TRIGGER_STATE_READ_TIMEOUT_S)

@@ -178,7 +178,8 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
 
         * **Only a stop**: the triggerer also cancels a trigger another triggerer took over (a restart, a late
           heartbeat, a second triggerer). :func:`sim2real.orchestration.stop_rule.trigger_should_stop` reads the
-          task instance's state first: still ``deferred`` is a hand-over and nothing is stopped.
+          task instance's state first: still ``deferred``, with this trigger's wait claim, is a hand-over and
+          nothing is stopped.
         * **A stop that stops**: Airflow 3.3.1's triggerer sends the cancel again on every loop (about once a
           second) until the trigger has ended, which cancels an ``on_kill`` still waiting for AWS (before, the
           ``TerminateJob`` of a task marked failed was lost whenever AWS took longer than that to answer: the
@@ -218,25 +219,36 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
                            "once the run is over", type(self).__name__, type(err).__name__, err)
             raise
 
+    #: Whether this copy of the trigger has recorded its wait claim (:meth:`_claim_wait`); until it has, the stop
+    #: rule does not look at claims (a deferred task then counts as a hand-over, as before claims).
+    wait_claimed: bool = False
+
     async def _claim_wait(self) -> None:
         """Claim this wait for its try (:func:`sim2real.orchestration.stop_rule.claim_wait`), so that a cancel can
-        tell a hand-over from a cleared task deferred again. Outside a triggerer (no task instance): nothing. A
-        failed write is logged; the wait goes on."""
+        tell a hand-over from a cleared task deferred again; sets :attr:`wait_claimed`. Outside a triggerer (no
+        task instance): nothing. A failed write is logged and the wait goes on; the stop rule then takes a
+        deferred task for a hand-over (it leaves the job alone)."""
         from asgiref.sync import sync_to_async
 
-        from sim2real.orchestration.stop_rule import claim_wait
+        from sim2real.orchestration.stop_rule import TRIGGER_STATE_READ_TIMEOUT_S, claim_wait
 
         ti = getattr(self, "task_instance", None)
         if ti is None or getattr(ti, "try_number", None) is None:
             return
         try:
-            await sync_to_async(claim_wait, thread_sensitive=False)(ti)
+            await asyncio.wait_for(sync_to_async(claim_wait, thread_sensitive=False)(ti),
+                                   TRIGGER_STATE_READ_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - the claim only sharpens the stop rule
-            self.log.warning("Could not record this wait's claim (XCom sim2real_wait): %s: %s; a cancel while the "
-                             "task is deferred again counts as a hand-over", type(err).__name__, err)
+            self.log.warning("Could not record this wait's claim (XCom sim2real_wait): %s: %s; while the task is "
+                             "deferred, a cancel of this trigger leaves the job alone (as for a hand-over)",
+                             type(err).__name__, err)
+            return
+        self.wait_claimed = True
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        await self._claim_wait()
+        # In the background: the first Execution API call of a triggerer process can take tens of seconds on a
+        # loaded host, and the wait must not start that late. Referenced on the trigger until it ends.
+        self._claim = asyncio.ensure_future(self._claim_wait())
         step_function = type(self).step_function
         state = WaitState(params=self.step_params(), poll_interval_s=float(self.waiter_delay))
         keys = self.event_keys() if self.event_settings.enabled else []
