@@ -75,8 +75,6 @@ def declare_dialect(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-
-
 def _range(**bounds: float) -> dict[str, Any]:
     """A number field's bounds as JSON schema that Airflow enforces but the trigger form does not clamp to.
 
@@ -211,8 +209,6 @@ class ParamRuleError(ValueError):
         super().__init__(f"{headline}:\n- " + "\n- ".join(errors))
 
 
-
-
 def min_episodes_for_lower_bound(threshold: float) -> int | None:
     """The fewest evaluation episodes whose best outcome (every episode a success) has a 95% Wilson lower bound
     of at least ``threshold``; ``None`` when none has (``threshold`` >= 1: the bound of n/n is n / (n + z²) < 1).
@@ -260,7 +256,6 @@ def gate_reach_errors(params: Mapping[str, Any]) -> list[str]:
             f"eval_episodes {episodes}: even {episodes}/{episodes} successes give {best:.3f}, so every run would "
             f"fail the gate; lower min_success_rate to at most {int(best * 1000) / 1000:.3f}, {more}, or turn off "
             f"gate_on_lower_bound to gate on the success rate itself"]
-
 
 
 #: Below this many evaluation episodes the run note warns that the Wilson 95% interval is too wide to gate on.

@@ -86,6 +86,13 @@ def _ti_fields(ti: Any) -> tuple[str, str, str, int] | None:
         return None
 
 
+def _required_ti_fields(ti: Any) -> tuple[str, str, str, int]:
+    fields = _ti_fields(ti)
+    if fields is None:
+        raise ValueError(f"not a task instance: {ti!r}")
+    return fields
+
+
 def read_task_state(ti: Any) -> str:
     """The task instance's current state through the Task Execution API (``RuntimeTaskInstance.get_task_states``,
     ``GET /execution/task-instances/states``); :data:`GONE` when it has no row (the run was deleted); ``"none"``
@@ -97,10 +104,7 @@ def read_task_state(ti: Any) -> str:
     """
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-    fields = _ti_fields(ti)
-    if fields is None:
-        raise ValueError(f"not a task instance: {ti!r}")
-    dag_id, run_id, task_id, map_index = fields
+    dag_id, run_id, task_id, map_index = _required_ti_fields(ti)
     states: Mapping[str, Any] = RuntimeTaskInstance.get_task_states(
         dag_id=dag_id, task_ids=[task_id], run_ids=[run_id], map_index=map_index) or {}
     key = task_id if map_index < 0 else f"{task_id}_{map_index}"
@@ -120,10 +124,7 @@ def claim_wait(ti: Any) -> None:
     """
     from airflow.sdk.execution_time.xcom import XCom
 
-    fields = _ti_fields(ti)
-    if fields is None:
-        raise ValueError(f"not a task instance: {ti!r}")
-    dag_id, run_id, task_id, map_index = fields
+    dag_id, run_id, task_id, map_index = _required_ti_fields(ti)
     XCom.set(WAIT_CLAIM_XCOM, {"try_number": int(ti.try_number)}, dag_id=dag_id, task_id=task_id, run_id=run_id,
              map_index=map_index)
 
@@ -136,10 +137,7 @@ def read_wait_claim(ti: Any) -> int | None:
     """
     from airflow.sdk.execution_time.xcom import XCom
 
-    fields = _ti_fields(ti)
-    if fields is None:
-        raise ValueError(f"not a task instance: {ti!r}")
-    dag_id, run_id, task_id, map_index = fields
+    dag_id, run_id, task_id, map_index = _required_ti_fields(ti)
     value = XCom.get_one(key=WAIT_CLAIM_XCOM, dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index)
     try:
         return int(value["try_number"])
