@@ -738,18 +738,22 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         return arrays
 
     def _cancel(self, job_id: str | None = None) -> str:
-        """``scancel`` ``job_id`` (default: this task's job) through SSM on the submit host; a note on a failure
-        to send it (empty when sent)."""
+        """``scancel`` ``job_id`` (default: this task's job) through SSM on the submit host; a note when it could
+        not be sent or did not succeed (the SSM command did not end Success: slurmctld down, ...), empty when it
+        did."""
         job_id = job_id or self._job_id
         if not (job_id and self._instance_id):
             return ""
         try:
-            self.hook.run_shell_script(self._instance_id, slurm.cancel_commands(job_id),
-                                       execution_timeout_seconds=60, poll_seconds=1.0,
-                                       comment=f"scancel {job_id}")
-            return ""
+            result = self.hook.run_shell_script(self._instance_id, slurm.cancel_commands(job_id),
+                                                execution_timeout_seconds=60, poll_seconds=1.0,
+                                                comment=f"scancel {job_id}")
         except Exception as error:  # the failure message matters more than the cancel
             return f" (scancel failed: {error})"
+        if result.get("status") != "Success":
+            return (f" (scancel ended {result.get('status')}, exit code {result.get('response_code')}: "
+                    f"{(result.get('stderr') or result.get('stdout') or '')[-500:].strip()})")
+        return ""
 
     def on_kill(self) -> None:
         """``scancel`` the job this task submitted (or reattached to)."""
