@@ -1,5 +1,6 @@
 """The release approval's orderings that need a RUNNING Airflow: a registry decision first with an Airflow answer
-30 ms later, and an Airflow answer given within a second of the step asking.
+30 ms later, the reverse (an Airflow answer first, a registry decision 30 ms later), and an Airflow answer given
+within a second of the step asking.
 
 One stack for the file (:class:`tests.orchestration.live_airflow.LiveAirflow`: API server, scheduler, DAG
 processor and triggerer as separate processes, LocalExecutor, SQLite) against an in-process sandbox, with
@@ -277,3 +278,35 @@ def test_b_an_airflow_answer_within_a_second_of_the_request_is_kept(stack):
     print(f"(b) bob answered {answered_after * 1000:.0f} ms after the request appeared (task then "
           f"{seen['task_instance']['state']}); decided by bob in Airflow on try {ti['try_number']}"
           + (" (Airflow 3.3.1 failed try 1 from the deferral's stale exit)" if stale else ""))
+
+
+def test_c_an_airflow_approve_first_stands_over_a_registry_reject_30_ms_later(stack):
+    """bob approves in Airflow, carol rejects in SageMaker 30 ms later: bob's Approve stands (registry, decision
+    XCom), carol's Reject is refused visibly (in the package's ApprovalDescription, where she decided, and in the
+    decision's ``refused``), the release goes on, announced once."""
+    airflow, sandbox = stack
+    run_id = airflow.trigger(DAG_ID, user="alice")
+    airflow.wait(lambda: (lambda r: r if r and r["task_instance"]["state"] == "deferred" else None)(
+        _request(airflow, run_id)), 300, "the approval request, deferred")
+    time.sleep(6)  # past the trigger's settle hold, as in (a)
+    arn = _package(sandbox, run_id)["ModelPackageArn"]
+    status, why = _answer(airflow, run_id, "bob", "Approve", "ship it")
+    assert status == 200, (status, why)
+    time.sleep(0.03)
+    _registry(sandbox).update_model_package(ModelPackageArn=arn, ModelApprovalStatus="Rejected",
+                                            ApprovalDescription="carol in Studio: drops the cube")
+
+    ti = _finished(airflow, run_id)
+    assert ti["state"] == "success", (ti, _task_log(airflow, run_id, ti["try_number"]))
+    package = _registry(sandbox).describe_model_package(ModelPackageName=arn)
+    assert package["ModelApprovalStatus"] == "Approved", package
+    description = package["ApprovalDescription"]
+    assert description.startswith("Approved in Airflow by bob at "), description
+    assert "Refused: Reject by" in description and "in sagemaker" in description, description
+    decision = _decision(airflow, run_id)
+    assert (decision["status"], decision["via"], decision["decided_by"], decision["triggered_by"]) == (
+        "Approved", "airflow", "bob", "alice"), decision
+    assert [(r["via"], r["status"]) for r in decision["refused"]] == [("sagemaker", "Rejected")], decision
+    assert "the Airflow answer (Approved by bob" in decision["refused"][0]["reason"], decision
+    assert _approval_notices(sandbox, run_id) == 1
+    print(f"(c) carol's Reject 30 ms after bob's Approve: refused; decided by bob on try {ti['try_number']}")
