@@ -88,6 +88,9 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     # The run note's in-process API logs in nobody: no generated admin password in the demo's output (before:
     # "Simple auth manager | Password for user 'admin': ..." in every demo's log).
     assert "Password for user" not in proc.stdout + proc.stderr
+    # The provider's connection wrapper says "credentials retrieved from login and password" at INFO on every hook
+    # (83 lines in one demo): the demo's Airflow gets the deployments' [logging] namespace_levels too.
+    assert "credentials retrieved from" not in proc.stdout + proc.stderr
     assert summary["run_note"], "the in-process API wrote no note"
     tasks = states(summary)
     # The training_backend branch skips the HyperPod path on the default (Batch) backend.

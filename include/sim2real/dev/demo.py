@@ -92,6 +92,8 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
     Must run before ``airflow`` is imported in this process (Airflow reads its config at import).
     :return: the environment variables that were set.
     """
+    from sim2real.orchestration.dag_defaults import NAMESPACE_LEVELS  # no airflow import
+
     home.mkdir(parents=True, exist_ok=True)
     env = {
         "AIRFLOW_HOME": str(home),
@@ -106,6 +108,8 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
         # dag.test() serves Airflow's API to this process only (the run note's in-process API, no listener): no
         # user logs in, so the Simple auth manager must not generate an admin password and print it to the log.
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        # as on MWAA and in `make ui`: no "credentials retrieved" line on every hook's connection read
+        "AIRFLOW__LOGGING__NAMESPACE_LEVELS": NAMESPACE_LEVELS,
         **extra_env,
     }
     os.environ.update(env)
