@@ -203,21 +203,73 @@ def test_trigger_serializes_round_trip():
     assert HyperPodScaleTrigger(**kwargs).serialize() == (path, kwargs)
 
 
-def test_update_waits_for_in_service_and_retries_a_conflict(sm, cluster, context):
-    """A scale-down while the scale-up is still Updating: wait, and treat ConflictException as 'wait again'."""
+def test_an_updating_cluster_is_waited_out_in_the_triggerer_then_updated(sm, cluster, context, monkeypatch):
+    """A scale-down while the scale-up is still Updating: the task defers until InService (no sleep in the
+    worker), then its resume sends the UpdateCluster."""
+    monkeypatch.setattr("time.sleep", lambda s: pytest.fail(f"the worker slept {s} s"))
     describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
     op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
-                               wait_for_completion=False, waiter_delay=0, waiter_max_attempts=5)
+                               wait_for_completion=False, waiter_delay=7, waiter_max_attempts=5)
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context)
+        stub.assert_no_pending_responses()
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, HyperPodScaleTrigger) and trigger.target_count is None
+    assert (deferred.value.method_name, deferred.value.kwargs) == ("resume_update", {"waits_for_update": 1})
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 2), {"ClusterName": cluster})
+        stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+        result = op.resume_update(context, {"status": "success", "message": "InService"}, waits_for_update=1)
+        stub.assert_no_pending_responses()
+    assert result["updated"] is True and result["previous_count"] == 2 and result["target_count"] == 0
+
+
+def test_a_conflict_is_waited_out_in_the_triggerer(sm, cluster, context):
+    describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
+    op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
+                               wait_for_completion=False, waiter_delay=7, waiter_max_attempts=5)
+    with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 2), {"ClusterName": cluster})
         stub.add_client_error("update_cluster", service_error_code="ConflictException",
                               service_message="Cluster is being updated", http_status_code=400)
-        stub.add_response("describe_cluster", _scaled(describe, "gpu", 2), {"ClusterName": cluster})
-        stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
-        result = op.execute(context)
-        stub.assert_no_pending_responses()
-    assert result["updated"] is True and result["previous_count"] == 2 and result["target_count"] == 0
+        with pytest.raises(TaskDeferred) as deferred:
+            op.resume_update(context, {"status": "success", "message": "InService"}, waits_for_update=2)
+    assert deferred.value.trigger.target_count is None and deferred.value.kwargs == {"waits_for_update": 3}
+
+
+def test_the_wait_for_in_service_failing_fails_the_scale(context):
+    op = HyperPodScaleOperator(task_id="s", cluster_name="hp", instance_group_name="gpu", target_count=0)
+    with pytest.raises(AirflowException, match="waiting for InService before UpdateCluster: failure: .*RollingBack"):
+        op.resume_update(context, {"status": "failure", "message": "HyperPod hp: cluster is RollingBack"})
+
+
+@pytest.mark.parametrize(("statuses", "expected"), [
+    (["InService", "InService"], ["retry", "success"]),  # busy a moment ago: one poll interval before trusting it
+    (["Updating", "InService"], ["retry", "success"]),
+    (["Updating", "Failed"], ["retry", "failure"]),
+])
+def test_the_ready_for_update_step(statuses, expected):
+    from sim2real.orchestration.waits.core import WaitState
+    from sim2real.orchestration.waits.hyperpod import hyperpod_scale_step
+
+    state = WaitState(params={"cluster_name": "hp", "instance_group_name": "gpu", "target_count": None})
+    got = []
+    for status in statuses:
+        step = hyperpod_scale_step({"ClusterStatus": status, "InstanceGroups": []}, state)
+        got.append(step.outcome)
+        state = state.after(step)
+    assert got == expected
+
+
+def test_the_ready_for_update_trigger_lists_no_nodes(sm, cluster):
+    trigger = HyperPodScaleTrigger(cluster_name=cluster, instance_group_name="gpu", target_count=None,
+                                   waiter_delay=0, waiter_max_attempts=3)
+    event = first_event(trigger)
+    assert event["status"] == "success" and "ready for UpdateCluster" in event["message"], event
+    path, kwargs = trigger.serialize()
+    assert HyperPodScaleTrigger(**kwargs).serialize() == (path, kwargs)
 
 
 @pytest.mark.parametrize("status", ["Failed", "RollingBack", "Deleting"])
@@ -231,15 +283,14 @@ def test_update_refused_on_a_failed_cluster(sm, cluster, context, status):
             op.execute(context)
 
 
-def test_update_gives_up_when_the_cluster_stays_updating(sm, cluster, context):
+def test_update_gives_up_after_waiter_max_attempts_waits(sm, cluster, context):
     describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
     op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
                                waiter_delay=0, waiter_max_attempts=2)
     with Stubber(op.hook.conn) as stub:
-        for _ in range(2):
-            stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
-        with pytest.raises(AirflowException, match="not InService for an UpdateCluster within 2 polls"):
-            op.execute(context)
+        stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
+        with pytest.raises(AirflowException, match="not InService for an UpdateCluster within 2 waits"):
+            op.resume_update(context, {"status": "success", "message": "InService"}, waits_for_update=2)
         stub.assert_no_pending_responses()
 
 

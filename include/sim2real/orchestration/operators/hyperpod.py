@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -50,8 +49,9 @@ CLUSTER_FAILED_STATES = frozenset({"Failed", "RollingBack", "Deleting"})
 class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
     """Set ``instance_group_name``'s instance count to ``target_count`` and wait for the nodes.
 
-    DescribeCluster (polled every ``waiter_delay`` until the cluster is InService: UpdateCluster on an
-    ``Updating`` cluster raises ConflictException, which is also waited out and retried) → UpdateCluster
+    DescribeCluster (a cluster still Creating / Updating / SystemUpdating, or an UpdateCluster answered
+    ConflictException, is waited out deferred: the triggerer polls every ``waiter_delay`` until InService, then the
+    task tries again; no worker slot is held) → UpdateCluster
     with EVERY instance group (each spec copied from the
     describe output, only the target group's ``InstanceCount`` changed; skipped when the group
     already targets ``target_count``) → wait until the cluster is InService, the group's
@@ -71,7 +71,7 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         "target_count", "current_count", "updated": bool}``.
     :raises ValueError: negative/non-integer count, unknown group (message lists the groups).
     :raises AirflowException: the cluster failed or is being deleted, it was not InService for an update
-        within ``waiter_max_attempts`` polls, or the nodes did not come up in time.
+        within ``waiter_max_attempts`` waits, or the nodes did not come up in time.
     """
 
     #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
@@ -102,7 +102,9 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         self.waiter_delay = waiter_delay
         self.waiter_max_attempts = waiter_max_attempts
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context, waits_for_update: int = 0) -> dict[str, Any]:
+        """Scale the group (see the class); ``waits_for_update``: how many waits for an InService cluster this
+        try already deferred (:meth:`resume_update`; at most ``waiter_max_attempts`` in all)."""
         if self.only_after_task_id and context["ti"].xcom_pull(task_ids=self.only_after_task_id) is None:
             # The cluster link's key is still written (links are rendered for a skipped task too; a missing
             # key is logged as an error-level XCom 404). Reading the region reads no AWS API.
@@ -118,7 +120,10 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
             raise ValueError(f"target_count must be an integer, got {self.target_count!r}") from None
         if target < 0:
             raise ValueError(f"target_count must be >= 0, got {target}")
-        describe, previous, updated = self._update(target)
+        update = self._update(target)
+        if isinstance(update, str):  # busy (Updating, or another update's ConflictException): wait deferred
+            self._defer_until_in_service(target, update, waits_for_update)
+        describe, previous, updated = update
         name = describe.get("ClusterName", self.cluster_name)
         HyperPodClusterLink.persist(
             context=context, operator=self, region_name=self.hook.conn_region_name,
@@ -174,46 +179,68 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
             "target_count": target}))
         return step.outcome, step.reason
 
-    def _update(self, target: int) -> tuple[dict[str, Any], int, bool]:
-        """UpdateCluster once the cluster is InService (``(describe, previous_target, updated)``).
+    def _update(self, target: int) -> tuple[dict[str, Any], int, bool] | str:
+        """UpdateCluster when the cluster is InService: ``(describe, previous_target, updated)``, skipped (not
+        updated) when the group already targets ``target``; or, while the cluster is Creating / Updating /
+        SystemUpdating or UpdateCluster answers ConflictException (another update still running), the status
+        text (the caller waits for InService in the triggerer and calls again).
 
-        Skipped when the group already targets ``target``. Polls DescribeCluster every ``waiter_delay``
-        (at most ``waiter_max_attempts`` times) while the cluster is Creating/Updating/SystemUpdating, and
-        retries after ConflictException (another update still running).
+        :raises AirflowException: the cluster is Failed / RollingBack / Deleting.
         """
-        status = "unknown"
-        for attempt in range(max(1, int(self.waiter_max_attempts))):
-            if attempt:
-                time.sleep(self.waiter_delay)
-            describe = self.hook.conn.describe_cluster(ClusterName=self.cluster_name)
-            specs, previous = instance_group_specs(self.hook.conn, describe, self.instance_group_name, target)
-            name = describe.get("ClusterName", self.cluster_name)
-            status = describe.get("ClusterStatus", "unknown")
-            if previous == target:
-                self.log.info("Group %s of %s already targets %s instances", self.instance_group_name, name, target)
-                return describe, previous, False
-            if status in CLUSTER_FAILED_STATES:
-                raise AirflowException(self._failure(f"the cluster is {status}; it cannot be updated"))
-            if status != "InService":
-                self.log.info("HyperPod %s is %s: waiting %s s for InService before UpdateCluster", name, status,
-                              self.waiter_delay)
-                continue
-            self.log.info(
-                "UpdateCluster %s: group %s %s -> %s (sending all %d groups)",
-                name, self.instance_group_name, previous, target, len(specs),
-            )
-            try:
-                self.hook.conn.update_cluster(ClusterName=self.cluster_name, InstanceGroups=specs)
-            except ClientError as error:
-                if error.response.get("Error", {}).get("Code") != "ConflictException":
-                    raise
-                status = f"ConflictException: {error.response['Error'].get('Message', '')}"
-                self.log.info("UpdateCluster %s: %s; retrying in %s s", name, status, self.waiter_delay)
-                continue
-            return describe, previous, True
-        raise AirflowException(self._failure(
-            f"the cluster was not InService for an UpdateCluster within {self.waiter_max_attempts} polls "
-            f"{self.waiter_delay} s apart (last: {status})"))
+        describe = self.hook.conn.describe_cluster(ClusterName=self.cluster_name)
+        specs, previous = instance_group_specs(self.hook.conn, describe, self.instance_group_name, target)
+        name = describe.get("ClusterName", self.cluster_name)
+        status = describe.get("ClusterStatus", "unknown")
+        if previous == target:
+            self.log.info("Group %s of %s already targets %s instances", self.instance_group_name, name, target)
+            return describe, previous, False
+        if status in CLUSTER_FAILED_STATES:
+            raise AirflowException(self._failure(f"the cluster is {status}; it cannot be updated"))
+        if status != "InService":
+            return f"the cluster is {status}"
+        self.log.info(
+            "UpdateCluster %s: group %s %s -> %s (sending all %d groups)",
+            name, self.instance_group_name, previous, target, len(specs),
+        )
+        try:
+            self.hook.conn.update_cluster(ClusterName=self.cluster_name, InstanceGroups=specs)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "ConflictException":
+                raise
+            return f"UpdateCluster answered ConflictException: {error.response['Error'].get('Message', '')}"
+        return describe, previous, True
+
+    def _defer_until_in_service(self, target: int, status: str, waits: int) -> None:
+        """Defer until the cluster is InService again (:class:`HyperPodScaleTrigger` with no count), then
+        :meth:`resume_update` tries the UpdateCluster again; fails after ``waiter_max_attempts`` such waits."""
+        limit = max(1, int(self.waiter_max_attempts))
+        if waits >= limit:
+            raise AirflowException(self._failure(
+                f"the cluster was not InService for an UpdateCluster within {limit} waits of up to "
+                f"{self.waiter_max_attempts} polls {self.waiter_delay} s apart (last: {status})"))
+        self.log.info("HyperPod %s: %s; waiting in the triggerer for InService (polls %s s apart) before "
+                      "UpdateCluster of group %s to %s", self.cluster_name, status, self.waiter_delay,
+                      self.instance_group_name, target)
+        self.defer(
+            trigger=HyperPodScaleTrigger(
+                cluster_name=self.cluster_name, instance_group_name=self.instance_group_name, target_count=None,
+                waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
+                aws_conn_id=self.aws_conn_id, region_name=self.region_name, verify=self.verify,
+                botocore_config=self.botocore_config, events=task_events_section(self.log),
+            ),
+            method_name="resume_update",
+            kwargs={"waits_for_update": waits + 1},
+            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
+        )
+
+    def resume_update(self, context: Context, event: dict[str, Any] | None = None,
+                      waits_for_update: int = 1) -> dict[str, Any]:
+        """Resume after a wait for an InService cluster: fail on the trigger's failure or timeout, else scale
+        (:meth:`execute`) again."""
+        status, message = event_outcome(event, f"HyperPod cluster {self.cluster_name}")
+        if status != "success":
+            raise AirflowException(self._failure(f"waiting for InService before UpdateCluster: {status}: {message}"))
+        return self.execute(context, waits_for_update=waits_for_update)
 
     def _failure(self, text: str) -> str:
         return (

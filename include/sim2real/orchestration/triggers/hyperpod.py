@@ -27,7 +27,8 @@ class HyperPodScaleTrigger(StepWaitTrigger):
 
     :param cluster_name: the HyperPod cluster.
     :param instance_group_name: the scaled group.
-    :param target_count: its target instance count.
+    :param target_count: its target instance count; None: wait until the cluster is InService again, ready for
+        an UpdateCluster (after the task found it Updating or got ConflictException; no node listing).
     :param waiter_delay: seconds between polls.
     :param waiter_max_attempts: polls before a ``timeout`` event.
 
@@ -42,7 +43,7 @@ class HyperPodScaleTrigger(StepWaitTrigger):
         *,
         cluster_name: str,
         instance_group_name: str,
-        target_count: int,
+        target_count: int | None,
         waiter_delay: int = 60,
         waiter_max_attempts: int = 120,
         aws_conn_id: str | None = "aws_default",
@@ -91,9 +92,10 @@ class HyperPodScaleTrigger(StepWaitTrigger):
         return await self.describe(client, state)
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
-        """DescribeCluster, plus the group's nodes (ListClusterNodes) once the cluster is InService."""
+        """DescribeCluster, plus the group's nodes (ListClusterNodes) once the cluster is InService (when waiting
+        for a count)."""
         describe = await client.describe_cluster(ClusterName=self.cluster_name)
-        if describe.get("ClusterStatus") == "InService":
+        if describe.get("ClusterStatus") == "InService" and self.target_count is not None:
             describe = {**describe, NODES_KEY: await self._nodes(client)}
         return describe
 

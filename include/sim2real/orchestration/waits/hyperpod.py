@@ -20,6 +20,7 @@ from typing import Any
 
 from sim2real.orchestration.budget import budget_verdict
 from sim2real.orchestration.hooks.hyperpod import scale_state
+from sim2real.orchestration.hooks.waiter_rounds import classify_response
 from sim2real.orchestration.hooks.sagemaker_pipeline import SAGEMAKER_EXT_WAITERS
 from sim2real.orchestration.slurm import (
     SLURM_FAILURE_STATES,
@@ -43,21 +44,40 @@ def hyperpod_scale_step(response: Mapping[str, Any], state: WaitState) -> Step:
     """Decide one ``DescribeCluster`` (+ nodes) response for ``params["cluster_name"]``,
     ``params["instance_group_name"]`` and ``params["target_count"]``.
 
+    ``target_count`` None is the wait before an ``UpdateCluster`` (the cluster was Updating, or UpdateCluster
+    answered ConflictException): ``success`` once the cluster is InService at a response after the first (the
+    task saw it busy a moment ago; one poll interval lets a just-started update show), whatever its counts.
+
     :return: ``success`` when InService with CurrentCount == target and that many nodes Running;
         ``failure`` when the cluster is Failed / RollingBack / Deleting or not found (non-retriable
         error); ``retry`` otherwise. Payload: ``cluster_name``, ``current_count``.
     """
     params = state.params
-    cluster, group, target = params["cluster_name"], params["instance_group_name"], int(params["target_count"])
+    cluster, group = params["cluster_name"], params["instance_group_name"]
     error = api_error_step(response, f"HyperPod cluster {cluster}", "DescribeCluster")
     if error is not None:
         return Step(error.outcome, error.reason, {"cluster_name": cluster, "current_count": None, **error.payload})
+    if params.get("target_count") is None:
+        return _ready_for_update(response, state, cluster)
+    target = int(params["target_count"])
     nodes = response.get(NODES_KEY)
     outcome, text = scale_state(SAGEMAKER_EXT_WAITERS, dict(response), None if nodes is None else list(nodes),
                                 group, target)
     current = next((g.get("CurrentCount") for g in response.get("InstanceGroups", [])
                     if g.get("InstanceGroupName") == group), None)
     return Step(outcome, f"HyperPod {cluster}: {text}", {"cluster_name": cluster, "current_count": current})
+
+
+def _ready_for_update(response: Mapping[str, Any], state: WaitState, cluster: str) -> Step:
+    status = response.get("ClusterStatus")
+    outcome = classify_response(str(SAGEMAKER_EXT_WAITERS), "cluster_in_service", dict(response))
+    payload = {"cluster_name": cluster, "current_count": None}
+    if outcome == "failure":
+        return Step("failure", f"HyperPod {cluster}: cluster is {status}: "
+                               f"{response.get('FailureMessage') or 'no FailureMessage'}; it cannot be updated", payload)
+    if outcome == "success" and state.attempt >= 1:
+        return Step("success", f"HyperPod {cluster}: InService, ready for UpdateCluster", payload)
+    return Step("retry", f"HyperPod {cluster}: cluster {status}, waiting for InService before UpdateCluster", payload)
 
 
 def _slurm_record(params: Mapping[str, Any], window, stopped_by_budget: bool = False) -> dict[str, Any]:
