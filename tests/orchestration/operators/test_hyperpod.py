@@ -314,3 +314,20 @@ def test_scale_down_skips_without_any_call_when_its_scale_up_did_not_run():
     assert pulled == [ids.HYPERPOD_SCALE_UP]
     # The cluster link's key is written anyway: a skipped task's links are rendered too.
     assert pushed["sim2real_hyperpod_cluster"]["cluster_name"] == "sim2real-hyperpod"
+
+
+def test_group_nodes_are_read_across_pages_and_only_of_the_group_itself(sm, cluster):
+    """ListClusterNodes' InstanceGroupNameContains matches by substring; the pages are followed (paginator)."""
+    from sim2real.orchestration.hooks.hyperpod import HyperPodHook
+
+    hook = HyperPodHook(aws_conn_id=None, region_name=REGION)
+    first, second = _nodes("gpu", 2), _nodes("gpu-spare", 1)
+    second["ClusterNodeSummaries"] += _nodes("gpu", 3)["ClusterNodeSummaries"][2:]
+    with Stubber(hook.conn) as stub:
+        stub.add_response("list_cluster_nodes", {**first, "NextToken": "page-2"},
+                          {"ClusterName": cluster, "InstanceGroupNameContains": "gpu"})
+        stub.add_response("list_cluster_nodes", second,
+                          {"ClusterName": cluster, "InstanceGroupNameContains": "gpu", "NextToken": "page-2"})
+        nodes = hook.list_group_nodes(cluster, "gpu")
+        stub.assert_no_pending_responses()
+    assert [n["InstanceId"] for n in nodes] == ["i-gpu-0", "i-gpu-1", "i-gpu-2"]

@@ -105,12 +105,17 @@ class HyperPodHook(SageMakerExtHook):
     """SageMaker HyperPod calls (thin SageMaker hook with waiters from ``sagemaker_ext.json``)."""
 
     def list_group_nodes(self, cluster_name: str, group: str) -> list[dict[str, Any]]:
-        """ListClusterNodes of one instance group (paginated)."""
-        nodes: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"ClusterName": cluster_name, "InstanceGroupNameContains": group}
-        while True:
-            page = self.conn.list_cluster_nodes(**kwargs)
-            nodes += [n for n in page.get("ClusterNodeSummaries", []) if n.get("InstanceGroupName") == group]
-            if not page.get("NextToken"):
-                return nodes
-            kwargs["NextToken"] = page["NextToken"]
+        """ListClusterNodes of one instance group (botocore's paginator; :func:`group_nodes`)."""
+        pages = self.conn.get_paginator("list_cluster_nodes").paginate(**list_nodes_request(cluster_name, group))
+        return [node for page in pages for node in group_nodes(page, group)]
+
+
+def list_nodes_request(cluster_name: str, group: str) -> dict[str, Any]:
+    """The ListClusterNodes request for ``group``'s nodes (``InstanceGroupNameContains`` matches by substring)."""
+    return {"ClusterName": cluster_name, "InstanceGroupNameContains": group}
+
+
+def group_nodes(page: dict[str, Any], group: str) -> list[dict[str, Any]]:
+    """The ``ClusterNodeSummaries`` of one ListClusterNodes page that belong to ``group`` exactly (the request's
+    filter is a substring match: ``gpu`` also lists ``gpu-spare``)."""
+    return [n for n in page.get("ClusterNodeSummaries", []) if n.get("InstanceGroupName") == group]

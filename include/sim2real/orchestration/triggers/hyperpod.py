@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 
 from sim2real.orchestration.events import envelope
 from sim2real.orchestration.events.consumer import WaitEvent
-from sim2real.orchestration.hooks.hyperpod import HyperPodHook
+from sim2real.orchestration.hooks.hyperpod import HyperPodHook, group_nodes, list_nodes_request
 from sim2real.orchestration.hooks.workstation import SSM_FAILURE_STATES, SSM_SUCCESS_STATES, WorkstationHook
 from sim2real.orchestration.slurm import cancel_commands, status_commands
 from sim2real.orchestration.triggers.base import StepWaitTrigger
@@ -71,14 +71,11 @@ class HyperPodScaleTrigger(StepWaitTrigger):
         self.target_count = target_count
 
     async def _nodes(self, client) -> list[dict[str, Any]]:
-        nodes: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"ClusterName": self.cluster_name, "InstanceGroupNameContains": self.instance_group_name}
-        while True:
-            page = await client.list_cluster_nodes(**kwargs)
-            nodes += [n for n in page.get("ClusterNodeSummaries", []) if n.get("InstanceGroupName") == self.instance_group_name]
-            if not page.get("NextToken"):
-                return nodes
-            kwargs["NextToken"] = page["NextToken"]
+        """The group's nodes: ListClusterNodes through the client's paginator (as the hook's
+        :meth:`~sim2real.orchestration.hooks.hyperpod.HyperPodHook.list_group_nodes`)."""
+        pages = client.get_paginator("list_cluster_nodes").paginate(
+            **list_nodes_request(self.cluster_name, self.instance_group_name))
+        return [node async for page in pages for node in group_nodes(page, self.instance_group_name)]
 
     step_function = staticmethod(hyperpod_scale_step)
 
