@@ -21,7 +21,7 @@ from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.orchestration.hooks.workstation import ssm_output_key
 from sim2real.orchestration.operators.ssm import WorkstationCommandOperator, WorkstationStopOperator
-from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger
+from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger, WorkstationInstanceTrigger
 
 from operator_helpers import first_event
 
@@ -164,21 +164,80 @@ def test_an_api_error_right_after_send_is_not_the_commands_failure(moto_endpoint
     assert "exited non-zero" not in message and "ended Failed" not in message
 
 
-def test_stopped_workstation_is_started_and_recorded(moto_endpoint, ec2, s3, context):
+def test_a_stopped_workstation_is_started_waited_for_deferred_and_recorded(moto_endpoint, ec2, s3, context,
+                                                                          monkeypatch):
+    """StartInstances, then the wait for running + agent Online runs in the triggerer (it took a worker slot for
+    up to ~20 minutes before); the resume sends the command; the teardown's wait for stopped is deferred too."""
+    monkeypatch.setattr("time.sleep", lambda s: pytest.fail(f"the worker slept {s} s"))
     iid = workstation(ec2, "ws-stopped", state="stopped")
+    with pytest.raises(TaskDeferred) as deferred:
+        operator("ws-stopped", instance_ready_timeout_seconds=900).execute(context)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, WorkstationInstanceTrigger) and (trigger.instance_id, trigger.until) == (iid, "running")
+    assert deferred.value.method_name == "resume_for_instance" and trigger.attempts * trigger.waiter_delay >= 900
+    assert context["ti"].xcom["started_instance"] is True  # recorded before the wait: the teardown stops it
+    assert ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"] == "running"
+
     s3.put_object(Bucket=BUCKET, Key=ssm_output_key(PREFIX, CMD, iid), Body=b"ok\n")
     op = operator("ws-stopped")
     with Stubber(op.hook.conn) as stub:
-        stub_until_send(stub, iid)
+        stub_until_send(stub, iid)  # running, agent Online: the command goes out
         stub.add_response("get_command_invocation", invocation(iid, "Success"))
         stub.add_response("get_command_invocation", invocation(iid, "Success", stdout="ok\n"))
-        result = op.execute(context)
+        result = op.resume_for_instance(context, {"status": "success", "message": "ready", "instance_id": iid,
+                                                  "instance_state": "running", "ping_status": "Online"},
+                                        **deferred.value.kwargs)
     assert result["started_instance"] is True and result["stdout"] == "ok\n"
-    assert ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"] == "running"
-    # Teardown reads the XCom and stops it.
+
     stop = WorkstationStopOperator(task_id="stop", command_task_id="evaluate", wait_for_stopped=True, waiter_delay=1)
-    assert stop.execute(context) == {"instance_id": iid, "stopped": True, "reason": "started by this run"}
+    with pytest.raises(TaskDeferred) as stopping:
+        stop.execute(context)
+    assert (stopping.value.trigger.instance_id, stopping.value.trigger.until) == (iid, "stopped")
     assert ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"] == "stopped"
+    event = first_event(stopping.value.trigger)
+    assert event["status"] == "success" and event["instance_state"] == "stopped", event
+    assert stop.execute_complete(context, event, **stopping.value.kwargs) == {
+        "instance_id": iid, "stopped": True, "reason": "started by this run"}
+
+
+def test_a_workstation_that_does_not_become_ready_fails_naming_it_and_the_fix(context):
+    event = {"status": "timeout", "message": "EC2 instance i-1 is running; its SSM agent is ConnectionLost",
+             "instance_id": "i-1", "instance_state": "running", "ping_status": "ConnectionLost"}
+    with pytest.raises(AirflowException, match="Workstation i-1 did not become ready .*ConnectionLost.*"
+                                               "AmazonSSMManagedInstanceCore"):
+        operator("ws-any").resume_for_instance(context, event)
+
+
+def _described(state):
+    return {"Reservations": [{"Instances": [{"InstanceId": "i-1", "State": {"Name": state}}]}]}
+
+
+@pytest.mark.parametrize(("until", "state", "ping", "expected"), [
+    ("running", "pending", None, "retry"),
+    ("running", "running", None, "retry"),  # the agent has not registered yet
+    ("running", "running", "ConnectionLost", "retry"),
+    ("running", "running", "Online", "success"),
+    ("running", "stopping", None, "failure"),  # someone stopped it meanwhile (botocore InstanceRunning)
+    ("running", "terminated", None, "failure"),
+    ("stopped", "stopping", None, "retry"),
+    ("stopped", "stopped", None, "success"),
+    ("stopped", "pending", None, "failure"),  # someone started it meanwhile (botocore InstanceStopped)
+])
+def test_the_instance_step(until, state, ping, expected):
+    from sim2real.orchestration.waits.core import WaitState
+    from sim2real.orchestration.waits.ssm import PING_STATUS_KEY, instance_step
+
+    step = instance_step({**_described(state), PING_STATUS_KEY: ping},
+                         WaitState(params={"instance_id": "i-1", "until": until}))
+    assert step.outcome == expected, step.reason
+    assert step.payload == {"instance_id": "i-1", "instance_state": state, "ping_status": ping}
+
+
+def test_the_instance_trigger_serializes_round_trip():
+    trigger = WorkstationInstanceTrigger(instance_id="i-1", until="running", waiter_delay=5, waiter_max_attempts=3)
+    path, kwargs = trigger.serialize()
+    assert path == "sim2real.orchestration.triggers.ssm.WorkstationInstanceTrigger"
+    assert WorkstationInstanceTrigger(**kwargs).serialize() == (path, kwargs)
 
 
 def test_stopped_without_start_if_stopped_fails(moto_endpoint, ec2, context):

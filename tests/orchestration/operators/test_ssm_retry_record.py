@@ -9,9 +9,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from airflow.sdk.exceptions import TaskDeferred
+
 from operator_helpers import FakeTI
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.operators.ssm import STARTED_BY_TAG, WorkstationCommandOperator, WorkstationStopOperator
+from sim2real.orchestration.triggers.ssm import WorkstationInstanceTrigger
 from sim2real.contract.run_key import make_run_key
 
 REGION = "us-east-1"
@@ -39,21 +42,30 @@ def _command_op():
                                     workstation_tag_value="workstation", commands=["true"],
                                     execution_timeout_seconds=60, output_s3_bucket="b", output_s3_key_prefix="p",
                                     region_name=REGION)
-    op.hook.wait_for_agent_online = lambda *a, **k: None  # moto has no SSM agent
-    op.hook.wait_for_instance_state = lambda *a, **k: None
+    op.hook.agent_ping_status = lambda *a, **k: "Online"  # moto has no SSM agent
     return op
+
+
+def _ensure(ti):
+    """``_ensure_running`` across the deferral a start makes (WorkstationInstanceTrigger until running; the
+    resume runs it again and finds the instance running)."""
+    try:
+        return _command_op()._ensure_running(_context(ti))
+    except TaskDeferred as deferred:
+        assert isinstance(deferred.trigger, WorkstationInstanceTrigger) and deferred.trigger.until == "running"
+        return _command_op()._ensure_running(_context(ti))
 
 
 def test_retry_knows_the_run_started_the_workstation_and_the_stop_still_happens(workstation):
     ec2, iid = workstation
     first_try = FakeTI(ids.RUN_EVALUATION)
-    assert _command_op()._ensure_running(_context(first_try)) == (iid, True)
+    assert _ensure(first_try) == (iid, True)
     tags = {t["Key"]: t["Value"] for t in ec2.describe_tags()["Tags"] if t["ResourceId"] == iid}
     assert tags[STARTED_BY_TAG] == make_run_key("sim_to_real", RUN_ID)
 
     # Retry: the instance is already running; the XComs of the first try are gone.
     retry = FakeTI(ids.RUN_EVALUATION)
-    assert _command_op()._ensure_running(_context(retry)) == (iid, True)
+    assert _ensure(retry) == (iid, True)
 
     # Even with a retry that recorded "not started", the stop reads the tag and stops the instance.
     retry.xcom.update({"started_instance": False, "instance_id": iid})
@@ -71,7 +83,7 @@ def test_an_instance_started_by_another_run_is_left_alone(workstation):
     ec2.start_instances(InstanceIds=[iid])
     ec2.create_tags(Resources=[iid], Tags=[{"Key": STARTED_BY_TAG, "Value": "some-other-run-0000"}])
     ti = FakeTI(ids.RUN_EVALUATION)
-    assert _command_op()._ensure_running(_context(ti)) == (iid, False)
+    assert _ensure(ti) == (iid, False)
     ti.xcom.update({"started_instance": False, "instance_id": iid})
     stop = WorkstationStopOperator(task_id="stop_workstation", command_task_id=ids.RUN_EVALUATION,
                                    wait_for_stopped=False, region_name=REGION)
@@ -89,7 +101,7 @@ def test_without_any_record_of_the_command_the_workstation_this_run_started_is_f
     evaluation never ran, so there is no instance id in its XCom, and the stop must still happen."""
     ec2, iid = workstation
     candidate_try = FakeTI("sweep.run_evaluation")
-    assert _command_op()._ensure_running(_context(candidate_try)) == (iid, True)
+    assert _ensure(candidate_try) == (iid, True)
     result = _stop_by_tag().execute(_context(FakeTI(ids.RUN_EVALUATION)))  # no XCom at all
     assert result["stopped"] is True and result["instance_id"] == iid
     state = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"]

@@ -97,12 +97,12 @@ class WorkstationHook(SsmHook):
             )
         return instances[0]
 
-    def wait_for_instance_state(
-        self, instance_id: str, state: str, delay: int = 15, max_attempts: int = 40
-    ) -> None:
-        """Block until the instance is ``running`` or ``stopped`` (botocore EC2 waiters)."""
-        waiter = self.ec2.get_waiter(f"instance_{state}")
-        waiter.wait(InstanceIds=[instance_id], WaiterConfig={"Delay": delay, "MaxAttempts": max_attempts})
+    def agent_ping_status(self, instance_id: str) -> str | None:
+        """The SSM agent's ``PingStatus`` (``Online`` / ``ConnectionLost`` / ``Inactive``), None when the instance
+        is not registered with SSM (DescribeInstanceInformation)."""
+        info = self.conn.describe_instance_information(
+            Filters=[{"Key": "InstanceIds", "Values": [instance_id]}]).get("InstanceInformationList", [])
+        return info[0].get("PingStatus", "unknown") if info else None
 
     def wait_for_agent_online(self, instance_id: str, timeout_seconds: float = 600, delay: float = 10) -> None:
         """Block until the SSM agent of the instance reports ``PingStatus == "Online"``.
@@ -116,13 +116,9 @@ class WorkstationHook(SsmHook):
         deadline = time.monotonic() + timeout_seconds
         status = "not registered"
         while True:
-            info = self.conn.describe_instance_information(
-                Filters=[{"Key": "InstanceIds", "Values": [instance_id]}]
-            ).get("InstanceInformationList", [])
-            if info:
-                status = info[0].get("PingStatus", "unknown")
-                if status == "Online":
-                    return
+            status = self.agent_ping_status(instance_id) or "not registered"
+            if status == "Online":
+                return
             if time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"SSM agent on {instance_id} is {status} after {timeout_seconds:.0f} s. Check that the "

@@ -316,7 +316,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         ``execution_timeout``, 12 h when unset, counting ``poll_interval`` plus
         :data:`STATUS_QUERY_SECONDS` per poll), so the wait ends, and the job is cancelled, before Airflow
         would time the deferred task out without a ``scancel``.
-    :param agent_online_timeout_seconds: how long to wait for the submit host's SSM agent (seconds).
+    :param agent_online_timeout_seconds: how long the worker waits for the submit host's SSM agent to be Online
+        (seconds, default 60: a head node's agent that is away longer fails the try, and its retry looks again).
     :param num_nodes: nodes the job is billed for (the instance group's target count, templated); None =
         no cost figure and no cost check.
     :param cost_limit_usd: USD the job may spend (``sim2real.orchestration.budget.training_cost_limit``); None = no cost
@@ -389,7 +390,7 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         container_image: str | None = None,
         poll_interval: int = 30,
         max_attempts: int | None = None,
-        agent_online_timeout_seconds: int = 300,
+        agent_online_timeout_seconds: int = 60,
         num_nodes: int | str | None = None,
         cost_limit_usd: float | str | None = None,
         usd_per_node_hour: float | str | None = None,

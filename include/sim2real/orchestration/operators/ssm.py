@@ -27,7 +27,7 @@ from sim2real.orchestration.hooks.workstation import (
 )
 from sim2real.orchestration.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
 from sim2real.orchestration.stop_rule import operator_should_stop
-from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger
+from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger, WorkstationInstanceTrigger
 from sim2real.orchestration.waits.core import Step, event_outcome, settle_now
 from sim2real.orchestration.waits.ssm import invocations_response, ssm_command_step
 
@@ -63,8 +63,10 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
     """Run ``commands`` with ``AWS-RunShellScript`` on the one EC2 instance tagged ``key=value``.
 
     Steps: DescribeInstances by tag (exactly one non-terminated instance, else ``ValueError``);
-    if it is stopped and ``start_if_stopped``, StartInstances, wait ``instance_running`` and SSM
-    agent ``Online`` (a stopped instance with ``start_if_stopped=False`` → ``AirflowException``);
+    if it is stopped and ``start_if_stopped``, StartInstances, then wait deferred (no worker slot) until it runs
+    with its SSM agent ``Online`` (:class:`~sim2real.orchestration.triggers.ssm.WorkstationInstanceTrigger`; a
+    stopping one is first waited out until stopped; a stopped instance with ``start_if_stopped=False`` →
+    ``AirflowException``);
     SendCommand to that instance id with ``executionTimeout`` and S3 output; wait deferred on every
     instance the command targets (:class:`~sim2real.orchestration.triggers.ssm.WorkstationCommandTrigger`,
     step function :func:`~sim2real.orchestration.waits.ssm.ssm_command_step`; a command already over is
@@ -163,13 +165,14 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         return timeout
 
     # -- instance -----------------------------------------------------------------------------
-    def _ensure_running(self, context: Context) -> tuple[str, bool]:
+    def _ensure_running(self, context: Context, started_before: bool = False) -> tuple[str, bool]:
         instance = self.hook.find_instance_by_tag(self.workstation_tag_key, self.workstation_tag_value)
         instance_id, state = instance["InstanceId"], instance["State"]["Name"]
         self.log.info("Workstation %s=%s is %s (%s)", self.workstation_tag_key, self.workstation_tag_value, instance_id, state)
         run_key = _context_run_key(context)
-        # A retried try finds the instance an earlier try of this run started (tagged below).
-        started = run_key is not None and _tag_value(instance, STARTED_BY_TAG) == run_key
+        # A retried try finds the instance an earlier try of this run started (tagged below); a resume after the
+        # wait for it is told so (``started_before``).
+        started = started_before or (run_key is not None and _tag_value(instance, STARTED_BY_TAG) == run_key)
         if started:
             self.log.info("Workstation %s was started by an earlier try of this run (%s)", instance_id, run_key)
         if state in ("stopped", "stopping"):
@@ -178,8 +181,8 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
                     f"Workstation {instance_id} is {state} and start_if_stopped=False. Start it "
                     f"(aws ec2 start-instances --instance-ids {instance_id}) or set start_if_stopped=True."
                 )
-            if state == "stopping":
-                self.hook.wait_for_instance_state(instance_id, "stopped")
+            if state == "stopping":  # StartInstances needs it stopped: wait (deferred), then start on resume
+                self._defer_for_instance(instance_id, "stopped", started)
             if run_key:
                 self.hook.ec2.create_tags(Resources=[instance_id], Tags=[{"Key": STARTED_BY_TAG, "Value": run_key}])
             self.hook.ec2.start_instances(InstanceIds=[instance_id])
@@ -187,15 +190,50 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
             # Pushed now so the teardown stops it even if everything below fails.
             context["ti"].xcom_push(key=XCOM_STARTED_INSTANCE, value=True)
             self.log.info("Started workstation %s", instance_id)
-        if state != "running":
-            self.hook.wait_for_instance_state(instance_id, "running")
-        self.hook.wait_for_agent_online(instance_id, timeout_seconds=self.instance_ready_timeout_seconds)
+            self._defer_for_instance(instance_id, "running", started)
+        if state != "running" or self.hook.agent_ping_status(instance_id) != "Online":
+            self._defer_for_instance(instance_id, "running", started)
         return instance_id, started
 
+    def _defer_for_instance(self, instance_id: str, until: str, started: bool) -> None:
+        """Wait in the triggerer (:class:`~sim2real.orchestration.triggers.ssm.WorkstationInstanceTrigger`) until
+        the workstation is ``running`` with its SSM agent Online (at most ``instance_ready_timeout_seconds``), or
+        ``stopped``; :meth:`resume_for_instance` then runs :meth:`execute` again, which finds it ready."""
+        delay = max(1, int(self.waiter_delay or 0))
+        attempts = max(1, int(self.instance_ready_timeout_seconds) // delay + 1)
+        self.log.info("Workstation %s: waiting in the triggerer until it is %s (polls %s s apart, at most %s s)",
+                      instance_id, "running with its SSM agent Online" if until == "running" else until, delay,
+                      self.instance_ready_timeout_seconds)
+        self.defer(
+            trigger=WorkstationInstanceTrigger(
+                instance_id=instance_id, until=until, waiter_delay=delay, waiter_max_attempts=attempts,
+                aws_conn_id=self.aws_conn_id, region_name=self.region_name, verify=self.verify,
+                botocore_config=self.botocore_config, events=task_events_section(self.log),
+            ),
+            method_name="resume_for_instance",
+            kwargs={"started_instance": started},
+            timeout=timedelta(seconds=delay * attempts + 120),
+        )
+
+    def resume_for_instance(self, context: Context, event: dict[str, Any] | None = None,
+                            started_instance: bool = False) -> dict[str, Any]:
+        """Resume after :meth:`_defer_for_instance`: on ``success`` run :meth:`execute` again (it finds the
+        workstation ready, or starts the stopped one); otherwise fail naming the instance, its state and the fix."""
+        event = event or {}
+        status, message = event_outcome(event, f"workstation {event.get('instance_id')}")
+        if status != "success":
+            raise AirflowException(
+                f"Workstation {event.get('instance_id')} did not become ready ({status}): {message}. Check that the "
+                "instance starts (EC2 console: state, status checks), that the amazon-ssm-agent service runs and "
+                "that its instance profile has AmazonSSMManagedInstanceCore; then clear this task.")
+        return self.execute(context, started_instance=started_instance)
+
     # -- execute ------------------------------------------------------------------------------
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context, started_instance: bool = False) -> dict[str, Any]:
+        """Run the command (see the class); ``started_instance``: this try already started the workstation (a
+        resume after :meth:`_defer_for_instance`)."""
         timeout = self._validate()
-        instance_id, started = self._ensure_running(context)
+        instance_id, started = self._ensure_running(context, started_before=started_instance)
         self._instance_id = instance_id
         context["ti"].xcom_push(key=XCOM_STARTED_INSTANCE, value=started)
         context["ti"].xcom_push(key=XCOM_INSTANCE_ID, value=instance_id)
@@ -446,6 +484,28 @@ class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
         if run_key:
             self.hook.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": STARTED_BY_TAG}])
         self.log.info("Stopping workstation %s (started by this run)", instance_id)
+        result = {"instance_id": instance_id, "stopped": True, "reason": "started by this run"}
         if self.wait_for_stopped:
-            self.hook.wait_for_instance_state(instance_id, "stopped", self.waiter_delay, self.waiter_max_attempts)
-        return {"instance_id": instance_id, "stopped": True, "reason": "started by this run"}
+            self.defer(
+                trigger=WorkstationInstanceTrigger(
+                    instance_id=instance_id, until="stopped", waiter_delay=self.waiter_delay,
+                    waiter_max_attempts=self.waiter_max_attempts, aws_conn_id=self.aws_conn_id,
+                    region_name=self.region_name, verify=self.verify, botocore_config=self.botocore_config,
+                    events=task_events_section(self.log),
+                ),
+                method_name="execute_complete",
+                kwargs={"result": result},
+                timeout=timedelta(seconds=max(1, self.waiter_delay) * self.waiter_max_attempts + 120),
+            )
+        return result
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None,
+                         result: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the wait for ``stopped``: the result, or a failure naming the instance and its state."""
+        event = event or {}
+        status, message = event_outcome(event, f"workstation {event.get('instance_id')}")
+        if status != "success":
+            raise AirflowException(f"Workstation {event.get('instance_id')} was stopped but is not stopped yet "
+                                   f"({status}): {message}. It may still bill: check it in the EC2 console.")
+        # The deferral kwargs are not handed back by every runner (dag.test passes only the event).
+        return result or {"instance_id": event.get("instance_id"), "stopped": True, "reason": "started by this run"}

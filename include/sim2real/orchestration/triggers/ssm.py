@@ -17,7 +17,7 @@ from sim2real.orchestration.hooks.waiter_rounds import classify_service_response
 from sim2real.orchestration.hooks.workstation import WorkstationHook
 from sim2real.orchestration.triggers.base import StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
-from sim2real.orchestration.waits.ssm import invocations_response, ssm_command_step
+from sim2real.orchestration.waits.ssm import PING_STATUS_KEY, instance_step, invocations_response, ssm_command_step
 
 
 class WorkstationCommandTrigger(StepWaitTrigger):
@@ -114,3 +114,68 @@ class WorkstationCommandTrigger(StepWaitTrigger):
         self.log.info("Cancelling SSM command %s on %s", self.command_id, self.instance_ids)
         async with await self.hook().get_async_conn() as client:
             await client.cancel_command(CommandId=self.command_id, InstanceIds=self.instance_ids)
+
+
+class WorkstationInstanceTrigger(StepWaitTrigger):
+    """Poll an EC2 instance (DescribeInstances, then DescribeInstanceInformation once it is running) until
+    :func:`~sim2real.orchestration.waits.ssm.instance_step` ends the wait: a started workstation running with its
+    SSM agent Online (``until="running"``), or a stopping one stopped (``until="stopped"``). No worker slot is held
+    meanwhile (starting a stopped GPU workstation takes minutes).
+
+    :param instance_id: the EC2 instance.
+    :param until: ``running`` (and the SSM agent Online) or ``stopped``.
+    :param waiter_delay: seconds between polls.
+    :param waiter_max_attempts: polls before a ``timeout`` event.
+
+    One event: ``{"status", "message", "instance_id", "instance_state", "ping_status"}``.
+    """
+
+    aws_hook_class = WorkstationHook
+
+    def __init__(
+        self,
+        *,
+        instance_id: str,
+        until: str,
+        waiter_delay: int = 15,
+        waiter_max_attempts: int = 40,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        verify: bool | str | None = None,
+        botocore_config: dict | None = None,
+        events: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            serialized_fields={"instance_id": instance_id, "until": until},
+            waiter_delay=waiter_delay,
+            waiter_max_attempts=waiter_max_attempts,
+            aws_conn_id=aws_conn_id,
+            region_name=region_name,
+            verify=verify,
+            botocore_config=botocore_config,
+            events=events,
+        )
+        self.instance_id = instance_id
+        self.until = until
+
+    step_function = staticmethod(instance_step)
+
+    async def describe(self, client, state: WaitState) -> dict[str, Any]:
+        """DescribeInstances of the instance (an error answers as its error response); once it is running and
+        the wait is for ``running``, the agent's ``PingStatus`` from DescribeInstanceInformation (``client``:
+        SSM) under :data:`~sim2real.orchestration.waits.ssm.PING_STATUS_KEY`."""
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        ec2_hook = AwsBaseHook(client_type="ec2", **self._hook_parameters)
+        try:
+            async with await ec2_hook.get_async_conn() as ec2:
+                described = await ec2.describe_instances(InstanceIds=[self.instance_id])
+        except ClientError as error:
+            return error.response
+        names = {i.get("State", {}).get("Name") for r in described.get("Reservations", []) for i in r["Instances"]}
+        if self.until == "running" and names == {"running"}:
+            info = await client.describe_instance_information(
+                Filters=[{"Key": "InstanceIds", "Values": [self.instance_id]}])
+            listed = info.get("InstanceInformationList") or []
+            described = {**described, PING_STATUS_KEY: listed[0].get("PingStatus") if listed else None}
+        return described

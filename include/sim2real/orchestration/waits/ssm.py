@@ -77,3 +77,45 @@ def ssm_command_step(response: Mapping[str, Any], state: WaitState) -> Step:
                     {"command_id": command_id, "instance_ids": instance_ids, "invocations": done}, memory=memory)
     return Step("retry", f"SSM command {command_id} still running on {pending}",
                 {"command_id": command_id, "pending": pending}, memory=memory)
+
+
+#: ``until`` values of :func:`instance_step` and the botocore EC2 waiter that decides the instance's state.
+INSTANCE_WAITERS = {"running": "InstanceRunning", "stopped": "InstanceStopped"}
+#: The key of the SSM agent's ``PingStatus`` (DescribeInstanceInformation) in an :func:`instance_step` response.
+PING_STATUS_KEY = "PingStatus"
+
+
+def instance_step(response: Mapping[str, Any], state: WaitState) -> Step:
+    """Decide one ``DescribeInstances`` response of ``params["instance_id"]`` for ``params["until"]``.
+
+    ``until="running"``: the instance running (botocore's EC2 waiter ``InstanceRunning``: every instance
+    ``running``; ``shutting-down`` / ``terminated`` / ``stopping`` fail) AND its SSM agent ``Online`` (the
+    response's :data:`PING_STATUS_KEY`, DescribeInstanceInformation's ``PingStatus``: ``Online`` /
+    ``ConnectionLost`` / ``Inactive``, None while the agent has not registered); a started workstation can run a
+    command only then. ``until="stopped"``: ``InstanceStopped`` (every instance ``stopped``; ``pending`` /
+    ``terminated`` fail). Sources: Amazon EC2 API Reference, DescribeInstances; AWS Systems Manager API Reference,
+    DescribeInstanceInformation; botocore's ``ec2`` waiters.
+
+    :return: ``success`` / ``failure`` / ``retry``; payload ``instance_id``, ``instance_state``, ``ping_status``.
+    """
+    instance_id, until = state.params["instance_id"], state.params["until"]
+    error = api_error_step(response, f"EC2 instance {instance_id}", "DescribeInstances")
+    if error is not None:
+        return Step(error.outcome, error.reason, {"instance_id": instance_id, "instance_state": None,
+                                                  "ping_status": None, **error.payload})
+    instances = [i for r in response.get("Reservations") or [] for i in r.get("Instances") or []]
+    ec2_state = (instances[0].get("State") or {}).get("Name") if instances else "not found"
+    ping = response.get(PING_STATUS_KEY)
+    payload = {"instance_id": instance_id, "instance_state": ec2_state, "ping_status": ping}
+    outcome = classify_service_response("ec2", INSTANCE_WAITERS[until], dict(response))
+    if outcome == "failure":
+        return Step("failure", f"EC2 instance {instance_id} is {ec2_state} while waiting for it to be {until}: "
+                               "someone else changed it; check the instance's state history in the EC2 console",
+                    payload)
+    if outcome == "success" and (until == "stopped" or ping == "Online"):
+        return Step("success", f"EC2 instance {instance_id} is {ec2_state}"
+                               + (", its SSM agent Online" if until == "running" else ""), payload)
+    if outcome == "success":
+        return Step("retry", f"EC2 instance {instance_id} is running; its SSM agent is {ping or 'not registered yet'}",
+                    payload)
+    return Step("retry", f"EC2 instance {instance_id} is {ec2_state}: waiting for {until}", payload)
