@@ -220,6 +220,9 @@ def test_runnable_budget_is_checked_on_time_without_an_event(bus) -> None:
     trigger = BatchTrainingJobTrigger(job_id="job-stuck", progress=False, runnable_timeout_seconds=1,
                                       waiter_delay=300, waiter_max_attempts=10, events=events_section(bus))
     runnable = job("job-stuck", "RUNNABLE")
+    # created 5 s from now: the first describe sees it inside its 1 s RUNNABLE budget even on a busy machine, so
+    # the budget must end the wait at a later, timely describe (no event comes)
+    runnable["jobs"][0]["createdAt"] += 5000
     describe = Scripted(runnable)
 
     class NoTerminate(Exception):

@@ -15,7 +15,7 @@ import pytest
 from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
 
 import sim2real.orchestration.triggers
-from sim2real.orchestration.triggers.base import AwsHookWaiterTrigger, StepWaitTrigger
+from sim2real.orchestration.triggers.base import REQUIRED, AwsHookWaiterTrigger, StepWaitTrigger
 
 
 def waiter_triggers() -> list[type]:
@@ -27,11 +27,12 @@ def waiter_triggers() -> list[type]:
     return sorted(found, key=lambda c: c.__name__)
 
 
-def test_all_nine_waiter_triggers_use_the_base() -> None:
+def test_all_ten_waiter_triggers_use_the_base() -> None:
     names = [c.__name__ for c in waiter_triggers()]
     assert names == sorted(["BatchTrainingJobTrigger", "CodeBuildBuildCompleteTrigger", "GreengrassDeploymentTrigger",
                             "HyperPodScaleTrigger", "HyperPodSlurmJobTrigger", "ModelPackageApprovalTrigger",
-                            "ModelPackageDecisionTrigger", "PipelineExecutionTrigger", "WorkstationCommandTrigger"])
+                            "ModelPackageDecisionTrigger", "PipelineExecutionTrigger", "WorkstationCommandTrigger",
+                            "WorkstationInstanceTrigger"])
     assert all(issubclass(c, AwsHookWaiterTrigger) for c in waiter_triggers())
     # every wait runs through the one wait core: a step function and the shared driver
     assert all(issubclass(c, StepWaitTrigger) and callable(c.step_function) for c in waiter_triggers())
@@ -40,16 +41,7 @@ def test_all_nine_waiter_triggers_use_the_base() -> None:
 @pytest.mark.parametrize("trigger_class", waiter_triggers(), ids=lambda c: c.__name__)
 def test_instantiates_round_trips_and_builds_its_hook(trigger_class: type) -> None:
     assert not inspect.isabstract(trigger_class), sorted(trigger_class.__abstractmethods__)
-    required: dict[str, str] = {}
-    for cls in trigger_class.__mro__:  # a subclass taking **kwargs passes its base's required arguments on
-        if cls in (StepWaitTrigger, AwsHookWaiterTrigger) or "__init__" not in vars(cls):
-            continue
-        parameters = inspect.signature(cls.__init__).parameters
-        required.update({name: "x" for name, p in parameters.items()
-                         if name != "self" and p.default is inspect.Parameter.empty
-                         and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)})
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-            break
+    required = {name: "x" for name, default in trigger_class.fields.items() if default is REQUIRED}
     trigger = trigger_class(**required, aws_conn_id="aws_sim2real", region_name="eu-west-1", verify=False,
                             botocore_config={"retries": {"max_attempts": 7}})
     classpath, kwargs = trigger.serialize()
@@ -59,3 +51,16 @@ def test_instantiates_round_trips_and_builds_its_hook(trigger_class: type) -> No
     assert isinstance(hook, trigger_class.aws_hook_class)
     assert (hook.aws_conn_id, hook.region_name, hook.verify) == ("aws_sim2real", "eu-west-1", False)
     assert hook.config.retries == {"max_attempts": 7}
+
+
+def test_a_wait_field_is_declared_once_and_checked():
+    """The constructor takes the declared fields as keywords, fills defaults, refuses unknown or missing ones."""
+    from sim2real.orchestration.triggers.codebuild import CodeBuildBuildCompleteTrigger
+
+    trigger = CodeBuildBuildCompleteTrigger(build_id="p:1")
+    assert (trigger.build_id, trigger.stop_on_kill, trigger.waiter_delay, trigger.attempts) == ("p:1", True, 30, 240)
+    assert trigger.serialize()[1]["build_id"] == "p:1"
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['build'\]"):
+        CodeBuildBuildCompleteTrigger(build="p:1")
+    with pytest.raises(TypeError, match=r"missing required keyword argument\(s\) \['build_id'\]"):
+        CodeBuildBuildCompleteTrigger()

@@ -14,7 +14,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 
 from sim2real.contract.run_key import is_valid_run_key
 from sim2real.orchestration.budget import cost_limit_explanation, optional_usd
-from sim2real.orchestration.config import RUN_KEY_TAG, task_events_section
+from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.failures import FailureClass, classify_failure
 from sim2real.orchestration.hooks.batch import (
     DEFAULT_LOG_GROUP,
@@ -25,6 +25,7 @@ from sim2real.orchestration.hooks.batch import (
 )
 from sim2real.orchestration.links.batch import NODE_LOG_LINKS
 from sim2real.orchestration.stop_rule import operator_should_stop, starts_afresh
+from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.batch import BatchTrainingJobTrigger
 from sim2real.orchestration.waits.batch import batch_job_step
 from sim2real.orchestration.waits.core import event_outcome, settle_now
@@ -293,26 +294,11 @@ class BatchTrainingOperator(BatchOperator):
             if step.outcome == "success":
                 return self._success(context, job)
             raise self._failed(context, job)
-        self.defer(
-            timeout=self.execution_timeout,
-            trigger=BatchTrainingJobTrigger(
-                job_id=self.job_id,
-                runnable_timeout_seconds=self.runnable_timeout_seconds,
-                log_group=self.log_group,
-                cost_limit_usd=self.cost_limit_usd,
-                usd_per_node_hour=self.usd_per_node_hour,
-                num_nodes=self._validated_num_nodes(),
-                waiter_delay=self.poll_interval,
-                waiter_max_attempts=self.max_retries,
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.region_name,
-                verify=self.verify,
-                botocore_config=self.botocore_config,
-                events=task_events_section(self.log),
-            ),
-            method_name="execute_complete",
-        )
-        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
+        defer_wait(self, BatchTrainingJobTrigger, method_name="execute_complete", timeout=self.execution_timeout,
+                   waiter_delay=self.poll_interval, waiter_max_attempts=self.max_retries, job_id=self.job_id,
+                   runnable_timeout_seconds=self.runnable_timeout_seconds, log_group=self.log_group,
+                   cost_limit_usd=self.cost_limit_usd, usd_per_node_hour=self.usd_per_node_hour,
+                   num_nodes=self._validated_num_nodes())
 
     def _push_job_cost(self, context: Context | None, record: dict[str, Any] | None) -> None:
         """XCom ``job_cost`` of a job that failed the task (the task has no return value to carry it)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
@@ -15,7 +15,6 @@ from airflow.providers.common.compat.sdk import (
     AirflowFailException,
 )
 
-from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.codebuild import (
     COMMIT_ID,
     CodeBuildHook,
@@ -25,6 +24,7 @@ from sim2real.orchestration.hooks.codebuild import (
 )
 from sim2real.orchestration.links.codebuild import CodeBuildBuildLink
 from sim2real.orchestration.stop_rule import operator_should_stop, starts_afresh
+from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.codebuild import CodeBuildBuildCompleteTrigger
 from sim2real.orchestration.waits.codebuild import codebuild_build_step
 from sim2real.orchestration.waits.core import event_outcome, settle_now
@@ -221,22 +221,9 @@ class CodeBuildImageOperator(AwsBaseOperator[CodeBuildHook]):
             self.log.info("CodeBuild build %s is already %s: not deferring", self.build_id, current["buildStatus"])
             return self._finish(current)
 
-        self.defer(
-            trigger=CodeBuildBuildCompleteTrigger(
-                build_id=self.build_id,
-                waiter_delay=self.waiter_delay,
-                waiter_max_attempts=self.waiter_max_attempts,
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.region_name,
-                verify=self.verify,
-                botocore_config=self.botocore_config,
-                events=task_events_section(self.log),
-            ),
-            method_name="execute_complete",
-            kwargs={"key_facts": self.key_facts},
-            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 60),
-        )
-        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
+        defer_wait(self, CodeBuildBuildCompleteTrigger, method_name="execute_complete", kwargs={"key_facts": self.key_facts},
+                   waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts, margin_seconds=60,
+                   build_id=self.build_id)
 
     def _supersede(self, build: dict[str, Any], context: Context) -> None:
         """A fresh start (a cleared task's new try) does not reattach: the earlier try's build (IN_PROGRESS, as

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
@@ -18,10 +17,10 @@ from airflow.providers.amazon.aws.utils import trim_none_values
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowFailException
 
-from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, device_report, summarize
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, not_approved_message
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
+from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
 from sim2real.orchestration.waits.greengrass import greengrass_deployment_step
@@ -252,23 +251,9 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         if over is not None:
             self.log.info("Deployment %s is already over (%s): not deferring", deployment_id, over[0])
             return self._finish(base, *over)
-        self.defer(
-            trigger=GreengrassDeploymentTrigger(
-                deployment_id=deployment_id,
-                thing_group_arn=target_arn,
-                waiter_delay=self.waiter_delay,
-                waiter_max_attempts=self.waiter_max_attempts,
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.region_name,
-                verify=self.verify,
-                botocore_config=self.botocore_config,
-                events=task_events_section(self.log),
-            ),
-            method_name="execute_complete",
-            kwargs={"base": base},
-            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
-        )
-        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
+        defer_wait(self, GreengrassDeploymentTrigger, method_name="execute_complete", kwargs={"base": base},
+                   waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
+                   deployment_id=deployment_id, thing_group_arn=target_arn)
 
     def _apply_timeout(self) -> None:
         """``deployment_timeout_seconds`` (rendered) → ``waiter_max_attempts`` polls ``waiter_delay`` s apart."""

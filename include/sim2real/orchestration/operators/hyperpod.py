@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import shlex
 from collections.abc import Iterator, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -23,12 +22,12 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from sim2real.orchestration import slurm
 from sim2real.orchestration.budget import optional_usd
-from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.hyperpod import HyperPodHook, instance_group_specs
 from sim2real.orchestration.hooks.workstation import WorkstationHook
 from sim2real.orchestration.links.sagemaker import HyperPodClusterLink
 from sim2real.orchestration.run_state import FAILED_STATES
 from sim2real.orchestration.stop_rule import operator_should_stop, starts_afresh
+from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.hyperpod import HyperPodScaleTrigger, HyperPodSlurmJobTrigger
 from sim2real.orchestration.waits.core import WaitState, event_outcome, settle_now
 from sim2real.orchestration.waits.hyperpod import (
@@ -148,24 +147,9 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
             return {**result, "current_count": target}
         if outcome == "failure":
             raise AirflowException(self._failure(text))
-        self.defer(
-            trigger=HyperPodScaleTrigger(
-                cluster_name=self.cluster_name,
-                instance_group_name=self.instance_group_name,
-                target_count=target,
-                waiter_delay=self.waiter_delay,
-                waiter_max_attempts=self.waiter_max_attempts,
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.region_name,
-                verify=self.verify,
-                botocore_config=self.botocore_config,
-                events=task_events_section(self.log),
-            ),
-            method_name="execute_complete",
-            kwargs={"result": result},
-            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
-        )
-        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
+        defer_wait(self, HyperPodScaleTrigger, method_name="execute_complete", kwargs={"result": result},
+                   waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
+                   cluster_name=self.cluster_name, instance_group_name=self.instance_group_name, target_count=target)
 
     def _scale_state(self, target: int) -> tuple[str, str]:
         """One poll of the group (``DescribeCluster`` + ``ListClusterNodes`` once InService) decided by the
@@ -221,17 +205,9 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         self.log.info("HyperPod %s: %s; waiting in the triggerer for InService (polls %s s apart) before "
                       "UpdateCluster of group %s to %s", self.cluster_name, status, self.waiter_delay,
                       self.instance_group_name, target)
-        self.defer(
-            trigger=HyperPodScaleTrigger(
-                cluster_name=self.cluster_name, instance_group_name=self.instance_group_name, target_count=None,
-                waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
-                aws_conn_id=self.aws_conn_id, region_name=self.region_name, verify=self.verify,
-                botocore_config=self.botocore_config, events=task_events_section(self.log),
-            ),
-            method_name="resume_update",
-            kwargs={"waits_for_update": waits + 1},
-            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
-        )
+        defer_wait(self, HyperPodScaleTrigger, method_name="resume_update", kwargs={"waits_for_update": waits + 1},
+                   waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
+                   cluster_name=self.cluster_name, instance_group_name=self.instance_group_name, target_count=None)
 
     def resume_update(self, context: Context, event: dict[str, Any] | None = None,
                       waits_for_update: int = 1) -> dict[str, Any]:
@@ -577,28 +553,11 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         ended = self._ended(context, base)
         if ended is not None:
             return ended
-        self.defer(
-            trigger=HyperPodSlurmJobTrigger(
-                cluster_name=self.cluster_name,
-                instance_id=instance_id,
-                job_id=job_id,
-                waiter_delay=self.poll_interval,
-                waiter_max_attempts=self._attempts(),
-                reattached=reattached,
-                max_failed_queries=self.max_failed_queries,
-                job_name=self.job_name,
-                num_nodes=self.num_nodes,
-                cost_limit_usd=self.cost_limit_usd,
-                usd_per_node_hour=self.usd_per_node_hour,
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.region_name,
-                verify=self.verify,
-                botocore_config=self.botocore_config,
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=self.poll_interval * self._attempts() + 600),
-        )
-        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
+        defer_wait(self, HyperPodSlurmJobTrigger, method_name="execute_complete", waiter_delay=self.poll_interval,
+                   waiter_max_attempts=self._attempts(), margin_seconds=600,  # status queries take time too
+                   cluster_name=self.cluster_name, instance_id=instance_id, job_id=job_id, reattached=reattached,
+                   max_failed_queries=self.max_failed_queries, job_name=self.job_name, num_nodes=self.num_nodes,
+                   cost_limit_usd=self.cost_limit_usd, usd_per_node_hour=self.usd_per_node_hour)
 
     def _ended(self, context: Context, base: dict[str, Any]) -> dict[str, Any] | None:
         """One Slurm status query: the result of a job that already COMPLETED (raises for one that ended in a

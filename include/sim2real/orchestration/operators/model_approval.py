@@ -39,7 +39,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamsDict
 
-from sim2real.orchestration.config import RUN_KEY_TAG, task_events_section
+from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.hooks.model_registry import (
     APPROVAL_DESCRIPTION_MAX,
     DECIDED_STATUSES,
@@ -51,6 +51,7 @@ from sim2real.orchestration.hooks.model_registry import (
 )
 from sim2real.orchestration.links.sagemaker import SageMakerModelPackageLink
 from sim2real.orchestration.review import package_lines
+from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.model_package import ModelPackageDecisionTrigger
 from sim2real.orchestration.waits.core import event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import model_package_step
@@ -273,25 +274,13 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
 
     def _defer(self, context: Context, arn: str, refused: Sequence[Mapping[str, Any]] = ()) -> None:
         timeout_s = self.response_timeout.total_seconds()
-        self.defer(
-            trigger=ModelPackageDecisionTrigger(
-                ti_id=str(context["task_instance"].id),
-                model_package_group_name=self.model_package_group_name,
-                run_key=self.run_key,
-                pipeline_execution_arn=self.pipeline_execution_arn,
-                model_package_arn=arn,
-                waiter_delay=int(self.poke_interval),
-                waiter_max_attempts=max(1, int(timeout_s // max(1, self.poke_interval))),
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.region_name,
-                verify=self.verify,
-                botocore_config=self.botocore_config,
-                events=task_events_section(self.log),
-                refused=[refusal_note(r) for r in refused],
-            ),
-            method_name="execute_complete",
-            timeout=dt.timedelta(seconds=timeout_s + self.poke_interval + 120),
-        )
+        defer_wait(self, ModelPackageDecisionTrigger, method_name="execute_complete",
+                   timeout=dt.timedelta(seconds=timeout_s + self.poke_interval + 120),
+                   waiter_delay=int(self.poke_interval),
+                   waiter_max_attempts=max(1, int(timeout_s // max(1, self.poke_interval))),
+                   ti_id=str(context["task_instance"].id), model_package_group_name=self.model_package_group_name,
+                   run_key=self.run_key, pipeline_execution_arn=self.pipeline_execution_arn, model_package_arn=arn,
+                   refused=[refusal_note(r) for r in refused])
 
     def _reopen(self, context: Context, arn: str, refused: Sequence[Mapping[str, Any]]) -> None:
         """Open the Airflow request again after refusing its answer (the Task Execution API's upsert clears the

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
@@ -19,7 +18,6 @@ from airflow.providers.amazon.aws.operators.sagemaker import SageMakerStartPipel
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.sagemaker_pipeline import (
     PIPELINE_SUCCESS_STATES,
     SageMakerPipelineHook,
@@ -27,6 +25,7 @@ from sim2real.orchestration.hooks.sagemaker_pipeline import (
 )
 from sim2real.orchestration.links.sagemaker import SageMakerPipelineExecutionLink
 from sim2real.orchestration.stop_rule import operator_should_stop, starts_afresh
+from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.sagemaker import PipelineExecutionTrigger
 from sim2real.orchestration.waits.core import WaitState, event_outcome, settle_now
 from sim2real.orchestration.waits.sagemaker import pipeline_execution_step
@@ -177,21 +176,8 @@ class PipelineExecutionOperator(SageMakerStartPipelineOperator):
             self.log.info("Pipeline execution %s is already %s: not deferring", arn,
                           response.get("PipelineExecutionStatus"))
             return self._settle(arn, response)
-        self.defer(
-            trigger=PipelineExecutionTrigger(
-                pipeline_execution_arn=arn,
-                waiter_delay=self.check_interval,
-                waiter_max_attempts=self.waiter_max_attempts,
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.region_name,
-                verify=self.verify,
-                botocore_config=self.botocore_config,
-                events=task_events_section(self.log),
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=self.check_interval * self.waiter_max_attempts + 120),
-        )
-        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
+        defer_wait(self, PipelineExecutionTrigger, method_name="execute_complete", waiter_delay=self.check_interval,
+                   waiter_max_attempts=self.waiter_max_attempts, pipeline_execution_arn=arn)
 
     def _supersede(self, execution: dict[str, Any], context: Context) -> None:
         """A fresh start (a cleared task's new try) does not reattach: the earlier try's execution is stopped when

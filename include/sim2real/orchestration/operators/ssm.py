@@ -10,7 +10,6 @@ StartInstances, StopInstances).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
@@ -18,7 +17,6 @@ from airflow.providers.amazon.aws.operators.ssm import SsmRunCommandOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.hooks.workstation import (
     SSM_INLINE_OUTPUT_LIMIT,
     SSM_SUCCESS_STATES,
@@ -27,6 +25,7 @@ from sim2real.orchestration.hooks.workstation import (
 )
 from sim2real.orchestration.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
 from sim2real.orchestration.stop_rule import operator_should_stop
+from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger, WorkstationInstanceTrigger
 from sim2real.orchestration.waits.core import Step, event_outcome, settle_now
 from sim2real.orchestration.waits.ssm import invocations_response, ssm_command_step
@@ -204,16 +203,9 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
         self.log.info("Workstation %s: waiting in the triggerer until it is %s (polls %s s apart, at most %s s)",
                       instance_id, "running with its SSM agent Online" if until == "running" else until, delay,
                       self.instance_ready_timeout_seconds)
-        self.defer(
-            trigger=WorkstationInstanceTrigger(
-                instance_id=instance_id, until=until, waiter_delay=delay, waiter_max_attempts=attempts,
-                aws_conn_id=self.aws_conn_id, region_name=self.region_name, verify=self.verify,
-                botocore_config=self.botocore_config, events=task_events_section(self.log),
-            ),
-            method_name="resume_for_instance",
-            kwargs={"started_instance": started},
-            timeout=timedelta(seconds=delay * attempts + 120),
-        )
+        defer_wait(self, WorkstationInstanceTrigger, method_name="resume_for_instance",
+                   kwargs={"started_instance": started}, waiter_delay=delay, waiter_max_attempts=attempts,
+                   instance_id=instance_id, until=until)
 
     def resume_for_instance(self, context: Context, event: dict[str, Any] | None = None,
                             started_instance: bool = False) -> dict[str, Any]:
@@ -272,23 +264,9 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
                 raise AirflowException(f"SSM command {command_id} could not be followed: {over.reason}; it was "
                                        f"cancelled on {', '.join(targets)}." + self._cancel(command_id, targets))
             return self._result(command_id, instance_id, started)
-        self.defer(
-            trigger=WorkstationCommandTrigger(
-                command_id=command_id,
-                instance_ids=targets,
-                waiter_delay=self.waiter_delay,
-                waiter_max_attempts=self.waiter_max_attempts,
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.region_name,
-                verify=self.verify,
-                botocore_config=self.botocore_config,
-                events=task_events_section(self.log),
-            ),
-            method_name="execute_complete",
-            kwargs={"started_instance": started},
-            timeout=timedelta(seconds=self.waiter_delay * self.waiter_max_attempts + 120),
-        )
-        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred
+        defer_wait(self, WorkstationCommandTrigger, method_name="execute_complete", kwargs={"started_instance": started},
+                   waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
+                   command_id=command_id, instance_ids=targets)
 
     def _over(self, command_id: str, instance_ids: list[str]) -> Step | None:
         """The wait's terminal step when the command already ended on every instance (or failed on one),
@@ -486,17 +464,9 @@ class WorkstationStopOperator(AwsBaseOperator[WorkstationHook]):
         self.log.info("Stopping workstation %s (started by this run)", instance_id)
         result = {"instance_id": instance_id, "stopped": True, "reason": "started by this run"}
         if self.wait_for_stopped:
-            self.defer(
-                trigger=WorkstationInstanceTrigger(
-                    instance_id=instance_id, until="stopped", waiter_delay=self.waiter_delay,
-                    waiter_max_attempts=self.waiter_max_attempts, aws_conn_id=self.aws_conn_id,
-                    region_name=self.region_name, verify=self.verify, botocore_config=self.botocore_config,
-                    events=task_events_section(self.log),
-                ),
-                method_name="execute_complete",
-                kwargs={"result": result},
-                timeout=timedelta(seconds=max(1, self.waiter_delay) * self.waiter_max_attempts + 120),
-            )
+            defer_wait(self, WorkstationInstanceTrigger, method_name="execute_complete", kwargs={"result": result},
+                       waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
+                       instance_id=instance_id, until="stopped")
         return result
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None,

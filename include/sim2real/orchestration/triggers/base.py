@@ -10,19 +10,25 @@ every deferred wait would fail there. This class implements ``hook()`` the way b
 from __future__ import annotations
 
 import asyncio
+import copy
+import datetime as dt
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar, NoReturn
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsGenericHook
 from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
 from airflow.triggers.base import TriggerEvent
 
+from sim2real.orchestration.config import task_events_section
 from sim2real.orchestration.events.consumer import EventDrivenResponses, WaitEvent, subscribe
 from sim2real.orchestration.events.envelope import ResourceKey
 from sim2real.orchestration.events.settings import EventSettings
 from sim2real.orchestration.stop_rule import trigger_should_stop
 from sim2real.orchestration.waits.core import Action, Step, WaitState, drive
+
+#: The default of a wait field that has none: the trigger's constructor requires it (:attr:`StepWaitTrigger.fields`).
+REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
 
 #: Seconds a stop on kill may take (below the triggerer's ``[triggerer] on_kill_timeout``, default 30).
 STOP_ON_KILL_TIMEOUT_S = 25.0
@@ -93,27 +99,38 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
     """
 
     step_function: Callable[[Mapping[str, Any], WaitState], Step]
+    #: The wait's own fields, declared once: name -> default (:data:`REQUIRED`: none; a mutable default is copied).
+    #: The constructor takes them as keywords, sets each as an attribute and serializes them (the triggerer
+    #: rebuilds the trigger from them); the step function reads them as ``WaitState.params``.
+    fields: ClassVar[Mapping[str, Any]] = {}
+    #: Defaults of ``waiter_delay`` (seconds between polls) and ``waiter_max_attempts`` (polls before ``timeout``).
+    default_waiter_delay: ClassVar[int] = 30
+    default_waiter_max_attempts: ClassVar[int] = 120
 
     def __init__(
         self,
         *,
-        serialized_fields: dict[str, Any],
-        waiter_delay: int,
-        waiter_max_attempts: int,
+        waiter_delay: int | None = None,
+        waiter_max_attempts: int | None = None,
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
         verify: bool | str | None = None,
         botocore_config: dict | None = None,
         events: Mapping[str, Any] | None = None,
+        **fields: Any,
     ) -> None:
-        """The provider's trigger with what a step wait uses: the subclass's ``serialized_fields``, the poll
+        """The provider's trigger with what a step wait uses: the subclass's :attr:`fields` (as keywords), the poll
         interval (s) and attempt limit, the connection parameters, and ``events`` (the environment config's
         ``events`` section; None: polling). The provider's waiter-loop arguments (``waiter_name``,
         ``failure_message``, ``status_queries``, ``return_value``, ...) are left empty: the step function, not
         the provider's loop, decides each response.
 
+        :raises TypeError: a keyword that is not one of :attr:`fields`, or a required field missing.
         :raises ValueError: when ``events`` is not a valid ``events`` section (names the key).
         """
+        serialized_fields = self._take_fields(fields)
+        waiter_delay = self.default_waiter_delay if waiter_delay is None else waiter_delay
+        waiter_max_attempts = self.default_waiter_max_attempts if waiter_max_attempts is None else waiter_max_attempts
         self.events = dict(events) if events else None
         #: after an event-driven run: how many responses came from describes and from events (diagnostics, bench)
         self.responses_seen: dict[str, int] = {}
@@ -129,6 +146,20 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
             waiter_max_attempts=waiter_max_attempts, aws_conn_id=aws_conn_id, region_name=region_name,
             verify=verify, botocore_config=botocore_config,
         )
+
+    def _take_fields(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The declared fields' values (defaults filled in), each also set as an attribute."""
+        name = type(self).__name__
+        unknown = sorted(set(given) - set(self.fields))
+        if unknown:
+            raise TypeError(f"{name}() got unexpected keyword argument(s) {unknown}; its fields: {sorted(self.fields)}")
+        missing = sorted(k for k, default in self.fields.items() if default is REQUIRED and k not in given)
+        if missing:
+            raise TypeError(f"{name}() missing required keyword argument(s) {missing}")
+        values = {k: given[k] if k in given else copy.copy(default) for k, default in self.fields.items()}
+        for key, value in values.items():
+            setattr(self, key, value)
+        return values
 
     def step_params(self) -> dict[str, Any]:
         """The fixed parameters the step function reads (ids, limits)."""
@@ -302,3 +333,26 @@ class StepWaitTrigger(AwsHookWaiterTrigger):
             self._event_source = None
             self.responses_seen = {"describe": source.describes, "event": source.events}
             self.log.info("Wait on %s: %d describe call(s), %d event(s)", resource, source.describes, source.events)
+
+
+def defer_wait(task: Any, trigger_class: type[StepWaitTrigger], *, method_name: str, waiter_delay: int,
+               waiter_max_attempts: int, kwargs: Mapping[str, Any] | None = None,
+               timeout: dt.timedelta | None = None, margin_seconds: int = 120, **fields: Any) -> NoReturn:
+    """Defer ``task`` (an operator or sensor on the Amazon provider's ``AwsBaseOperator`` / ``AwsBaseSensor``) to
+    ``trigger_class`` built with the wait's ``fields``, the task's connection parameters (``aws_conn_id``,
+    ``region_name``, ``verify``, ``botocore_config``) and the environment config's ``events`` section.
+
+    :param method_name: the task's method that resumes with the event.
+    :param waiter_delay: seconds between polls; ``waiter_max_attempts``: polls before the trigger's ``timeout`` event.
+    :param kwargs: what the resume method gets besides the event.
+    :param timeout: the deferral's timeout; default: the wait's own time (``waiter_delay`` × ``waiter_max_attempts``)
+        plus ``margin_seconds``, so that the trigger's ``timeout`` event, which names the resource, comes first.
+    :raises TaskDeferred: always (Airflow's ``BaseOperator.defer``).
+    """
+    trigger = trigger_class(waiter_delay=waiter_delay, waiter_max_attempts=waiter_max_attempts,
+                            aws_conn_id=task.aws_conn_id, region_name=task.region_name, verify=task.verify,
+                            botocore_config=task.botocore_config, events=task_events_section(task.log), **fields)
+    if timeout is None:
+        timeout = dt.timedelta(seconds=max(1, int(waiter_delay)) * int(waiter_max_attempts) + margin_seconds)
+    task.defer(trigger=trigger, method_name=method_name, kwargs=dict(kwargs) if kwargs else None, timeout=timeout)
+    raise AssertionError("defer() returned")  # pragma: no cover - defer always raises TaskDeferred

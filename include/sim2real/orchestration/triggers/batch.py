@@ -16,7 +16,7 @@ from sim2real.orchestration.hooks.batch import (
     format_compute_environments,
     runnable_elapsed,
 )
-from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.batch import batch_job_step
 from sim2real.orchestration.waits.core import Action, WaitState
 
@@ -62,51 +62,12 @@ class BatchTrainingJobTrigger(StepWaitTrigger):
 
     aws_hook_class = BatchTrainingHook
 
-    def __init__(
-        self,
-        job_id: str,
-        runnable_timeout_seconds: float | None = 3600,
-        log_group: str = DEFAULT_LOG_GROUP,
-        progress: bool = True,
-        terminate_on_kill: bool = True,
-        waiter_delay: int = 30,
-        waiter_max_attempts: int = 4200,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict | None = None,
-        events: dict[str, Any] | None = None,
-        cost_limit_usd: float | None = None,
-        usd_per_node_hour: float | None = None,
-        num_nodes: int = 1,
-    ) -> None:
-        super().__init__(
-            serialized_fields={
-                "job_id": job_id,
-                "runnable_timeout_seconds": runnable_timeout_seconds,
-                "log_group": log_group,
-                "progress": progress,
-                "terminate_on_kill": terminate_on_kill,
-                "cost_limit_usd": cost_limit_usd,
-                "usd_per_node_hour": usd_per_node_hour,
-                "num_nodes": num_nodes,
-            },
-            waiter_delay=waiter_delay,
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-            events=events,
-        )
-        self.job_id = job_id
-        self.runnable_timeout_seconds = runnable_timeout_seconds
-        self.log_group = log_group
-        self.progress = progress
-        self.terminate_on_kill = terminate_on_kill
-        self.cost_limit_usd = cost_limit_usd
-        self.usd_per_node_hour = usd_per_node_hour
-        self.num_nodes = num_nodes
+    fields = {"job_id": REQUIRED, "runnable_timeout_seconds": 3600, "log_group": DEFAULT_LOG_GROUP, "progress": True,
+              "terminate_on_kill": True, "cost_limit_usd": None, "usd_per_node_hour": None, "num_nodes": 1}
+    default_waiter_delay, default_waiter_max_attempts = 30, 4200
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._progress_stream: str | None = None
 
     step_function = staticmethod(batch_job_step)

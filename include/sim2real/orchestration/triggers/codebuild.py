@@ -6,7 +6,7 @@ from typing import Any
 
 from sim2real.orchestration.events import envelope
 from sim2real.orchestration.hooks.codebuild import CodeBuildHook
-from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.codebuild import codebuild_build_step
 from sim2real.orchestration.waits.core import WaitState
 
@@ -35,30 +35,8 @@ class CodeBuildBuildCompleteTrigger(StepWaitTrigger):
 
     aws_hook_class = CodeBuildHook
 
-    def __init__(
-        self,
-        build_id: str,
-        waiter_delay: int = 30,
-        waiter_max_attempts: int = 240,
-        stop_on_kill: bool = True,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict | None = None,
-        events: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            serialized_fields={"build_id": build_id, "stop_on_kill": stop_on_kill},
-            waiter_delay=waiter_delay,
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-            events=events,
-        )
-        self.build_id = build_id
-        self.stop_on_kill = stop_on_kill
+    fields = {"build_id": REQUIRED, "stop_on_kill": True}
+    default_waiter_delay, default_waiter_max_attempts = 30, 240
 
     step_function = staticmethod(codebuild_build_step)
 

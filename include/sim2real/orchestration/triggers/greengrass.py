@@ -7,7 +7,7 @@ from typing import Any
 from sim2real.orchestration.events import envelope
 from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
-from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
 from sim2real.orchestration.waits.greengrass import greengrass_deployment_step
 
@@ -32,37 +32,8 @@ class GreengrassDeploymentTrigger(StepWaitTrigger):
 
     aws_hook_class = GreengrassV2Hook
 
-    def __init__(
-        self,
-        *,
-        deployment_id: str,
-        thing_group_arn: str,
-        waiter_delay: int = 30,
-        waiter_max_attempts: int = 120,
-        cancel_on_kill: bool = True,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict | None = None,
-        events: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            serialized_fields={
-                "deployment_id": deployment_id,
-                "thing_group_arn": thing_group_arn,
-                "cancel_on_kill": cancel_on_kill,
-            },
-            waiter_delay=waiter_delay,
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-            events=events,
-        )
-        self.deployment_id = deployment_id
-        self.thing_group_arn = thing_group_arn
-        self.cancel_on_kill = cancel_on_kill
+    fields = {"deployment_id": REQUIRED, "thing_group_arn": REQUIRED, "cancel_on_kill": True}
+    default_waiter_delay, default_waiter_max_attempts = 30, 120
 
     async def _things(self, client) -> list[str]:
         names: list[str] = []

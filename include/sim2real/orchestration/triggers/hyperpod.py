@@ -12,7 +12,7 @@ from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.hyperpod import HyperPodHook, group_nodes, list_nodes_request
 from sim2real.orchestration.hooks.workstation import SSM_FAILURE_STATES, SSM_SUCCESS_STATES, WorkstationHook
 from sim2real.orchestration.slurm import cancel_commands, status_commands
-from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.core import Action, WaitState
 from sim2real.orchestration.waits.hyperpod import (
     DEFAULT_MAX_FAILED_QUERIES,
@@ -38,37 +38,8 @@ class HyperPodScaleTrigger(StepWaitTrigger):
 
     aws_hook_class = HyperPodHook
 
-    def __init__(
-        self,
-        *,
-        cluster_name: str,
-        instance_group_name: str,
-        target_count: int | None,
-        waiter_delay: int = 60,
-        waiter_max_attempts: int = 120,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict | None = None,
-        events: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            serialized_fields={
-                "cluster_name": cluster_name,
-                "instance_group_name": instance_group_name,
-                "target_count": target_count,
-            },
-            waiter_delay=waiter_delay,
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-            events=events,
-        )
-        self.cluster_name = cluster_name
-        self.instance_group_name = instance_group_name
-        self.target_count = target_count
+    fields = {"cluster_name": REQUIRED, "instance_group_name": REQUIRED, "target_count": REQUIRED}
+    default_waiter_delay, default_waiter_max_attempts = 60, 120
 
     async def _nodes(self, client) -> list[dict[str, Any]]:
         """The group's nodes: ListClusterNodes through the client's paginator (as the hook's
@@ -138,53 +109,10 @@ class HyperPodSlurmJobTrigger(StepWaitTrigger):
 
     aws_hook_class = WorkstationHook
 
-    def __init__(
-        self,
-        *,
-        cluster_name: str,
-        instance_id: str,
-        job_id: str,
-        waiter_delay: int = 30,
-        waiter_max_attempts: int = 1440,
-        max_failed_queries: int = DEFAULT_MAX_FAILED_QUERIES,
-        reattached: bool = False,
-        job_name: str = "",
-        num_nodes: int | None = None,
-        cost_limit_usd: float | None = None,
-        usd_per_node_hour: float | None = None,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict | None = None,
-    ) -> None:
-        super().__init__(
-            serialized_fields={
-                "cluster_name": cluster_name,
-                "instance_id": instance_id,
-                "job_id": job_id,
-                "max_failed_queries": max_failed_queries,
-                "reattached": reattached,
-                "job_name": job_name,
-                "num_nodes": num_nodes,
-                "cost_limit_usd": cost_limit_usd,
-                "usd_per_node_hour": usd_per_node_hour,
-            },
-            waiter_delay=waiter_delay,
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-        )
-        self.cluster_name = cluster_name
-        self.instance_id = instance_id
-        self.job_id = job_id
-        self.max_failed_queries = max_failed_queries
-        self.reattached = reattached
-        self.job_name = job_name
-        self.num_nodes = num_nodes
-        self.cost_limit_usd = cost_limit_usd
-        self.usd_per_node_hour = usd_per_node_hour
+    fields = {"cluster_name": REQUIRED, "instance_id": REQUIRED, "job_id": REQUIRED,
+              "max_failed_queries": DEFAULT_MAX_FAILED_QUERIES, "reattached": False, "job_name": "", "num_nodes": None,
+              "cost_limit_usd": None, "usd_per_node_hour": None}
+    default_waiter_delay, default_waiter_max_attempts = 30, 1440
 
     async def _run_script(self, client, commands: list[str]) -> dict[str, Any]:
         """Send ``commands`` and wait for the invocation (1 s polls, up to 5 min)."""

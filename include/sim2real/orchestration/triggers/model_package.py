@@ -24,7 +24,7 @@ from airflow.triggers.base import TriggerEvent
 from sim2real.orchestration.events import envelope
 from sim2real.orchestration.events.consumer import WaitEvent, next_reconcile_at
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, package_matches
-from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
 from sim2real.orchestration.waits.sagemaker import AIRFLOW_RESPONSE_KEY, model_package_decision_step, model_package_step
 
@@ -51,40 +51,9 @@ class ModelPackageApprovalTrigger(StepWaitTrigger):
 
     aws_hook_class = ModelRegistryHook
 
-    def __init__(
-        self,
-        *,
-        model_package_group_name: str,
-        run_key: str,
-        pipeline_execution_arn: str | None = None,
-        model_package_arn: str | None = None,
-        waiter_delay: int = 60,
-        waiter_max_attempts: int = 1440,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict | None = None,
-        events: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            serialized_fields={
-                "model_package_group_name": model_package_group_name,
-                "run_key": run_key,
-                "pipeline_execution_arn": pipeline_execution_arn,
-                "model_package_arn": model_package_arn,
-            },
-            waiter_delay=waiter_delay,
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-            events=events,
-        )
-        self.model_package_group_name = model_package_group_name
-        self.run_key = run_key
-        self.pipeline_execution_arn = pipeline_execution_arn
-        self.model_package_arn = model_package_arn
+    fields = {"model_package_group_name": REQUIRED, "run_key": REQUIRED, "pipeline_execution_arn": None,
+              "model_package_arn": None}
+    default_waiter_delay, default_waiter_max_attempts = 60, 1440
 
     async def _locate(self, client) -> dict[str, Any] | None:
         kwargs: dict[str, Any] = {
@@ -163,14 +132,14 @@ class ModelPackageDecisionTrigger(ModelPackageApprovalTrigger):
     :class:`ModelPackageApprovalTrigger`'s events with ``via: "sagemaker"`` (``timeout`` without ``via``).
     """
 
-    def __init__(self, *, ti_id: str, model_package_arn: str, refused: list[str] | None = None,
-                 settle_seconds: float = SETTLE_SECONDS, **kwargs: Any) -> None:
-        super().__init__(model_package_arn=model_package_arn, **kwargs)
-        self.ti_id = str(ti_id)
-        self.refused = list(refused or [])
-        self.settle_seconds = float(settle_seconds)
-        self.serialized_fields.update({"ti_id": self.ti_id, "refused": self.refused,
-                                       "settle_seconds": self.settle_seconds})
+    fields = {**ModelPackageApprovalTrigger.fields, "model_package_arn": REQUIRED, "ti_id": REQUIRED, "refused": [],
+              "settle_seconds": SETTLE_SECONDS}
+
+    def __init__(self, **kwargs: Any) -> None:
+        for key, cast in (("ti_id", str), ("settle_seconds", float), ("refused", lambda v: list(v or []))):
+            if key in kwargs:
+                kwargs[key] = cast(kwargs[key])
+        super().__init__(**kwargs)
         self._unreadable_logged = False
         #: the last DescribeModelPackage response and when it was read (``time.time()``), for rounds on events
         self._package: dict[str, Any] | None = None

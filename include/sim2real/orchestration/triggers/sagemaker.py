@@ -14,7 +14,7 @@ from sim2real.orchestration.events import envelope
 from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.sagemaker_pipeline import SAGEMAKER_EXT_WAITERS, SageMakerPipelineHook
 from sim2real.orchestration.hooks.waiter_rounds import classify_response
-from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
 from sim2real.orchestration.waits.sagemaker import STEPS_KEY, pipeline_execution_step
 
@@ -34,31 +34,8 @@ class PipelineExecutionTrigger(StepWaitTrigger):
 
     aws_hook_class = SageMakerPipelineHook
 
-    def __init__(
-        self,
-        *,
-        pipeline_execution_arn: str,
-        waiter_delay: int = 30,
-        waiter_max_attempts: int = 2880,
-        stop_on_kill: bool = True,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict | None = None,
-        events: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            serialized_fields={"pipeline_execution_arn": pipeline_execution_arn, "stop_on_kill": stop_on_kill},
-            waiter_delay=waiter_delay,
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-            events=events,
-        )
-        self.pipeline_execution_arn = pipeline_execution_arn
-        self.stop_on_kill = stop_on_kill
+    fields = {"pipeline_execution_arn": REQUIRED, "stop_on_kill": True}
+    default_waiter_delay, default_waiter_max_attempts = 30, 2880
 
     step_function = staticmethod(pipeline_execution_step)
 

@@ -15,7 +15,7 @@ from sim2real.orchestration.events import envelope
 from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.waiter_rounds import classify_service_response
 from sim2real.orchestration.hooks.workstation import WorkstationHook
-from sim2real.orchestration.triggers.base import StepWaitTrigger
+from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
 from sim2real.orchestration.waits.ssm import PING_STATUS_KEY, instance_step, invocations_response, ssm_command_step
 
@@ -41,37 +41,8 @@ class WorkstationCommandTrigger(StepWaitTrigger):
 
     aws_hook_class = WorkstationHook
 
-    def __init__(
-        self,
-        *,
-        command_id: str,
-        instance_ids: list[str],
-        waiter_delay: int = 15,
-        waiter_max_attempts: int = 300,
-        cancel_on_kill: bool = True,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict | None = None,
-        events: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            serialized_fields={
-                "command_id": command_id,
-                "instance_ids": list(instance_ids),
-                "cancel_on_kill": cancel_on_kill,
-            },
-            waiter_delay=waiter_delay,
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-            events=events,
-        )
-        self.command_id = command_id
-        self.instance_ids = list(instance_ids)
-        self.cancel_on_kill = cancel_on_kill
+    fields = {"command_id": REQUIRED, "instance_ids": REQUIRED, "cancel_on_kill": True}
+    default_waiter_delay, default_waiter_max_attempts = 15, 300
 
     step_function = staticmethod(ssm_command_step)
 
@@ -132,31 +103,8 @@ class WorkstationInstanceTrigger(StepWaitTrigger):
 
     aws_hook_class = WorkstationHook
 
-    def __init__(
-        self,
-        *,
-        instance_id: str,
-        until: str,
-        waiter_delay: int = 15,
-        waiter_max_attempts: int = 40,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict | None = None,
-        events: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            serialized_fields={"instance_id": instance_id, "until": until},
-            waiter_delay=waiter_delay,
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-            events=events,
-        )
-        self.instance_id = instance_id
-        self.until = until
+    fields = {"instance_id": REQUIRED, "until": REQUIRED}
+    default_waiter_delay, default_waiter_max_attempts = 15, 40
 
     step_function = staticmethod(instance_step)
 
