@@ -11,6 +11,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from sim2real.contract import evaluator
+
 from .policies import as_bucket, grant_prefixes
 from .settings import Settings
 
@@ -24,31 +26,36 @@ WORKSTATION_AMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidi
 def evaluate_document(name: str) -> dict:
     """The ``Command`` document (schema 2.2) that runs ``sim2real-evaluate`` with typed parameters.
 
-    Same command line as :data:`sim2real.orchestration.config.DEFAULT_EVAL_COMMAND`; parameters are validated by SSM
-    (``allowedPattern``) so no shell text can be injected through them.
+    Generated from the evaluator contract (:mod:`sim2real.contract.evaluator`): one parameter per argument (the
+    contract's defaults; required ones without a default), the contract version fixed in the command line.
+    Parameters are validated by SSM (``allowedPattern``), so no shell text can be injected through them.
     """
-    uri = {"type": "String", "allowedPattern": r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9!_.*'()/=-]+$"}
+    parameters: dict[str, dict] = {}
+    for arg in evaluator.ARGUMENTS:
+        spec = {"type": "String", "allowedPattern": arg.pattern, "description": arg.help}
+        if arg.default is not None:
+            spec["default"] = str(arg.default)
+        elif not arg.required:  # may stay empty: then left out of the command
+            spec.update({"default": "", "allowedPattern": f"^$|{arg.pattern}"})
+        parameters[arg.document_parameter] = spec
+    line = " ".join(
+        [evaluator.EXECUTABLE, evaluator.VERSION_FLAG, str(evaluator.CONTRACT_VERSION)]
+        + [f"{a.flag} '{{{{ {a.document_parameter} }}}}'" for a in evaluator.ARGUMENTS if a.required or a.default is not None])
+    optional = [a for a in evaluator.ARGUMENTS if not a.required and a.default is None]
+    run_command = ["set -eu", "set --"]
+    for a in optional:  # an empty optional parameter is not passed (the evaluator then uses its own default)
+        run_command.append(f"if [ -n '{{{{ {a.document_parameter} }}}}' ]; then "
+                           f"set -- \"$@\" {a.flag} '{{{{ {a.document_parameter} }}}}'; fi")
+    run_command.append(f'{line} "$@"')
     return {
         "schemaVersion": "2.2",
-        "description": f"{name}: closed-loop evaluation of a checkpoint; writes eval/report.json",
-        "parameters": {
-            "manifestUri": {**uri, "description": "s3:// URI of the run's checkpoint manifest.json"},
-            "checkpointUri": {**uri, "description": "s3:// URI of the checkpoint to evaluate"},
-            "reportUri": {**uri, "description": "s3:// URI the report is written to"},
-            "episodes": {"type": "String", "default": "50", "allowedPattern": r"^[1-9][0-9]{0,4}$"},
-            "seed": {"type": "String", "default": "0", "allowedPattern": r"^[0-9]{1,10}$"},
-        },
+        "description": f"{name}: closed-loop evaluation of a checkpoint (evaluator contract version "
+                       f"{evaluator.CONTRACT_VERSION}); writes eval/report.json",
+        "parameters": parameters,
         "mainSteps": [{
             "action": "aws:runShellScript",
             "name": "evaluate",
-            "inputs": {
-                "timeoutSeconds": "7200",
-                "runCommand": [
-                    "set -eu",
-                    "sim2real-evaluate --manifest-uri '{{ manifestUri }}' --checkpoint-uri '{{ checkpointUri }}' "
-                    "--episodes '{{ episodes }}' --seed '{{ seed }}' --report-uri '{{ reportUri }}'",
-                ],
-            },
+            "inputs": {"timeoutSeconds": "7200", "runCommand": run_command},
         }],
     }
 

@@ -6,6 +6,7 @@ import json
 
 from aws_cdk.assertions import Match
 
+from sim2real.contract import evaluator
 from sim2real_infra.batch import GPU_AMI_PARAMETER
 
 from .conftest import Synth, render, resources
@@ -148,7 +149,11 @@ def test_evaluation_document_and_workstation_off_by_default(synth: Synth, synth_
     t = synth.template(synth.stacks.evaluation)
     doc = next(iter(t.find_resources("AWS::SSM::Document").values()))["Properties"]
     assert doc["Name"] == "sim2real-evaluate" and doc["DocumentType"] == "Command"
-    assert "sim2real-evaluate --manifest-uri" in doc["Content"]["mainSteps"][0]["inputs"]["runCommand"][1]
+    # generated from the evaluator contract: its version in the command, one parameter per argument
+    line = doc["Content"]["mainSteps"][0]["inputs"]["runCommand"][-1]
+    assert line.startswith(f"sim2real-evaluate --contract-version {evaluator.CONTRACT_VERSION} --manifest-uri"), line
+    assert sorted(doc["Content"]["parameters"]) == sorted(a.document_parameter for a in evaluator.ARGUMENTS)
+    assert doc["Content"]["parameters"]["episodes"]["default"] == str(evaluator.DEFAULTS["episodes"])
     t.resource_count_is("AWS::EC2::Instance", 0)
     t.resource_count_is("AWS::IAM::InstanceProfile", 1)
     full = synth_full.template(synth_full.stacks.evaluation)

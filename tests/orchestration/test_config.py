@@ -19,6 +19,20 @@ def test_validate_accepts_a_complete_config():
     assert validate_environment(GOOD) == GOOD
 
 
+def test_an_evaluation_command_template_that_drops_a_contract_field_is_refused():
+    """A template written for an older evaluator interface would silently drop the version (and later arguments)."""
+    from sim2real.contract import evaluator
+
+    config = json.loads(json.dumps(GOOD))
+    config["evaluation"]["command_template"] = ("/opt/eval/run --manifest-uri {manifest_uri} --checkpoint-uri "
+                                                "{checkpoint_uri} --episodes {episodes} --report-uri {report_uri}")
+    with pytest.raises(EnvironmentConfigError) as err:
+        validate_environment(config)
+    assert "evaluation.command_template" in str(err.value) and "{seed}, {contract_version}" in str(err.value)
+    config["evaluation"]["command_template"] = "/opt/eval/" + evaluator.default_template()
+    assert validate_environment(config)["evaluation"]["command_template"].startswith("/opt/eval/")
+
+
 def test_validate_names_every_missing_key():
     bad = json.loads(json.dumps(GOOD))
     del bad["batch"]["job_queue"]

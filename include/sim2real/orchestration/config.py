@@ -98,6 +98,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from sim2real.contract import evaluator as evaluator_contract
 from sim2real.orchestration.events.settings import EventSettings, settings_problems
 
 #: Airflow Variable holding the environment config (JSON).
@@ -117,13 +118,10 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "greengrass": ("thing_group_name", "components"),
 }
 
-#: Command the evaluation workstation runs (``str.format`` fields: checkpoint_uri,
-#: manifest_uri, report_uri, episodes, seed, task). The sandbox and the workstation AMI
-#: both have ``sim2real-evaluate`` on PATH.
-DEFAULT_EVAL_COMMAND = (
-    "sim2real-evaluate --manifest-uri {manifest_uri} --checkpoint-uri {checkpoint_uri} "
-    "--episodes {episodes} --seed {seed} --report-uri {report_uri}"
-)
+#: Command the evaluation workstation runs: a ``str.format`` template over the evaluator contract's fields
+#: (:mod:`sim2real.contract.evaluator`: its arguments and ``contract_version``; ``task`` too, for a custom
+#: command). The sandbox and the workstation AMI both have ``sim2real-evaluate`` on PATH.
+DEFAULT_EVAL_COMMAND = evaluator_contract.default_template()
 
 
 class EnvironmentConfigError(ValueError):
@@ -159,6 +157,9 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
             except ValueError as err:
                 problems.append(f"mlflow.tracking_uri: {err}")
 
+    template = (env.get("evaluation") or {}).get("command_template") if isinstance(env.get("evaluation"), Mapping) else None
+    if template:
+        problems += [f"evaluation.command_template: {p}" for p in evaluator_contract.template_problems(str(template))]
     problems += [f"{p}" for p in settings_problems(env.get("events"))]
     if env.get("schedule_timezone") is not None:
         try:

@@ -1,8 +1,10 @@
 """``sim2real-evaluate``: run N seeded episodes of a trained policy and write ``report.json``.
 
-Flags (the report's shape: ``eval_report`` in :mod:`sim2real.contract.schemas`)::
+Flags (declared once in :mod:`sim2real.contract.evaluator`, versioned; the report's shape: ``eval_report`` in
+:mod:`sim2real.contract.schemas`)::
 
-    sim2real-evaluate --manifest-uri URI [--checkpoint-uri URI] --episodes N --seed S --report-uri URI
+    sim2real-evaluate [--contract-version V] --manifest-uri URI [--checkpoint-uri URI] --episodes N --seed S
+                      --report-uri URI
 
 * ``--manifest-uri``: the trainer's ``manifest.json`` (s3:// or local). Gives the task and the expected sha256.
 * ``--checkpoint-uri``: the checkpoint to evaluate; default: the manifest's ``checkpoint_uri``.
@@ -23,7 +25,8 @@ Flags (the report's shape: ``eval_report`` in :mod:`sim2real.contract.schemas`):
   holds the evaluation for a bounded time only, and the report's ``tracking`` entry says what was not recorded.
 
 Exit codes: 0 the evaluation ran (whatever the score); 2 bad input (missing manifest/checkpoint, unknown
-task); 3 checkpoint sha256 differs from the manifest.
+task); 3 checkpoint sha256 differs from the manifest; 4 the command's ``--contract-version`` is not this
+evaluator's (nothing evaluated; stderr names both versions).
 """
 
 from __future__ import annotations
@@ -34,13 +37,13 @@ import json
 import sys
 from typing import Any
 
+from sim2real.contract import evaluator, storage
 from sim2real.contract.stats import wilson_interval
-from sim2real.contract import storage
 from sim2real.workloads.tasks import get_task
 
 SCHEMA_VERSION = 1
-EXIT_BAD_INPUT = 2
-EXIT_SHA_MISMATCH = 3
+EXIT_BAD_INPUT = evaluator.EXIT_BAD_INPUT
+EXIT_SHA_MISMATCH = evaluator.EXIT_SHA_MISMATCH
 
 
 class ChecksumMismatch(Exception):
@@ -141,14 +144,17 @@ def evaluate(*, manifest_uri: str, checkpoint_uri: str | None, episodes: int, se
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console script ``sim2real-evaluate``. :return: exit code (0 ran, 2 bad input, 3 sha256 mismatch)."""
-    parser = argparse.ArgumentParser(prog="sim2real-evaluate", description="Evaluate a sim2real checkpoint")
-    parser.add_argument("--manifest-uri", required=True)
-    parser.add_argument("--checkpoint-uri", default=None)
-    parser.add_argument("--episodes", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--report-uri", required=True)
+    """Console script ``sim2real-evaluate`` (arguments: :mod:`sim2real.contract.evaluator`).
+
+    :return: exit code (0 ran, 2 bad input, 3 sha256 mismatch, 4 a command of another contract version).
+    """
+    parser = argparse.ArgumentParser(prog=evaluator.EXECUTABLE, description="Evaluate a sim2real checkpoint")
+    evaluator.add_arguments(parser)
     args = parser.parse_args(argv)
+    refused = evaluator.version_problem(getattr(args, evaluator.VERSION_FIELD))
+    if refused:
+        print(f"[sim2real] error: {refused}", file=sys.stderr, flush=True)
+        return evaluator.EXIT_CONTRACT_MISMATCH
     try:
         report = evaluate(manifest_uri=args.manifest_uri, checkpoint_uri=args.checkpoint_uri,
                           episodes=args.episodes, seed=args.seed)

@@ -380,3 +380,23 @@ def test_trigger_serializes_round_trip():
     path, kwargs = t.serialize()
     assert path == "sim2real.orchestration.triggers.ssm.WorkstationCommandTrigger"
     assert WorkstationCommandTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+@pytest.mark.parametrize(("code", "stderr", "needle"), [
+    (2, b"sim2real-evaluate: error: unrecognized arguments: --contract-version 1",
+     "from before contract version 1 (it does not know --contract-version)"),
+    (4, b"[sim2real] error: the DAG speaks evaluator contract version 2, the workstation's sim2real-evaluate "
+        b"version 1: install ...", "evaluator contract mismatch"),
+])
+def test_an_evaluator_of_another_contract_version_is_named_in_the_failure(moto_endpoint, ec2, s3, context, code,
+                                                                          stderr, needle):
+    value = f"ws-contract-{code}"
+    iid = workstation(ec2, value)
+    s3.put_object(Bucket=BUCKET, Key=ssm_output_key(PREFIX, CMD, iid, "stderr"), Body=stderr)
+    op = operator(value)  # its command runs sim2real-evaluate
+    with Stubber(op.hook.conn) as stub:
+        stub_until_send(stub, iid)
+        stub.add_response("get_command_invocation", invocation(iid, "Failed", code), {"CommandId": CMD, "InstanceId": iid})
+        with pytest.raises(AirflowFailException) as err:
+            op.execute(context)
+    assert needle in str(err.value) and "the command exited non-zero" not in str(err.value), str(err.value)

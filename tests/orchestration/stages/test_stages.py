@@ -85,6 +85,7 @@ def test_eval_command_is_shell_quoted():
     cmds = eval_commands(plan, {"checkpoint_uri": "s3://b/x y;rm -rf /.pt", "task": "Reacher-v5"})
     assert "'s3://b/x y;rm -rf /.pt'" in cmds[-1]
     assert "--episodes 20" in cmds[-1] and "--seed 1000" in cmds[-1]
+    assert cmds[-1].split("sim2real-evaluate ", 1)[1].startswith("--contract-version 1 "), cmds[-1]
 
 
 def test_eval_command_runs_with_bash_under_sh():
@@ -108,9 +109,18 @@ def test_eval_command_runs_with_bash_under_sh():
     assert out.returncode != 0 and "not-reached" not in out.stdout
 
 
-def _report(k, n, sha="abc"):
+SHA = "a" * 64
+
+
+def _report(k, n, sha=SHA):
+    """A report as sim2real-evaluate writes it (schema eval_report)."""
     lo, hi = wilson_interval(k, n)
-    return {"checkpoint_sha256": sha, "episodes": n, "successes": k, "success_rate": k / n, "ci95": [lo, hi]}
+    return {"schema_version": 1, "task": "Reacher-v5", "checkpoint_uri": "s3://b/c.pt", "checkpoint_sha256": sha,
+            "episodes": n, "successes": k, "success_rate": k / n, "ci95": [lo, hi], "ci_method": "wilson",
+            "mean_return": -5.0, "episode_lengths": [50] * n, "returns": [-5.0] * n,
+            "successes_per_episode": [i < k for i in range(n)], "seeds": list(range(1000, 1000 + n)),
+            "success_definition": "fingertip within 0.02 m", "policy": "deterministic", "iteration": 3,
+            "manifest_uri": "s3://b/manifest.json", "created_at": "2026-12-03T00:00:00Z"}
 
 
 def test_wilson_interval_known_values():
@@ -124,19 +134,24 @@ def test_wilson_interval_known_values():
 
 
 def test_check_report_rejects_foreign_or_inconsistent_reports():
-    check_report(_report(7, 20), expected_sha256="abc", expected_episodes=20)
+    check_report(_report(7, 20), expected_sha256=SHA, expected_episodes=20)
     with pytest.raises(ValueError, match="sha256"):
-        check_report(_report(7, 20, sha="other"), expected_sha256="abc", expected_episodes=20)
+        check_report(_report(7, 20, sha="b" * 64), expected_sha256=SHA, expected_episodes=20)
     with pytest.raises(ValueError, match="episodes"):
-        check_report(_report(7, 10), expected_sha256="abc", expected_episodes=20)
+        check_report(_report(7, 10), expected_sha256=SHA, expected_episodes=20)
     bad = _report(7, 20)
     bad["success_rate"] = 0.9
     with pytest.raises(ValueError, match="success_rate"):
-        check_report(bad, expected_sha256="abc", expected_episodes=20)
+        check_report(bad, expected_sha256=SHA, expected_episodes=20)
     bad = _report(7, 20)
     bad["ci95"] = [0.0, 1.0]
     with pytest.raises(ValueError, match="Wilson"):
-        check_report(bad, expected_sha256="abc", expected_episodes=20)
+        check_report(bad, expected_sha256=SHA, expected_episodes=20)
+    # another evaluator's shape: refused where it is read, naming the field
+    other = {**_report(7, 20), "success": 0.35}
+    del other["successes_per_episode"]
+    with pytest.raises(ValueError, match="eval_report schema: .*successes_per_episode.*"):
+        check_report(other, expected_sha256=SHA, expected_episodes=20)
 
 
 def test_quality_gate_point_estimate_and_lower_bound():

@@ -17,6 +17,7 @@ from airflow.providers.amazon.aws.operators.ssm import SsmRunCommandOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
+from sim2real.contract import evaluator
 from sim2real.orchestration.hooks.workstation import (
     SSM_INLINE_OUTPUT_LIMIT,
     SSM_SUCCESS_STATES,
@@ -309,6 +310,8 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
             "Cancelled": "it was cancelled (console, CLI or a killed task)",
             "Cancelling": "it is being cancelled",
         }.get(status, "the command exited non-zero; see stderr")
+        if status == "Failed" and evaluator.EXECUTABLE in " ".join(map(str, self.commands or [])):
+            hint = evaluator.failure_hint(exit_code, stderr) or hint  # what the evaluator's exit code means
         return (
             f"SSM command {command_id} on workstation {instance_id} ended {status} (exit code {exit_code}): {hint}. "
             f"Output: s3://{self.output_s3_bucket}/{ssm_output_key(self.output_s3_key_prefix, command_id, instance_id, '')}{tail}"

@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow.sdk import Asset
 
+from sim2real.contract import evaluator
 from sim2real.contract import task_ids as ids
 from sim2real.contract.stats import wilson_interval
 from sim2real.orchestration import assets
@@ -63,12 +64,12 @@ def params() -> dict[str, Any]:
     from airflow.sdk import Param
 
     return {
-        "eval_episodes": Param(100, type="integer", title="Episodes",
+        "eval_episodes": Param(evaluator.DEFAULTS["episodes"], type="integer", title="Episodes",
                                description="Episodes of the evaluation (episode i: seed eval_seed + i). Warning: "
                                "below 20 the 95% interval is too wide for the quality gate to mean much; the run "
                                "note then says so. The value is used as given, never changed.",
                                section=SECTION_EVAL, **_range(minimum=1, maximum=10_000)),
-        "eval_seed": Param(1000, type="integer", title="First episode seed",
+        "eval_seed": Param(evaluator.DEFAULTS["seed"], type="integer", title="First episode seed",
                            description="Episode i uses seed eval_seed + i (retraining round k: eval_seed + (k - 1) x "
                            "eval_episodes + i, fresh episodes each round).", section=SECTION_EVAL,
                            **_range(minimum=0, maximum=2**31 - 1)),
@@ -111,6 +112,7 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any], *, manif
     ev = EvaluationPlan.from_plan(plan)
     ckpt = CheckpointPlan.from_plan(plan)
     fields = {
+        evaluator.VERSION_FIELD: evaluator.CONTRACT_VERSION,
         "manifest_uri": manifest_uri or ckpt.manifest_uri,
         "checkpoint_uri": manifest["checkpoint_uri"],
         "report_uri": report_uri or ev.report_uri,
@@ -125,10 +127,16 @@ def eval_commands(plan: Mapping[str, Any], manifest: Mapping[str, Any], *, manif
 
 
 def check_report(report: Mapping[str, Any], *, expected_sha256: str, expected_episodes: int) -> None:
-    """Refuse an evaluation report that does not belong to this checkpoint or is inconsistent.
+    """Refuse an evaluation report that does not match its schema (``eval_report``, :mod:`sim2real.contract.schemas`:
+    an evaluator of another release may write another shape), does not belong to this checkpoint or is inconsistent.
 
     :raises ValueError: naming the field that is wrong.
     """
+    from sim2real.contract import schemas
+
+    problems = schemas.errors("eval_report", report)
+    if problems:
+        raise ValueError("eval report does not match the eval_report schema: " + "; ".join(problems[:5]))
     if report.get("checkpoint_sha256") != expected_sha256:
         raise ValueError(f"eval report is for checkpoint sha256 {report.get('checkpoint_sha256')!r}, "
                          f"expected {expected_sha256!r}")
