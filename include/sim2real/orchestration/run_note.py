@@ -211,7 +211,9 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
         kept = [r for r in rows if not only_notable or r[1] not in ("success", "skipped")]
         if not kept:
             return []
-        body = [f"| {label} | {state} | {'—' if dur is None else f'{dur:.1f}'} |" for label, state, dur in kept]
+        # a skipped stage did no work: no time (Airflow records the fraction of a second its skip took)
+        body = [f"| {label} | {state} | {'—' if dur is None or state == 'skipped' else f'{dur:.1f}'} |"
+                for label, state, dur in kept]
         return ["", "| stage | state | time (s) |", "|---|---|---|", *body]
 
     def assemble(tab: list[str], lnk: list[tuple[str, str]], pic: list[tuple[str, str]], short: bool) -> str:
