@@ -20,31 +20,18 @@ from sim2real.orchestration import slurm
 from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
 from sim2real.orchestration.triggers.hyperpod import HyperPodSlurmJobTrigger
 
-from operator_helpers import first_event, hyperpod_sandbox
+from operator_helpers import first_event, hyperpod_sandbox_fixture
 
 # integration (not in make test-unit): the sandbox's HyperPod head node (operator_helpers.hyperpod_sandbox)
 pytestmark = pytest.mark.integration
 
-LAUNCHER = """#!/bin/bash
-echo "task node=$SLURM_NODEID of $SLURM_NNODES master=$MASTER_ADDR rank=$NODE_RANK marker=$MARKER"
-# held until the test has seen the operator defer (see defer()): a job is never over before the operator looks
-while [ -n "${HOLD_FILE:-}" ] && [ ! -e "$HOLD_FILE" ]; do sleep 0.05; done
-sleep "${SLEEP_SECONDS:-0}"
-exit "${EXIT_CODE:-0}"
-"""
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    with hyperpod_sandbox(tmp_path_factory, LAUNCHER) as sb:
-        yield sb
+sandbox = hyperpod_sandbox_fixture(
+    'echo "task node=$SLURM_NODEID of $SLURM_NNODES master=$MASTER_ADDR rank=$NODE_RANK marker=$MARKER"')
 
 
 @pytest.fixture
-def context():
-    from operator_helpers import FakeTI
-
-    return {"ti": FakeTI(ids.HYPERPOD_TRAIN_POLICY)}
+def ti_task_id():  # the operators' conftest builds ``context`` from it
+    return ids.HYPERPOD_TRAIN_POLICY
 
 
 def make_operator(sb, name: str, nodes: int = 2, **env: str) -> HyperPodSlurmJobOperator:
