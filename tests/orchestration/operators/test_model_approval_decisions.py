@@ -32,6 +32,9 @@ from sim2real.orchestration.operators.model_approval import (
 )
 
 from operator_helpers import FakeTI
+from tests.orchestration.model_registry import decide_in_registry
+from tests.orchestration.model_registry import register_model_package as register
+from tests.orchestration.environments import MINIMAL_ENVIRONMENT, use_environment
 
 REGION = "us-east-1"
 
@@ -75,45 +78,13 @@ def requests(monkeypatch):
 
 
 def environment(monkeypatch, approval=None):
-    env = {
-        "region": REGION, "artifacts_bucket": "b",
-        "image_build": {"codebuild_project": "p", "ecr_repository": "r", "source_version": "main"},
-        "batch": {"job_queue": "q", "job_definition": "d", "compute_environment": "ce", "instance_type": "g6.12xlarge"},
-        "evaluation": {"workstation_tag_key": "k", "workstation_tag_value": "v"},
-        "sagemaker": {"pipeline_name": "p", "pipeline_role_arn": "arn:aws:iam::1:role/r", "model_package_group": "g"},
-        "greengrass": {"thing_group_name": "t", "components": {"c": "1.0.0"}},
-        **({"approval": approval} if approval is not None else {}),
-    }
-    monkeypatch.delenv("SIM2REAL_ENVIRONMENT_FILE", raising=False)
-    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(env))
+    use_environment(monkeypatch, {**MINIMAL_ENVIRONMENT, **({"approval": approval} if approval is not None else {})})
 
 
 def context_for(store, triggered_by="alice"):
     return {"ti": FakeTI("vla.wait_for_approval"), "task_instance": types.SimpleNamespace(id=uuid4()),
             "dag_run": types.SimpleNamespace(dag_id="sim_to_real", run_id="manual__1", triggering_user_name=triggered_by),
             "task_state_store": store}
-
-
-def register(sm, group, run_key):
-    try:
-        sm.create_model_package_group(ModelPackageGroupName=group)
-    except sm.exceptions.ClientError:
-        pass
-    return sm.create_model_package(
-        ModelPackageGroupName=group, ModelApprovalStatus="PendingManualApproval",
-        CustomerMetadataProperties={"sim2real:run-key": run_key},
-        InferenceSpecification={
-            "Containers": [{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/groot@sha256:" + "a" * 64,
-                            "ModelDataUrl": f"s3://bucket/runs/{run_key}/vla/model.tar.gz"}],
-            "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"]},
-    )["ModelPackageArn"]
-
-
-def decide_in_registry(sm, arn, run_key, status, description):
-    """A decision in SageMaker (Studio, the CLI); returns the package's LastModifiedTime."""
-    sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus=status, ApprovalDescription=description,
-                            CustomerMetadataProperties={"sim2real:run-key": run_key})
-    return sm.describe_model_package(ModelPackageName=arn)["LastModifiedTime"]
 
 
 def operator(group, run_key):
