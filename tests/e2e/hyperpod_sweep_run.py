@@ -3,16 +3,16 @@ Slurm job array, one array task per candidate. Writes a JSON summary (tasks, map
 group counts, UpdateCluster requests, the emulated Slurm's job records, the lineage). Run in a fresh process:
 Airflow reads its config at import.
 
-    python tests/e2e/hyperpod_sweep_run.py --home DIR --json-out FILE
+    python -m tests.e2e.hyperpod_sweep_run --home DIR --json-out FILE   (from the repository root)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 from pathlib import Path
+
+from tests.fresh_process import script_args
 
 CONF = {
     "training_backend": "hyperpod", "train_time_budget_seconds": 5, "max_iterations": 200,
@@ -22,12 +22,7 @@ CONF = {
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--home", required=True)
-    ap.add_argument("--json-out", required=True)
-    args = ap.parse_args()
-    os.environ.setdefault("SIM2REAL_POLL_SECONDS", "1")
-    os.environ.setdefault("SIM2REAL_RETRY_DELAY_SECONDS", "1")
+    args = script_args()
 
     from sim2real.contract.run_key import make_run_key
     from sim2real.dev.demo import mapped_states, prepare_airflow_home, run_dag, task_table

@@ -6,27 +6,18 @@ Slurm job → scale down, then checkpoint and evaluation), and one whose Slurm j
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from sim2real.contract import task_ids as ids
 
+from tests.fresh_process import run_script
+
 pytestmark = pytest.mark.e2e
-SCRIPT = Path(__file__).with_name("hyperpod_run.py")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict]:
-    folder = tmp_path_factory.mktemp("hyperpod")
-    out, log = folder / "out.json", folder / "run.log"
-    with log.open("w") as fh:
-        proc = subprocess.run([sys.executable, str(SCRIPT), "--home", str(folder / "airflow"), "--json-out", str(out)],
-                              stdout=fh, stderr=subprocess.STDOUT, timeout=900)
-    assert proc.returncode == 0 and out.exists(), log.read_text()[-8000:]
-    return {run["name"]: run for run in json.loads(out.read_text())["runs"]}
+    summary, _ = run_script("tests.e2e.hyperpod_run", tmp_path_factory.mktemp("hyperpod"), timeout=900)
+    return {run["name"]: run for run in summary["runs"]}
 
 
 def _states(run: dict) -> dict[str, str]:

@@ -9,28 +9,18 @@ lineage and the cost listing every candidate — not the policies' quality.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from sim2real.contract import task_ids as ids
 
+from tests.fresh_process import run_script
+
 pytestmark = pytest.mark.e2e
-SCRIPT = Path(__file__).with_name("hyperpod_sweep_run.py")
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    folder = tmp_path_factory.mktemp("hyperpod-sweep")
-    out, log = folder / "out.json", folder / "run.log"
-    with log.open("w") as fh:
-        proc = subprocess.run([sys.executable, str(SCRIPT), "--home", str(folder / "airflow"), "--json-out", str(out)],
-                              stdout=fh, stderr=subprocess.STDOUT, timeout=900)
-    assert proc.returncode == 0 and out.exists(), log.read_text()[-8000:]
-    summary = json.loads(out.read_text())
-    summary["log"] = log.read_text()[-8000:]
+    summary, log = run_script("tests.e2e.hyperpod_sweep_run", tmp_path_factory.mktemp("hyperpod-sweep"), timeout=900)
+    summary["log"] = log[-8000:]
     return summary
 
 

@@ -20,12 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fresh_process import drive_fresh
 from tests.paths import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -170,15 +169,9 @@ def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> dict:
-    folder = tmp_path_factory.mktemp("release")
-    out, log = folder / "release.json", folder / "release.log"
-    code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); from tests.e2e.test_release_dag import drive; "
-            f"drive({str(folder / 'airflow')!r}, {str(out)!r})")
-    with log.open("w") as fh:
-        proc = subprocess.run([sys.executable, "-c", code], stdout=fh, stderr=subprocess.STDOUT, timeout=600,
-                              cwd=REPO_ROOT)
-    assert proc.returncode == 0 and out.exists(), log.read_text()[-8000:]
-    return {**json.loads(out.read_text()), "log": log.read_text()}
+    summary, log = drive_fresh("tests.e2e.test_release_dag", tmp_path_factory.mktemp("release"), "release",
+                               timeout=600)
+    return {**summary, "log": log}
 
 
 def test_latest_approved_version_is_deployed_and_recorded(release):

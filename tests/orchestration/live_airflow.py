@@ -18,18 +18,17 @@ import sys
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sim2real.dev.sandbox._core import free_port
-from sim2real.dev.ui import SIMPLE_AUTH_MANAGER, _stop_group, _tail
+from sim2real.dev.ui import SIMPLE_AUTH_MANAGER, AirflowApiClient, _stop_group, _tail
 
 from tests.paths import REPO_ROOT
 
 
-class LiveAirflow:
+class LiveAirflow(AirflowApiClient):
     """Airflow components as separate processes over one SQLite database.
 
     :param home: folder for the Airflow home, DAGs and logs.
@@ -48,10 +47,7 @@ class LiveAirflow:
         self.logs = home / "logs"
         self.port = free_port()
         self.procs: dict[str, subprocess.Popen] = {}
-        self._token: str | None = None
-        self.users = dict(users or {})
-        self._passwords = {user: secrets.token_urlsafe(16) for user in self.users}
-        self._tokens: dict[str, str] = {}
+        super().__init__(users)
         self.dags_folder.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         for name, source in dags.items():
@@ -189,40 +185,7 @@ class LiveAirflow:
             raise
         return True
 
-    # -- REST API --------------------------------------------------------------------------
-    def token(self, user: str | None = None) -> str:
-        """A JWT: ``GET /auth/token`` (every user admin), or with ``users`` ``POST /auth/token`` as ``user``
-        (default: the first user)."""
-        if not self.users:
-            if self._token is None:
-                self._token = self.api("GET", "/auth/token", auth=False)["access_token"]
-            return self._token
-        user = user or next(iter(self.users))
-        if user not in self._tokens:
-            self._tokens[user] = self.api("POST", "/auth/token", {"username": user, "password": self._passwords[user]},
-                                          auth=False)["access_token"]
-        return self._tokens[user]
-
-    def api(self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float = 30,
-            user: str | None = None) -> Any:
-        """Call the API server (with ``users``: as ``user``, default the first); raises
-        ``urllib.error.HTTPError`` (body in the message) on 4xx/5xx."""
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        if auth:
-            headers["Authorization"] = f"Bearer {self.token(user)}"
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as err:
-            detail = err.read().decode(errors="replace")[:2000]
-            raise urllib.error.HTTPError(err.url, err.code, f"{err.reason}: {detail}", err.headers, None) from None
-        return json.loads(raw) if raw else None
-
+    # -- REST API (token / api: AirflowApiClient) ----------------------------------------------
     def trigger(self, dag_id: str, conf: dict | None = None, *, user: str | None = None) -> str:
         run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}},
                        user=user)

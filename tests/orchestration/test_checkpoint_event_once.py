@@ -11,12 +11,10 @@ the run; the asset events of the first try stay, as they do after a whole-run cl
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.fresh_process import drive_fresh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]  # integration: dag.test() on an Airflow metadata DB
 
@@ -78,16 +76,9 @@ def drive(home: str, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> list:
-    folder = tmp_path_factory.mktemp("checkpoint-event")
-    out, log = folder / "runs.json", folder / "runs.log"
-    code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); "
-            "from tests.orchestration.test_checkpoint_event_once import drive; "
-            f"drive({str(folder / 'airflow')!r}, {str(out)!r})")
-    with log.open("w") as fh:
-        proc = subprocess.run([sys.executable, "-c", code], stdout=fh, stderr=subprocess.STDOUT, timeout=580,
-                              cwd=REPO_ROOT)
-    assert proc.returncode == 0 and out.exists(), log.read_text()[-8000:]
-    return json.loads(out.read_text())
+    summary, _ = drive_fresh("tests.orchestration.test_checkpoint_event_once", tmp_path_factory.mktemp("checkpoint-event"),
+                             "runs", timeout=580)
+    return summary
 
 
 def test_a_cleared_run_does_not_announce_the_same_checkpoint_again(runs):

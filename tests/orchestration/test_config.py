@@ -5,14 +5,9 @@ import pytest
 
 from sim2real.orchestration.config import EnvironmentConfigError, load_environment, validate_environment
 
-GOOD = {
-    "region": "us-east-1", "artifacts_bucket": "b",
-    "image_build": {"codebuild_project": "p", "ecr_repository": "r", "source_version": "main"},
-    "batch": {"job_queue": "q", "job_definition": "d", "compute_environment": "ce", "instance_type": "g6.12xlarge"},
-    "evaluation": {"workstation_tag_key": "k", "workstation_tag_value": "v"},
-    "sagemaker": {"pipeline_name": "p", "pipeline_role_arn": "arn:aws:iam::1:role/r", "model_package_group": "g"},
-    "greengrass": {"thing_group_name": "t", "components": {"c": "1.0.0"}},
-}
+from tests.orchestration.environments import MINIMAL_ENVIRONMENT
+
+GOOD = MINIMAL_ENVIRONMENT
 
 
 def test_validate_accepts_a_complete_config():

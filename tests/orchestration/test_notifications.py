@@ -15,14 +15,9 @@ from sim2real.contract import task_ids as ids
 from sim2real.orchestration import notifications as n
 from sim2real.contract.run_key import make_run_key
 
-ENV = {
-    "region": "us-east-1", "artifacts_bucket": "sim2real-artifacts-123456789012",
-    "image_build": {"codebuild_project": "p", "ecr_repository": "r", "source_version": "main"},
-    "batch": {"job_queue": "q", "job_definition": "d", "compute_environment": "ce", "instance_type": "g6.12xlarge"},
-    "evaluation": {"workstation_tag_key": "k", "workstation_tag_value": "v"},
-    "sagemaker": {"pipeline_name": "p", "pipeline_role_arn": "arn:aws:iam::1:role/r", "model_package_group": "g"},
-    "greengrass": {"thing_group_name": "t", "components": {"c": "1.0.0"}},
-}
+from tests.orchestration.environments import MINIMAL_ENVIRONMENT
+
+ENV = {**MINIMAL_ENVIRONMENT, "artifacts_bucket": "sim2real-artifacts-123456789012"}
 RUN_ID = "manual__2026-11-29T23:59:50+00:00"
 
 

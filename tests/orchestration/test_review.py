@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import json
 
-import boto3
-import pytest
-from moto import mock_aws
-
 from sim2real.orchestration.stages.rounds import lineage_entry
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.review import approval_body, smoke_line
 from tests.orchestration.test_report_figures import (BUCKET, PREFIX, RunningTask, events_dir, evaluation,  # noqa: F401
                                                      manifest, plan, upload_events)
+from tests.orchestration import test_report_figures
+
+s3 = test_report_figures.s3  # the fixture: a moto S3 with the bucket BUCKET
 
 ARN = "arn:aws:sagemaker:us-east-1:123456789012:model-package/sim2real-groot-models/3"
 PACKAGE = {"ModelPackageArn": ARN, "ModelPackageGroupName": "sim2real-groot-models",
            "ModelApprovalStatus": "PendingManualApproval"}
-
-
-@pytest.fixture()
-def s3():
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
 
 
 def review_plan():

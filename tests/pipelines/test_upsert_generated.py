@@ -8,11 +8,12 @@ import json
 import boto3
 import pytest
 from moto.sagemaker.responses import SageMakerResponse
-from moto.server import ThreadedMotoServer
 
 from airflow.sdk.bases.operator import ExecutorSafeguard
 from sim2real.orchestration.operators.sagemaker_pipeline import PipelineDefinitionUpsertOperator
 from sim2real.orchestration.pipelines.groot import pipeline_definition_json
+
+from tests.moto_server import moto_aws_default
 
 from .golden_env import KWARGS, ROLE_ARN
 
@@ -21,17 +22,8 @@ ExecutorSafeguard.test_mode = True
 
 @pytest.fixture(scope="module")
 def endpoint():
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    url = f"http://{host}:{port}"
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
-        "conn_type": "aws", "login": "testing", "password": "testing",
-        "extra": {"region_name": "us-east-1", "endpoint_url": url, "config_kwargs": {"retries": {"max_attempts": 1}}}}))
-    yield url
-    mp.undo()
-    srv.stop()
+    with moto_aws_default(max_attempts=1) as url:
+        yield url
 
 
 def test_generated_definition_upserts_idempotently(endpoint, monkeypatch):

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -54,6 +55,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +287,26 @@ def _provision_hour_rows(sandbox: Any, waits: list[int]) -> dict[tuple[str, int]
     return out
 
 
+@contextlib.contextmanager
+def _sandbox_for_waits(prefix: str, hold_seconds: float, step_seconds: float) -> Iterator[Any]:
+    """A provisioned sandbox (no HyperPod, one robot) whose Batch jobs run ``hold_seconds`` s each, with this
+    process's environment pointing the Airflow side at it until the context exits (then restored)."""
+    from sim2real.dev.sandbox import Sandbox
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        launcher = Path(tmp) / "launcher.sh"
+        launcher.write_text(f"#!/bin/bash\nsleep {float(hold_seconds):g}\nexit 0\n")
+        with Sandbox(step_seconds=step_seconds, batch_launcher=launcher) as sandbox:
+            sandbox.provision(hyperpod=False, robots=1)
+            saved = dict(os.environ)
+            os.environ.update(sandbox.airflow_env())
+            try:
+                yield sandbox
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+
+
 def run_hour(waits: list[int], scale: int = HOUR_SCALE, step_seconds: float = 1.0,
              together: bool = True, hold_seconds: float | None = None) -> list[dict[str, Any]]:
     """The measured waiting-hour rows: both modes at each count with every interval divided by ``scale``
@@ -299,52 +321,55 @@ def run_hour(waits: list[int], scale: int = HOUR_SCALE, step_seconds: float = 1.
 
     :return: a row dict per (mode, count), as :func:`run`'s, with ``hour_scale`` and ``scaled``.
     """
-    from sim2real.dev.sandbox import Sandbox
-
     iv = scaled_intervals(scale)
     if hold_seconds is not None:
         iv["hold_seconds"] = float(hold_seconds)
-    with tempfile.TemporaryDirectory(prefix="sim2real-bench-hour-") as tmp:
-        launcher = Path(tmp) / "launcher.sh"
-        launcher.write_text(f"#!/bin/bash\nsleep {iv['hold_seconds']:g}\nexit 0\n")
-        with Sandbox(step_seconds=step_seconds, batch_launcher=launcher) as sandbox:
-            sandbox.provision(hyperpod=False, robots=1)
-            setup = _provision_hour_rows(sandbox, waits)
-            saved = dict(os.environ)
-            os.environ.update(sandbox.airflow_env())
-            results: dict[tuple[str, int], dict[str, Any]] = {}
-            errors: list[BaseException] = []
+    with _sandbox_for_waits("sim2real-bench-hour-", iv["hold_seconds"], step_seconds) as sandbox:
+        setup = _provision_hour_rows(sandbox, waits)
+        results: dict[tuple[str, int], dict[str, Any]] = {}
+        errors: list[BaseException] = []
 
-            def one(mode: str, n: int) -> None:
-                row = setup[(mode, n)]
-                events = ({"mode": "events", "queue_url": row["queue_url"],
-                           "reconcile_interval_seconds": iv["reconcile_interval_seconds"],
-                           "wait_time_seconds": iv["wait_time_seconds"]} if mode == "events" else {})
-                try:
-                    results[(mode, n)] = {**_run_triggers(sandbox, n, mode, iv["poll_seconds"],
-                                                          job_queue=row["job_queue"], events=events, scale=scale),
-                                          "scaled": iv, "together": together}
-                except BaseException as err:  # noqa: BLE001 - re-raised below
-                    errors.append(err)
-
+        def one(mode: str, n: int) -> None:
+            row = setup[(mode, n)]
+            events = ({"mode": "events", "queue_url": row["queue_url"],
+                       "reconcile_interval_seconds": iv["reconcile_interval_seconds"],
+                       "wait_time_seconds": iv["wait_time_seconds"]} if mode == "events" else {})
             try:
-                order = [(mode, n) for n in waits for mode in ("polling", "events")]
-                if together:
-                    threads = [threading.Thread(target=one, args=key, name=f"bench-hour-{key[0]}-{key[1]}")
-                               for key in order]
-                    for t in threads:
-                        t.start()
-                    for t in threads:
-                        t.join()
-                else:
-                    for key in order:
-                        one(*key)
-                if errors:
-                    raise errors[0]
-                return [results[key] for key in order]
-            finally:
-                os.environ.clear()
-                os.environ.update(saved)
+                results[(mode, n)] = {**_run_triggers(sandbox, n, mode, iv["poll_seconds"],
+                                                      job_queue=row["job_queue"], events=events, scale=scale),
+                                      "scaled": iv, "together": together}
+            except BaseException as err:  # noqa: BLE001 - re-raised below
+                errors.append(err)
+
+        order = [(mode, n) for n in waits for mode in ("polling", "events")]
+        if together:
+            threads = [threading.Thread(target=one, args=key, name=f"bench-hour-{key[0]}-{key[1]}")
+                       for key in order]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            for key in order:
+                one(*key)
+        if errors:
+            raise errors[0]
+        return [results[key] for key in order]
+
+
+def _calls_per_wait(r: dict[str, Any], digits: int) -> str:
+    """A row's AWS calls per waiting hour per wait, ``"<SQS> + <DescribeJobs> = <total>"`` with ``digits``
+    decimals."""
+    return (f"{r['sqs_per_waiting_hour_per_wait']:.{digits}f} + {r['describes_per_waiting_hour_per_wait']:.{digits}f}"
+            f" = {r['calls_per_waiting_hour_per_wait']:.{digits}f}")
+
+
+def _calls_made(r: dict[str, Any]) -> str:
+    """The AWS calls a row made, by kind, and over how long: ``"<n> calls: ... DescribeJobs in <s> s"``."""
+    sqs = r["sqs_calls"]
+    return (f"{r['calls']} calls: {sqs['ReceiveMessage']} Receive, {sqs['DeleteMessageBatch']} DeleteBatch, "
+            f"{sqs['ChangeMessageVisibilityBatch']} VisibilityBatch, {r['describe_calls']} DescribeJobs in "
+            f"{r['wall_s']:.0f} s")
 
 
 def hour_rows(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -359,15 +384,10 @@ def hour_rows(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
                  else f"waits by events (reconcile 600 s, long poll 20 s; run at {iv['reconcile_interval_seconds']:g}"
                       f" s, {iv['wait_time_seconds']:g} s)")
         head = f"waiting hour, measured ({how}): {label}, {r['waits']} concurrent Batch waits"
-        sqs = r["sqs_calls"]
         out.append((f"{head}: AWS calls per waiting hour per wait, SQS + DescribeJobs = total",
-                    f"{r['sqs_per_waiting_hour_per_wait']:.1f} + {r['describes_per_waiting_hour_per_wait']:.1f} = "
-                    f"{r['calls_per_waiting_hour_per_wait']:.1f} ({r['waiting_hours']:.2f} waiting hours)"))
+                    f"{_calls_per_wait(r, 1)} ({r['waiting_hours']:.2f} waiting hours)"))
         out.append((f"{head}: AWS calls per hour, all waits together",
-                    f"{r['calls_per_hour_all_waits']:.0f} ({r['calls']} calls: {sqs['ReceiveMessage']} Receive, "
-                    f"{sqs['DeleteMessageBatch']} DeleteBatch, {sqs['ChangeMessageVisibilityBatch']} "
-                    f"VisibilityBatch, {r['describe_calls']} DescribeJobs in {r['wall_s']:.0f} s = "
-                    f"{r['wall_s'] * k / 3600:.2f} h scaled)"))
+                    f"{r['calls_per_hour_all_waits']:.0f} ({_calls_made(r)} = {r['wall_s'] * k / 3600:.2f} h scaled)"))
         out.append((f"{head}: resume latency p50 / p95 (not scaled)",
                     f"{r['latency_p50_s']:.2f} / {r['latency_p95_s']:.2f} s ({r['latency_n']} waits, outcomes "
                     f"{','.join(r['outcomes'])})"))
@@ -379,27 +399,15 @@ def hour_rows(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def run(waits: list[int], step_seconds: float = 1.0, poll_seconds: float = 5.0,
         hold_seconds: float = 20.0) -> list[dict[str, Any]]:
     """Both modes for each wait count in one sandbox; a row dict per (mode, count) (keys: see the module doc)."""
-    from sim2real.dev.sandbox import Sandbox
-
-    with tempfile.TemporaryDirectory(prefix="sim2real-bench-waits-") as tmp:
-        launcher = Path(tmp) / "launcher.sh"
-        launcher.write_text(f"#!/bin/bash\nsleep {float(hold_seconds):g}\nexit 0\n")
-        with Sandbox(step_seconds=step_seconds, batch_launcher=launcher) as sandbox:
-            sandbox.provision(hyperpod=False, robots=1)
-            queue_url = (sandbox.config.get("events") or {}).get("queue_url")
-            saved = dict(os.environ)
-            os.environ.update(sandbox.airflow_env())
-            out = []
-            try:
-                for n in waits:
-                    for mode in ("polling", "events"):
-                        if queue_url:
-                            _drain(sandbox, queue_url)
-                        out.append(_run_triggers(sandbox, n, mode, poll_seconds))
-                return out
-            finally:
-                os.environ.clear()
-                os.environ.update(saved)
+    with _sandbox_for_waits("sim2real-bench-waits-", hold_seconds, step_seconds) as sandbox:
+        queue_url = (sandbox.config.get("events") or {}).get("queue_url")
+        out = []
+        for n in waits:
+            for mode in ("polling", "events"):
+                if queue_url:
+                    _drain(sandbox, queue_url)
+                out.append(_run_triggers(sandbox, n, mode, poll_seconds))
+        return out
 
 
 def rows(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -409,18 +417,14 @@ def rows(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
         label = (f"waits by polling every {r['poll_seconds']:g} s" if r["mode"] == "polling"
                  else f"waits by events (reconcile {r['reconcile_interval_seconds']:g} s)")
         head = f"{label}, {r['waits']} concurrent Batch waits"
-        sqs = r["sqs_calls"]
         out.append((f"{head}: resume latency state change -> trigger event, p50 / p95",
                     f"{r['latency_p50_s']:.2f} / {r['latency_p95_s']:.2f} s ({r['latency_n']} waits, "
                     f"outcomes {','.join(r['outcomes'])}; from the sandbox's PutEvents returning: "
                     f"{r['from_put_events_p50_s']:.2f} / {r['from_put_events_p95_s']:.2f} s)"))
         out.append((f"{head}: AWS calls per waiting hour per wait, SQS + DescribeJobs = total",
-                    f"{r['sqs_per_waiting_hour_per_wait']:.0f} + {r['describes_per_waiting_hour_per_wait']:.0f} = "
-                    f"{r['calls_per_waiting_hour_per_wait']:.0f} (waits of {r['mean_wait_s']:.0f} s)"))
+                    f"{_calls_per_wait(r, 0)} (waits of {r['mean_wait_s']:.0f} s)"))
         out.append((f"{head}: AWS calls per hour, all waits together",
-                    f"{r['calls_per_hour_all_waits']:.0f} ({r['calls']} calls: {sqs['ReceiveMessage']} Receive, "
-                    f"{sqs['DeleteMessageBatch']} DeleteBatch, {sqs['ChangeMessageVisibilityBatch']} "
-                    f"VisibilityBatch, {r['describe_calls']} DescribeJobs in {r['wall_s']:.0f} s)"))
+                    f"{r['calls_per_hour_all_waits']:.0f} ({_calls_made(r)})"))
         out.append((f"{head}: triggerer CPU (event loop thread)",
                     f"{r['triggerer_cpu_s']:.2f} s ({r['triggerer_cpu_with_drain_s']:.2f} s with the last receive)"))
     return out

@@ -70,7 +70,75 @@ def _tail(path: Path, lines: int) -> str:
         return f"(no {path})"
 
 
-class UiStack:
+class AirflowApiClient:
+    """Calls to a running Airflow's public REST API, as the SimpleAuthManager sets it up: with every user admin
+    (a token needs no credentials) or, with ``users``, with one login (random password) per user.
+
+    :param users: SimpleAuthManager users, ``{username: role}``; empty: every user is admin.
+    :param extra_logins: more logins with a password, beyond ``users`` (e.g. :data:`NOTE_WRITER`).
+
+    A subclass provides :attr:`url`.
+    """
+
+    def __init__(self, users: dict[str, str] | None, *, extra_logins: tuple[str, ...] = ()) -> None:
+        self._token: str | None = None
+        self.users = dict(users or {})
+        self._passwords = {user: secrets.token_urlsafe(16) for user in (*self.users, *extra_logins)}
+        self._tokens: dict[str, str] = {}
+
+    @property
+    def url(self) -> str:
+        """Base URL of the API server, ``http://127.0.0.1:<port>``."""
+        raise NotImplementedError
+
+    def password(self, user: str) -> str:
+        """The password of one of ``users`` (SimpleAuthManager's passwords file, written at start)."""
+        return self._passwords[user]
+
+    def forget_tokens(self) -> None:
+        """Drop the cached tokens (the API server's JWT secret changes when it restarts)."""
+        self._token = None
+        self._tokens.clear()
+
+    def token(self, user: str | None = None) -> str:
+        """A JWT for the public API: ``GET /auth/token`` (no credentials needed with all_admins), or, with
+        ``users``, ``POST /auth/token`` with ``user``'s password (default: the first user)."""
+        if not self.users:
+            if self._token is None:
+                self._token = self.api("GET", "/auth/token", auth=False)["access_token"]
+            return self._token
+        user = user or next(iter(self.users))
+        if user not in self._tokens:
+            self._tokens[user] = self.api("POST", "/auth/token", {"username": user, "password": self.password(user)},
+                                          auth=False)["access_token"]
+        return self._tokens[user]
+
+    def api(self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float = 30,
+            user: str | None = None) -> Any:
+        """Call the API server and return its JSON answer.
+
+        :param path: e.g. ``/api/v2/dags/sim_to_real/dagRuns``.
+        :param user: with ``users``: who calls (default: the first user).
+        :raises urllib.error.HTTPError: on a 4xx/5xx answer (its body is in the message).
+        """
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token(user)}"
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")[:2000]
+            raise urllib.error.HTTPError(err.url, err.code, f"{err.reason}: {detail}", err.headers, None) from None
+        return json.loads(raw) if raw else None
+
+
+class UiStack(AirflowApiClient):
     """The sandbox process plus ``airflow standalone``, started and stopped together.
 
     :param home: folder for everything the stack writes (default ``.sandbox/ui``); its ``airflow/``
@@ -110,10 +178,7 @@ class UiStack:
         self.airflow_log = self.home / "logs" / "airflow.log"
         self._sandbox: subprocess.Popen | None = None
         self._airflow: subprocess.Popen | None = None
-        self._token: str | None = None
-        self.users = dict(users or {})
-        self._passwords = {user: secrets.token_urlsafe(16) for user in (*self.users, NOTE_WRITER)}
-        self._tokens: dict[str, str] = {}
+        super().__init__(users, extra_logins=(NOTE_WRITER,))
         self._secret_key = secrets.token_urlsafe(64)
         self._jwt_secret = secrets.token_urlsafe(64)
         self._log_ports = (free_port(), free_port())
@@ -234,10 +299,6 @@ class UiStack:
             })
         return env
 
-    def password(self, user: str) -> str:
-        """The password of one of ``users`` (SimpleAuthManager's passwords file, written at start)."""
-        return self._passwords[user]
-
     def _start_airflow(self) -> None:
         if self.airflow_home.exists():
             shutil.rmtree(self.airflow_home)
@@ -307,8 +368,7 @@ class UiStack:
                         _stop_group(self._sandbox, signal.SIGTERM, grace=30)
                     finally:
                         self._sandbox = None
-            self._token = None
-            self._tokens.clear()
+            self.forget_tokens()
         finally:
             for sig, handler in held.items():
                 signal.signal(sig, handler)
@@ -318,44 +378,6 @@ class UiStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # -- REST API ------------------------------------------------------------------------------
-    def token(self, user: str | None = None) -> str:
-        """A JWT for the public API: ``GET /auth/token`` (no credentials needed with all_admins), or, with
-        ``users``, ``POST /auth/token`` with ``user``'s password (default: the first user)."""
-        if not self.users:
-            if self._token is None:
-                self._token = self.api("GET", "/auth/token", auth=False)["access_token"]
-            return self._token
-        user = user or next(iter(self.users))
-        if user not in self._tokens:
-            self._tokens[user] = self.api("POST", "/auth/token", {"username": user, "password": self.password(user)},
-                                          auth=False)["access_token"]
-        return self._tokens[user]
-
-    def api(self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float = 30,
-            user: str | None = None) -> Any:
-        """Call the API server and return its JSON answer.
-
-        :param path: e.g. ``/api/v2/dags/sim_to_real/dagRuns``.
-        :param user: with ``users``: who calls (default: the first user).
-        :raises urllib.error.HTTPError: on a 4xx/5xx answer (its body is in the message).
-        """
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        if auth:
-            headers["Authorization"] = f"Bearer {self.token(user)}"
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as err:
-            detail = err.read().decode(errors="replace")[:2000]
-            raise urllib.error.HTTPError(err.url, err.code, f"{err.reason}: {detail}", err.headers, None) from None
-        return json.loads(raw) if raw else None
 
     def logs_tail(self, lines: int = 80) -> str:
         """The last ``lines`` lines of the Airflow and sandbox logs (for error messages)."""

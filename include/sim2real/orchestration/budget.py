@@ -462,6 +462,20 @@ def _epoch_s(value: Any) -> float | None:
     return float(value)
 
 
+def _result_run_seconds(training: Mapping[str, Any], now: float) -> float:
+    """Seconds a training ran by its result's or ``job_cost`` XCom's times (epoch s): ``run_seconds`` when given
+    (``job_cost`` counts earlier attempts too), else ``started_at``..``stopped_at`` (..``now`` without a stop)."""
+    if training.get("run_seconds") is not None:
+        return float(training["run_seconds"])
+    stop = training.get("stopped_at")
+    return max((now if stop is None else float(stop)) - float(training["started_at"]), 0.0)
+
+
+def _budget_stop(training: Mapping[str, Any]) -> str:
+    """``", stopped at the cost limit"`` when the training was stopped by its cost limit, else ``""``."""
+    return ", stopped at the cost limit" if training.get("stopped_by_budget") else ""
+
+
 def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None, now: float,
                      prices: Mapping[str, float]) -> dict[str, Any]:
     estimate = plan.get("budget") or {}
@@ -481,12 +495,9 @@ def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None
             start, stop = training.get("started_at"), training.get("stopped_at")
             where = f"Slurm job {job_id} on HyperPod cluster {training['cluster_name']}"
             if start is not None:
-                seconds = max((now if stop is None else float(stop)) - float(start), 0.0)
-                if training.get("run_seconds") is not None:
-                    seconds = float(training["run_seconds"])
-                basis = f"{where}: Slurm Start..{'now (no end time)' if stop is None else 'End'}"
-                if training.get("stopped_by_budget"):
-                    basis += ", stopped at the cost limit"
+                seconds = _result_run_seconds(training, now)
+                basis = (f"{where}: Slurm Start..{'now (no end time)' if stop is None else 'End'}"
+                         + _budget_stop(training))
             else:
                 basis = f"{where}: no start time in the result (the job never ran, or see sacct Elapsed)"
         elif "startedAt" in training or isinstance(training.get("attempts"), list):  # a DescribeJobs entry (ms)
@@ -495,12 +506,9 @@ def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None
             basis = f"Batch job {job_id} startedAt..{end} (DescribeJobs)"
         elif training.get("started_at") is not None:  # the operator's result or job_cost XCom (epoch s)
             stop = training.get("stopped_at")
-            seconds = max((now if stop is None else float(stop)) - float(training["started_at"]), 0.0)
-            if training.get("run_seconds") is not None:  # job_cost: counts earlier Batch attempts too
-                seconds = float(training["run_seconds"])
-            basis = f"Batch job {job_id} started_at..{'now (no stopped_at)' if stop is None else 'stopped_at'}"
-            if training.get("stopped_by_budget"):
-                basis += ", stopped at the cost limit"
+            seconds = _result_run_seconds(training, now)
+            basis = (f"Batch job {job_id} started_at..{'now (no stopped_at)' if stop is None else 'stopped_at'}"
+                     + _budget_stop(training))
         else:
             basis = f"Batch job {job_id}: no start time in the training result"
         if seconds is None and "startedAt" in basis:  # terminated or failed before RUNNING: no node ran it

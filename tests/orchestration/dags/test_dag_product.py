@@ -91,7 +91,7 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
     import json
     from types import SimpleNamespace
 
-    from tests.orchestration.test_config import GOOD
+    from tests.orchestration.environments import MINIMAL_ENVIRONMENT as GOOD
 
     run_defaults = {"task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2, "train_time_budget_seconds": 0,
                     "min_success_rate": 0.6}
@@ -112,7 +112,7 @@ def _prepare(dag, monkeypatch, calls: list, tracking: dict):
     """prepare_run's callable with MLflow and the sweep recorded into ``calls`` (no server, no AWS here)."""
     import json
 
-    from tests.orchestration.test_config import GOOD
+    from tests.orchestration.environments import MINIMAL_ENVIRONMENT as GOOD
 
     monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(GOOD))
     prepare = dag.get_task(ids.PREPARE_RUN).python_callable

@@ -29,6 +29,9 @@ from sim2real.orchestration.triggers.ssm import WorkstationCommandTrigger
 
 sys.path.insert(0, str(Path(__file__).parent))
 import wait_event_samples as samples  # noqa: E402
+from tests.moto_server import moto_aws_default  # noqa: E402
+from tests.orchestration.environments import MINIMAL_ENVIRONMENT  # noqa: E402
+from tests.orchestration.model_registry import register_model_package  # noqa: E402
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -37,29 +40,17 @@ ACCOUNT = "123456789012"
 @pytest.fixture(scope="module")
 def bus():
     """A moto server with one EventBridge rule (every source the waits read) delivering to an SQS queue."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-    mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    mp.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({"conn_type": "aws", "login": "testing", "password": "testing",
-                                                      "extra": {"region_name": REGION, "endpoint_url": endpoint}}))
     import boto3
 
-    sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=REGION)
-    events = boto3.client("events", endpoint_url=endpoint, region_name=REGION)
-    queue_url = sqs.create_queue(QueueName="trigger-wait-events")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    events.put_rule(Name="waits", State="ENABLED", EventPattern=json.dumps(
-        {"source": ["aws.batch", "aws.codebuild", "aws.ssm", "aws.sagemaker", "aws.greengrass"]}))
-    events.put_targets(Rule="waits", Targets=[{"Id": "queue", "Arn": queue_arn}])
-    yield {"endpoint": endpoint, "queue_url": queue_url, "events": events, "sqs": sqs}
-    mp.undo()
-    server.stop()
+    with moto_aws_default() as endpoint:
+        sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=REGION)
+        events = boto3.client("events", endpoint_url=endpoint, region_name=REGION)
+        queue_url = sqs.create_queue(QueueName="trigger-wait-events")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name="waits", State="ENABLED", EventPattern=json.dumps(
+            {"source": ["aws.batch", "aws.codebuild", "aws.ssm", "aws.sagemaker", "aws.greengrass"]}))
+        events.put_targets(Rule="waits", Targets=[{"Id": "queue", "Arn": queue_arn}])
+        yield {"endpoint": endpoint, "queue_url": queue_url, "events": events, "sqs": sqs}
 
 
 def events_section(bus: dict, **overrides: Any) -> dict[str, Any]:
@@ -276,17 +267,9 @@ def test_the_operator_passes_the_environment_events_section(monkeypatch, bus) ->
     monkeypatch.delenv("SIM2REAL_ENVIRONMENT_FILE", raising=False)
     monkeypatch.delenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", raising=False)
     assert task_events_section() is None     # no environment config: the trigger polls
-    env = {
-        "region": REGION, "artifacts_bucket": "b",
-        "image_build": {"codebuild_project": "p", "ecr_repository": "r", "source_version": "main"},
-        "batch": {"job_queue": "q", "job_definition": "d", "compute_environment": "ce", "instance_type": "g6.12xlarge"},
-        "evaluation": {"workstation_tag_key": "k", "workstation_tag_value": "v"},
-        "sagemaker": {"pipeline_name": "p", "pipeline_role_arn": "arn:aws:iam::1:role/r", "model_package_group": "g"},
-        "greengrass": {"thing_group_name": "t", "components": {"c": "1.0.0"}},
-    }
-    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(env))
+    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(MINIMAL_ENVIRONMENT))
     assert task_events_section() is None     # a config without an events section: polling
-    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps({**env, "events": events_section(bus)}))
+    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps({**MINIMAL_ENVIRONMENT, "events": events_section(bus)}))
     assert task_events_section() == events_section(bus)
 
 
@@ -340,17 +323,7 @@ def registry(bus: dict):
 
 def register_package(bus: dict, group: str) -> str:
     """A PendingManualApproval package in moto's registry (plain moto publishes no event for it)."""
-    sm = registry(bus)
-    try:
-        sm.create_model_package_group(ModelPackageGroupName=group)
-    except sm.exceptions.ClientError:
-        pass
-    return sm.create_model_package(
-        ModelPackageGroupName=group, ModelApprovalStatus="PendingManualApproval",
-        InferenceSpecification={"Containers": [{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/groot:1",
-                                                "ModelDataUrl": f"s3://bucket/{group}/model.tar.gz"}],
-                                "SupportedContentTypes": ["application/json"],
-                                "SupportedResponseMIMETypes": ["application/json"]})["ModelPackageArn"]
+    return register_model_package(registry(bus), group, run_key=group)
 
 
 def package_event(arn: str, status: str, description: str | None = None) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from sim2real.orchestration.events.settings import EventSettings, settings_probl
 
 sys.path.insert(0, str(Path(__file__).parent))
 import wait_event_samples as samples  # noqa: E402
+from tests.moto_server import moto_aws_default  # noqa: E402
 
 
 def _output_members(service: str, operation: str, *path: str) -> set[str]:
@@ -151,25 +151,10 @@ def test_environment_config_refuses_a_bad_events_section() -> None:
 # -- the consumer over moto SQS -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def moto_sqs():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    saved = {k: os.environ.get(k) for k in ("AIRFLOW_CONN_AWS_DEFAULT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps({"conn_type": "aws", "login": "testing", "password": "testing",
-                                                        "extra": {"region_name": "us-east-1", "endpoint_url": endpoint}})
-    os.environ["AWS_ACCESS_KEY_ID"] = os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
     import boto3
 
-    yield endpoint, boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1")
-    server.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with moto_aws_default() as endpoint:
+        yield endpoint, boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1")
 
 
 def _queue(sqs, name: str) -> str:

@@ -12,47 +12,22 @@
   Yields the endpoint URL. A module may override it to add module-wide resources.
 * ``context``: ``{"ti": FakeTI(ti_task_id)}``; a module overrides ``ti_task_id`` to name its task.
 
-Plain helpers (``FakeTI``, ``first_event``) are in ``operator_helpers.py``.
+Plain helpers (``FakeTI``, ``first_event``) are in ``operator_helpers.py``; the moto server and the connection in
+``tests/moto_server.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import urllib.request
 
 import pytest
 
 from operator_helpers import FakeTI
-
-REGION = "us-east-1"
-
-
-def _conn(endpoint_url: str | None = None, max_attempts: int | None = None) -> str:
-    extra: dict = {"region_name": REGION}
-    if endpoint_url:
-        extra["endpoint_url"] = endpoint_url
-    if max_attempts is not None:
-        extra["config_kwargs"] = {"retries": {"max_attempts": max_attempts}}
-    return json.dumps({"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra})
-
-
-@contextlib.contextmanager
-def _threaded_moto_server():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    # moto's backends live in this process, not in the server: start each module from an empty account
-    # (another file's sandbox may have left e.g. the thing group sim2real-robots behind in this worker).
-    import urllib.request
-
-    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"), timeout=30)
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+from tests.moto_server import REGION
+from tests.moto_server import aws_connection as _conn
+from tests.moto_server import moto_aws_default
+from tests.moto_server import threaded_moto_server as _threaded_moto_server
 
 
 @pytest.fixture
@@ -92,11 +67,8 @@ def moto_server(_moto_threaded_server, aws_env, monkeypatch):
 
 @pytest.fixture(scope="module")
 def moto_endpoint():
-    with _threaded_moto_server() as endpoint:
-        mp = pytest.MonkeyPatch()
-        mp.setenv("AIRFLOW_CONN_AWS_DEFAULT", _conn(endpoint, max_attempts=1))
+    with moto_aws_default(max_attempts=1) as endpoint:
         yield endpoint
-        mp.undo()
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@
   in-memory XCom (``ti.xcom``) behind ``xcom_push``/``xcom_pull``.
 * ``first_event(trigger)``: run a trigger until its first event and return that event's payload
   (the trigger's generator is closed afterwards).
+* ``hyperpod_sandbox`` / ``hyperpod_sandbox_fixture``: a sandbox whose HyperPod Slurm runs a tiny test launcher
+  (:func:`slurm_launcher`) for every job.
 
 Named ``operator_helpers`` rather than ``helpers`` so it cannot clash with another test folder's
 module of the same name on ``sys.path``.
@@ -38,6 +40,32 @@ def first_event(trigger):
             await gen.aclose()
 
     return asyncio.run(go())
+
+
+def slurm_launcher(report: str) -> str:
+    """A bash launcher for the sandbox's Slurm jobs: runs ``report`` (a bash line, e.g. an ``echo`` of the task's
+    Slurm variables), then, while ``$HOLD_FILE`` is set and absent, waits for it (a test creates it once it has seen
+    the operator defer, so a job is never over before the operator looks), sleeps ``$SLEEP_SECONDS`` (default 0)
+    and exits with ``$EXIT_CODE`` (default 0)."""
+    return f"""#!/bin/bash
+{report}
+while [ -n "${{HOLD_FILE:-}}" ] && [ ! -e "$HOLD_FILE" ]; do sleep 0.05; done
+sleep "${{SLEEP_SECONDS:-0}}"
+exit "${{EXIT_CODE:-0}}"
+"""
+
+
+def hyperpod_sandbox_fixture(report: str):
+    """A module-scoped pytest fixture (assign it to ``sandbox`` in a test module) yielding :func:`hyperpod_sandbox`
+    whose jobs run :func:`slurm_launcher` (``report``)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def sandbox(tmp_path_factory):
+        with hyperpod_sandbox(tmp_path_factory, slurm_launcher(report)) as sb:
+            yield sb
+
+    return sandbox
 
 
 @contextlib.contextmanager

@@ -70,6 +70,12 @@ def _scaled(describe, group, count, status="InService"):
     return out
 
 
+def _stub_update(stub, describe):
+    """The scale's first two answers: DescribeCluster (the cluster as moto has it), then UpdateCluster's."""
+    stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
+    stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+
+
 def _nodes(group, n, status="Running"):
     return {
         "ClusterNodeSummaries": [
@@ -138,8 +144,7 @@ def test_cluster_failure_fails(sm, cluster, context):
     describe = sm.describe_cluster(ClusterName=cluster)
     op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=8, waiter_delay=0)
     with Stubber(op.hook.conn) as stub:
-        stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
-        stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+        _stub_update(stub, describe)
         failed = _scaled(describe, "gpu", 2, status="RollingBack")
         failed["FailureMessage"] = "InsufficientInstanceCapacity for ml.g5.12xlarge"
         stub.add_response("describe_cluster", failed)
@@ -151,8 +156,7 @@ def test_deferrable_defers_after_update(sm, cluster, context):
     describe = sm.describe_cluster(ClusterName=cluster)
     op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=3)
     with Stubber(op.hook.conn) as stub:
-        stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
-        stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+        _stub_update(stub, describe)
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 3, status="Updating"))
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(context)
@@ -165,8 +169,7 @@ def test_a_group_already_at_its_target_completes_without_deferring(sm, cluster, 
     describe = sm.describe_cluster(ClusterName=cluster)
     op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=3)
     with Stubber(op.hook.conn) as stub:
-        stub.add_response("describe_cluster", {k: v for k, v in describe.items() if k != "ResponseMetadata"})
-        stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
+        _stub_update(stub, describe)
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 3))
         stub.add_response("list_cluster_nodes", _nodes("gpu", 3))
         assert op.execute(context)["current_count"] == 3  # no TaskDeferred

@@ -20,31 +20,18 @@ from sim2real.orchestration import slurm
 from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
 from sim2real.orchestration.triggers.hyperpod import HyperPodSlurmJobTrigger
 
-from operator_helpers import first_event, hyperpod_sandbox
+from operator_helpers import first_event, hyperpod_sandbox_fixture
 
 # integration (not in make test-unit): the sandbox's HyperPod head node (operator_helpers.hyperpod_sandbox)
 pytestmark = pytest.mark.integration
 
-LAUNCHER = """#!/bin/bash
-echo "task node=$SLURM_NODEID of $SLURM_NNODES master=$MASTER_ADDR rank=$NODE_RANK marker=$MARKER"
-# held until the test has seen the operator defer (see defer()): a job is never over before the operator looks
-while [ -n "${HOLD_FILE:-}" ] && [ ! -e "$HOLD_FILE" ]; do sleep 0.05; done
-sleep "${SLEEP_SECONDS:-0}"
-exit "${EXIT_CODE:-0}"
-"""
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    with hyperpod_sandbox(tmp_path_factory, LAUNCHER) as sb:
-        yield sb
+sandbox = hyperpod_sandbox_fixture(
+    'echo "task node=$SLURM_NODEID of $SLURM_NNODES master=$MASTER_ADDR rank=$NODE_RANK marker=$MARKER"')
 
 
 @pytest.fixture
-def context():
-    from operator_helpers import FakeTI
-
-    return {"ti": FakeTI(ids.HYPERPOD_TRAIN_POLICY)}
+def ti_task_id():  # the operators' conftest builds ``context`` from it
+    return ids.HYPERPOD_TRAIN_POLICY
 
 
 def make_operator(sb, name: str, nodes: int = 2, **env: str) -> HyperPodSlurmJobOperator:
@@ -85,6 +72,14 @@ def defer(op, context) -> tuple[HyperPodSlurmJobTrigger, dict]:
 
 def job(sb, job_id: str) -> dict:
     return next(j for j in sb.slurm.jobs() if j["job_id"] == job_id)
+
+
+def wait_for(sb, job_id: str, state: str, seconds: float = 20) -> dict:
+    """The job once it is in ``state``, or as it is after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while job(sb, job_id)["state"] != state and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return job(sb, job_id)
 
 
 def test_two_node_job_completes(sandbox, context):
@@ -130,10 +125,8 @@ def test_fault_fails_the_job(sandbox, context):
 def test_on_kill_scancels_and_the_job_ends_cancelled(sandbox, context):
     op = make_operator(sandbox, "t-kill", SLEEP_SECONDS="60")
     trigger, _ = defer(op, context)
-    deadline = time.monotonic() + 20
-    while job(sandbox, trigger.job_id)["state"] != "RUNNING" and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert job(sandbox, trigger.job_id)["state"] == "RUNNING", open(job(sandbox, trigger.job_id)["output"]).read()
+    running = wait_for(sandbox, trigger.job_id, "RUNNING")
+    assert running["state"] == "RUNNING", open(running["output"]).read()
     op.on_kill()
     assert job(sandbox, trigger.job_id)["state"] == "CANCELLED"
     event = first_event(trigger)
@@ -145,15 +138,10 @@ def test_on_kill_scancels_and_the_job_ends_cancelled(sandbox, context):
 def test_trigger_on_kill_scancels(sandbox, context):
     op = make_operator(sandbox, "t-trigger-kill", SLEEP_SECONDS="60")
     trigger, _ = defer(op, context)
-    deadline = time.monotonic() + 20
-    while job(sandbox, trigger.job_id)["state"] != "RUNNING" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(sandbox, trigger.job_id, "RUNNING")
     asyncio.run(trigger.on_kill())
-    deadline = time.monotonic() + 20
-    while job(sandbox, trigger.job_id)["state"] != "CANCELLED" and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert job(sandbox, trigger.job_id)["state"] == "CANCELLED", (job(sandbox, trigger.job_id),
-                                                                   open(job(sandbox, trigger.job_id)["output"]).read())
+    cancelled = wait_for(sandbox, trigger.job_id, "CANCELLED")
+    assert cancelled["state"] == "CANCELLED", (cancelled, open(cancelled["output"]).read())
 
 
 def tries(op, context, try_number: int, max_tries: int, retries: int = 2):
@@ -220,13 +208,6 @@ def test_wait_timeout_cancels_the_job_and_fails_without_retry(sandbox, context):
 # -- cost limit: nodes x USD/node-hour x time since the job's Slurm Start ----------------------
 #: $0.5 per node-second: a 2-node job costs $1 per second of run time.
 PRICE = 1800.0
-
-
-def wait_for(sb, job_id: str, state: str, seconds: float = 20) -> dict:
-    deadline = time.monotonic() + seconds
-    while job(sb, job_id)["state"] != state and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return job(sb, job_id)
 
 
 def assert_stopped_at_the_limit(sb, context, job_id: str, message: str, limit: float) -> None:

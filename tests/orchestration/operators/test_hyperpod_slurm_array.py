@@ -20,30 +20,17 @@ from sim2real.contract import task_ids as ids
 from sim2real.orchestration import slurm
 from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
 
-from operator_helpers import first_event, hyperpod_sandbox
+from operator_helpers import first_event, hyperpod_sandbox_fixture
 
 # integration (not in make test-unit): the sandbox's HyperPod head node (operator_helpers.hyperpod_sandbox)
 pytestmark = pytest.mark.integration
 
-LAUNCHER = """#!/bin/bash
-echo "array task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID marker=$MARKER"
-while [ -n "${HOLD_FILE:-}" ] && [ ! -e "$HOLD_FILE" ]; do sleep 0.05; done
-sleep "${SLEEP_SECONDS:-0}"
-exit "${EXIT_CODE:-0}"
-"""
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    with hyperpod_sandbox(tmp_path_factory, LAUNCHER) as sb:
-        yield sb
+sandbox = hyperpod_sandbox_fixture('echo "array task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID marker=$MARKER"')
 
 
 @pytest.fixture
-def context():
-    from operator_helpers import FakeTI
-
-    return {"ti": FakeTI(ids.HYPERPOD_SUBMIT_SWEEP)}
+def ti_task_id():  # the operators' conftest builds ``context`` from it
+    return ids.HYPERPOD_SUBMIT_SWEEP
 
 
 def _common(sb) -> dict:

@@ -33,6 +33,8 @@ from sim2real.orchestration.waits.core import WaitState
 from sim2real.orchestration.waits.sagemaker import AIRFLOW_RESPONSE_KEY, model_package_decision_step
 
 from operator_helpers import FakeTI, first_event
+from tests.orchestration.model_registry import decide_in_registry, register_model_package
+from tests.orchestration.environments import MINIMAL_ENVIRONMENT, use_environment
 
 REGION = "us-east-1"
 ARN = "arn:aws:sagemaker:us-east-1:123456789012:model-package/g/1"
@@ -49,21 +51,9 @@ def context():
 
 
 def register(sm, group, run_key, status="PendingManualApproval", description=None):
-    try:
-        sm.create_model_package_group(ModelPackageGroupName=group)
-    except sm.exceptions.ClientError:
-        pass
-    arn = sm.create_model_package(
-        ModelPackageGroupName=group, ModelApprovalStatus="PendingManualApproval",
-        CustomerMetadataProperties={"sim2real:run-key": run_key},
-        InferenceSpecification={
-            "Containers": [{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/groot@sha256:" + "a" * 64,
-                            "ModelDataUrl": f"s3://bucket/runs/{run_key}/vla/model.tar.gz"}],
-            "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"]},
-    )["ModelPackageArn"]
-    if status != "PendingManualApproval":  # a decision in Studio / the CLI
-        sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus=status, ApprovalDescription=description,
-                                CustomerMetadataProperties={"sim2real:run-key": run_key})
+    arn = register_model_package(sm, group, run_key)
+    if status != "PendingManualApproval":
+        decide_in_registry(sm, arn, run_key, status, description)
     return arn
 
 
@@ -176,8 +166,6 @@ def test_pending_package_writes_the_request_and_defers_to_the_decision_trigger(m
 
 def test_the_decision_trigger_gets_the_environment_events_section(moto_endpoint, sm, context, monkeypatch):
     """With the environment config's ``events`` section the approval wait subscribes to its package's events."""
-    import json
-
     import airflow.providers.standard.operators.hitl as hitl
 
     from sim2real.orchestration.events import envelope
@@ -186,17 +174,7 @@ def test_the_decision_trigger_gets_the_environment_events_section(moto_endpoint,
     monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: None)
     events = {"mode": "events", "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/sim2real-wait-events",
               "reconcile_interval_seconds": 600}
-    env = {
-        "region": REGION, "artifacts_bucket": "b",
-        "image_build": {"codebuild_project": "p", "ecr_repository": "r", "source_version": "main"},
-        "batch": {"job_queue": "q", "job_definition": "d", "compute_environment": "ce", "instance_type": "g6.12xlarge"},
-        "evaluation": {"workstation_tag_key": "k", "workstation_tag_value": "v"},
-        "sagemaker": {"pipeline_name": "p", "pipeline_role_arn": "arn:aws:iam::1:role/r", "model_package_group": "g"},
-        "greengrass": {"thing_group_name": "t", "components": {"c": "1.0.0"}},
-        "events": events,
-    }
-    monkeypatch.delenv("SIM2REAL_ENVIRONMENT_FILE", raising=False)
-    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(env))
+    use_environment(monkeypatch, {**MINIMAL_ENVIRONMENT, "events": events})
     with pytest.raises(TaskDeferred) as deferred:
         operator("g-ask-ev", "run-1", poke_interval=30).execute(context)
     trigger = deferred.value.trigger

@@ -13,12 +13,10 @@ requests) and by the browser test (the real API server and triggerer).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.fresh_process import drive_fresh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # integration: dag.test() on an Airflow metadata DB
 
@@ -140,16 +138,9 @@ def drive(home: str, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    folder = tmp_path_factory.mktemp("approval-dag")
-    out, log = folder / "runs.json", folder / "runs.log"
-    code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); "
-            "from tests.orchestration.operators.test_model_approval_dag import drive; "
-            f"drive({str(folder / 'airflow')!r}, {str(out)!r})")
-    with log.open("w") as fh:
-        proc = subprocess.run([sys.executable, "-c", code], stdout=fh, stderr=subprocess.STDOUT, timeout=880,
-                              cwd=REPO_ROOT)
-    assert proc.returncode == 0 and out.exists(), log.read_text()[-8000:]
-    return json.loads(out.read_text())
+    summary, _ = drive_fresh("tests.orchestration.operators.test_model_approval_dag",
+                             tmp_path_factory.mktemp("approval-dag"), "runs", timeout=880)
+    return summary
 
 
 def test_the_request_is_an_approval_with_a_comment_naming_the_package(runs):

@@ -32,6 +32,9 @@ from sim2real.orchestration.operators.model_approval import (
 )
 
 from operator_helpers import FakeTI
+from tests.orchestration.model_registry import decide_in_registry
+from tests.orchestration.model_registry import register_model_package as register
+from tests.orchestration.environments import MINIMAL_ENVIRONMENT, use_environment
 
 REGION = "us-east-1"
 
@@ -75,45 +78,13 @@ def requests(monkeypatch):
 
 
 def environment(monkeypatch, approval=None):
-    env = {
-        "region": REGION, "artifacts_bucket": "b",
-        "image_build": {"codebuild_project": "p", "ecr_repository": "r", "source_version": "main"},
-        "batch": {"job_queue": "q", "job_definition": "d", "compute_environment": "ce", "instance_type": "g6.12xlarge"},
-        "evaluation": {"workstation_tag_key": "k", "workstation_tag_value": "v"},
-        "sagemaker": {"pipeline_name": "p", "pipeline_role_arn": "arn:aws:iam::1:role/r", "model_package_group": "g"},
-        "greengrass": {"thing_group_name": "t", "components": {"c": "1.0.0"}},
-        **({"approval": approval} if approval is not None else {}),
-    }
-    monkeypatch.delenv("SIM2REAL_ENVIRONMENT_FILE", raising=False)
-    monkeypatch.setenv("AIRFLOW_VAR_SIM2REAL_ENVIRONMENT", json.dumps(env))
+    use_environment(monkeypatch, {**MINIMAL_ENVIRONMENT, **({"approval": approval} if approval is not None else {})})
 
 
 def context_for(store, triggered_by="alice"):
     return {"ti": FakeTI("vla.wait_for_approval"), "task_instance": types.SimpleNamespace(id=uuid4()),
             "dag_run": types.SimpleNamespace(dag_id="sim_to_real", run_id="manual__1", triggering_user_name=triggered_by),
             "task_state_store": store}
-
-
-def register(sm, group, run_key):
-    try:
-        sm.create_model_package_group(ModelPackageGroupName=group)
-    except sm.exceptions.ClientError:
-        pass
-    return sm.create_model_package(
-        ModelPackageGroupName=group, ModelApprovalStatus="PendingManualApproval",
-        CustomerMetadataProperties={"sim2real:run-key": run_key},
-        InferenceSpecification={
-            "Containers": [{"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/groot@sha256:" + "a" * 64,
-                            "ModelDataUrl": f"s3://bucket/runs/{run_key}/vla/model.tar.gz"}],
-            "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"]},
-    )["ModelPackageArn"]
-
-
-def decide_in_registry(sm, arn, run_key, status, description):
-    """A decision in SageMaker (Studio, the CLI); returns the package's LastModifiedTime."""
-    sm.update_model_package(ModelPackageArn=arn, ModelApprovalStatus=status, ApprovalDescription=description,
-                            CustomerMetadataProperties={"sim2real:run-key": run_key})
-    return sm.describe_model_package(ModelPackageName=arn)["LastModifiedTime"]
 
 
 def operator(group, run_key):
@@ -148,24 +119,30 @@ class RacingClient:
         return call
 
 
-def test_compare_and_set_writes_nothing_once_the_registry_decided(moto_endpoint, sm):
-    arn = register(sm, "g-cas-1", "r1")
+def approve_while_the_registry_rejects(sm, group, at, description):
+    """``compare_and_set_approval`` (Approved in Airflow by bob) of a new package in ``group`` while a Rejected
+    decision (``description``) lands in the registry at the hook's ``at``-th call; returns the hook, the package
+    ARN, and whether the hook wrote."""
+    arn = register(sm, group, "r1")
     hook = ModelRegistryHook(aws_conn_id="aws_default", region_name=REGION)
-    # The registry decides right before the read (call 1: DescribeModelPackage): nothing is written.
-    hook.__dict__["conn"] = RacingClient(sm, 1, lambda: decide_in_registry(sm, arn, "r1", "Rejected", "drops it"))
+    hook.__dict__["conn"] = RacingClient(sm, at, lambda: decide_in_registry(sm, arn, "r1", "Rejected", description))
     written, package = hook.compare_and_set_approval(arn, "Approved", "Approved in Airflow by bob at t: ok")
-    assert not written and package["ModelApprovalStatus"] == "Rejected"
+    assert package["ModelApprovalStatus"] == "Rejected"
+    return hook, arn, written
+
+
+def test_compare_and_set_writes_nothing_once_the_registry_decided(moto_endpoint, sm):
+    # The registry decides right before the read (call 1: DescribeModelPackage): nothing is written.
+    hook, arn, written = approve_while_the_registry_rejects(sm, "g-cas-1", 1, "drops it")
+    assert not written
     assert hook.conn.calls == ["describe_model_package"]
     assert sm.describe_model_package(ModelPackageName=arn)["ApprovalDescription"] == "drops it"
 
 
 def test_compare_and_set_sees_a_write_that_replaced_its_own(moto_endpoint, sm):
-    arn = register(sm, "g-cas-2", "r1")
-    hook = ModelRegistryHook(aws_conn_id="aws_default", region_name=REGION)
     # Another decision lands between the write (call 2) and the re-read (call 3): the re-read shows it.
-    hook.__dict__["conn"] = RacingClient(sm, 3, lambda: decide_in_registry(sm, arn, "r1", "Rejected", "late"))
-    written, package = hook.compare_and_set_approval(arn, "Approved", "Approved in Airflow by bob at t: ok")
-    assert not written and package["ModelApprovalStatus"] == "Rejected"
+    hook, arn, written = approve_while_the_registry_rejects(sm, "g-cas-2", 3, "late")
+    assert not written
     # Conditional on what was seen: a write against a stale view is not made.
     hook.__dict__["conn"] = sm
     stale = {"ModelApprovalStatus": "Approved", "ApprovalDescription": "Approved in Airflow by bob at t: ok"}
@@ -173,12 +150,18 @@ def test_compare_and_set_sees_a_write_that_replaced_its_own(moto_endpoint, sm):
 
 
 # ---------------------------------------------------------------- one decision: both orders, 30 ms apart
+def rejected_in_studio(monkeypatch, sm, store, group):
+    """A package of ``group`` that carol rejected in Studio; returns its ARN, the rejection's time (the package's
+    LastModifiedTime) and the approval task's context."""
+    environment(monkeypatch)
+    arn = register(sm, group, "r1")
+    rejected_at = decide_in_registry(sm, arn, "r1", "Rejected", "drops the cube (carol in Studio)")
+    return arn, rejected_at, context_for(store)
+
+
 def test_a_registry_reject_30ms_before_the_airflow_approve_stands_and_the_approve_is_refused(
         moto_endpoint, sm, store, requests, monkeypatch):
-    environment(monkeypatch)
-    arn = register(sm, "g-order-1", "r1")
-    rejected_at = decide_in_registry(sm, arn, "r1", "Rejected", "drops the cube (carol in Studio)")
-    context = context_for(store)
+    arn, rejected_at, context = rejected_in_studio(monkeypatch, sm, store, "g-order-1")
     op = operator("g-order-1", "r1")
     with pytest.raises(TaskDeferred) as deferred:  # the request reopens, to be closed with the decision that stands
         op.execute_complete(context, {**answer("Approve", "bob", rejected_at + dt.timedelta(milliseconds=30)),
@@ -205,10 +188,7 @@ def test_a_registry_reject_30ms_before_the_airflow_approve_stands_and_the_approv
 
 def test_an_airflow_approve_30ms_before_a_registry_reject_stands_and_the_reject_is_refused(
         moto_endpoint, sm, store, requests, monkeypatch):
-    environment(monkeypatch)
-    arn = register(sm, "g-order-2", "r1")
-    rejected_at = decide_in_registry(sm, arn, "r1", "Rejected", "drops the cube (carol in Studio)")
-    context = context_for(store)
+    arn, rejected_at, context = rejected_in_studio(monkeypatch, sm, store, "g-order-2")
     result = operator("g-order-2", "r1").execute_complete(
         context, {**answer("Approve", "bob", rejected_at - dt.timedelta(milliseconds=30)), "model_package_arn": arn})
     package = sm.describe_model_package(ModelPackageName=arn)

@@ -137,6 +137,20 @@ def format_runnable_timeout(job: dict[str, Any], elapsed: float, budget: float, 
     )
 
 
+def validated_num_nodes(value: Any) -> int:
+    """A templated ``num_nodes`` argument (nodes of a Batch multi-node job) as an int.
+
+    :raises ValueError: ``value`` is not an integer >= 1 (the message names it).
+    """
+    try:
+        num_nodes = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"num_nodes must be an integer >= 1, got {value!r}") from None
+    if num_nodes < 1:
+        raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes}")
+    return num_nodes
+
+
 def job_num_nodes(job: dict[str, Any], default: int = 1) -> int:
     """Nodes of a ``DescribeJobs`` entry (``nodeProperties.numNodes``), else ``default`` (container jobs: 1)."""
     return int((job.get("nodeProperties") or {}).get("numNodes") or default)

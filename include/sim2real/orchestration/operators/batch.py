@@ -22,6 +22,7 @@ from sim2real.orchestration.hooks.batch import (
     exit_code_of,
     image_digest_of,
     job_cost_record,
+    validated_num_nodes,
 )
 from sim2real.orchestration.links.batch import NODE_LOG_LINKS
 from sim2real.orchestration.stop_rule import operator_should_stop, starts_afresh
@@ -155,13 +156,7 @@ class BatchTrainingOperator(BatchOperator):
 
     # -- inputs -------------------------------------------------------------------------------
     def _validated_num_nodes(self) -> int:
-        try:
-            num_nodes = int(self.num_nodes)
-        except (TypeError, ValueError):
-            raise ValueError(f"num_nodes must be an integer >= 1, got {self.num_nodes!r}") from None
-        if num_nodes < 1:
-            raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes}")
-        return num_nodes
+        return validated_num_nodes(self.num_nodes)
 
     def _validate_cost_args(self) -> None:
         """Rendered ``cost_limit_usd`` / ``usd_per_node_hour`` as floats (or None); ValueError naming the field."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
@@ -207,6 +207,20 @@ def _describe_one(describe, problems: list[str], resource: str, action: str, con
     return items[0]
 
 
+def _answer_or_problem(call: Callable[[], Any], problems: list[str], resource: str, action: str, setting: str, *,
+                       missing: type[Exception] | tuple[type[Exception], ...], hint: str = "") -> Any:
+    """``call()``'s answer, or None with the problem appended: "<resource> does not exist. Set <setting><hint>"
+    when it raised one of ``missing``, the AWS error (:func:`client_error_problem`, naming ``action``) on another
+    ``ClientError``. For calls that answer something (not None) when ``resource`` exists."""
+    try:
+        return call()
+    except missing:
+        problems.append(f"{resource} does not exist. Set {setting}{hint}")
+    except ClientError as err:
+        problems.append(client_error_problem(resource, action, err, setting))
+    return None
+
+
 def _enabled_and_valid(item: Mapping[str, Any], resource: str, fix: str, problems: list[str]) -> None:
     """Append a problem unless a Batch queue / compute environment is ENABLED and VALID (``fix``: the command)."""
     if item.get("state") != "ENABLED" or item.get("status") != "VALID":
@@ -294,23 +308,15 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         image = plan["image"]
         project, repo = image["project_name"], image["repository_name"]
         checked += [f"CodeBuild project {project}", f"ECR repository {repo}"]
-        try:
-            self._hooks(CodeBuildHook).get_project(project)
-        except LookupError:
-            problems.append(f"CodeBuild project {project!r} does not exist. Set image_build.codebuild_project in "
-                            "the environment config (infra/ creates <prefix>-training-image)")
-        except ClientError as err:
-            problems.append(client_error_problem(f"CodeBuild project {project!r}", "codebuild:BatchGetProjects", err,
-                                                 "image_build.codebuild_project in the environment config"))
+        _answer_or_problem(lambda: self._hooks(CodeBuildHook).get_project(project), problems,
+                           f"CodeBuild project {project!r}", "codebuild:BatchGetProjects",
+                           "image_build.codebuild_project in the environment config", missing=LookupError,
+                           hint=" (infra/ creates <prefix>-training-image)")
         ecr = self._hooks(EcrImageHook).conn
-        try:
-            ecr.describe_repositories(repositoryNames=[repo])
-        except ecr.exceptions.RepositoryNotFoundException:
-            problems.append(f"ECR repository {repo!r} does not exist. Set image_build.ecr_repository in the "
-                            "environment config")
-        except ClientError as err:
-            problems.append(client_error_problem(f"ECR repository {repo!r}", "ecr:DescribeRepositories", err,
-                                                 "image_build.ecr_repository in the environment config"))
+        _answer_or_problem(lambda: ecr.describe_repositories(repositoryNames=[repo]), problems,
+                           f"ECR repository {repo!r}", "ecr:DescribeRepositories",
+                           "image_build.ecr_repository in the environment config",
+                           missing=ecr.exceptions.RepositoryNotFoundException)
 
     def _check_batch(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> dict | None:
         b = plan["batch"]
@@ -397,14 +403,9 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         checked += [f"pipeline role {role_arn}", f"model package group {group}"]
         iam = self._hooks(AwsBaseHook, client_type="iam").conn
         role_name = str(role_arn).rsplit("/", 1)[-1]
-        try:
-            iam.get_role(RoleName=role_name)
-        except iam.exceptions.NoSuchEntityException:
-            problems.append(f"SageMaker pipeline role {role_arn!r} does not exist. Set sagemaker.pipeline_role_arn "
-                            "in the environment config (infra/ creates <prefix>-pipeline)")
-        except ClientError as err:
-            problems.append(client_error_problem(f"SageMaker pipeline role {role_arn!r}", "iam:GetRole", err,
-                                                 "sagemaker.pipeline_role_arn in the environment config"))
+        _answer_or_problem(lambda: iam.get_role(RoleName=role_name), problems, f"SageMaker pipeline role {role_arn!r}",
+                           "iam:GetRole", "sagemaker.pipeline_role_arn in the environment config",
+                           missing=iam.exceptions.NoSuchEntityException, hint=" (infra/ creates <prefix>-pipeline)")
         sm = self._hooks(SageMakerHook).conn
         try:
             sm.describe_model_package_group(ModelPackageGroupName=group)
@@ -424,14 +425,9 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         change = "thing_group_name in the form or greengrass.thing_group_name in the environment config"
         checked.append(f"thing group {group}")
         gg = self._hooks(GreengrassV2Hook)
-        try:
-            arn = gg.thing_group_arn(group)
-        except ValueError:
-            problems.append(f"IoT thing group {group!r} does not exist. Set thing_group_name in the form or "
-                            "greengrass.thing_group_name in the environment config")
-            return
-        except ClientError as err:
-            problems.append(client_error_problem(f"IoT thing group {group!r}", "iot:DescribeThingGroup", err, change))
+        arn = _answer_or_problem(lambda: gg.thing_group_arn(group), problems, f"IoT thing group {group!r}",
+                                 "iot:DescribeThingGroup", change, missing=ValueError)
+        if arn is None:
             return
         try:
             devices = gg.list_core_device_names(arn)

@@ -14,7 +14,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from sim2real.orchestration.hooks.batch import BatchTrainingHook
+from sim2real.orchestration.hooks.batch import BatchTrainingHook, validated_num_nodes
 from sim2real.orchestration.hooks.service_quotas import (
     CloudWatchUsageHook,
     ServiceQuotasHook,
@@ -185,12 +185,7 @@ class GpuCapacityPreflightOperator(AwsBaseOperator[ServiceQuotasHook]):
         self.service_code = service_code
 
     def execute(self, context: Context) -> dict[str, Any]:
-        try:
-            num_nodes = int(self.num_nodes)
-        except (TypeError, ValueError):
-            raise ValueError(f"num_nodes must be an integer >= 1, got {self.num_nodes!r}") from None
-        if num_nodes < 1:
-            raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes}")
+        num_nodes = validated_num_nodes(self.num_nodes)
 
         ec2 = EC2Hook(api_type="client_type", **self._hook_parameters).conn
         types = ec2.describe_instance_types(InstanceTypes=[self.instance_type])["InstanceTypes"]

@@ -249,6 +249,21 @@ code, log path and cost; a failed task hands on XCom `slurm_job_end` (its state 
 """
 
 
+#: The wait for the GPU group's nodes (Running after a scale-up, gone after a scale-down): up to an hour.
+NODES_WAIT = {"waiter_delay": POLL, "waiter_max_attempts": max(1, 3600 // max(1, POLL))}
+
+
+def _gpu_group(hp: Any) -> dict[str, Any]:
+    """The arguments naming the cluster's GPU instance group, the group every capacity and scale task acts on."""
+    return {"cluster_name": hp.cluster_name, "instance_group_name": hp.instance_group_name}
+
+
+def _submit_host(hp: Any) -> dict[str, Any]:
+    """The arguments naming the cluster's Slurm submit host (found by its tag), where every Slurm task runs."""
+    return {"cluster_name": hp.cluster_name, "submit_host_tag_key": hp.submit_host_tag_key,
+            "submit_host_tag_value": hp.submit_host_tag_value}
+
+
 def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
     """Add the ``hyperpod`` group after the ``training_backend`` branch; return ``(train_policy, scale_down,
     submit_sweep)`` (``submit_sweep``: a sweep's job array, which :func:`add_candidate_training` waits on)."""
@@ -261,8 +276,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
     with TaskGroup(GROUP_ID, tooltip="SageMaker HyperPod: scale up, Slurm job via SSM, scale down", doc_md=DOC):
         preflight = HyperPodCapacityPreflightOperator(
             task_id=ids.local(ids.HYPERPOD_CHECK_CAPACITY),
-            cluster_name=hp.cluster_name,
-            instance_group_name=hp.instance_group_name,
+            **_gpu_group(hp),
             target_count=hp.target_count,
             retries=1,
             execution_timeout=dt.timedelta(minutes=5),
@@ -273,8 +287,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
         # and leave the requested nodes running).
         scale_up = HyperPodScaleOperator(
             task_id=ids.local(ids.HYPERPOD_SCALE_UP),
-            cluster_name=hp.cluster_name,
-            instance_group_name=hp.instance_group_name,
+            **_gpu_group(hp),
             target_count=hp.target_count,
             wait_for_completion=False,
             execution_timeout=dt.timedelta(minutes=10),
@@ -283,19 +296,15 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
         # Same target: no second UpdateCluster, waits until the group's nodes are Running.
         wait_for_nodes = HyperPodScaleOperator(
             task_id=ids.local(ids.HYPERPOD_WAIT_FOR_NODES),
-            cluster_name=hp.cluster_name,
-            instance_group_name=hp.instance_group_name,
+            **_gpu_group(hp),
             target_count=hp.target_count,
-            waiter_delay=POLL,
-            waiter_max_attempts=max(1, 3600 // max(1, POLL)),
+            **NODES_WAIT,
             execution_timeout=dt.timedelta(hours=2),
             doc_md=DOC,
         )
         slurm_job = HyperPodSlurmJobOperator(
             task_id=ids.local(ids.HYPERPOD_TRAIN_POLICY),
-            cluster_name=hp.cluster_name,
-            submit_host_tag_key=hp.submit_host_tag_key,
-            submit_host_tag_value=hp.submit_host_tag_value,
+            **_submit_host(hp),
             job_name=hp.job_name,
             submit_commands=hp.submit_commands,
             log_path=hp.log_path,
@@ -311,12 +320,10 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
         scale_down = HyperPodScaleOperator(
             task_id=ids.local(ids.HYPERPOD_SCALE_DOWN),
             only_after_task_id=ids.HYPERPOD_SCALE_UP,  # a Batch run never resizes the cluster
-            cluster_name=hp.cluster_name,
-            instance_group_name=hp.instance_group_name,
+            **_gpu_group(hp),
             target_count=hp.min_count,
             retries=5,  # nodes left up cost money: outlast a slow scale-up or a transient error
-            waiter_delay=POLL,
-            waiter_max_attempts=max(1, 3600 // max(1, POLL)),
+            **NODES_WAIT,
             execution_timeout=dt.timedelta(hours=2),
             doc_md=DOC,
         ).as_teardown(setups=scale_up, on_failure_fail_dagrun=True)  # nodes left up: the run must say so
@@ -342,9 +349,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
         script = sweep_script(plan["plan"])
         array = HyperPodSlurmJobOperator(
             task_id=ids.local(ids.HYPERPOD_SUBMIT_SWEEP),
-            cluster_name=hp.cluster_name,
-            submit_host_tag_key=hp.submit_host_tag_key,
-            submit_host_tag_value=hp.submit_host_tag_value,
+            **_submit_host(hp),
             job_name=hp.sweep_job_name,
             submit_commands=script,
             log_path=hp.sweep_log_path,
@@ -376,9 +381,7 @@ def add_candidate_training(plan: Any, *, array: Any, index: Any, cost_limit_usd:
     hp = refs(plan, HyperPodPlan)
     return HyperPodSlurmJobOperator(
         task_id=ids.local(ids.SWEEP_TRAIN_ON_SLURM),
-        cluster_name=hp.cluster_name,
-        submit_host_tag_key=hp.submit_host_tag_key,
-        submit_host_tag_value=hp.submit_host_tag_value,
+        **_submit_host(hp),
         job_name=hp.sweep_job_name,
         submit_commands=[],
         log_path=hp.sweep_log_path,
