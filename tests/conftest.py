@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sim2real.dev.boto_data import parse_once
+from sim2real.dev.boto_data import list_services_once, parse_once
 
 from tests.paths import REPO_ROOT
 
@@ -48,8 +48,10 @@ for _k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFL
     os.environ.pop(_k, None)
 
 
-# botocore's JSON data files are parsed once per test process, not once per session (see the module).
+# botocore's JSON data files are parsed, and its data folders listed, once per test process, not once per session
+# (see the module).
 parse_once()
+list_services_once()
 
 
 def _caller_lookup_without_source_lines() -> None:

@@ -10,7 +10,7 @@ import sys
 import boto3
 import pytest
 
-from sim2real.dev.boto_data import parse_once
+from sim2real.dev.boto_data import list_services_once, parse_once
 
 from tests.conftest import NO_SERVERS_ENV, SLOW_FILES_FIRST, UnitTestBoundaryError
 from tests.paths import REPO_ROOT
@@ -35,6 +35,29 @@ def test_sessions_share_one_parse_of_each_data_file_and_still_build_working_clie
         client = session.client("s3", region_name="eu-west-1")
         assert client.meta.endpoint_url == "https://s3.eu-west-1.amazonaws.com"
         assert client.meta.service_model.operation_model("PutObject").http["method"] == "PUT"
+
+
+def test_sessions_share_one_listing_of_the_data_folders_and_get_the_same_services(monkeypatch):
+    from botocore import loaders
+
+    assert list_services_once() is False  # installed by conftest
+    wrapped = loaders.Loader.list_available_services.__wrapped__  # botocore's own (cached per loader)
+    fresh = loaders.create_loader()
+    expected = wrapped(fresh, "service-2")
+    assert "s3" in expected and "sagemaker" in expected and expected == sorted(expected)
+    first, second = (boto3.session.Session()._session.get_component("data_loader") for _ in range(2))
+    listed = [loader.list_available_services("service-2") for loader in (first, second)]
+    assert listed[0] == listed[1] == expected and listed[0] is not listed[1]  # each caller has its own copy
+    listed[0].append("not-a-service")
+    assert "not-a-service" not in second.list_available_services("service-2")
+    assert first.list_available_services("waiters-2") == wrapped(fresh, "waiters-2") != expected  # per type name
+
+    def no_walk(path):
+        raise AssertionError(f"walked {path} again")
+
+    monkeypatch.setattr(loaders.os, "listdir", no_walk)  # a new session's loader lists without walking the folders
+    assert boto3.session.Session()._session.get_component("data_loader").list_available_services(
+        "service-2") == expected
 
 
 # ------------------------------------------------------------------------------------------------ unit / integration
