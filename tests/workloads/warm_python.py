@@ -6,7 +6,8 @@ workload tests' time was those imports, once per process. :func:`run_module` ins
 test process (this file, run as a script) that has imported those libraries once to ``fork()`` a child for each
 run. The child is a process of its own, as with ``python -m``: its own environment (replaced, not merged), argv,
 working directory, stdin from ``/dev/null``, stdout and stderr captured, and it ends as an interpreter ends (the
-module's ``SystemExit`` code or 1 on an exception, non-daemon threads joined, ``atexit`` run, streams flushed). Only
+module's ``SystemExit`` code or 1 on an exception, non-daemon threads joined, ``atexit`` run, streams flushed), less
+the seconds the interpreter spends freeing torch's modules at exit. Only
 third-party libraries are preloaded, never ``sim2real``, so every run imports the code under test afresh under its own
 environment; the preloaded ones read no setting the tests vary at import time. The server imports nothing that starts
 a thread, so forking it is safe.
@@ -122,13 +123,40 @@ def run_module(module: str, *args: str, env: dict[str, str], cwd: str | None = N
     return _SERVER.run(module, list(args), env, cwd, timeout)
 
 
+def _run_and_exit(module: str) -> None:
+    """Run ``module`` as ``__main__`` and end the process the way the interpreter ends one (``Py_FinalizeEx``): the
+    exit code of its ``SystemExit`` (or 1 and the traceback on stderr for an exception), non-daemon threads joined,
+    every ``atexit`` handler run (those the preloaded libraries registered too), the streams flushed. Then
+    ``os._exit``: what is left is freeing the preloaded libraries' objects, seconds with torch loaded, nothing a
+    run can observe."""
+    import atexit
+    import runpy
+
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - what the interpreter does with an uncaught exception
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    threading._shutdown()  # type: ignore[attr-defined] - the interpreter's own first step at exit
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code & 0xFF)
+
+
 if __name__ == "__main__":
     _request = _serve()
     if _request is None:
         sys.exit(0)
     _become(_request)
-    _module = _request["args"][0]
-    del _request
-    import runpy
-
-    runpy.run_module(_module, run_name="__main__", alter_sys=True)
+    _run_and_exit(_request["args"][0])
