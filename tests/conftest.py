@@ -141,6 +141,34 @@ SLOW_FILES_FIRST = (
 )
 
 
+#: Folders whose files go to one worker together under ``--dist loadfile`` (as if they were one file), because their
+#: session fixtures are expensive and shared: per folder, what they share.
+SHARED_SESSION_FOLDERS = {
+    "tests/infra/": "the synthesized CDK app (conftest's session fixtures synth and synth_full, about 10 s each)",
+}
+
+
+def _loadfile_scope(nodeid: str) -> str:
+    """The scope ``--dist loadfile`` sends to one worker: the file, or its folder of :data:`SHARED_SESSION_FOLDERS`."""
+    path = nodeid.split("::", 1)[0]
+    return next((folder for folder in SHARED_SESSION_FOLDERS if path.startswith(folder)), path)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # an xdist hook: known only with xdist
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the files of a :data:`SHARED_SESSION_FOLDERS` folder as one scope: each worker
+    would otherwise build those session fixtures again."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFolderScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _loadfile_scope(nodeid)
+
+    return SharedFolderScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the implied marker must be there by then
 def pytest_collection_modifyitems(session, config, items):  # noqa: ARG001 - pytest hook signature
     """Mark the items that imply ``integration`` with it (so ``-m "not integration"`` is the unit set), then move

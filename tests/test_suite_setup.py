@@ -12,7 +12,8 @@ import pytest
 
 from sim2real.dev.boto_data import list_services_once, parse_once
 
-from tests.conftest import NO_SERVERS_ENV, SLOW_FILES_FIRST, UnitTestBoundaryError
+from tests.conftest import (NO_SERVERS_ENV, SHARED_SESSION_FOLDERS, SLOW_FILES_FIRST, UnitTestBoundaryError,
+                            pytest_xdist_make_scheduler)
 from tests.paths import REPO_ROOT
 
 
@@ -21,6 +22,33 @@ def test_every_slow_file_listed_first_exists_once():
     missing = [path for path in SLOW_FILES_FIRST if not (REPO_ROOT / path).is_file()]
     assert not missing, missing
     assert len(set(SLOW_FILES_FIRST)) == len(SLOW_FILES_FIRST)
+
+
+def test_loadfile_sends_a_shared_session_folder_to_one_worker_and_other_files_alone(pytestconfig):
+    from xdist.scheduler import LoadFileScheduling
+
+    assert all((REPO_ROOT / folder).is_dir() for folder in SHARED_SESSION_FOLDERS)
+    scheduler = pytest_xdist_make_scheduler(_DistConfig(pytestconfig, "loadfile"), None)
+    assert isinstance(scheduler, LoadFileScheduling)
+    split = scheduler._split_scope
+    assert split("tests/infra/test_stacks.py::test_a") == split("tests/infra/test_mwaa.py::test_b[x]") == "tests/infra/"
+    assert split("tests/workloads/test_train.py::test_a") == "tests/workloads/test_train.py"
+    assert split("tests/infrastructure_notes.py::test_a") == "tests/infrastructure_notes.py"  # a folder, not a prefix
+    assert pytest_xdist_make_scheduler(_DistConfig(pytestconfig, "load"), None) is None  # xdist's own
+
+
+class _DistConfig:
+    """``pytestconfig`` with another ``--dist`` value."""
+
+    def __init__(self, config, dist: str) -> None:
+        self._config, self._dist = config, dist
+
+    def getvalue(self, name: str):
+        given = {"dist": self._dist, "tx": ["2*popen"]}  # as -n 2 sets them
+        return given[name] if name in given else self._config.getvalue(name)
+
+    def __getattr__(self, name: str):
+        return getattr(self._config, name)
 
 
 def test_sessions_share_one_parse_of_each_data_file_and_still_build_working_clients():
