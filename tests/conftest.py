@@ -46,6 +46,10 @@ os.environ.setdefault("SIM2REAL_AIRFLOW_DB_CACHE", str(REPO_ROOT / ".sandbox" / 
 # A test must never reach a real AWS endpoint: drop anything that could point at one.
 for _k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"):
     os.environ.pop(_k, None)
+# moto creates its ~1300 default AMIs (each with random ids) whenever it builds an EC2 backend for a region: every
+# mock_aws test that touches EC2 paid about half a second of CPU for them. Nothing here lists them (RunInstances takes
+# any AMI id; the sandbox uses a fixed one), so the tests and the sandboxes they start do without.
+os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
 
 
 # botocore's JSON data files are parsed, and its data folders listed, once per test process, not once per session
