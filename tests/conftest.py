@@ -121,25 +121,28 @@ SLOW_FILES_FIRST = (
     "tests/dev/ui/test_run_note_ui.py",  # a live Airflow: the note through the REST API, a mark-failed after it
     "tests/orchestration/operators/test_hyperpod_slurm.py",
     "tests/orchestration/operators/test_model_approval_dag.py",
-    "tests/orchestration/events/test_trigger_events.py",
     "tests/dev/test_bench_waits.py",
     "tests/workloads/test_mlflow_tracking.py",
-    "tests/workloads/test_tracking_outage.py",  # training and evaluations beside the same without tracking
     "tests/infra/test_mwaa_package_check.py",
     "tests/orchestration/operators/test_preflight.py",
-    "tests/workloads/test_train.py",
     "tests/infra/test_cdk_cli.py",
-    "tests/workloads/test_evaluate.py",
-    "tests/orchestration/operators/test_codebuild.py",
-    "tests/workloads/test_publish.py",
-    "tests/dev/test_bench_parse.py",  # DAG parses in fresh interpreters, one beside a CPU-bound process
+    # the unit set's longest files (make test-unit), longest first
+    "tests/infra/test_stacks.py",  # and the rest of tests/infra after it: one scope (SHARED_SESSION_FOLDERS)
+    "tests/workloads/test_publish.py",  # the launcher: torchrun and a stand-in Isaac Lab trainer, 5 launches
+    "tests/orchestration/test_log_levels.py",  # two fresh interpreters that import Airflow
+    "tests/orchestration/events/test_trigger_events.py",  # SQS long polls of 1 s
+    "tests/workloads/test_tracking_outage.py",  # training and evaluations beside the same without tracking
     "tests/orchestration/test_release.py",
+    "tests/orchestration/operators/test_codebuild.py",
+    "tests/workloads/test_launcher.py",  # a real two-node rendezvous
+    "tests/dev/test_bench_parse.py",  # DAG parses, one in a fresh interpreter
     "tests/orchestration/operators/test_quota.py",
+    "tests/workloads/test_train.py",
     "tests/orchestration/operators/test_greengrass.py",
+    "tests/workloads/test_evaluate.py",
     "tests/orchestration/test_checkpoint_event_once.py",
     "tests/workloads/test_export.py",
     "tests/infra/test_environment_config.py",
-    "tests/workloads/test_launcher.py",
     "tests/pipelines/test_pipeline_venv.py",
     "tests/dev/ui/test_ui_stack.py",
 )
