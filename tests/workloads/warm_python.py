@@ -18,6 +18,7 @@ text=True``); a run past its timeout is killed and raises :class:`subprocess.Tim
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -86,7 +87,18 @@ class _Server:
             ready = self.proc.stdout.readline()
             if not ready:
                 raise RuntimeError("the warm Python server ended before it was ready (see stderr)")
+            atexit.register(self.close)
         return self.proc
+
+    def close(self) -> None:
+        """End the server (the end of its input) and wait for it: no process outlives the test process."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
     def run(self, module: str, args: list[str], env: dict[str, str], cwd: str | None,
             timeout: float) -> subprocess.CompletedProcess:
@@ -156,7 +168,7 @@ def _run_and_exit(module: str) -> None:
 
 if __name__ == "__main__":
     _request = _serve()
-    if _request is None:
-        sys.exit(0)
+    if _request is None:  # the test process is done: nothing to flush, and freeing torch's modules takes seconds
+        os._exit(0)
     _become(_request)
     _run_and_exit(_request["args"][0])
