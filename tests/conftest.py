@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sim2real.dev.boto_data import parse_once
+from sim2real.dev.boto_data import list_services_once, parse_once
 
 from tests.paths import REPO_ROOT
 
@@ -46,10 +46,16 @@ os.environ.setdefault("SIM2REAL_AIRFLOW_DB_CACHE", str(REPO_ROOT / ".sandbox" / 
 # A test must never reach a real AWS endpoint: drop anything that could point at one.
 for _k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_VAR_SIM2REAL_ENVIRONMENT"):
     os.environ.pop(_k, None)
+# moto creates its ~1300 default AMIs (each with random ids) whenever it builds an EC2 backend for a region: every
+# mock_aws test that touches EC2 paid about half a second of CPU for them. Nothing here lists them (RunInstances takes
+# any AMI id; the sandbox uses a fixed one), so the tests and the sandboxes they start do without.
+os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
 
 
-# botocore's JSON data files are parsed once per test process, not once per session (see the module).
+# botocore's JSON data files are parsed, and its data folders listed, once per test process, not once per session
+# (see the module).
 parse_once()
+list_services_once()
 
 
 def _caller_lookup_without_source_lines() -> None:
@@ -115,28 +121,59 @@ SLOW_FILES_FIRST = (
     "tests/dev/ui/test_run_note_ui.py",  # a live Airflow: the note through the REST API, a mark-failed after it
     "tests/orchestration/operators/test_hyperpod_slurm.py",
     "tests/orchestration/operators/test_model_approval_dag.py",
-    "tests/orchestration/events/test_trigger_events.py",
     "tests/dev/test_bench_waits.py",
     "tests/workloads/test_mlflow_tracking.py",
-    "tests/workloads/test_tracking_outage.py",  # training and evaluations beside the same without tracking
     "tests/infra/test_mwaa_package_check.py",
     "tests/orchestration/operators/test_preflight.py",
-    "tests/workloads/test_train.py",
     "tests/infra/test_cdk_cli.py",
-    "tests/workloads/test_evaluate.py",
-    "tests/orchestration/operators/test_codebuild.py",
-    "tests/workloads/test_publish.py",
-    "tests/dev/test_bench_parse.py",  # DAG parses in fresh interpreters, one beside a CPU-bound process
+    # the unit set's longest files (make test-unit), longest first
+    "tests/infra/test_stacks.py",  # and the rest of tests/infra after it: one scope (SHARED_SESSION_FOLDERS)
+    "tests/workloads/test_publish.py",  # the launcher: torchrun and a stand-in Isaac Lab trainer, 5 launches
+    "tests/orchestration/test_log_levels.py",  # two fresh interpreters that import Airflow
+    "tests/orchestration/events/test_trigger_events.py",  # SQS long polls of 1 s
+    "tests/workloads/test_tracking_outage.py",  # training and evaluations beside the same without tracking
     "tests/orchestration/test_release.py",
+    "tests/orchestration/operators/test_codebuild.py",
+    "tests/workloads/test_launcher.py",  # a real two-node rendezvous
+    "tests/dev/test_bench_parse.py",  # DAG parses, one in a fresh interpreter
     "tests/orchestration/operators/test_quota.py",
+    "tests/workloads/test_train.py",
     "tests/orchestration/operators/test_greengrass.py",
+    "tests/workloads/test_evaluate.py",
     "tests/orchestration/test_checkpoint_event_once.py",
     "tests/workloads/test_export.py",
     "tests/infra/test_environment_config.py",
-    "tests/workloads/test_launcher.py",
     "tests/pipelines/test_pipeline_venv.py",
     "tests/dev/ui/test_ui_stack.py",
 )
+
+
+#: Folders whose files go to one worker together under ``--dist loadfile`` (as if they were one file), because their
+#: session fixtures are expensive and shared: per folder, what they share.
+SHARED_SESSION_FOLDERS = {
+    "tests/infra/": "the synthesized CDK app (conftest's session fixtures synth and synth_full, about 10 s each)",
+}
+
+
+def _loadfile_scope(nodeid: str) -> str:
+    """The scope ``--dist loadfile`` sends to one worker: the file, or its folder of :data:`SHARED_SESSION_FOLDERS`."""
+    path = nodeid.split("::", 1)[0]
+    return next((folder for folder in SHARED_SESSION_FOLDERS if path.startswith(folder)), path)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # an xdist hook: known only with xdist
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the files of a :data:`SHARED_SESSION_FOLDERS` folder as one scope: each worker
+    would otherwise build those session fixtures again."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFolderScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _loadfile_scope(nodeid)
+
+    return SharedFolderScheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the implied marker must be there by then

@@ -10,9 +10,10 @@ import sys
 import boto3
 import pytest
 
-from sim2real.dev.boto_data import parse_once
+from sim2real.dev.boto_data import list_services_once, parse_once
 
-from tests.conftest import NO_SERVERS_ENV, SLOW_FILES_FIRST, UnitTestBoundaryError
+from tests.conftest import (NO_SERVERS_ENV, SHARED_SESSION_FOLDERS, SLOW_FILES_FIRST, UnitTestBoundaryError,
+                            pytest_xdist_make_scheduler)
 from tests.paths import REPO_ROOT
 
 
@@ -21,6 +22,33 @@ def test_every_slow_file_listed_first_exists_once():
     missing = [path for path in SLOW_FILES_FIRST if not (REPO_ROOT / path).is_file()]
     assert not missing, missing
     assert len(set(SLOW_FILES_FIRST)) == len(SLOW_FILES_FIRST)
+
+
+def test_loadfile_sends_a_shared_session_folder_to_one_worker_and_other_files_alone(pytestconfig):
+    from xdist.scheduler import LoadFileScheduling
+
+    assert all((REPO_ROOT / folder).is_dir() for folder in SHARED_SESSION_FOLDERS)
+    scheduler = pytest_xdist_make_scheduler(_DistConfig(pytestconfig, "loadfile"), None)
+    assert isinstance(scheduler, LoadFileScheduling)
+    split = scheduler._split_scope
+    assert split("tests/infra/test_stacks.py::test_a") == split("tests/infra/test_mwaa.py::test_b[x]") == "tests/infra/"
+    assert split("tests/workloads/test_train.py::test_a") == "tests/workloads/test_train.py"
+    assert split("tests/infrastructure_notes.py::test_a") == "tests/infrastructure_notes.py"  # a folder, not a prefix
+    assert pytest_xdist_make_scheduler(_DistConfig(pytestconfig, "load"), None) is None  # xdist's own
+
+
+class _DistConfig:
+    """``pytestconfig`` with another ``--dist`` value."""
+
+    def __init__(self, config, dist: str) -> None:
+        self._config, self._dist = config, dist
+
+    def getvalue(self, name: str):
+        given = {"dist": self._dist, "tx": ["2*popen"]}  # as -n 2 sets them
+        return given[name] if name in given else self._config.getvalue(name)
+
+    def __getattr__(self, name: str):
+        return getattr(self._config, name)
 
 
 def test_sessions_share_one_parse_of_each_data_file_and_still_build_working_clients():
@@ -35,6 +63,29 @@ def test_sessions_share_one_parse_of_each_data_file_and_still_build_working_clie
         client = session.client("s3", region_name="eu-west-1")
         assert client.meta.endpoint_url == "https://s3.eu-west-1.amazonaws.com"
         assert client.meta.service_model.operation_model("PutObject").http["method"] == "PUT"
+
+
+def test_sessions_share_one_listing_of_the_data_folders_and_get_the_same_services(monkeypatch):
+    from botocore import loaders
+
+    assert list_services_once() is False  # installed by conftest
+    wrapped = loaders.Loader.list_available_services.__wrapped__  # botocore's own (cached per loader)
+    fresh = loaders.create_loader()
+    expected = wrapped(fresh, "service-2")
+    assert "s3" in expected and "sagemaker" in expected and expected == sorted(expected)
+    first, second = (boto3.session.Session()._session.get_component("data_loader") for _ in range(2))
+    listed = [loader.list_available_services("service-2") for loader in (first, second)]
+    assert listed[0] == listed[1] == expected and listed[0] is not listed[1]  # each caller has its own copy
+    listed[0].append("not-a-service")
+    assert "not-a-service" not in second.list_available_services("service-2")
+    assert first.list_available_services("waiters-2") == wrapped(fresh, "waiters-2") != expected  # per type name
+
+    def no_walk(path):
+        raise AssertionError(f"walked {path} again")
+
+    monkeypatch.setattr(loaders.os, "listdir", no_walk)  # a new session's loader lists without walking the folders
+    assert boto3.session.Session()._session.get_component("data_loader").list_available_services(
+        "service-2") == expected
 
 
 # ------------------------------------------------------------------------------------------------ unit / integration

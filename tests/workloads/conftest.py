@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.workloads.warm_python import run_module
+
 LAUNCHER = REPO_ROOT / "containers" / "rl" / "distributed_run.bash"
 VENV_BIN = str(Path(sys.executable).parent)
 #: The folder holding the ``sim2real`` package the tests import.
@@ -37,8 +39,14 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_train(env: dict[str, str], *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim2real.workloads.train", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    """``python -m sim2real.workloads.train *args`` with ``env``, a process of its own (forked from a server that has
+    torch imported: :mod:`tests.workloads.warm_python`)."""
+    return run_module("sim2real.workloads.train", *args, env=env, timeout=timeout)
+
+
+def run_evaluate(env: dict[str, str], *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``python -m sim2real.workloads.evaluate *args`` with ``env``, as :func:`run_train`."""
+    return run_module("sim2real.workloads.evaluate", *args, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

@@ -5,22 +5,20 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 from sim2real.contract import schemas
 from sim2real.workloads.evaluate import main, wilson_interval
-from tests.workloads.conftest import clean_env
+from tests.workloads.conftest import clean_env, run_evaluate
 
 
 def evaluate(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim2real.workloads.evaluate", *args], env=clean_env(**env),
-                          capture_output=True, text=True, timeout=120)
+    return run_evaluate(clean_env(**env), *args)
 
 
 def test_same_checkpoint_and_seeds_give_identical_reports(trained_dir, tmp_path, capsys):
-    """Once as the console script in a fresh process, once through ``main`` here (after the process already ran
+    """Once as ``python -m`` in a process of its own, once through ``main`` here (after the process already ran
     torch and MuJoCo: the seeds, not a fresh process's state, make the report)."""
     args = ("--manifest-uri", str(trained_dir / "manifest.json"), "--episodes", "3", "--seed", "7")
     proc = evaluate(*args, "--report-uri", str(tmp_path / "r1.json"))

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
-from .conftest import clean_env, free_port, run_train
+from .conftest import clean_env, free_port, run_evaluate, run_train
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 
@@ -69,9 +67,8 @@ def test_training_with_the_server_hanging_from_its_first_call_keeps_its_budget(t
 
 
 def _evaluate(manifest, report, **env):
-    return subprocess.run([sys.executable, "-m", "sim2real.workloads.evaluate", "--manifest-uri", str(manifest),
-                           "--episodes", "2", "--seed", "0", "--report-uri", str(report)], env=clean_env(**env),
-                          capture_output=True, text=True, timeout=90)
+    return run_evaluate(clean_env(**env), "--manifest-uri", str(manifest), "--episodes", "2", "--seed", "0",
+                        "--report-uri", str(report), timeout=90)
 
 
 @pytest.fixture(scope="module")

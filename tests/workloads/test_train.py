@@ -162,3 +162,37 @@ def test_progress_eta_respects_the_time_budget(budget_run):
     assert lines
     for *_, elapsed, eta in lines:
         assert float(eta) <= max(2.0 - float(elapsed), 0.0) + 0.05, (elapsed, eta)
+
+
+PROBE = """
+import os, sys, threading, time
+print(sys.argv[1:], os.environ.get("PROBE"), "HOME" in os.environ, sys.path[0] == os.getcwd(), sys.stdin.read())
+if sys.argv[1] == "raise":
+    raise RuntimeError("probe failed")
+if sys.argv[1] == "thread":  # a non-daemon thread is joined before the process ends, as at a normal exit
+    threading.Thread(target=lambda: (time.sleep(0.2), print("joined", file=sys.stderr))).start()
+if sys.argv[1] == "hang":
+    time.sleep(60)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def test_the_runs_are_processes_of_their_own_as_python_m(tmp_path):
+    """What the tests' ``run_train``/``run_evaluate`` fork from their warm server behaves as ``python -m``: argv, the
+    given environment only, the working directory first on sys.path, stdin empty, the exit code, a traceback and
+    code 1 on an exception, non-daemon threads joined, killed past its timeout."""
+    import subprocess
+
+    from tests.workloads.warm_python import run_module
+
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    env = {"PROBE": "x", "PATH": "/usr/bin:/bin"}
+    ok = run_module("probe_mod", "exit", "3", env=env, cwd=str(tmp_path))
+    assert (ok.returncode, ok.stdout, ok.stderr) == (3, "['exit', '3'] x False True \n", "")
+    failed = run_module("probe_mod", "raise", env=env, cwd=str(tmp_path))
+    assert failed.returncode == 1 and "RuntimeError: probe failed" in failed.stderr and "Traceback" in failed.stderr
+    threaded = run_module("probe_mod", "thread", "0", env=env, cwd=str(tmp_path))
+    assert threaded.returncode == 0 and threaded.stderr == "joined\n"
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_module("probe_mod", "hang", env=env, cwd=str(tmp_path), timeout=1)
+    assert run_module("probe_mod", "exit", "0", env=env, cwd=str(tmp_path)).returncode == 0  # the server goes on

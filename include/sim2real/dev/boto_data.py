@@ -5,7 +5,7 @@ nearly every client: each one parses ``endpoints.json`` (about 1 MB) and its ser
 paginators again. In the sandbox's process (a DAG run's tasks, moto's backends) and in a test process that is a
 third or more of the CPU time of an AWS call. The files do not change while the process runs, and botocore already
 hands one parsed copy to every client of a session, which only read it; so one copy per process serves all
-sessions alike.
+sessions alike. :func:`list_services_once` does the same for botocore's listing of its data folders (the tests).
 """
 
 from __future__ import annotations
@@ -44,4 +44,45 @@ def parse_once(patcher: Any = None) -> bool:
         loaders.JSONFileLoader.load_file = load_file_once
     else:
         patcher.setattr(loaders.JSONFileLoader, "load_file", load_file_once)
+    return True
+
+
+#: Set on the installed ``list_available_services`` so that a second :func:`list_services_once` leaves it as it is.
+_LIST_MARK = "_sim2real_list_once"
+
+
+def list_services_once(patcher: Any = None) -> bool:
+    """Make ``botocore.loaders.Loader.list_available_services`` walk the data folders once per process for each
+    (search paths, file loader, type name).
+
+    botocore caches the list per loader, i.e. per session; every new session walks every service folder again
+    (``os.listdir`` and a ``stat`` per service and API version, about 16 ms) the first time it loads a service
+    model. The folders do not change while the process runs. Each caller gets its own copy of the sorted list.
+
+    :param patcher: a :class:`sim2real.dev.sandbox._core.Patcher` to undo it with (``None``: for the process's life).
+    :return: ``True`` when installed now, ``False`` when it already was.
+    """
+    from botocore import loaders
+
+    if getattr(loaders.Loader.list_available_services, _LIST_MARK, False):
+        return False
+    list_available_services = loaders.Loader.list_available_services
+    listed: dict[tuple[Any, ...], list[str]] = {}
+    lock = threading.Lock()
+
+    def list_available_services_once(self, type_name):
+        key = (tuple(self.search_paths), type(self.file_loader), type_name)
+        with lock:
+            if key in listed:
+                return list(listed[key])
+        services = list_available_services(self, type_name)
+        with lock:
+            return list(listed.setdefault(key, list(services)))
+
+    setattr(list_available_services_once, _LIST_MARK, True)
+    list_available_services_once.__wrapped__ = list_available_services  # type: ignore[attr-defined]
+    if patcher is None:
+        loaders.Loader.list_available_services = list_available_services_once
+    else:
+        patcher.setattr(loaders.Loader, "list_available_services", list_available_services_once)
     return True

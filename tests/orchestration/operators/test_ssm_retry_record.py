@@ -25,10 +25,10 @@ RUN_ID = "manual__2026-11-30T00:00:00+00:00"
 def workstation(aws_env):
     with mock_aws():
         ec2 = boto3.client("ec2", region_name=REGION)
-        ami = ec2.describe_images()["Images"][0]["ImageId"]
-        iid = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="g6.12xlarge", TagSpecifications=[
-            {"ResourceType": "instance", "Tags": [{"Key": "sim2real:role", "Value": "workstation"}]}])[
-            "Instances"][0]["InstanceId"]
+        # moto does not check the AMI id (and the tests run without its default AMIs)
+        iid = ec2.run_instances(ImageId="ami-0abcdef1234567890", MinCount=1, MaxCount=1, InstanceType="g6.12xlarge",
+                                TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                                    {"Key": "sim2real:role", "Value": "workstation"}]}])["Instances"][0]["InstanceId"]
         ec2.stop_instances(InstanceIds=[iid])
         yield ec2, iid
 
