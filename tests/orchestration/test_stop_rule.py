@@ -27,7 +27,7 @@ class SlowStopTrigger(StepWaitTrigger):
     stop_seconds = 0.7
 
     def __init__(self) -> None:
-        super().__init__(serialized_fields={}, waiter_delay=1, waiter_max_attempts=1)
+        super().__init__(waiter_delay=1, waiter_max_attempts=1)
         self.stopped: list[str] = []
 
     async def run(self):  # waits until cancelled, like a long training wait
@@ -261,7 +261,7 @@ def test_a_wait_claims_its_try_when_it_starts(monkeypatch):
         step_function = staticmethod(lambda response, state: None)
 
         def __init__(self) -> None:
-            super().__init__(serialized_fields={}, waiter_delay=1, waiter_max_attempts=1)
+            super().__init__(waiter_delay=1, waiter_max_attempts=1)
 
         def hook(self):
             raise RuntimeError("claimed, then the wait itself starts")
