@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.fresh_process import script_args
 
 CONF = {
-    "training_backend": "hyperpod", "train_time_budget_seconds": 5, "max_iterations": 200,
+    "training_backend": "hyperpod", "train_time_budget_seconds": 300, "max_iterations": 2,
     "run_vla_finetune": False, "deploy_to_edge": False, "eval_episodes": 3, "min_success_rate": 0.0,
     "sweep": [{"seed": 3}, {"seed": 4}, {"seed": 5}], "sweep_max_parallel": 2,
 }

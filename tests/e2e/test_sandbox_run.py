@@ -78,11 +78,13 @@ def states(summary: dict) -> dict[str, str]:
 
 def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     # The gate threshold is lowered: this test checks the loop, not the toy policy's quality
-    # (the gate itself is unit-tested; the default threshold is what `make demo` uses), and training gets 10 s:
-    # enough for a checkpoint and a training curve (`make demo` trains 120 s for its gate); 20 evaluation
-    # episodes (the form's 100 estimate the success rate, which this test does not judge).
+    # (the gate itself is unit-tested; the default threshold is what `make demo` uses), and training gets 2 PPO
+    # iterations (bounded by iterations, not seconds: a busy machine trains the same): enough for a checkpoint and a
+    # training curve (an episode of Reacher-v5 ends within the first rollout; `make demo` trains 100 iterations for
+    # its gate); 20 evaluation episodes (the form's 100 estimate the success rate, which this test does not judge).
     proc, summary = run_demo(tmp_path, "--seed", "3", "--eval-seed", "2000", "--conf",
-                             '{"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 20}')
+                             '{"min_success_rate": 0.0, "max_iterations": 2, "train_time_budget_seconds": 300, '
+                             '"eval_episodes": 20}')
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert summary["state"] == "success"
     # The run note's in-process API logs in nobody: no generated admin password in the demo's output (before:

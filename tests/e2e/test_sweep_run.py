@@ -1,6 +1,7 @@
 """End to end: a 3-candidate sweep in one run of the real sim_to_real DAG (dag.test, SQLite) against the sandbox.
 
-Toy size (10 s of training per candidate, 10 evaluation episodes, the gate open): the test checks the sweep's
+Toy size (2 PPO iterations per candidate, bounded by iterations, not seconds, so a busy machine trains the same;
+10 evaluation episodes; the gate open): the test checks the sweep's
 orchestration — three Batch jobs on distinct prefixes, the best Wilson lower bound going on, the lineage listing
 every candidate — not the policies' quality. Each of the file's three runs starts when its test asks for it (the ``sweeps`` fixture).
 """
@@ -14,7 +15,7 @@ from .test_sandbox_run import start_demos, states
 #: Each run starts when its test asks for it (``start_demos``), one after another.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
-TOY = '"min_success_rate": 0.0, "train_time_budget_seconds": 10, "eval_episodes": 10'
+TOY = '"min_success_rate": 0.0, "max_iterations": 2, "train_time_budget_seconds": 300, "eval_episodes": 10'
 SEEDS = ("--seed", "3", "--eval-seed", "2000")
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sim2real.dev.sandbox._core import free_port
+from sim2real.dev.sandbox.airflow_db import migrated_db
 from sim2real.dev.ui import SIMPLE_AUTH_MANAGER, AirflowApiClient, _stop_group, _tail
 
 from tests.paths import REPO_ROOT
@@ -98,10 +99,10 @@ class LiveAirflow(AirflowApiClient):
 
     # -- processes -------------------------------------------------------------------------
     def start(self, timeout: float = 240) -> LiveAirflow:
-        """Migrate the database, start every component, wait until the DAGs are parsed."""
+        """Migrate the database (a copy of the test session's migrated DB: :mod:`sim2real.dev.sandbox.airflow_db`),
+        start every component, wait until the DAGs are parsed."""
         deadline = time.monotonic() + timeout
-        subprocess.run([self._airflow(), "db", "migrate"], env=self.env, cwd=REPO_ROOT, check=True,
-                       stdout=(self.logs / "migrate.log").open("wb"), stderr=subprocess.STDOUT, timeout=timeout)
+        migrated_db(self.home / "airflow" / "airflow.db", self.env)
         self.spawn("api-server", "api-server")
         self.spawn("scheduler", "scheduler")
         self.spawn("dag-processor", "dag-processor")

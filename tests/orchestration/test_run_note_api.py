@@ -133,3 +133,25 @@ def test_mwaa_comes_first_then_dag_test_then_the_connection(monkeypatch):
     run_note.set_run_note(dag_id="d", run_id="r", note="n", env={"sandbox": True}, in_process=False)
     assert calls == [("mwaa", "e"), ("in-process", None), ("conn", "sim2real_airflow_api")]
     assert run_note.in_process_test_run() is False  # a test process is no dag.test() task
+
+
+def test_the_in_process_api_is_airflows_own_patch_route_behind_the_authenticated_user():
+    """``dag.test()``'s in-process API serves Airflow's ``patch_dag_run`` (from the installed Airflow's DAG-run
+    routes file, with its own dependencies: authorization, audit log) under ``/api/v2``, behind the public API's
+    authenticated-router dependency (``get_user``), which is the in-process admin; not the whole core app."""
+    from pathlib import Path
+
+    import airflow.api_fastapi.core_api.routes as routes
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.routing import APIRoute
+
+    app = run_note.in_process_api().app.app  # httpx.WSGITransport -> a2wsgi.ASGIMiddleware -> FastAPI
+    patches = [r for r in app.routes if isinstance(r, APIRoute) and "PATCH" in r.methods
+               and r.path == "/api/v2" + run_note.DAG_RUN_PATH.replace("{run_id}", "{dag_run_id}")]
+    assert len(patches) == 1, [getattr(r, "path", r) for r in app.routes]
+    (route,) = patches
+    assert route.endpoint.__name__ == "patch_dag_run"
+    assert Path(route.endpoint.__code__.co_filename) == Path(routes.__path__[0]) / "public" / "dag_run.py"
+    assert any(dep.dependency is get_user for dep in route.dependencies)
+    assert app.dependency_overrides[get_user]().get_id() == run_note.IN_PROCESS_USER
+    assert not any(getattr(r, "path", "").startswith("/api/v2/connections") for r in app.routes)  # only DAG runs

@@ -186,10 +186,10 @@ def form_values(stack: UiStack) -> dict[str, Any]:
     values: dict[str, Any] = {
         "training_backend": "batch",                      # enum
         "task": "Reacher-v5",                             # enum
-        "max_iterations": 200,                            # integer
+        "max_iterations": 2,                              # integer (2 PPO iterations: a toy policy)
         "num_envs": 4,
         "seed": 7,
-        "train_time_budget_seconds": 6,
+        "train_time_budget_seconds": 300,                 # a bound only: iterations end training
         "image_source_version": env["image_build"]["source_version"],   # optional string, typed
         "eval_episodes": 5,
         "eval_seed": 2024,
