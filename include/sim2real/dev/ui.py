@@ -448,7 +448,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[ui] ready in {time.monotonic() - started:.0f} s", flush=True)
         print(f"[ui] Airflow UI: {stack.dag_url}", flush=True)
         print("[ui] login: none — local sandbox UI, every visitor is admin "
-              "([core] simple_auth_manager_all_admins = True, listening on 127.0.0.1 only)", flush=True)
+              "([core] simple_auth_manager_all_admins = True; the UI, the API, the sandbox and MLflow listen on "
+              "127.0.0.1 only; Airflow's own log servers bind every interface and answer only requests signed with "
+              "this start's random JWT secret)", flush=True)
         from sim2real.dev.sandbox.__main__ import read_env_file
 
         print(f"[ui] AWS sandbox endpoint: {read_env_file(stack.env_file)['AWS_ENDPOINT_URL']} "
