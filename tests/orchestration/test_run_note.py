@@ -239,3 +239,20 @@ def test_a_later_rounds_note_names_its_parent_run():
               "rounds": [{"success_rate": 0.3, "ci95": [0.1, 0.6]}, {"success_rate": 0.9, "ci95": [0.7, 0.97]}]}
     note = run_note.render_run_note(lineage(rounds=rounds))
     assert "**Round 2 of 3** (parent run `manual__r1`; success rate per round" in note, note
+
+
+def test_a_successful_run_whose_warnings_fill_the_note_still_shows_its_stages_in_one_row():
+    """make ui's quick settings (gate 0, 5 episodes): two long warnings, every stage succeeded or skipped; the note
+    used to drop the whole stage table."""
+    tasks = {task: {"state": "success", "duration_s": 10.0}
+             for task in (ids.PREPARE_RUN, ids.BUILD_IMAGE, ids.BATCH_TRAIN_POLICY, ids.EVAL_COMMAND,
+                          ids.RUN_EVALUATION, ids.READ_EVAL_REPORT, ids.DEPLOY_TO_ROBOTS)}
+    tasks[ids.HYPERPOD_CHECK_CAPACITY] = {"state": "skipped", "duration_s": 0.2}
+    long_links = {f"link {i}": "https://console.aws.amazon.com/s3/object/b?prefix=" + "x" * 150 for i in range(5)}
+    note = run_note.render_run_note(lineage(tasks=tasks),
+                                    warnings=gate_warnings({"min_success_rate": 0, "eval_episodes": 5}) * 2,
+                                    links=long_links)
+    assert len(note) <= run_note.NOTE_MAX_CHARS and note.endswith(run_note.SHORTENED + "\n")
+    assert "| stage | state | time (s) |" in note, note
+    row = next(line for line in note.splitlines() if "other stage" in line)
+    assert row.startswith("| ") and "(1 skipped) | success |" in row, row

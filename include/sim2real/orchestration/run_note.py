@@ -195,8 +195,9 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
 
     In order: the warnings, the success rate with its interval and the threshold, the gate verdict, estimated
     vs actual cost, the stage table, the links, the embedded pictures. What does not fit ``limit`` is left out
-    from the end (pictures first, then links but the first two, then the links, then the stage table's rows
-    that succeeded or were skipped), and the note then says so; the warnings and the verdict always stay.
+    from the end (pictures first, then links but the first two, then the links; then the stage table's rows that
+    succeeded or were skipped become one row, then that row goes too), and the note then says so; the warnings and
+    the verdict always stay.
 
     :param warnings: one line each, shown first (e.g. :func:`sim2real.orchestration.params.gate_warnings`).
     :param links: title → URL (``None``: left out), most important first.
@@ -216,6 +217,20 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
                 for label, state, dur in kept]
         return ["", "| stage | state | time (s) |", "|---|---|---|", *body]
 
+    def compact_table() -> list[str]:
+        """The notable rows, and the stages that succeeded or were skipped in one row (a note that cannot hold
+        every row still shows the run's shape)."""
+        quiet = [r for r in rows if r[1] in ("success", "skipped")]
+        notable = table(True)
+        if not quiet:
+            return notable
+        done = sum(1 for r in quiet if r[1] == "success")
+        skipped = len(quiet) - done
+        seconds = sum(dur for _, state, dur in quiet if state == "success" and dur is not None)
+        label = f"{done} other stage{'s' if done != 1 else ''}" + (f" ({skipped} skipped)" if skipped else "")
+        row = f"| {label} | success | {seconds:.1f} |"
+        return (notable or ["", "| stage | state | time (s) |", "|---|---|---|"]) + [row]
+
     def assemble(tab: list[str], lnk: list[tuple[str, str]], pic: list[tuple[str, str]], short: bool) -> str:
         out = list(head) + tab
         if lnk:
@@ -230,6 +245,8 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
                       assemble(table(False), shown, [], True),
                       assemble(table(False), shown[:2], [], True),
                       assemble(table(False), [], [], True),
+                      assemble(compact_table(), shown[:2], [], True),
+                      assemble(compact_table(), [], [], True),
                       assemble(table(True), shown[:2], [], True),
                       assemble(table(True), [], [], True)):
         if len(candidate) <= limit:
