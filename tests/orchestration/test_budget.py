@@ -360,3 +360,32 @@ def test_actual_cost_of_a_hyperpod_slurm_job_from_its_start_and_end():
     # A job that never started (no Start): unknown, said so.
     [train] = actual_run_cost(plan, {**result, "started_at": None, "stopped_at": None}, now=T0)["items"]
     assert train["usd"] is None and "no start time" in train["basis"]
+
+
+def test_a_training_job_a_person_stopped_is_costed_from_describe_jobs():
+    """A person marked the training task (or the run) failed: the wait terminated the job, the task left no result
+    and no job_cost; its cost comes from DescribeJobs by the job id of its console link (it was 'at least $0.00')."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.report import run_actual_cost
+
+    class TI:
+        def xcom_pull(self, task_ids=None, key="return_value"):
+            if (task_ids, key) == (ids.BATCH_TRAIN_POLICY, "batch_job_details"):
+                return {"job_id": "j-killed", "region_name": "us-east-1", "aws_partition": "aws"}
+            return None
+
+    client = boto3.client("batch", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    plan = {**_plan(vla=False), "backend": "batch"}
+    with Stubber(client) as stub:
+        # DescribeJobs' documented shape (AWS Batch API Reference, JobDetail): a job terminated 30 min in
+        stub.add_response("describe_jobs", {"jobs": [{
+            "jobName": "sim2real-train-k", "jobId": "j-killed", "jobQueue": "q", "status": "FAILED",
+            "statusReason": "Airflow task killed by the user", "startedAt": int(T0 * 1000),
+            "stoppedAt": int((T0 + 1800) * 1000), "jobDefinition": "d", "createdAt": int(T0 * 1000),
+            "nodeProperties": {"numNodes": 2, "mainNode": 0, "nodeRangeProperties": []}}]}, {"jobs": ["j-killed"]})
+        actual = run_actual_cost(plan, {"training": None}, TI(), batch_client=client)
+    [train] = actual["items"]
+    assert train["usd"] == 4.0 and "j-killed" in train["basis"] and actual["unknown"] == [], actual

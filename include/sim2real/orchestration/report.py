@@ -65,13 +65,15 @@ def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
 
 
 def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
-                    sagemaker_client: Any = None) -> dict[str, Any] | None:
+                    sagemaker_client: Any = None, batch_client: Any = None) -> dict[str, Any] | None:
     """The run's actual GPU cost (:func:`sim2real.orchestration.budget.actual_run_cost`) from the stages' outputs.
 
     Training: the training task's result; a Batch job stopped at the cost limit fails its task, whose
-    figures are then in its ``job_cost`` XCom. Fine-tune: the billed time of the pipeline's training
-    step (:func:`sim2real.orchestration.budget.finetune_billing`, one DescribeTrainingJob) when a client is given.
-    Never raises: ``None`` when the figure cannot be made (logged).
+    figures are then in its ``job_cost`` XCom; a Batch job whose task left neither (a person marked the task or the
+    run failed, and the wait terminated the job) is read with DescribeJobs (``batch_client``, default the Amazon
+    provider's Batch client) by the job id the task recorded for its console link. Fine-tune: the billed time of
+    the pipeline's training step (:func:`sim2real.orchestration.budget.finetune_billing`, one DescribeTrainingJob)
+    when a client is given. Never raises: ``None`` when the figure cannot be made (logged).
     """
     try:
         training = parts.get("training")
@@ -79,6 +81,8 @@ def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
             training = sweep_trainings(plan, ti)
         elif not training:  # stopped at the cost limit (task failed): its figures are in XCom job_cost
             training = _pull(ti, stage_sources(plan)["training"], key="job_cost")
+        if not training and plan.get("backend", "batch") == "batch":
+            training = _described_batch_job(ti, stage_sources(plan)["training"], batch_client)
         vla = parts.get("vla")
         if vla and vla.get("pipeline_execution_arn") and sagemaker_client is not None:
             try:
@@ -89,6 +93,24 @@ def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
     except Exception:  # noqa: BLE001
         log.exception("could not compute the run's actual cost")
         return None
+
+
+def _described_batch_job(ti: Any, task_id: str, batch_client: Any = None) -> dict[str, Any] | None:
+    """The DescribeJobs entry of the Batch job ``task_id`` submitted (its ``batch_job_details`` link XCom), or None."""
+    details = _pull(ti, task_id, key="batch_job_details")
+    job_id = details.get("job_id") if isinstance(details, Mapping) else None
+    if not job_id:
+        return None
+    try:
+        if batch_client is None:
+            from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
+
+            batch_client = BatchClientHook().client
+        jobs = batch_client.describe_jobs(jobs=[str(job_id)]).get("jobs") or []
+    except Exception as err:  # noqa: BLE001 - the report never fails for want of a figure
+        log.warning("could not read Batch job %s for the run's cost: %s", job_id, err)
+        return None
+    return dict(jobs[0]) if jobs else None
 
 
 def earlier_round_costs(plan: Mapping[str, Any], hook: Any) -> list[dict[str, Any]]:
