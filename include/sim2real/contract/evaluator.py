@@ -67,13 +67,15 @@ class EvaluatorArgument:
 
 
 ARGUMENTS: tuple[EvaluatorArgument, ...] = (
-    EvaluatorArgument("manifest_uri", str, "the trainer's manifest.json (s3:// or a local path): task, expected sha256",
+    EvaluatorArgument("manifest_uri", str, "the trainer's manifest.json (s3://; the evaluator also reads a local path): "
+                      "task, expected sha256",
                       _S3_URI, required=True),
     EvaluatorArgument("checkpoint_uri", str, "the checkpoint to evaluate; default: the manifest's checkpoint_uri",
                       _S3_URI),
     EvaluatorArgument("episodes", int, "episodes to run (>= 1)", r"^[1-9][0-9]{0,4}$", default=100),
     EvaluatorArgument("seed", int, "episode i uses seed + i", r"^[0-9]{1,10}$", default=1000),
-    EvaluatorArgument("report_uri", str, "where report.json is written (s3:// or a local path)", _S3_URI,
+    EvaluatorArgument("report_uri", str, "where report.json is written (s3://; the evaluator also writes a local path)",
+                      _S3_URI,
                       required=True),
 )
 #: The arguments by name.

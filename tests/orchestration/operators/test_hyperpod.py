@@ -220,11 +220,12 @@ def test_an_updating_cluster_is_waited_out_in_the_triggerer_then_updated(sm, clu
         stub.assert_no_pending_responses()
     trigger = deferred.value.trigger
     assert isinstance(trigger, HyperPodScaleTrigger) and trigger.target_count is None
-    assert (deferred.value.method_name, deferred.value.kwargs) == ("resume_update", {"waits_for_update": 1})
+    assert deferred.value.method_name == "resume_update" and not deferred.value.kwargs  # dag.test() drops kwargs
+    assert trigger.attempts == 5 and context["ti"].xcom["update_deadline"] > 0  # one deadline for all such waits
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 2), {"ClusterName": cluster})
         stub.add_response("update_cluster", {"ClusterArn": describe["ClusterArn"]})
-        result = op.resume_update(context, {"status": "success", "message": "InService"}, waits_for_update=1)
+        result = op.resume_update(context, {"status": "success", "message": "InService"})
         stub.assert_no_pending_responses()
     assert result["updated"] is True and result["previous_count"] == 2 and result["target_count"] == 0
 
@@ -238,8 +239,8 @@ def test_a_conflict_is_waited_out_in_the_triggerer(sm, cluster, context):
         stub.add_client_error("update_cluster", service_error_code="ConflictException",
                               service_message="Cluster is being updated", http_status_code=400)
         with pytest.raises(TaskDeferred) as deferred:
-            op.resume_update(context, {"status": "success", "message": "InService"}, waits_for_update=2)
-    assert deferred.value.trigger.target_count is None and deferred.value.kwargs == {"waits_for_update": 3}
+            op.resume_update(context, {"status": "success", "message": "InService"})
+    assert deferred.value.trigger.target_count is None
 
 
 def test_the_wait_for_in_service_failing_fails_the_scale(context):
@@ -286,15 +287,29 @@ def test_update_refused_on_a_failed_cluster(sm, cluster, context, status):
             op.execute(context)
 
 
-def test_update_gives_up_after_waiter_max_attempts_waits(sm, cluster, context):
+def test_update_gives_up_at_the_tries_deadline_whatever_the_resumes(sm, cluster, context):
+    """The waits for InService of one try share one deadline (waiter_delay x waiter_max_attempts after the first),
+    kept in the try's XCom: resume kwargs do not survive dag.test()."""
+    import time as _time
+
     describe = {k: v for k, v in sm.describe_cluster(ClusterName=cluster).items() if k != "ResponseMetadata"}
     op = HyperPodScaleOperator(task_id="s", cluster_name=cluster, instance_group_name="gpu", target_count=0,
-                               waiter_delay=0, waiter_max_attempts=2)
+                               waiter_delay=60, waiter_max_attempts=2)
+    context["ti"].xcom["update_deadline"] = _time.time() - 1  # set by the first wait, 2 x 60 s ago
     with Stubber(op.hook.conn) as stub:
         stub.add_response("describe_cluster", _scaled(describe, "gpu", 2, status="Updating"), {"ClusterName": cluster})
-        with pytest.raises(AirflowException, match="not InService for an UpdateCluster within 2 waits"):
-            op.resume_update(context, {"status": "success", "message": "InService"}, waits_for_update=2)
+        with pytest.raises(AirflowException, match="not InService for an UpdateCluster within 120 s"):
+            op.resume_update(context, {"status": "success", "message": "InService"})
         stub.assert_no_pending_responses()
+
+
+def test_the_wait_for_in_service_describes_every_poll_interval_with_events_on():
+    """A cluster already InService when the wait begins announces no state change: with events on, the wait still
+    describes every waiter_delay, not only at the 600 s reconcile."""
+    ready = HyperPodScaleTrigger(cluster_name="hp", instance_group_name="gpu", target_count=None, waiter_delay=7)
+    assert ready.max_event_wait(None, None) == 7.0
+    counting = HyperPodScaleTrigger(cluster_name="hp", instance_group_name="gpu", target_count=2, waiter_delay=7)
+    assert counting.max_event_wait(None, None) is None
 
 
 def test_scale_down_skips_without_any_call_when_its_scale_up_did_not_run():

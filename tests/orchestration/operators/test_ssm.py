@@ -212,6 +212,18 @@ def _described(state):
     return {"Reservations": [{"Instances": [{"InstanceId": "i-1", "State": {"Name": state}}]}]}
 
 
+def test_a_workstation_stopped_again_while_starting_fails_the_wait_at_once():
+    """botocore's InstanceRunning waiter keeps waiting on 'stopped'; after a poll interval, a started workstation
+    that is stopped again was stopped by someone else: fail now, not at the 10-minute timeout."""
+    from sim2real.orchestration.waits.core import WaitState
+    from sim2real.orchestration.waits.ssm import instance_step
+
+    state = WaitState(params={"instance_id": "i-1", "until": "running"})
+    first = instance_step(_described("stopped"), state)  # right after StartInstances: not yet pending
+    assert first.outcome == "retry"
+    assert instance_step(_described("stopped"), state.after(first)).outcome == "failure"
+
+
 @pytest.mark.parametrize(("until", "state", "ping", "expected"), [
     ("running", "pending", None, "retry"),
     ("running", "running", None, "retry"),  # the agent has not registered yet

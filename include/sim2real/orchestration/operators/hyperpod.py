@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import math
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,10 @@ if TYPE_CHECKING:
 
 #: ClusterStatus values in which UpdateCluster can never succeed (DescribeCluster, API reference).
 CLUSTER_FAILED_STATES = frozenset({"Failed", "RollingBack", "Deleting"})
+
+
+#: XCom key of a scale try's deadline for getting an UpdateCluster through (epoch s; shared by its deferrals).
+XCOM_UPDATE_DEADLINE = "update_deadline"
 
 
 class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
@@ -101,9 +107,8 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         self.waiter_delay = waiter_delay
         self.waiter_max_attempts = waiter_max_attempts
 
-    def execute(self, context: Context, waits_for_update: int = 0) -> dict[str, Any]:
-        """Scale the group (see the class); ``waits_for_update``: how many waits for an InService cluster this
-        try already deferred (:meth:`resume_update`; at most ``waiter_max_attempts`` in all)."""
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Scale the group (see the class)."""
         if self.only_after_task_id and context["ti"].xcom_pull(task_ids=self.only_after_task_id) is None:
             # The cluster link's key is still written (links are rendered for a skipped task too; a missing
             # key is logged as an error-level XCom 404). Reading the region reads no AWS API.
@@ -121,7 +126,7 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
             raise ValueError(f"target_count must be >= 0, got {target}")
         update = self._update(target)
         if isinstance(update, str):  # busy (Updating, or another update's ConflictException): wait deferred
-            self._defer_until_in_service(target, update, waits_for_update)
+            self._defer_until_in_service(context, target, update)
         describe, previous, updated = update
         name = describe.get("ClusterName", self.cluster_name)
         HyperPodClusterLink.persist(
@@ -194,29 +199,36 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
             return f"UpdateCluster answered ConflictException: {error.response['Error'].get('Message', '')}"
         return describe, previous, True
 
-    def _defer_until_in_service(self, target: int, status: str, waits: int) -> None:
+    def _defer_until_in_service(self, context: Context, target: int, status: str) -> None:
         """Defer until the cluster is InService again (:class:`HyperPodScaleTrigger` with no count), then
-        :meth:`resume_update` tries the UpdateCluster again; fails after ``waiter_max_attempts`` such waits."""
-        limit = max(1, int(self.waiter_max_attempts))
-        if waits >= limit:
+        :meth:`resume_update` tries the UpdateCluster again. All such waits of a try share one deadline,
+        ``waiter_delay`` × ``waiter_max_attempts`` after the first (XCom :data:`XCOM_UPDATE_DEADLINE`: a try's XComs
+        outlive its deferrals, which ``dag.test()``'s resume kwargs do not); past it the task fails."""
+        ti = context["ti"]
+        now = time.time()
+        deadline = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_UPDATE_DEADLINE)
+        if deadline is None:
+            deadline = now + max(1, int(self.waiter_delay)) * max(1, int(self.waiter_max_attempts))
+            ti.xcom_push(key=XCOM_UPDATE_DEADLINE, value=deadline)
+        remaining = float(deadline) - now
+        if remaining <= 0:
             raise AirflowException(self._failure(
-                f"the cluster was not InService for an UpdateCluster within {limit} waits of up to "
-                f"{self.waiter_max_attempts} polls {self.waiter_delay} s apart (last: {status})"))
-        self.log.info("HyperPod %s: %s; waiting in the triggerer for InService (polls %s s apart) before "
-                      "UpdateCluster of group %s to %s", self.cluster_name, status, self.waiter_delay,
-                      self.instance_group_name, target)
-        defer_wait(self, HyperPodScaleTrigger, method_name="resume_update", kwargs={"waits_for_update": waits + 1},
-                   waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
+                f"the cluster was not InService for an UpdateCluster within "
+                f"{int(self.waiter_delay) * int(self.waiter_max_attempts)} s (last: {status})"))
+        self.log.info("HyperPod %s: %s; waiting in the triggerer for InService (polls %s s apart, %.0f s left) "
+                      "before UpdateCluster of group %s to %s", self.cluster_name, status, self.waiter_delay,
+                      remaining, self.instance_group_name, target)
+        defer_wait(self, HyperPodScaleTrigger, method_name="resume_update", waiter_delay=self.waiter_delay,
+                   waiter_max_attempts=max(1, math.ceil(remaining / max(1, int(self.waiter_delay)))),
                    cluster_name=self.cluster_name, instance_group_name=self.instance_group_name, target_count=None)
 
-    def resume_update(self, context: Context, event: dict[str, Any] | None = None,
-                      waits_for_update: int = 1) -> dict[str, Any]:
+    def resume_update(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after a wait for an InService cluster: fail on the trigger's failure or timeout, else scale
         (:meth:`execute`) again."""
         status, message = event_outcome(event, f"HyperPod cluster {self.cluster_name}")
         if status != "success":
             raise AirflowException(self._failure(f"waiting for InService before UpdateCluster: {status}: {message}"))
-        return self.execute(context, waits_for_update=waits_for_update)
+        return self.execute(context)
 
     def _failure(self, text: str) -> str:
         return (

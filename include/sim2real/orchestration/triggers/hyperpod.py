@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -49,6 +50,11 @@ class HyperPodScaleTrigger(StepWaitTrigger):
         return [node async for page in pages for node in group_nodes(page, self.instance_group_name)]
 
     step_function = staticmethod(hyperpod_scale_step)
+
+    def max_event_wait(self, state: WaitState, last_response: Mapping[str, Any] | None) -> float | None:
+        """Waiting for InService before an UpdateCluster (no count): a fresh describe every ``waiter_delay``, since a
+        cluster that was already InService when the wait began announces no state change."""
+        return float(self.waiter_delay) if self.target_count is None else None
 
     def event_keys(self) -> list[envelope.ResourceKey]:
         """``SageMaker HyperPod Cluster State Change`` / ``Cluster Node Health Event`` events of the cluster."""

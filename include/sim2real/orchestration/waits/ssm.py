@@ -108,6 +108,8 @@ def instance_step(response: Mapping[str, Any], state: WaitState) -> Step:
     ping = response.get(PING_STATUS_KEY)
     payload = {"instance_id": instance_id, "instance_state": ec2_state, "ping_status": ping}
     outcome = classify_service_response("ec2", INSTANCE_WAITERS[until], dict(response))
+    if until == "running" and ec2_state == "stopped" and state.attempt >= 1:
+        outcome = "failure"  # started, then stopped again between two polls (botocore's waiter would keep waiting)
     if outcome == "failure":
         return Step("failure", f"EC2 instance {instance_id} is {ec2_state} while waiting for it to be {until}: "
                                "someone else changed it; check the instance's state history in the EC2 console",
