@@ -256,3 +256,15 @@ def test_a_successful_run_whose_warnings_fill_the_note_still_shows_its_stages_in
     assert "| stage | state | time (s) |" in note, note
     row = next(line for line in note.splitlines() if "other stage" in line)
     assert row.startswith("| ") and "(1 skipped) | success |" in row, row
+
+
+def test_the_one_row_of_only_skipped_stages_is_not_called_a_success():
+    tasks = {ids.RUN_EVALUATION: {"state": "failed", "duration_s": 12.0},
+             ids.HYPERPOD_CHECK_CAPACITY: {"state": "skipped", "duration_s": 0.2},
+             ids.DEPLOY_TO_ROBOTS: {"state": "skipped", "duration_s": 0.1}}
+    warnings = gate_warnings({"min_success_rate": 0, "eval_episodes": 5})
+    full = run_note.render_run_note(lineage(tasks=tasks), warnings=warnings, limit=10_000)
+    # links that cannot fit, and a limit the whole table with the "shortened" line just misses
+    note = run_note.render_run_note(lineage(tasks=tasks), warnings=warnings, limit=len(full) + 30,
+                                    links={"link": "https://console.aws.amazon.com/" + "x" * 300})
+    assert "| evaluation | failed | 12.0 |" in note and "| 2 other stages | skipped | — |" in note, note

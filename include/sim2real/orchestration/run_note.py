@@ -226,9 +226,12 @@ def render_run_note(lineage: Mapping[str, Any], *, warnings: list[str] | tuple[s
             return notable
         done = sum(1 for r in quiet if r[1] == "success")
         skipped = len(quiet) - done
-        seconds = sum(dur for _, state, dur in quiet if state == "success" and dur is not None)
-        label = f"{done} other stage{'s' if done != 1 else ''}" + (f" ({skipped} skipped)" if skipped else "")
-        row = f"| {label} | success | {seconds:.1f} |"
+        if done:
+            seconds = sum(dur for _, state, dur in quiet if state == "success" and dur is not None)
+            label = f"{done} other stage{'s' if done != 1 else ''}" + (f" ({skipped} skipped)" if skipped else "")
+            row = f"| {label} | success | {seconds:.1f} |"
+        else:  # only skipped ones: no time, and not called a success
+            row = f"| {skipped} other stage{'s' if skipped != 1 else ''} | skipped | — |"
         return (notable or ["", "| stage | state | time (s) |", "|---|---|---|"]) + [row]
 
     def assemble(tab: list[str], lnk: list[tuple[str, str]], pic: list[tuple[str, str]], short: bool) -> str:

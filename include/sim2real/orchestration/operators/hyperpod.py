@@ -9,8 +9,8 @@ Manager API Reference — SendCommand (``AWS-RunShellScript``), GetCommandInvoca
 from __future__ import annotations
 
 import contextlib
-import shlex
 import math
+import shlex
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -76,7 +76,7 @@ class HyperPodScaleOperator(AwsBaseOperator[HyperPodHook]):
         "target_count", "current_count", "updated": bool}``.
     :raises ValueError: negative/non-integer count, unknown group (message lists the groups).
     :raises AirflowException: the cluster failed or is being deleted, it was not InService for an update
-        within ``waiter_max_attempts`` waits, or the nodes did not come up in time.
+        within ``waiter_delay`` × ``waiter_max_attempts`` seconds, or the nodes did not come up in time.
     """
 
     #: Always True: the wait runs in the triggerer (there is no blocking mode); read by the DAG checks.
