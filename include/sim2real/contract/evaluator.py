@@ -1,7 +1,7 @@
 """The evaluator's interface, versioned: what the Airflow side passes to ``sim2real-evaluate`` on the workstation.
 
 One declaration serves every side of it: the evaluator's argument parser (:func:`add_arguments`), the command the
-evaluation stage sends (:func:`command`, or a command template of the environment config, checked by
+evaluation stage sends (:func:`default_template`, or a command template of the environment config, checked by
 :func:`template_problems`), the SSM document infra/ creates (its parameters and command line) and the form's
 defaults. What comes back is the report (schema ``eval_report`` in :mod:`sim2real.contract.schemas`).
 
@@ -17,9 +17,7 @@ Standard library only (the contract package is installed everywhere).
 from __future__ import annotations
 
 import argparse
-import shlex
 import string
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,26 +84,6 @@ DEFAULTS: dict[str, Any] = {a.name: a.default for a in ARGUMENTS if a.default is
 TEMPLATE_FIELDS: tuple[str, ...] = (*(a.name for a in ARGUMENTS), VERSION_FIELD)
 #: Fields a command template may use besides: the checkpoint's task (a custom command may need it).
 OPTIONAL_TEMPLATE_FIELDS: tuple[str, ...] = ("task",)
-
-
-def command(values: Mapping[str, Any], executable: str = EXECUTABLE) -> str:
-    """The evaluator's command line for ``values`` (argument name -> value), every value shell-quoted, the
-    contract version first. Arguments without a value are left out.
-
-    :raises KeyError: a required argument has no value. ValueError: an unknown name.
-    """
-    unknown = sorted(set(values) - set(BY_NAME))
-    if unknown:
-        raise ValueError(f"not arguments of {EXECUTABLE} (contract version {CONTRACT_VERSION}): {unknown}")
-    parts = [executable, VERSION_FLAG, str(CONTRACT_VERSION)]
-    for arg in ARGUMENTS:
-        value = values.get(arg.name)
-        if value is None:
-            if arg.required:
-                raise KeyError(f"{EXECUTABLE} needs {arg.flag}")
-            continue
-        parts += [arg.flag, shlex.quote(str(value))]
-    return " ".join(parts)
 
 
 def default_template() -> str:
