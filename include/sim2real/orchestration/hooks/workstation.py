@@ -35,6 +35,18 @@ def ssm_output_key(prefix: str, command_id: str, instance_id: str, stream: str =
     return "/".join([*parts, "awsrunShellScript", "0.awsrunShellScript", stream])
 
 
+def instance_information_request(instance_id: str) -> dict[str, Any]:
+    """The DescribeInstanceInformation request for one managed instance."""
+    return {"Filters": [{"Key": "InstanceIds", "Values": [instance_id]}]}
+
+
+def ping_status_of(response: dict[str, Any]) -> str | None:
+    """The SSM agent's ``PingStatus`` (``Online`` / ``ConnectionLost`` / ``Inactive``) in a DescribeInstanceInformation
+    response for one instance; None when the instance is not registered with SSM."""
+    listed = response.get("InstanceInformationList") or []
+    return listed[0].get("PingStatus", "unknown") if listed else None
+
+
 class WorkstationHook(SsmHook):
     """SSM hook plus the EC2 and S3 calls the workstation operators need.
 
@@ -98,11 +110,8 @@ class WorkstationHook(SsmHook):
         return instances[0]
 
     def agent_ping_status(self, instance_id: str) -> str | None:
-        """The SSM agent's ``PingStatus`` (``Online`` / ``ConnectionLost`` / ``Inactive``), None when the instance
-        is not registered with SSM (DescribeInstanceInformation)."""
-        info = self.conn.describe_instance_information(
-            Filters=[{"Key": "InstanceIds", "Values": [instance_id]}]).get("InstanceInformationList", [])
-        return info[0].get("PingStatus", "unknown") if info else None
+        """The SSM agent's ``PingStatus`` (:func:`ping_status_of`; DescribeInstanceInformation)."""
+        return ping_status_of(self.conn.describe_instance_information(**instance_information_request(instance_id)))
 
     def wait_for_agent_online(self, instance_id: str, timeout_seconds: float = 600, delay: float = 10) -> None:
         """Block until the SSM agent of the instance reports ``PingStatus == "Online"``.

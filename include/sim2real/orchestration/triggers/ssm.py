@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from sim2real.orchestration.events import envelope
 from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.waiter_rounds import classify_service_response
-from sim2real.orchestration.hooks.workstation import WorkstationHook
+from sim2real.orchestration.hooks.workstation import WorkstationHook, instance_information_request, ping_status_of
 from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.core import WaitState
 from sim2real.orchestration.waits.ssm import PING_STATUS_KEY, instance_step, invocations_response, ssm_command_step
@@ -122,8 +122,6 @@ class WorkstationInstanceTrigger(StepWaitTrigger):
             return error.response
         names = {i.get("State", {}).get("Name") for r in described.get("Reservations", []) for i in r["Instances"]}
         if self.until == "running" and names == {"running"}:
-            info = await client.describe_instance_information(
-                Filters=[{"Key": "InstanceIds", "Values": [self.instance_id]}])
-            listed = info.get("InstanceInformationList") or []
-            described = {**described, PING_STATUS_KEY: listed[0].get("PingStatus") if listed else None}
+            info = await client.describe_instance_information(**instance_information_request(self.instance_id))
+            described = {**described, PING_STATUS_KEY: ping_status_of(info)}
         return described
