@@ -91,7 +91,7 @@ def drive(home: str, out: str) -> None:
         }
         for name, conf in cases.items():
             if name == "device_fails":  # the package alone (as the form documents); robot 2 cannot apply it
-                sandbox.greengrass.device_check = serving_device_check
+                sandbox.greengrass.device_check = serving_device_check(arns["v1"])
             before = sandbox.requests.count("CreateDeployment")
             dag_run = dag.test(run_conf=conf)
             run_key = make_run_key(dag_run.dag_id, dag_run.run_id)
@@ -100,7 +100,8 @@ def drive(home: str, out: str) -> None:
                 markdown = s3.get_object(Bucket=bucket, Key=f"runs/{run_key}/release.md")["Body"].read().decode()
             except Exception as err:  # noqa: BLE001 - reported to the test
                 record, markdown = {"error": str(err)}, ""
-            deployments = sandbox.client("greengrassv2", internal=True).list_deployments(
+            gg = sandbox.client("greengrassv2", internal=True)
+            deployments = gg.list_deployments(
                 historyFilter="ALL").get("deployments", [])
             result[name] = {
                 "state": str(getattr(dag_run.state, "value", dag_run.state)),
@@ -110,22 +111,31 @@ def drive(home: str, out: str) -> None:
                 "notifications": read_notifications(sandbox, inbox), "asset_events": asset_events(dag_run),
                 "deployments": [{k: d.get(k) for k in ("deploymentId", "deploymentName", "deploymentStatus")}
                                 for d in deployments],
+                # what each robot runs now: the deployment its components were installed from (ListInstalledComponents)
+                "installed_from": {
+                    thing: sorted({c.get("lastInstallationSource") for c in gg.list_installed_components(
+                        coreDeviceThingName=thing)["installedComponents"]})
+                    for thing in ("sim2real-robot-1", "sim2real-robot-2")},
             }
         result["sweeper"] = sweep_orphans_of_a_dead_run(sandbox, env)
     Path(out).write_text(json.dumps(result, indent=2, default=str))
 
 
-def serving_device_check(deployment: dict, thing: str) -> tuple[bool, str]:
+def serving_device_check(refused_package_arn: str):
     """An emulated robot that, like the sandbox's ``PolicyDeviceCheck``, needs an RL policy in the configuration merge
-    to serve (without exporting it: the test's checkpoint is toy bytes); robot 2 cannot apply the release."""
+    to serve (without exporting it: the test's checkpoint is toy bytes); robot 2 cannot apply a release of
+    ``refused_package_arn`` (any other release, the group's earlier one included, it applies)."""
     from sim2real.dev.sandbox.device import _merge_config
 
-    config = _merge_config(deployment)
-    if not config.get("ModelS3Uri") or not config.get("ModelSha256"):
-        return False, "configuration merge has no ModelS3Uri/ModelSha256: nothing to serve"
-    if thing.endswith("-2"):
-        return False, "com.sim2real.PolicySetup failed: model download refused"
-    return True, f"serves {config['ModelS3Uri']}"
+    def check(deployment: dict, thing: str) -> tuple[bool, str]:
+        config = _merge_config(deployment)
+        if not config.get("ModelS3Uri") or not config.get("ModelSha256"):
+            return False, "configuration merge has no ModelS3Uri/ModelSha256: nothing to serve"
+        if thing.endswith("-2") and config.get("ModelPackageArn") == refused_package_arn:
+            return False, "com.sim2real.PolicySetup failed: model download refused"
+        return True, f"serves {config['ModelS3Uri']}"
+
+    return check
 
 
 def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
@@ -235,7 +245,8 @@ def test_failed_deployment_is_recorded_by_the_teardown(release):
     case = release["device_fails"]
     assert case["state"] == "failed"
     assert case["tasks"]["deploy_to_robots"] == "failed" and case["tasks"]["write_release_record"] == "success"
-    assert case["create_deployment_calls"] == 1  # a device failure is a verdict: not retried
+    # a device failure is a verdict: not retried; the second deployment is the automatic rollback
+    assert case["create_deployment_calls"] == 2
     record = case["record"]
     assert release_errors(record) == [], record
     assert record["outcome"] == "deployment_failed"
@@ -259,6 +270,18 @@ def test_failed_deployment_is_recorded_by_the_teardown(release):
     assert ("sim2real-robot-1: SUCCEEDED (serves s3://" in release["log"]
             and f"agent_000010.pt) — runs this release {this}" in release["log"])
     assert f"The fleet is MIXED: sim2real-robot-1 run {this}, sim2real-robot-2 do not" in release["log"]
+    # ... so the group gets its last good release again (the "latest" case's deployment), and both robots run it.
+    earlier = next(d for d in case["deployments"] if d["deploymentName"] == f"sim2real-{release['latest']['run_key']}")
+    rollback = deployment["rollback"]
+    assert rollback["deployment_name"] == f"{this}-rollback"
+    assert rollback["previous_deployment_id"] == earlier["deploymentId"]
+    assert rollback["previous_deployment_name"] == earlier["deploymentName"]
+    assert rollback["devices"] == {"sim2real-robot-1": "SUCCEEDED", "sim2real-robot-2": "SUCCEEDED"}
+    assert case["installed_from"] == {"sim2real-robot-1": [rollback["deployment_id"]],
+                                      "sim2real-robot-2": [rollback["deployment_id"]]}
+    assert (f"Rolled back automatically: deployment {rollback['deployment_id']} ({this}-rollback) put the components "
+            f"of {earlier['deploymentName']} (deployment {earlier['deploymentId']}) back on every robot") in release["log"]
+    assert f"Rolled back automatically to `{earlier['deploymentName']}`" in case["markdown"]
     assert [n["event"] for n in case["notifications"]] == ["run_failed"] and not case["asset_events"]
 
 

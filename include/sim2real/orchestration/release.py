@@ -358,16 +358,21 @@ def release_components(plan: Mapping[str, Any], package: Mapping[str, Any],
     return deployment_components(plan, package, manifest or None)
 
 
-def deployment_state(hook: Any, plan: Mapping[str, Any], deploy_output: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def deployment_state(hook: Any, plan: Mapping[str, Any], deploy_output: Mapping[str, Any] | None,
+                     rollback: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """What Greengrass says about this release's deployment, also when the deploy task failed.
 
     :param hook: a :class:`sim2real.orchestration.hooks.greengrass.GreengrassV2Hook`.
     :param deploy_output: the deploy task's return value (``deployment_id``, ``iot_job_id``, ``target_arn``,
         ``devices``) or ``None`` (failed / not run): then the deployment is looked up by name on the thing
         group (ListDeployments, newest first).
+    :param rollback: the deploy task's XCom ``rollback`` (the automatic rollback it started after the release
+        failed on some robots: ``deployment_id``, ``deployment_name``, ``previous_deployment_id``,
+        ``previous_deployment_name``), or ``None``.
     :return: ``{"deployment_id", "deployment_name", "iot_job_id", "target_arn", "deployment_status",
-        "devices": {thing: status}, "device_reasons": {thing: reason}}``, or ``None`` when no deployment
-        was created. Device statuses come from ListEffectiveDeployments.
+        "devices": {thing: status}, "device_reasons": {thing: reason}}`` (plus ``rollback``: that rollback with
+        its ``deployment_status`` and ``devices``), or ``None`` when no deployment was created. Device statuses
+        come from ListEffectiveDeployments.
     """
     deploy = plan["deploy"]
     out = dict(deploy_output or {})
@@ -388,8 +393,9 @@ def deployment_state(hook: Any, plan: Mapping[str, Any], deploy_output: Mapping[
         out = {"deployment_id": found["deploymentId"], "target_arn": target}
     deployment = hook.conn.get_deployment(deploymentId=out["deployment_id"])
     target = out.get("target_arn") or deployment.get("targetArn")
-    reports = hook.device_reports(out["deployment_id"], hook.list_core_device_names(target)) if target else {}
-    return {
+    things = hook.list_core_device_names(target) if target else []
+    reports = hook.device_reports(out["deployment_id"], things)
+    state = {
         "deployment_id": out["deployment_id"],
         "deployment_name": deploy["deployment_name"],
         "iot_job_id": out.get("iot_job_id") or deployment.get("iotJobId"),
@@ -398,6 +404,16 @@ def deployment_state(hook: Any, plan: Mapping[str, Any], deploy_output: Mapping[
         "devices": {t: r["status"] for t, r in sorted(reports.items())},
         "device_reasons": {t: r["reason"] for t, r in sorted(reports.items()) if r.get("reason")},
     }
+    if rollback and rollback.get("deployment_id"):
+        back = hook.device_reports(rollback["deployment_id"], things)
+        state["rollback"] = {
+            **{k: rollback.get(k) for k in ("deployment_id", "deployment_name", "previous_deployment_id",
+                                            "previous_deployment_name")},
+            "deployment_status": hook.conn.get_deployment(deploymentId=rollback["deployment_id"]).get(
+                "deploymentStatus"),
+            "devices": {t: r["status"] for t, r in sorted(back.items())},
+        }
+    return state
 
 
 def release_outcome(package: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None) -> str:
@@ -514,6 +530,12 @@ def render_release_markdown(record: Mapping[str, Any]) -> str:
     for thing, status in sorted((dep.get("devices") or {}).items()):
         reason = (dep.get("device_reasons") or {}).get(thing)
         lines.append(f"  - device `{thing}`: {status}" + (f" ({reason})" if reason else ""))
+    back = dep.get("rollback")
+    if back:
+        lines.append(f"- Rolled back automatically to `{back['previous_deployment_name']}` (deployment "
+                     f"`{back['previous_deployment_id']}`): rollback deployment `{back['deployment_id']}` "
+                     f"({back.get('deployment_status') or '-'}), devices: "
+                     + (", ".join(f"`{t}` {s}" for t, s in sorted((back.get("devices") or {}).items())) or "none"))
     lines += ["", "| task | state | duration (s) |", "|---|---|---|"]
     for task in record["tasks"].values():
         d = task.get("duration_s")
@@ -545,14 +567,15 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
             outputs[key] = None
     resolved = dict(outputs["resolve"] or {})
     manifest = resolved.pop("manifest", None)
-    deployment = deployment_state(GreengrassV2Hook(aws_conn_id=aws_conn_id), plan, outputs["deploy"])
+    deployment = deployment_state(GreengrassV2Hook(aws_conn_id=aws_conn_id), plan, outputs["deploy"],
+                                  _deploy_xcom(ti, "rollback"))
     record = build_release_record(
         plan=plan, dag_id=dag_run.dag_id, run_id=dag_run.run_id,
         package=resolved or None, manifest=manifest,
         components=outputs["components"], deployment=deployment,
         task_states=collect_task_states(dag_run.dag_id, dag_run.run_id),
         started_at=getattr(dag_run, "start_date", None),
-        deploy_check=_deploy_check(ti),
+        deploy_check=_deploy_xcom(ti, "model_package_check"),
     )
     errors = release_errors(record)
     if errors:
@@ -567,12 +590,12 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
             "deployment_id": (deployment or {}).get("deployment_id")}
 
 
-def _deploy_check(ti: Any) -> dict[str, Any] | None:
-    """The deploy task's XCom ``model_package_check`` (``None`` when it did not get that far)."""
+def _deploy_xcom(ti: Any, key: str) -> dict[str, Any] | None:
+    """The deploy task's XCom ``key`` (``model_package_check``, ``rollback``); ``None`` when it has none."""
     try:
-        return ti.xcom_pull(task_ids=TASKS["deploy"], key="model_package_check")
+        return ti.xcom_pull(task_ids=TASKS["deploy"], key=key)
     except Exception as err:  # noqa: BLE001 - a task that never ran has no XCom
-        log.info("no model_package_check from %s: %s", TASKS["deploy"], err)
+        log.info("no %s from %s: %s", key, TASKS["deploy"], err)
         return None
 
 

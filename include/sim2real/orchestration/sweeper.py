@@ -346,15 +346,21 @@ def find_pipeline_executions(sagemaker: Any, pipeline_name: str, created_after: 
 
 
 def find_greengrass_deployments(greengrass_hook: Any) -> list[Found]:
-    """ACTIVE deployments named ``sim2real-<run_key>`` that some core device has not finished."""
+    """ACTIVE deployments named ``sim2real-<run_key>`` (not their rollbacks) that some core device has not
+    finished."""
+    from sim2real.orchestration.hooks.greengrass import ROLLBACK_SUFFIX  # loaded with the hook it was handed
+
     conn = greengrass_hook.conn
     found = []
     kwargs: dict[str, Any] = {"historyFilter": "LATEST_ONLY"}
     while True:
         page = conn.list_deployments(**kwargs)
         for dep in page.get("deployments", []):
-            key = _key_from_name(dep.get("deploymentName", ""), DEPLOYMENT_PREFIX)
-            if not key or dep.get("deploymentStatus") != "ACTIVE":
+            name = dep.get("deploymentName", "")
+            key = _key_from_name(name, DEPLOYMENT_PREFIX)
+            # an automatic rollback (``sim2real-<key>-rollback``) puts back a release the robots already ran: it
+            # is the group's good release, never an orphan, also when a robot that joined later still applies it
+            if not key or name.endswith(ROLLBACK_SUFFIX) or dep.get("deploymentStatus") != "ACTIVE":
                 continue
             target = dep.get("targetArn", "")
             things = greengrass_hook.list_core_device_names(target) if ":thinggroup/" in target else \

@@ -239,6 +239,113 @@ def test_after_a_timeout_each_robot_is_named_with_the_release_it_really_runs(mot
     assert "The fleet is MIXED: robot-a run run-1, robot-b, robot-c do not" in text
 
 
+RB = "a1b2c3d4-5678-90ab-cdef-222222222222"
+#: GetDeployment of the group's previous release "run-0" (what CreateDeployment had sent for it).
+PREVIOUS = {"targetArn": None, "deploymentId": "old", "deploymentName": "sim2real-run-0", "revisionId": "1",
+            "deploymentStatus": "INACTIVE", "isLatestForTarget": False,
+            "components": {"com.sim2real.PolicyInference": {"componentVersion": "0.9.0"},
+                           "com.sim2real.PolicySetup": {"componentVersion": "0.9.0", "configurationUpdate": {
+                               "merge": json.dumps({"ModelUri": "s3://b/runs/run-0/vla/model.tar.gz"})}}},
+            "deploymentPolicies": {"failureHandlingPolicy": "ROLLBACK"},
+            "iotJobConfiguration": {"jobExecutionsRolloutConfig": {"maximumPerMinute": 10}}}
+
+
+def with_release(response, target, status="SUCCEEDED"):
+    """A device's ListEffectiveDeployments with the group's earlier release "sim2real-run-0" in it."""
+    previous = {"deploymentId": "old", "deploymentName": "sim2real-run-0", "iotJobId": "job-0", "targetArn": target,
+                "coreDeviceExecutionStatus": status, "creationTimestamp": 0, "modifiedTimestamp": 0}
+    return {"effectiveDeployments": response["effectiveDeployments"] + [previous]}
+
+
+def failed_release_rolled_back(op, group_arn, context):
+    """robot-a SUCCEEDED the release, robot-b FAILED it; both ran "sim2real-run-0" before: the deploy task
+    cancels the release, reads the robots again, reads run-0's deployment and creates its rollback, and defers."""
+    after = {"robot-a": with_release(effective("SUCCEEDED"), group_arn),
+             "robot-b": with_release(effective("FAILED", reason="PolicySetup failed"), group_arn)}
+    with Stubber(op.hook.conn) as stub:
+        stub_create(stub, group_arn)
+        stub_devices(stub, group_arn, after)
+        stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": DEP})
+        stub_devices(stub, group_arn, after)
+        stub.add_response("get_deployment", {**PREVIOUS, "targetArn": group_arn}, {"deploymentId": "old"})
+        stub.add_response("list_deployments", {"deployments": []}, {"targetArn": group_arn, "historyFilter": "ALL"})
+        # the request is the previous release's, as botocore's greengrassv2 model checks it
+        stub.add_response("create_deployment", {"deploymentId": RB, "iotJobId": "job-rb"}, {
+            "targetArn": group_arn, "deploymentName": "run-1-rollback", "components": PREVIOUS["components"],
+            "deploymentPolicies": PREVIOUS["deploymentPolicies"],
+            "iotJobConfiguration": PREVIOUS["iotJobConfiguration"]})
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context)
+        stub.assert_no_pending_responses()
+    return deferred.value
+
+
+def test_a_release_some_robots_ran_is_rolled_back_on_the_whole_group(moto_endpoint, group_arn, context):
+    """Before: robot-a kept the failed release (a cancel does not undo a device that SUCCEEDED) and the run only
+    said the fleet was mixed. Now the group gets its last good release again, waited for in the triggerer."""
+    op = operator()
+    deferred = failed_release_rolled_back(op, group_arn, context)
+    assert deferred.method_name == "rollback_complete"
+    assert deferred.trigger.deployment_id == RB and deferred.trigger.thing_group_arn == group_arn
+    rollback = context["ti"].xcom["rollback"]
+    assert {k: rollback[k] for k in ("deployment_id", "deployment_name", "previous_deployment_id",
+                                     "previous_deployment_name", "deployment_id_failed")} == {
+        "deployment_id": RB, "deployment_name": "run-1-rollback", "previous_deployment_id": "old",
+        "previous_deployment_name": "sim2real-run-0", "deployment_id_failed": DEP}
+    assert deferred.kwargs == {"rollback": rollback}
+    # The rollback reached every robot: the task still fails (this release is not deployed), saying so.
+    done = {"status": "success", "deployment_id": RB, "message": "finished on 2 core device(s)",
+            "devices": {"robot-a": {"status": "SUCCEEDED", "outcome": "success", "reason": None},
+                        "robot-b": {"status": "SUCCEEDED", "outcome": "success", "reason": None}}}
+    with pytest.raises(AirflowFailException) as err:
+        op.rollback_complete(context, done)  # no kwargs: as dag.test resumes, from XCom
+    text = str(err.value)
+    assert text.startswith(f"Greengrass deployment {DEP} (run-1) to thing group {GROUP!r} ({group_arn}) failed")
+    assert "robot-a: SUCCEEDED — runs this release run-1" in text and "robot-b: FAILED (PolicySetup failed" in text
+    assert (f"Rolled back automatically: deployment {RB} (run-1-rollback) put the components of sim2real-run-0 "
+            "(deployment old) back on every robot of the group (robot-a: SUCCEEDED; robot-b: SUCCEEDED): the fleet "
+            "runs sim2real-run-0 again") in text
+    assert "release the previous approved model package again" not in text  # done: no advice to do it by hand
+
+
+@pytest.mark.parametrize("status", ["failure", "timeout"])
+def test_a_rollback_that_fails_too_names_both_deployments_and_is_cancelled(moto_endpoint, group_arn, context, status):
+    op = operator()
+    deferred = failed_release_rolled_back(op, group_arn, context)
+    event = {"status": status, "deployment_id": RB, "message": "no end after 120 polls",
+             "devices": {"robot-b": {"status": "FAILED", "outcome": "failure", "reason": "disk full"}}}
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": RB})
+        with pytest.raises(AirflowFailException) as err:
+            op.rollback_complete(context, event, **deferred.kwargs)
+        stub.assert_no_pending_responses()
+    text = str(err.value)
+    what = "failed" if status == "failure" else "timed out"
+    assert (f"The automatic rollback to sim2real-run-0 (deployment old) {what} too: deployment {RB} (run-1-rollback): "
+            "robot-b: FAILED (disk full); it was cancelled") in text
+    assert f"Both deployments: {DEP} (this release) and {RB} (the rollback)" in text
+
+
+def test_no_rollback_without_an_earlier_release_of_this_group_or_under_do_nothing(moto_endpoint, group_arn, context):
+    """An earlier release of ANOTHER target (a robot in two thing groups) is not this group's: nothing to go back
+    to, the failure says so and keeps the advice; under DO_NOTHING nothing is rolled back either."""
+    for policy, other_target in (("ROLLBACK", "arn:aws:iot:us-east-1:123456789012:thinggroup/other"),
+                                 ("DO_NOTHING", None)):
+        op = operator(failure_handling_policy=policy)
+        after = {"robot-a": with_release(effective("SUCCEEDED"), other_target or group_arn),
+                 "robot-b": with_release(effective("FAILED"), other_target or group_arn)}
+        with Stubber(op.hook.conn) as stub:
+            stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": DEP})
+            stub_devices(stub, group_arn, after)  # no get_deployment / create_deployment stubbed: a call fails
+            with pytest.raises(AirflowFailException) as err:
+                op.execute_complete(context, {"status": "failure", "deployment_id": DEP, "devices": {}},
+                                    {"deployment_id": DEP, "target_arn": group_arn, "thing_group_name": GROUP})
+            stub.assert_no_pending_responses()
+        text = str(err.value)
+        assert "The fleet is MIXED: robot-a run run-1, robot-b do not; to put every robot on one release" in text
+        assert ("No automatic rollback: no robot of the group lists an earlier release" in text) is (policy == "ROLLBACK")
+
+
 def test_trigger_gets_the_form_timeout(moto_endpoint, group_arn, context):
     op = operator(deployment_timeout_seconds=600)
     op.waiter_delay = 30

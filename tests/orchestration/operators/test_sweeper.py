@@ -15,8 +15,8 @@ from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
 from sim2real.orchestration.hooks.workstation import WorkstationHook
 from sim2real.contract.run_key import make_run_key
-from sim2real.orchestration.sweeper import (Current, Found, deployment_id, parse_squeue, read_run_record, register_run,
-                              slurm_list_commands, sweep, verdict)
+from sim2real.orchestration.sweeper import (Current, Found, deployment_id, find_greengrass_deployments, parse_squeue,
+                                            read_run_record, register_run, slurm_list_commands, sweep, verdict)
 
 REGION = "us-east-1"
 BUCKET = "sim2real-artifacts-123456789012"
@@ -179,6 +179,19 @@ def test_current_release_still_reaching_a_new_robot_is_left_alone(s3):
     report = run(False, [], [], DEPLOYMENTS, {"robot-1": "SUCCEEDED", "robot-new": "QUEUED"}, runs=runs)
     assert [(r["id"], r["verdict"]) for r in report["found"]] == [("d-finished", "released")]
     assert report["orphans"] == [] and report["stopped"] == []
+
+
+def test_the_automatic_rollback_of_a_failed_run_is_never_an_orphan(s3):
+    """A failed run's deploy task rolled the group back to the last good release (``sim2real-<key>-rollback``); a
+    robot that joined later still has it QUEUED. Cancelling it would keep the good release from that robot: the
+    sweep does not even list it (no ListCoreDevices / CancelDeployment is stubbed: a call would fail)."""
+    hook = GreengrassV2Hook(region_name=REGION)
+    with Stubber(hook.conn) as gg:
+        gg.add_response("list_deployments", {"deployments": [
+            {"targetArn": GROUP_ARN, "deploymentId": "d-rollback", "deploymentName": f"sim2real-{FAILED}-rollback",
+             "deploymentStatus": "ACTIVE", "isLatestForTarget": True}]}, {"historyFilter": "LATEST_ONLY"})
+        assert find_greengrass_deployments(hook) == []
+        gg.assert_no_pending_responses()
 
 
 def test_deployment_of_a_failed_run_whose_deploy_task_succeeded_is_left_alone(s3):

@@ -19,6 +19,9 @@ from sim2real.orchestration.hooks.waiter_rounds import classify_response
 
 GREENGRASS_WAITERS = Path(__file__).resolve().parents[1] / "waiters" / "greengrassv2.json"
 DEVICE_WAITER = "core_device_deployment_complete"
+#: ``deploymentName`` of the automatic rollback of deployment ``<name>``: ``<name>-rollback`` (a run key ends in
+#: 8 hex digits, so the orphan sweep finds the run of ``sim2real-<run_key>-rollback`` unambiguously).
+ROLLBACK_SUFFIX = "-rollback"
 
 
 def effective_entry(response: dict[str, Any], deployment_id: str) -> dict[str, Any] | None:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils import trim_none_values
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowFailException
 
-from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, device_report, summarize
+from sim2real.orchestration.hooks.greengrass import ROLLBACK_SUFFIX, GreengrassV2Hook, device_report, summarize
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, not_approved_message
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
 from sim2real.orchestration.triggers.base import defer_wait
@@ -84,6 +84,35 @@ def previous_release(response: dict[str, Any], deployment_id: str) -> str | None
     return newest.get("deploymentName") or newest.get("deploymentId")
 
 
+def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: str,
+                         target_arn: str) -> dict[str, Any] | None:
+    """The release to roll the thing group back to: the newest deployment to ``target_arn`` other than
+    ``deployment_id`` that at least one core device reports it finished (``coreDeviceExecutionStatus``
+    SUCCEEDED / COMPLETED in its ListEffectiveDeployments); ``None`` when no robot lists one (the group's first
+    release, or the history is gone).
+
+    :param responses: thing name → its ListEffectiveDeployments response.
+    :return: that ListEffectiveDeployments entry (``deploymentId``, ``deploymentName``, ``creationTimestamp``).
+    """
+    done = [entry for response in responses.values() for entry in response.get("effectiveDeployments") or []
+            if entry.get("deploymentId") != deployment_id and entry.get("targetArn") == target_arn
+            and entry.get("coreDeviceExecutionStatus") in RUNS_IT]
+    return max(done, key=lambda e: str(e.get("creationTimestamp") or "")) if done else None
+
+
+def rollback_request(previous: dict[str, Any], deployment_name: str) -> dict[str, Any]:
+    """The CreateDeployment request that puts ``previous`` (a GetDeployment response) back on its target: its
+    components, deployment policies and IoT job configuration, named ``<deployment_name>``
+    + :data:`~sim2real.orchestration.hooks.greengrass.ROLLBACK_SUFFIX`."""
+    return trim_none_values({
+        "targetArn": previous["targetArn"],
+        "deploymentName": f"{deployment_name}{ROLLBACK_SUFFIX}",
+        "components": previous.get("components") or {},
+        "deploymentPolicies": previous.get("deploymentPolicies") or {"failureHandlingPolicy": "ROLLBACK"},
+        "iotJobConfiguration": previous.get("iotJobConfiguration") or None,
+    })
+
+
 def device_releases(responses: dict[str, dict[str, Any]], deployment_id: str, deployment_name: str,
                     failure_handling_policy: str) -> dict[str, dict[str, Any]]:
     """Which release each core device runs after ``deployment_id`` ended badly (failed, timed out, cancelled).
@@ -113,17 +142,19 @@ def device_releases(responses: dict[str, dict[str, Any]], deployment_id: str, de
     return out
 
 
-def describe_releases(devices: dict[str, dict[str, Any]], deployment_name: str) -> str:
-    """One sentence per device (status as reported, reason, release it runs), and whether the fleet is mixed."""
+def describe_releases(devices: dict[str, dict[str, Any]], deployment_name: str, advise: bool = True) -> str:
+    """One sentence per device (status as reported, reason, release it runs), and whether the fleet is mixed
+    (with how to put every robot on one release when ``advise``)."""
     lines = "; ".join(f"{thing}: {d['status']}" + (f" ({d['reason']})" if d.get("reason") else "")
                       + f" — {d['release']}" for thing, d in sorted(devices.items()))
     new = sorted(t for t, d in devices.items() if d["status"] in RUNS_IT)
     old = sorted(t for t, d in devices.items() if d["status"] not in RUNS_IT)
     text = f"Robots as they report now (ListEffectiveDeployments after the cancel): {lines}"
     if new and old:
-        text += (f". The fleet is MIXED: {', '.join(new)} run {deployment_name}, {', '.join(old)} do not; to put "
-                 "every robot on one release, release the previous approved model package again (DAG "
-                 "sim_to_real_release with its model_package_arn) or fix the failing robots and deploy again")
+        text += f". The fleet is MIXED: {', '.join(new)} run {deployment_name}, {', '.join(old)} do not"
+        if advise:
+            text += ("; to put every robot on one release, release the previous approved model package again (DAG "
+                     "sim_to_real_release with its model_package_arn) or fix the failing robots and deploy again")
     return text
 
 
@@ -139,8 +170,14 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     again: the task fails naming each device's status as the device reports it, its reason and the release it
     runs now (this one when it had SUCCEEDED: a cancel does not undo it; its previous release when it failed and
     rolled back, ``failure_handling_policy="ROLLBACK"``, or never applied this one; still applying), and says
-    when the fleet is left mixed. The trigger's
-    ``on_kill`` cancels the deployment too.
+    when the fleet is left mixed. Under ``ROLLBACK``, when some robots run (or are still applying) the failed
+    release, the whole thing group is rolled back: the group's last release its robots finished (the newest other
+    deployment to this group that a device reports SUCCEEDED / COMPLETED in ListEffectiveDeployments) is deployed
+    again with its own components, policies and job configuration (GetDeployment → CreateDeployment named
+    ``<deployment_name>-rollback``), that wait is deferred too, and the task then fails saying every robot runs the
+    earlier release again, or, when the rollback failed as well, naming both deployments (the rollback is
+    cancelled). With no earlier release of the group there is nothing to go back to, and the failure says so. The
+    trigger's ``on_kill`` cancels the deployment it waits for (the release, or its rollback).
 
     :param thing_group_name: IoT thing group of the robots.
     :param components: ``{name: {"componentVersion": v, "configurationUpdate": {"merge": json-str}}}``.
@@ -161,7 +198,8 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         ``model_package_arn`` and ``model_approval_status`` (the status read before CreateDeployment) when a
         package was given.
     :raises ValueError: bad components/policy, missing thing group.
-    :raises AirflowFailException: (not retried) a device failed, the deployment timed out, the thing group
+    :raises AirflowFailException: (not retried) a device failed or the deployment timed out (after the
+        rollback, when one was made: :meth:`rollback_complete`), the thing group
         has no core devices (checked before CreateDeployment: nothing is created), or the model package is
         not Approved.
     """
@@ -250,7 +288,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         over = self._over(deployment_id, target_arn)  # already finished on every device: no trigger race
         if over is not None:
             self.log.info("Deployment %s is already over (%s): not deferring", deployment_id, over[0])
-            return self._finish(base, *over)
+            return self._finish(context, base, *over)
         defer_wait(self, GreengrassDeploymentTrigger, method_name="execute_complete", kwargs={"base": base},
                    waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
                    deployment_id=deployment_id, thing_group_arn=target_arn)
@@ -301,7 +339,8 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         reports = dict(step.payload.get("devices") or {})
         return step.outcome, reports, "" if reports else step.reason
 
-    def _finish(self, base: dict[str, Any], status: str, reports: dict[str, dict[str, Any]], message: str) -> dict[str, Any]:
+    def _finish(self, context: Context, base: dict[str, Any], status: str, reports: dict[str, dict[str, Any]],
+                message: str) -> dict[str, Any]:
         if status == "success":
             return {**base, "devices": {t: r["status"] for t, r in sorted(reports.items())}}
         if status == "timeout":
@@ -318,35 +357,109 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         what = "timed out" if status == "timeout" else "failed"
         # What each robot runs now, as it reports it after the cancel (the wait's last reading can be older: a
         # robot seen QUEUED may have failed and rolled back since, one seen IN_PROGRESS may have finished).
-        devices = self._releases_after_cancel(base)
+        target_arn, responses = self._devices_after_cancel(base)
+        devices = device_releases(responses, deployment_id, self.deployment_name, self.failure_handling_policy)
         if devices:
             self.log.info("Devices after the cancel: %s", devices)
+        # Robots that finished (or are finishing) this release keep it after a cancel; under ROLLBACK the whole
+        # group is put back on the last release its robots finished, so that the fleet is not left mixed.
+        rollback: dict[str, Any] | None = None
+        if self.failure_handling_policy == "ROLLBACK" and any(d["status"] in RUNS_IT | APPLYING_IT
+                                                               for d in devices.values()):
+            rollback = self._start_rollback(deployment_id, target_arn, responses)
         # A device failure or a timeout is a verdict on this release: not retried, which would push the same
         # components to the robots again and multiply the bound.
         target = base.get("thing_group_name") or self.thing_group_name
-        raise AirflowFailException(
+        failure = (
             f"Greengrass deployment {deployment_id} ({self.deployment_name}) to thing group {target!r}"
-            + (f" ({base['target_arn']})" if base.get("target_arn") else "") + f" {what}"
+            + (f" ({target_arn})" if target_arn else "") + f" {what}"
             + (f": {message}" if message else "")
             + f". Deployment {cancelled}"
-            + (f". {describe_releases(devices, self.deployment_name)}" if devices
+            + (". " + describe_releases(devices, self.deployment_name, advise=rollback is None or "error" in rollback)
+               if devices
                else (f". Devices as last read (they could not be read again after the cancel): {summarize(reports)}"
                      if reports else ""))
-            + ". Check the device logs (/greengrass/v2/logs/greengrass.log and the component logs)"
-            + (" or raise deployment_timeout_minutes" if status == "timeout" else "") + "."
         )
+        advice = (". Check the device logs (/greengrass/v2/logs/greengrass.log and the component logs)"
+                  + (" or raise deployment_timeout_minutes" if status == "timeout" else "") + ".")
+        if rollback is None or "error" in rollback:
+            raise AirflowFailException(failure + (f". {rollback['error']}" if rollback else "") + advice)
+        rollback = {**rollback, "failure": failure, "advice": advice, "deployment_id_failed": deployment_id}
+        context["ti"].xcom_push(key="rollback", value=rollback)
+        self.log.info("Rolling thing group %s back to %s: deployment %s", target, rollback["previous_deployment_name"],
+                      rollback["deployment_id"])
+        defer_wait(self, GreengrassDeploymentTrigger, method_name="rollback_complete", kwargs={"rollback": rollback},
+                   waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
+                   deployment_id=rollback["deployment_id"], thing_group_arn=target_arn)
 
-    def _releases_after_cancel(self, base: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """:func:`device_releases` of every core device of the group, read now; ``{}`` when they cannot be read."""
+    def _devices_after_cancel(self, base: dict[str, Any]) -> tuple[str | None, dict[str, dict[str, Any]]]:
+        """The group's ARN and every core device's ListEffectiveDeployments response, read now (``{}`` when they
+        cannot be read)."""
+        target = base.get("target_arn")
         try:
-            target = base.get("target_arn") or self.hook.thing_group_arn(base.get("thing_group_name")
-                                                                         or self.thing_group_name)
-            responses = {thing: self.hook.conn.list_effective_deployments(coreDeviceThingName=thing)
-                         for thing in self.hook.list_core_device_names(target)}
+            target = target or self.hook.thing_group_arn(base.get("thing_group_name") or self.thing_group_name)
+            return target, {thing: self.hook.conn.list_effective_deployments(coreDeviceThingName=thing)
+                            for thing in self.hook.list_core_device_names(target)}
         except Exception as error:  # noqa: BLE001 - the failure is raised anyway, with the last reading
             self.log.warning("Could not read the devices again after the cancel: %s", error)
-            return {}
-        return device_releases(responses, base["deployment_id"], self.deployment_name, self.failure_handling_policy)
+            return target, {}
+
+    def _start_rollback(self, deployment_id: str, target_arn: str,
+                        responses: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """CreateDeployment of the group's last good release (:func:`last_good_deployment`, its components read
+        with GetDeployment), or the ACTIVE rollback deployment a cleared try already created.
+
+        :return: ``{"deployment_id", "deployment_name", "previous_deployment_id", "previous_deployment_name"}``,
+            or ``{"error": why}`` when there is no earlier release or the rollback could not be created.
+        """
+        previous = last_good_deployment(responses, deployment_id, target_arn)
+        if previous is None:
+            return {"error": "No automatic rollback: no robot of the group lists an earlier release it finished "
+                             "(ListEffectiveDeployments), so there is no release to go back to"}
+        name = previous.get("deploymentName") or previous["deploymentId"]
+        try:
+            request = rollback_request(self.hook.conn.get_deployment(deploymentId=previous["deploymentId"]),
+                                       self.deployment_name)
+            existing = self.hook.find_active_deployment(target_arn, request["deploymentName"])
+            rollback_id = (existing or self.hook.conn.create_deployment(**request))["deploymentId"]
+        except Exception as error:  # noqa: BLE001 - named in the failure with both deployments
+            return {"error": f"The automatic rollback to {name} ({previous['deploymentId']}) could not be created: "
+                             f"{error}"}
+        return {"deployment_id": rollback_id, "deployment_name": request["deploymentName"],
+                "previous_deployment_id": previous["deploymentId"], "previous_deployment_name": name}
+
+    def rollback_complete(self, context: Context, event: dict[str, Any] | None = None,
+                          rollback: dict[str, Any] | None = None) -> NoReturn:
+        """Resume after the rollback deployment's wait: the task fails either way (the release did not deploy),
+        saying whether every robot is back on the previous release or naming both deployments when the rollback
+        failed too (the rollback is then cancelled).
+
+        :raises AirflowFailException: always.
+        """
+        status, message = event_outcome(event, f"Greengrass rollback deployment of {self.deployment_name}")
+        self._apply_timeout()
+        if rollback is None:  # resumed without the deferral's kwargs (dag.test hands on the event only)
+            rollback = context["ti"].xcom_pull(task_ids=self.task_id, key="rollback") or {}
+        rollback_id, back_to = rollback.get("deployment_id") or event.get("deployment_id"), (
+            f"{rollback.get('previous_deployment_name')} (deployment {rollback.get('previous_deployment_id')})")
+        devices = event.get("devices") or {}
+        if status == "success":
+            raise AirflowFailException(
+                f"{rollback.get('failure')}. Rolled back automatically: deployment {rollback_id} "
+                f"({rollback.get('deployment_name')}) put the components of {back_to} back on every robot of the "
+                f"group ({summarize(devices)}): the fleet runs {rollback.get('previous_deployment_name')} again"
+                + rollback.get("advice", "."))
+        try:
+            self.hook.conn.cancel_deployment(deploymentId=rollback_id)
+            cancelled = "it was cancelled"
+        except Exception as error:  # noqa: BLE001 - the failure report matters more
+            cancelled = f"CancelDeployment failed: {error}"
+        what = "timed out" if status == "timeout" else "failed"
+        raise AirflowFailException(
+            f"{rollback.get('failure')}. The automatic rollback to {back_to} {what} too: deployment {rollback_id} "
+            f"({rollback.get('deployment_name')}): {summarize(devices) or message}; {cancelled}. Both deployments: "
+            f"{rollback.get('deployment_id_failed')} (this release) and {rollback_id} (the rollback); the fleet may be "
+            "mixed: read each robot's ListEffectiveDeployments" + rollback.get("advice", "."))
 
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, base: dict[str, Any] | None = None
@@ -360,4 +473,4 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                     "thing_group_name": self.thing_group_name, **check}
         devices = event.get("devices") or {}
         # a device failure is named by the device reports; the message adds what they do not say
-        return self._finish(base, status, devices, "" if status == "failure" and devices else message)
+        return self._finish(context, base, status, devices, "" if status == "failure" and devices else message)
