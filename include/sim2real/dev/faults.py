@@ -240,7 +240,7 @@ ORPHAN_RUN_ID = "manual__2026-01-01T00:00:00+00:00"
 def _orphan_job(sandbox, env_config) -> dict[str, Any]:
     from sim2real.orchestration.config import RUN_KEY_TAG
     from sim2real.contract.run_key import make_run_key
-    from sim2real.orchestration.sweeper import deployment_id, run_record_key
+    from sim2real.orchestration.run_records import deployment_id, run_record_key
 
     key = make_run_key("sim_to_real", ORPHAN_RUN_ID)
     name = f"sim2real-train-{key}"
