@@ -79,7 +79,7 @@ def sim_to_real_release():
         # The run record (runs/<run_key>/run.json): lets the orphan sweeper tell whose deployment it finds.
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-        from sim2real.orchestration.sweeper import register_run
+        from sim2real.orchestration.run_records import register_run
 
         register_run(S3Hook(), plan["bucket"], dag_id=dag_run.dag_id, run_id=dag_run.run_id, run_key=plan["run_key"],
                      run_type=dag_run.run_type)

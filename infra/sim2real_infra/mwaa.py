@@ -32,7 +32,7 @@ def airflow_configuration(variables_prefix: str, schedule_timezone: str = "UTC",
     the IANA time zone of the nightly schedule, the environment config's ``schedule_timezone``; the DAG file reads
     it at parse time from the Airflow configuration (no Variable lookup while parsing).
     ``sim2real.deployment_id`` (``mwaa:<environment_name>``) names this Airflow deployment in each run record
-    (``sim2real.orchestration.sweeper.deployment_id``): the orphan sweeper never stops what another deployment started.
+    (``sim2real.orchestration.run_records.deployment_id``): the orphan sweeper never stops what another deployment started.
     """
     return {
         "sim2real.schedule_timezone": schedule_timezone,

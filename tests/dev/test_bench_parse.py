@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real.dev.bench import REPO_ROOT, dag_parse_seconds, processor_parse_seconds
+from sim2real.dev.bench import REPO_ROOT
+from sim2real.dev.bench_parse import dag_parse_seconds, processor_parse_seconds
 
 
 @pytest.mark.parametrize("relative", ["dags/sim_to_real.py", "bench/provider_dag.py"])
@@ -22,7 +23,7 @@ def test_dag_parse_counts_the_parsed_tasks(relative):
 
 
 def test_processor_parse_rows_measure_the_parse_alone_quiet_and_beside_busy_processes(monkeypatch):
-    from sim2real.dev import bench
+    from sim2real.dev import bench_parse
 
     quiet = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real_sweeper.py", repeats=1)  # a real parse
     assert quiet["busy"] == 0 and 0 < quiet["median_s"] == quiet["min_s"] and quiet["repeats"] == 1
@@ -40,7 +41,7 @@ def test_processor_parse_rows_measure_the_parse_alone_quiet_and_beside_busy_proc
         beside.append(hogs)
         return {"files": {str(paths[0]): {"parse_s": next(times)}}}
 
-    monkeypatch.setattr(bench, "processor_parse", parse_beside_hogs)
+    monkeypatch.setattr(bench_parse, "processor_parse", parse_beside_hogs)
     busy = processor_parse_seconds(REPO_ROOT / "dags" / "sim_to_real_sweeper.py", repeats=3, busy=2)
     assert busy == {"median_s": 0.2, "min_s": 0.1, "repeats": 3, "busy": 2}
     assert [len(hogs) for hogs in beside] == [2, 2, 2] and all(h.is_running() is False for h in beside[0])

@@ -145,7 +145,7 @@ def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
 
     from sim2real.orchestration.config import RUN_KEY_TAG
     from sim2real.contract.run_key import make_run_key
-    from sim2real.orchestration.sweeper import deployment_id, run_record_key
+    from sim2real.orchestration.run_records import deployment_id, run_record_key
 
     dead_run_id = "manual__2026-01-01T00:00:00+00:00"
     dead = make_run_key("sim_to_real", dead_run_id)

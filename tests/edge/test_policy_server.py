@@ -18,9 +18,9 @@ from gr00t_clients import N15RobotClient, N16PolicyClient
 
 from sim2real.edge.codec import CodecError, load_npy, packb, unpackb
 from sim2real.contract.modality import LAYOUT_PROPERTY
-from sim2real.edge.policy_server import (HARD_LIMIT_FACTOR, UNAUTHORIZED, PolicyClient, PolicyServer,
-                                         PolicyServerError, PolicyServerTimeout, layout_observation, main,
-                                         modality_configs)
+from sim2real.edge.onnx_policy import modality_configs
+from sim2real.edge.policy_client import PolicyClient, PolicyServerError, PolicyServerTimeout, layout_observation
+from sim2real.edge.policy_server import HARD_LIMIT_FACTOR, UNAUTHORIZED, PolicyServer, main
 from sim2real.edge.security import is_loopback
 
 PARITY_ATOL = 1e-5  # float32 MLP, onnxruntime CPU vs torch CPU

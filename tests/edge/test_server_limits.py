@@ -16,8 +16,8 @@ from gr00t_clients import N15RobotClient, N16PolicyClient
 import sim2real.edge.codec as codec
 from sim2real.contract.modality import ModalityLayout
 from sim2real.edge.codec import MISSING, CodecError, packb, read_request_token
-from sim2real.edge.policy_server import (UNAUTHORIZED, PolicyClient, PolicyServer, PolicyServerDisconnected,
-                                         layout_observation, main)
+from sim2real.edge.policy_client import PolicyClient, PolicyServerDisconnected, layout_observation
+from sim2real.edge.policy_server import UNAUTHORIZED, PolicyServer, main
 
 TASK = "annotation.human.task_description"
 MAX_ARRAYS = 32

@@ -13,7 +13,7 @@ def test_mwaa_environment(synth: Synth) -> None:
     assert env["AirflowConfigurationOptions"]["operators.default_deferrable"] == "true"
     # the nightly schedule's time zone, the same value as the environment config's schedule_timezone
     assert env["AirflowConfigurationOptions"]["sim2real.schedule_timezone"] == "UTC"
-    # the Airflow deployment's identity in the run records (sim2real.orchestration.sweeper.deployment_id)
+    # the Airflow deployment's identity in the run records (sim2real.orchestration.run_records.deployment_id)
     assert env["AirflowConfigurationOptions"]["sim2real.deployment_id"] == "mwaa:sim2real"
     assert env["AirflowConfigurationOptions"]["secrets.backend"].endswith("SystemsManagerParameterStoreBackend")
     assert '"variables_prefix": "/sim2real/airflow/variables"' in env["AirflowConfigurationOptions"]["secrets.backend_kwargs"]

@@ -80,8 +80,9 @@ def test_the_estimate_goes_into_the_lineage_and_matches_its_schema():
 
 
 # -- while training: the cost limit ---------------------------------------------------------------
-from sim2real.orchestration.budget import (actual_run_cost, batch_job_run_seconds, budget_verdict,  # noqa: E402
-                             elapsed_cost_usd, optional_usd, training_cost_limit, training_usd_per_node_hour)
+from sim2real.orchestration.budget import (batch_job_run_seconds, budget_verdict, elapsed_cost_usd,  # noqa: E402
+                                           optional_usd, training_cost_limit, training_usd_per_node_hour)
+from sim2real.orchestration.cost_actual import actual_run_cost  # noqa: E402
 
 T0 = 1_700_000_000.0  # epoch seconds
 
@@ -249,7 +250,7 @@ def test_finetune_billing_from_the_training_step_and_into_the_actual_cost():
     import boto3
     from botocore.stub import Stubber
 
-    from sim2real.orchestration.budget import finetune_billing
+    from sim2real.orchestration.cost_actual import finetune_billing
 
     client = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     with Stubber(client) as stub:
@@ -278,7 +279,7 @@ def test_finetune_billing_falls_back_to_the_execution_window():
     import boto3
     from botocore.stub import Stubber
 
-    from sim2real.orchestration.budget import finetune_billing
+    from sim2real.orchestration.cost_actual import finetune_billing
 
     client = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     start = dt.datetime.fromtimestamp(T0, dt.timezone.utc)

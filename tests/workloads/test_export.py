@@ -116,7 +116,8 @@ def test_export_declares_the_dataset_frame_sizes_and_the_server_refuses_other_si
     import onnx
 
     from sim2real.contract.modality import LAYOUT_PROPERTY, ModalityLayout
-    from sim2real.edge.policy_server import PolicyClient, PolicyServer, PolicyServerError, layout_observation
+    from sim2real.edge.policy_client import PolicyClient, PolicyServerError, layout_observation
+    from sim2real.edge.policy_server import PolicyServer
 
     dataset = _lerobot_dataset(tmp_path / "dataset", {"front": ([48, 64, 3], ["height", "width", "channels"]),
                                                       "wrist": ([3, 24, 32], ["channel", "height", "width"])})

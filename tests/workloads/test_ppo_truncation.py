@@ -1,7 +1,7 @@
 """Time-limit truncation in the trainer's PPO: value targets bootstrap from the real final observation.
 
 Real gymnasium Reacher-v5 vector envs (SAME_STEP autoreset, every episode truncated at step 50), the trainer's
-own agent (:func:`sim2real.workloads.train.build_agent`) and skrl's StepTrainer, at toy scale (no PPO update).
+own agent (:func:`sim2real.workloads.train_env.build_agent`) and skrl's StepTrainer, at toy scale (no PPO update).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from sim2real.workloads.ppo import MissingFinalObservationError, TimeLimitBootstrapPPO
 from sim2real.workloads.tasks import get_task
-from sim2real.workloads.train import _make_env, build_agent, wrap_for_device
+from sim2real.workloads.train_env import _make_env, build_agent, wrap_for_device
 
 NUM_ENVS = 3
 EPISODE_STEPS = 50  # Reacher-v5 max_episode_steps

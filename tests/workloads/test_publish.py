@@ -192,7 +192,7 @@ def test_publish_to_moto_s3(log_dir, moto_server, monkeypatch):
     again = publish.publish(log_dir=str(log_dir), output_uri=uri, task=TASK, run_key="rk-2")
     assert again == manifest and listing() == keys
     # and the project's resume discovery sees it as the newest complete checkpoint
-    from sim2real.workloads.train import find_latest_complete_checkpoint
+    from sim2real.workloads.checkpoints import find_latest_complete_checkpoint
 
     assert find_latest_complete_checkpoint(uri) == (72, uri + "agent_000072.pt", manifest["sha256"])
 

@@ -12,7 +12,8 @@ import pytest
 from sim2real.contract import schemas
 from sim2real.contract import storage
 from sim2real.workloads.policy import deterministic_policy, load_checkpoint
-from sim2real.workloads.train import find_latest_complete_checkpoint, parse_args, UsageError
+from sim2real.workloads.checkpoints import find_latest_complete_checkpoint
+from sim2real.workloads.train_args import parse_args, UsageError
 from tests.workloads.conftest import clean_env, run_train
 
 PROGRESS = re.compile(

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from sim2real.workloads.policy import load_checkpoint, state_digest
-from sim2real.workloads.train import UsageError, parse_args, select_device, throughput_line, wrap_for_device
+from sim2real.workloads.train import throughput_line
+from sim2real.workloads.train_args import UsageError, parse_args, select_device
+from sim2real.workloads.train_env import wrap_for_device
 from tests.workloads.conftest import clean_env, run_train
 
 DIGEST = re.compile(r"^\[sim2real\] rank=(\d+) iteration=(\d+) params_sha256=([0-9a-f]{64}) "

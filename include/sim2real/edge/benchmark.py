@@ -27,7 +27,9 @@ import zmq
 
 from sim2real.edge.codec import packb
 from sim2real.contract.modality import ModalityLayout
-from sim2real.edge.policy_server import OnnxPolicy, PolicyClient, PolicyServer, layout_observation, wait_for_server
+from sim2real.edge.onnx_policy import OnnxPolicy
+from sim2real.edge.policy_client import PolicyClient, layout_observation, wait_for_server
+from sim2real.edge.policy_server import PolicyServer
 from sim2real.edge.security import StrictArgumentParser, read_api_token_file
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from sim2real.contract.modality import ModalityLayout
-from sim2real.edge.policy_server import PolicyClient, PolicyServer, layout_observation
+from sim2real.edge.policy_client import PolicyClient, layout_observation
+from sim2real.edge.policy_server import PolicyServer
 
 
 def check_policy_endpoint(model_path: str | Path, action_horizon: int | None = None,

@@ -127,7 +127,7 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
     :param figures: the report's pictures, ``{"training_curve": FIGURE, "eval_outcome": FIGURE}`` with
         ``FIGURE = {"uri", "source", "points", "skipped_reason"}`` (:func:`figure_entry`); ``None``: not drawn.
     :param hyperpod_scaling: HyperPod runs: ``{"scale_up": ..., "scale_down": ...}`` (the scale tasks' results).
-    :param cost_actual: the run's actual GPU cost (:func:`sim2real.orchestration.budget.actual_run_cost`); ``None``: unknown.
+    :param cost_actual: the run's actual GPU cost (:func:`sim2real.orchestration.cost_actual.actual_run_cost`); ``None``: unknown.
     :param deploy_check: the deploy stage's reading of the model package right before CreateDeployment
         (``{"model_package_arn", "model_approval_status"}``, XCom ``model_package_check``). When present, the
         chain's ``model_approval_status`` is that status (``model_approval_checked_at: "deploy"``), not the

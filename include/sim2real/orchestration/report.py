@@ -26,7 +26,7 @@ from typing import Any
 
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import plots
-from sim2real.orchestration.budget import actual_run_cost, finetune_billing, loop_cost
+from sim2real.orchestration.cost_actual import actual_run_cost, finetune_billing, loop_cost
 from sim2real.orchestration.candidates import training_task_id
 from sim2real.orchestration.lineage import (
     FIGURES,
@@ -66,13 +66,13 @@ def _pull(ti: Any, task_id: str, key: str | None = None) -> Any:
 
 def run_actual_cost(plan: Mapping[str, Any], parts: Mapping[str, Any], ti: Any,
                     sagemaker_client: Any = None, batch_client: Any = None) -> dict[str, Any] | None:
-    """The run's actual GPU cost (:func:`sim2real.orchestration.budget.actual_run_cost`) from the stages' outputs.
+    """The run's actual GPU cost (:func:`sim2real.orchestration.cost_actual.actual_run_cost`) from the stages' outputs.
 
     Training: the training task's result; a Batch job stopped at the cost limit fails its task, whose
     figures are then in its ``job_cost`` XCom; a Batch job whose task left neither (a person marked the task or the
     run failed, and the wait terminated the job) is read with DescribeJobs (``batch_client``, default the Amazon
     provider's Batch client) by the job id the task recorded for its console link. Fine-tune: the billed time of
-    the pipeline's training step (:func:`sim2real.orchestration.budget.finetune_billing`, one DescribeTrainingJob)
+    the pipeline's training step (:func:`sim2real.orchestration.cost_actual.finetune_billing`, one DescribeTrainingJob)
     when a client is given. Never raises: ``None`` when the figure cannot be made (logged).
     """
     try:
@@ -140,7 +140,7 @@ def earlier_round_costs(plan: Mapping[str, Any], hook: Any) -> list[dict[str, An
 
 def with_loop_cost(plan: Mapping[str, Any], actual: dict[str, Any] | None, run_id: str, hook: Any
                    ) -> dict[str, Any] | None:
-    """``actual`` with ``loop`` (:func:`sim2real.orchestration.budget.loop_cost`) from round 2 on; unchanged in
+    """``actual`` with ``loop`` (:func:`sim2real.orchestration.cost_actual.loop_cost`) from round 2 on; unchanged in
     round 1, without rounds, or when this run's cost is unknown. Never raises."""
     round_ = int(_get(plan, "rounds", "round") or 1)
     if not actual or round_ <= 1:

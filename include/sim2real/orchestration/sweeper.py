@@ -14,14 +14,15 @@ pipeline execution         ``PipelineExecutionDisplayName`` = the key           
 Greengrass deployment      ``deploymentName`` = ``sim2real-<key>``                  ``CancelDeployment``
 =========================  =======================================================  =========================
 
-The run key is a one-way digest of (dag id, run id), so each run records who it is at its start:
-``prepare_run`` / ``prepare_release`` write ``runs/<run_key>/run.json`` (``{"dag_id", "run_id", "run_key",
-"run_type", "deployment"}``, :func:`register_run`) in the artifacts bucket. ``deployment`` names the Airflow
-deployment that ran it (:func:`deployment_id`: the Airflow option ``[sim2real] deployment_id``, which infra/
-sets on MWAA to ``mwaa:<environment name>``; without it ``local:<user>@<host>``, e.g. under ``dag.test``). For
-each thing found, the sweeper reads that record and asks Airflow about the DAG run through the Task Execution
-API (``RuntimeTaskInstance.get_dr_count`` / ``get_dagrun_state`` / ``get_task_states`` / ``get_ti_count``: the
-supported way for a task in Airflow 3, which has no database access from tasks). The verdicts:
+The run key is a one-way digest of (dag id, run id), so each run records who it is at its start: ``prepare_run`` /
+``prepare_release`` write ``runs/<run_key>/run.json`` (``{"dag_id", "run_id", "run_key", "run_type",
+"deployment"}``, :func:`sim2real.orchestration.run_records.register_run`) in the artifacts bucket. ``deployment``
+names the Airflow deployment that ran it (:func:`sim2real.orchestration.run_records.deployment_id`: the Airflow
+option ``[sim2real] deployment_id``, which infra/ sets on MWAA to ``mwaa:<environment name>``; without it
+``local:<user>@<host>``, e.g. under ``dag.test``). For each thing found, the sweeper reads that record and asks
+Airflow about the DAG run through the Task Execution API (``RuntimeTaskInstance.get_dr_count`` /
+``get_dagrun_state`` / ``get_task_states`` / ``get_ti_count``: the supported way for a task in Airflow 3, which has
+no database access from tasks). The verdicts:
 
 * ``own``: started by the sweeping run itself; never stopped.
 * ``unregistered``: no run record (a run from before records were written, or of another environment
@@ -42,14 +43,16 @@ supported way for a task in Airflow 3, which has no database access from tasks).
 **A run whose process died.** A run executed in one process (``dag.test``: ``make demo``, a developer's run; the
 task runs in-process, ``InProcessSupervisorComms``) leaves its DAG run "running" and its training task "deferred"
 for ever in that Airflow home when the process is killed: no scheduler ever fails it. Its run record then names
-that process (``process``: ``{"host", "pid", "started"}``, :func:`current_process`, written only for in-process
-runs). The rule: a run that still says queued/running, whose record names a process on this host that no longer
-exists (no such pid, or a pid reused by a process started at another time), is dead: ``orphan``. A record from
-another host, or without ``process`` (runs of a scheduler: their workers are watched by the scheduler, which
-fails a task whose worker stopped heartbeating), is judged as before.
+that process (``process``: ``{"host", "pid", "started"}``,
+:func:`sim2real.orchestration.run_records.current_process`, written only for in-process runs). The rule: a run that
+still says queued/running, whose record names a process on this host that no longer exists (no such pid, or a pid
+reused by a process started at another time), is dead: ``orphan``. A record from another host, or without
+``process`` (runs of a scheduler: their workers are watched by the scheduler, which fails a task whose worker
+stopped heartbeating), is judged as before.
 
-A Greengrass deployment is only looked at while some core device has not finished it (QUEUED/IN_PROGRESS):
-a finished deployment stays ``ACTIVE`` as its group's current one.
+The things are listed by :mod:`sim2real.orchestration.orphans`. A Greengrass deployment is only looked at while
+some core device has not finished it (QUEUED/IN_PROGRESS): a finished deployment stays ``ACTIVE`` as its group's
+current one.
 
 :func:`sweep_before_run` (``prepare_run``) sweeps under its own deadline (:data:`PREPARE_RUN_DEADLINE_S`),
 checked before each listing and each stop: what is left when it passes is skipped with a warning, so the sweep
@@ -67,31 +70,23 @@ and ``scancel`` man pages.
 from __future__ import annotations
 
 import datetime as dt
-import getpass
-import json
 import logging
-import os
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sim2real.contract import task_ids as ids
-from sim2real.contract.run_key import is_valid_run_key, run_prefix
 from sim2real.orchestration import slurm
-from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
+from sim2real.orchestration.orphans import (SQUEUE_TIMEOUT_S, Found, find_batch_jobs, find_greengrass_deployments,
+                                            find_pipeline_executions, find_slurm_jobs)
+from sim2real.orchestration.run_records import (RUN_RECORD, current_process, deployment_id, in_process_run,
+                                                process_gone, read_run_record, register_run)
 
 log = logging.getLogger(__name__)
 
-#: Batch job statuses of a job that may still start or run (ListJobs ``jobStatus``).
-BATCH_ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
-#: Slurm states of a job that is not finished (squeue ``-t``).
-SLURM_ACTIVE = "PENDING,CONFIGURING,RUNNING,COMPLETING,SUSPENDED,REQUEUED"
-#: Pipeline execution statuses worth stopping.
-PIPELINE_ACTIVE = ("Executing",)
 #: DAG run states whose run still watches what it started.
 ACTIVE_DAG_RUN_STATES = ("queued", "running")
 #: Task instance states of a run that is still working (``get_ti_count``): such a run is not taken for dead.
@@ -100,279 +95,10 @@ BUSY_TI_STATES = ("running", "deferred", "queued", "up_for_retry", "scheduled", 
 DEPLOY_TASK_IDS = (ids.DEPLOY_TO_ROBOTS, ids.local(ids.DEPLOY_TO_ROBOTS))
 #: ``prepare_run``'s budget for its sweep (seconds of its 5-minute ``execution_timeout``).
 PREPARE_RUN_DEADLINE_S = 45.0
-#: Seconds the Slurm commands are given at most (SSM ``executionTimeout``): ``squeue`` and ``scancel``.
-SQUEUE_TIMEOUT_S = 30
+#: Seconds ``scancel`` is given at most (SSM ``executionTimeout``).
 SCANCEL_TIMEOUT_S = 60
 #: The least time worth starting an SSM command with (under a deadline).
 MIN_COMMAND_S = 5
-#: Name prefixes the stages give (Batch and Slurm ``sim2real-train-<key>``, Greengrass ``sim2real-<key>``).
-TRAIN_PREFIX = "sim2real-train-"
-#: A HyperPod sweep's job array is named ``sim2real-train-<key>-sweep`` (:mod:`sim2real.orchestration.stages.hyperpod`).
-SWEEP_ARRAY_SUFFIX = "-sweep"
-DEPLOYMENT_PREFIX = "sim2real-"
-#: The run record's object name under ``runs/<run_key>/``.
-RUN_RECORD = "run.json"
-
-KINDS = ("batch_job", "slurm_job", "pipeline_execution", "greengrass_deployment")
-
-
-@dataclass
-class Found:
-    """One thing a run started: ``kind`` (:data:`KINDS`), its id, name, run key, status, and where it is."""
-
-    kind: str
-    id: str
-    name: str
-    run_key: str
-    status: str
-    where: str
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def label(self) -> str:
-        return f"{self.kind} {self.id} ({self.name}, {self.status}) in {self.where}"
-
-
-def run_record_key(run_key: str) -> str:
-    """``runs/<run_key>/run.json``: who the run key belongs to."""
-    return f"{run_prefix(run_key)}{RUN_RECORD}"
-
-
-def deployment_id() -> str:
-    """The identity of this Airflow deployment, written into each run record (``deployment``).
-
-    :return: the Airflow option ``[sim2real] deployment_id`` (``AIRFLOW__SIM2REAL__DEPLOYMENT_ID``; infra/ sets it
-        on MWAA to ``mwaa:<environment name>``, the same on every worker and across restarts), else
-        ``local:<user>@<host>`` (a developer's ``dag.test`` or a local Airflow: stable on that machine).
-    """
-    from airflow.providers.common.compat.sdk import conf
-
-    value = (conf.get("sim2real", "deployment_id", fallback="") or "").strip()
-    if value:
-        return value
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name (a container without passwd entry)
-        user = "unknown"
-    return f"local:{user}@{socket.gethostname()}"
-
-
-def in_process_run() -> bool:
-    """Whether this task runs inside the process that runs the whole DAG run (``dag.test``: the Task SDK's
-    ``InProcessSupervisorComms``), so that the run lives exactly as long as this process."""
-    try:
-        from airflow.sdk.execution_time import task_runner
-    except ImportError:  # pragma: no cover - the pinned Airflow has it
-        return False
-    return type(getattr(task_runner, "SUPERVISOR_COMMS", None)).__name__ == "InProcessSupervisorComms"
-
-
-def current_process() -> dict[str, Any]:
-    """``{"host", "pid", "started"}`` of this process (``started``: its start, epoch seconds, from psutil)."""
-    import psutil
-
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": round(psutil.Process().create_time(), 3)}
-
-
-def process_gone(process: Mapping[str, Any] | None) -> bool | None:
-    """Whether the process a run record names has ended: True (no such pid on this host, or the pid now belongs to
-    a process started at another time), False (it runs), None (no process recorded, or another host: unknown)."""
-    import psutil
-
-    if not isinstance(process, Mapping) or process.get("host") != socket.gethostname() or not process.get("pid"):
-        return None
-    try:
-        started = psutil.Process(int(process["pid"])).create_time()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return True
-    except psutil.Error:
-        return None
-    return abs(started - float(process.get("started") or 0)) > 1.0
-
-
-def register_run(s3_hook: Any, bucket: str, *, dag_id: str, run_id: str, run_key: str,
-                 run_type: str | None = None, deployment: str | None = None,
-                 process: Mapping[str, Any] | None = None) -> str:
-    """Write the run record ``s3://<bucket>/runs/<run_key>/run.json``.
-
-    :param run_type: the DAG run's ``run_type`` (``manual``, ``scheduled``, ``backfill``, ...), when known.
-    :param deployment: the Airflow deployment running it; default :func:`deployment_id`.
-    :param process: the one process that runs the whole run (:func:`current_process`, under ``dag.test``), else
-        None (not written).
-    :return: the record's ``s3://`` URI; the record is ``{"dag_id", "run_id", "run_key", "run_type", "deployment"}``
-        (and ``process`` when given).
-    :raises botocore.exceptions.ClientError: the bucket cannot be written.
-    """
-    key = run_record_key(run_key)
-    record = {"dag_id": dag_id, "run_id": run_id, "run_key": run_key,
-              "run_type": str(getattr(run_type, "value", run_type)) if run_type is not None else None,
-              "deployment": deployment or deployment_id()}
-    if process:
-        record["process"] = dict(process)
-    s3_hook.load_string(json.dumps(record, sort_keys=True), key=key, bucket_name=bucket, replace=True)
-    return f"s3://{bucket}/{key}"
-
-
-def read_run_record(s3_hook: Any, bucket: str, run_key: str) -> dict[str, Any] | None:
-    """The run record of ``run_key``, or ``None`` when there is none.
-
-    Looked up with ListObjectsV2 under the record's own key (the MWAA role may list ``runs/*`` only; a
-    HeadObject of a missing key would then answer 403, not 404).
-    """
-    key = run_record_key(run_key)
-    if key not in (s3_hook.list_keys(bucket_name=bucket, prefix=key) or []):
-        return None
-    record = json.loads(s3_hook.read_key(key, bucket_name=bucket))
-    return record if record.get("dag_id") and record.get("run_id") else None
-
-
-def _key_from_name(name: str, prefix: str) -> str | None:
-    key = name[len(prefix):] if name and name.startswith(prefix) else None
-    return key if key and is_valid_run_key(key) else None
-
-
-# -- finding ------------------------------------------------------------------------------------------
-def find_batch_jobs(batch: Any, job_queue: str) -> list[Found]:
-    """Active Batch jobs of ``job_queue`` carrying a run key (tag ``sim2real:run-key``, else the job name)."""
-    summaries: list[dict[str, Any]] = []
-    for status in BATCH_ACTIVE:
-        kwargs: dict[str, Any] = {"jobQueue": job_queue, "jobStatus": status}
-        while True:
-            page = batch.list_jobs(**kwargs)
-            summaries += page.get("jobSummaryList", [])
-            if not page.get("nextToken"):
-                break
-            kwargs["nextToken"] = page["nextToken"]
-    candidates = [s for s in summaries if str(s.get("jobName", "")).startswith(TRAIN_PREFIX)]
-    found: list[Found] = []
-    for start in range(0, len(candidates), 100):  # DescribeJobs takes at most 100 ids
-        ids = [s["jobId"] for s in candidates[start:start + 100]]
-        for job in batch.describe_jobs(jobs=ids).get("jobs", []):
-            key = (job.get("tags") or {}).get(RUN_KEY_TAG) or _key_from_name(job.get("jobName", ""), TRAIN_PREFIX)
-            if key and job.get("status") in BATCH_ACTIVE:
-                found.append(Found("batch_job", job["jobId"], job.get("jobName", ""), key, job["status"],
-                                   f"Batch job queue {job_queue}"))
-    return found
-
-
-def slurm_list_commands() -> list[str]:
-    """Lines listing the unfinished Slurm jobs as ``<id> <state> <name>`` (``squeue``)."""
-    return [f'squeue -h -t {SLURM_ACTIVE} -o "%i %T %j"']
-
-
-def parse_squeue(stdout: str, cluster_name: str) -> list[Found]:
-    """The sim2real jobs of ``squeue -h -o "%i %T %j"`` output."""
-    found, arrays = [], set()
-    for line in stdout.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) != 3:
-            continue
-        job_id, state, name = parts
-        name = name.strip()
-        # A sweep's job array (``sim2real-train-<key>-sweep``): squeue lists its tasks as ``<id>_<index>`` (pending
-        # ones grouped, ``<id>_[1-3%2]``); ``scancel <id>`` stops every task of it, so the array is found once.
-        array = name.endswith(SWEEP_ARRAY_SUFFIX) and "_" in job_id
-        key = _key_from_name(name[:-len(SWEEP_ARRAY_SUFFIX)] if name.endswith(SWEEP_ARRAY_SUFFIX) else name,
-                             TRAIN_PREFIX)
-        if not key:
-            continue
-        if array:
-            job_id = job_id.split("_", 1)[0]
-            if job_id in arrays:
-                continue
-            arrays.add(job_id)
-        found.append(Found("slurm_job", job_id, name, key, state, f"HyperPod cluster {cluster_name}"))
-    return found
-
-
-def find_slurm_jobs(workstation_hook: Any, hyperpod: Mapping[str, Any], timeout_s: int = SQUEUE_TIMEOUT_S,
-                    grace_s: float = 60) -> tuple[list[Found], str | None]:
-    """Unfinished sim2real Slurm jobs on the HyperPod cluster (``squeue`` on its head node through SSM).
-
-    :param timeout_s: the command's SSM ``executionTimeout`` (seconds).
-    :param grace_s: how long after it the wait for its result goes on (seconds).
-    :return: ``(jobs, submit host instance id)``; ``([], None)`` when the head node is not running.
-    """
-    instance = workstation_hook.find_instance_by_tag(hyperpod["submit_host_tag_key"], hyperpod["submit_host_tag_value"])
-    if instance["State"]["Name"] != "running":
-        log.info("HyperPod head node %s is %s: no Slurm job can be running", instance["InstanceId"],
-                 instance["State"]["Name"])
-        return [], None
-    # A head node whose agent is not Online would hold the command Pending until its deadline: ask once.
-    workstation_hook.wait_for_agent_online(instance["InstanceId"], timeout_seconds=0, delay=0)
-    result = workstation_hook.run_shell_script(instance["InstanceId"], slurm_list_commands(),
-                                               execution_timeout_seconds=int(timeout_s), poll_seconds=1.0,
-                                               comment="sim2real sweeper: squeue", grace_seconds=grace_s)
-    if result["status"] != "Success":
-        raise RuntimeError(f"squeue on HyperPod head node {instance['InstanceId']} ended {result['status']}: "
-                           f"{(result['stderr'] or result['stdout'])[-500:]}")
-    jobs = parse_squeue(result["stdout"], hyperpod["cluster_name"])
-    for job in jobs:
-        job.extra["instance_id"] = instance["InstanceId"]
-    return jobs, instance["InstanceId"]
-
-
-def find_pipeline_executions(sagemaker: Any, pipeline_name: str, created_after: dt.datetime | None = None
-                             ) -> list[Found]:
-    """Executing runs of the pipeline whose display name is a run key (ListPipelineExecutions, newest first).
-
-    :param created_after: stop paging at the first execution that started before this (aware) time; ``None``:
-        every page.
-    """
-    from botocore.exceptions import ClientError
-
-    found = []
-    kwargs: dict[str, Any] = {"PipelineName": pipeline_name, "SortBy": "CreationTime", "SortOrder": "Descending"}
-    while True:
-        try:
-            page = sagemaker.list_pipeline_executions(**kwargs)
-        except ClientError as err:  # the first run creates the pipeline: none yet, no execution
-            if err.response.get("Error", {}).get("Code") in ("ResourceNotFound", "ValidationException") \
-                    and "does not exist" in str(err):
-                log.info("SageMaker pipeline %s does not exist yet: no execution", pipeline_name)
-                return found
-            raise
-        for item in page.get("PipelineExecutionSummaries", []):
-            started = item.get("StartTime")
-            if created_after is not None and isinstance(started, dt.datetime) and started < created_after:
-                log.info("pipeline executions older than %s not listed", created_after.isoformat())
-                return found
-            key = item.get("PipelineExecutionDisplayName") or ""
-            if item.get("PipelineExecutionStatus") in PIPELINE_ACTIVE and is_valid_run_key(key):
-                found.append(Found("pipeline_execution", item["PipelineExecutionArn"], key, key,
-                                   item["PipelineExecutionStatus"], f"SageMaker pipeline {pipeline_name}"))
-        if not page.get("NextToken"):
-            return found
-        kwargs["NextToken"] = page["NextToken"]
-
-
-def find_greengrass_deployments(greengrass_hook: Any) -> list[Found]:
-    """ACTIVE deployments named ``sim2real-<run_key>`` (not their rollbacks) that some core device has not
-    finished."""
-    from sim2real.orchestration.hooks.greengrass import ROLLBACK_SUFFIX  # loaded with the hook it was handed
-
-    conn = greengrass_hook.conn
-    found = []
-    kwargs: dict[str, Any] = {"historyFilter": "LATEST_ONLY"}
-    while True:
-        page = conn.list_deployments(**kwargs)
-        for dep in page.get("deployments", []):
-            name = dep.get("deploymentName", "")
-            key = _key_from_name(name, DEPLOYMENT_PREFIX)
-            # an automatic rollback (``sim2real-<key>-rollback``) puts back a release the robots already ran: it
-            # is the group's good release, never an orphan, also when a robot that joined later still applies it
-            if not key or name.endswith(ROLLBACK_SUFFIX) or dep.get("deploymentStatus") != "ACTIVE":
-                continue
-            target = dep.get("targetArn", "")
-            things = greengrass_hook.list_core_device_names(target) if ":thinggroup/" in target else \
-                [target.rsplit("/", 1)[-1]]
-            reports = greengrass_hook.device_reports(dep["deploymentId"], things)
-            unfinished = sorted(t for t, r in reports.items() if r["outcome"] == "retry")
-            if unfinished:
-                found.append(Found("greengrass_deployment", dep["deploymentId"], dep["deploymentName"], key,
-                                   "ACTIVE", f"target {target}", {"unfinished_devices": unfinished}))
-        if not page.get("nextToken"):
-            return found
-        kwargs["nextToken"] = page["nextToken"]
 
 
 # -- deciding -----------------------------------------------------------------------------------------
@@ -536,7 +262,8 @@ class Deadline:
 
 def find_all(env: Mapping[str, Any], clients: Mapping[str, Any], *, deadline: Deadline | None = None,
              created_after: dt.datetime | None = None) -> tuple[list[Found], list[str], list[str]]:
-    """Everything of :data:`KINDS` in the environment config's queue, cluster, pipeline and deployments.
+    """Everything of :data:`sim2real.orchestration.orphans.KINDS` in the environment config's queue, cluster,
+    pipeline and deployments.
 
     :param deadline: checked before each service; the services left when it passed are not listed.
     :param created_after: passed to :func:`find_pipeline_executions`.

@@ -52,7 +52,7 @@ def env_steps_per_second(num_envs: int, seconds: float, task: str = "Reacher-v5"
     from skrl.utils import set_seed
 
     from sim2real.workloads.tasks import get_task
-    from sim2real.workloads.train import _make_env, build_agent
+    from sim2real.workloads.train_env import _make_env, build_agent
 
     spec = get_task(task, kind="gymnasium")
     torch.set_num_threads(1)

@@ -63,7 +63,7 @@ sensor, the evaluator and the export read both the same way.
 
     python -m sim2real.workloads.publish --find-resume DEST_DIR --output-uri URI [--task T]
 
-finds the newest complete checkpoint under OUTPUT_URI (:func:`sim2real.workloads.train.find_latest_complete_checkpoint`:
+finds the newest complete checkpoint under OUTPUT_URI (:func:`sim2real.workloads.checkpoints.find_latest_complete_checkpoint`:
 highest ``agent_<n>.pt`` whose sidecar matches the object's sha256), downloads it into DEST_DIR, and prints
 shell assignments for the launcher (values quoted with :func:`shlex.quote`)::
 
@@ -257,7 +257,7 @@ def library_versions() -> dict[str, str]:
     that are installed (absent ones are left out)."""
     import importlib.metadata as md
 
-    from sim2real.workloads.train import library_versions as trainer_versions
+    from sim2real.workloads.train_env import library_versions as trainer_versions
 
     out = trainer_versions()
     for name in _EXTRA_DISTRIBUTIONS:
@@ -397,7 +397,7 @@ def find_resume(output_uri: str, dest_dir: str, task: str | None = None) -> dict
     :return: ``{"uri", "path", "step", "iteration" (int or None), "sha256"}`` or None when there is none.
     :raises UsageError: the existing manifest names a task other than ``task``.
     """
-    from sim2real.workloads.train import find_latest_complete_checkpoint
+    from sim2real.workloads.checkpoints import find_latest_complete_checkpoint
 
     existing = _read_manifest(output_uri)
     if task and existing and existing.get("task") not in (None, task):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sim2real.dev.faults import SCENARIO_NAMES, runs_of
+from sim2real.dev.fault_scenarios import SCENARIO_NAMES, runs_of
 
 #: The replay's processes run before the first test: its timeout covers them (the fixture waits up to 1800 s; about 6
 #: minutes beside one other DAG run on 2 cores).

@@ -161,7 +161,7 @@ def test_log_explains_the_cost_limit_before_submitting(aws_env, moto_batch_gaps,
 def test_a_failed_job_hands_on_its_cost_figures(aws_env, moto_batch_gaps, started):
     """A job that ended FAILED has no return value: its job_cost XCom carries its DescribeJobs times, so the
     run's actual cost (a sweep that picks among its survivors goes on to succeed) counts the hour it ran."""
-    from sim2real.orchestration.budget import _training_actual
+    from sim2real.orchestration.cost_actual import _training_actual
 
     setup_batch()
     started["*"] = [("FAILED", "Host EC2 (instance i-1) terminated.", 1)]
@@ -182,7 +182,7 @@ def test_a_failed_job_hands_on_its_cost_figures(aws_env, moto_batch_gaps, starte
 def test_a_job_stopped_at_its_runnable_budget_hands_on_zero_cost_not_unknown(aws_env, moto_batch_gaps, started):
     """Terminated while RUNNABLE (no instance ever ran it): its job_cost XCom says so, and the run's actual cost
     counts $0 for it instead of leaving a sweep's total "unknown" (and its budget verdict with it)."""
-    from sim2real.orchestration.budget import actual_run_cost
+    from sim2real.orchestration.cost_actual import actual_run_cost
 
     setup_batch()
     started["*"] = [("RUNNABLE", None, None)]

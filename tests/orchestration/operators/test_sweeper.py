@@ -15,8 +15,9 @@ from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
 from sim2real.orchestration.hooks.workstation import WorkstationHook
 from sim2real.contract.run_key import make_run_key
-from sim2real.orchestration.sweeper import (Current, Found, deployment_id, find_greengrass_deployments, parse_squeue,
-                                            read_run_record, register_run, slurm_list_commands, sweep, verdict)
+from sim2real.orchestration.orphans import Found, find_greengrass_deployments, parse_squeue, slurm_list_commands
+from sim2real.orchestration.run_records import deployment_id, read_run_record, register_run
+from sim2real.orchestration.sweeper import Current, sweep, verdict
 
 REGION = "us-east-1"
 BUCKET = "sim2real-artifacts-123456789012"
@@ -294,7 +295,7 @@ def test_a_run_whose_dag_test_process_died_is_an_orphan_though_its_training_stil
 
     import psutil
 
-    from sim2real.orchestration.sweeper import current_process, process_gone
+    from sim2real.orchestration.run_records import current_process, process_gone
 
     run_id = "manual__2026-11-12T00:00:00+00:00"
     key = make_run_key("sim_to_real", run_id)
@@ -323,7 +324,7 @@ def test_a_run_whose_dag_test_process_died_is_an_orphan_though_its_training_stil
 def test_a_dead_processs_run_that_had_deployed_keeps_its_release():
     """A dag.test killed after its deploy task succeeded: the Greengrass deployment is the group's current
     release (robots may still be applying it), not an orphan to cancel; a deployment it had not finished is one."""
-    from sim2real.orchestration.sweeper import current_process
+    from sim2real.orchestration.run_records import current_process
 
     run_id = "manual__2026-11-13T00:00:00+00:00"
     key = make_run_key("sim_to_real", run_id)

@@ -365,7 +365,7 @@ def test_a_later_rounds_actual_cost_adds_every_earlier_rounds_from_their_lineage
 
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    from sim2real.orchestration.budget import loop_cost
+    from sim2real.orchestration.cost_actual import loop_cost
     from sim2real.orchestration.lineage import build_lineage, lineage_errors, render_markdown
     from sim2real.orchestration.report import with_loop_cost
     from sim2real.orchestration.run_note import render_run_note

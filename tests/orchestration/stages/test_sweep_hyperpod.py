@@ -167,7 +167,7 @@ def test_pick_best_records_each_candidates_array_task_and_the_lineage_is_valid()
     assert [c["slurm_job_id"] for c in lineage["candidates"]] == ["1001_0", "1001_1", "1001_2"]
     assert "| Slurm 1001_1 |" in render_markdown(lineage)
     # the actual cost: one item per candidate's array task, at the HyperPod price
-    from sim2real.orchestration.budget import actual_run_cost
+    from sim2real.orchestration.cost_actual import actual_run_cost
 
     items = [i for i in actual_run_cost(plan, trainings, now=120.0)["items"] if i["stage"] == "training"]
     assert [i["usd"] for i in items] == [round(7.09 / 60, 2)] * 3

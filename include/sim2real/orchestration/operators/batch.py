@@ -387,7 +387,7 @@ class BatchTrainingOperator(BatchOperator):
 
     def _push_never_started_cost(self, context: Context | None) -> None:
         """XCom ``job_cost`` of a job terminated while RUNNABLE (its budget): no instance ran it, so its cost is
-        $0, not unknown (:func:`sim2real.orchestration.budget.actual_run_cost`: no ``startedAt``, no attempts)."""
+        $0, not unknown (:func:`sim2real.orchestration.cost_actual.actual_run_cost`: no ``startedAt``, no attempts)."""
         try:
             job = self.hook.get_job_description(self.job_id)
         except Exception as err:  # noqa: BLE001 - the trigger saw it RUNNABLE and terminated it

@@ -4,7 +4,7 @@ moto has no Slurm, and HyperPod's managed Slurm runs on the cluster's own nodes.
 node is an EC2 instance registered with the sandbox's SSM agent; commands sent to it run with a
 ``bin/`` folder of these six commands first on PATH (and only for that instance), each one a call
 of this module (``python -m sim2real.dev.sandbox.responders.slurm <command> ...``) sharing a state
-folder of one JSON file per job:
+folder of one JSON file per job (:mod:`sim2real.dev.sandbox.responders.slurm_jobs`):
 
 * ``sbatch [--parsable] [options] script``: reads the script's ``#SBATCH`` lines (command-line
   options win), records the job PENDING and starts a detached runner. The runner waits until the
@@ -43,7 +43,6 @@ Every emulation step is logged as ``[sandbox:emulated]`` (to stderr and to the j
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -55,6 +54,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim2real.dev.sandbox._core import PREFIX, free_port
+from sim2real.dev.sandbox.responders.slurm_jobs import (_all_jobs, _die, _load, _next_id, _note, _order, _read, _save,
+                                                      _state_dir, _update)
 
 if TYPE_CHECKING:
     from sim2real.dev.sandbox.server import Sandbox
@@ -133,70 +134,6 @@ class SlurmResponder:
 # ---------------------------------------------------------------------------------------------
 # the commands (run as subprocesses on the "head node")
 
-def _state_dir() -> Path:
-    path = os.environ.get("SIM2REAL_SLURM_STATE")
-    if not path:
-        _die("SIM2REAL_SLURM_STATE is not set (the emulated Slurm runs only on the sandbox's HyperPod head node)")
-    return Path(path)
-
-
-def _die(message: str, code: int = 1) -> None:
-    print(message, file=sys.stderr)
-    raise SystemExit(code)
-
-
-def _note(message: str) -> None:
-    print(f"{PREFIX} slurm: {message}", file=sys.stderr, flush=True)
-
-
-def _read(path: Path) -> dict[str, Any]:
-    for _ in range(50):
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, FileNotFoundError):
-            time.sleep(0.02)
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _job_path(job_id: str) -> Path:
-    return _state_dir() / f"{job_id}.json"
-
-
-def _load(job_id: str) -> dict[str, Any] | None:
-    path = _job_path(job_id)
-    return _read(path) if path.exists() else None
-
-
-def _save(job: dict[str, Any]) -> None:
-    path = _job_path(job["job_id"])
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(job), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _update(job_id: str, **changes: Any) -> dict[str, Any]:
-    import fcntl
-
-    with open(_state_dir() / ".lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        job = _load(job_id) or {}
-        if job.get("state") == "CANCELLED" and changes.get("state") not in (None, "CANCELLED"):
-            return job  # a cancelled job stays cancelled
-        job.update(changes)
-        _save(job)
-        return job
-
-
-def _order(job_id: str) -> tuple[int, int]:
-    """Sort key of a job id: ``(base, -1)`` for a job, ``(array, index)`` for an array task."""
-    base, _, index = str(job_id).partition("_")
-    return int(base), int(index) if index else -1
-
-
-def _all_jobs() -> list[dict[str, Any]]:
-    return sorted((_read(p) for p in _state_dir().glob("*.json")), key=lambda j: _order(j["job_id"]))
-
-
 def _parse_array(spec: str) -> tuple[list[int], int | None]:
     """``--array``'s ``<indexes>[%<limit>]``: ``0-15``, ``0,4,7``, ``0-15:4`` (step), ``0-15%4``.
 
@@ -215,17 +152,6 @@ def _parse_array(spec: str) -> tuple[list[int], int | None]:
     if not indexes or (throttle is not None and throttle < 1):
         _die(f"sbatch: error: Invalid job array specification {spec!r}")
     return sorted(set(indexes)), throttle
-
-
-def _next_id() -> str:
-    import fcntl
-
-    with open(_state_dir() / ".lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        counter = _state_dir() / "next_id"
-        job_id = int(counter.read_text()) if counter.exists() else 1001
-        counter.write_text(str(job_id + 1))
-        return str(job_id)
 
 
 _OPTION = re.compile(r"^--([a-z-]+)(?:=(.*))?$")
