@@ -32,11 +32,11 @@ def test_deployment_device_failure_and_timeout_are_not_retried(aws_env, monkeypa
     base = {"deployment_id": "dep-1", "iot_job_id": None, "target_arn": "arn:aws:iot:us-east-1:1:thinggroup/g"}
     reports = {"robot-1": {"status": "FAILED", "reason": "component BROKEN"}}
     with pytest.raises(AirflowFailException, match="failed"):
-        op._finish(base, "failure", reports, "robot-1 FAILED")
+        op._finish({}, base, "failure", reports, "robot-1 FAILED")
     stuck = {"robot-1": {"status": "SUCCEEDED", "outcome": "success", "reason": None},
              "robot-2": {"status": "IN_PROGRESS", "outcome": "retry", "reason": None}}
     with pytest.raises(AirflowFailException) as err:
-        op._finish(base, "timeout", stuck, "not finished after 120 polls 30 s apart")
+        op._finish({}, base, "timeout", stuck, "not finished after 120 polls 30 s apart")
     assert "thing group 'g'" in str(err.value) and "unfinished devices: robot-2: IN_PROGRESS" in str(err.value)
 
 
