@@ -7,6 +7,9 @@
   the evaluation stage (the report check and the quality gate), the run report and the lineage.
 * ``lineage``: ``runs/<run_key>/lineage.json``, written by the ``write_lineage`` task.
 * ``release``: the release record written by the release DAG.
+* ``field_episode``: ``<prefix>field/episodes/<thing_name>/<episode_id>.json``, one episode a robot ran, written
+  by :mod:`sim2real.edge.field_recorder`; read by :mod:`sim2real.orchestration.field`. The robots have no
+  ``jsonschema``: :func:`sim2real.contract.field.errors` validates it with the standard library.
 
 The schemas are package data (``*.schema.json`` beside this module) and are read with
 :mod:`importlib.resources`, so they load from a wheel, an unpacked plugins.zip or a checkout alike.
@@ -24,7 +27,7 @@ from importlib.abc import Traversable
 from typing import Any
 
 #: Every schema this package ships, by name (file ``<name>.schema.json``).
-NAMES = ("checkpoint_manifest", "eval_report", "lineage", "release")
+NAMES = ("checkpoint_manifest", "eval_report", "field_episode", "lineage", "release")
 
 
 def filename(name: str) -> str:
