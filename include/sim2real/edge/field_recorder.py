@@ -1,0 +1,321 @@
+"""Field episodes on the robot: record one summary per episode, spool it locally, upload it to S3 exactly once.
+
+The robot's control loop holds a :class:`FieldRecorder` and calls ``start_episode()``, ``record_step(latency_ms)``
+per action, ``record_intervention()`` when an operator takes over and ``end_episode(success, source)``. The
+summary (``sim2real.contract.field``, schema ``field_episode``) is validated and written to a local spool folder
+first (temporary file, fsync, rename: a process that dies mid-write leaves only a ``.part`` file, which is never
+uploaded), so nothing is lost while the process restarts or the network is down.
+
+:func:`upload_spool` (``python -m sim2real.edge.field_recorder upload``, run periodically by the Greengrass
+component ``com.sim2real.FieldUploader``) sends each spooled summary with ``PutObject(IfNoneMatch="*")`` to
+``<prefix>field/episodes/<thing_name>/<episode_id>.json``. S3 refuses a second write of the key with 412
+PreconditionFailed; the uploader then writes again with ``IfMatch=<MD5 of its body>`` (S3's ETag of a single-part
+upload to an SSE-S3 bucket), which S3 accepts only when the stored object has the same bytes (an earlier upload
+whose answer was lost: "already uploaded", the spool file is removed) and refuses with 412 otherwise (another body
+under the key: reported, moved to ``conflicts/``, never overwritten). Only ``s3:PutObject`` is needed. A spool file
+is removed only after S3 confirmed the object; when S3 is unreachable the pass retries with exponential backoff and
+leaves the files for the next pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sim2real.contract import field as contract
+
+log = logging.getLogger("sim2real.edge.field_recorder")
+
+#: Subfolders of the spool: summaries S3 holds another body for, and files that are not valid episodes.
+CONFLICTS, REJECTED = "conflicts", "rejected"
+PART_SUFFIX = ".part"
+#: botocore errors that mean "S3 not reachable now" (retried with backoff), by class name.
+UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
+               "ProxyConnectionError", "NoCredentialsError", "CredentialRetrievalError"}
+#: S3 error codes retried with backoff (a concurrent conditional write, throttling, server errors).
+RETRY_CODES = {"ConditionalRequestConflict", "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable",
+               "503", "500"}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def nearest_rank(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (``0 < q <= 1``) of ``values``: the smallest value with at least ``q`` of
+    them at or below it. :raises ValueError: no values."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that ``path`` either does not exist or holds all of it: a ``.part`` file in
+    the same folder, fsync, rename, fsync of the folder."""
+    part = path.with_name(path.name + PART_SUFFIX)
+    with open(part, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(part, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class FieldRecorder:
+    """Builds one field episode summary per episode and spools it.
+
+    :param spool_dir: the local spool folder (created if missing); one ``<episode_id>.json`` per episode.
+    :param thing_name: this robot's IoT thing name (Greengrass: ``AWS_IOT_THING_NAME``).
+    :param model_version: what the robot serves (the deployment's ``ModelSha256``, or a package version).
+    :param deployment_id: the Greengrass deployment that installed it.
+    :param model_package_arn: the deployment's ``ModelPackageArn`` (``None`` or ``""``: none).
+    :param component_versions: ``{component name: semver}`` the robot runs.
+    :param session_id: the first part of every episode id (default: a new UUID per recorder, so ids stay unique
+        across restarts; the second part is a sequence number from 1).
+    :param clock: returns the current time as an RFC 3339 string (tests pass a fixed clock).
+    """
+
+    def __init__(self, spool_dir: str | Path, *, thing_name: str, model_version: str, deployment_id: str,
+                 model_package_arn: str | None = None, component_versions: Mapping[str, str] | None = None,
+                 session_id: str | None = None, clock: Callable[[], str] = _now) -> None:
+        self.spool_dir = Path(spool_dir)
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        self.static = {"thing_name": thing_name, "model_package_arn": model_package_arn or None,
+                       "model_version": model_version, "deployment_id": deployment_id,
+                       "component_versions": dict(component_versions or {})}
+        self.session_id = session_id or str(uuid.uuid4())
+        self.clock = clock
+        self.sequence = 0
+        self._episode: dict[str, Any] | None = None
+
+    def start_episode(self) -> str:
+        """Start the next episode (one that was not ended is dropped, with a warning). :return: its id."""
+        if self._episode is not None:
+            log.warning("episode %s was not ended; dropped", self._episode["episode_id"])
+        self.sequence += 1
+        episode_id = f"{self.session_id}-{self.sequence:06d}"
+        self._episode = {"episode_id": episode_id, "started_at": self.clock(), "latencies": [], "interventions": 0}
+        return episode_id
+
+    def _current(self) -> dict[str, Any]:
+        if self._episode is None:
+            raise RuntimeError("no episode started (call start_episode first)")
+        return self._episode
+
+    def record_step(self, latency_ms: float) -> None:
+        """One action applied, ``latency_ms`` milliseconds after its observation. :raises RuntimeError: no
+        episode started."""
+        self._current()["latencies"].append(float(latency_ms))
+
+    def record_intervention(self) -> None:
+        """An operator took over once. :raises RuntimeError: no episode started."""
+        self._current()["interventions"] += 1
+
+    def end_episode(self, success: bool, source: str, data_uri: str | None = None) -> Path:
+        """End the episode: build its summary, validate it with the contract, spool it.
+
+        :param success: the outcome.
+        :param source: who decided it: ``task_success_fn``, ``operator_label`` or ``intervention``.
+        :param data_uri: the episode's data (LeRobot v2.1 layout) when recording is on.
+        :return: the spool file (``<spool_dir>/<episode_id>.json``).
+        :raises RuntimeError: no episode started. contract.FieldEpisodeError: the summary is not valid (e.g. no
+            step recorded, an unknown source); nothing is spooled and the episode stays open.
+        """
+        episode = self._current()
+        latencies = episode["latencies"]
+        summary: dict[str, Any] = {
+            "schema_version": contract.SCHEMA_VERSION, "episode_id": episode["episode_id"], **self.static,
+            "started_at": episode["started_at"], "ended_at": self.clock(),
+            "outcome": {"success": success, "source": source}, "interventions": episode["interventions"],
+            "steps": len(latencies),
+            "action_latency_ms": {"p50": nearest_rank(latencies, 0.5), "p95": nearest_rank(latencies, 0.95),
+                                  "max": max(latencies)} if latencies else {"p50": 0.0, "p95": 0.0, "max": 0.0},
+        }
+        if data_uri:
+            summary["data_uri"] = data_uri
+        contract.validate(summary)
+        path = self.spool_dir / f"{summary['episode_id']}.json"
+        write_atomically(path, json.dumps(summary, sort_keys=True, separators=(",", ":")).encode())
+        self._episode = None
+        return path
+
+
+@dataclass
+class UploadResult:
+    """What one pass over the spool did, by spool file name.
+
+    ``uploaded``: written now; ``already``: S3 already held the same bytes; ``conflicts``: S3 holds another body
+    under the key (moved to ``conflicts/``); ``rejected``: not a valid episode or not this robot's (moved to
+    ``rejected/``); ``pending``: left for the next pass (S3 unreachable or an error).
+    """
+
+    uploaded: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.conflicts or self.rejected or self.pending)
+
+
+class Unreachable(Exception):
+    """S3 did not answer after every retry."""
+
+
+def _code(exc: Exception) -> str | None:
+    response = getattr(exc, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, Mapping) else None
+    return str(code) if code else None
+
+
+def _put(client: Any, attempts: int, base_delay_s: float, sleep: Callable[[float], None], **kwargs: Any) -> str:
+    """``PutObject`` with retries: ``"ok"`` or ``"precondition_failed"``. :raises Unreachable: S3 unreachable or
+    busy after ``attempts`` tries. Any other ``ClientError`` is raised as is."""
+    for attempt in range(1, attempts + 1):
+        try:
+            client.put_object(**kwargs)
+            return "ok"
+        except Exception as exc:  # botocore's errors, told apart by class name / code (no botocore import here)
+            code = _code(exc)
+            if code in ("PreconditionFailed", "412"):
+                return "precondition_failed"
+            if type(exc).__name__ not in UNREACHABLE and code not in RETRY_CODES:
+                raise
+            if attempt == attempts:
+                raise Unreachable(f"{type(exc).__name__}: {exc}") from exc
+            delay = min(60.0, base_delay_s * 2 ** (attempt - 1))
+            log.warning("PutObject s3://%s/%s: %s; retrying in %.1f s (%d/%d)", kwargs["Bucket"], kwargs["Key"],
+                        exc, delay, attempt, attempts)
+            sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _move(path: Path, folder: str) -> None:
+    (path.parent / folder).mkdir(exist_ok=True)
+    os.replace(path, path.parent / folder / path.name)
+
+
+def upload_spool(client: Any, spool_dir: str | Path, bucket: str, prefix: str = "", *, thing_name: str | None = None,
+                 attempts: int = 5, base_delay_s: float = 1.0,
+                 sleep: Callable[[float], None] = time.sleep) -> UploadResult:
+    """Upload every spooled episode once (oldest name first); remove each spool file only after S3 confirmed it.
+
+    :param client: a boto3 S3 client (needs ``s3:PutObject`` on ``<prefix>field/episodes/*`` only).
+    :param spool_dir: the recorder's spool folder; ``*.part`` files (writes not finished) are skipped.
+    :param bucket: the bucket; ``prefix``: the key prefix (``""`` or ending in ``/``).
+    :param thing_name: this robot's thing name; a spooled episode of another thing is rejected (the robot's role
+        may write only what it ran).
+    :param attempts: tries per request when S3 is unreachable or busy, ``base_delay_s`` doubling between them (at
+        most 60 s). When they are spent the pass stops and leaves the rest pending.
+    :return: :class:`UploadResult`. Conflicts and rejections are logged as errors.
+    :raises ClientError: an S3 error other than unreachable / busy / 412 (e.g. AccessDenied), after which the
+        remaining files stay in the spool.
+    """
+    spool = Path(spool_dir)
+    result = UploadResult()
+    files = sorted(p for p in spool.glob("*.json") if p.is_file()) if spool.is_dir() else []
+    for i, path in enumerate(files):
+        body = path.read_bytes()
+        try:
+            doc = json.loads(body)
+        except ValueError as exc:
+            problems = [f"not JSON: {exc}"]
+        else:
+            problems = contract.errors(doc)
+            if not problems and thing_name and doc["thing_name"] != thing_name:
+                problems = [f"thing_name {doc['thing_name']!r} is not this robot's ({thing_name!r})"]
+        if problems:
+            log.error("spooled episode %s refused, moved to %s/: %s", path.name, REJECTED, "; ".join(problems))
+            _move(path, REJECTED)
+            result.rejected.append(path.name)
+            continue
+        key = contract.episode_key(prefix, doc["thing_name"], doc["episode_id"])
+        put = {"Bucket": bucket, "Key": key, "Body": body, "ContentType": "application/json"}
+        try:
+            if _put(client, attempts, base_delay_s, sleep, IfNoneMatch="*", **put) == "ok":
+                result.uploaded.append(path.name)
+            elif _put(client, attempts, base_delay_s, sleep,
+                      IfMatch='"%s"' % hashlib.md5(body, usedforsecurity=False).hexdigest(), **put) == "ok":
+                result.already.append(path.name)  # the same bytes were there: an earlier upload's answer was lost
+            else:
+                log.error("s3://%s/%s holds another body than spooled episode %s: not overwritten, moved to %s/",
+                          bucket, key, path.name, CONFLICTS)
+                _move(path, CONFLICTS)
+                result.conflicts.append(path.name)
+                continue
+        except Unreachable as exc:
+            log.warning("S3 unreachable (%s): %d episode(s) stay spooled for the next pass", exc, len(files) - i)
+            result.pending.extend(p.name for p in files[i:])
+            return result
+        path.unlink()
+    return result
+
+
+def _client(region: str | None, endpoint_url: str | None) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    # One try per request here: upload_spool retries with its own backoff.
+    return boto3.client("s3", region_name=region, endpoint_url=endpoint_url,
+                        config=Config(retries={"mode": "standard", "max_attempts": 1}, connect_timeout=10,
+                                      read_timeout=30))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sim2real.edge.field_recorder upload --spool DIR --bucket B [--prefix P] [--thing-name T]
+    [--interval-s N]``: one pass (``--interval-s 0``, the default; exit 0 when the spool is left empty of
+    uploadable episodes, 1 otherwise), or a pass every N seconds until stopped (SIGTERM)."""
+    parser = argparse.ArgumentParser(prog="python -m sim2real.edge.field_recorder",
+                                     description="Upload the spooled field episodes to S3, each once.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("upload", help="send the spooled episodes with a conditional PutObject")
+    up.add_argument("--spool", required=True, help="the recorder's spool folder")
+    up.add_argument("--bucket", required=True)
+    up.add_argument("--prefix", default="", help="key prefix, '' or ending in '/' (default '')")
+    up.add_argument("--thing-name", default=os.environ.get("AWS_IOT_THING_NAME") or None,
+                    help="refuse episodes of another thing (default: $AWS_IOT_THING_NAME)")
+    up.add_argument("--interval-s", type=float, default=0.0, help="seconds between passes; 0: one pass")
+    up.add_argument("--attempts", type=int, default=5, help="tries per request while S3 is unreachable")
+    up.add_argument("--region", default=None)
+    up.add_argument("--endpoint-url", default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args.prefix and not args.prefix.endswith("/"):
+        parser.error(f"--prefix must be empty or end with '/', got {args.prefix!r}")
+    client = _client(args.region, args.endpoint_url)
+    while True:
+        try:
+            result = upload_spool(client, args.spool, args.bucket, args.prefix, thing_name=args.thing_name,
+                                  attempts=args.attempts)
+        except Exception:  # e.g. AccessDenied: logged; the files stay spooled for the next pass
+            log.exception("field episode upload failed")
+            result = UploadResult(pending=["(error)"])
+        log.info("field episodes: %d uploaded, %d already there, %d conflicts, %d rejected, %d pending",
+                 len(result.uploaded), len(result.already), len(result.conflicts), len(result.rejected),
+                 len(result.pending))
+        if args.interval_s <= 0:
+            return 0 if result.clean else 1
+        time.sleep(args.interval_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
