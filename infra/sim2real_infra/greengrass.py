@@ -12,6 +12,7 @@ from aws_cdk import aws_iot as iot
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from sim2real.contract.field import episodes_prefix
 from sim2real.edge.recipes import load_recipes, render_recipe, validate_recipe
 
 from .policies import as_bucket, grant_prefixes
@@ -22,6 +23,8 @@ from .settings import Settings
 _SENTINEL_BUCKET = "sim2real-bucket-name-sentinel"
 #: Component artifacts (``s3://<bucket>/greengrass/artifacts/<component>/<version>/...``).
 ARTIFACT_PREFIX = "greengrass/artifacts"
+#: Field episode summaries the robots upload (``sim2real.contract.field.episode_key`` with the empty prefix).
+FIELD_EPISODES_PREFIX = episodes_prefix("")
 
 
 def inline_recipe(recipe: dict, bucket_name: str) -> str:
@@ -44,8 +47,9 @@ def inline_recipe(recipe: dict, bucket_name: str) -> str:
 class GreengrassStack(cdk.Stack):
     """Thing group ``<prefix>-robots``, one ``CfnComponentVersion`` per recipe in
     ``containers/greengrass/recipes``, and the core devices' token exchange role (role alias
-    ``<prefix>-robots-tes``) that may read only the artifact and run prefixes of the bucket, and the
-    policy server's api token (secrets ``<prefix>-robots/*``, SecureString parameters ``/<prefix>/robots/*``).
+    ``<prefix>-robots-tes``) that may read only the artifact and run prefixes of the bucket, write (PutObject only)
+    the field episodes under ``field/episodes/``, and read the policy server's api token (secrets
+    ``<prefix>-robots/*``, SecureString parameters ``/<prefix>/robots/*``).
 
     :ivar components: ``{component name: version}`` (the environment config's ``greengrass.components``).
     """
@@ -69,9 +73,16 @@ class GreengrassStack(cdk.Stack):
         self.token_exchange_role = iam.Role(
             self, "TokenExchangeRole",
             assumed_by=iam.ServicePrincipal("credentials.iot.amazonaws.com"),
-            description="sim2real Greengrass core devices: component artifacts and approved models (read only)",
+            description="sim2real Greengrass core devices: component artifacts and approved models (read only), "
+                        "field episode summaries (write once)",
         )
         grant_prefixes(self.token_exchange_role, artifacts, read=[f"{ARTIFACT_PREFIX}/", "runs/"], sid="Artifacts")
+        # The field uploader (com.sim2real.FieldUploader, sim2real.edge.field_recorder) writes each episode summary
+        # once with a conditional PutObject (IfNoneMatch, then IfMatch for the same bytes): PutObject only, no read,
+        # no list, no delete.
+        self.token_exchange_role.add_to_policy(iam.PolicyStatement(
+            sid="FieldEpisodes", actions=["s3:PutObject"],
+            resources=[artifacts.arn_for_objects(f"{FIELD_EPISODES_PREFIX}*")]))
         self.token_exchange_role.add_to_policy(iam.PolicyStatement(
             sid="DeviceLogs",
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],

@@ -35,6 +35,9 @@ IAM5_REASONS: list[tuple[str, str]] = [
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/(runs|datasets|ssm-output|greengrass|greengrass/artifacts|hyperpod/lifecycle)/\*",
      "Object keys under one fixed prefix of the artifacts bucket; the keys are created per run "
      "(runs/<run_key>/...) or per component version, so they cannot be listed in advance."),
+    (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/episodes/\*",
+     "The robots write (PutObject only) one summary per field episode, field/episodes/<thing name>/<episode id>"
+     ".json; the robots' episode ids are their own, so the keys cannot be listed in advance."),
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/images/\*",
      ("The image records (images/<repository>/<image key>.json: the digest built for a source commit and build "
       "context); the keys are content hashes, so they cannot be listed in advance.")),
@@ -74,7 +77,7 @@ IAM5_REASONS: list[tuple[str, str]] = [
     (rf"Resource::{_ARN}:greengrass:<AWS::Region>:{_ACCOUNT}:(deployments|coreDevices):\*",
      "Deployment ids are generated at CreateDeployment; core devices are the robots registered to the group."),
     (rf"Resource::{_ARN}:greengrass:<AWS::Region>:{_ACCOUNT}:components:com\.sim2real\.[A-Za-z]+:versions:\*",
-     "Every version of our own three components: the version to deploy comes from the environment config."),
+     "Every version of our own components: the version to deploy comes from the environment config."),
     (rf"Resource::{_ARN}:iot:<AWS::Region>:{_ACCOUNT}:(job|thing)/\*",
      "Greengrass CreateDeployment runs an IoT job (generated id) on the group's things and their shadows."),
     (rf"Resource::{_ARN}:sqs:<AWS::Region>:\*:airflow-celery-\*",

@@ -13,7 +13,8 @@ import pytest
 from sim2real.edge.recipes import (BUCKET_PLACEHOLDER, RecipeError, artifact_keys, load_recipes, render_recipe,
                                    validate_recipe)
 
-NAMES = {"com.sim2real.PolicySetup", "com.sim2real.PolicyInference", "com.sim2real.PolicyBenchmark"}
+NAMES = {"com.sim2real.PolicySetup", "com.sim2real.PolicyInference", "com.sim2real.PolicyBenchmark",
+         "com.sim2real.FieldUploader"}
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +208,32 @@ def test_inference_run_passes_the_request_limits(recipes, onnx_model, tmp_path, 
 def test_policy_server_limits_refused(recipes, mutate, match):
     with pytest.raises(RecipeError, match=match):
         validate_recipe(_broken(recipes, "com.sim2real.PolicyInference", mutate), others=recipes)
+
+
+def test_field_uploader_runs_the_uploader_with_the_rendered_bucket(recipes, tmp_path, monkeypatch):
+    """The field uploader's bucket is the artifacts bucket, filled in by render_recipe like the artifact URIs; its
+    Run step's arguments parse with the uploader's real CLI."""
+    from sim2real.edge import field_recorder
+
+    uploader = recipes["com.sim2real.FieldUploader"]
+    assert uploader["ComponentDependencies"]["aws.greengrass.TokenExchangeService"]["DependencyType"] == "HARD"
+    with pytest.raises(RecipeError, match=r"DefaultConfiguration.FieldBucket still has the \$\{ARTIFACTS_BUCKET\}"):
+        validate_recipe(uploader, require_rendered=True)
+    rendered = render_recipe(uploader, "sim2real-artifacts-123456789012")
+    assert validate_recipe(rendered, require_rendered=True) == []
+    conf = rendered["ComponentConfiguration"]["DefaultConfiguration"]
+    assert conf["FieldBucket"] == "sim2real-artifacts-123456789012" and conf["UploadIntervalSeconds"] == 60
+    script = rendered["Manifests"][0]["Lifecycle"]["Run"]["Script"]
+    assert script == rendered["Manifests"][1]["Lifecycle"]["Run"]["Script"]
+    script = re.sub(r"\{configuration:/(\w+)\}", lambda m: str(conf[m.group(1)]), script)
+    script = script.replace("{iot:thingName}", "so101-arm-03").replace("{work:path}", str(tmp_path))
+    words = shlex.split(script)
+    assert words[:4] == ["exec", f"{tmp_path}/venv/bin/python", "-m", "sim2real.edge.field_recorder"]
+    calls: list = []
+    monkeypatch.setattr(field_recorder, "_client", lambda region, endpoint: "client")
+    monkeypatch.setattr(field_recorder, "upload_spool", lambda *a, **kw: calls.append((a, kw)) or (_ for _ in ()).throw(
+        KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):  # the first pass; the loop would go on every 60 s
+        field_recorder.main(words[4:])
+    assert calls == [(("client", "/var/lib/sim2real/field-spool", "sim2real-artifacts-123456789012", ""),
+                      {"thing_name": "so101-arm-03", "attempts": 5})]

@@ -172,7 +172,7 @@ def test_sagemaker_group_and_role(synth: Synth) -> None:
 def test_greengrass_components_render_the_bucket(synth: Synth) -> None:
     t = synth.template(synth.stacks.greengrass)
     components = t.find_resources("AWS::GreengrassV2::ComponentVersion")
-    assert len(components) == 3
+    assert len(components) == 4
     names = set()
     for c in components.values():
         recipe = json.loads(render(c["Properties"]["InlineRecipe"]))
@@ -180,6 +180,9 @@ def test_greengrass_components_render_the_bucket(synth: Synth) -> None:
         uris = [a["Uri"] for m in recipe["Manifests"] for a in m.get("Artifacts", [])]
         assert all(u.startswith("s3://sim2real-artifacts-123456789012/greengrass/artifacts/") for u in uris), uris
         assert "${ARTIFACTS_BUCKET}" not in json.dumps(recipe)
+        if recipe["ComponentName"] == "com.sim2real.FieldUploader":  # the bucket it writes the field episodes to
+            assert recipe["ComponentConfiguration"]["DefaultConfiguration"]["FieldBucket"] == (
+                "sim2real-artifacts-123456789012")
     assert names == set(synth.stacks.greengrass.components)
     t.has_resource_properties("AWS::IoT::ThingGroup", {"ThingGroupName": "sim2real-robots"})
     t.has_resource_properties("AWS::IoT::RoleAlias", {"RoleAlias": "sim2real-robots-tes"})
@@ -194,10 +197,15 @@ def test_token_exchange_role_reads_only_artifact_and_run_prefixes(synth: Synth) 
                     for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
                     if any(a.startswith("s3:") for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))]
     bucket = "arn:aws:s3:::sim2real-artifacts-123456789012"
-    assert set(s3_resources) == {bucket, f"{bucket}/greengrass/artifacts/*", f"{bucket}/runs/*"}
+    assert set(s3_resources) == {bucket, f"{bucket}/greengrass/artifacts/*", f"{bucket}/runs/*",
+                                 f"{bucket}/field/episodes/*"}
     actions = {a for s in policy["Properties"]["PolicyDocument"]["Statement"]
                for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]) if a.startswith("s3:")}
-    assert actions == {"s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket"}
+    assert actions == {"s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:PutObject"}
+    # writing is the field episodes' PutObject alone (no read, list or delete there; nothing else writable)
+    writes = [(s["Action"], render(s["Resource"])) for s in policy["Properties"]["PolicyDocument"]["Statement"]
+              if "s3:PutObject" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])]
+    assert writes == [("s3:PutObject", f"{bucket}/field/episodes/*")]
 
 
 def test_token_exchange_role_reads_only_the_robots_api_token(synth: Synth) -> None:

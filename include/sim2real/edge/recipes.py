@@ -3,7 +3,8 @@
 The recipes live in ``containers/greengrass/recipes/*.json`` (one component each). Artifact URIs
 carry the placeholder ``${ARTIFACTS_BUCKET}`` because Greengrass does not interpolate artifact
 URIs; :func:`render_recipe` substitutes the account's bucket before ``CreateComponentVersion``
-(``inlineRecipe=json.dumps(recipe)``).
+(``inlineRecipe=json.dumps(recipe)``), in the artifact URIs and in the string values of
+``DefaultConfiguration`` (the field uploader's ``FieldBucket``).
 
 :func:`validate_recipe` checks a recipe against the Greengrass v2 recipe format (AWS IoT Greengrass
 V2 Developer Guide, "Component recipe reference"): required top-level keys and their types,
@@ -101,7 +102,8 @@ def load_recipes(root: str | Path | None = None, artifacts_bucket: str | None = 
 
 
 def render_recipe(recipe: Mapping[str, Any], artifacts_bucket: str) -> dict[str, Any]:
-    """Copy of ``recipe`` with ``${ARTIFACTS_BUCKET}`` replaced in every artifact URI.
+    """Copy of ``recipe`` with ``${ARTIFACTS_BUCKET}`` replaced in every artifact URI and every string value of
+    ``ComponentConfiguration.DefaultConfiguration`` (top level).
 
     Raises:
         ValueError: ``artifacts_bucket`` is not a valid S3 bucket name.
@@ -113,7 +115,17 @@ def render_recipe(recipe: Mapping[str, Any], artifacts_bucket: str) -> dict[str,
         for art in manifest.get("Artifacts") or []:
             if isinstance(art.get("Uri"), str):
                 art["Uri"] = art["Uri"].replace(BUCKET_PLACEHOLDER, artifacts_bucket)
+    for key, value in _default_configuration(out).items():
+        if isinstance(value, str):
+            out["ComponentConfiguration"]["DefaultConfiguration"][key] = value.replace(BUCKET_PLACEHOLDER,
+                                                                                       artifacts_bucket)
     return out
+
+
+def _default_configuration(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    cc = recipe.get("ComponentConfiguration")
+    conf = cc.get("DefaultConfiguration") if isinstance(cc, Mapping) else None
+    return dict(conf) if isinstance(conf, Mapping) else {}
 
 
 def artifact_keys(recipe: Mapping[str, Any]) -> dict[str, str]:
@@ -193,7 +205,8 @@ def validate_recipe(recipe: Any, others: Mapping[str, Mapping[str, Any]] | None 
         recipe: the recipe dict (as sent in ``CreateComponentVersion(inlineRecipe=...)``).
         others: recipes of other components by name; lets ``{dep:configuration:/X}`` be checked
             against the dependency's DefaultConfiguration.
-        require_rendered: also refuse the unsubstituted ``${ARTIFACTS_BUCKET}`` placeholder.
+        require_rendered: also refuse the unsubstituted ``${ARTIFACTS_BUCKET}`` placeholder (artifact URIs and
+            default configuration).
 
     Returns:
         The list of warnings (currently always empty) when the recipe is valid.
@@ -317,6 +330,9 @@ def validate_recipe(recipe: Any, others: Mapping[str, Mapping[str, Any]] | None 
                     dep_conf = (others[comp].get("ComponentConfiguration") or {}).get("DefaultConfiguration", {})
                     if not _json_pointer_exists(dep_conf, key):
                         errors.append(f"{path}: {mv.group(0)} names no key of {comp}'s DefaultConfiguration")
+    if require_rendered and isinstance(config, Mapping):
+        errors += [f"ComponentConfiguration.DefaultConfiguration.{k} still has the {BUCKET_PLACEHOLDER} placeholder "
+                   "(use render_recipe)" for k, v in config.items() if isinstance(v, str) and BUCKET_PLACEHOLDER in v]
     _check_policy_server(lifecycles, config if isinstance(config, Mapping) else {}, errors)
     if errors:
         raise RecipeError(f"recipe {label}: " + "; ".join(errors))

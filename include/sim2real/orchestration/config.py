@@ -40,7 +40,8 @@ Shape (JSON object; every key below is required unless marked optional)::
         "components": {                       # component name -> version to deploy
           "com.sim2real.PolicySetup": "1.0.0",
           "com.sim2real.PolicyInference": "1.0.0",
-          "com.sim2real.PolicyBenchmark": "1.0.0"
+          "com.sim2real.PolicyBenchmark": "1.0.0",
+          "com.sim2real.FieldUploader": "1.0.0"
         }
       },
       "hyperpod": {                            # optional; needed by training_backend "hyperpod"

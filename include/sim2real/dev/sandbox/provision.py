@@ -16,7 +16,8 @@ from sim2real.orchestration.config import validate_environment
 if TYPE_CHECKING:
     from sim2real.dev.sandbox.server import Sandbox
 
-COMPONENTS = ("com.sim2real.PolicySetup", "com.sim2real.PolicyInference", "com.sim2real.PolicyBenchmark")
+COMPONENTS = ("com.sim2real.PolicySetup", "com.sim2real.PolicyInference", "com.sim2real.PolicyBenchmark",
+              "com.sim2real.FieldUploader")
 TRUST = {
     "batch": "batch.amazonaws.com", "ec2": "ec2.amazonaws.com", "codebuild": "codebuild.amazonaws.com",
     "sagemaker": "sagemaker.amazonaws.com", "ecs-tasks": "ecs-tasks.amazonaws.com",
@@ -45,6 +46,7 @@ def _default_recipe(name: str, version: str) -> dict[str, Any]:
         "com.sim2real.PolicySetup": "echo export the policy to ONNX/TensorRT",
         "com.sim2real.PolicyInference": "echo serve the policy on ZMQ 5555",
         "com.sim2real.PolicyBenchmark": "echo benchmark the policy latency",
+        "com.sim2real.FieldUploader": "echo upload the spooled field episodes",
     }.get(name, "echo run")
     return {
         "RecipeFormatVersion": "2020-01-25",
