@@ -23,7 +23,6 @@ import argparse
 import hashlib
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sim2real.contract import field as contract
+from sim2real.contract.stats import nearest_rank
 
 log = logging.getLogger("sim2real.edge.field_recorder")
 
@@ -51,15 +51,6 @@ RETRY_CODES = {"ConditionalRequestConflict", "SlowDown", "RequestTimeout", "Inte
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def nearest_rank(values: Sequence[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile (``0 < q <= 1``) of ``values``: the smallest value with at least ``q`` of
-    them at or below it. :raises ValueError: no values."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])
 
 
 def write_atomically(path: Path, data: bytes) -> None:
