@@ -55,3 +55,15 @@ def moto_aws_default(max_attempts: int | None = None) -> Iterator[str]:
             yield endpoint
         finally:
             mp.undo()
+
+
+@contextlib.contextmanager
+def moto_s3_bucket(bucket: str) -> Iterator:
+    """An in-process moto S3 (``mock_aws``, no server) with ``bucket`` created; yields a boto3 S3 client on it."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("s3", region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
+        client.create_bucket(Bucket=bucket)
+        yield client

@@ -119,3 +119,14 @@ def test_parse_time_reads_rfc3339_with_an_offset():
     assert field.parse_time("2026-12-04T06:00:00.5+02:00").isoformat() == "2026-12-04T06:00:00.500000+02:00"
     with pytest.raises(ValueError, match="not an RFC 3339 date-time"):
         field.parse_time("2026-12-04T06:00:00")
+
+
+def test_nearest_rank_is_one_of_the_values():
+    from sim2real.contract.stats import nearest_rank
+
+    values = [5.0, 1.0, 4.0, 2.0, 3.0]
+    assert [nearest_rank(values, q) for q in (0.2, 0.5, 0.95, 1.0)] == [1.0, 3.0, 5.0, 5.0]
+    assert nearest_rank([7], 0.5) == 7.0
+    for args, match in ((([], 0.5), "of no values"), (([1.0], 0.0), r"need 0 < q <= 1")):
+        with pytest.raises(ValueError, match=match):
+            nearest_rank(*args)

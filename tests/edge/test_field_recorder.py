@@ -14,7 +14,8 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.stub import Stubber
-from moto import mock_aws
+
+from tests.moto_server import moto_s3_bucket
 
 from sim2real.contract import field
 from sim2real.edge import field_recorder
@@ -48,9 +49,7 @@ def run_episode(rec: FieldRecorder, latencies=(10.0, 12.0, 30.0, 11.0), interven
 
 @pytest.fixture
 def s3() -> Iterator:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
-        client.create_bucket(Bucket=BUCKET)
+    with moto_s3_bucket(BUCKET) as client:
         yield client
 
 

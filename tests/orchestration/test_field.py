@@ -12,7 +12,8 @@ from datetime import datetime, timezone
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
+
+from tests.moto_server import moto_s3_bucket
 
 from sim2real.contract import field as contract
 from sim2real.contract.stats import wilson_interval
@@ -41,9 +42,7 @@ def put(client, doc, key=None, prefix="fleet/") -> str:
 
 @pytest.fixture
 def s3() -> Iterator:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
-        client.create_bucket(Bucket=BUCKET)
+    with moto_s3_bucket(BUCKET) as client:
         yield client
 
 
