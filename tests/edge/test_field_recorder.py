@@ -6,7 +6,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from botocore.config import Config
 from botocore.stub import Stubber
 
 from tests.moto_server import moto_s3_bucket
+from tests.paths import REPO_ROOT
 
 from sim2real.contract import field
 from sim2real.edge import field_recorder
@@ -30,9 +34,9 @@ def clock(*times: str):
     return lambda: next(it)
 
 
-def recorder(spool: Path, **kw) -> FieldRecorder:
+def recorder(spool: Path, session_id: str = "s1", **kw) -> FieldRecorder:
     return FieldRecorder(spool, thing_name=THING, model_version=SHA, deployment_id="dep-1", model_package_arn=ARN,
-                         component_versions={"com.sim2real.PolicyInference": "1.0.0"}, session_id="s1",
+                         component_versions={"com.sim2real.PolicyInference": "1.0.0"}, session_id=session_id,
                          clock=kw.pop("clock", clock("2026-12-04T06:00:00.000Z", "2026-12-04T06:00:40.000Z",
                                                      "2026-12-04T06:01:00.000Z", "2026-12-04T06:01:30.000Z")), **kw)
 
@@ -134,27 +138,44 @@ def test_offline_retries_with_backoff_then_uploads_when_s3_answers(tmp_path, s3)
     assert list(spool.glob("*.json")) == []
 
 
-def test_a_write_the_process_did_not_finish_is_never_uploaded(tmp_path, s3, monkeypatch):
+#: A child process that records one episode and dies (``os._exit``, no cleanup) halfway through writing its
+#: spool file: after the first half of the bytes, before the rename.
+DIE_MID_WRITE = r"""
+import os, sys
+from sim2real.edge import field_recorder
+real_open = open
+class HalfFile:
+    def __init__(self, f): self.f = f
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.f.close()
+    def fileno(self): return self.f.fileno()
+    def flush(self): self.f.flush()
+    def write(self, data):
+        self.f.write(data[:len(data) // 2]); self.f.flush(); os.fsync(self.f.fileno()); os._exit(9)
+field_recorder.open = lambda path, mode: HalfFile(real_open(path, mode))
+rec = field_recorder.FieldRecorder(sys.argv[1], thing_name="so101-arm-03", model_version="ab" * 32,
+                                   deployment_id="dep-1", session_id="s1")
+rec.start_episode()
+rec.record_step(3.0)
+rec.end_episode(True, "task_success_fn")
+"""
+
+
+def test_a_write_the_process_did_not_finish_is_never_uploaded(tmp_path, s3):
     spool = tmp_path / "spool"
-    rec = recorder(spool)
-    rec.start_episode()
-    rec.record_step(3.0)
-
-    def die(*_):
-        raise KeyboardInterrupt("the process dies before the rename")
-
-    monkeypatch.setattr(field_recorder.os, "replace", die)
-    with pytest.raises(KeyboardInterrupt):
-        rec.end_episode(True, "task_success_fn")
-    monkeypatch.undo()
+    child = subprocess.run([sys.executable, "-c", DIE_MID_WRITE, str(spool)], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "include")})
+    assert child.returncode == 9, child.stderr
     part = spool / "s1-000001.json.part"
-    assert part.exists() and list(spool.glob("*.json")) == []
-    part.write_bytes(part.read_bytes()[:40])  # and half of it on disk
+    assert 0 < len(part.read_bytes()) and list(spool.glob("*.json")) == []  # half written, never renamed
     # a non-atomic writer's half file under the final name is refused, not uploaded
     (spool / "half.json").write_bytes(b'{"schema_version": 1, "episode_id": "s1-0')
     result = upload_spool(s3, spool, BUCKET)
     assert (result.uploaded, result.rejected) == ([], ["half.json"])
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET) and part.exists()
+    # the next recorder (a new session id) spools and uploads its own episodes beside the left-over part file
+    run_episode(recorder(spool, session_id="s2"))
+    assert upload_spool(s3, spool, BUCKET).uploaded == ["s2-000001.json"]
 
 
 def test_an_episode_of_another_thing_is_rejected(tmp_path, s3):
