@@ -208,7 +208,7 @@ def _move(path: Path, folder: str) -> None:
 def upload_spool(client: Any, spool_dir: str | Path, bucket: str, prefix: str = "", *, thing_name: str | None = None,
                  attempts: int = 5, base_delay_s: float = 1.0,
                  sleep: Callable[[float], None] = time.sleep) -> UploadResult:
-    """Upload every spooled episode once (oldest name first); remove each spool file only after S3 confirmed it.
+    """Upload every spooled episode once (in file name order); remove each spool file only after S3 confirmed it.
 
     :param client: a boto3 S3 client (needs ``s3:PutObject`` on ``<prefix>field/episodes/*`` only).
     :param spool_dir: the recorder's spool folder; ``*.part`` files (writes not finished) are skipped.

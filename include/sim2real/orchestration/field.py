@@ -71,7 +71,7 @@ def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, 
                            not_after: datetime | str) -> FieldEpisodes:
     """The field episodes of one deployed model in one window, and every other episode object refused by reason.
 
-    Lists ``<prefix>field/episodes/`` (``ListObjectsV2``, every page), reads each ``*.json`` object
+    Lists ``<prefix>field/episodes/`` (``ListObjectsV2``, every page), reads each object there
     (``GetObject``) and checks, in this order: the schema and the key layout (``malformed``), one object per
     (thing, episode id) (``duplicated``: every copy refused), ``model_version`` / ``deployment_ids`` /
     ``thing_names`` (``foreign``), ``started_at >= not_before`` (``early``) and ``ended_at <= not_after``
