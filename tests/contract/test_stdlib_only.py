@@ -32,17 +32,14 @@ try:
     if package == "sim2real.contract":
         from sim2real.contract import schemas
         loaded_schemas = {n: schemas.load(n)["$schema"] for n in schemas.NAMES}
-        from sim2real.contract import field
-        field_errors = field.errors({"schema_version": 1, "steps": 0})
     else:
-        loaded_schemas, field_errors = {}, []
+        loaded_schemas = {}
 except Exception as exc:
-    names, loaded_schemas, field_errors, error = [], {}, [], f"{type(exc).__name__}: {exc}"
+    names, loaded_schemas, error = [], {}, f"{type(exc).__name__}: {exc}"
 new = sorted(set(sys.modules) - before)
 foreign = [m for m in new if m.split(".")[0] not in sys.stdlib_module_names
            and not (m == package or m.startswith(package + ".") or m == package.split(".")[0])]
-print(json.dumps({"modules": names, "foreign": foreign, "error": error, "schemas": loaded_schemas,
-                  "field_errors": field_errors}))
+print(json.dumps({"modules": names, "foreign": foreign, "error": error, "schemas": loaded_schemas}))
 """
 
 
@@ -63,9 +60,6 @@ def test_contract_imports_only_the_standard_library():
     # the schemas load from the package data without any third-party package
     assert set(result["schemas"]) == {"checkpoint_manifest", "eval_report", "field_episode", "lineage", "release"}
     assert set(result["schemas"].values()) == {"https://json-schema.org/draft/2020-12/schema"}
-    # the field episode validator (the robots have no jsonschema) runs on the standard library alone
-    assert "$.steps: 0 is less than the minimum of 1" in result["field_errors"]
-    assert "$: 'episode_id' is a required property" in result["field_errors"]
 
 
 def test_the_probe_sees_a_third_party_import(tmp_path):

@@ -1,10 +1,8 @@
 """Field episodes: what a robot reports about one episode it ran with a deployed policy, and where it goes.
 
-The document is ``schemas/field_episode.schema.json`` (JSON Schema 2020-12). The robots have no ``jsonschema``
-(``containers/greengrass/artifacts/requirements-edge.txt``), so :func:`errors` validates with the standard library:
-it interprets the schema file itself (the keywords of :data:`KEYWORDS`, and refuses a schema with any other), so
-the robot (:mod:`sim2real.edge.field_recorder`) and the Airflow side (:mod:`sim2real.orchestration.field`) check
-the same rules. The success rate's interval comes from :func:`sim2real.contract.stats.wilson_interval`.
+The document is ``schemas/field_episode.schema.json`` (JSON Schema 2020-12), checked by :func:`errors` with
+``jsonschema`` on the robot (:mod:`sim2real.edge.field_recorder`; ``containers/greengrass/artifacts/requirements-edge.txt``)
+and on the Airflow side (:mod:`sim2real.orchestration.field`) alike. The success rate's interval comes from :func:`sim2real.contract.stats.wilson_interval`.
 
 Object layout (one object per episode, written once, never overwritten)::
 
@@ -13,7 +11,6 @@ Object layout (one object per episode, written once, never overwritten)::
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -27,10 +24,6 @@ SCHEMA_VERSION = 1
 SOURCES = ("task_success_fn", "operator_label", "intervention")
 #: Folder of the episode objects under the prefix.
 EPISODES_FOLDER = "field/episodes/"
-#: The schema keywords :func:`errors` checks; the others it accepts are annotations.
-KEYWORDS = frozenset({"type", "const", "enum", "required", "properties", "additionalProperties", "propertyNames",
-                      "minimum", "minLength", "pattern", "format"})
-ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
 
 
 class FieldEpisodeError(ValueError):
@@ -79,19 +72,28 @@ def parse_time(value: str) -> datetime:
 
 def errors(document: Any) -> list[str]:
     """Every mismatch between ``document`` and the field episode schema, as ``"<json path>: <message>"``, sorted
-    by path (the messages read like ``sim2real.contract.schemas.errors``'), plus ``ended_at`` before ``started_at``.
+    by path (:func:`sim2real.contract.schemas.errors`, ``jsonschema``), plus a ``started_at`` / ``ended_at`` that
+    is not an RFC 3339 date-time with an offset (:func:`parse_time`; ``jsonschema`` checks ``date-time`` only
+    where a format checker is installed) or an ``ended_at`` before ``started_at``.
 
-    Standard library only: the robots validate with it before spooling, the Airflow side before accepting.
+    The robots validate with it before spooling (``jsonschema`` is in ``requirements-edge.txt``), the Airflow side
+    before accepting.
 
     :return: an empty list when ``document`` is a valid episode.
-    :raises ValueError: the schema file uses a keyword outside :data:`KEYWORDS` (a schema change this
-        validator does not follow yet).
+    :raises ImportError: ``jsonschema`` is not installed.
     """
-    found: list[tuple[str, str]] = []
-    _check(schemas.load(SCHEMA), document, "$", found)
-    if not found and parse_time(document["ended_at"]) < parse_time(document["started_at"]):
-        found.append(("$.ended_at", f"{document['ended_at']!r} is before started_at {document['started_at']!r}"))
-    return [f"{where}: {message}" for where, message in sorted(found, key=lambda f: f[0])]
+    found = schemas.errors(SCHEMA, document)
+    if isinstance(document, Mapping):
+        times = {}
+        for name in ("started_at", "ended_at"):
+            try:
+                times[name] = parse_time(document.get(name))
+            except ValueError as error:
+                if name in document and not any(e.startswith(f"$.{name}:") for e in found):
+                    found.append(f"$.{name}: {error}")
+        if len(times) == 2 and times["ended_at"] < times["started_at"]:
+            found.append(f"$.ended_at: {document['ended_at']!r} is before started_at {document['started_at']!r}")
+    return sorted(found)
 
 
 def validate(document: Any) -> dict[str, Any]:
@@ -103,67 +105,3 @@ def validate(document: Any) -> dict[str, Any]:
     if problems:
         raise FieldEpisodeError(problems)
     return document
-
-
-def _is_type(value: Any, name: str) -> bool:
-    if name == "integer":
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer())
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return {"object": isinstance(value, Mapping), "array": isinstance(value, list), "string": isinstance(value, str),
-            "boolean": isinstance(value, bool), "null": value is None}[name]
-
-
-def _check(schema: Mapping[str, Any], value: Any, where: str, found: list[tuple[str, str]]) -> None:
-    unknown = set(schema) - KEYWORDS - ANNOTATIONS
-    if unknown:
-        raise ValueError(f"the {SCHEMA} schema uses {sorted(unknown)} at {where}, which "
-                         "sim2real.contract.field.errors does not check")
-    types = schema.get("type")
-    if types is not None:
-        types = [types] if isinstance(types, str) else types
-        if not any(_is_type(value, t) for t in types):
-            shown = repr(types[0]) if len(types) == 1 else repr(types)
-            found.append((where, f"{value!r} is not of type {shown}"))
-            return
-    if "const" in schema and not (value == schema["const"] and type(value) is type(schema["const"])):
-        found.append((where, f"{schema['const']!r} was expected"))
-    if "enum" in schema and value not in schema["enum"]:
-        found.append((where, f"{value!r} is not one of {schema['enum']!r}"))
-    if isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            found.append((where, f"{value!r} should be non-empty" if schema["minLength"] == 1
-                          else f"{value!r} is too short"))
-        if "pattern" in schema and not re.search(schema["pattern"], value):
-            found.append((where, f"{value!r} does not match {schema['pattern']!r}"))
-        if schema.get("format") == "date-time":
-            try:
-                parse_time(value)
-            except ValueError:
-                found.append((where, f"{value!r} is not a 'date-time'"))
-    if "minimum" in schema and _is_type(value, "number") and value < schema["minimum"]:
-        found.append((where, f"{value!r} is less than the minimum of {schema['minimum']!r}"))
-    if isinstance(value, Mapping):
-        _check_object(schema, value, where, found)
-
-
-def _check_object(schema: Mapping[str, Any], value: Mapping[str, Any], where: str,
-                  found: list[tuple[str, str]]) -> None:
-    for name in schema.get("required", []):
-        if name not in value:
-            found.append((where, f"{name!r} is a required property"))
-    props = schema.get("properties", {})
-    extra = schema.get("additionalProperties", True)
-    unexpected = [k for k in value if k not in props]
-    if extra is False and unexpected:
-        found.append((where, "Additional properties are not allowed "
-                             f"({', '.join(repr(k) for k in unexpected)} {'was' if len(unexpected) == 1 else 'were'} "
-                             "unexpected)"))
-    for key, item in value.items():
-        if "propertyNames" in schema:
-            _check(schema["propertyNames"], key, where, found)
-        if key in props:
-            _check(props[key], item, f"{where}.{key}", found)
-        elif isinstance(extra, Mapping):
-            _check(extra, item, f"{where}.{key}", found)
