@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-from jsonschema import Draft202012Validator
 
 from sim2real.contract import field, schemas
 

@@ -1,8 +1,9 @@
 """Field episodes: what a robot reports about one episode it ran with a deployed policy, and where it goes.
 
 The document is ``schemas/field_episode.schema.json`` (JSON Schema 2020-12), checked by :func:`errors` with
-``jsonschema`` on the robot (:mod:`sim2real.edge.field_recorder`; ``containers/greengrass/artifacts/requirements-edge.txt``)
-and on the Airflow side (:mod:`sim2real.orchestration.field`) alike. The success rate's interval comes from :func:`sim2real.contract.stats.wilson_interval`.
+``jsonschema`` on the robot (:mod:`sim2real.edge.field_recorder`; its venv installs
+``containers/greengrass/artifacts/requirements-edge.txt``) and on the Airflow side (:mod:`sim2real.orchestration.field`)
+alike. The success rate's interval comes from :func:`sim2real.contract.stats.wilson_interval`.
 
 Object layout (one object per episode, written once, never overwritten)::
 
