@@ -37,7 +37,9 @@ from sim2real.orchestration.waits.hyperpod import (
     NODES_KEY,
     hyperpod_scale_step,
     slurm_job_step,
+    status_query_response,
 )
+from sim2real.orchestration.waits.ssm import run_short_command
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -520,9 +522,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         """
         if start:
             commands = [f"export {slurm.START_ENV}={start}", *commands]
-        result = self.hook.run_shell_script(
-            instance_id, commands, execution_timeout_seconds=300, poll_seconds=min(2.0, float(self.poll_interval)),
-            comment=f"sbatch {self.job_name}",
+        result = run_short_command(
+            self.hook.conn, instance_id, commands, execution_timeout_seconds=300,
+            poll_seconds=min(2.0, float(self.poll_interval)), comment=f"sbatch {self.job_name}",
         )
         if result["status"] != "Success":
             raise AirflowException(
@@ -574,11 +576,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     def _ended(self, context: Context, base: dict[str, Any]) -> dict[str, Any] | None:
         """One Slurm status query: the result of a job that already COMPLETED (raises for one that ended in a
         failure state), None while it is pending or running (or its state is unknown yet)."""
-        result = self.hook.run_shell_script(base["submit_host_instance_id"], slurm.status_commands(base["job_id"]),
-                                            execution_timeout_seconds=120, poll_seconds=1.0)
-        response = {"Status": result["status"], "StandardOutputContent": result["stdout"],
-                    "StandardErrorContent": result.get("stderr", "")}
-        step = settle_now(slurm_job_step, response, self._step_params(base))
+        result = run_short_command(self.hook.conn, base["submit_host_instance_id"],
+                                   slurm.status_commands(base["job_id"]), execution_timeout_seconds=120,
+                                   poll_seconds=1.0)
+        step = settle_now(slurm_job_step, status_query_response(result), self._step_params(base))
         if step is None or step.action is not None or step.payload.get("reason"):
             return None  # running, pending, unknown: the trigger waits (and acts) from here
         state, exit_code = step.payload["state"], step.payload["exit_code"]
@@ -624,8 +625,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
 
     def _log_tail(self, instance_id: str, log_path: str) -> str:
         try:
-            result = self.hook.run_shell_script(instance_id, slurm.log_tail_commands(log_path),
-                                                execution_timeout_seconds=60, poll_seconds=1.0)
+            result = run_short_command(self.hook.conn, instance_id, slurm.log_tail_commands(log_path),
+                                       execution_timeout_seconds=60, poll_seconds=1.0)
             return result["stdout"] if result["status"] == "Success" else ""
         except Exception as error:  # the failure message matters more than the log's end
             self.log.warning("Could not read the end of %s: %s", log_path, error)
@@ -728,9 +729,10 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
             "cannot reach its minimum, so the remaining (pending and running) tasks of job array(s) %s on %s are "
             "cancelled (scancel)", len(failed), ", ".join(f"c{i}" for i in sorted(failed)), limit,
             ", ".join(arrays), self.cluster_name)
-        result = self.hook.run_shell_script(instance, [f"scancel {' '.join(slurm._job_id(a) for a in arrays)}"],
-                                            execution_timeout_seconds=60, poll_seconds=1.0,
-                                            comment=f"scancel sweep {self.job_name}")
+        result = run_short_command(self.hook.conn, instance,
+                                   [f"scancel {' '.join(slurm._job_id(a) for a in arrays)}"],
+                                   execution_timeout_seconds=60, poll_seconds=1.0,
+                                   comment=f"scancel sweep {self.job_name}")
         if result["status"] != "Success":
             self.log.warning("scancel %s ended %s: %s", " ".join(arrays), result["status"],
                              (result.get("stderr") or result.get("stdout") or "")[-500:])
@@ -744,9 +746,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         if not (job_id and self._instance_id):
             return ""
         try:
-            result = self.hook.run_shell_script(self._instance_id, slurm.cancel_commands(job_id),
-                                                execution_timeout_seconds=60, poll_seconds=1.0,
-                                                comment=f"scancel {job_id}")
+            result = run_short_command(self.hook.conn, self._instance_id, slurm.cancel_commands(job_id),
+                                       execution_timeout_seconds=60, poll_seconds=1.0, comment=f"scancel {job_id}")
         except Exception as error:  # the failure message matters more than the cancel
             return f" (scancel failed: {error})"
         if result.get("status") != "Success":
