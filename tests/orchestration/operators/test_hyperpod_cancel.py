@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException
 
-import sim2real.orchestration.operators.hyperpod as hyperpod_operators
-from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
+import sim2real.orchestration.operators.hyperpod_slurm as hyperpod_operators
+from sim2real.orchestration.operators.hyperpod_slurm import HyperPodSlurmJobOperator
 
 
 class FakeSsm:
