@@ -131,9 +131,11 @@ def find_slurm_jobs(workstation_hook: Any, hyperpod: Mapping[str, Any], timeout_
         return [], None
     # A head node whose agent is not Online would hold the command Pending until its deadline: ask once.
     workstation_hook.wait_for_agent_online(instance["InstanceId"], timeout_seconds=0, delay=0)
-    result = workstation_hook.run_shell_script(instance["InstanceId"], slurm_list_commands(),
-                                               execution_timeout_seconds=int(timeout_s), poll_seconds=1.0,
-                                               comment="sim2real sweeper: squeue", grace_seconds=grace_s)
+    from sim2real.orchestration.waits.ssm import run_short_command
+
+    result = run_short_command(workstation_hook.conn, instance["InstanceId"], slurm_list_commands(),
+                               execution_timeout_seconds=int(timeout_s), poll_seconds=1.0,
+                               comment="sim2real sweeper: squeue", grace_seconds=grace_s)
     if result["status"] != "Success":
         raise RuntimeError(f"squeue on HyperPod head node {instance['InstanceId']} ended {result['status']}: "
                            f"{(result['stderr'] or result['stdout'])[-500:]}")

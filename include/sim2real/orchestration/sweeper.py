@@ -225,10 +225,12 @@ def stop(found: Found, clients: Mapping[str, Any], why: str, timeout_s: int = SC
         clients["greengrass"].conn.cancel_deployment(deploymentId=found.id)
         return "CancelDeployment"
     if found.kind == "slurm_job":
-        result = clients["workstation"].run_shell_script(found.extra["instance_id"], slurm.cancel_commands(found.id),
-                                                         execution_timeout_seconds=int(timeout_s), poll_seconds=1.0,
-                                                         comment=f"sim2real sweeper: scancel {found.id}",
-                                                         grace_seconds=grace_s)
+        from sim2real.orchestration.waits.ssm import run_short_command
+
+        result = run_short_command(clients["workstation"].conn, found.extra["instance_id"],
+                                   slurm.cancel_commands(found.id), execution_timeout_seconds=int(timeout_s),
+                                   poll_seconds=1.0, comment=f"sim2real sweeper: scancel {found.id}",
+                                   grace_seconds=grace_s)
         if result["status"] != "Success":
             raise RuntimeError(f"scancel {found.id} ended {result['status']}: {result['stderr'][-300:]}")
         return "scancel"

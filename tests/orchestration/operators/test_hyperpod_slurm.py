@@ -17,7 +17,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import slurm
-from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
+from sim2real.orchestration.operators.hyperpod_slurm import HyperPodSlurmJobOperator
 from sim2real.orchestration.triggers.hyperpod import HyperPodSlurmJobTrigger
 
 from operator_helpers import first_event, hyperpod_sandbox_fixture

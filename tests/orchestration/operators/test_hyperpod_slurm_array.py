@@ -18,7 +18,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import slurm
-from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
+from sim2real.orchestration.operators.hyperpod_slurm import HyperPodSlurmJobOperator
 
 from operator_helpers import first_event, hyperpod_sandbox_fixture
 
@@ -212,10 +212,12 @@ def test_killing_a_candidate_scancels_its_array_task_only(sandbox, context):
     waiter(sandbox, "t-array-kill", array_id, 1).on_kill()  # never attached: nothing to cancel
     assert records(sandbox, array_id)[1]["state"] == "RUNNING"
     from sim2real.orchestration.hooks.workstation import WorkstationHook
+    from sim2real.orchestration.waits.ssm import run_short_command
 
     head = WorkstationHook().find_instance_by_tag(sandbox.config["hyperpod"]["submit_host_tag_key"],
                                                   sandbox.config["hyperpod"]["submit_host_tag_value"])["InstanceId"]
-    WorkstationHook().run_shell_script(head, slurm.cancel_commands(f"{array_id}_1"), execution_timeout_seconds=60)
+    run_short_command(WorkstationHook().conn, head, slurm.cancel_commands(f"{array_id}_1"),
+                      execution_timeout_seconds=60)
     wait_until(lambda: all(j["state"] == "CANCELLED" for j in records(sandbox, array_id)))
 
 

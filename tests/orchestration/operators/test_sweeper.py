@@ -416,11 +416,7 @@ def test_slurm_jobs_are_listed_and_cancelled_through_ssm(s3):
                          {"CommandId": command_id, "InstanceId": "i-0123456789abcdef0"})
     env = {**ENV, "hyperpod": {"cluster_name": "sim2real-hyperpod", "submit_host_tag_key": "sim2real:role",
                                "submit_host_tag_value": "hyperpod-head"}}
-    import sim2real.orchestration.hooks.workstation as workstation
-
-    with Stubber(c["batch"]) as b, Stubber(c["sagemaker"]) as sm, Stubber(c["greengrass"].conn) as gg, ec2, ssm, \
-            pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workstation.time, "sleep", lambda s: None)
+    with Stubber(c["batch"]) as b, Stubber(c["sagemaker"]) as sm, Stubber(c["greengrass"].conn) as gg, ec2, ssm:
         stub_batch(b, [])
         stub_pipeline(sm, [])
         stub_greengrass(gg, [], {})

@@ -16,11 +16,6 @@ from typing import Any
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from airflow.providers.amazon.aws.hooks.ssm import SsmHook
 
-#: SSM command-invocation statuses (GetCommandInvocation ``Status``), every value mapped.
-SSM_SUCCESS_STATES = frozenset({"Success"})
-SSM_FAILURE_STATES = frozenset({"Failed", "Cancelled", "TimedOut", "Cancelling"})
-SSM_INTERMEDIATE_STATES = frozenset({"Pending", "InProgress", "Delayed"})
-
 #: Characters SSM keeps in ``StandardOutputContent`` (GetCommandInvocation API reference).
 SSM_INLINE_OUTPUT_LIMIT = 24_000
 
@@ -33,6 +28,18 @@ def ssm_output_key(prefix: str, command_id: str, instance_id: str, stream: str =
     """
     parts = [p for p in (prefix.strip("/"), command_id, instance_id) if p]
     return "/".join([*parts, "awsrunShellScript", "0.awsrunShellScript", stream])
+
+
+def shell_script_request(instance_id: str, commands: list[str], execution_timeout_seconds: int,
+                         comment: str = "") -> dict[str, Any]:
+    """The SendCommand request running ``commands`` with ``AWS-RunShellScript`` on one managed instance.
+
+    :param execution_timeout_seconds: the document's ``executionTimeout`` (seconds; SSM ends the script then).
+    :param comment: the command's comment (SSM keeps 100 characters).
+    """
+    return {"DocumentName": "AWS-RunShellScript", "InstanceIds": [instance_id],
+            "Parameters": {"commands": list(commands), "executionTimeout": [str(int(execution_timeout_seconds))]},
+            "Comment": comment[:100]}
 
 
 def instance_information_request(instance_id: str) -> dict[str, Any]:
@@ -162,62 +169,3 @@ class WorkstationHook(SsmHook):
         if instance_ids:
             kwargs["InstanceIds"] = instance_ids
         self.conn.cancel_command(**kwargs)
-
-    def run_shell_script(
-        self,
-        instance_id: str,
-        commands: list[str],
-        *,
-        execution_timeout_seconds: int = 300,
-        poll_seconds: float = 1.0,
-        comment: str = "",
-        grace_seconds: float = 60,
-    ) -> dict[str, Any]:
-        """Run ``commands`` with ``AWS-RunShellScript`` on one managed instance and wait for the result.
-
-        For short commands whose output fits GetCommandInvocation's inline content (24,000 characters
-        of stdout, 8,000 of stderr), e.g. Slurm's ``sbatch``/``sacct``/``scancel`` on a cluster's head node.
-
-        :param execution_timeout_seconds: the document's ``executionTimeout`` (seconds); the wait ends
-            ``grace_seconds`` after it.
-        :param grace_seconds: how long after ``executionTimeout`` the wait goes on (delivery, a busy agent).
-        :param poll_seconds: seconds between GetCommandInvocation calls.
-        :return: ``{"command_id", "status", "response_code", "stdout", "stderr"}`` once the invocation is
-            terminal (``status`` in :data:`SSM_SUCCESS_STATES` or :data:`SSM_FAILURE_STATES`).
-        :raises TimeoutError: the invocation is not terminal ``grace_seconds`` after ``executionTimeout`` (it is
-            cancelled).
-        """
-        from botocore.exceptions import ClientError
-
-        response = self.conn.send_command(
-            DocumentName="AWS-RunShellScript",
-            InstanceIds=[instance_id],
-            Parameters={"commands": list(commands), "executionTimeout": [str(int(execution_timeout_seconds))]},
-            Comment=comment[:100],
-        )
-        command_id = response["Command"]["CommandId"]
-        deadline = time.monotonic() + int(execution_timeout_seconds) + grace_seconds
-        status = "Pending"
-        while True:
-            time.sleep(poll_seconds)
-            try:
-                inv = self.get_command_invocation(command_id, instance_id)
-            except ClientError as error:
-                if error.response["Error"]["Code"] != "InvocationDoesNotExist":
-                    raise
-                inv = {}
-            status = inv.get("Status") or status
-            if status in SSM_SUCCESS_STATES or status in SSM_FAILURE_STATES - {"Cancelling"}:
-                return {
-                    "command_id": command_id,
-                    "status": status,
-                    "response_code": inv.get("ResponseCode", -1),
-                    "stdout": inv.get("StandardOutputContent", ""),
-                    "stderr": inv.get("StandardErrorContent", ""),
-                }
-            if time.monotonic() >= deadline:
-                self.cancel_command(command_id, [instance_id])
-                raise TimeoutError(
-                    f"SSM command {command_id} on {instance_id} is still {status} "
-                    f"{int(execution_timeout_seconds) + grace_seconds:g} s after it was sent; it was cancelled."
-                )

@@ -20,7 +20,6 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from sim2real.contract import evaluator
 from sim2real.orchestration.hooks.workstation import (
     SSM_INLINE_OUTPUT_LIMIT,
-    SSM_SUCCESS_STATES,
     WorkstationHook,
     ssm_output_key,
 )
@@ -320,7 +319,7 @@ class WorkstationCommandOperator(SsmRunCommandOperator):
     def _result(self, command_id: str, instance_id: str, started: bool) -> dict[str, Any]:
         inv = self.hook.get_command_invocation(command_id, instance_id)
         status = inv.get("Status", "")
-        if status not in SSM_SUCCESS_STATES:
+        if status != "Success":
             raise AirflowFailException(self._failure_message(command_id, instance_id, status, inv.get("ResponseCode", -1)))
         key = ssm_output_key(self.output_s3_key_prefix, command_id, instance_id, "stdout")
         stdout = self.hook.read_output(self.output_s3_bucket, self.output_s3_key_prefix, command_id, instance_id)

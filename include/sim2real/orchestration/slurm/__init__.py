@@ -3,7 +3,7 @@
 Everything here is plain text processing (no AWS call): :func:`render_script` fills
 ``train_rl.sbatch``; :func:`submit_commands`, :func:`status_commands` and :func:`cancel_commands`
 return ``AWS-RunShellScript`` lines for the cluster's head/login node (the host with the Slurm
-client), which :class:`~sim2real.orchestration.operators.hyperpod.HyperPodSlurmJobOperator` sends through SSM;
+client), which :class:`~sim2real.orchestration.operators.hyperpod_slurm.HyperPodSlurmJobOperator` sends through SSM;
 :func:`parse_submit_output`, :func:`parse_status_output` and :func:`parse_status_times` read what those
 lines print; :func:`run_window`, :func:`job_cost_record` and :func:`cost_limit_message` turn a running
 job's times into its cost-limit figures.

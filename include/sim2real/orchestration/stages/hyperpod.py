@@ -269,7 +269,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
     submit_sweep)`` (``submit_sweep``: a sweep's job array, which :func:`add_candidate_training` waits on)."""
     from airflow.sdk import TaskGroup, task
 
-    from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator, HyperPodSlurmJobOperator
+    from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator
+    from sim2real.orchestration.operators.hyperpod_slurm import HyperPodSlurmJobOperator
     from sim2real.orchestration.operators.quota import HyperPodCapacityPreflightOperator
 
     hp = refs(plan, HyperPodPlan)
@@ -376,7 +377,7 @@ def add_candidate_training(plan: Any, *, array: Any, index: Any, cost_limit_usd:
         have failed (any of ``candidate_task_ids``), the array's remaining tasks are cancelled.
     :return: the operator (its result is the candidate's training result, as ``sweep.train_policy``'s on Batch).
     """
-    from sim2real.orchestration.operators.hyperpod import HyperPodSlurmJobOperator
+    from sim2real.orchestration.operators.hyperpod_slurm import HyperPodSlurmJobOperator
 
     hp = refs(plan, HyperPodPlan)
     return HyperPodSlurmJobOperator(

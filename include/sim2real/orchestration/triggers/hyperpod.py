@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
-
-from botocore.exceptions import ClientError
 
 from sim2real.orchestration.events import envelope
 from sim2real.orchestration.events.consumer import WaitEvent
 from sim2real.orchestration.hooks.hyperpod import HyperPodHook, group_nodes, list_nodes_request
-from sim2real.orchestration.hooks.workstation import SSM_FAILURE_STATES, SSM_SUCCESS_STATES, WorkstationHook
+from sim2real.orchestration.hooks.workstation import WorkstationHook, shell_script_request
 from sim2real.orchestration.slurm import cancel_commands, status_commands
 from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.core import Action, WaitState
@@ -20,7 +17,9 @@ from sim2real.orchestration.waits.hyperpod import (
     NODES_KEY,
     hyperpod_scale_step,
     slurm_job_step,
+    status_query_response,
 )
+from sim2real.orchestration.waits.ssm import run_short_command_async
 
 
 class HyperPodScaleTrigger(StepWaitTrigger):
@@ -121,25 +120,16 @@ class HyperPodSlurmJobTrigger(StepWaitTrigger):
     default_waiter_delay, default_waiter_max_attempts = 30, 1440
 
     async def _run_script(self, client, commands: list[str]) -> dict[str, Any]:
-        """Send ``commands`` and wait for the invocation (1 s polls, up to 5 min)."""
-        response = await client.send_command(
-            DocumentName="AWS-RunShellScript",
-            InstanceIds=[self.instance_id],
-            Parameters={"commands": commands, "executionTimeout": ["120"]},
-            Comment=f"sim2real slurm job {self.job_id}"[:100],
-        )
-        command_id = response["Command"]["CommandId"]
-        for _ in range(300):
-            await asyncio.sleep(1)
-            try:
-                inv = await client.get_command_invocation(CommandId=command_id, InstanceId=self.instance_id)
-            except ClientError as error:
-                if error.response["Error"]["Code"] == "InvocationDoesNotExist":
-                    continue
-                raise
-            if inv.get("Status") in SSM_SUCCESS_STATES or inv.get("Status") in SSM_FAILURE_STATES - {"Cancelling"}:
-                return inv
-        return {"Status": "TimedOut", "StandardOutputContent": "", "StandardErrorContent": "no answer in 300 s"}
+        """Send ``commands`` and wait for them (:func:`~sim2real.orchestration.waits.ssm.run_short_command_async`:
+        1 s polls, ``executionTimeout`` 120 s, up to 5 min in all); the result as the status query's response
+        (:func:`~sim2real.orchestration.waits.hyperpod.status_query_response`). A command with no end by then
+        (cancelled) answers ``TimedOut`` with the reason as its stderr."""
+        try:
+            result = await run_short_command_async(client, self.instance_id, commands, execution_timeout_seconds=120,
+                                                   grace_seconds=180, comment=f"sim2real slurm job {self.job_id}")
+        except TimeoutError as error:
+            return {"Status": "TimedOut", "StandardOutputContent": "", "StandardErrorContent": str(error)}
+        return status_query_response(result)
 
     step_function = staticmethod(slurm_job_step)
 
@@ -171,8 +161,5 @@ class HyperPodSlurmJobTrigger(StepWaitTrigger):
         self.log.info("Cancelling Slurm job %s on %s (scancel via SSM on %s)", self.job_id, self.cluster_name,
                       self.instance_id)
         async with await self.hook().get_async_conn() as client:
-            await client.send_command(
-                DocumentName="AWS-RunShellScript", InstanceIds=[self.instance_id],
-                Parameters={"commands": cancel_commands(self.job_id), "executionTimeout": ["60"]},
-                Comment=f"sim2real scancel {self.job_id}"[:100],
-            )
+            await client.send_command(**shell_script_request(self.instance_id, cancel_commands(self.job_id), 60,
+                                                             f"sim2real scancel {self.job_id}"))

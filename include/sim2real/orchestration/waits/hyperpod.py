@@ -87,6 +87,13 @@ def _slurm_record(params: Mapping[str, Any], window, stopped_by_budget: bool = F
                            usd_per_node_hour=params.get("usd_per_node_hour"), stopped_by_budget=stopped_by_budget)
 
 
+def status_query_response(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The :func:`slurm_job_step` response (GetCommandInvocation's fields) of a status query's short-command result
+    (``{"status", "stdout", "stderr", ...}``, :func:`~sim2real.orchestration.waits.ssm.command_result`)."""
+    return {"Status": result["status"], "StandardOutputContent": result.get("stdout") or "",
+            "StandardErrorContent": result.get("stderr") or ""}
+
+
 def slurm_job_step(response: Mapping[str, Any], state: WaitState) -> Step:
     """Decide one status query of Slurm job ``params["job_id"]`` on ``params["instance_id"]``.
 

@@ -8,14 +8,24 @@ Reference, GetCommandInvocation (``Status``, ``ResponseCode``, ``StatusDetails``
 A response is ``{"Invocations": [<GetCommandInvocation response, or an error response with
 "InstanceId">, ...]}``: one polling round over the pending instances, or one delivered
 status-change event. The state's memory keeps what each instance reached.
+
+A short command (seconds: Slurm's ``sbatch`` / ``sacct`` / ``scancel`` on a head node) is run and waited for
+by :func:`run_short_command_async` (in the triggerer), or :func:`run_short_command` (the same wait, in the
+worker): every answer is decided by :func:`ssm_command_step`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from sim2real.orchestration.hooks.waiter_rounds import classify_service_response
+from sim2real.orchestration.hooks.workstation import shell_script_request
 from sim2real.orchestration.waits.core import Step, WaitState, api_error_step, error_code
 
 
@@ -77,6 +87,106 @@ def ssm_command_step(response: Mapping[str, Any], state: WaitState) -> Step:
                     {"command_id": command_id, "instance_ids": instance_ids, "invocations": done}, memory=memory)
     return Step("retry", f"SSM command {command_id} still running on {pending}",
                 {"command_id": command_id, "pending": pending}, memory=memory)
+
+
+def command_result(command_id: str, invocation: Mapping[str, Any]) -> dict[str, Any]:
+    """A short command's result from its last GetCommandInvocation response.
+
+    :return: ``{"command_id", "status", "response_code", "stdout", "stderr"}`` (``response_code`` -1 when SSM gave
+        none; ``stdout`` / ``stderr`` the inline content: 24,000 / 8,000 characters at most).
+    """
+    return {"command_id": command_id, "status": invocation.get("Status"),
+            "response_code": invocation.get("ResponseCode", -1),
+            "stdout": invocation.get("StandardOutputContent", ""),
+            "stderr": invocation.get("StandardErrorContent", "")}
+
+
+async def run_short_command_async(
+    client: Any,
+    instance_id: str,
+    commands: list[str],
+    *,
+    execution_timeout_seconds: int = 300,
+    poll_seconds: float = 1.0,
+    comment: str = "",
+    grace_seconds: float = 60,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """Run a short command on one instance and wait for it: the one wait of a short command (the triggerer awaits
+    it; :func:`run_short_command` runs it in the worker).
+
+    Sends ``commands`` (:func:`~sim2real.orchestration.hooks.workstation.shell_script_request`), then every
+    ``poll_seconds`` asks GetCommandInvocation (a ``ClientError`` counts as its error response:
+    ``InvocationDoesNotExist`` right after the send). Each answer is decided by :func:`ssm_command_step`
+    (botocore's ``ssm`` ``CommandExecuted`` waiter): Success and every failure status (Failed, TimedOut,
+    Cancelled, Cancelling) end the wait; Pending / InProgress / Delayed, a missing invocation and throttling
+    poll again.
+
+    :param client: an aiobotocore SSM client (``await WorkstationHook().get_async_conn()``).
+    :param execution_timeout_seconds: the document's ``executionTimeout`` (seconds).
+    :param grace_seconds: how long after it the wait goes on (delivery, a busy agent).
+    :param clock: seconds (monotonic) for the deadline.
+    :return: :func:`command_result` of the last answer.
+    :raises ClientError: SendCommand failed, or GetCommandInvocation with a code that is not retried
+        (AccessDenied, ...).
+    :raises TimeoutError: no end ``execution_timeout_seconds + grace_seconds`` after the send: the command is
+        cancelled first; the message names the command id, the instance and its last status.
+    """
+    sent = await client.send_command(**shell_script_request(instance_id, commands, execution_timeout_seconds,
+                                                            comment))
+    command_id = sent["Command"]["CommandId"]
+    bound = int(execution_timeout_seconds) + grace_seconds
+    deadline = clock() + bound
+    state = WaitState(params={"command_id": command_id, "instance_ids": [instance_id]}, poll_interval_s=poll_seconds)
+    while True:
+        await asyncio.sleep(poll_seconds)
+        try:
+            answer = await client.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
+        except ClientError as error:
+            answer = error.response
+        step = ssm_command_step(invocations_response([{"InstanceId": instance_id, **answer}]),
+                                replace(state, now=time.time()))
+        if step.outcome == "success" or step.payload.get("command_status"):
+            return command_result(command_id, answer)
+        if step.outcome == "failure":
+            raise ClientError(dict(answer), "GetCommandInvocation")
+        state = state.after(step)
+        if clock() >= deadline:
+            await client.cancel_command(CommandId=command_id, InstanceIds=[instance_id])
+            status = (state.memory.get("pending") or {}).get(instance_id, "Pending")
+            raise TimeoutError(f"SSM command {command_id} on {instance_id} is still {status} {bound:g} s after it "
+                               "was sent; it was cancelled.")
+
+
+class _Blocking:
+    """A boto3 client's calls as coroutines, for :func:`run_short_command_async` on a private event loop."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._client, name)
+
+        async def call(**kwargs: Any) -> Any:
+            return method(**kwargs)
+
+        return call
+
+
+def run_short_command(client: Any, instance_id: str, commands: list[str], **options: Any) -> dict[str, Any]:
+    """:func:`run_short_command_async` in the worker, on a boto3 SSM client: the same wait, the worker blocked for it.
+
+    Only for commands of seconds (``sbatch``, ``sacct``, ``scancel``, a log's tail) whose output fits
+    GetCommandInvocation's inline content: the worker waits at most ``execution_timeout_seconds +
+    grace_seconds`` (default 300 + 60 s), then cancels the command and raises ``TimeoutError``. A longer
+    command is deferred to a trigger instead. Not for a thread that runs an event loop (a trigger).
+
+    :param client: the boto3 SSM client (``WorkstationHook().conn``).
+    :param options: :func:`run_short_command_async`'s keywords (``execution_timeout_seconds``, ``poll_seconds``,
+        ``comment``, ``grace_seconds``, ``clock``).
+    :return: ``{"command_id", "status", "response_code", "stdout", "stderr"}`` (:func:`command_result`).
+    """
+    return asyncio.run(run_short_command_async(_Blocking(client), instance_id, commands, **options))
 
 
 #: ``until`` values of :func:`instance_step` and the botocore EC2 waiter that decides the instance's state.
