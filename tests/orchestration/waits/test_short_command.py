@@ -1,4 +1,4 @@
-"""The short SSM command's wait (``waits.ssm.short_command_calls``): its sync driver (the worker's
+"""The short SSM command's wait (``waits.ssm``): its sync driver (the worker's
 ``run_short_command``) and its async driver (the Slurm trigger's ``run_short_command_async``) on the same
 GetCommandInvocation answers, each decided by ``ssm_command_step`` (botocore's ``CommandExecuted`` waiter).
 
@@ -103,14 +103,14 @@ def test_cancelling_ends_the_wait_as_botocores_waiter_does():
 
 
 def test_no_end_by_the_deadline_cancels_and_names_the_command_instance_and_status():
-    ticks = itertools.count()  # one second per clock() reading: past execution timeout + grace at once
+    ticks = itertools.count()  # 100 s per clock() reading: past execution timeout + grace at the first poll
 
     def clock() -> float:
         return 100.0 * next(ticks)
 
-    answers = [_invocation("Pending"), _invocation("InProgress")]
-    error = _same(_sync(answers[:1], clock=clock, grace_seconds=10, cancel=True),
-                  _async(answers[:1], clock=clock, grace_seconds=10, cancel=True))
+    answers = [_invocation("Pending")]
+    error = _same(_sync(answers, clock=clock, grace_seconds=10, cancel=True),
+                  _async(answers, clock=clock, grace_seconds=10, cancel=True))
     assert isinstance(error, TimeoutError)
     assert str(error) == f"SSM command {CMD} on {IID} is still Pending 70 s after it was sent; it was cancelled."
 
@@ -149,3 +149,20 @@ def test_the_slurm_trigger_reads_the_status_query_as_getcommandinvocation(monkey
     assert sent[0][2]["execution_timeout_seconds"] + sent[0][2]["grace_seconds"] == 300
     late = asyncio.run(_trigger()._run_script(None, ["late"]))
     assert late["Status"] == "TimedOut" and "still Pending 300 s" in late["StandardErrorContent"]
+
+
+def test_the_sync_driver_still_runs_when_a_kill_interrupts_an_earlier_wait():
+    """Airflow calls ``on_kill`` from the task's SIGTERM handler, on the thread whose private event loop is
+    waiting for an earlier short command (a status query). Before: ``asyncio.run`` refused to start inside the
+    running loop, the ``scancel`` was never sent and the job ran on; now it runs on a thread of its own."""
+    client = boto3.client("ssm", region_name=REGION, **KEYS)
+
+    async def interrupted_wait():  # the handler's call, made while this thread's loop runs
+        return run_short_command(client, IID, ["scancel 42"], execution_timeout_seconds=60, poll_seconds=0,
+                                 comment="test")
+
+    with Stubber(client) as stub:
+        _stub(stub, ["scancel 42"], [_invocation("Success", 0)])
+        result = asyncio.run(interrupted_wait())
+        stub.assert_no_pending_responses()
+    assert result["status"] == "Success" and result["command_id"] == CMD

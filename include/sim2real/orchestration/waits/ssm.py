@@ -17,6 +17,7 @@ worker): every answer is decided by :func:`ssm_command_step`.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -179,14 +180,23 @@ def run_short_command(client: Any, instance_id: str, commands: list[str], **opti
     Only for commands of seconds (``sbatch``, ``sacct``, ``scancel``, a log's tail) whose output fits
     GetCommandInvocation's inline content: the worker waits at most ``execution_timeout_seconds +
     grace_seconds`` (default 300 + 60 s), then cancels the command and raises ``TimeoutError``. A longer
-    command is deferred to a trigger instead. Not for a thread that runs an event loop (a trigger).
+    command is deferred to a trigger instead. Called while this thread's event loop runs (Airflow calls a task's
+    ``on_kill`` from its SIGTERM handler, which can interrupt an earlier call's wait here), the wait runs on a
+    thread of its own, so that the ``scancel`` of a killed task is still sent. Not for a trigger (it awaits
+    :func:`run_short_command_async`).
 
     :param client: the boto3 SSM client (``WorkstationHook().conn``).
     :param options: :func:`run_short_command_async`'s keywords (``execution_timeout_seconds``, ``poll_seconds``,
         ``comment``, ``grace_seconds``, ``clock``).
     :return: ``{"command_id", "status", "response_code", "stdout", "stderr"}`` (:func:`command_result`).
     """
-    return asyncio.run(run_short_command_async(_Blocking(client), instance_id, commands, **options))
+    wait = run_short_command_async(_Blocking(client), instance_id, commands, **options)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the usual case: no event loop in this thread
+        return asyncio.run(wait)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ssm-short-command") as pool:
+        return pool.submit(asyncio.run, wait).result()
 
 
 #: ``until`` values of :func:`instance_step` and the botocore EC2 waiter that decides the instance's state.
