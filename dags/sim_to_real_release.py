@@ -33,7 +33,8 @@ from sim2real.orchestration import notifications as notify
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, POLL
 from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
 from sim2real.orchestration.release import build_release_params
-from sim2real.orchestration.stages.deploy import DEPLOYED_MODEL_PACKAGE_ASSET  # also sim_to_real's outlet
+# the asset is also sim_to_real's outlet
+from sim2real.orchestration.stages.deploy import DEPLOY_EXECUTION_TIMEOUT, DEPLOYED_MODEL_PACKAGE_ASSET
 
 
 def _deployed_post_execute(context, result=None) -> None:
@@ -123,7 +124,7 @@ def sim_to_real_release():
         deployment_timeout_seconds=prepared["deploy_timeout_seconds"],  # the form's deployment_timeout_minutes
         model_package_arn=resolved["model_package_arn"],  # read again: deployed only if still Approved
         waiter_delay=POLL,
-        execution_timeout=dt.timedelta(hours=2),
+        execution_timeout=DEPLOY_EXECUTION_TIMEOUT,  # the release's wait and an automatic rollback's
         outlets=[DEPLOYED_MODEL_PACKAGE_ASSET],
         post_execute=_deployed_post_execute,
         on_success_callback=notify.deployed(),

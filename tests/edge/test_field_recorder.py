@@ -102,8 +102,8 @@ def test_spool_upload_and_idempotent_reupload(tmp_path, s3):
     result = upload_spool(s3, spool, BUCKET)
     assert (result.uploaded, result.already, result.clean) == ([], ["s1-000001.json"], True)
     assert not path.exists() and stored(s3, key) == body
-    versions = s3.list_objects_v2(Bucket=BUCKET, Prefix="field/")["Contents"]
-    assert [v["Key"] for v in versions] == [key]
+    objects = s3.list_objects_v2(Bucket=BUCKET, Prefix="field/")["Contents"]
+    assert [o["Key"] for o in objects] == [key]  # one object; its body never changed (above)
 
 
 def test_another_body_under_an_existing_key_is_reported_not_overwritten(tmp_path, s3, caplog):

@@ -60,15 +60,17 @@ def test_each_kind_of_refusal_is_counted_and_named(s3):
         put(s3, episode("arm-9", 8)): ("foreign", "thing_name 'arm-9' is not a thing of the group"),
         put(s3, episode("arm-1", 9, start="05:59:59")): ("early", "started 2026-12-04T05:59:59Z, before the window"),
         put(s3, episode("arm-1", 10, end="08:00:01")): ("late", "ended 2026-12-04T08:00:01Z, after the window"),
-        # written by hand: the same episode under a second key (the layout alone never does that)
-        put(s3, episode("arm-2", 11)): ("duplicated", "2 objects name episode 's1-000011' of 'arm-2'"),
+        # written by hand: the same episode under a second key (the layout alone never does that); the copy is
+        # refused, the episode under its own key is kept (before: both were refused)
         put(s3, episode("arm-2", 11), key="fleet/field/episodes/arm-2/copy.json"):
-            ("duplicated", "2 objects name episode 's1-000011' of 'arm-2'"),
+            ("duplicated", "a copy of episode 's1-000011' of 'arm-2', whose object is "
+                           "'fleet/field/episodes/arm-2/s1-000011.json'"),
     }
+    good = sorted(good + [put(s3, episode("arm-2", 11))])
     put(s3, episode("arm-1", 12), prefix="other/")  # outside the prefix: not listed at all
     result = collect_field_episodes(s3, BUCKET, "fleet/", **ASKED)
     assert [contract.episode_key("fleet/", d["thing_name"], d["episode_id"]) for d in result.accepted] == good
-    assert result.refused == {"malformed": 3, "duplicated": 2, "foreign": 3, "early": 1, "late": 1}
+    assert result.refused == {"malformed": 3, "duplicated": 1, "foreign": 3, "early": 1, "late": 1}
     assert list(result.refused) == list(REASONS)
     assert [key for key, _, _ in result.refusals] == sorted(refused)
     for key, reason, detail in result.refusals:

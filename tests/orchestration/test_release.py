@@ -348,6 +348,22 @@ def test_deployed_record_matches_the_schema_and_renders():
     assert "deployed" in md and ARN_V3 in md and "device `robot-1`: SUCCEEDED" in md and "d-1" in md
 
 
+@pytest.mark.parametrize("devices, says", [
+    ({"robot-2": "SUCCEEDED"}, "- Rolled back automatically to `sim2real-run-0`"),
+    ({"robot-2": "QUEUED"}, "- Automatic rollback NOT finished (the fleet may be mixed): back to `sim2real-run-0`"),
+    ({}, "- Automatic rollback NOT finished"),
+])
+def test_a_rollback_is_in_the_record_and_the_summary_says_only_what_happened(devices, says):
+    rollback = {"deployment_id": "d-2", "deployment_name": "sim2real-k-rollback", "previous_deployment_id": "d-0",
+                "previous_deployment_name": "sim2real-run-0", "deployment_status": "ACTIVE", "devices": devices}
+    failed = record(deployment={**record()["deployment"], "deployment_status": "CANCELED",
+                                "devices": {"robot-1": "FAILED", "robot-2": "SUCCEEDED"}, "rollback": rollback})
+    assert r.release_errors(failed) == []
+    md = r.render_release_markdown(failed)
+    assert says in md and "rollback deployment `d-2` (ACTIVE)" in md
+    assert ("Rolled back automatically" in md) is (devices == {"robot-2": "SUCCEEDED"})
+
+
 def test_failed_and_refused_records_match_the_schema():
     failed = record(deployment={**record()["deployment"], "deployment_status": "CANCELED",
                                 "devices": {"robot-1": "FAILED", "robot-2": "SUCCEEDED"},

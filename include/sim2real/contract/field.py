@@ -5,7 +5,7 @@ The document is ``schemas/field_episode.schema.json`` (JSON Schema 2020-12), che
 ``containers/greengrass/artifacts/requirements-edge.txt``) and on the Airflow side (:mod:`sim2real.orchestration.field`)
 alike. The success rate's interval comes from :func:`sim2real.contract.stats.wilson_interval`.
 
-Object layout (one object per episode, written once, never overwritten)::
+Object layout (one key per episode; another body is never written over it)::
 
     <prefix>field/episodes/<thing_name>/<episode_id>.json
 """

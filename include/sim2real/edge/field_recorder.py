@@ -11,7 +11,8 @@ component ``com.sim2real.FieldUploader``) sends each spooled summary with ``PutO
 ``<prefix>field/episodes/<thing_name>/<episode_id>.json``. S3 refuses a second write of the key with 412
 PreconditionFailed; the uploader then writes again with ``IfMatch=<MD5 of its body>`` (S3's ETag of a single-part
 upload to an SSE-S3 bucket), which S3 accepts only when the stored object has the same bytes (an earlier upload
-whose answer was lost: "already uploaded", the spool file is removed) and refuses with 412 otherwise (another body
+whose answer was lost: "already uploaded", the spool file is removed; on the versioned artifacts bucket this
+write adds an identical version) and refuses with 412 otherwise (another body
 under the key: reported, moved to ``conflicts/``, never overwritten). Only ``s3:PutObject`` is needed. A spool file
 is removed only after S3 confirmed the object; when S3 is unreachable the pass retries with exponential backoff and
 leaves the files for the next pass.

@@ -109,17 +109,18 @@ def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, 
             valid[(doc["thing_name"], doc["episode_id"])].append((key, doc))
     checked: list[tuple[str, dict[str, Any]]] = []
     for (thing, episode_id), copies in valid.items():
-        if len(copies) > 1:
-            for key, _ in copies:
-                out.refuse(key, "duplicated", f"{len(copies)} objects name episode {episode_id!r} of {thing!r}: "
-                           + ", ".join(k for k, _ in copies))
-            continue
-        key, doc = copies[0]
+        # The object under the episode's own key is the episode (one key per episode: at most one); a copy under
+        # another key is refused, and never takes the genuine one down with it.
         expected = contract.episode_key(prefix, thing, episode_id)
-        if key != expected:
-            out.refuse(key, "malformed", f"the key is not {expected!r}, which its thing_name / episode_id name")
-        else:
-            checked.append((key, doc))
+        genuine = any(key == expected for key, _ in copies)
+        for key, doc in copies:
+            if key == expected:
+                checked.append((key, doc))
+            elif genuine:
+                out.refuse(key, "duplicated", f"a copy of episode {episode_id!r} of {thing!r}, whose object is "
+                           f"{expected!r}")
+            else:
+                out.refuse(key, "malformed", f"the key is not {expected!r}, which its thing_name / episode_id name")
     for key, doc in sorted(checked, key=lambda kd: kd[0]):
         foreign = [f"{name} {doc[name]!r} is not {want}" for name, ok, want in (
             ("model_version", doc["model_version"] == model_version, repr(model_version)),

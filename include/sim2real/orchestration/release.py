@@ -532,10 +532,13 @@ def render_release_markdown(record: Mapping[str, Any]) -> str:
         lines.append(f"  - device `{thing}`: {status}" + (f" ({reason})" if reason else ""))
     back = dep.get("rollback")
     if back:
-        lines.append(f"- Rolled back automatically to `{back['previous_deployment_name']}` (deployment "
-                     f"`{back['previous_deployment_id']}`): rollback deployment `{back['deployment_id']}` "
-                     f"({back.get('deployment_status') or '-'}), devices: "
-                     + (", ".join(f"`{t}` {s}" for t, s in sorted((back.get("devices") or {}).items())) or "none"))
+        devices = back.get("devices") or {}
+        done = bool(devices) and set(devices.values()) <= DEVICE_SUCCESS
+        lines.append(("- Rolled back automatically to" if done else "- Automatic rollback NOT finished (the fleet "
+                      "may be mixed): back to")
+                     + f" `{back['previous_deployment_name']}` (deployment `{back['previous_deployment_id']}`): "
+                     f"rollback deployment `{back['deployment_id']}` ({back.get('deployment_status') or '-'}), "
+                     "devices: " + (", ".join(f"`{t}` {s}" for t, s in sorted(devices.items())) or "none"))
     lines += ["", "| task | state | duration (s) |", "|---|---|---|"]
     for task in record["tasks"].values():
         d = task.get("duration_s")

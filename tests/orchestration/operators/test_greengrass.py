@@ -271,7 +271,8 @@ def failed_release_rolled_back(op, group_arn, context):
         stub.add_response("list_deployments", {"deployments": []}, {"targetArn": group_arn, "historyFilter": "ALL"})
         # the request is the previous release's, as botocore's greengrassv2 model checks it
         stub.add_response("create_deployment", {"deploymentId": RB, "iotJobId": "job-rb"}, {
-            "targetArn": group_arn, "deploymentName": "run-1-rollback", "components": PREVIOUS["components"],
+            "targetArn": group_arn, "deploymentName": "run-1-rollback", "clientToken": f"{DEP}-rollback",
+            "components": PREVIOUS["components"],
             "deploymentPolicies": PREVIOUS["deploymentPolicies"],
             "iotJobConfiguration": PREVIOUS["iotJobConfiguration"]})
         with pytest.raises(TaskDeferred) as deferred:
@@ -287,6 +288,7 @@ def test_a_release_some_robots_ran_is_rolled_back_on_the_whole_group(moto_endpoi
     deferred = failed_release_rolled_back(op, group_arn, context)
     assert deferred.method_name == "rollback_complete"
     assert deferred.trigger.deployment_id == RB and deferred.trigger.thing_group_arn == group_arn
+    assert deferred.trigger.thing_names == ["robot-a"]  # the robot that ran the release; robot-b rolled back itself
     rollback = context["ti"].xcom["rollback"]
     assert {k: rollback[k] for k in ("deployment_id", "deployment_name", "previous_deployment_id",
                                      "previous_deployment_name", "deployment_id_failed")} == {
@@ -294,36 +296,82 @@ def test_a_release_some_robots_ran_is_rolled_back_on_the_whole_group(moto_endpoi
         "previous_deployment_name": "sim2real-run-0", "deployment_id_failed": DEP}
     assert deferred.kwargs == {"rollback": rollback}
     # The rollback reached every robot: the task still fails (this release is not deployed), saying so.
-    done = {"status": "success", "deployment_id": RB, "message": "finished on 2 core device(s)",
-            "devices": {"robot-a": {"status": "SUCCEEDED", "outcome": "success", "reason": None},
-                        "robot-b": {"status": "SUCCEEDED", "outcome": "success", "reason": None}}}
+    done = {"status": "success", "deployment_id": RB, "message": "finished on 1 core device(s)",
+            "devices": {"robot-a": {"status": "SUCCEEDED", "outcome": "success", "reason": None}}}
     with pytest.raises(AirflowFailException) as err:
         op.rollback_complete(context, done)  # no kwargs: as dag.test resumes, from XCom
     text = str(err.value)
     assert text.startswith(f"Greengrass deployment {DEP} (run-1) to thing group {GROUP!r} ({group_arn}) failed")
     assert "robot-a: SUCCEEDED — runs this release run-1" in text and "robot-b: FAILED (PolicySetup failed" in text
     assert (f"Rolled back automatically: deployment {RB} (run-1-rollback) put the components of sim2real-run-0 "
-            "(deployment old) back on every robot of the group (robot-a: SUCCEEDED; robot-b: SUCCEEDED): the fleet "
-            "runs sim2real-run-0 again") in text
+            "(deployment old) back on the robots that ran this release (robot-a: SUCCEEDED): the fleet runs "
+            "sim2real-run-0 again") in text
     assert "release the previous approved model package again" not in text  # done: no advice to do it by hand
 
 
-@pytest.mark.parametrize("status", ["failure", "timeout"])
-def test_a_rollback_that_fails_too_names_both_deployments_and_is_cancelled(moto_endpoint, group_arn, context, status):
+def test_a_rollback_that_fails_too_names_both_deployments_and_is_cancelled(moto_endpoint, group_arn, context):
     op = operator()
     deferred = failed_release_rolled_back(op, group_arn, context)
-    event = {"status": status, "deployment_id": RB, "message": "no end after 120 polls",
-             "devices": {"robot-b": {"status": "FAILED", "outcome": "failure", "reason": "disk full"}}}
+    event = {"status": "failure", "deployment_id": RB, "message": "failed on robot-a",
+             "devices": {"robot-a": {"status": "FAILED", "outcome": "failure", "reason": "disk full"}}}
     with Stubber(op.hook.conn) as stub:
         stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": RB})
         with pytest.raises(AirflowFailException) as err:
             op.rollback_complete(context, event, **deferred.kwargs)
         stub.assert_no_pending_responses()
     text = str(err.value)
-    what = "failed" if status == "failure" else "timed out"
-    assert (f"The automatic rollback to sim2real-run-0 (deployment old) {what} too: deployment {RB} (run-1-rollback): "
-            "robot-b: FAILED (disk full); it was cancelled") in text
+    assert (f"The automatic rollback to sim2real-run-0 (deployment old) failed too: deployment {RB} (run-1-rollback): "
+            "robot-a: FAILED (disk full); it was cancelled") in text
     assert f"Both deployments: {DEP} (this release) and {RB} (the rollback)" in text
+
+
+def test_a_rollback_not_finished_in_time_stays_the_groups_release(moto_endpoint, group_arn, context):
+    """robot-a went offline after running the release: cancelling the rollback would keep it on the failed release
+    when it comes back; the rollback stays active (no CancelDeployment is stubbed: a call would fail)."""
+    op = operator()
+    deferred = failed_release_rolled_back(op, group_arn, context)
+    event = {"status": "timeout", "deployment_id": RB, "message": "no end after 120 polls",
+             "devices": {"robot-a": {"status": "QUEUED", "outcome": "retry", "reason": None}}}
+    with Stubber(op.hook.conn) as stub:
+        with pytest.raises(AirflowFailException) as err:
+            op.rollback_complete(context, event, **deferred.kwargs)
+        stub.assert_no_pending_responses()
+    text = str(err.value)
+    assert (f"The automatic rollback to sim2real-run-0 (deployment old), deployment {RB} (run-1-rollback), had not "
+            "finished on every robot that ran this release (robot-a) within 0 s: robot-a: QUEUED. It stays active") in text
+    assert f"Both deployments: {DEP} (this release) and {RB} (the rollback)" in text and "it was cancelled" not in text
+
+
+def test_the_release_to_go_back_to_is_never_this_release_nor_one_a_robot_failed():
+    """A cleared task's earlier deployment of the same release (B1) and an earlier release a robot FAILED (F) are
+    not good releases, nor is another group's; A is."""
+    from sim2real.orchestration.operators.greengrass import last_good_deployment
+
+    def entry(dep_id, name, status, created, target="arn:g"):
+        return {"deploymentId": dep_id, "deploymentName": name, "targetArn": target,
+                "coreDeviceExecutionStatus": status, "creationTimestamp": created}
+
+    responses = {
+        "robot-a": {"effectiveDeployments": [entry("B2", "run-1", "SUCCEEDED", 50), entry("B1", "run-1", "SUCCEEDED", 40),
+                                             entry("F", "run-0b", "SUCCEEDED", 30), entry("A", "run-0", "SUCCEEDED", 10),
+                                             entry("X", "other", "SUCCEEDED", 45, target="arn:other")]},
+        "robot-b": {"effectiveDeployments": [entry("F", "run-0b", "FAILED", 30), entry("A", "run-0", "COMPLETED", 10)]},
+    }
+    assert last_good_deployment(responses, "B2", "run-1", "arn:g")["deploymentId"] == "A"
+    assert last_good_deployment({"robot-a": {"effectiveDeployments": [entry("B1", "run-1", "SUCCEEDED", 1)]}},
+                                "B2", "run-1", "arn:g") is None
+
+
+def test_the_rollback_trigger_waits_only_for_the_robots_that_ran_the_release(moto_endpoint, async_stub):
+    plan, stubbers = async_stub
+    plan.append(("list_core_devices", {"coreDevices": [{"coreDeviceThingName": "robot-a"},
+                                                       {"coreDeviceThingName": "robot-offline"}]},
+                 {"thingGroupArn": "arn:g"}))
+    plan.append(("list_effective_deployments", effective("SUCCEEDED"), {"coreDeviceThingName": "robot-a"}))
+    event = first_event(GreengrassDeploymentTrigger(deployment_id=DEP, thing_group_arn="arn:g", waiter_delay=0,
+                                                    waiter_max_attempts=1, thing_names=["robot-a"]))
+    stubbers[0].assert_no_pending_responses()  # robot-offline is not read
+    assert event["status"] == "success" and set(event["devices"]) == {"robot-a"}
 
 
 def test_no_rollback_without_an_earlier_release_of_this_group_or_under_do_nothing(moto_endpoint, group_arn, context):

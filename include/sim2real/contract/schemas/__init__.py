@@ -8,8 +8,8 @@
 * ``lineage``: ``runs/<run_key>/lineage.json``, written by the ``write_lineage`` task.
 * ``release``: the release record written by the release DAG.
 * ``field_episode``: ``<prefix>field/episodes/<thing_name>/<episode_id>.json``, one episode a robot ran, written
-  by :mod:`sim2real.edge.field_recorder`; read by :mod:`sim2real.orchestration.field`. The robots have no
-  ``jsonschema``: :func:`sim2real.contract.field.errors` validates it with the standard library.
+  by :mod:`sim2real.edge.field_recorder`; read by :mod:`sim2real.orchestration.field`; both validate it with
+  :func:`sim2real.contract.field.errors` (jsonschema, which the robots' venv installs).
 
 The schemas are package data (``*.schema.json`` beside this module) and are read with
 :mod:`importlib.resources`, so they load from a wheel, an unpacked plugins.zip or a checkout alike.

@@ -112,6 +112,13 @@ class GreengrassV2Hook(AwsBaseHook):
                 return sorted(names)
             kwargs["nextToken"] = page["nextToken"]
 
+    def effective_deployments(self, thing_name: str) -> dict[str, Any]:
+        """Every page of ListEffectiveDeployments of one core device, as one response
+        (``{"effectiveDeployments": [...]}``; AWS documents no order: a long-lived robot's newest entries can be on
+        any page)."""
+        pages = self.conn.get_paginator("list_effective_deployments").paginate(coreDeviceThingName=thing_name)
+        return {"effectiveDeployments": [e for page in pages for e in page.get("effectiveDeployments") or []]}
+
     def device_reports(self, deployment_id: str, things: list[str]) -> dict[str, dict[str, Any]]:
         """One :func:`device_report` per core device (ListEffectiveDeployments)."""
         return {

@@ -72,6 +72,14 @@ FAILED_IT = frozenset({"FAILED", "TIMED_OUT", "REJECTED"})
 APPLYING_IT = frozenset({"IN_PROGRESS"})
 
 
+def _created(entry: dict[str, Any]) -> float:
+    """An effective deployment's ``creationTimestamp`` in epoch seconds (botocore gives a datetime)."""
+    value = entry.get("creationTimestamp")
+    if hasattr(value, "timestamp"):
+        return value.timestamp()
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 def previous_release(response: dict[str, Any], deployment_id: str) -> str | None:
     """The release a device ran before ``deployment_id``: the newest other deployment its ListEffectiveDeployments
     response shows it finished (SUCCEEDED / COMPLETED), by ``deploymentName`` (``sim2real-<run_key>``), else its id;
@@ -80,33 +88,38 @@ def previous_release(response: dict[str, Any], deployment_id: str) -> str | None
             if e.get("deploymentId") != deployment_id and e.get("coreDeviceExecutionStatus") in RUNS_IT]
     if not done:
         return None
-    newest = max(done, key=lambda e: str(e.get("creationTimestamp") or ""))
+    newest = max(done, key=_created)
     return newest.get("deploymentName") or newest.get("deploymentId")
 
 
-def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: str,
+def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: str, deployment_name: str,
                          target_arn: str) -> dict[str, Any] | None:
-    """The release to roll the thing group back to: the newest deployment to ``target_arn`` other than
-    ``deployment_id`` that at least one core device reports it finished (``coreDeviceExecutionStatus``
-    SUCCEEDED / COMPLETED in its ListEffectiveDeployments); ``None`` when no robot lists one (the group's first
+    """The release to roll the thing group back to: the newest deployment to ``target_arn`` that robots finished
+    (``coreDeviceExecutionStatus`` SUCCEEDED / COMPLETED in their ListEffectiveDeployments) and that no robot lists
+    as FAILED / TIMED_OUT / REJECTED; never ``deployment_id`` nor another try of the same release
+    (``deployment_name``, e.g. a cleared task's earlier deployment). ``None`` when there is none (the group's first
     release, or the history is gone).
 
-    :param responses: thing name → its ListEffectiveDeployments response.
+    :param responses: thing name → its ListEffectiveDeployments entries (every page).
     :return: that ListEffectiveDeployments entry (``deploymentId``, ``deploymentName``, ``creationTimestamp``).
     """
-    done = [entry for response in responses.values() for entry in response.get("effectiveDeployments") or []
-            if entry.get("deploymentId") != deployment_id and entry.get("targetArn") == target_arn
-            and entry.get("coreDeviceExecutionStatus") in RUNS_IT]
-    return max(done, key=lambda e: str(e.get("creationTimestamp") or "")) if done else None
+    entries = [entry for response in responses.values() for entry in response.get("effectiveDeployments") or []
+               if entry.get("targetArn") == target_arn and entry.get("deploymentId") != deployment_id
+               and entry.get("deploymentName") != deployment_name]
+    failed = {e.get("deploymentId") for e in entries if e.get("coreDeviceExecutionStatus") in FAILED_IT}
+    done = [e for e in entries if e.get("coreDeviceExecutionStatus") in RUNS_IT and e.get("deploymentId") not in failed]
+    return max(done, key=_created) if done else None
 
 
-def rollback_request(previous: dict[str, Any], deployment_name: str) -> dict[str, Any]:
+def rollback_request(previous: dict[str, Any], deployment_name: str, failed_deployment_id: str) -> dict[str, Any]:
     """The CreateDeployment request that puts ``previous`` (a GetDeployment response) back on its target: its
     components, deployment policies and IoT job configuration, named ``<deployment_name>``
-    + :data:`~sim2real.orchestration.hooks.greengrass.ROLLBACK_SUFFIX`."""
+    + :data:`~sim2real.orchestration.hooks.greengrass.ROLLBACK_SUFFIX`, with the client token
+    ``<failed_deployment_id>-rollback`` (a resent request creates no second rollback)."""
     return trim_none_values({
         "targetArn": previous["targetArn"],
         "deploymentName": f"{deployment_name}{ROLLBACK_SUFFIX}",
+        "clientToken": f"{failed_deployment_id}{ROLLBACK_SUFFIX}"[:64],
         "components": previous.get("components") or {},
         "deploymentPolicies": previous.get("deploymentPolicies") or {"failureHandlingPolicy": "ROLLBACK"},
         "iotJobConfiguration": previous.get("iotJobConfiguration") or None,
@@ -171,13 +184,14 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     runs now (this one when it had SUCCEEDED: a cancel does not undo it; its previous release when it failed and
     rolled back, ``failure_handling_policy="ROLLBACK"``, or never applied this one; still applying), and says
     when the fleet is left mixed. Under ``ROLLBACK``, when some robots run (or are still applying) the failed
-    release, the whole thing group is rolled back: the group's last release its robots finished (the newest other
-    deployment to this group that a device reports SUCCEEDED / COMPLETED in ListEffectiveDeployments) is deployed
-    again with its own components, policies and job configuration (GetDeployment → CreateDeployment named
-    ``<deployment_name>-rollback``), that wait is deferred too, and the task then fails saying every robot runs the
-    earlier release again, or, when the rollback failed as well, naming both deployments (the rollback is
-    cancelled). With no earlier release of the group there is nothing to go back to, and the failure says so. The
-    trigger's ``on_kill`` cancels the deployment it waits for (the release, or its rollback).
+    release, the whole thing group is rolled back to its last good release (:func:`last_good_deployment`: the
+    newest other release to this group that robots finished and none failed, read from every page of
+    ListEffectiveDeployments), deployed again with its own components, policies and job configuration
+    (GetDeployment → CreateDeployment named ``<deployment_name>-rollback``); its wait on the robots that ran the
+    failed release is deferred too, and the task then fails saying they run the earlier release again, or, when
+    the rollback failed on one as well, naming both deployments (the rollback is cancelled; one that has not
+    finished in time stays active). With no earlier release of the group there is nothing to go back to, and the
+    failure says so. The trigger's ``on_kill`` cancels the deployment it waits for (the release, or its rollback).
 
     :param thing_group_name: IoT thing group of the robots.
     :param components: ``{name: {"componentVersion": v, "configurationUpdate": {"merge": json-str}}}``.
@@ -384,21 +398,23 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                   + (" or raise deployment_timeout_minutes" if status == "timeout" else "") + ".")
         if rollback is None or "error" in rollback:
             raise AirflowFailException(failure + (f". {rollback['error']}" if rollback else "") + advice)
-        rollback = {**rollback, "failure": failure, "advice": advice, "deployment_id_failed": deployment_id}
+        robots = sorted(t for t, d in devices.items() if d["status"] in RUNS_IT | APPLYING_IT)
+        rollback = {**rollback, "failure": failure, "advice": advice, "deployment_id_failed": deployment_id,
+                    "thing_names": robots}
         context["ti"].xcom_push(key="rollback", value=rollback)
         self.log.info("Rolling thing group %s back to %s: deployment %s", target, rollback["previous_deployment_name"],
                       rollback["deployment_id"])
         defer_wait(self, GreengrassDeploymentTrigger, method_name="rollback_complete", kwargs={"rollback": rollback},
                    waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
-                   deployment_id=rollback["deployment_id"], thing_group_arn=target_arn)
+                   deployment_id=rollback["deployment_id"], thing_group_arn=target_arn, thing_names=robots)
 
     def _devices_after_cancel(self, base: dict[str, Any]) -> tuple[str | None, dict[str, dict[str, Any]]]:
-        """The group's ARN and every core device's ListEffectiveDeployments response, read now (``{}`` when they
-        cannot be read)."""
+        """The group's ARN and every core device's ListEffectiveDeployments entries (every page), read now
+        (``{}`` when they cannot be read)."""
         target = base.get("target_arn")
         try:
             target = target or self.hook.thing_group_arn(base.get("thing_group_name") or self.thing_group_name)
-            return target, {thing: self.hook.conn.list_effective_deployments(coreDeviceThingName=thing)
+            return target, {thing: self.hook.effective_deployments(thing)
                             for thing in self.hook.list_core_device_names(target)}
         except Exception as error:  # noqa: BLE001 - the failure is raised anyway, with the last reading
             self.log.warning("Could not read the devices again after the cancel: %s", error)
@@ -412,14 +428,14 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         :return: ``{"deployment_id", "deployment_name", "previous_deployment_id", "previous_deployment_name"}``,
             or ``{"error": why}`` when there is no earlier release or the rollback could not be created.
         """
-        previous = last_good_deployment(responses, deployment_id, target_arn)
+        previous = last_good_deployment(responses, deployment_id, self.deployment_name, target_arn)
         if previous is None:
             return {"error": "No automatic rollback: no robot of the group lists an earlier release it finished "
                              "(ListEffectiveDeployments), so there is no release to go back to"}
         name = previous.get("deploymentName") or previous["deploymentId"]
         try:
             request = rollback_request(self.hook.conn.get_deployment(deploymentId=previous["deploymentId"]),
-                                       self.deployment_name)
+                                       self.deployment_name, deployment_id)
             existing = self.hook.find_active_deployment(target_arn, request["deploymentName"])
             rollback_id = (existing or self.hook.conn.create_deployment(**request))["deploymentId"]
         except Exception as error:  # noqa: BLE001 - named in the failure with both deployments
@@ -430,9 +446,10 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
 
     def rollback_complete(self, context: Context, event: dict[str, Any] | None = None,
                           rollback: dict[str, Any] | None = None) -> NoReturn:
-        """Resume after the rollback deployment's wait: the task fails either way (the release did not deploy),
-        saying whether every robot is back on the previous release or naming both deployments when the rollback
-        failed too (the rollback is then cancelled).
+        """Resume after the rollback deployment's wait on the robots that ran the failed release: the task fails
+        either way (the release did not deploy), saying whether those robots run the previous release again. A
+        rollback that failed on a robot is cancelled and both deployments are named; one that has not finished
+        everywhere in time stays active (it is the group's release: a robot that comes back applies it).
 
         :raises AirflowFailException: always.
         """
@@ -440,26 +457,35 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         self._apply_timeout()
         if rollback is None:  # resumed without the deferral's kwargs (dag.test hands on the event only)
             rollback = context["ti"].xcom_pull(task_ids=self.task_id, key="rollback") or {}
-        rollback_id, back_to = rollback.get("deployment_id") or event.get("deployment_id"), (
+        rollback_id = rollback.get("deployment_id") or event.get("deployment_id")
+        name, back_to = rollback.get("deployment_name"), (
             f"{rollback.get('previous_deployment_name')} (deployment {rollback.get('previous_deployment_id')})")
+        robots = ", ".join(rollback.get("thing_names") or []) or "none listed"
         devices = event.get("devices") or {}
+        advice = rollback.get("advice", ".")
         if status == "success":
             raise AirflowFailException(
-                f"{rollback.get('failure')}. Rolled back automatically: deployment {rollback_id} "
-                f"({rollback.get('deployment_name')}) put the components of {back_to} back on every robot of the "
-                f"group ({summarize(devices)}): the fleet runs {rollback.get('previous_deployment_name')} again"
-                + rollback.get("advice", "."))
+                f"{rollback.get('failure')}. Rolled back automatically: deployment {rollback_id} ({name}) put the "
+                f"components of {back_to} back on the robots that ran this release ({summarize(devices)}): the fleet "
+                f"runs {rollback.get('previous_deployment_name')} again" + advice)
+        both = (f"Both deployments: {rollback.get('deployment_id_failed')} (this release) and {rollback_id} (the "
+                "rollback)")
+        if status == "timeout":
+            bound = int(self.waiter_delay) * int(self.waiter_max_attempts)
+            raise AirflowFailException(
+                f"{rollback.get('failure')}. The automatic rollback to {back_to}, deployment {rollback_id} ({name}), "
+                f"had not finished on every robot that ran this release ({robots}) within {bound} s: "
+                f"{summarize(devices) or message}. It stays active (it is the group's release: a robot that comes "
+                f"back applies it); until then the fleet may be mixed. {both}" + advice)
         try:
             self.hook.conn.cancel_deployment(deploymentId=rollback_id)
             cancelled = "it was cancelled"
         except Exception as error:  # noqa: BLE001 - the failure report matters more
             cancelled = f"CancelDeployment failed: {error}"
-        what = "timed out" if status == "timeout" else "failed"
         raise AirflowFailException(
-            f"{rollback.get('failure')}. The automatic rollback to {back_to} {what} too: deployment {rollback_id} "
-            f"({rollback.get('deployment_name')}): {summarize(devices) or message}; {cancelled}. Both deployments: "
-            f"{rollback.get('deployment_id_failed')} (this release) and {rollback_id} (the rollback); the fleet may be "
-            "mixed: read each robot's ListEffectiveDeployments" + rollback.get("advice", "."))
+            f"{rollback.get('failure')}. The automatic rollback to {back_to} failed too: deployment {rollback_id} "
+            f"({name}): {summarize(devices) or message}; {cancelled}. {both}; the fleet may be mixed: read each "
+            "robot's ListEffectiveDeployments" + advice)
 
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, base: dict[str, Any] | None = None

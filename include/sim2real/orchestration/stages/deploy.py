@@ -48,6 +48,11 @@ class DeployPlan(PlanSection):
     timeout_seconds: int  #: :func:`deployment_timeout_seconds`
 
 
+
+#: The deploy task's limit: the release's wait and, when it ends badly after some robots ran it, the automatic
+#: rollback's wait, each at most the form's deployment_timeout_minutes (at most 110 min).
+DEPLOY_EXECUTION_TIMEOUT = dt.timedelta(hours=4)
+
 def params() -> dict[str, Any]:
     """The deployment's fields of the trigger form."""
     from airflow.sdk import Param
@@ -65,7 +70,8 @@ def params() -> dict[str, Any]:
         "deployment_timeout_minutes": Param(
             60, type="integer", title="Deployment timeout (min)",
             description="Cancel the Greengrass deployment and fail (no retry), naming each robot that has not "
-            "finished, when the robots have not all finished after this long (below the stage's 2 h limit).",
+            "finished, when the robots have not all finished after this long; robots that ran it are then rolled "
+            "back to the group's last good release, waited for as long again (the stage's 4 h limit holds both).",
             section=SECTION_DEPLOY, **_range(minimum=1, maximum=110)),
     }
 
@@ -192,7 +198,8 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
             deployment_timeout_seconds=deploy.timeout_seconds,  # the form's deployment_timeout_minutes
             model_package_arn=approval.output["model_package_arn"],  # read again: deployed only if still Approved
             waiter_delay=POLL,
-            execution_timeout=dt.timedelta(hours=2),
+            # the release's wait and an automatic rollback's, each at most deployment_timeout_minutes (110)
+            execution_timeout=DEPLOY_EXECUTION_TIMEOUT,
             doc_md=DOC,
             on_success_callback=notify.deployed(),
             outlets=[DEPLOYED_MODEL_PACKAGE_ASSET],  # emitted only when every robot reports SUCCEEDED

@@ -25,6 +25,8 @@ class GreengrassDeploymentTrigger(StepWaitTrigger):
     :param waiter_delay: seconds between polls.
     :param waiter_max_attempts: polls before a ``timeout`` event.
     :param cancel_on_kill: CancelDeployment when the user kills the deferred task.
+    :param thing_names: only these core devices of the group are waited for (an automatic rollback waits for the
+        robots that ran the failed release); None: every core device of the group.
 
     One event (``devices`` maps thing name → ``{"status", "outcome", "reason"}``):
     ``{"status": "success" | "failure" | "timeout", "message", "deployment_id", "devices"}``.
@@ -32,7 +34,7 @@ class GreengrassDeploymentTrigger(StepWaitTrigger):
 
     aws_hook_class = GreengrassV2Hook
 
-    fields = {"deployment_id": REQUIRED, "thing_group_arn": REQUIRED, "cancel_on_kill": True}
+    fields = {"deployment_id": REQUIRED, "thing_group_arn": REQUIRED, "cancel_on_kill": True, "thing_names": None}
     default_waiter_delay, default_waiter_max_attempts = 30, 120
 
     async def _things(self, client) -> list[str]:
@@ -42,7 +44,7 @@ class GreengrassDeploymentTrigger(StepWaitTrigger):
             page = await client.list_core_devices(**kwargs)
             names += [d["coreDeviceThingName"] for d in page.get("coreDevices", [])]
             if not page.get("nextToken"):
-                return sorted(names)
+                return sorted(n for n in names if self.thing_names is None or n in self.thing_names)
             kwargs["nextToken"] = page["nextToken"]
 
     step_function = staticmethod(greengrass_deployment_step)
@@ -55,7 +57,7 @@ class GreengrassDeploymentTrigger(StepWaitTrigger):
         """The event's core device as a round of one device (the step keeps the others' last reports)."""
         response = dict(event.response)
         thing = response.pop("coreDeviceThingName", None)
-        if not thing:
+        if not thing or (self.thing_names is not None and thing not in self.thing_names):
             return await self.describe(client, state)
         return {"devices": {thing: response}}
 
