@@ -280,7 +280,8 @@ def test_failed_deployment_is_recorded_by_the_teardown(release):
     assert case["installed_from"] == {"sim2real-robot-1": [rollback["deployment_id"]],
                                       "sim2real-robot-2": [rollback["deployment_id"]]}
     assert (f"Rolled back automatically: deployment {rollback['deployment_id']} ({this}-rollback) put the components "
-            f"of {earlier['deploymentName']} (deployment {earlier['deploymentId']}) back on every robot") in release["log"]
+            f"of {earlier['deploymentName']} (deployment {earlier['deploymentId']}) back on the robots that ran this release "
+            "(sim2real-robot-1: SUCCEEDED (serves s3://") in release["log"]
     assert f"Rolled back automatically to `{earlier['deploymentName']}`" in case["markdown"]
     assert [n["event"] for n in case["notifications"]] == ["run_failed"] and not case["asset_events"]
 
