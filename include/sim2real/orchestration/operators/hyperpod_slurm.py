@@ -43,6 +43,10 @@ XCOM_SLURM_JOB_END = "slurm_job_end"
 SLURM_RETRYABLE_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
 #: Seconds one status query (SendCommand + GetCommandInvocation polls) is counted as, besides the poll interval.
 STATUS_QUERY_SECONDS = 5
+#: The short SSM commands this operator waits for in the worker (sbatch, a status query, a log's tail, scancel):
+#: each command's ``executionTimeout`` and the wait's grace after it, so that a stalled SSM agent holds a worker
+#: slot at most a minute (the command is then cancelled and the try fails: a retry reattaches to a submitted job).
+SHORT_COMMAND_SECONDS, SHORT_COMMAND_GRACE_SECONDS = 45, 15
 
 
 class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
@@ -302,8 +306,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         if start:
             commands = [f"export {slurm.START_ENV}={start}", *commands]
         result = run_short_command(
-            self.hook.conn, instance_id, commands, execution_timeout_seconds=300,
-            poll_seconds=min(2.0, float(self.poll_interval)), comment=f"sbatch {self.job_name}",
+            self.hook.conn, instance_id, commands, execution_timeout_seconds=SHORT_COMMAND_SECONDS,
+            grace_seconds=SHORT_COMMAND_GRACE_SECONDS, poll_seconds=min(2.0, float(self.poll_interval)),
+            comment=f"sbatch {self.job_name}",
         )
         if result["status"] != "Success":
             raise AirflowException(
@@ -356,8 +361,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
         """One Slurm status query: the result of a job that already COMPLETED (raises for one that ended in a
         failure state), None while it is pending or running (or its state is unknown yet)."""
         result = run_short_command(self.hook.conn, base["submit_host_instance_id"],
-                                   slurm.status_commands(base["job_id"]), execution_timeout_seconds=120,
-                                   poll_seconds=1.0)
+                                   slurm.status_commands(base["job_id"]),
+                                   execution_timeout_seconds=SHORT_COMMAND_SECONDS,
+                                   grace_seconds=SHORT_COMMAND_GRACE_SECONDS, poll_seconds=1.0)
         step = settle_now(slurm_job_step, status_query_response(result), self._step_params(base))
         if step is None or step.action is not None or step.payload.get("reason"):
             return None  # running, pending, unknown: the trigger waits (and acts) from here
@@ -405,7 +411,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
     def _log_tail(self, instance_id: str, log_path: str) -> str:
         try:
             result = run_short_command(self.hook.conn, instance_id, slurm.log_tail_commands(log_path),
-                                       execution_timeout_seconds=60, poll_seconds=1.0)
+                                       execution_timeout_seconds=SHORT_COMMAND_SECONDS,
+                                       grace_seconds=SHORT_COMMAND_GRACE_SECONDS, poll_seconds=1.0)
             return result["stdout"] if result["status"] == "Success" else ""
         except Exception as error:  # the failure message matters more than the log's end
             self.log.warning("Could not read the end of %s: %s", log_path, error)
@@ -510,7 +517,8 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
             ", ".join(arrays), self.cluster_name)
         result = run_short_command(self.hook.conn, instance,
                                    [f"scancel {' '.join(slurm._job_id(a) for a in arrays)}"],
-                                   execution_timeout_seconds=60, poll_seconds=1.0,
+                                   execution_timeout_seconds=SHORT_COMMAND_SECONDS,
+                                   grace_seconds=SHORT_COMMAND_GRACE_SECONDS, poll_seconds=1.0,
                                    comment=f"scancel sweep {self.job_name}")
         if result["status"] != "Success":
             self.log.warning("scancel %s ended %s: %s", " ".join(arrays), result["status"],
@@ -526,7 +534,9 @@ class HyperPodSlurmJobOperator(AwsBaseOperator[WorkstationHook]):
             return ""
         try:
             result = run_short_command(self.hook.conn, self._instance_id, slurm.cancel_commands(job_id),
-                                       execution_timeout_seconds=60, poll_seconds=1.0, comment=f"scancel {job_id}")
+                                       execution_timeout_seconds=SHORT_COMMAND_SECONDS,
+                                       grace_seconds=SHORT_COMMAND_GRACE_SECONDS, poll_seconds=1.0,
+                                       comment=f"scancel {job_id}")
         except Exception as error:  # the failure message matters more than the cancel
             return f" (scancel failed: {error})"
         if result.get("status") != "Success":
