@@ -240,6 +240,22 @@ def _fell_back_and_logged(o: Outcome) -> tuple[bool, Any]:
              "run_evaluation": o.state_of(ids.RUN_EVALUATION)})
 
 
+
+def _cancelled_and_rolled_back(o: Outcome) -> tuple[bool, Any]:
+    """The release's deployment CANCELED; then either the group's rollback (the one other deployment: ACTIVE, robot 1,
+    which ran the release, SUCCEEDED it, the failure says "Rolled back automatically"; robot 2's fault fails every
+    deployment, and it rolls back itself) or, with no earlier release, none (the failure says "No automatic
+    rollback")."""
+    message = o.error(ids.DEPLOY_TO_ROBOTS)
+    if not o.deployments or o.deployments[0]["status"] != "CANCELED" or len(o.deployments) > 2:
+        return False, o.deployments
+    if len(o.deployments) == 1:
+        return "No automatic rollback" in message, (o.deployments, message[-300:])
+    rollback = o.deployments[1]
+    return (rollback["status"] == "ACTIVE" and rollback["devices"].get("sim2real-robot-1") == "SUCCEEDED"
+            and "Rolled back automatically" in message,
+            (o.deployments, message[-300:]))
+
 SCENARIOS: list[Scenario] = [
     Scenario(
         "batch_runnable", "Batch job held RUNNABLE (no capacity); budget runnable_timeout_minutes=1, the job reports "
@@ -309,10 +325,12 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "greengrass_device_fails", "one robot (sim2real-robot-2) fails the deployment (component BROKEN)", "partial deployment",
-        "deploy_to_robots fails naming the device; the deployment is cancelled and the device rolled back",
+        "deploy_to_robots fails naming the device; the deployment is cancelled, the device rolls back itself, and "
+        "robot 1, which ran the release, goes back with the group to the group's earlier release when it has one "
+        "(an earlier scenario of the same sandbox deployed one)",
         all_of(fails_with(ids.DEPLOY_TO_ROBOTS, "sim2real-robot-2", "FAILED"),
-               custom("deployment CANCELED", lambda o: (bool(o.deployments) and all(
-                   d["status"] == "CANCELED" for d in o.deployments), o.deployments))),
+               custom("deployment CANCELED; a rollback to the earlier release, if any, reached robot 1",
+                      _cancelled_and_rolled_back)),
         faults={"greengrass_device_fail": "sim2real-robot-2"},
     ),
     Scenario(
