@@ -268,7 +268,6 @@ def failed_release_rolled_back(op, group_arn, context):
         stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": DEP})
         stub_devices(stub, group_arn, after)
         stub.add_response("get_deployment", {**PREVIOUS, "targetArn": group_arn}, {"deploymentId": "old"})
-        stub.add_response("list_deployments", {"deployments": []}, {"targetArn": group_arn, "historyFilter": "ALL"})
         # the request is the previous release's, as botocore's greengrassv2 model checks it
         stub.add_response("create_deployment", {"deploymentId": RB, "iotJobId": "job-rb"}, {
             "targetArn": group_arn, "deploymentName": "run-1-rollback", "clientToken": f"{DEP}-rollback",

@@ -363,11 +363,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
             message = (f"the robots did not all finish within the deployment timeout of {bound} s ({message}); "
                        f"unfinished devices: {summarize(unfinished) or 'none listed'}")
         deployment_id = base["deployment_id"]
-        try:
-            self.hook.conn.cancel_deployment(deploymentId=deployment_id)
-            cancelled = "cancelled"
-        except Exception as error:  # the failure report matters more
-            cancelled = f"CancelDeployment failed: {error}"
+        cancelled = self._cancel(deployment_id)
         what = "timed out" if status == "timeout" else "failed"
         # What each robot runs now, as it reports it after the cancel (the wait's last reading can be older: a
         # robot seen QUEUED may have failed and rolled back since, one seen IN_PROGRESS may have finished).
@@ -408,6 +404,15 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                    waiter_delay=self.waiter_delay, waiter_max_attempts=self.waiter_max_attempts,
                    deployment_id=rollback["deployment_id"], thing_group_arn=target_arn, thing_names=robots)
 
+    def _cancel(self, deployment_id: str) -> str:
+        """CancelDeployment; ``"cancelled"``, or ``"CancelDeployment failed: <error>"`` (the failure report that
+        follows matters more than the cancel)."""
+        try:
+            self.hook.conn.cancel_deployment(deploymentId=deployment_id)
+        except Exception as error:  # noqa: BLE001 - named in the failure instead
+            return f"CancelDeployment failed: {error}"
+        return "cancelled"
+
     def _devices_after_cancel(self, base: dict[str, Any]) -> tuple[str | None, dict[str, dict[str, Any]]]:
         """The group's ARN and every core device's ListEffectiveDeployments entries (every page), read now
         (``{}`` when they cannot be read)."""
@@ -423,7 +428,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     def _start_rollback(self, deployment_id: str, target_arn: str,
                         responses: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """CreateDeployment of the group's last good release (:func:`last_good_deployment`, its components read
-        with GetDeployment), or the ACTIVE rollback deployment a cleared try already created.
+        with GetDeployment); the request's client token makes a repeated request return the same rollback.
 
         :return: ``{"deployment_id", "deployment_name", "previous_deployment_id", "previous_deployment_name"}``,
             or ``{"error": why}`` when there is no earlier release or the rollback could not be created.
@@ -436,8 +441,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         try:
             request = rollback_request(self.hook.conn.get_deployment(deploymentId=previous["deploymentId"]),
                                        self.deployment_name, deployment_id)
-            existing = self.hook.find_active_deployment(target_arn, request["deploymentName"])
-            rollback_id = (existing or self.hook.conn.create_deployment(**request))["deploymentId"]
+            rollback_id = self.hook.conn.create_deployment(**request)["deploymentId"]
         except Exception as error:  # noqa: BLE001 - named in the failure with both deployments
             return {"error": f"The automatic rollback to {name} ({previous['deploymentId']}) could not be created: "
                              f"{error}"}
@@ -477,11 +481,8 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                 f"had not finished on every robot that ran this release ({robots}) within {bound} s: "
                 f"{summarize(devices) or message}. It stays active (it is the group's release: a robot that comes "
                 f"back applies it); until then the fleet may be mixed. {both}" + advice)
-        try:
-            self.hook.conn.cancel_deployment(deploymentId=rollback_id)
-            cancelled = "it was cancelled"
-        except Exception as error:  # noqa: BLE001 - the failure report matters more
-            cancelled = f"CancelDeployment failed: {error}"
+        cancelled = self._cancel(rollback_id)
+        cancelled = "it was cancelled" if cancelled == "cancelled" else cancelled
         raise AirflowFailException(
             f"{rollback.get('failure')}. The automatic rollback to {back_to} failed too: deployment {rollback_id} "
             f"({name}): {summarize(devices) or message}; {cancelled}. {both}; the fleet may be mixed: read each "
