@@ -308,17 +308,24 @@ def test_a_release_some_robots_ran_is_rolled_back_on_the_whole_group(moto_endpoi
     assert "release the previous approved model package again" not in text  # done: no advice to do it by hand
 
 
-def test_a_rollback_that_fails_too_names_both_deployments_and_is_cancelled(moto_endpoint, group_arn, context):
+def rollback_ends(group_arn, context, status: str, device: dict, cancels: bool) -> str:
+    """The release fails and is rolled back; the rollback's wait ends ``status`` with robot-a's ``device`` report;
+    the task's failure message. ``cancels``: CancelDeployment of the rollback is expected (else a call fails)."""
     op = operator()
     deferred = failed_release_rolled_back(op, group_arn, context)
-    event = {"status": "failure", "deployment_id": RB, "message": "failed on robot-a",
-             "devices": {"robot-a": {"status": "FAILED", "outcome": "failure", "reason": "disk full"}}}
+    event = {"status": status, "deployment_id": RB, "message": "no end after 120 polls", "devices": {"robot-a": device}}
     with Stubber(op.hook.conn) as stub:
-        stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": RB})
+        if cancels:
+            stub.add_response("cancel_deployment", {"message": "SUCCESS"}, {"deploymentId": RB})
         with pytest.raises(AirflowFailException) as err:
             op.rollback_complete(context, event, **deferred.kwargs)
         stub.assert_no_pending_responses()
-    text = str(err.value)
+    return str(err.value)
+
+
+def test_a_rollback_that_fails_too_names_both_deployments_and_is_cancelled(moto_endpoint, group_arn, context):
+    text = rollback_ends(group_arn, context, "failure",
+                         {"status": "FAILED", "outcome": "failure", "reason": "disk full"}, cancels=True)
     assert (f"The automatic rollback to sim2real-run-0 (deployment old) failed too: deployment {RB} (run-1-rollback): "
             "robot-a: FAILED (disk full); it was cancelled") in text
     assert f"Both deployments: {DEP} (this release) and {RB} (the rollback)" in text
@@ -327,15 +334,8 @@ def test_a_rollback_that_fails_too_names_both_deployments_and_is_cancelled(moto_
 def test_a_rollback_not_finished_in_time_stays_the_groups_release(moto_endpoint, group_arn, context):
     """robot-a went offline after running the release: cancelling the rollback would keep it on the failed release
     when it comes back; the rollback stays active (no CancelDeployment is stubbed: a call would fail)."""
-    op = operator()
-    deferred = failed_release_rolled_back(op, group_arn, context)
-    event = {"status": "timeout", "deployment_id": RB, "message": "no end after 120 polls",
-             "devices": {"robot-a": {"status": "QUEUED", "outcome": "retry", "reason": None}}}
-    with Stubber(op.hook.conn) as stub:
-        with pytest.raises(AirflowFailException) as err:
-            op.rollback_complete(context, event, **deferred.kwargs)
-        stub.assert_no_pending_responses()
-    text = str(err.value)
+    text = rollback_ends(group_arn, context, "timeout", {"status": "QUEUED", "outcome": "retry", "reason": None},
+                         cancels=False)
     assert (f"The automatic rollback to sim2real-run-0 (deployment old), deployment {RB} (run-1-rollback), had not "
             "finished on every robot that ran this release (robot-a) within 0 s: robot-a: QUEUED. It stays active") in text
     assert f"Both deployments: {DEP} (this release) and {RB} (the rollback)" in text and "it was cancelled" not in text
