@@ -55,3 +55,45 @@ def test_device_serves_the_deployed_policy(sb: Sandbox, checkpoint: bytes, tmp_p
 def test_device_without_a_policy_in_the_configuration_fails(sb: Sandbox, tmp_path) -> None:
     ok, reason = PolicyDeviceCheck(sb, tmp_path)({"components": {}}, "robot-1")
     assert not ok and "ModelS3Uri/ModelSha256" in reason
+
+
+def _field_deployment(uri: str, sha: str, deployment_id: str) -> dict:
+    """The components both DAGs deploy, the field uploader among them, with the deployment's id."""
+    plan = {"run_key": "dev", "deploy": {"components": {"com.sim2real.PolicySetup": "1.0.0",
+                                                        "com.sim2real.FieldUploader": "1.0.0"}}}
+    return {"deploymentId": deployment_id, "components": deployment_components(
+        plan, {"model_package_arn": "arn:aws:sagemaker:us-east-1:123456789012:model-package/sim2real-policies/1"},
+        {"checkpoint_uri": uri, "sha256": sha})}
+
+
+def test_robots_with_the_field_uploader_report_their_field_episodes(sb: Sandbox, checkpoint: bytes, tmp_path) -> None:
+    """Each robot runs the task in the gap's world and uploads one valid episode per run to
+    field/episodes/<thing>/; the Airflow side's reader accepts them all; an offline robot reports none."""
+    from sim2real.dev.sandbox.device import FieldWork
+    from sim2real.dev.sandbox.field_robot import NAMED_GAPS
+    from sim2real.orchestration.field import collect_field_episodes, field_summary
+
+    sb.client("s3").put_object(Bucket=BUCKET, Key="runs/dev/checkpoints/agent_000001.pt", Body=checkpoint)
+    uri, sha = f"s3://{BUCKET}/runs/dev/checkpoints/agent_000001.pt", hashlib.sha256(checkpoint).hexdigest()
+    check = PolicyDeviceCheck(sb, tmp_path, FieldWork(task_id="Reacher-v5", episodes=4, bucket=BUCKET,
+                                                      gap=NAMED_GAPS["severe"]))
+    sb.faults["field_offline"] = ["robot-3"]
+    started = "2000-01-01T00:00:00Z"
+    for thing in ("robot-1", "robot-2", "robot-3"):
+        ok, reason = check(_field_deployment(uri, sha, "d-canary"), thing)
+        assert ok, reason
+    for thread in check.field_threads:
+        thread.join(timeout=120)
+    # a deployment without the uploader: the robot reports nothing (it has no way to)
+    ok, _ = check(_deployment(uri, sha), "robot-4")
+    assert ok and len(check.field_threads) == 3
+    got = collect_field_episodes(sb.client("s3"), BUCKET, "", model_version=sha, deployment_ids=["d-canary"],
+                                 thing_names=["robot-1", "robot-2", "robot-3"], not_before=started,
+                                 not_after="2100-01-01T00:00:00Z")
+    assert sorted({e["thing_name"] for e in got.accepted}) == ["robot-1", "robot-2"] and len(got.accepted) == 8
+    assert sum(got.refused.values()) == 0
+    summary = field_summary(got.accepted)[sha]
+    assert summary["n"] == 8 and sorted(summary["robots"]) == ["robot-1", "robot-2"]
+    assert sb.events.find("greengrass", "field", thing="robot-3")[0].message.endswith("offline: no field episode")
+    ran = sb.events.find("greengrass", "field", thing="robot-1")[0]
+    assert ran.data["episodes"] == 4 and ran.data["uploaded"] == 4

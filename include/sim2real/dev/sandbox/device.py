@@ -9,17 +9,26 @@ component that carries one), then, as the real components would on a Jetson:
 2. inference: serves the ONNX policy with the ZMQ policy server on a free loopback port and
    checks ``ping`` and one ``get_action`` (``sim2real.edge.device_check.check_policy_endpoint``).
 
-The device reports SUCCEEDED only when both work.
+The device reports SUCCEEDED only when both work. With :class:`FieldWork` given, a device whose deployment includes
+``com.sim2real.FieldUploader`` then works in the field as a robot would: it runs episodes of the real MuJoCo task
+with the deployed policy in a world with a domain gap (:mod:`sim2real.dev.sandbox.field_robot`), spools each summary
+and uploads it to the artifacts bucket (``field/episodes/<thing>/<episode_id>.json``), in a thread of its own; a
+thing named in the sandbox fault ``field_offline`` runs none (a robot offline for the canary window).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim2real.dev.sandbox._core import PREFIX, log
+from sim2real.dev.sandbox._core import PREFIX, log, safe_thread
+from sim2real.dev.sandbox.field_robot import DomainGap
+
+#: The component a robot needs to report field episodes (its recipe uploads the spool).
+FIELD_UPLOADER = "com.sim2real.FieldUploader"
 
 
 def _merge_config(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -32,17 +41,33 @@ def _merge_config(deployment: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+@dataclass(frozen=True)
+class FieldWork:
+    """What the emulated robots do after a deployment: ``episodes`` episodes of ``task_id`` each, in ``gap``'s world,
+    uploaded to ``bucket``; robot ``i`` (in the order the things were deployed to) seeds from ``seed + 1000 * i``."""
+
+    task_id: str
+    episodes: int
+    bucket: str
+    gap: DomainGap = field(default_factory=DomainGap)
+    seed: int = 50_000
+
+
 class PolicyDeviceCheck:
     """``device_check(deployment, thing_name) -> (ok, reason)`` for ``Sandbox(device_check=...)``.
 
     :param sandbox: the running sandbox (its S3 endpoint serves the checkpoint).
     :param work_dir: per-device component work folders are created under it.
+    :param field_work: what the robots do in the field after a successful deployment (``None``: nothing).
     """
 
-    def __init__(self, sandbox: Any, work_dir: str | Path):
+    def __init__(self, sandbox: Any, work_dir: str | Path, field_work: FieldWork | None = None):
         self.sandbox = sandbox
         self.work_dir = Path(work_dir)
+        self.field_work = field_work
         self._lock = threading.Lock()  # two devices export one at a time (2 cores)
+        self._robots: list[str] = []
+        self.field_threads: list[threading.Thread] = []
 
     def __call__(self, deployment: dict[str, Any], thing: str) -> tuple[bool, str]:
         from sim2real.edge.device_check import check_policy_endpoint
@@ -64,5 +89,35 @@ class PolicyDeviceCheck:
         ok, reason, details = check_policy_endpoint(onnx_path)
         log.info("%s greengrass: device %s served the RL policy %s (from %s): %s %s",
                  PREFIX, thing, onnx_path, uri, reason, details.get("action_shapes"))
+        if ok and self.field_work is not None and FIELD_UPLOADER in (deployment.get("components") or {}):
+            self.field_threads.append(safe_thread(self._field, f"field-{thing}", deployment, thing, onnx_path, config))
         return ok, ("com.sim2real.PolicyInference: " + reason)
+
+    def _field(self, deployment: dict[str, Any], thing: str, onnx_path: str, config: dict[str, Any]) -> None:
+        """One robot's field work for one deployment: run the episodes, spool them, upload the spool."""
+        from sim2real.dev.sandbox.field_robot import run_field_episodes
+        from sim2real.edge.field_recorder import FieldRecorder, upload_spool
+
+        work = self.field_work
+        if thing in set(self.sandbox.faults.get("field_offline") or []):
+            self.sandbox.events.emit("greengrass", "field", f"robot {thing} is offline: no field episode",
+                                     thing=thing, deployment_id=deployment.get("deploymentId"))
+            return
+        with self._lock:
+            if thing not in self._robots:
+                self._robots.append(thing)
+            index = self._robots.index(thing)
+        spool = self.work_dir / thing / "field-spool"
+        recorder = FieldRecorder(
+            spool, thing_name=thing, model_version=config["ModelSha256"],
+            deployment_id=deployment["deploymentId"], model_package_arn=config.get("ModelPackageArn"),
+            component_versions={n: c.get("componentVersion") for n, c in deployment["components"].items()})
+        outcomes = run_field_episodes(model_path=onnx_path, task_id=work.task_id, episodes=work.episodes,
+                                      seed=work.seed + 1000 * index, gap=work.gap, recorder=recorder)
+        result = upload_spool(self.sandbox.client("s3", internal=True), spool, work.bucket, thing_name=thing)
+        self.sandbox.events.emit(
+            "greengrass", "field", f"robot {thing} ran {len(outcomes)} field episode(s) of {work.task_id} "
+            f"({sum(outcomes)} succeeded) with deployment {deployment['deploymentId']}; uploaded "
+            f"{len(result.uploaded)}", thing=thing, deployment_id=deployment["deploymentId"],
+            episodes=len(outcomes), successes=sum(outcomes), uploaded=len(result.uploaded))
 
