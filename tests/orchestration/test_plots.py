@@ -183,3 +183,31 @@ def test_bad_threshold_or_metric_is_refused():
         plots.eval_outcome_png(report(), run_key=RUN_KEY, threshold=15)
     with pytest.raises(ValueError, match="gate_metric must be"):
         plots.eval_outcome_png(report(), run_key=RUN_KEY, threshold=0.1, gate_metric="mean_return")
+
+
+def test_sim_vs_field_draws_both_rates_their_intervals_the_gap_and_each_robot():
+    from sim2real.orchestration.field import field_summary
+
+    sim = {"success_rate": 0.9, "ci95": list(wilson_interval(90, 100)), "successes": 90, "episodes": 100}
+    docs = [{"model_version": "v", "thing_name": t, "outcome": {"success": s}, "interventions": 0,
+             "action_latency_ms": {"p95": 2.0, "max": 3.0}}
+            for t, wins in (("robot-1", 6), ("robot-2", 3)) for s in [True] * wins + [False] * (10 - wins)]
+    field = field_summary(docs)["v"]
+    fig = plots.sim_vs_field_figure(sim, field, run_key=RUN_KEY, field_threshold=0.5)
+    ax = fig.axes[0]
+    assert [list(ln.get_ydata()) for ln in ax.lines[:1]] == [[0.9]]
+    segments = [seg for c in ax.collections for seg in c.get_segments()]
+    assert [[y for _, y in seg] for seg in segments] == [pytest.approx(list(wilson_interval(90, 100))),
+                                                         pytest.approx(list(wilson_interval(9, 20)))]
+    robots = sorted(list(ln.get_ydata()) for ln in ax.lines if ln.get_color() == "#7f7f7f")
+    assert robots == [[0.3], [0.6]]
+    texts = [t.get_text() for t in ax.texts]
+    assert "gap -45.0 pp" in texts and "robot-1" in texts and any("9/20 episodes" in t for t in texts)
+    assert [list(ln.get_ydata()) for ln in ax.lines if ln.get_linestyle() == "--"] == [[0.5, 0.5]]
+    png = plots.sim_vs_field_png(sim, field, run_key=RUN_KEY, field_threshold=0.5)
+    assert png_size(png) == plots.SIM_VS_FIELD_SIZE and png == plots.sim_vs_field_png(sim, field, run_key=RUN_KEY,
+                                                                                       field_threshold=0.5)
+    with pytest.raises(ValueError, match="no field episode"):
+        plots.sim_vs_field_png(sim, {"n": 0}, run_key=RUN_KEY)
+    with pytest.raises(ValueError, match="simulation: success rate 0.2 is outside"):
+        plots.sim_vs_field_png({**sim, "success_rate": 0.2}, field, run_key=RUN_KEY)

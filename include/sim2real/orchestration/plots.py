@@ -8,6 +8,8 @@
   against the quality gate's threshold, and each episode's return coloured by its outcome.
 * :func:`round_success_png` draws the success rate and Wilson 95 % interval of each retraining round
   against the gate's threshold (lineage ``rounds``).
+* :func:`sim_vs_field_png` draws the simulation's success rate beside the robots' field success rate of the same
+  model, each with its Wilson 95 % interval, the gap between them, and each robot's own rate.
 
 Figures are drawn with matplotlib's Agg canvas (no display, no pyplot global state) at a fixed size
 and DPI, without the PNG ``Software`` tag: the same data gives the same bytes for one matplotlib
@@ -38,6 +40,7 @@ DPI = 100
 TRAINING_CURVE_SIZE = (800, 450)
 EVAL_OUTCOME_SIZE = (1000, 450)
 ROUND_SUCCESS_SIZE = (800, 450)
+SIM_VS_FIELD_SIZE = (800, 450)
 
 _SUCCESS_COLOR = "#2ca02c"
 _FAILURE_COLOR = "#d62728"
@@ -389,4 +392,62 @@ def round_success_figure(rounds: Mapping[str, Any], *, run_key: str, threshold: 
     ax.set_ylabel("success rate (fraction of episodes), Wilson 95% CI")
     ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"Success rate per round\nrun {run_key}", fontsize=10)
+    return fig
+
+
+def sim_vs_field_png(sim: Mapping[str, Any], field: Mapping[str, Any], *, run_key: str,
+                     field_threshold: float | None = None) -> bytes:
+    """PNG (:data:`SIM_VS_FIELD_SIZE` pixels) of :func:`sim_vs_field_figure`."""
+    return _png(sim_vs_field_figure(sim, field, run_key=run_key, field_threshold=field_threshold))
+
+
+def sim_vs_field_figure(sim: Mapping[str, Any], field: Mapping[str, Any], *, run_key: str,
+                        field_threshold: float | None = None):
+    """The matplotlib ``Figure`` of the sim-to-real gap of one model.
+
+    Left, the simulation: the evaluation's success rate with its Wilson 95 % interval (``sim``: the evaluation
+    report's ``success_rate``, ``ci95``, ``successes``, ``episodes``). Right, the field: the robots' success rate
+    with its interval (``field``: one model version of :func:`sim2real.orchestration.field.field_summary`: ``rate``,
+    ``ci95``, ``successes``, ``n``, ``robots``), and each robot's own rate as a small grey point. The gap (field
+    minus simulation, in percentage points) is written between them; the field threshold, when given, dashed.
+
+    :raises ValueError: a rate outside its interval, no field episode, ``field_threshold`` outside [0, 1].
+    """
+    if field_threshold is not None and not 0.0 <= field_threshold <= 1.0:
+        raise ValueError(f"field_threshold must be a success rate in [0, 1], got {field_threshold!r}")
+    if not field.get("n"):
+        raise ValueError("no field episode to draw")
+    points = [("simulation", float(sim["success_rate"]), sim["ci95"], sim["successes"], sim["episodes"]),
+              ("field (robots)", float(field["rate"]), field["ci95"], field["successes"], field["n"])]
+    for name, rate, (lo, hi), _, _ in points:
+        if not lo <= rate <= hi:
+            raise ValueError(f"{name}: success rate {rate} is outside its interval {[lo, hi]}")
+
+    fig = _figure(SIM_VS_FIELD_SIZE)
+    ax = fig.subplots()
+    for x, (_, rate, (lo, hi), successes, n) in enumerate(points):
+        color = "#1f77b4" if x == 0 else "#ff7f0e"
+        ax.errorbar([x], [rate], yerr=[[rate - lo], [hi - rate]], fmt="o", capsize=10, markersize=9, color=color)
+        ax.annotate(f"{rate:.3f}  [{lo:.3f}, {hi:.3f}]\n{successes}/{n} episodes", (x, rate),
+                    textcoords="offset points", xytext=(14, -6), fontsize=8)
+    robots = field.get("robots") or {}
+    for i, (thing, r) in enumerate(sorted(robots.items())):
+        if r.get("n"):
+            x = 1 - 0.25 + 0.5 * (i + 1) / (len(robots) + 1)
+            ax.plot([x], [r["successes"] / r["n"]], "o", color="#7f7f7f", markersize=4)
+            ax.annotate(thing, (x, r["successes"] / r["n"]), textcoords="offset points", xytext=(0, -11),
+                        fontsize=6, ha="center", color="#7f7f7f")
+    gap = (points[1][1] - points[0][1]) * 100.0
+    ax.annotate(f"gap {gap:+.1f} pp", (0.5, (points[0][1] + points[1][1]) / 2), ha="center", fontsize=10,
+                fontweight="bold")
+    if field_threshold is not None:
+        ax.axhline(field_threshold, color="black", linestyle="--", linewidth=1,
+                   label=f"field threshold: CI lower bound ≥ {field_threshold:.3f}")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlim(-0.5, 1.6)
+    ax.set_xticks([0, 1], [p[0] for p in points])
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_ylabel("success rate (fraction of episodes), Wilson 95% CI")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"Simulation vs field, one model\nrun {run_key}", fontsize=10)
     return fig
