@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.dev.sandbox.field_robot import NAMED_GAPS
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # include/sim2real/dev/<module>.py -> repository root
 
@@ -44,6 +45,9 @@ DEFAULT_SEED, DEFAULT_EVAL_SEED = 3, 2000
 #: safety bound, far above what even a loaded 2-core laptop needs (100 iterations: ~70 s quiet, ~15 min with two
 #: CPU-bound processes and other work beside it). Passed as run conf (the form's fields), ``--conf`` still wins.
 DEMO_TRAINING = {"max_iterations": 100, "train_time_budget_seconds": 1800}
+#: What each emulated robot does after a deployment: this many episodes of the run's task in this world
+#: (:data:`sim2real.dev.sandbox.field_robot.NAMED_GAPS`).
+DEMO_FIELD_GAP, DEMO_FIELD_EPISODES = "mild", 20
 #: ``--sweep``: this many candidates, all training at once (``sweep_max_parallel``), on the form's training size.
 SWEEP_CANDIDATES = 3
 
@@ -56,6 +60,14 @@ def sweep_conf(seed: int, candidates: int = SWEEP_CANDIDATES) -> dict[str, Any]:
 def demo_conf(seed: int, eval_seed: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The demo's run conf: the seeds, :data:`DEMO_TRAINING`, then ``extra`` (``--conf``) over them."""
     return {"seed": seed, "eval_seed": eval_seed, **DEMO_TRAINING, **(extra or {})}
+
+
+def _count(text: str) -> int:
+    """An integer >= 0 (argparse type)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -79,6 +91,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--fail-candidate", type=int, action="append", default=[], metavar="I",
                     help="with --sweep: candidate c<I>'s Batch job fails (the sandbox's batch_fail_job_names_ending "
                     "fault); repeatable. The run still releases the best survivor (sweep_min_candidates)")
+    ap.add_argument("--field-gap", choices=sorted(NAMED_GAPS), default=DEMO_FIELD_GAP,
+                    help="the emulated robots' world after a deployment (sim2real.dev.sandbox.field_robot): "
+                         f"'none' as simulated, 'mild' a gap a good policy tolerates, 'severe' one it does not "
+                         f"(default {DEMO_FIELD_GAP}); each robot runs --field-episodes episodes and uploads them")
+    ap.add_argument("--field-episodes", type=_count, default=DEMO_FIELD_EPISODES,
+                    help=f"field episodes each robot runs after each deployment (default {DEMO_FIELD_EPISODES})")
     ap.add_argument("--step-seconds", type=float, default=0.3,
                     help="seconds between the sandbox's emulated status steps (default 0.3, paced for reading the "
                          "log; the end-to-end tests use 0.05)")
@@ -338,10 +356,16 @@ def main(argv: list[str] | None = None) -> int:
         env_config = sandbox.provision(**({"max_vcpus": 48 * SWEEP_CANDIDATES} if args.sweep else {}))
         if args.fail_candidate:  # those candidates' jobs fail as a lost instance would
             sandbox.faults["batch_fail_job_names_ending"] = [f"-c{i}" for i in args.fail_candidate]
-        from sim2real.dev.sandbox.device import PolicyDeviceCheck
+        from sim2real.dev.sandbox.device import FieldWork, PolicyDeviceCheck
 
-        # The emulated robots run the real setup component and policy server on the deployed policy.
-        sandbox.greengrass.device_check = PolicyDeviceCheck(sandbox, home / "greengrass-devices")
+        # The emulated robots run the real setup component and policy server on the deployed policy, then the
+        # run's task in the field (--field-gap's world) and upload each episode as real robots do.
+        from sim2real.orchestration.stages import train
+
+        task = conf.get("task", train.params()["task"].value)  # the run's task (the form's default unless given)
+        field_work = FieldWork(task_id=task, episodes=args.field_episodes,
+                               bucket=env_config["artifacts_bucket"], gap=NAMED_GAPS[args.field_gap])
+        sandbox.greengrass.device_check = PolicyDeviceCheck(sandbox, home / "greengrass-devices", field_work)
         print(f"[demo] sandbox at {sandbox.endpoint_url}; provisioned bucket {env_config['artifacts_bucket']}, "
               f"job queue {env_config['batch']['job_queue']}, thing group {env_config['greengrass']['thing_group_name']}")
         prepare_airflow_home(home, sandbox.airflow_env())

@@ -108,3 +108,15 @@ def test_custom_device_check_and_stuck_cancel(sb: Sandbox) -> None:
         if e["deploymentId"] == deployment_id))
     gg.cancel_deployment(deploymentId=deployment_id)
     assert set(_outcomes(sb, deployment_id).values()) == {"CANCELED"}
+
+
+def test_the_canary_group_holds_robot_1_which_stays_in_the_fleet_group(sb: Sandbox) -> None:
+    from sim2real.dev.sandbox.provision import CANARY_THING_GROUP
+
+    iot, gg = sb.client("iot"), sb.client("greengrassv2")
+    assert iot.list_things_in_thing_group(thingGroupName=CANARY_THING_GROUP)["things"] == ["sim2real-robot-1"]
+    assert sorted(iot.list_things_in_thing_group(thingGroupName=GROUP)["things"]) == ["sim2real-robot-1",
+                                                                                      "sim2real-robot-2"]
+    canary = f"arn:aws:iot:{sb.region}:{sb.account_id}:thinggroup/{CANARY_THING_GROUP}"
+    devices = gg.list_core_devices(thingGroupArn=canary)["coreDevices"]
+    assert [d["coreDeviceThingName"] for d in devices] == ["sim2real-robot-1"]

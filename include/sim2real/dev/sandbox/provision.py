@@ -91,6 +91,10 @@ def approval_section(approvers: list[str] | None = None) -> dict[str, Any]:
     return {"approvers": list(approvers), "aws_identities": {}, "self_approval": not approvers}
 
 
+#: The sandbox's canary thing group: robot 1 (``sim2real-robot-1``), also in the fleet group ``sim2real-robots``.
+CANARY_THING_GROUP = "sim2real-robots-canary"
+
+
 def provision(
     sandbox: Sandbox,
     *,
@@ -236,12 +240,18 @@ def provision(
     iot = c("iot")
     thing_group = "sim2real-robots"
     iot.create_thing_group(thingGroupName=thing_group)
+    # The canary group: the first robot, also a member of the fleet group (a release goes to it first).
+    iot.create_thing_group(thingGroupName=CANARY_THING_GROUP)
     things = []
     for i in range(1, robots + 1):
         thing = f"sim2real-robot-{i}"
         iot.create_thing(thingName=thing)
         iot.add_thing_to_thing_group(thingGroupName=thing_group, thingName=thing)
-        sandbox.greengrass.register_core_device(thing, [thing_group])
+        groups = [thing_group]
+        if i == 1:
+            iot.add_thing_to_thing_group(thingGroupName=CANARY_THING_GROUP, thingName=thing)
+            groups.append(CANARY_THING_GROUP)
+        sandbox.greengrass.register_core_device(thing, groups)
         things.append(thing)
     recipes = _load_recipes(root)
     versions: dict[str, str] = {}
@@ -309,7 +319,8 @@ def provision(
     sandbox.events.emit(
         "sandbox", "provisioned",
         f"provisioned bucket {bucket}, Batch {ce_name}/{queue_name}/{jd_name}, workstation {instance}, "
-        f"pipeline {pipeline_name}, thing group {thing_group} ({', '.join(things)})",
+        f"pipeline {pipeline_name}, thing group {thing_group} ({', '.join(things)}), canary group "
+        f"{CANARY_THING_GROUP} ({things[0]})",
     )
     return config
 
