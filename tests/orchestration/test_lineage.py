@@ -157,3 +157,51 @@ def test_after_a_reattach_the_training_row_shows_the_jobs_running_time():
     bare = build_lineage(run_key="k-1", dag_id="sim_to_real", run_id="r", params={}, plan={"backend": "batch"},
                          training={"job_id": "j-1", "started_at": None, "stopped_at": None}, task_states=tasks)
     assert "job_duration_s" not in bare["tasks"][ids.BATCH_TRAIN_POLICY]
+
+
+def _canary_verdict(decision: str = "promote", **over) -> dict:
+    """The canary task's XCom ``canary_verdict`` (CanaryVerdictOperator), 25 of 40 field episodes on 2 robots."""
+    return {"decision": decision, "message": "field success rate 0.625 [0.470, 0.758] over 40 episodes",
+            "rate": 0.625, "ci95": [0.470, 0.758], "n": 40, "successes": 25, "threshold": 0.5, "min_episodes": 20,
+            "robots": {"robot-1": {"n": 20, "successes": 14, "interventions": 0},
+                       "robot-2": {"n": 20, "successes": 11, "interventions": 1}},
+            "silent": [], "refused": {"malformed": 1, "duplicated": 0, "foreign": 2, "early": 0, "late": 0},
+            "refusals": [["field/episodes/robot-1/x.json", "malformed", "not JSON"]],
+            "window": {"start": "2026-12-04T10:00:00Z", "end": "2026-12-04T11:00:00Z"}, "deployment_id": "d-1",
+            "model_version": "a" * 64, **over}
+
+
+def test_the_field_entry_sets_the_robots_beside_the_simulation_with_the_gap():
+    from sim2real.orchestration.lineage import lineage_errors
+    from sim2real.orchestration.run_note import render_run_note
+    from sim2real.orchestration.tracking import headline_metrics
+
+    evaluation = {"success_rate": 0.97, "ci95": [0.915, 0.99], "successes": 97, "episodes": 100}
+    lineage = build_lineage(run_key="k", dag_id="d", run_id="r", params={}, evaluation=evaluation,
+                            field=_canary_verdict())
+    field = lineage["field"]
+    assert field["field"] == {"success_rate": 0.625, "ci95": [0.47, 0.758], "successes": 25, "episodes": 40}
+    assert field["simulation"] == evaluation and field["gap_pp"] == -34.5 and field["decision"] == "promote"
+    assert [e for e in lineage_errors(lineage) if e.startswith("field")] == []
+    markdown = render_markdown(lineage)
+    assert "| simulation | 0.970 | [0.915, 0.990] | 97/100 |" in markdown
+    assert "| field (robots) | 0.625 | [0.470, 0.758] | 25/40 |" in markdown
+    assert "Gap (field − simulation): -34.5 percentage points." in markdown
+    assert "| robot-2 | 20 | 11 | 1 |" in markdown and "Refused field episode objects: foreign 2, malformed 1." in markdown
+    note = render_run_note(lineage)
+    assert ("**Field (canary, 2 robots):** 0.625 [0.470, 0.758], 25/40 episodes vs simulation 0.970: gap -34.5 pp; "
+            "promoted to the fleet (threshold 0.500 on the lower bound).") in note
+    metrics = headline_metrics(lineage)
+    assert {k: metrics[k] for k in metrics if k.startswith(("field", "sim_to", "canary"))} == {
+        "field_success_rate": 0.625, "field_ci95_lower": 0.47, "field_ci95_upper": 0.758, "field_episodes": 40.0,
+        "sim_to_real_gap_pp": -34.5, "canary_promoted": 1.0}
+    # rolled back, a silent robot, no evaluation: said so, no gap invented
+    silent = build_lineage(run_key="k", dag_id="d", run_id="r", params={}, field=_canary_verdict(
+        "roll_back", rate=None, ci95=[0.0, 1.0], n=0, successes=0, robots={}, silent=["robot-1"]))
+    assert silent["field"]["gap_pp"] is None and silent["field"]["simulation"] is None
+    assert "| robot-1 | 0 (silent) | — | — |" in render_markdown(silent)
+    assert "no episode; NOT promoted, canary rolled back" in render_run_note(silent)
+    assert headline_metrics(silent)["canary_promoted"] == 0.0
+    # no canary: no entry
+    assert build_lineage(run_key="k", dag_id="d", run_id="r", params={},
+                         field={"decision": "no_canary"})["field"] is None

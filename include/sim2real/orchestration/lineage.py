@@ -116,7 +116,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   mlflow: Mapping[str, Any] | None = None,
                   approval: Mapping[str, Any] | None = None,
                   sweep: Mapping[str, Any] | None = None,
-                  rounds: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  rounds: Mapping[str, Any] | None = None,
+                  field: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -142,10 +143,12 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         ``training`` when that is ``None``. ``None``: no sweep (or it did not finish).
     :param rounds: the retraining rounds (:func:`sim2real.orchestration.stages.rounds.lineage_entry`): this run's
         round and the success rate of every round so far; ``None``: not known.
+    :param field: the canary's verdict with its evidence (the canary task's XCom ``canary_verdict``,
+        :class:`sim2real.orchestration.operators.canary.CanaryVerdictOperator`); ``None``: no canary.
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
         "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow", "approval",
-        "candidates", "sweep", "rounds"}`` where ``candidates`` lists every candidate the run trained
-        (:func:`candidate_entries`; one without a sweep), ``sweep`` is ``{"rule", "winner", "candidate",
+        "candidates", "sweep", "rounds", "field"}`` where ``field`` is :func:`field_entry`, ``candidates`` lists
+        every candidate the run trained (:func:`candidate_entries`; one without a sweep), ``sweep`` is ``{"rule", "winner", "candidate",
         "max_parallel"}`` or ``None``, ``rounds`` the retraining rounds' entry or ``None``, and ``chain`` is the
         one-line lineage (image digest → training job (Batch job, or Slurm job on the HyperPod cluster) →
         checkpoint sha256 → success rate → execution → package → deployment).
@@ -209,7 +212,38 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                    "survivors": sweep.get("survivors"), "failed": list(sweep.get("failed") or [])}
                   if sweep else None),
         "rounds": dict(rounds) if rounds else None,
+        "field": field_entry(field, evaluation),
     }
+
+
+def field_entry(verdict: Mapping[str, Any] | None, evaluation: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The lineage ``field`` entry: the canary robots' field success rate beside the simulation's, and the gap.
+
+    :param verdict: the canary's verdict and evidence (``decision``, ``message``, ``rate``, ``ci95``, ``n``,
+        ``successes``, ``threshold``, ``min_episodes``, ``robots``, ``silent``, ``refused``, ``window``,
+        ``deployment_id``, ``model_version``); ``None`` or ``decision`` ``no_canary``: no entry.
+    :param evaluation: the evaluation report (``success_rate``, ``ci95``, ``successes``, ``episodes``); ``None``:
+        the simulation side is ``null``.
+    :return: ``{"decision", "message", "field": {"success_rate", "ci95", "successes", "episodes"}, "simulation":
+        the same or None, "gap_pp": field minus simulation in percentage points (one decimal) or None, "threshold",
+        "min_episodes", "robots", "silent", "refused", "window", "deployment_id", "model_version"}``, or ``None``.
+    """
+    if not verdict or verdict.get("decision") in (None, "no_canary"):
+        return None
+    field = {"success_rate": verdict.get("rate"), "ci95": list(verdict.get("ci95") or [0.0, 1.0]),
+             "successes": int(verdict.get("successes") or 0), "episodes": int(verdict.get("n") or 0)}
+    simulation = None
+    if evaluation and evaluation.get("success_rate") is not None:
+        simulation = {"success_rate": evaluation["success_rate"], "ci95": list(evaluation.get("ci95") or [0.0, 1.0]),
+                      "successes": int(evaluation.get("successes") or 0), "episodes": int(evaluation["episodes"])}
+    gap = (round((field["success_rate"] - simulation["success_rate"]) * 100.0, 1)
+           if simulation and field["success_rate"] is not None else None)
+    return {"decision": verdict["decision"], "message": str(verdict.get("message") or ""), "field": field,
+            "simulation": simulation, "gap_pp": gap, "threshold": verdict.get("threshold"),
+            "min_episodes": verdict.get("min_episodes"), "robots": dict(verdict.get("robots") or {}),
+            "silent": list(verdict.get("silent") or []), "refused": dict(verdict.get("refused") or {}),
+            "window": dict(verdict.get("window") or {}), "deployment_id": verdict.get("deployment_id"),
+            "model_version": verdict.get("model_version")}
 
 
 #: The training task whose result is the job a backend ran (``training``), and how its job is named.
@@ -325,7 +359,8 @@ def _mlflow_entry(tracking: Mapping[str, Any] | None,
 
 #: The report's pictures: lineage ``figures`` key → title (Markdown, links).
 FIGURES = {"training_curve": "Training curve", "eval_outcome": "Evaluation outcome",
-           "round_success": "Success rate per round"}  # the last: only drawn when max_rounds > 1
+           "round_success": "Success rate per round",  # only drawn when max_rounds > 1
+           "sim_vs_field": "Simulation vs field"}  # only drawn when a canary judged field episodes
 
 
 def figure_entry(*, uri: str | None = None, source: str | None = None, points: int | None = None,
@@ -492,6 +527,35 @@ def round_lines(rounds: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
+def field_lines(field: Mapping[str, Any] | None) -> list[str]:
+    """Markdown of the lineage ``field`` entry: the canary's verdict, the field and simulation success rates side by
+    side with the gap, each canary robot's episodes, and the refused objects; nothing without a canary."""
+    if not field:
+        return []
+    f, sim = field["field"], field.get("simulation")
+
+    def rate(side: Mapping[str, Any] | None) -> str:
+        if not side or side.get("success_rate") is None:
+            return "— | — | —"
+        lo, hi = side["ci95"]
+        return f"{side['success_rate']:.3f} | [{lo:.3f}, {hi:.3f}] | {side['successes']}/{side['episodes']}"
+
+    gap = "unknown" if field.get("gap_pp") is None else f"{field['gap_pp']:+.1f} percentage points"
+    out = ["", "## Field", "", f"Canary deployment `{field.get('deployment_id')}`, window {field['window'].get('start')} "
+           f"→ {field['window'].get('end')}: **{field['decision']}** — {field['message']}", "",
+           "| | success rate | 95% CI | successes/episodes |", "|---|---|---|---|",
+           f"| simulation | {rate(sim)} |", f"| field (robots) | {rate(f)} |", "", f"Gap (field − simulation): {gap}."]
+    robots = field.get("robots") or {}
+    if robots or field.get("silent"):
+        out += ["", "| robot | episodes | successes | interventions |", "|---|---|---|---|"]
+        out += [f"| {t} | {r.get('n')} | {r.get('successes')} | {r.get('interventions')} |" for t, r in robots.items()]
+        out += [f"| {t} | 0 (silent) | — | — |" for t in field.get("silent") or []]
+    refused = {k: v for k, v in (field.get("refused") or {}).items() if v}
+    if refused:
+        out += ["", "Refused field episode objects: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())) + "."]
+    return out
+
+
 def render_markdown(lineage: Mapping[str, Any]) -> str:
     """Markdown summary of a lineage document: the chain, the report's pictures (embedded with a link
     relative to ``lineage.md``, or why each is missing), then each task's state and duration."""
@@ -508,6 +572,7 @@ def render_markdown(lineage: Mapping[str, Any]) -> str:
     if gate:
         lines += ["", f"Quality gate: **{'passed' if gate.get('passed') else 'failed'}** — {gate.get('reason', '')}"]
     lines += round_lines(lineage.get("rounds"))
+    lines += field_lines(lineage.get("field"))
     figures = lineage.get("figures")
     if figures:
         lines += ["", "## Figures", ""]

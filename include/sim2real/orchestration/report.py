@@ -177,6 +177,7 @@ FIGURE_KEYS = {
     "training_curve": "report/training_curve.png",
     "eval_outcome": "report/eval_outcome.png",
     "round_success": "report/round_success.png",
+    "sim_vs_field": "report/sim_vs_field.png",
 }
 
 
@@ -246,11 +247,30 @@ def draw_round_success(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: 
     return png, "lineage rounds", len(rounds["rounds"])
 
 
+def draw_sim_vs_field(plan: Mapping[str, Any], parts: Mapping[str, Any], hook: Any) -> tuple[bytes, str, int]:
+    """Simulation vs field of the released model: ``(png, "canary field episodes", field episodes)`` (only drawn
+    for a run with a canary, :func:`write_figures`).
+
+    :raises FigureSkipped: the canary gave no verdict, no field episode was accepted, or there is no evaluation.
+    """
+    verdict, evaluation = parts.get("field") or {}, parts.get("evaluation")
+    if not verdict.get("n"):
+        raise FigureSkipped("no field episode was judged (the canary did not run or its robots reported none)"
+                            if verdict else "the canary gave no verdict (it did not run or did not finish)")
+    if not evaluation:
+        raise FigureSkipped("no evaluation report to set the field beside")
+    field = {"rate": verdict["rate"], "ci95": verdict["ci95"], "successes": verdict["successes"], "n": verdict["n"],
+             "robots": verdict.get("robots") or {}}
+    png = plots.sim_vs_field_png(evaluation, field, run_key=plan["run_key"], field_threshold=verdict.get("threshold"))
+    return png, f"canary {verdict.get('deployment_id')} field episodes", int(verdict["n"])
+
+
 #: lineage ``figures`` key → function ``(plan, parts, s3_hook) -> (png, source, points)``.
 FIGURE_DRAWERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any], Any], tuple[bytes, str, int]]] = {
     "training_curve": draw_training_curve,
     "eval_outcome": draw_eval_outcome,
     "round_success": draw_round_success,  # only with max_rounds > 1
+    "sim_vs_field": draw_sim_vs_field,  # only with a canary
 }
 
 
@@ -274,6 +294,8 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
     for name, draw in FIGURE_DRAWERS.items():
         if name == "round_success" and int(_get(plan, "rounds", "max_rounds") or 1) <= 1:
             continue  # a run without retraining rounds has no such picture
+        if name == "sim_vs_field" and not _get(plan, "deploy", "canary_thing_group_name"):
+            continue  # a run without a canary has no field episodes to draw
         key = f"{prefix}{FIGURE_KEYS[name]}"
         try:
             png, source, points = draw(plan, parts, hook)
@@ -379,6 +401,8 @@ def note_links(plan: Mapping[str, Any], lineage: Mapping[str, Any], endpoint_url
     for name, title in FIGURES.items():
         key = FIGURE_KEYS[name]
         drawn = bool(((lineage.get("figures") or {}).get(name) or {}).get("uri"))
+        if not drawn and name not in (lineage.get("figures") or {}):
+            continue  # not a picture of this run (rounds, canary)
         links[title] = obj(f"{prefix}{key}") if drawn else None
         if endpoint_url and drawn:
             images[title] = links[title]

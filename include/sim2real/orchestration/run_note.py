@@ -123,6 +123,24 @@ def _round_line(rounds: Mapping[str, Any] | None) -> list[str]:
             f"{rates}; {then}."]
 
 
+def field_line(field: Mapping[str, Any] | None) -> list[str]:
+    """``**Field (canary):** 0.625 [0.470, 0.758], 25/40 episodes on 2 robots vs simulation 0.970: gap -34.5 pp;
+    promoted`` from the lineage ``field`` entry (:func:`sim2real.orchestration.lineage.field_entry`); nothing without
+    a canary."""
+    if not field:
+        return []
+    f, sim = field["field"], field.get("simulation")
+    rate = "no episode" if f["success_rate"] is None else (
+        f"{f['success_rate']:.3f} [{f['ci95'][0]:.3f}, {f['ci95'][1]:.3f}], {f['successes']}/{f['episodes']} episodes")
+    robots = len(field.get("robots") or {}) + len(field.get("silent") or [])
+    versus = f" vs simulation {sim['success_rate']:.3f}" if sim else ""
+    gap = f": gap {field['gap_pp']:+.1f} pp" if field.get("gap_pp") is not None else ""
+    verdict = {"promote": "promoted to the fleet", "roll_back": "NOT promoted, canary rolled back",
+               "wait": "no verdict"}.get(field["decision"], field["decision"])
+    return [f"**Field (canary, {robots} robot{'s' if robots != 1 else ''}):** {rate}{versus}{gap}; {verdict} "
+            f"(threshold {float(field['threshold']):.3f} on the lower bound)."]
+
+
 def _sweep_line(lineage: Mapping[str, Any]) -> list[str]:
     """``**Sweep:** 1 of 3 candidates failed (c1: ...); the best of the 2 that succeeded went on`` (nothing when
     none failed)."""
@@ -157,6 +175,7 @@ def headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) 
     else:
         lines.append("**Quality gate:** not reached.")
     lines += _round_line(lineage.get("rounds"))
+    lines += field_line(lineage.get("field"))
     lines += _sweep_line(lineage)
     estimate, actual = lineage.get("cost_estimate") or {}, lineage.get("cost_actual") or {}
     cost = f"**GPU cost:** estimated {_money(estimate.get('total_usd'))}"

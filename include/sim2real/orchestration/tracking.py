@@ -308,7 +308,9 @@ def headline_metrics(lineage: Mapping[str, Any]) -> dict[str, float]:
     """The run's headline numbers from its lineage, as the parent run's metrics (MLflow's Compare and chart views
     compare runs by metrics, not params): ``success_rate``, ``ci95_lower``, ``ci95_upper`` (Wilson 95%),
     ``successes``, ``episodes``, ``gate_threshold``, ``gate_passed`` (1/0), ``cost_usd`` (actual),
-    ``cost_estimate_usd``, ``round``, ``max_rounds``, ``sweep_candidates``; each only when known."""
+    ``cost_estimate_usd``, ``round``, ``max_rounds``, ``sweep_candidates``, and with a canary (lineage ``field``)
+    ``field_success_rate``, ``field_ci95_lower``, ``field_ci95_upper``, ``field_episodes``, ``sim_to_real_gap_pp``
+    (field minus simulation, percentage points), ``canary_promoted`` (1/0); each only when known."""
     def get(*path: str) -> Any:
         cur: Any = lineage
         for key in path:
@@ -328,6 +330,16 @@ def headline_metrics(lineage: Mapping[str, Any]) -> dict[str, float]:
         "round": get("rounds", "round"), "max_rounds": get("rounds", "max_rounds"),
         "sweep_candidates": len(lineage.get("candidates") or []) if lineage.get("sweep") else None,
     }
+    field = lineage.get("field")
+    if isinstance(field, Mapping):
+        field_ci = list(get("field", "field", "ci95") or [])
+        values.update({
+            "field_success_rate": get("field", "field", "success_rate"),
+            "field_ci95_lower": field_ci[0] if field_ci else None,
+            "field_ci95_upper": field_ci[1] if len(field_ci) > 1 else None,
+            "field_episodes": get("field", "field", "episodes"), "sim_to_real_gap_pp": field.get("gap_pp"),
+            "canary_promoted": {"promote": 1.0, "roll_back": 0.0}.get(field.get("decision")),
+        })
     return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
