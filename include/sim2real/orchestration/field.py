@@ -171,3 +171,85 @@ def field_summary(episodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
             "robots": robots,
         }
     return out
+
+
+#: The canary verdicts (:func:`canary_verdict`).
+VERDICTS = ("promote", "roll_back", "wait")
+
+
+@dataclass(frozen=True)
+class CanaryVerdict:
+    """What :func:`canary_verdict` decided.
+
+    :ivar decision: one of :data:`VERDICTS`.
+    :ivar message: for a person: the decision and its numbers (rate, interval, threshold, episodes).
+    :ivar silent: the canary robots that reported no episode (name order).
+    """
+
+    decision: str
+    message: str
+    silent: tuple[str, ...] = ()
+
+
+def canary_evidence(summary: Mapping[str, Any] | None, min_success_rate: float) -> str:
+    """``"field success rate 0.900 (95 % Wilson interval [0.732, 0.965]) over 30 episode(s), threshold 0.800"``
+    from one model version's :func:`field_summary` entry (None: no episode)."""
+    if not summary or not summary.get("n"):
+        return f"no field episode (95 % Wilson interval [0.000, 1.000]), threshold {min_success_rate:.3f}"
+    low, high = summary["ci95"]
+    return (f"field success rate {summary['rate']:.3f} (95 % Wilson interval [{low:.3f}, {high:.3f}]) over "
+            f"{summary['n']} episode(s), threshold {min_success_rate:.3f}")
+
+
+def canary_verdict(summary: Mapping[str, Any] | None, thing_names: Iterable[str], *, min_episodes: int,
+                   min_success_rate: float, window_ended: bool, window_minutes: float) -> CanaryVerdict:
+    """Promote the canary's release to the fleet, roll the canary back, or wait for more field episodes.
+
+    Pure: no AWS call, no clock. In this order:
+
+    * ``roll_back``: at least ``min_episodes`` episodes and the Wilson interval's lower bound below
+      ``min_success_rate`` (the field says the release is worse than the threshold, at 95 %);
+    * ``promote``: at least ``min_episodes`` episodes, the lower bound at or above the threshold, and every canary
+      robot reported at least one episode;
+    * ``wait``: the window has not ended (too few episodes, or a robot not heard from yet);
+    * ``roll_back``: the window ended with too few episodes, or with a canary robot that reported none (named:
+      ``not promoted: robot X reported no episode in N min``).
+
+    :param summary: the deployed model version's :func:`field_summary` entry (``n``, ``successes``, ``rate``,
+        ``ci95``, ``robots``), None when no episode was accepted.
+    :param thing_names: the canary thing group's robots (IoT thing names).
+    :param min_episodes: episodes needed before the rate decides (>= 1).
+    :param min_success_rate: the field threshold, a fraction in ``[0, 1]``.
+    :param window_ended: whether the canary window (``window_minutes`` after the canary deployment) is over.
+    :param window_minutes: the window's length in minutes (named in the messages).
+    :return: :class:`CanaryVerdict`; its message names the success rate, its 95 % Wilson interval, the threshold
+        and the episode count.
+    :raises ValueError: ``min_episodes`` < 1, a threshold outside ``[0, 1]``, or no canary robot.
+    """
+    things = sorted(set(thing_names))
+    if not things:
+        raise ValueError("the canary thing group has no robot: nothing to judge")
+    if int(min_episodes) < 1:
+        raise ValueError(f"min_episodes must be >= 1, got {min_episodes}")
+    if not 0.0 <= float(min_success_rate) <= 1.0:
+        raise ValueError(f"min_success_rate must be a fraction in [0, 1], got {min_success_rate}")
+    n = int(summary["n"]) if summary else 0
+    robots = (summary or {}).get("robots") or {}
+    silent = tuple(t for t in things if not robots.get(t, {}).get("n"))
+    evidence = canary_evidence(summary, min_success_rate)
+    minutes = f"{window_minutes:g} min"
+    enough = n >= min_episodes
+    if enough and summary["ci95"][0] < min_success_rate:
+        return CanaryVerdict("roll_back", f"roll back: {evidence}: the interval's lower bound is below the threshold "
+                                          f"with {n} >= {min_episodes} episodes", silent)
+    if enough and not silent:
+        return CanaryVerdict("promote", f"promote: {evidence}: the interval's lower bound is at or above the "
+                                        f"threshold, and each of the {len(things)} canary robot(s) reported", silent)
+    if not window_ended:
+        waiting = [f"{n} of {min_episodes} episodes"] if not enough else []
+        waiting += [f"no episode yet from {', '.join(silent)}"] if silent else []
+        return CanaryVerdict("wait", f"wait: {'; '.join(waiting)} ({evidence})", silent)
+    reasons = [f"robot {t} reported no episode in {minutes}" for t in silent]
+    if not enough:
+        reasons.insert(0, f"only {n} episode(s) in {minutes}, {min_episodes} needed")
+    return CanaryVerdict("roll_back", f"not promoted: {'; '.join(reasons)} ({evidence})", silent)
