@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.contract import field as contract
-from sim2real.orchestration.operators.canary import CanaryVerdictOperator
+from sim2real.orchestration.operators.canary import CanaryDeploymentOperator, CanaryVerdictOperator
 from sim2real.orchestration.triggers.canary import CanaryFieldEpisodesTrigger
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
 
@@ -255,3 +255,13 @@ def test_a_listing_that_failed_fails_the_task_naming_the_prefix(moto_endpoint, g
     with pytest.raises(AirflowFailException, match=f"Waiting for the field episodes of canary {CANARY} under "
                                                    f"s3://{BUCKET}/fleet/field/episodes/ failed: ListObjectsV2"):
         op.execute_complete(context, {"status": "failure", "message": "ListObjectsV2 for ... failed: AccessDenied"})
+
+
+def test_without_a_canary_group_the_canary_tasks_succeed_at_once_without_a_call(aws_env, context):
+    """No Greengrass, IoT or S3 call is answered here: a call would fail the test."""
+    to_canary = CanaryDeploymentOperator(task_id="deploy_to_canary", thing_group_name="", components={},
+                                         deployment_name="sim2real-k-canary")
+    assert to_canary.execute(context) == {}
+    verdict = CanaryVerdictOperator(task_id="canary_verdict", thing_group_name="", deployment_id="",
+                                    deployment_name="sim2real-k-canary", model_version="", bucket="b")
+    assert verdict.execute(context) == {"decision": "no_canary"}

@@ -20,7 +20,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from sim2real.contract.field import parse_time
 from sim2real.orchestration.field import canary_verdict, collect_field_episodes, field_summary
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, summarize
-from sim2real.orchestration.operators.greengrass import start_rollback
+from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator, start_rollback
 from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.canary import CanaryFieldEpisodesTrigger
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
@@ -74,7 +74,8 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
         (kept in XCom ``canary_window`` with the robots, for the try's resumes).
     :param thing_names: the canary robots; None: the group's core devices (ListCoreDevices) when the try starts.
     :param waiter_delay: seconds between the wait's S3 listings (default 300: 12 ListObjectsV2 per robot an hour).
-    :return: (``promote``) the evidence, also in XCom ``canary_verdict``: ``{"decision", "message", "rate",
+    :return: ``{"decision": "no_canary"}`` at once when ``thing_group_name`` is empty (no canary); (``promote``)
+        the evidence, also in XCom ``canary_verdict``: ``{"decision", "message", "rate",
         "ci95", "n", "successes", "threshold", "min_episodes", "robots": {thing: {"n", "successes",
         "interventions"}}, "silent", "refused": {reason: count}, "refusals": [[key, reason, detail], ...] (the
         first 50), "window": {"start", "end"}, "deployment_id", "model_version"}``.
@@ -117,7 +118,10 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
             raise ValueError(f"prefix must be empty or end with '/', got {self.prefix!r}")
         return rule
 
-    def execute(self, context: Context) -> NoReturn:
+    def execute(self, context: Context) -> dict[str, Any]:
+        if not self.thing_group_name:
+            self.log.info("No canary thing group: no verdict (the release goes to the fleet group at once)")
+            return {"decision": "no_canary"}
         rule = self._rule()
         target_arn = self.hook.thing_group_arn(self.thing_group_name)
         things = sorted(self.thing_names if self.thing_names is not None
@@ -229,3 +233,18 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
             f"{rollback.get('failure')}. The rollback to {back_to} did not succeed ({status}): {devices}. Both "
             f"deployments: {self.deployment_id} (the canary) and {rollback_id} (the rollback); read each canary "
             "robot's ListEffectiveDeployments")
+
+
+class CanaryDeploymentOperator(GreengrassDeploymentOperator):
+    """:class:`~sim2real.orchestration.operators.greengrass.GreengrassDeploymentOperator` to the canary thing group;
+    with no canary group (``thing_group_name`` ``""``, the form's default) it deploys nothing and returns ``{}`` at
+    once, so that the fleet deployment after it runs as without a canary.
+
+    :return: the Greengrass operator's result, or ``{}`` without a canary group.
+    """
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if not self.thing_group_name:
+            self.log.info("No canary thing group: nothing deployed to a canary")
+            return {}
+        return super().execute(context)
