@@ -91,9 +91,19 @@ OPEN, OVER = NOW - timedelta(minutes=30), NOW - timedelta(minutes=120)  # window
 def test_the_trigger_counts_each_canary_robots_objects_and_ends_when_there_are_enough(moto_endpoint, s3):
     upload(s3, OPEN, ("arm-1", True), ("arm-1", True), ("arm-2", True), ("arm-9", True))  # arm-9: no canary robot
     event = first_event(CanaryFieldEpisodesTrigger(bucket=BUCKET, prefix=PREFIX, thing_names=THINGS, min_episodes=3,
-                                                   window_end=NOW.timestamp() + 3600, waiter_delay=0,
-                                                   waiter_max_attempts=1))
+                                                   window_start=OPEN.timestamp(), window_end=NOW.timestamp() + 3600,
+                                                   waiter_delay=0, waiter_max_attempts=1))
     assert event["status"] == "success" and event["listed"] == {"arm-1": 2, "arm-2": 1} and not event["window_over"]
+
+
+def test_the_trigger_does_not_count_objects_uploaded_before_the_window(moto_endpoint, s3):
+    """A canary robot's folder keeps its episodes of earlier releases: they must not end the wait."""
+    upload(s3, OPEN, ("arm-1", True), ("arm-2", True), ("arm-1", True))
+    later = datetime.now(timezone.utc) + timedelta(minutes=5)  # a window that starts after these uploads
+    event = first_event(CanaryFieldEpisodesTrigger(bucket=BUCKET, prefix=PREFIX, thing_names=THINGS, min_episodes=3,
+                                                   window_start=later.timestamp(), window_end=later.timestamp() + 60,
+                                                   waiter_delay=0, waiter_max_attempts=1))
+    assert event["status"] == "timeout" and event["listed"] == {"arm-1": 0, "arm-2": 0}
 
 
 def test_the_trigger_ends_at_the_windows_end_with_what_is_there(moto_endpoint, s3):
@@ -112,7 +122,7 @@ def test_execute_defers_on_the_episode_wait_until_the_windows_end(moto_endpoint,
     assert isinstance(trigger, CanaryFieldEpisodesTrigger) and deferred.method_name == "execute_complete"
     assert (trigger.bucket, trigger.prefix, trigger.thing_names, trigger.min_episodes, trigger.keys_read) == (
         BUCKET, PREFIX, THINGS, 4, 0)
-    assert trigger.window_end == (OPEN + timedelta(minutes=60)).timestamp()
+    assert (trigger.window_start, trigger.window_end) == (OPEN.timestamp(), (OPEN + timedelta(minutes=60)).timestamp())
     # polls enough to reach the window's end (30 min left, one a minute), plus one
     assert trigger.waiter_delay == 60 and trigger.attempts in (30, 31)
     assert context["ti"].xcom["canary_window"] == {

@@ -1,4 +1,4 @@
-"""canary_episodes_step: a listing of the canary robots' episode objects (ListObjectsV2 KeyCount) -> Step."""
+"""canary_episodes_step: a listing of the canary robots' episode objects (ListObjectsV2, the objects uploaded in the window) -> Step."""
 
 from __future__ import annotations
 

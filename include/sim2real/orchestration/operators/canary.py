@@ -146,7 +146,7 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
         defer_wait(self, CanaryFieldEpisodesTrigger, method_name="execute_complete", kwargs={"window": window},
                    waiter_delay=delay, waiter_max_attempts=math.ceil(left / delay) + 1, bucket=self.bucket,
                    prefix=self.prefix, thing_names=window["thing_names"], min_episodes=rule["min_episodes"],
-                   window_end=end, keys_read=keys_read)
+                   window_start=parse_time(window["start"]).timestamp(), window_end=end, keys_read=keys_read)
 
     def _s3(self) -> Any:
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook

@@ -20,12 +20,14 @@ class CanaryFieldEpisodesTrigger(StepWaitTrigger):
     is one ``ListObjectsV2`` per canary robot and page of 1000 keys (prefix ``<prefix>field/episodes/<thing>/``),
     so a wait makes at most ``3600 / waiter_delay`` x robots x pages S3 calls an hour (default 300 s: 12 per robot
     an hour). No AWS event answers it (S3 event notifications are not routed to the wait queue): it polls.
-    Needs ``s3:ListBucket`` on the prefix. Source: Amazon S3 API Reference, ListObjectsV2 (``KeyCount``,
+    Needs ``s3:ListBucket`` on the prefix. Source: Amazon S3 API Reference, ListObjectsV2 (``Contents[].LastModified``,
     ``IsTruncated``, ``NextContinuationToken``).
 
     :param bucket: the artifacts bucket; ``prefix``: the robots' key prefix (``""`` or ending in ``/``).
     :param thing_names: the canary thing group's robots.
     :param min_episodes: episode objects needed before the task reads them.
+    :param window_start: the canary window's start, epoch seconds: only objects uploaded since (``LastModified``)
+        count, so that a robot's episodes of earlier releases do not end the wait (0: every object).
     :param window_end: the canary window's end, epoch seconds (UTC).
     :param keys_read: objects the task already read and found too few (the wait ends again on a new one).
     :param waiter_delay: seconds between polls; ``waiter_max_attempts``: polls before a ``timeout`` event (the
@@ -38,20 +40,22 @@ class CanaryFieldEpisodesTrigger(StepWaitTrigger):
     aws_hook_class = S3Hook
 
     fields = {"bucket": REQUIRED, "prefix": "", "thing_names": REQUIRED, "min_episodes": REQUIRED,
-              "window_end": REQUIRED, "keys_read": 0}
+              "window_start": 0.0, "window_end": REQUIRED, "keys_read": 0}
     default_waiter_delay, default_waiter_max_attempts = 300, 12
 
     step_function = staticmethod(canary_episodes_step)
 
     async def describe(self, client, state: WaitState) -> dict[str, Any]:
-        """``ListObjectsV2`` of each canary robot's episode folder (every page): ``{"listed": {thing: objects}}``."""
+        """``ListObjectsV2`` of each canary robot's episode folder (every page): ``{"listed": {thing: objects uploaded
+        since window_start}}``."""
         listed: dict[str, int] = {}
         for thing in sorted(self.thing_names):
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": episodes_prefix(self.prefix, thing)}
             listed[thing] = 0
             while True:
                 page = await client.list_objects_v2(**kwargs)
-                listed[thing] += int(page.get("KeyCount") or len(page.get("Contents") or []))
+                listed[thing] += sum(1 for obj in page.get("Contents") or []
+                                     if obj["LastModified"].timestamp() >= float(self.window_start))
                 if not page.get("IsTruncated"):
                     break
                 kwargs["ContinuationToken"] = page["NextContinuationToken"]

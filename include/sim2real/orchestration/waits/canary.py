@@ -1,11 +1,12 @@
 """Step function of the canary's field episode wait: are there enough episode objects to judge the canary yet?
 
 A response is ``{"listed": {thing name: number of objects}}``: the keys under each canary robot's
-``<prefix>field/episodes/<thing>/`` (S3 ListObjectsV2 ``KeyCount``, every page; the layout of
+``<prefix>field/episodes/<thing>/`` uploaded since the window's start (S3 ListObjectsV2 ``Contents[].LastModified``,
+every page; the layout of
 :mod:`sim2real.contract.field`); or a botocore error response. The wait only counts objects: the task reads and
 checks them when the wait ends (:func:`sim2real.orchestration.field.collect_field_episodes`) and decides
 (:func:`sim2real.orchestration.field.canary_verdict`). Source: Amazon S3 API Reference, ListObjectsV2
-(``KeyCount``, ``IsTruncated``, ``NextContinuationToken``).
+(``Contents[].LastModified``, ``IsTruncated``, ``NextContinuationToken``).
 """
 
 from __future__ import annotations
