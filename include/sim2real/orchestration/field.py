@@ -68,7 +68,8 @@ def _read(client: Any, bucket: str, key: str) -> tuple[Any, list[str]]:
 
 def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, model_version: str,
                            deployment_ids: Iterable[str], thing_names: Iterable[str], not_before: datetime | str,
-                           not_after: datetime | str) -> FieldEpisodes:
+                           not_after: datetime | str, thing_folders_only: bool = False,
+                           skip_uploaded_before: bool = False) -> FieldEpisodes:
     """The field episodes of one deployed model in one window, and every other episode object refused by reason.
 
     Lists ``<prefix>field/episodes/`` (``ListObjectsV2``, every page), reads each object there
@@ -85,6 +86,10 @@ def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, 
     :param thing_names: the things of the group (an episode of another thing is foreign).
     :param not_before: the window's start, aware datetime or RFC 3339 string (inclusive).
     :param not_after: the window's end, the same (inclusive).
+    :param thing_folders_only: list only the folders of ``thing_names`` (``<prefix>field/episodes/<thing>/``)
+        instead of every robot's: the other robots' objects are not read nor counted.
+    :param skip_uploaded_before: refuse an object uploaded (``LastModified``) before ``not_before`` as ``early``
+        without reading it (its episode ended before the window): a robot's history is not read again.
     :return: :class:`FieldEpisodes` (accepted documents, counts by reason, each refusal with its key).
     :raises ValueError: a prefix not ending in ``/``, a bound without a time zone, ``not_after`` before
         ``not_before``. botocore's ``ClientError``: listing or reading failed (e.g. AccessDenied).
@@ -96,12 +101,19 @@ def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, 
         raise ValueError(f"the window ends ({end.isoformat()}) before it starts ({start.isoformat()})")
     deployments, things = set(deployment_ids), set(thing_names)
     client = _client(s3_hook_or_client)
-    root = contract.episodes_prefix(prefix)
+    roots = ([contract.episodes_prefix(prefix, thing) for thing in sorted(things)] if thing_folders_only
+             else [contract.episodes_prefix(prefix)])
     out = FieldEpisodes()
     valid: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    keys = [obj["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root)
-            for obj in page.get("Contents", [])]
-    for key in sorted(keys):
+    objects = [obj for root in roots
+               for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root)
+               for obj in page.get("Contents", [])]
+    for obj in sorted(objects, key=lambda obj: obj["Key"]):
+        key = obj["Key"]
+        if skip_uploaded_before and obj["LastModified"] < start:
+            out.refuse(key, "early", f"uploaded {obj['LastModified'].isoformat()}, before the window "
+                                     f"({start.isoformat()}): not read")
+            continue
         doc, problems = _read(client, bucket, key)
         if problems:
             out.refuse(key, "malformed", "; ".join(problems))

@@ -47,10 +47,11 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
     release or roll the canary thing group back.
 
     The wait (:class:`~sim2real.orchestration.triggers.canary.CanaryFieldEpisodesTrigger`) only counts the canary
-    robots' episode objects, every ``waiter_delay`` seconds, until there are ``min_episodes`` from every robot or
-    the window (``window_minutes`` from ``window_start``) is over. The task then reads and checks them
-    (:func:`~sim2real.orchestration.field.collect_field_episodes`: this model version, this deployment, these
-    robots, this window; every other object refused, counted and logged with its reason), sums them up
+    robots' episode objects uploaded in the window, every ``waiter_delay`` seconds, until there are ``min_episodes``
+    from every robot or the window (``window_minutes`` from ``window_start``) is over. The task then reads and
+    checks those of the canary robots' folders (:func:`~sim2real.orchestration.field.collect_field_episodes`: this
+    model version, this deployment, these robots, this window; every other object refused, counted and logged with
+    its reason; one uploaded before the window is refused as early without being read), sums them up
     (:func:`~sim2real.orchestration.field.field_summary`) and decides
     (:func:`~sim2real.orchestration.field.canary_verdict`): ``wait`` defers again until a new object arrives;
     ``promote`` returns the evidence; ``roll_back`` puts the canary group back on its last good release (the
@@ -168,7 +169,7 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
         episodes = collect_field_episodes(
             self._s3(), self.bucket, self.prefix, model_version=self.model_version,
             deployment_ids=[self.deployment_id], thing_names=window["thing_names"], not_before=window["start"],
-            not_after=window["end"])
+            not_after=window["end"], thing_folders_only=True, skip_uploaded_before=True)
         for key, reason, detail in episodes.refusals:
             self.log.warning("Refused field episode object %s: %s (%s)", key, reason, detail)
         summary = field_summary(episodes.accepted).get(self.model_version)
