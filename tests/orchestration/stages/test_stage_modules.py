@@ -176,3 +176,16 @@ def test_the_canary_stands_between_the_components_and_the_fleet_deployment(dag):
     verdict = dag.get_task(task_ids.CANARY_VERDICT)
     assert dag.get_task(task_ids.DEPLOY_TO_CANARY).deferrable and verdict.deferrable
     assert verdict.execution_timeout.total_seconds() >= (720 + 60) * 60  # the longest window and the rollback
+    # the canary's deployment id, read from deploy_to_canary's result ({} without a canary)
+    import jinja2
+
+    class TI:
+        def __init__(self, value):
+            self.value = value
+
+        def xcom_pull(self, **asked):
+            return self.value if asked == {"task_ids": task_ids.DEPLOY_TO_CANARY} else "another task's"
+
+    template = jinja2.Template(verdict.deployment_id)
+    assert template.render(ti=TI({"deployment_id": "d-1", "devices": {}})) == "d-1"
+    assert template.render(ti=TI({})) == "" and template.render(ti=TI(None)) == ""
