@@ -275,3 +275,16 @@ def test_without_a_canary_group_the_canary_tasks_succeed_at_once_without_a_call(
     verdict = CanaryVerdictOperator(task_id="canary_verdict", thing_group_name="", deployment_id="",
                                     deployment_name="sim2real-k-canary", model_version="", bucket="b")
     assert verdict.execute(context) == {"decision": "no_canary"}
+
+
+def test_a_wait_that_ran_out_of_polls_before_the_windows_end_waits_again(moto_endpoint, group_arn, context, s3):
+    """The trigger's poll limit reaches past the window's end; should it still end first (a late triggerer), the
+    task reads what is there and, the window being open, waits again rather than judging early."""
+    op = operator(OPEN)
+    deferred = defer(op, context, group_arn)
+    upload(s3, OPEN, ("arm-1", True))
+    with pytest.raises(TaskDeferred) as again:
+        op.execute_complete(context, {"status": "timeout", "message": "no end after 30 polls",
+                                      "listed": {"arm-1": 1, "arm-2": 0}, "window_over": False}, **deferred.kwargs)
+    assert again.value.method_name == "execute_complete" and again.value.trigger.keys_read == 1
+    assert context["ti"].xcom["canary_verdict"]["message"].startswith("wait: 1 of 4 episodes; no episode yet from arm-2")
