@@ -231,7 +231,9 @@ class MwaaStack(cdk.Stack):
                   [arn("ssm", "parameter", name.lstrip("/")) for name in t.environment_parameter_names])
         # run folders, checkpoints, reports, lineage, SSM command output
         # images/: the build's image records (image key -> digest), read and written by build.build_image
-        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/"], write=["runs/", "images/"],
+        # field/episodes/: the robots' field episodes, listed and read by deploy.canary_verdict
+        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/", "field/episodes/"],
+                       write=["runs/", "images/"],
                        sid="Artifacts")
         # 1 build
         self._add("BuildImage", ["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild",

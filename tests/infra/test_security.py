@@ -54,7 +54,7 @@ def test_mwaa_role_names_the_resources_of_the_other_stacks(synth: Synth) -> None
                 for p in resources(template, t).values()])
     for fragment in (":job-definition/sim2real-train", "ssm:", "pipeline/sim2real-groot-finetune",
                      "model-package/sim2real-groot-models/*", "thinggroup/sim2real-robots",
-                     "sim2real-artifacts-", "/runs/*", "airflow-sim2real-*", "parameter/sim2real/environment",
+                     "sim2real-artifacts-", "/runs/*", "/field/episodes/*", "airflow-sim2real-*", "parameter/sim2real/environment",
                      "document/AWS-RunShellScript", "document/sim2real-evaluate", "servicequotas"):
         assert fragment in text, fragment
     # start/stop/SendCommand on instances only with the workstation tag condition

@@ -7,7 +7,7 @@ import copy
 import io
 import json
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
@@ -76,6 +76,29 @@ def test_each_kind_of_refusal_is_counted_and_named(s3):
     for key, reason, detail in result.refusals:
         assert reason == refused[key][0] and refused[key][1] in detail, (key, reason, detail)
 
+
+
+def test_only_the_groups_folders_and_only_objects_uploaded_in_the_window_are_read(s3):
+    """A canary reads its few robots' folders, not the fleet's, and not their history: an object uploaded before
+    the window starts is refused as early without a GetObject (its episode ended before the window)."""
+    kept = put(s3, episode("arm-1", 1))
+    put(s3, episode("arm-9", 2))  # another robot's folder: not listed
+    uploaded = s3.head_object(Bucket=BUCKET, Key=kept)["LastModified"]
+    asked = {**ASKED, "not_after": uploaded + timedelta(hours=1)}
+    result = collect_field_episodes(s3, BUCKET, "fleet/", **asked, thing_folders_only=True)
+    assert [d["episode_id"] for d in result.accepted] == ["s1-000001"] and result.refusals == []
+    later = uploaded + timedelta(seconds=1)  # a window that starts after the upload
+    with Stubber(s3) as stub:  # one listing per robot of the group, no GetObject
+        for thing in THINGS:
+            contents = [{"Key": kept, "LastModified": uploaded}] if thing == "arm-1" else []
+            stub.add_response("list_objects_v2", {"Contents": contents, "IsTruncated": False},
+                              {"Bucket": BUCKET, "Prefix": f"fleet/field/episodes/{thing}/"})
+        result = collect_field_episodes(s3, BUCKET, "fleet/", **{**asked, "not_before": later},
+                                        thing_folders_only=True, skip_uploaded_before=True)
+        stub.assert_no_pending_responses()
+    assert result.accepted == [] and result.refused["early"] == 1
+    assert result.refusals == [(kept, "early", f"uploaded {uploaded.isoformat()}, before the window "
+                                              f"({later.isoformat()}): not read")]
 
 def test_an_empty_prefix_gives_nothing_and_bad_arguments_are_refused(s3):
     result = collect_field_episodes(s3, BUCKET, "", **ASKED)

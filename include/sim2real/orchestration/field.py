@@ -68,7 +68,8 @@ def _read(client: Any, bucket: str, key: str) -> tuple[Any, list[str]]:
 
 def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, model_version: str,
                            deployment_ids: Iterable[str], thing_names: Iterable[str], not_before: datetime | str,
-                           not_after: datetime | str) -> FieldEpisodes:
+                           not_after: datetime | str, thing_folders_only: bool = False,
+                           skip_uploaded_before: bool = False) -> FieldEpisodes:
     """The field episodes of one deployed model in one window, and every other episode object refused by reason.
 
     Lists ``<prefix>field/episodes/`` (``ListObjectsV2``, every page), reads each object there
@@ -85,6 +86,10 @@ def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, 
     :param thing_names: the things of the group (an episode of another thing is foreign).
     :param not_before: the window's start, aware datetime or RFC 3339 string (inclusive).
     :param not_after: the window's end, the same (inclusive).
+    :param thing_folders_only: list only the folders of ``thing_names`` (``<prefix>field/episodes/<thing>/``)
+        instead of every robot's: the other robots' objects are not read nor counted.
+    :param skip_uploaded_before: refuse an object uploaded (``LastModified``) before ``not_before`` as ``early``
+        without reading it (its episode ended before the window): a robot's history is not read again.
     :return: :class:`FieldEpisodes` (accepted documents, counts by reason, each refusal with its key).
     :raises ValueError: a prefix not ending in ``/``, a bound without a time zone, ``not_after`` before
         ``not_before``. botocore's ``ClientError``: listing or reading failed (e.g. AccessDenied).
@@ -96,12 +101,19 @@ def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, 
         raise ValueError(f"the window ends ({end.isoformat()}) before it starts ({start.isoformat()})")
     deployments, things = set(deployment_ids), set(thing_names)
     client = _client(s3_hook_or_client)
-    root = contract.episodes_prefix(prefix)
+    roots = ([contract.episodes_prefix(prefix, thing) for thing in sorted(things)] if thing_folders_only
+             else [contract.episodes_prefix(prefix)])
     out = FieldEpisodes()
     valid: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    keys = [obj["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root)
-            for obj in page.get("Contents", [])]
-    for key in sorted(keys):
+    objects = [obj for root in roots
+               for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root)
+               for obj in page.get("Contents", [])]
+    for obj in sorted(objects, key=lambda obj: obj["Key"]):
+        key = obj["Key"]
+        if skip_uploaded_before and obj["LastModified"] < start:
+            out.refuse(key, "early", f"uploaded {obj['LastModified'].isoformat()}, before the window "
+                                     f"({start.isoformat()}): not read")
+            continue
         doc, problems = _read(client, bucket, key)
         if problems:
             out.refuse(key, "malformed", "; ".join(problems))
@@ -171,3 +183,85 @@ def field_summary(episodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
             "robots": robots,
         }
     return out
+
+
+#: The canary verdicts (:func:`canary_verdict`).
+VERDICTS = ("promote", "roll_back", "wait")
+
+
+@dataclass(frozen=True)
+class CanaryVerdict:
+    """What :func:`canary_verdict` decided.
+
+    :ivar decision: one of :data:`VERDICTS`.
+    :ivar message: for a person: the decision and its numbers (rate, interval, threshold, episodes).
+    :ivar silent: the canary robots that reported no episode (name order).
+    """
+
+    decision: str
+    message: str
+    silent: tuple[str, ...] = ()
+
+
+def canary_evidence(summary: Mapping[str, Any] | None, min_success_rate: float) -> str:
+    """``"field success rate 0.900 (95 % Wilson interval [0.732, 0.965]) over 30 episode(s), threshold 0.800"``
+    from one model version's :func:`field_summary` entry (None: no episode)."""
+    if not summary or not summary.get("n"):
+        return f"no field episode (95 % Wilson interval [0.000, 1.000]), threshold {min_success_rate:.3f}"
+    low, high = summary["ci95"]
+    return (f"field success rate {summary['rate']:.3f} (95 % Wilson interval [{low:.3f}, {high:.3f}]) over "
+            f"{summary['n']} episode(s), threshold {min_success_rate:.3f}")
+
+
+def canary_verdict(summary: Mapping[str, Any] | None, thing_names: Iterable[str], *, min_episodes: int,
+                   min_success_rate: float, window_ended: bool, window_minutes: float) -> CanaryVerdict:
+    """Promote the canary's release to the fleet, roll the canary back, or wait for more field episodes.
+
+    Pure: no AWS call, no clock. In this order:
+
+    * ``roll_back``: at least ``min_episodes`` episodes and the Wilson interval's lower bound below
+      ``min_success_rate`` (the field says the release is worse than the threshold, at 95 %);
+    * ``promote``: at least ``min_episodes`` episodes, the lower bound at or above the threshold, and every canary
+      robot reported at least one episode;
+    * ``wait``: the window has not ended (too few episodes, or a robot not heard from yet);
+    * ``roll_back``: the window ended with too few episodes, or with a canary robot that reported none (named:
+      ``not promoted: robot X reported no episode in N min``).
+
+    :param summary: the deployed model version's :func:`field_summary` entry (``n``, ``successes``, ``rate``,
+        ``ci95``, ``robots``), None when no episode was accepted.
+    :param thing_names: the canary thing group's robots (IoT thing names).
+    :param min_episodes: episodes needed before the rate decides (>= 1).
+    :param min_success_rate: the field threshold, a fraction in ``[0, 1]``.
+    :param window_ended: whether the canary window (``window_minutes`` after the canary deployment) is over.
+    :param window_minutes: the window's length in minutes (named in the messages).
+    :return: :class:`CanaryVerdict`; its message names the success rate, its 95 % Wilson interval, the threshold
+        and the episode count.
+    :raises ValueError: ``min_episodes`` < 1, a threshold outside ``[0, 1]``, or no canary robot.
+    """
+    things = sorted(set(thing_names))
+    if not things:
+        raise ValueError("the canary thing group has no robot: nothing to judge")
+    if int(min_episodes) < 1:
+        raise ValueError(f"min_episodes must be >= 1, got {min_episodes}")
+    if not 0.0 <= float(min_success_rate) <= 1.0:
+        raise ValueError(f"min_success_rate must be a fraction in [0, 1], got {min_success_rate}")
+    n = int(summary["n"]) if summary else 0
+    robots = (summary or {}).get("robots") or {}
+    silent = tuple(t for t in things if not robots.get(t, {}).get("n"))
+    evidence = canary_evidence(summary, min_success_rate)
+    minutes = f"{window_minutes:g} min"
+    enough = n >= min_episodes
+    if enough and summary["ci95"][0] < min_success_rate:
+        return CanaryVerdict("roll_back", f"roll back: {evidence}: the interval's lower bound is below the threshold "
+                                          f"with {n} >= {min_episodes} episodes", silent)
+    if enough and not silent:
+        return CanaryVerdict("promote", f"promote: {evidence}: the interval's lower bound is at or above the "
+                                        f"threshold, and each of the {len(things)} canary robot(s) reported", silent)
+    if not window_ended:
+        waiting = [f"{n} of {min_episodes} episodes"] if not enough else []
+        waiting += [f"no episode yet from {', '.join(silent)}"] if silent else []
+        return CanaryVerdict("wait", f"wait: {'; '.join(waiting)} ({evidence})", silent)
+    reasons = [f"robot {t} reported no episode in {minutes}" for t in silent]
+    if not enough:
+        reasons.insert(0, f"only {n} episode(s) in {minutes}, {min_episodes} needed")
+    return CanaryVerdict("roll_back", f"not promoted: {'; '.join(reasons)} ({evidence})", silent)

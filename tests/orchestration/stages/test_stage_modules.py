@@ -163,3 +163,29 @@ def test_the_trainer_prints_the_contract_progress_line():
 
     source = inspect.getsource(train)
     assert "format_progress(" in source and not re.search(r'"\{PREFIX\} iteration=', source)
+
+
+def test_the_canary_stands_between_the_components_and_the_fleet_deployment(dag):
+    up = {t: dag.get_task(t).upstream_task_ids for t in (task_ids.CANARY_MODEL_VERSION, task_ids.CANARY_VERDICT,
+                                                          task_ids.DEPLOY_TO_ROBOTS)}
+    assert {task_ids.CANARY_VERDICT, task_ids.DEPLOYMENT_COMPONENTS} <= up[task_ids.DEPLOY_TO_ROBOTS]
+    assert {task_ids.DEPLOY_TO_CANARY, task_ids.CANARY_MODEL_VERSION} <= up[task_ids.CANARY_VERDICT]
+    assert task_ids.DEPLOYMENT_COMPONENTS in up[task_ids.CANARY_MODEL_VERSION]
+    # a failed or rolled back canary stops the fleet deployment
+    assert dag.get_task(task_ids.DEPLOY_TO_ROBOTS).trigger_rule == "all_success"
+    verdict = dag.get_task(task_ids.CANARY_VERDICT)
+    assert dag.get_task(task_ids.DEPLOY_TO_CANARY).deferrable and verdict.deferrable
+    assert verdict.execution_timeout.total_seconds() >= (720 + 60) * 60  # the longest window and the rollback
+    # the canary's deployment id, read from deploy_to_canary's result ({} without a canary)
+    import jinja2
+
+    class TI:
+        def __init__(self, value):
+            self.value = value
+
+        def xcom_pull(self, **asked):
+            return self.value if asked == {"task_ids": task_ids.DEPLOY_TO_CANARY} else "another task's"
+
+    template = jinja2.Template(verdict.deployment_id)
+    assert template.render(ti=TI({"deployment_id": "d-1", "devices": {}})) == "d-1"
+    assert template.render(ti=TI({})) == "" and template.render(ti=TI(None)) == ""

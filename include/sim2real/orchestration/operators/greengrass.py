@@ -126,6 +126,33 @@ def rollback_request(previous: dict[str, Any], deployment_name: str, failed_depl
     })
 
 
+def start_rollback(hook: GreengrassV2Hook, deployment_id: str, deployment_name: str, target_arn: str,
+                   responses: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Roll the thing group ``target_arn`` back from ``deployment_id`` (named ``deployment_name``): CreateDeployment
+    of the group's last good release (:func:`last_good_deployment`, its components read with GetDeployment;
+    :func:`rollback_request`, whose client token makes a repeated request return the same rollback).
+
+    :param hook: the Greengrass hook (its ``conn``: GetDeployment, CreateDeployment).
+    :param responses: thing name → its ListEffectiveDeployments entries (every page), for the group's core devices.
+    :return: ``{"deployment_id", "deployment_name", "previous_deployment_id", "previous_deployment_name"}``,
+        or ``{"error": why}`` when there is no earlier release or the rollback could not be created.
+    """
+    previous = last_good_deployment(responses, deployment_id, deployment_name, target_arn)
+    if previous is None:
+        return {"error": "No automatic rollback: no robot of the group lists an earlier release it finished "
+                         "(ListEffectiveDeployments), so there is no release to go back to"}
+    name = previous.get("deploymentName") or previous["deploymentId"]
+    try:
+        request = rollback_request(hook.conn.get_deployment(deploymentId=previous["deploymentId"]),
+                                   deployment_name, deployment_id)
+        rollback_id = hook.conn.create_deployment(**request)["deploymentId"]
+    except Exception as error:  # noqa: BLE001 - named in the failure with both deployments
+        return {"error": f"The automatic rollback to {name} ({previous['deploymentId']}) could not be created: "
+                         f"{error}"}
+    return {"deployment_id": rollback_id, "deployment_name": request["deploymentName"],
+            "previous_deployment_id": previous["deploymentId"], "previous_deployment_name": name}
+
+
 def device_releases(responses: dict[str, dict[str, Any]], deployment_id: str, deployment_name: str,
                     failure_handling_policy: str) -> dict[str, dict[str, Any]]:
     """Which release each core device runs after ``deployment_id`` ended badly (failed, timed out, cancelled).
@@ -376,7 +403,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         rollback: dict[str, Any] | None = None
         if self.failure_handling_policy == "ROLLBACK" and any(d["status"] in RUNS_IT | APPLYING_IT
                                                                for d in devices.values()):
-            rollback = self._start_rollback(deployment_id, target_arn, responses)
+            rollback = start_rollback(self.hook, deployment_id, self.deployment_name, target_arn, responses)
         # A device failure or a timeout is a verdict on this release: not retried, which would push the same
         # components to the robots again and multiply the bound.
         target = base.get("thing_group_name") or self.thing_group_name
@@ -424,29 +451,6 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         except Exception as error:  # noqa: BLE001 - the failure is raised anyway, with the last reading
             self.log.warning("Could not read the devices again after the cancel: %s", error)
             return target, {}
-
-    def _start_rollback(self, deployment_id: str, target_arn: str,
-                        responses: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """CreateDeployment of the group's last good release (:func:`last_good_deployment`, its components read
-        with GetDeployment); the request's client token makes a repeated request return the same rollback.
-
-        :return: ``{"deployment_id", "deployment_name", "previous_deployment_id", "previous_deployment_name"}``,
-            or ``{"error": why}`` when there is no earlier release or the rollback could not be created.
-        """
-        previous = last_good_deployment(responses, deployment_id, self.deployment_name, target_arn)
-        if previous is None:
-            return {"error": "No automatic rollback: no robot of the group lists an earlier release it finished "
-                             "(ListEffectiveDeployments), so there is no release to go back to"}
-        name = previous.get("deploymentName") or previous["deploymentId"]
-        try:
-            request = rollback_request(self.hook.conn.get_deployment(deploymentId=previous["deploymentId"]),
-                                       self.deployment_name, deployment_id)
-            rollback_id = self.hook.conn.create_deployment(**request)["deploymentId"]
-        except Exception as error:  # noqa: BLE001 - named in the failure with both deployments
-            return {"error": f"The automatic rollback to {name} ({previous['deploymentId']}) could not be created: "
-                             f"{error}"}
-        return {"deployment_id": rollback_id, "deployment_name": request["deploymentName"],
-                "previous_deployment_id": previous["deploymentId"], "previous_deployment_name": name}
 
     def rollback_complete(self, context: Context, event: dict[str, Any] | None = None,
                           rollback: dict[str, Any] | None = None) -> NoReturn:

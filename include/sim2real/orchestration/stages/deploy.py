@@ -29,10 +29,26 @@ core device of the thing group reports SUCCEEDED, at most the form's `deployment
 cancelled and failed without retry, naming each unfinished robot). Hands on the deployment id, each
 device's status and the package's status at deploy time; a "deployed" SNS notification lists them, and
 the `sim2real_deployed_model_package` asset gets an event (none when the deployment is skipped or fails).
+
+**Canary (form field `canary_thing_group_name`; empty: none, the fleet group at once as above).** The release goes
+to the canary thing group first (`deploy_to_canary`, the same deployment and checks, named `sim2real-<run key>-canary`);
+`canary_verdict` then waits (deferred) up to `canary_window_minutes` for the field episodes the canary robots
+upload (S3 `ListObjectsV2` every 5 min per robot, then `GetObject` of each), checks them and promotes the release to
+the fleet group when at least `canary_min_episodes` episodes came from every canary robot and the 95 % Wilson
+interval's lower bound of their success rate is at or above `field_min_success_rate`; otherwise it rolls the canary
+group back to its last good release (`CreateDeployment`, waited for) and fails naming the rate, the interval, the
+threshold and the episode count, and the fleet group is not deployed. Hands on the verdict's evidence (XCom
+`canary_verdict`: rate, interval, episodes, refused objects, per robot counts).
 """
 
 GROUP_ID = ids.DEPLOY_GROUP
-TASK_IDS = (ids.DEPLOY_ENABLED, ids.DEPLOYMENT_COMPONENTS, ids.DEPLOY_TO_ROBOTS)
+TASK_IDS = (ids.DEPLOY_ENABLED, ids.DEPLOYMENT_COMPONENTS, ids.CANARY_MODEL_VERSION, ids.DEPLOY_TO_CANARY, ids.CANARY_VERDICT,
+            ids.DEPLOY_TO_ROBOTS)
+#: The canary fields' defaults (``canary_thing_group_name`` empty, None or ""): no canary, the fleet group at once.
+CANARY_DEFAULTS = {"canary_thing_group_name": None, "canary_min_episodes": 20, "canary_window_minutes": 60,
+                   "field_min_success_rate": 0.8}
+#: The longest canary window the form takes, in minutes (the verdict task's limit follows from it).
+CANARY_WINDOW_MAX_MINUTES = 720
 
 
 @dataclass(frozen=True)
@@ -46,12 +62,21 @@ class DeployPlan(PlanSection):
     deployment_name: str
     iot_job_configuration: dict[str, Any]  #: :func:`iot_job_configuration`
     timeout_seconds: int  #: :func:`deployment_timeout_seconds`
-
+    # the canary (:func:`canary_plan`)
+    canary_thing_group_name: str  #: "": no canary
+    canary_deployment_name: str
+    canary_min_episodes: int
+    canary_window_minutes: int
+    field_min_success_rate: float  #: a fraction
+    field_bucket: str  #: where the robots upload their field episodes
+    field_prefix: str
 
 
 #: The deploy task's limit: the release's wait and, when it ends badly after some robots ran it, the automatic
 #: rollback's wait, each at most the form's deployment_timeout_minutes (at most 110 min).
 DEPLOY_EXECUTION_TIMEOUT = dt.timedelta(hours=4)
+#: The canary verdict's limit: the longest window, the rollback's wait (1 h) and a margin.
+CANARY_VERDICT_EXECUTION_TIMEOUT = dt.timedelta(minutes=CANARY_WINDOW_MAX_MINUTES + 90)
 
 def params() -> dict[str, Any]:
     """The deployment's fields of the trigger form."""
@@ -73,6 +98,25 @@ def params() -> dict[str, Any]:
             "finished, when the robots have not all finished after this long; robots that ran it are then rolled "
             "back to the group's last good release, waited for as long again (the stage's 4 h limit holds both).",
             section=SECTION_DEPLOY, **_range(minimum=1, maximum=110)),
+        "canary_thing_group_name": Param(
+            CANARY_DEFAULTS["canary_thing_group_name"], type=["null", "string"], maxLength=128, pattern=r"^[a-zA-Z0-9:_-]*$",
+            title="Canary thing group",
+            description="Empty: no canary (the release goes to the whole thing group at once). Else: deploy to this "
+            "group first, judge its robots' field episodes, and deploy to the fleet group only when the canary is "
+            "promoted; the canary group is rolled back otherwise.", section=SECTION_DEPLOY),
+        "canary_min_episodes": Param(
+            CANARY_DEFAULTS["canary_min_episodes"], type="integer", title="Canary: field episodes needed",
+            description="Field episodes the canary robots must report before the success rate decides.",
+            section=SECTION_DEPLOY, **_range(minimum=1, maximum=10000)),
+        "canary_window_minutes": Param(
+            CANARY_DEFAULTS["canary_window_minutes"], type="integer", title="Canary window (min)",
+            description="The longest the verdict waits for field episodes after the canary deployment; too few "
+            "episodes by then, or a canary robot with none, roll the canary back.",
+            section=SECTION_DEPLOY, **_range(minimum=1, maximum=CANARY_WINDOW_MAX_MINUTES)),
+        "field_min_success_rate": Param(
+            CANARY_DEFAULTS["field_min_success_rate"], type="number", title="Canary: field success rate threshold",
+            description="Promote only when the 95 % Wilson interval's lower bound of the canary robots' success "
+            "rate is at or above this fraction.", section=SECTION_DEPLOY, **_range(minimum=0, maximum=1)),
     }
 
 
@@ -85,7 +129,35 @@ def plan(ctx: PlanContext) -> DeployPlan:
         deployment_name=f"sim2real-{ctx.run_key}",
         iot_job_configuration=iot_job_configuration(p),
         timeout_seconds=deployment_timeout_seconds(p),
+        **canary_plan(p, ctx.env, ctx.run_key),
     )
+
+
+def canary_plan(params: Mapping[str, Any], env: Mapping[str, Any], run_key: str) -> dict[str, Any]:
+    """The canary of a run from the form (:data:`CANARY_DEFAULTS` for a field it lacks) and the environment config:
+    the robots upload their field episodes to the artifacts bucket without a prefix (``com.sim2real.FieldUploader``'s
+    ``FieldBucket``; :mod:`sim2real.contract.field`)."""
+    p = {**CANARY_DEFAULTS, **{k: params[k] for k in CANARY_DEFAULTS if params.get(k) is not None}}
+    return {"canary_thing_group_name": p["canary_thing_group_name"] or "",
+            "canary_deployment_name": f"sim2real-{run_key}-canary",
+            "canary_min_episodes": int(p["canary_min_episodes"]),
+            "canary_window_minutes": int(p["canary_window_minutes"]),
+            "field_min_success_rate": float(p["field_min_success_rate"]),
+            "field_bucket": env.get("artifacts_bucket", ""), "field_prefix": ""}
+
+
+def rule_errors(params: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
+    """The canary's cross-field rule (:func:`sim2real.orchestration.stages.run.check_params` lists it): the canary
+    thing group is not the fleet group (``thing_group_name``, else the environment config's).
+
+    :return: one sentence per broken rule.
+    """
+    canary = params.get("canary_thing_group_name") or ""
+    fleet = params.get("thing_group_name") or (env.get("greengrass") or {}).get("thing_group_name")
+    if canary and canary == fleet:
+        return [f"canary_thing_group_name {canary!r} is the fleet's thing group: a canary must be a separate group of "
+                "a few robots (or leave it empty for no canary)"]
+    return []
 
 
 def deployment_timeout_seconds(params: Mapping[str, Any]) -> int:
@@ -169,11 +241,20 @@ def deployment_components(plan: Mapping[str, Any], approval: Mapping[str, Any],
     }
 
 
+def canary_model_version(plan: Mapping[str, Any], components: Mapping[str, Any]) -> str:
+    """What the canary is judged on: the ``ModelSha256`` the components deploy (the field episodes'
+    ``model_version``), or ``""`` when the run has no canary."""
+    if not plan["deploy"]["canary_thing_group_name"]:
+        return ""
+    return json.loads(components[SETUP_COMPONENT]["configurationUpdate"]["merge"])["ModelSha256"]
+
+
 def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
-    """Add the ``deploy`` group after the approval; return the deployment operator."""
+    """Add the ``deploy`` group after the approval; return the deployment operator (the fleet group's)."""
     from airflow.sdk import TaskGroup, task
 
     from sim2real.orchestration import assets, notifications as notify
+    from sim2real.orchestration.operators.canary import CanaryDeploymentOperator, CanaryVerdictOperator
     from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
 
     deploy = refs(plan, DeployPlan)
@@ -189,21 +270,52 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
             return deployment_components(plan, approval, manifest)
 
         components = components_for(plan["plan"], approval.output, manifest.output)
+
+        # With a canary group, the release goes there first and on to the fleet only when it is promoted; without
+        # one, the canary's tasks succeed at once and do nothing (the fleet deployment follows every one of its
+        # upstream tasks' success: a skipped canary would skip it).
+        @task(task_id=ids.local(ids.CANARY_MODEL_VERSION), execution_timeout=dt.timedelta(minutes=1))
+        def canary_model_version_of(plan: dict, components: dict) -> str:
+            return canary_model_version(plan, components)
+
+        model_version = canary_model_version_of(plan["plan"], components)
+        # the same release, checks and limits for the canary group and the fleet group
+        release = {
+            "components": components,
+            "iot_job_configuration": deploy.iot_job_configuration,
+            "deployment_timeout_seconds": deploy.timeout_seconds,  # the form's deployment_timeout_minutes
+            "model_package_arn": approval.output["model_package_arn"],  # read again: deployed only if still Approved
+            "waiter_delay": POLL,
+            # the release's wait and an automatic rollback's, each at most deployment_timeout_minutes (110)
+            "execution_timeout": DEPLOY_EXECUTION_TIMEOUT,
+            "doc_md": DOC,
+        }
+        to_canary = CanaryDeploymentOperator(task_id=ids.local(ids.DEPLOY_TO_CANARY),
+                                             thing_group_name=deploy.canary_thing_group_name,
+                                             deployment_name=deploy.canary_deployment_name, **release)
+        verdict = CanaryVerdictOperator(
+            task_id=ids.local(ids.CANARY_VERDICT),
+            thing_group_name=deploy.canary_thing_group_name,
+            deployment_id=f"{{{{ (ti.xcom_pull(task_ids='{ids.DEPLOY_TO_CANARY}') or {{}}).get('deployment_id', '') }}}}",
+            deployment_name=deploy.canary_deployment_name,
+            model_version=model_version,
+            bucket=deploy.field_bucket,
+            prefix=deploy.field_prefix,
+            min_episodes=deploy.canary_min_episodes,
+            window_minutes=deploy.canary_window_minutes,
+            min_success_rate=deploy.field_min_success_rate,
+            execution_timeout=CANARY_VERDICT_EXECUTION_TIMEOUT,
+            doc_md=DOC,
+        )
         deployment = GreengrassDeploymentOperator(
             task_id=ids.local(ids.DEPLOY_TO_ROBOTS),
             thing_group_name=deploy.thing_group_name,
-            components=components,
             deployment_name=deploy.deployment_name,
-            iot_job_configuration=deploy.iot_job_configuration,
-            deployment_timeout_seconds=deploy.timeout_seconds,  # the form's deployment_timeout_minutes
-            model_package_arn=approval.output["model_package_arn"],  # read again: deployed only if still Approved
-            waiter_delay=POLL,
-            # the release's wait and an automatic rollback's, each at most deployment_timeout_minutes (110)
-            execution_timeout=DEPLOY_EXECUTION_TIMEOUT,
-            doc_md=DOC,
+            **release,
             on_success_callback=notify.deployed(),
             outlets=[DEPLOYED_MODEL_PACKAGE_ASSET],  # emitted only when every robot reports SUCCEEDED
             post_execute=assets.deployed_model_post_execute,  # package, deployment id, devices on the event
         )
         approval >> deploy_enabled(plan["plan"]) >> components >> deployment
+        model_version >> to_canary >> verdict >> deployment  # no canary: both succeed at once
     return deployment

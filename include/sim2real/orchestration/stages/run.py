@@ -273,6 +273,7 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
                       f"({timeout_s:.0f} s) so the trainer can write its final checkpoint before the stage "
                       "times out")
     errors.extend(rounds.rule_errors(params))
+    errors.extend(deploy.rule_errors(params, env))
     if errors:
         raise ParamRuleError(errors)
 
