@@ -37,8 +37,9 @@ class RunningTask:
         self.pushed = {}
         self.task = Operator()
 
-    def xcom_pull(self, task_ids):
-        return self.outputs.get(task_ids)
+    def xcom_pull(self, task_ids, key=None):
+        """The task's return value, or (``key``) its XCom ``outputs[(task_ids, key)]``."""
+        return self.outputs.get((task_ids, key) if key else task_ids)
 
     def xcom_push(self, key, value):
         self.pushed[key] = value
@@ -200,3 +201,29 @@ def test_the_plugin_registers_the_picture_links():
     spec.loader.exec_module(module)
     names = {link.name for link in module.Sim2RealPlugin.operator_extra_links}
     assert {"Training curve", "Evaluation outcome", "S3 run folder"} <= names
+
+
+def test_a_canary_run_gets_the_sim_vs_field_picture_and_the_field_entry(s3):
+    """The canary promoted (its XCom canary_verdict, pushed also when it rolls back): the picture is drawn beside the
+    others, the lineage's field entry sets the robots beside the evaluation; a run without a canary draws none."""
+    from tests.orchestration.test_lineage import _canary_verdict
+
+    from sim2real.orchestration.report import write_run_report
+
+    verdict = _canary_verdict(n=10, successes=3, rate=0.3, ci95=list(wilson_interval(3, 10)),
+                              robots={"robot-1": {"n": 10, "successes": 3, "interventions": 0}})
+    ti = RunningTask({ids.READ_EVAL_REPORT: evaluation(), (ids.CANARY_VERDICT, "canary_verdict"): verdict})
+    p = {**plan(), "deploy": {"canary_thing_group_name": "robots-canary"}}
+    out = write_run_report(rounds_entry=lineage_entry, plan=p, params={}, dag_run=DagRun(), ti=ti)
+    key = f"{PREFIX}report/sim_vs_field.png"
+    assert out["figures"]["sim_vs_field"] == f"s3://{BUCKET}/{key}"
+    with Image.open(io.BytesIO(stored(s3, key)["Body"].read())) as img:
+        assert img.size == plots.SIM_VS_FIELD_SIZE
+    lineage = json.loads(stored(s3, f"{PREFIX}lineage.json")["Body"].read())
+    assert lineage["figures"]["sim_vs_field"]["points"] == 10 and lineage["field"]["gap_pp"] == 0.0
+    assert lineage_errors(lineage) == []
+    assert "![Simulation vs field](report/sim_vs_field.png)" in stored(s3, f"{PREFIX}lineage.md")["Body"].read().decode()
+    # no canary: no such picture (not even as skipped), no field entry
+    out = write_run_report(rounds_entry=lineage_entry, plan=plan(), params={}, dag_run=DagRun(),
+                           ti=RunningTask({ids.READ_EVAL_REPORT: evaluation()}))
+    assert "sim_vs_field" not in out["figures"]

@@ -20,6 +20,9 @@ NAMESPACE_LEVELS = "airflow.providers.amazon.aws.utils.connection_wrapper=WARNIN
 #: Seconds between status polls of every waiting task (``SIM2REAL_POLL_SECONDS``: 30 on AWS; the local
 #: sandbox sets 1-2).
 POLL = int(os.environ.get("SIM2REAL_POLL_SECONDS", "30"))
+#: Seconds between the canary's listings of its robots' field episodes: ten status polls (300 s on AWS: 12
+#: ListObjectsV2 per canary robot an hour; episodes arrive over minutes, not seconds).
+FIELD_POLL = 10 * POLL
 #: First retry delay of every task in seconds (``SIM2REAL_RETRY_DELAY_SECONDS``, default 20), doubled per
 #: try up to 10 minutes; the fault replay and the sandbox end-to-end tests set 1.
 RETRY_DELAY = int(os.environ.get("SIM2REAL_RETRY_DELAY_SECONDS", "20"))

@@ -48,6 +48,8 @@ HYPERPOD_SCALING_SOURCES = {"scale_up": ids.HYPERPOD_SCALE_UP, "wait_for_nodes":
 RoundsEntry = Callable[..., dict[str, Any] | None]
 #: XCom key of the quality gate's verdict, pushed whether it passed or failed (a failed gate task returns nothing).
 VERDICT_KEY = "verdict"
+#: XCom key of the canary's verdict and evidence (``operators.canary.XCOM_VERDICT``), pushed whether it promoted or not.
+CANARY_VERDICT_KEY = "canary_verdict"
 
 
 def stage_sources(plan: Mapping[str, Any]) -> dict[str, str]:

@@ -34,6 +34,7 @@ from sim2real.orchestration.lineage import (
     LineageSchemaError,
     RoundsEntry,
     SOURCES,
+    CANARY_VERDICT_KEY,
     VERDICT_KEY,
     _get,
     build_lineage,
@@ -451,6 +452,8 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
     parts: dict[str, Any] = {key: _pull(ti, task_id) for key, task_id in stage_sources(plan).items()}
     if not parts.get("quality_gate"):  # a failed gate returns nothing: its verdict XCom has the value and reason
         parts["quality_gate"] = _pull(ti, stage_sources(plan)["quality_gate"], key=VERDICT_KEY)
+    # the canary's verdict and evidence: pushed whether it promoted or rolled back (a failed task returns nothing)
+    parts["field"] = _pull(ti, ids.CANARY_VERDICT, key=CANARY_VERDICT_KEY)
     rounds = rounds_entry(plan, run_id=dag_run.run_id, evaluation=parts.get("evaluation"),
                           checkpoint=parts.get("checkpoint"), next_run_id=_pull(ti, ids.NEXT_ROUND, key="trigger_run_id"))
     scaling = None

@@ -19,6 +19,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 
 from sim2real.contract.field import parse_time
 from sim2real.orchestration.field import canary_verdict, collect_field_episodes, field_summary
+from sim2real.orchestration.lineage import CANARY_VERDICT_KEY
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, summarize
 from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator, start_rollback
 from sim2real.orchestration.triggers.base import defer_wait
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 #: XCom keys: the window and robots fixed at the first try (a resume reads them), the verdict with its evidence,
 #: the rollback started.
-XCOM_WINDOW, XCOM_VERDICT, XCOM_ROLLBACK = "canary_window", "canary_verdict", "canary_rollback"
+XCOM_WINDOW, XCOM_VERDICT, XCOM_ROLLBACK = "canary_window", CANARY_VERDICT_KEY, "canary_rollback"
 #: The rollback's wait on the canary robots: seconds between polls and polls (1 h), as the Greengrass operator's.
 ROLLBACK_WAITER_DELAY, ROLLBACK_WAITER_MAX_ATTEMPTS = 30, 120
 #: Refusals listed one by one in the verdict's XCom (the counts by reason are always complete).

@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import Asset
 
 from sim2real.contract import task_ids as ids
-from sim2real.orchestration.dag_defaults import POLL
+from sim2real.orchestration.dag_defaults import FIELD_POLL, POLL
 from sim2real.orchestration.params import SECTION_DEPLOY, _range
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
@@ -304,6 +304,7 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
             min_episodes=deploy.canary_min_episodes,
             window_minutes=deploy.canary_window_minutes,
             min_success_rate=deploy.field_min_success_rate,
+            waiter_delay=FIELD_POLL,
             execution_timeout=CANARY_VERDICT_EXECUTION_TIMEOUT,
             doc_md=DOC,
         )
