@@ -34,7 +34,7 @@ from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, POLL
 from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
 from sim2real.orchestration.release import build_release_params
 # the asset is also sim_to_real's outlet
-from sim2real.orchestration.stages.deploy import DEPLOY_EXECUTION_TIMEOUT, DEPLOYED_MODEL_PACKAGE_ASSET
+from sim2real.orchestration.stages.deploy import DEPLOY_EXECUTION_TIMEOUT, DEPLOYED_MODEL_PACKAGE_ASSET, add_canary_tasks
 
 
 def _deployed_post_execute(context, result=None) -> None:
@@ -112,19 +112,40 @@ def sim_to_real_release():
 
         return write(plan=plan, dag_run=dag_run, ti=ti)
 
+    @task(execution_timeout=dt.timedelta(minutes=1))
+    def canary_model_version(plan: dict, components: dict) -> str:
+        """The canary's model version (the components' ModelSha256); "" without a canary."""
+        from sim2real.orchestration.stages.deploy import canary_model_version as model_version
+
+        return model_version(plan, components)
+
     prepared = prepare_release()
     resolved = resolve_model_package(prepared["plan"])
     components = deployment_components(prepared["plan"], resolved)
+    # the same release, checks and limits for the canary group and the fleet group
+    release = {
+        "components": components,
+        "iot_job_configuration": prepared["deploy_iot_job_configuration"],
+        "deployment_timeout_seconds": prepared["deploy_timeout_seconds"],  # the form's deployment_timeout_minutes
+        "model_package_arn": resolved["model_package_arn"],  # read again: deployed only if still Approved
+        "waiter_delay": POLL,
+        "execution_timeout": DEPLOY_EXECUTION_TIMEOUT,  # the release's wait and an automatic rollback's
+    }
+    # With a canary group the release goes there first, and to the fleet only when its field episodes promote it
+    # (sim_to_real's canary: sim2real.orchestration.stages.deploy); without one both tasks succeed at once.
+    to_canary, verdict = add_canary_tasks(
+        deploy_task_id="deploy_to_canary", verdict_task_id="canary_verdict",
+        thing_group_name=prepared["deploy_canary_thing_group_name"],
+        deployment_name=prepared["deploy_canary_deployment_name"],
+        model_version=canary_model_version(prepared["plan"], components),
+        bucket=prepared["deploy_field_bucket"], prefix=prepared["deploy_field_prefix"],
+        min_episodes=prepared["deploy_canary_min_episodes"], window_minutes=prepared["deploy_canary_window_minutes"],
+        min_success_rate=prepared["deploy_field_min_success_rate"], release=release)
     deployment = GreengrassDeploymentOperator(
         task_id="deploy_to_robots",
         thing_group_name=prepared["deploy_thing_group_name"],
-        components=components,
         deployment_name=prepared["deploy_deployment_name"],
-        iot_job_configuration=prepared["deploy_iot_job_configuration"],
-        deployment_timeout_seconds=prepared["deploy_timeout_seconds"],  # the form's deployment_timeout_minutes
-        model_package_arn=resolved["model_package_arn"],  # read again: deployed only if still Approved
-        waiter_delay=POLL,
-        execution_timeout=DEPLOY_EXECUTION_TIMEOUT,  # the release's wait and an automatic rollback's
+        **release,
         outlets=[DEPLOYED_MODEL_PACKAGE_ASSET],
         post_execute=_deployed_post_execute,
         on_success_callback=notify.deployed(),
@@ -141,6 +162,7 @@ def sim_to_real_release():
     # marked failed; a record that cannot be written fails the run. run_outcome, the last teardown, gives the
     # run its state from every task's state (sim2real.orchestration.run_state).
     record = write_release_record(prepared["plan"]).as_teardown(setups=prepared, on_failure_fail_dagrun=True)
+    verdict >> deployment
     deployment >> record >> run_outcome().as_teardown(setups=prepared, on_failure_fail_dagrun=True)
 
 

@@ -356,19 +356,19 @@ def main(argv: list[str] | None = None) -> int:
         env_config = sandbox.provision(**({"max_vcpus": 48 * SWEEP_CANDIDATES} if args.sweep else {}))
         if args.fail_candidate:  # those candidates' jobs fail as a lost instance would
             sandbox.faults["batch_fail_job_names_ending"] = [f"-c{i}" for i in args.fail_candidate]
+        print(f"[demo] sandbox at {sandbox.endpoint_url}; provisioned bucket {env_config['artifacts_bucket']}, "
+              f"job queue {env_config['batch']['job_queue']}, thing group {env_config['greengrass']['thing_group_name']}")
+        prepare_airflow_home(home, sandbox.airflow_env())
         from sim2real.dev.sandbox.device import FieldWork, PolicyDeviceCheck
 
         # The emulated robots run the real setup component and policy server on the deployed policy, then the
         # run's task in the field (--field-gap's world) and upload each episode as real robots do.
-        from sim2real.orchestration.stages import train
+        from sim2real.orchestration.stages import train  # Airflow reads its config here: after the home is set
 
         task = conf.get("task", train.params()["task"].value)  # the run's task (the form's default unless given)
         field_work = FieldWork(task_id=task, episodes=args.field_episodes,
                                bucket=env_config["artifacts_bucket"], gap=NAMED_GAPS[args.field_gap])
         sandbox.greengrass.device_check = PolicyDeviceCheck(sandbox, home / "greengrass-devices", field_work)
-        print(f"[demo] sandbox at {sandbox.endpoint_url}; provisioned bucket {env_config['artifacts_bucket']}, "
-              f"job queue {env_config['batch']['job_queue']}, thing group {env_config['greengrass']['thing_group_name']}")
-        prepare_airflow_home(home, sandbox.airflow_env())
         print(f"[demo] Airflow home {home} (SQLite); run conf {json.dumps(conf)}")
 
         from sim2real.dev.sandbox import Approver

@@ -32,8 +32,11 @@ from typing import Any
 from sim2real.contract import schemas
 from sim2real.contract.run_key import make_run_key, run_prefix
 from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.lineage import CANARY_VERDICT_KEY, field_entry, field_lines
 from sim2real.orchestration.params import ParamRuleError, declare_dialect
 from sim2real.orchestration.stages import deployment_components, deployment_timeout_seconds, iot_job_configuration
+from sim2real.orchestration.stages.deploy import CANARY_DEFAULTS, canary_plan
+from sim2real.orchestration.stages.deploy import rule_errors as canary_rule_errors
 from sim2real.orchestration.stages.run import build_params
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,8 @@ TASKS = {
     "prepare": "prepare_release",
     "resolve": "resolve_model_package",
     "components": "deployment_components",
+    "canary_deploy": "deploy_to_canary",
+    "canary_verdict": "canary_verdict",
     "deploy": "deploy_to_robots",
 }
 
@@ -99,6 +104,8 @@ def build_release_params() -> dict[str, Any]:
         "rollout_max_per_minute": same_as_main("rollout_max_per_minute"),
         "abort_failure_threshold_percent": same_as_main("abort_failure_threshold_percent"),
         "deployment_timeout_minutes": same_as_main("deployment_timeout_minutes"),
+        # the canary, as in sim_to_real (empty group: none)
+        **{name: same_as_main(name) for name in CANARY_DEFAULTS},
         "policy_checkpoint_manifest_uri": Param(
             None, type=["null", "string"], maxLength=1024, pattern=f"^({MANIFEST_PATTERN})?$",
             title="RL checkpoint manifest",
@@ -127,13 +134,15 @@ def parse_model_package_arn(arn: str) -> tuple[str, int]:
     return match["group"], int(match["version"])
 
 
-def check_release_params(params: Mapping[str, Any]) -> None:
+def check_release_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None) -> None:
     """The release form's cross-field rules (each field's own limits are checked by Airflow before the run).
 
+    :param env: the environment config (its fleet thing group, for the canary's rule); None: the form alone.
     :raises sim2real.orchestration.params.ParamRuleError: listing every broken rule with its fix: an ARN that is not a
-        versioned model package ARN; an ARN whose group is not ``model_package_group_name``.
+        versioned model package ARN; an ARN whose group is not ``model_package_group_name``; a canary thing group
+        that is the fleet's (:func:`sim2real.orchestration.stages.deploy.rule_errors`).
     """
-    errors: list[str] = []
+    errors: list[str] = list(canary_rule_errors(params, env or {}))
     arn = (params.get("model_package_arn") or "").strip()
     group = (params.get("model_package_group_name") or "").strip()
     if arn:
@@ -158,11 +167,12 @@ def plan_release(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Ma
     :return: ``{"run_key", "bucket", "run_prefix", "run_uri", "runs_uri", "release_uri", "markdown_uri", "region",
         "params", "model_package_arn" (None: the latest Approved), "model_package_group",
         "policy_checkpoint_manifest_uri" (or None), "deploy": {"thing_group_name", "components"
-        {name: version}, "deployment_name", "iot_job_configuration"}}``. ``run_key`` and ``deploy`` are what
+        {name: version}, "deployment_name", "iot_job_configuration", "timeout_seconds", and the canary's
+        (:func:`sim2real.orchestration.stages.deploy.canary_plan`)}}``. ``run_key`` and ``deploy`` are what
         :func:`sim2real.orchestration.stages.deployment_components` reads.
     :raises sim2real.orchestration.params.ParamRuleError: a cross-field rule is broken (:func:`check_release_params`).
     """
-    check_release_params(params)
+    check_release_params(params, env)
     run_key = make_run_key(dag_id, run_id)
     bucket = env["artifacts_bucket"]
     prefix = run_prefix(run_key)
@@ -189,6 +199,7 @@ def plan_release(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Ma
             "deployment_name": f"sim2real-{run_key}",
             "iot_job_configuration": iot_job_configuration(params),
             "timeout_seconds": deployment_timeout_seconds(params),
+            **canary_plan(params, env, run_key),
         },
     }
 
@@ -432,8 +443,13 @@ def build_release_record(*, plan: Mapping[str, Any], dag_id: str, run_id: str,
                          components: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None,
                          task_states: Mapping[str, Mapping[str, Any]] | None = None,
                          started_at: dt.datetime | None = None, now: dt.datetime | None = None,
-                         deploy_check: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                         deploy_check: Mapping[str, Any] | None = None,
+                         canary: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``release.json`` document (shape: ``schemas/release.schema.json``).
+
+    :param canary: the canary's verdict and evidence (XCom ``canary_verdict`` of the ``canary_verdict`` task) →
+        ``field`` (:func:`sim2real.orchestration.lineage.field_entry`, without a simulation side: a release trains
+        and evaluates nothing); ``None``: no canary.
 
     :param deploy_check: the deploy task's reading of the package right before CreateDeployment (XCom
         ``model_package_check``: ``model_approval_status``) → ``model_package.approval_status_at_deploy``.
@@ -476,6 +492,7 @@ def build_release_record(*, plan: Mapping[str, Any], dag_id: str, run_id: str,
         "deployment_name": plan["deploy"]["deployment_name"],
         "components": dict(components) if components else None,
         "deployment": dict(deployment) if deployment else None,
+        "field": field_entry(canary, None),
         "tasks": tasks,
         "durations": {
             "elapsed_s": elapsed,
@@ -497,7 +514,13 @@ def release_errors(record: Mapping[str, Any]) -> list[str]:
 
     validator = Draft202012Validator(release_schema(), format_checker=Draft202012Validator.FORMAT_CHECKER)
     doc = json.loads(json.dumps(record, default=str))
-    return [f"{e.json_path}: {e.message}" for e in sorted(validator.iter_errors(doc), key=lambda e: e.json_path)]
+    found = list(validator.iter_errors(doc))
+    if doc.get("field") is not None:  # its shape is the lineage's field entry, checked with that schema
+        lineage = schemas.load("lineage")
+        field = Draft202012Validator({"$defs": lineage["$defs"], **lineage["properties"]["field"]},
+                                     format_checker=Draft202012Validator.FORMAT_CHECKER)
+        found += [type(e)(e.message, path=["field", *e.absolute_path]) for e in field.iter_errors(doc["field"])]
+    return [f"{e.json_path}: {e.message}" for e in sorted(found, key=lambda e: e.json_path)]
 
 
 class ReleaseSchemaError(ValueError):
@@ -539,6 +562,7 @@ def render_release_markdown(record: Mapping[str, Any]) -> str:
                      + f" `{back['previous_deployment_name']}` (deployment `{back['previous_deployment_id']}`): "
                      f"rollback deployment `{back['deployment_id']}` ({back.get('deployment_status') or '-'}), "
                      "devices: " + (", ".join(f"`{t}` {s}" for t, s in sorted(devices.items())) or "none"))
+    lines += field_lines(record.get("field"))
     lines += ["", "| task | state | duration (s) |", "|---|---|---|"]
     for task in record["tasks"].values():
         d = task.get("duration_s")
@@ -579,6 +603,7 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
         task_states=collect_task_states(dag_run.dag_id, dag_run.run_id),
         started_at=getattr(dag_run, "start_date", None),
         deploy_check=_deploy_xcom(ti, "model_package_check"),
+        canary=_xcom(ti, TASKS["canary_verdict"], CANARY_VERDICT_KEY),
     )
     errors = release_errors(record)
     if errors:
@@ -593,13 +618,18 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
             "deployment_id": (deployment or {}).get("deployment_id")}
 
 
+def _xcom(ti: Any, task_id: str, key: str) -> dict[str, Any] | None:
+    """Task ``task_id``'s XCom ``key``; ``None`` when it has none."""
+    try:
+        return ti.xcom_pull(task_ids=task_id, key=key)
+    except Exception as err:  # noqa: BLE001 - a task that never ran has no XCom
+        log.info("no %s from %s: %s", key, task_id, err)
+        return None
+
+
 def _deploy_xcom(ti: Any, key: str) -> dict[str, Any] | None:
     """The deploy task's XCom ``key`` (``model_package_check``, ``rollback``); ``None`` when it has none."""
-    try:
-        return ti.xcom_pull(task_ids=TASKS["deploy"], key=key)
-    except Exception as err:  # noqa: BLE001 - a task that never ran has no XCom
-        log.info("no %s from %s: %s", key, TASKS["deploy"], err)
-        return None
+    return _xcom(ti, TASKS["deploy"], key)
 
 
 def deployed_asset_extra(plan: Mapping[str, Any], package: Mapping[str, Any] | None,

@@ -288,3 +288,23 @@ def test_a_wait_that_ran_out_of_polls_before_the_windows_end_waits_again(moto_en
                                       "listed": {"arm-1": 1, "arm-2": 0}, "window_over": False}, **deferred.kwargs)
     assert again.value.method_name == "execute_complete" and again.value.trigger.keys_read == 1
     assert context["ti"].xcom["canary_verdict"]["message"].startswith("wait: 1 of 4 episodes; no episode yet from arm-2")
+
+
+def test_without_a_given_start_the_window_opens_when_the_canary_deployment_was_created(moto_endpoint, group_arn,
+                                                                                       context):
+    """The canary robots run the release, and report episodes, from the moment it is applied: before this task
+    starts. A window opened at the task's start refused those episodes as early (found in a sandbox run: 3 of 10)."""
+    op = CanaryVerdictOperator(
+        task_id="canary_verdict", thing_group_name=GROUP, deployment_id=CANARY, deployment_name="sim2real-k-canary",
+        model_version=SHA, bucket=BUCKET, prefix=PREFIX, min_episodes=4, window_minutes=60, min_success_rate=0.5,
+        waiter_delay=60)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("list_core_devices", {"coreDevices": [{"coreDeviceThingName": t} for t in THINGS]},
+                          {"thingGroupArn": group_arn})
+        stub.add_response("get_deployment", {**PREVIOUS, "deploymentId": CANARY, "targetArn": group_arn,
+                                             "creationTimestamp": OPEN}, {"deploymentId": CANARY})
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context)
+        stub.assert_no_pending_responses()
+    assert deferred.value.trigger.window_start == OPEN.timestamp()
+    assert context["ti"].xcom["canary_window"]["start"] == stamp(OPEN)

@@ -72,8 +72,9 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
     :param min_episodes: field episodes needed before the rate decides (>= 1).
     :param window_minutes: the canary window in minutes (> 0): the longest the verdict waits.
     :param min_success_rate: the field threshold, a fraction in ``[0, 1]``.
-    :param window_start: the window's start, RFC 3339 with an offset (templated); None: when the try starts
-        (kept in XCom ``canary_window`` with the robots, for the try's resumes).
+    :param window_start: the window's start, RFC 3339 with an offset (templated); None: when the canary deployment
+        was created (GetDeployment ``creationTimestamp``: its robots report episodes from then on, before this task
+        starts). Kept in XCom ``canary_window`` with the robots, for the try's resumes.
     :param thing_names: the canary robots; None: the group's core devices (ListCoreDevices) when the try starts.
     :param waiter_delay: seconds between the wait's S3 listings (default 300: 12 ListObjectsV2 per robot an hour).
     :return: ``{"decision": "no_canary"}`` at once when ``thing_group_name`` is empty (no canary); (``promote``)
@@ -132,13 +133,21 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
             raise AirflowFailException(
                 f"canary thing group {self.thing_group_name!r} ({target_arn}) has no Greengrass core device: no "
                 "robot can report field episodes. Add the canary robots' core devices to it.")
-        start = parse_time(self.window_start) if self.window_start else datetime.now(timezone.utc)
+        start = parse_time(self.window_start) if self.window_start else self._deployment_created()
         end = start + timedelta(minutes=rule["window_minutes"])
         window = {"start": _utc(start), "end": _utc(end), "thing_names": things, "target_arn": target_arn}
         context["ti"].xcom_push(key=XCOM_WINDOW, value=window)  # the resumes read it (dag.test gives no kwargs)
         self.log.info("Canary %s on %s: waiting for field episodes of %s until %s", self.deployment_id,
                       ", ".join(window["thing_names"]), self.model_version, window["end"])
         self._wait(window, rule, keys_read=0)
+
+    def _deployment_created(self) -> datetime:
+        """When the canary deployment was created (GetDeployment ``creationTimestamp``): the robots run the release,
+        and report its episodes, from the moment they apply it, before this task starts."""
+        created = self.hook.conn.get_deployment(deploymentId=self.deployment_id)["creationTimestamp"]
+        if isinstance(created, datetime):
+            return created.astimezone(timezone.utc)
+        return datetime.fromtimestamp(float(created), timezone.utc)
 
     def _wait(self, window: dict[str, Any], rule: dict[str, Any], keys_read: int) -> NoReturn:
         """Defer on the episode wait until ``window["end"]`` (polls enough to reach it, plus one)."""

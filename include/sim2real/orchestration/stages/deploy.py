@@ -249,12 +249,39 @@ def canary_model_version(plan: Mapping[str, Any], components: Mapping[str, Any])
     return json.loads(components[SETUP_COMPONENT]["configurationUpdate"]["merge"])["ModelSha256"]
 
 
+def add_canary_tasks(*, deploy_task_id: str, verdict_task_id: str, thing_group_name: Any, deployment_name: Any,
+                     model_version: Any, bucket: Any, prefix: Any, min_episodes: Any, window_minutes: Any,
+                     min_success_rate: Any, release: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The canary's two tasks, as both DAGs run them: the release to the canary thing group
+    (:class:`~sim2real.orchestration.operators.canary.CanaryDeploymentOperator`, ``release``: the fleet deployment's
+    own arguments) and the verdict on its robots' field episodes
+    (:class:`~sim2real.orchestration.operators.canary.CanaryVerdictOperator`, listing them every :data:`FIELD_POLL`
+    seconds), chained. Every other argument may be an XComArg or a template (the DAG's plan).
+
+    :return: ``(deploy_to_canary, canary_verdict)``; with an empty ``thing_group_name`` both succeed at once and do
+        nothing.
+    """
+    from sim2real.orchestration.operators.canary import CanaryDeploymentOperator, CanaryVerdictOperator
+
+    to_canary = CanaryDeploymentOperator(task_id=deploy_task_id, thing_group_name=thing_group_name,
+                                         deployment_name=deployment_name, **release)
+    verdict = CanaryVerdictOperator(
+        task_id=verdict_task_id,
+        thing_group_name=thing_group_name,
+        deployment_id=f"{{{{ (ti.xcom_pull(task_ids='{to_canary.task_id}') or {{}}).get('deployment_id', '') }}}}",
+        deployment_name=deployment_name, model_version=model_version, bucket=bucket, prefix=prefix,
+        min_episodes=min_episodes, window_minutes=window_minutes, min_success_rate=min_success_rate,
+        waiter_delay=FIELD_POLL, execution_timeout=CANARY_VERDICT_EXECUTION_TIMEOUT, doc_md=DOC,
+    )
+    to_canary >> verdict
+    return to_canary, verdict
+
+
 def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
     """Add the ``deploy`` group after the approval; return the deployment operator (the fleet group's)."""
     from airflow.sdk import TaskGroup, task
 
     from sim2real.orchestration import assets, notifications as notify
-    from sim2real.orchestration.operators.canary import CanaryDeploymentOperator, CanaryVerdictOperator
     from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator
 
     deploy = refs(plan, DeployPlan)
@@ -290,24 +317,12 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
             "execution_timeout": DEPLOY_EXECUTION_TIMEOUT,
             "doc_md": DOC,
         }
-        to_canary = CanaryDeploymentOperator(task_id=ids.local(ids.DEPLOY_TO_CANARY),
-                                             thing_group_name=deploy.canary_thing_group_name,
-                                             deployment_name=deploy.canary_deployment_name, **release)
-        verdict = CanaryVerdictOperator(
-            task_id=ids.local(ids.CANARY_VERDICT),
-            thing_group_name=deploy.canary_thing_group_name,
-            deployment_id=f"{{{{ (ti.xcom_pull(task_ids='{ids.DEPLOY_TO_CANARY}') or {{}}).get('deployment_id', '') }}}}",
-            deployment_name=deploy.canary_deployment_name,
-            model_version=model_version,
-            bucket=deploy.field_bucket,
-            prefix=deploy.field_prefix,
-            min_episodes=deploy.canary_min_episodes,
-            window_minutes=deploy.canary_window_minutes,
-            min_success_rate=deploy.field_min_success_rate,
-            waiter_delay=FIELD_POLL,
-            execution_timeout=CANARY_VERDICT_EXECUTION_TIMEOUT,
-            doc_md=DOC,
-        )
+        to_canary, verdict = add_canary_tasks(
+            deploy_task_id=ids.local(ids.DEPLOY_TO_CANARY), verdict_task_id=ids.local(ids.CANARY_VERDICT),
+            thing_group_name=deploy.canary_thing_group_name, deployment_name=deploy.canary_deployment_name,
+            model_version=model_version, bucket=deploy.field_bucket, prefix=deploy.field_prefix,
+            min_episodes=deploy.canary_min_episodes, window_minutes=deploy.canary_window_minutes,
+            min_success_rate=deploy.field_min_success_rate, release=release)
         deployment = GreengrassDeploymentOperator(
             task_id=ids.local(ids.DEPLOY_TO_ROBOTS),
             thing_group_name=deploy.thing_group_name,
