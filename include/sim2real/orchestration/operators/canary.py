@@ -42,7 +42,69 @@ def _utc(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
+class CanaryRollback:
+    """The canary group's rollback, shared by the canary's deciders (:class:`CanaryVerdictOperator` when the field
+    says no, :class:`~sim2real.orchestration.operators.canary_review.CanaryReviewOperator` when a person aborts):
+    put the canary thing group back on its last good release
+    (:func:`~sim2real.orchestration.operators.greengrass.start_rollback`), wait for it on the canary robots
+    (deferred: :class:`~sim2real.orchestration.triggers.greengrass.GreengrassDeploymentTrigger`) and fail.
+
+    The operator it is mixed into has ``hook`` (:class:`~sim2real.orchestration.hooks.greengrass.GreengrassV2Hook`),
+    ``thing_group_name``, ``deployment_id`` and ``deployment_name`` (the canary's) and is an ``AwsBaseOperator``.
+
+    Sources: AWS IoT Greengrass V2 API Reference (ListCoreDevices, ListEffectiveDeployments, GetDeployment,
+    CreateDeployment).
+    """
+
+    def _roll_back(self, context: Context, target_arn: str, thing_names: Sequence[str], why: str) -> NoReturn:
+        """Roll the canary group (``target_arn``) back to its last good release and defer on that deployment's wait
+        on the robots ``thing_names``; fails at once when there is no release to go back to or the rollback could
+        not be created.
+
+        :param why: what ended the canary, after ``Canary <id> (<name>) on thing group <group>`` in the failure.
+        :raises TaskDeferred: the rollback was created (resumes in :meth:`rollback_complete`).
+        :raises AirflowFailException: (not retried) it could not be.
+        """
+        failure = (f"Canary {self.deployment_id} ({self.deployment_name}) on thing group {self.thing_group_name!r} "
+                   f"{why}")
+        responses = {thing: self.hook.effective_deployments(thing)
+                     for thing in self.hook.list_core_device_names(target_arn)}
+        rollback = start_rollback(self.hook, self.deployment_id, self.deployment_name, target_arn, responses)
+        if "error" in rollback:
+            raise AirflowFailException(f"{failure}. {rollback['error']}; the canary robots still run deployment "
+                                       f"{self.deployment_id}: deploy an earlier approved release to the group")
+        rollback = {**rollback, "failure": failure}
+        context["ti"].xcom_push(key=XCOM_ROLLBACK, value=rollback)
+        self.log.info("Rolling canary group %s back to %s: deployment %s", self.thing_group_name,
+                      rollback["previous_deployment_name"], rollback["deployment_id"])
+        defer_wait(self, GreengrassDeploymentTrigger, method_name="rollback_complete", kwargs={"rollback": rollback},
+                   waiter_delay=ROLLBACK_WAITER_DELAY,
+                   waiter_max_attempts=ROLLBACK_WAITER_MAX_ATTEMPTS, deployment_id=rollback["deployment_id"],
+                   thing_group_arn=target_arn, thing_names=list(thing_names), cancel_on_kill=False)
+
+    def rollback_complete(self, context: Context, event: dict[str, Any] | None = None,
+                          rollback: dict[str, Any] | None = None) -> NoReturn:
+        """Resume after the rollback's wait on the canary robots: the task fails either way (the canary was not
+        promoted), saying whether the robots run the earlier release again, or naming both deployments.
+
+        :raises AirflowFailException: always.
+        """
+        status, message = event_outcome(event, f"Greengrass rollback of canary {self.deployment_id}")
+        rollback = rollback or context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_ROLLBACK) or {}
+        rollback_id = rollback.get("deployment_id") or event.get("deployment_id")
+        back_to = f"{rollback.get('previous_deployment_name')} (deployment {rollback.get('previous_deployment_id')})"
+        devices = summarize(event.get("devices") or {}) or message
+        if status == "success":
+            raise AirflowFailException(
+                f"{rollback.get('failure')}. Rolled back: deployment {rollback_id} ({rollback.get('deployment_name')}) "
+                f"put {back_to} back on the canary robots ({devices}); the fleet was not deployed")
+        raise AirflowFailException(
+            f"{rollback.get('failure')}. The rollback to {back_to} did not succeed ({status}): {devices}. Both "
+            f"deployments: {self.deployment_id} (the canary) and {rollback_id} (the rollback); read each canary "
+            "robot's ListEffectiveDeployments")
+
+
+class CanaryVerdictOperator(CanaryRollback, AwsBaseOperator[GreengrassV2Hook]):
     """Wait, deferred, for the field episodes the canary robots upload after the canary deployment, then promote the
     release or roll the canary thing group back.
 
@@ -191,49 +253,7 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
             return evidence
         if verdict.decision == "wait":
             self._wait(window, rule, keys_read=sum((event.get("listed") or {}).values()))
-        self._roll_back(context, window, verdict.message)
-
-    def _roll_back(self, context: Context, window: dict[str, Any], why: str) -> NoReturn:
-        """Roll the canary group back to its last good release and defer on that deployment's wait (the canary
-        robots); fails at once when there is no release to go back to or the rollback could not be created."""
-        target_arn = window["target_arn"]
-        failure = (f"Canary {self.deployment_id} ({self.deployment_name}) on thing group {self.thing_group_name!r} "
-                   f"{why}")
-        responses = {thing: self.hook.effective_deployments(thing)
-                     for thing in self.hook.list_core_device_names(target_arn)}
-        rollback = start_rollback(self.hook, self.deployment_id, self.deployment_name, target_arn, responses)
-        if "error" in rollback:
-            raise AirflowFailException(f"{failure}. {rollback['error']}; the canary robots still run deployment "
-                                       f"{self.deployment_id}: deploy an earlier approved release to the group")
-        rollback = {**rollback, "failure": failure}
-        context["ti"].xcom_push(key=XCOM_ROLLBACK, value=rollback)
-        self.log.info("Rolling canary group %s back to %s: deployment %s", self.thing_group_name,
-                      rollback["previous_deployment_name"], rollback["deployment_id"])
-        defer_wait(self, GreengrassDeploymentTrigger, method_name="rollback_complete", kwargs={"rollback": rollback},
-                   waiter_delay=ROLLBACK_WAITER_DELAY,
-                   waiter_max_attempts=ROLLBACK_WAITER_MAX_ATTEMPTS, deployment_id=rollback["deployment_id"],
-                   thing_group_arn=target_arn, thing_names=window["thing_names"], cancel_on_kill=False)
-
-    def rollback_complete(self, context: Context, event: dict[str, Any] | None = None,
-                          rollback: dict[str, Any] | None = None) -> NoReturn:
-        """Resume after the rollback's wait on the canary robots: the task fails either way (the canary was not
-        promoted), saying whether the robots run the earlier release again, or naming both deployments.
-
-        :raises AirflowFailException: always.
-        """
-        status, message = event_outcome(event, f"Greengrass rollback of canary {self.deployment_id}")
-        rollback = rollback or context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_ROLLBACK) or {}
-        rollback_id = rollback.get("deployment_id") or event.get("deployment_id")
-        back_to = f"{rollback.get('previous_deployment_name')} (deployment {rollback.get('previous_deployment_id')})"
-        devices = summarize(event.get("devices") or {}) or message
-        if status == "success":
-            raise AirflowFailException(
-                f"{rollback.get('failure')}. Rolled back: deployment {rollback_id} ({rollback.get('deployment_name')}) "
-                f"put {back_to} back on the canary robots ({devices}); the fleet was not deployed")
-        raise AirflowFailException(
-            f"{rollback.get('failure')}. The rollback to {back_to} did not succeed ({status}): {devices}. Both "
-            f"deployments: {self.deployment_id} (the canary) and {rollback_id} (the rollback); read each canary "
-            "robot's ListEffectiveDeployments")
+        self._roll_back(context, window["target_arn"], window["thing_names"], verdict.message)
 
 
 class CanaryDeploymentOperator(GreengrassDeploymentOperator):
