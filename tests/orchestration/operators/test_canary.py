@@ -294,3 +294,16 @@ def test_a_wait_that_ran_out_of_polls_before_the_windows_end_waits_again(moto_en
                                       "listed": {"arm-1": 1, "arm-2": 0}, "window_over": False}, **deferred.kwargs)
     assert again.value.method_name == "execute_complete" and again.value.trigger.keys_read == 1
     assert context["ti"].xcom["canary_verdict"]["message"].startswith("wait: 1 of 4 episodes; no episode yet from arm-2")
+
+
+@pytest.mark.parametrize("review", [True, "True"])  # as given, or rendered from the plan's canary_review
+def test_with_a_review_a_roll_back_verdict_is_returned_for_the_person_to_decide(moto_endpoint, group_arn, context, s3,
+                                                                               review):
+    op = operator(OPEN, review=review)
+    deferred = defer(op, context, group_arn)
+    upload(s3, OPEN, *BAD)
+    with Stubber(op.hook.conn) as stub:  # nothing is rolled back: no Greengrass call
+        evidence = resume(op, context, deferred, s3)
+        stub.assert_no_pending_responses()
+    assert evidence["decision"] == "roll_back" and evidence == context["ti"].xcom["canary_verdict"]
+    assert evidence["message"] == f"roll back: {BAD_NUMBERS}" and "canary_rollback" not in context["ti"].xcom

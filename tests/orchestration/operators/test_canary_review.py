@@ -166,3 +166,8 @@ def test_an_answer_outside_the_options_is_refused(context):
     with pytest.raises(ValueError, match="not in"):
         operator().execute_complete(context, answer("Maybe"))
     assert DECISION_XCOM not in context["ti"].xcom
+
+
+@pytest.mark.parametrize("review", [False, "False"])  # as given, or rendered from the plan's canary_review
+def test_without_a_review_nothing_is_asked(context, review):
+    assert operator(review=review).execute(context) == {"decision": "no_review"}

@@ -42,6 +42,13 @@ def _utc(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def truthy(value: Any) -> bool:
+    """A boolean argument, also rendered from a template (``"False"``, ``"false"``, ``""`` and ``"0"`` are False)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "false", "0", "none")
+    return bool(value)
+
+
 class CanaryRollback:
     """The canary group's rollback, shared by the canary's deciders (:class:`CanaryVerdictOperator` when the field
     says no, :class:`~sim2real.orchestration.operators.canary_review.CanaryReviewOperator` when a person aborts):
@@ -137,8 +144,11 @@ class CanaryVerdictOperator(CanaryRollback, AwsBaseOperator[GreengrassV2Hook]):
         (kept in XCom ``canary_window`` with the robots, for the try's resumes).
     :param thing_names: the canary robots; None: the group's core devices (ListCoreDevices) when the try starts.
     :param waiter_delay: seconds between the wait's S3 listings (default 300: 12 ListObjectsV2 per robot an hour).
-    :return: ``{"decision": "no_canary"}`` at once when ``thing_group_name`` is empty (no canary); (``promote``)
-        the evidence, also in XCom ``canary_verdict``: ``{"decision", "message", "rate",
+    :param review: (templated) a person decides after the verdict
+        (:class:`~sim2real.orchestration.operators.canary_review.CanaryReviewOperator`): a ``roll_back`` verdict is
+        then returned with its evidence, not carried out (the verdict still waits for the episodes as without it).
+    :return: ``{"decision": "no_canary"}`` at once when ``thing_group_name`` is empty (no canary); (``promote``,
+        or ``roll_back`` with ``review``) the evidence, also in XCom ``canary_verdict``: ``{"decision", "message", "rate",
         "ci95", "n", "successes", "threshold", "min_episodes", "robots": {thing: {"n", "successes",
         "interventions"}}, "silent", "refused": {reason: count}, "refusals": [[key, reason, detail], ...] (the
         first 50), "window": {"start", "end"}, "deployment_id", "model_version"}``.
@@ -153,18 +163,19 @@ class CanaryVerdictOperator(CanaryRollback, AwsBaseOperator[GreengrassV2Hook]):
     aws_hook_class = GreengrassV2Hook
     template_fields: Sequence[str] = aws_template_fields(
         "thing_group_name", "deployment_id", "deployment_name", "model_version", "bucket", "prefix", "min_episodes",
-        "window_minutes", "min_success_rate", "window_start",
+        "window_minutes", "min_success_rate", "window_start", "review",
     )
 
     def __init__(self, *, thing_group_name: str, deployment_id: str, deployment_name: str, model_version: str,
                  bucket: str, prefix: str = "", min_episodes: int = 20, window_minutes: float = 60,
                  min_success_rate: float = 0.8, window_start: str | None = None,
-                 thing_names: Sequence[str] | None = None, waiter_delay: int = 300, **kwargs) -> None:
+                 thing_names: Sequence[str] | None = None, waiter_delay: int = 300, review: bool = False,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.thing_group_name, self.deployment_id, self.deployment_name = thing_group_name, deployment_id, deployment_name
         self.model_version, self.bucket, self.prefix = model_version, bucket, prefix
         self.min_episodes, self.window_minutes, self.min_success_rate = min_episodes, window_minutes, min_success_rate
-        self.window_start, self.waiter_delay = window_start, waiter_delay
+        self.window_start, self.waiter_delay, self.review = window_start, waiter_delay, review
         self.thing_names = list(thing_names) if thing_names is not None else None
 
     def _rule(self) -> dict[str, Any]:
@@ -250,6 +261,10 @@ class CanaryVerdictOperator(CanaryRollback, AwsBaseOperator[GreengrassV2Hook]):
         }
         context["ti"].xcom_push(key=XCOM_VERDICT, value=evidence)
         if verdict.decision == "promote":
+            return evidence
+        if verdict.decision == "roll_back" and truthy(self.review):
+            self.log.info("Canary %s: the verdict recommends a roll back; a person decides (canary_review)",
+                          self.deployment_id)
             return evidence
         if verdict.decision == "wait":
             self._wait(window, rule, keys_read=sum((event.get("listed") or {}).values()))

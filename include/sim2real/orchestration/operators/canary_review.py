@@ -35,7 +35,7 @@ from airflow.sdk.definitions.param import ParamsDict
 
 from sim2real.orchestration.field import canary_evidence
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
-from sim2real.orchestration.operators.canary import XCOM_VERDICT, CanaryRollback
+from sim2real.orchestration.operators.canary import XCOM_VERDICT, CanaryRollback, truthy
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -132,8 +132,11 @@ def review_body(evidence: Mapping[str, Any]) -> str:
 class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[GreengrassV2Hook]):
     """Ask a person in Airflow to promote the canary release to the fleet or abort it (module docstring).
 
-    With no canary (``thing_group_name`` empty) it asks nothing and returns ``{"decision": "no_canary"}`` at once.
-    It runs only after the canary verdict succeeded (a verdict that rolled back failed and stops the deploy group).
+    With no canary (``thing_group_name`` empty) it asks nothing and returns ``{"decision": "no_canary"}`` at once;
+    without ``review`` (the automatic verdict alone decides) ``{"decision": "no_review"}``. It runs only after the
+    canary verdict succeeded: without ``review`` a verdict that rolled back failed and stops the deploy group; with
+    ``review`` the verdict returns its ``promote`` or ``roll_back`` recommendation and this person decides either
+    way (Promote overrides a ``roll_back`` recommendation; Abort one of ``promote``).
 
     :param thing_group_name: the canary IoT thing group (templated).
     :param deployment_name: the canary deployment's name (the rollback is ``<deployment_name>-rollback``).
@@ -142,6 +145,7 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
     :param assigned_users: who may answer (HITL ``assigned_users``); None: the environment config's
         ``approval.approvers``, or any user allowed to act on the task when it names none.
     :param response_timeout: how long to wait for an answer (default 24 h).
+    :param review: (templated) whether a person decides (the form's ``canary_review``); False: nothing is asked.
     :return: Promote: the evidence with ``"decision": {"decided_by", "at", "comment", "status": "Promote"}``.
     :raises AirflowFailException: (not retried) no evidence; Abort (after the rollback's wait: who aborted, their
         comment and the rollback deployment, or both deployment ids when the rollback did not succeed); no answer
@@ -152,10 +156,10 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
     deferrable = True
 
     aws_hook_class = GreengrassV2Hook
-    template_fields: Sequence[str] = aws_template_fields("subject", "body", "thing_group_name", "deployment_name")
+    template_fields: Sequence[str] = aws_template_fields("subject", "body", "thing_group_name", "deployment_name", "review")
 
     def __init__(self, *, thing_group_name: str, deployment_name: str, verdict_task_id: str,
-                 response_timeout: dt.timedelta = dt.timedelta(hours=24),
+                 response_timeout: dt.timedelta = dt.timedelta(hours=24), review: bool = True,
                  subject: str = "Promote the canary release to the fleet?", **kwargs: Any) -> None:
         inherited = kwargs.pop("params", None) or {}
         params = {k: inherited.get_param(k) for k in inherited} if isinstance(inherited, ParamsDict) else dict(inherited)
@@ -165,7 +169,7 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
         super().__init__(subject=subject, params=params, fail_on_reject=True, response_timeout=response_timeout,
                          **kwargs)
         self.thing_group_name, self.deployment_name = thing_group_name, deployment_name
-        self.verdict_task_id = verdict_task_id
+        self.verdict_task_id, self.review = verdict_task_id, review
         self.deployment_id = ""
 
     def _evidence(self, context: Context) -> dict[str, Any]:
@@ -192,6 +196,9 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
         if not self.thing_group_name:
             self.log.info("No canary thing group: nothing to review")
             return {"decision": "no_canary"}
+        if not truthy(self.review):
+            self.log.info("No canary review asked (canary_review): the automatic verdict decided")
+            return {"decision": "no_review"}
         evidence = self._evidence(context)
         self.subject = (f"{self.subject} Canary {self.deployment_id} on {self.thing_group_name}: "
                         f"{canary_evidence(evidence if evidence.get('n') else None, float(evidence.get('threshold') or 0))}")
