@@ -131,16 +131,18 @@ def sim_to_real_release():
         "waiter_delay": POLL,
         "execution_timeout": DEPLOY_EXECUTION_TIMEOUT,  # the release's wait and an automatic rollback's
     }
-    # With a canary group the release goes there first, and to the fleet only when its field episodes promote it
-    # (sim_to_real's canary: sim2real.orchestration.stages.deploy); without one both tasks succeed at once.
-    to_canary, verdict = add_canary_tasks(
-        deploy_task_id="deploy_to_canary", verdict_task_id="canary_verdict",
+    # With a canary group the release goes there first, and to the fleet only when its field episodes promote it (or,
+    # with canary_review, a person does): sim_to_real's canary (sim2real.orchestration.stages.deploy); without one
+    # the three tasks succeed at once.
+    to_canary, verdict, review = add_canary_tasks(
+        deploy_task_id="deploy_to_canary", verdict_task_id="canary_verdict", review_task_id="canary_review",
         thing_group_name=prepared["deploy_canary_thing_group_name"],
         deployment_name=prepared["deploy_canary_deployment_name"],
         model_version=canary_model_version(prepared["plan"], components),
         bucket=prepared["deploy_field_bucket"], prefix=prepared["deploy_field_prefix"],
         min_episodes=prepared["deploy_canary_min_episodes"], window_minutes=prepared["deploy_canary_window_minutes"],
-        min_success_rate=prepared["deploy_field_min_success_rate"], release=release)
+        min_success_rate=prepared["deploy_field_min_success_rate"], review=prepared["deploy_canary_review"],
+        release=release)
     deployment = GreengrassDeploymentOperator(
         task_id="deploy_to_robots",
         thing_group_name=prepared["deploy_thing_group_name"],
@@ -162,7 +164,7 @@ def sim_to_real_release():
     # marked failed; a record that cannot be written fails the run. run_outcome, the last teardown, gives the
     # run its state from every task's state (sim2real.orchestration.run_state).
     record = write_release_record(prepared["plan"]).as_teardown(setups=prepared, on_failure_fail_dagrun=True)
-    verdict >> deployment
+    review >> deployment
     deployment >> record >> run_outcome().as_teardown(setups=prepared, on_failure_fail_dagrun=True)
 
 

@@ -67,6 +67,7 @@ TASKS = {
     "components": "deployment_components",
     "canary_deploy": "deploy_to_canary",
     "canary_verdict": "canary_verdict",
+    "canary_review": "canary_review",
     "deploy": "deploy_to_robots",
 }
 

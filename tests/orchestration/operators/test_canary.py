@@ -174,25 +174,31 @@ def test_a_refused_object_is_counted_and_too_few_valid_ones_wait_for_a_new_objec
                                      "deployment_id 'dep-of-the-fleet' is not one of ['" + CANARY + "']"]]
 
 
+def stub_rollback(stub, group_arn, create_fails: bool = False) -> None:
+    """The canary group's rollback on ``stub`` (the Greengrass client): its robots (each finished the canary after
+    the earlier release "sim2real-run-0"), that release (GetDeployment) and exactly its CreateDeployment again."""
+    after = {t: with_release(effective("SUCCEEDED", deployment_id=CANARY), group_arn) for t in THINGS}
+    stub.add_response("list_core_devices", {"coreDevices": [{"coreDeviceThingName": t} for t in THINGS]},
+                      {"thingGroupArn": group_arn})
+    for thing, response in after.items():
+        stub.add_response("list_effective_deployments", response, {"coreDeviceThingName": thing})
+    stub.add_response("get_deployment", {**PREVIOUS, "targetArn": group_arn}, {"deploymentId": "old"})
+    if create_fails:
+        stub.add_client_error("create_deployment", "AccessDeniedException", "not allowed")
+    else:
+        stub.add_response("create_deployment", {"deploymentId": RB, "iotJobId": "job-rb"}, {
+            "targetArn": group_arn, "deploymentName": "sim2real-k-canary-rollback",
+            "clientToken": f"{CANARY}-rollback", "components": PREVIOUS["components"],
+            "deploymentPolicies": PREVIOUS["deploymentPolicies"],
+            "iotJobConfiguration": PREVIOUS["iotJobConfiguration"]})
+
+
 def roll_back(op, context, group_arn, s3, create_fails: bool = False) -> TaskDeferred:
     """The verdict is roll_back: the canary group's robots are read and the group's earlier release is deployed
     again (GetDeployment, CreateDeployment), as the Greengrass operator's rollback does."""
     deferred = defer(op, context, group_arn)
-    after = {t: with_release(effective("SUCCEEDED", deployment_id=CANARY), group_arn) for t in THINGS}
     with Stubber(op.hook.conn) as stub:
-        stub.add_response("list_core_devices", {"coreDevices": [{"coreDeviceThingName": t} for t in THINGS]},
-                          {"thingGroupArn": group_arn})
-        for thing, response in after.items():
-            stub.add_response("list_effective_deployments", response, {"coreDeviceThingName": thing})
-        stub.add_response("get_deployment", {**PREVIOUS, "targetArn": group_arn}, {"deploymentId": "old"})
-        if create_fails:
-            stub.add_client_error("create_deployment", "AccessDeniedException", "not allowed")
-        else:
-            stub.add_response("create_deployment", {"deploymentId": RB, "iotJobId": "job-rb"}, {
-                "targetArn": group_arn, "deploymentName": "sim2real-k-canary-rollback",
-                "clientToken": f"{CANARY}-rollback", "components": PREVIOUS["components"],
-                "deploymentPolicies": PREVIOUS["deploymentPolicies"],
-                "iotJobConfiguration": PREVIOUS["iotJobConfiguration"]})
+        stub_rollback(stub, group_arn, create_fails)
         with pytest.raises((TaskDeferred, AirflowFailException)) as outcome:
             resume(op, context, deferred, s3)
         stub.assert_no_pending_responses()
@@ -308,3 +314,16 @@ def test_without_a_given_start_the_window_opens_when_the_canary_deployment_was_c
         stub.assert_no_pending_responses()
     assert deferred.value.trigger.window_start == OPEN.timestamp()
     assert context["ti"].xcom["canary_window"]["start"] == stamp(OPEN)
+
+
+@pytest.mark.parametrize("review", [True, "True"])  # as given, or rendered from the plan's canary_review
+def test_with_a_review_a_roll_back_verdict_is_returned_for_the_person_to_decide(moto_endpoint, group_arn, context, s3,
+                                                                               review):
+    op = operator(OPEN, review=review)
+    deferred = defer(op, context, group_arn)
+    upload(s3, OPEN, *BAD)
+    with Stubber(op.hook.conn) as stub:  # nothing is rolled back: no Greengrass call
+        evidence = resume(op, context, deferred, s3)
+        stub.assert_no_pending_responses()
+    assert evidence["decision"] == "roll_back" and evidence == context["ti"].xcom["canary_verdict"]
+    assert evidence["message"] == f"roll back: {BAD_NUMBERS}" and "canary_rollback" not in context["ti"].xcom

@@ -12,6 +12,7 @@ from sim2real.orchestration.params import ParamRuleError
 from sim2real.orchestration.stages.deploy import SETUP_COMPONENT, canary_model_version
 from sim2real.orchestration.stages.run import build_params, check_params, plan_run
 
+from tests.orchestration.stages.test_stage_modules import dag  # noqa: F401 - the sim_to_real DAG (fixture)
 from tests.orchestration.stages.test_stages import PARAMS
 from tests.orchestration.test_config import GOOD
 
@@ -65,3 +66,29 @@ def test_the_canary_is_judged_on_the_model_its_components_deploy():
     assert canary_model_version({"deploy": {"canary_thing_group_name": "c"}}, components) == "ab" * 32
     assert canary_model_version({"deploy": {"canary_thing_group_name": ""}}, components) == ""
 
+
+
+def test_the_canary_review_is_off_by_default_and_a_form_switch():
+    assert plan_run(dag_id="sim_to_real", run_id="r", params={**PARAMS, **CANARY}, env=GOOD)["deploy"][
+        "canary_review"] is False
+    assert plan_run(dag_id="sim_to_real", run_id="r", params={**PARAMS, **CANARY, "canary_review": True},
+                    env=GOOD)["deploy"]["canary_review"] is True
+    field = build_params()["canary_review"]
+    assert field.resolve() is False and field.resolve(True) is True
+    with pytest.raises(Exception, match="is not of type 'boolean'"):
+        field.resolve("yes")
+
+
+def test_the_review_stands_between_the_verdict_and_the_fleet_deployment(dag):  # noqa: F811 - the fixture
+    from sim2real.contract import task_ids
+    from sim2real.orchestration.operators.canary_review import CanaryReviewOperator
+    from sim2real.orchestration.stages.deploy import CANARY_REVIEW_RESPONSE_TIMEOUT
+
+    review, verdict = dag.get_task(task_ids.CANARY_REVIEW), dag.get_task(task_ids.CANARY_VERDICT)
+    assert isinstance(review, CanaryReviewOperator) and review.deferrable  # an abort's rollback wait
+    assert review.upstream_task_ids == {task_ids.CANARY_VERDICT, task_ids.PREPARE_RUN}  # the plan
+    assert task_ids.CANARY_REVIEW in dag.get_task(task_ids.DEPLOY_TO_ROBOTS).upstream_task_ids
+    assert review.verdict_task_id == task_ids.CANARY_VERDICT
+    assert review.response_timeout == CANARY_REVIEW_RESPONSE_TIMEOUT
+    # the verdict and the review read the same plan field: on, the verdict only recommends and the review decides
+    assert review.review.key == verdict.review.key == "deploy.canary_review"

@@ -168,7 +168,9 @@ def test_the_trainer_prints_the_contract_progress_line():
 def test_the_canary_stands_between_the_components_and_the_fleet_deployment(dag):
     up = {t: dag.get_task(t).upstream_task_ids for t in (task_ids.CANARY_MODEL_VERSION, task_ids.CANARY_VERDICT,
                                                           task_ids.DEPLOY_TO_ROBOTS)}
-    assert {task_ids.CANARY_VERDICT, task_ids.DEPLOYMENT_COMPONENTS} <= up[task_ids.DEPLOY_TO_ROBOTS]
+    # the verdict, then the person's review (which succeeds at once without canary_review), then the fleet
+    assert {task_ids.CANARY_REVIEW, task_ids.DEPLOYMENT_COMPONENTS} <= up[task_ids.DEPLOY_TO_ROBOTS]
+    assert task_ids.CANARY_VERDICT in dag.get_task(task_ids.CANARY_REVIEW).upstream_task_ids
     assert {task_ids.DEPLOY_TO_CANARY, task_ids.CANARY_MODEL_VERSION} <= up[task_ids.CANARY_VERDICT]
     assert task_ids.DEPLOYMENT_COMPONENTS in up[task_ids.CANARY_MODEL_VERSION]
     # a failed or rolled back canary stops the fleet deployment

@@ -43,7 +43,76 @@ def _utc(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
+def truthy(value: Any) -> bool:
+    """A boolean argument, also rendered from a template (``"False"``, ``"false"``, ``""`` and ``"0"`` are False)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "false", "0", "none")
+    return bool(value)
+
+
+class CanaryRollback:
+    """The canary group's rollback, shared by the canary's deciders (:class:`CanaryVerdictOperator` when the field
+    says no, :class:`~sim2real.orchestration.operators.canary_review.CanaryReviewOperator` when a person aborts):
+    put the canary thing group back on its last good release
+    (:func:`~sim2real.orchestration.operators.greengrass.start_rollback`), wait for it on the canary robots
+    (deferred: :class:`~sim2real.orchestration.triggers.greengrass.GreengrassDeploymentTrigger`) and fail.
+
+    The operator it is mixed into has ``hook`` (:class:`~sim2real.orchestration.hooks.greengrass.GreengrassV2Hook`),
+    ``thing_group_name``, ``deployment_id`` and ``deployment_name`` (the canary's) and is an ``AwsBaseOperator``.
+
+    Sources: AWS IoT Greengrass V2 API Reference (ListCoreDevices, ListEffectiveDeployments, GetDeployment,
+    CreateDeployment).
+    """
+
+    def _roll_back(self, context: Context, target_arn: str, thing_names: Sequence[str], why: str) -> NoReturn:
+        """Roll the canary group (``target_arn``) back to its last good release and defer on that deployment's wait
+        on the robots ``thing_names``; fails at once when there is no release to go back to or the rollback could
+        not be created.
+
+        :param why: what ended the canary, after ``Canary <id> (<name>) on thing group <group>`` in the failure.
+        :raises TaskDeferred: the rollback was created (resumes in :meth:`rollback_complete`).
+        :raises AirflowFailException: (not retried) it could not be.
+        """
+        failure = (f"Canary {self.deployment_id} ({self.deployment_name}) on thing group {self.thing_group_name!r} "
+                   f"{why}")
+        responses = {thing: self.hook.effective_deployments(thing)
+                     for thing in self.hook.list_core_device_names(target_arn)}
+        rollback = start_rollback(self.hook, self.deployment_id, self.deployment_name, target_arn, responses)
+        if "error" in rollback:
+            raise AirflowFailException(f"{failure}. {rollback['error']}; the canary robots still run deployment "
+                                       f"{self.deployment_id}: deploy an earlier approved release to the group")
+        rollback = {**rollback, "failure": failure}
+        context["ti"].xcom_push(key=XCOM_ROLLBACK, value=rollback)
+        self.log.info("Rolling canary group %s back to %s: deployment %s", self.thing_group_name,
+                      rollback["previous_deployment_name"], rollback["deployment_id"])
+        defer_wait(self, GreengrassDeploymentTrigger, method_name="rollback_complete", kwargs={"rollback": rollback},
+                   waiter_delay=ROLLBACK_WAITER_DELAY,
+                   waiter_max_attempts=ROLLBACK_WAITER_MAX_ATTEMPTS, deployment_id=rollback["deployment_id"],
+                   thing_group_arn=target_arn, thing_names=list(thing_names), cancel_on_kill=False)
+
+    def rollback_complete(self, context: Context, event: dict[str, Any] | None = None,
+                          rollback: dict[str, Any] | None = None) -> NoReturn:
+        """Resume after the rollback's wait on the canary robots: the task fails either way (the canary was not
+        promoted), saying whether the robots run the earlier release again, or naming both deployments.
+
+        :raises AirflowFailException: always.
+        """
+        status, message = event_outcome(event, f"Greengrass rollback of canary {self.deployment_id}")
+        rollback = rollback or context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_ROLLBACK) or {}
+        rollback_id = rollback.get("deployment_id") or event.get("deployment_id")
+        back_to = f"{rollback.get('previous_deployment_name')} (deployment {rollback.get('previous_deployment_id')})"
+        devices = summarize(event.get("devices") or {}) or message
+        if status == "success":
+            raise AirflowFailException(
+                f"{rollback.get('failure')}. Rolled back: deployment {rollback_id} ({rollback.get('deployment_name')}) "
+                f"put {back_to} back on the canary robots ({devices}); the fleet was not deployed")
+        raise AirflowFailException(
+            f"{rollback.get('failure')}. The rollback to {back_to} did not succeed ({status}): {devices}. Both "
+            f"deployments: {self.deployment_id} (the canary) and {rollback_id} (the rollback); read each canary "
+            "robot's ListEffectiveDeployments")
+
+
+class CanaryVerdictOperator(CanaryRollback, AwsBaseOperator[GreengrassV2Hook]):
     """Wait, deferred, for the field episodes the canary robots upload after the canary deployment, then promote the
     release or roll the canary thing group back.
 
@@ -77,8 +146,11 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
         starts). Kept in XCom ``canary_window`` with the robots, for the try's resumes.
     :param thing_names: the canary robots; None: the group's core devices (ListCoreDevices) when the try starts.
     :param waiter_delay: seconds between the wait's S3 listings (default 300: 12 ListObjectsV2 per robot an hour).
-    :return: ``{"decision": "no_canary"}`` at once when ``thing_group_name`` is empty (no canary); (``promote``)
-        the evidence, also in XCom ``canary_verdict``: ``{"decision", "message", "rate",
+    :param review: (templated) a person decides after the verdict
+        (:class:`~sim2real.orchestration.operators.canary_review.CanaryReviewOperator`): a ``roll_back`` verdict is
+        then returned with its evidence, not carried out (the verdict still waits for the episodes as without it).
+    :return: ``{"decision": "no_canary"}`` at once when ``thing_group_name`` is empty (no canary); (``promote``,
+        or ``roll_back`` with ``review``) the evidence, also in XCom ``canary_verdict``: ``{"decision", "message", "rate",
         "ci95", "n", "successes", "threshold", "min_episodes", "robots": {thing: {"n", "successes",
         "interventions"}}, "silent", "refused": {reason: count}, "refusals": [[key, reason, detail], ...] (the
         first 50), "window": {"start", "end"}, "deployment_id", "model_version"}``.
@@ -93,18 +165,19 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
     aws_hook_class = GreengrassV2Hook
     template_fields: Sequence[str] = aws_template_fields(
         "thing_group_name", "deployment_id", "deployment_name", "model_version", "bucket", "prefix", "min_episodes",
-        "window_minutes", "min_success_rate", "window_start",
+        "window_minutes", "min_success_rate", "window_start", "review",
     )
 
     def __init__(self, *, thing_group_name: str, deployment_id: str, deployment_name: str, model_version: str,
                  bucket: str, prefix: str = "", min_episodes: int = 20, window_minutes: float = 60,
                  min_success_rate: float = 0.8, window_start: str | None = None,
-                 thing_names: Sequence[str] | None = None, waiter_delay: int = 300, **kwargs) -> None:
+                 thing_names: Sequence[str] | None = None, waiter_delay: int = 300, review: bool = False,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.thing_group_name, self.deployment_id, self.deployment_name = thing_group_name, deployment_id, deployment_name
         self.model_version, self.bucket, self.prefix = model_version, bucket, prefix
         self.min_episodes, self.window_minutes, self.min_success_rate = min_episodes, window_minutes, min_success_rate
-        self.window_start, self.waiter_delay = window_start, waiter_delay
+        self.window_start, self.waiter_delay, self.review = window_start, waiter_delay, review
         self.thing_names = list(thing_names) if thing_names is not None else None
 
     def _rule(self) -> dict[str, Any]:
@@ -199,51 +272,13 @@ class CanaryVerdictOperator(AwsBaseOperator[GreengrassV2Hook]):
         context["ti"].xcom_push(key=XCOM_VERDICT, value=evidence)
         if verdict.decision == "promote":
             return evidence
+        if verdict.decision == "roll_back" and truthy(self.review):
+            self.log.info("Canary %s: the verdict recommends a roll back; a person decides (canary_review)",
+                          self.deployment_id)
+            return evidence
         if verdict.decision == "wait":
             self._wait(window, rule, keys_read=sum((event.get("listed") or {}).values()))
-        self._roll_back(context, window, verdict.message)
-
-    def _roll_back(self, context: Context, window: dict[str, Any], why: str) -> NoReturn:
-        """Roll the canary group back to its last good release and defer on that deployment's wait (the canary
-        robots); fails at once when there is no release to go back to or the rollback could not be created."""
-        target_arn = window["target_arn"]
-        failure = (f"Canary {self.deployment_id} ({self.deployment_name}) on thing group {self.thing_group_name!r} "
-                   f"{why}")
-        responses = {thing: self.hook.effective_deployments(thing)
-                     for thing in self.hook.list_core_device_names(target_arn)}
-        rollback = start_rollback(self.hook, self.deployment_id, self.deployment_name, target_arn, responses)
-        if "error" in rollback:
-            raise AirflowFailException(f"{failure}. {rollback['error']}; the canary robots still run deployment "
-                                       f"{self.deployment_id}: deploy an earlier approved release to the group")
-        rollback = {**rollback, "failure": failure}
-        context["ti"].xcom_push(key=XCOM_ROLLBACK, value=rollback)
-        self.log.info("Rolling canary group %s back to %s: deployment %s", self.thing_group_name,
-                      rollback["previous_deployment_name"], rollback["deployment_id"])
-        defer_wait(self, GreengrassDeploymentTrigger, method_name="rollback_complete", kwargs={"rollback": rollback},
-                   waiter_delay=ROLLBACK_WAITER_DELAY,
-                   waiter_max_attempts=ROLLBACK_WAITER_MAX_ATTEMPTS, deployment_id=rollback["deployment_id"],
-                   thing_group_arn=target_arn, thing_names=window["thing_names"], cancel_on_kill=False)
-
-    def rollback_complete(self, context: Context, event: dict[str, Any] | None = None,
-                          rollback: dict[str, Any] | None = None) -> NoReturn:
-        """Resume after the rollback's wait on the canary robots: the task fails either way (the canary was not
-        promoted), saying whether the robots run the earlier release again, or naming both deployments.
-
-        :raises AirflowFailException: always.
-        """
-        status, message = event_outcome(event, f"Greengrass rollback of canary {self.deployment_id}")
-        rollback = rollback or context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_ROLLBACK) or {}
-        rollback_id = rollback.get("deployment_id") or event.get("deployment_id")
-        back_to = f"{rollback.get('previous_deployment_name')} (deployment {rollback.get('previous_deployment_id')})"
-        devices = summarize(event.get("devices") or {}) or message
-        if status == "success":
-            raise AirflowFailException(
-                f"{rollback.get('failure')}. Rolled back: deployment {rollback_id} ({rollback.get('deployment_name')}) "
-                f"put {back_to} back on the canary robots ({devices}); the fleet was not deployed")
-        raise AirflowFailException(
-            f"{rollback.get('failure')}. The rollback to {back_to} did not succeed ({status}): {devices}. Both "
-            f"deployments: {self.deployment_id} (the canary) and {rollback_id} (the rollback); read each canary "
-            "robot's ListEffectiveDeployments")
+        self._roll_back(context, window["target_arn"], window["thing_names"], verdict.message)
 
 
 class CanaryDeploymentOperator(GreengrassDeploymentOperator):

@@ -39,14 +39,22 @@ interval's lower bound of their success rate is at or above `field_min_success_r
 group back to its last good release (`CreateDeployment`, waited for) and fails naming the rate, the interval, the
 threshold and the episode count, and the fleet group is not deployed. Hands on the verdict's evidence (XCom
 `canary_verdict`: rate, interval, episodes, refused objects, per robot counts).
+
+**Canary review (form field `canary_review`; off by default: the verdict alone decides, `canary_review` succeeds at
+once).** On: `canary_verdict` still waits for the field episodes and computes its verdict, but does not roll back;
+`canary_review` then asks a person in Airflow (Browse → Required Actions; the request shows the rate, its interval,
+the episodes, the threshold, the verdict's recommendation, each robot's counts and the refused objects): **Approve =
+Promote** (the fleet deployment runs; the decision — who, when, comment — is its XCom `decision`), **Reject =
+Abort** (the canary group is rolled back as above, waited for, and the task fails naming who aborted and why). No
+answer within 24 h fails the task (clear it to be asked again); the fleet group is not deployed.
 """
 
 GROUP_ID = ids.DEPLOY_GROUP
 TASK_IDS = (ids.DEPLOY_ENABLED, ids.DEPLOYMENT_COMPONENTS, ids.CANARY_MODEL_VERSION, ids.DEPLOY_TO_CANARY, ids.CANARY_VERDICT,
-            ids.DEPLOY_TO_ROBOTS)
+            ids.CANARY_REVIEW, ids.DEPLOY_TO_ROBOTS)
 #: The canary fields' defaults (``canary_thing_group_name`` empty, None or ""): no canary, the fleet group at once.
 CANARY_DEFAULTS = {"canary_thing_group_name": None, "canary_min_episodes": 20, "canary_window_minutes": 60,
-                   "field_min_success_rate": 0.8}
+                   "field_min_success_rate": 0.8, "canary_review": False}
 #: The longest canary window the form takes, in minutes (the verdict task's limit follows from it).
 CANARY_WINDOW_MAX_MINUTES = 720
 
@@ -68,6 +76,7 @@ class DeployPlan(PlanSection):
     canary_min_episodes: int
     canary_window_minutes: int
     field_min_success_rate: float  #: a fraction
+    canary_review: bool  #: a person promotes or aborts the canary (the verdict only recommends)
     field_bucket: str  #: where the robots upload their field episodes
     field_prefix: str
 
@@ -77,6 +86,8 @@ class DeployPlan(PlanSection):
 DEPLOY_EXECUTION_TIMEOUT = dt.timedelta(hours=4)
 #: The canary verdict's limit: the longest window, the rollback's wait (1 h) and a margin.
 CANARY_VERDICT_EXECUTION_TIMEOUT = dt.timedelta(minutes=CANARY_WINDOW_MAX_MINUTES + 90)
+#: How long the canary review waits for a person's answer.
+CANARY_REVIEW_RESPONSE_TIMEOUT = dt.timedelta(hours=24)
 
 def params() -> dict[str, Any]:
     """The deployment's fields of the trigger form."""
@@ -117,6 +128,11 @@ def params() -> dict[str, Any]:
             CANARY_DEFAULTS["field_min_success_rate"], type="number", title="Canary: field success rate threshold",
             description="Promote only when the 95 % Wilson interval's lower bound of the canary robots' success "
             "rate is at or above this fraction.", section=SECTION_DEPLOY, **_range(minimum=0, maximum=1)),
+        "canary_review": Param(
+            CANARY_DEFAULTS["canary_review"], type="boolean", title="Canary: a person decides",
+            description="Off: the canary verdict promotes or rolls back on its own. On: the verdict only recommends; "
+            "a person promotes the canary to the fleet or aborts it (rolled back) in Airflow's Required Actions, "
+            "with the field evidence shown.", section=SECTION_DEPLOY),
     }
 
 
@@ -143,6 +159,7 @@ def canary_plan(params: Mapping[str, Any], env: Mapping[str, Any], run_key: str)
             "canary_min_episodes": int(p["canary_min_episodes"]),
             "canary_window_minutes": int(p["canary_window_minutes"]),
             "field_min_success_rate": float(p["field_min_success_rate"]),
+            "canary_review": bool(p["canary_review"]),
             "field_bucket": env.get("artifacts_bucket", ""), "field_prefix": ""}
 
 
@@ -249,19 +266,23 @@ def canary_model_version(plan: Mapping[str, Any], components: Mapping[str, Any])
     return json.loads(components[SETUP_COMPONENT]["configurationUpdate"]["merge"])["ModelSha256"]
 
 
-def add_canary_tasks(*, deploy_task_id: str, verdict_task_id: str, thing_group_name: Any, deployment_name: Any,
-                     model_version: Any, bucket: Any, prefix: Any, min_episodes: Any, window_minutes: Any,
-                     min_success_rate: Any, release: Mapping[str, Any]) -> tuple[Any, Any]:
-    """The canary's two tasks, as both DAGs run them: the release to the canary thing group
+def add_canary_tasks(*, deploy_task_id: str, verdict_task_id: str, review_task_id: str, thing_group_name: Any,
+                     deployment_name: Any, model_version: Any, bucket: Any, prefix: Any, min_episodes: Any,
+                     window_minutes: Any, min_success_rate: Any, review: Any,
+                     release: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """The canary's three tasks, as both DAGs run them, chained: the release to the canary thing group
     (:class:`~sim2real.orchestration.operators.canary.CanaryDeploymentOperator`, ``release``: the fleet deployment's
-    own arguments) and the verdict on its robots' field episodes
+    own arguments), the verdict on its robots' field episodes
     (:class:`~sim2real.orchestration.operators.canary.CanaryVerdictOperator`, listing them every :data:`FIELD_POLL`
-    seconds), chained. Every other argument may be an XComArg or a template (the DAG's plan).
+    seconds) and, with ``review`` true, a person's promote or abort
+    (:class:`~sim2real.orchestration.operators.canary_review.CanaryReviewOperator`). Every other argument may be an
+    XComArg or a template (the DAG's plan).
 
-    :return: ``(deploy_to_canary, canary_verdict)``; with an empty ``thing_group_name`` both succeed at once and do
-        nothing.
+    :return: ``(deploy_to_canary, canary_verdict, canary_review)``; with an empty ``thing_group_name`` all three
+        succeed at once and do nothing (the review also with ``review`` false).
     """
     from sim2real.orchestration.operators.canary import CanaryDeploymentOperator, CanaryVerdictOperator
+    from sim2real.orchestration.operators.canary_review import CanaryReviewOperator
 
     to_canary = CanaryDeploymentOperator(task_id=deploy_task_id, thing_group_name=thing_group_name,
                                          deployment_name=deployment_name, **release)
@@ -271,10 +292,20 @@ def add_canary_tasks(*, deploy_task_id: str, verdict_task_id: str, thing_group_n
         deployment_id=f"{{{{ (ti.xcom_pull(task_ids='{to_canary.task_id}') or {{}}).get('deployment_id', '') }}}}",
         deployment_name=deployment_name, model_version=model_version, bucket=bucket, prefix=prefix,
         min_episodes=min_episodes, window_minutes=window_minutes, min_success_rate=min_success_rate,
+        review=review,  # on: the verdict only recommends, the review decides
         waiter_delay=FIELD_POLL, execution_timeout=CANARY_VERDICT_EXECUTION_TIMEOUT, doc_md=DOC,
     )
-    to_canary >> verdict
-    return to_canary, verdict
+    person = CanaryReviewOperator(
+        task_id=review_task_id, thing_group_name=thing_group_name, deployment_name=deployment_name,
+        verdict_task_id=verdict.task_id,
+        review=review,  # off (the default): succeeds at once, the verdict decided
+        response_timeout=CANARY_REVIEW_RESPONSE_TIMEOUT,
+        # each run of the task: the request, reading the answer, starting an abort's rollback (its wait is deferred
+        # with its own limit)
+        execution_timeout=dt.timedelta(minutes=15), doc_md=DOC,
+    )
+    to_canary >> verdict >> person
+    return to_canary, verdict, person
 
 
 def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
@@ -317,12 +348,13 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
             "execution_timeout": DEPLOY_EXECUTION_TIMEOUT,
             "doc_md": DOC,
         }
-        to_canary, verdict = add_canary_tasks(
+        to_canary, verdict, review = add_canary_tasks(
             deploy_task_id=ids.local(ids.DEPLOY_TO_CANARY), verdict_task_id=ids.local(ids.CANARY_VERDICT),
+            review_task_id=ids.local(ids.CANARY_REVIEW),
             thing_group_name=deploy.canary_thing_group_name, deployment_name=deploy.canary_deployment_name,
             model_version=model_version, bucket=deploy.field_bucket, prefix=deploy.field_prefix,
             min_episodes=deploy.canary_min_episodes, window_minutes=deploy.canary_window_minutes,
-            min_success_rate=deploy.field_min_success_rate, release=release)
+            min_success_rate=deploy.field_min_success_rate, review=deploy.canary_review, release=release)
         deployment = GreengrassDeploymentOperator(
             task_id=ids.local(ids.DEPLOY_TO_ROBOTS),
             thing_group_name=deploy.thing_group_name,
@@ -333,5 +365,6 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
             post_execute=assets.deployed_model_post_execute,  # package, deployment id, devices on the event
         )
         approval >> deploy_enabled(plan["plan"]) >> components >> deployment
-        model_version >> to_canary >> verdict >> deployment  # no canary: both succeed at once
+        # no canary: the three succeed at once; no review: the review does
+        model_version >> to_canary >> verdict >> review >> deployment
     return deployment

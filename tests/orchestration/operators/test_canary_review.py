@@ -1,0 +1,173 @@
+"""CanaryReviewOperator: the canary verdict's evidence in the request's body, Promote and Abort answered as Airflow
+resumes the task (``HITLDetail.as_resume_event_payload``; the scheduler's timeout event), the abort's rollback
+through botocore's Stubber on the Greengrass client (moto lacks Greengrass v2), the thing group in moto IoT."""
+
+from __future__ import annotations
+
+import datetime as dt
+import types
+from uuid import uuid4
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.sdk.exceptions import TaskAwaitingInput, TaskDeferred
+from sim2real.orchestration.operators.canary_review import DECISION_XCOM, CanaryReviewOperator, review_body
+from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
+
+from operator_helpers import FakeTI
+from test_canary import CANARY, GROUP, RB, REGION, THINGS, stub_rollback
+from tests.orchestration.environments import MINIMAL_ENVIRONMENT, use_environment
+
+EVIDENCE = {
+    "decision": "promote", "message": "promote: field success rate 0.900 (95 % Wilson interval [0.699, 0.972]) over "
+                                      "20 episode(s), threshold 0.600: ...",
+    "rate": 0.9, "ci95": [0.699, 0.972], "n": 20, "successes": 18, "threshold": 0.6, "min_episodes": 20,
+    "robots": {"arm-1": {"n": 12, "successes": 11, "interventions": 1},
+               "arm-2": {"n": 8, "successes": 7, "interventions": 0}},
+    "silent": [], "refused": {"foreign": 2, "early": 1},
+    "refusals": [["field/episodes/arm-2/e1.json", "foreign", "deployment_id 'dep-x' is not one of ['c0ffee']"]],
+    "window": {"start": "2026-12-04T08:00:00Z", "end": "2026-12-04T09:00:00Z"}, "deployment_id": CANARY,
+    "model_version": "ab" * 32,
+}
+
+
+@pytest.fixture(scope="module")
+def group_arn(moto_endpoint):
+    iot = boto3.client("iot", region_name=REGION, endpoint_url=moto_endpoint)
+    return iot.create_thing_group(thingGroupName=GROUP)["thingGroupArn"]
+
+
+@pytest.fixture
+def context():
+    ti = FakeTI("deploy.canary_review")
+    ti.xcom["canary_verdict"] = dict(EVIDENCE)  # FakeTI's pull ignores task_ids: the verdict's XCom
+    return {"ti": ti, "task_instance": types.SimpleNamespace(id=uuid4())}
+
+
+def operator(**kwargs) -> CanaryReviewOperator:
+    return CanaryReviewOperator(task_id="canary_review", thing_group_name=GROUP, deployment_name="sim2real-k-canary",
+                                verdict_task_id="deploy.canary_verdict", **kwargs)
+
+
+def answer(option, comment="", name="alice"):
+    """The event Airflow's ``update_hitl_detail`` resumes the task with (``HITLDetail.as_resume_event_payload``)."""
+    return {"chosen_options": [option], "params_input": {"comment": comment},
+            "responded_at": dt.datetime(2026, 12, 4, 9, 30, tzinfo=dt.timezone.utc),
+            "responded_by_user": {"id": name, "name": name}, "timedout": False}
+
+
+def test_the_body_shows_the_evidence_the_recommendation_each_robot_and_the_refusals():
+    body = review_body({**EVIDENCE, "decision": "roll_back", "silent": ["arm-3"]})
+    assert "**Approve = Promote** the release to the fleet thing group" in body and "**Reject = Abort**" in body
+    assert f"Canary deployment: `{CANARY}`" in body and "ab" * 32 in body
+    assert "Field success rate: **0.900** (95 % Wilson interval [0.699, 0.972])" in body
+    assert "Episodes: 18 successful of 20 (20 needed)" in body and "Threshold: 0.600" in body
+    assert "Automatic verdict: **roll back** the canary group (abort) — promote: field success rate 0.900" in body
+    assert "| arm-1 | 12 | 11 | 0.917 | 1 |" in body and "| arm-2 | 8 | 7 | 0.875 | 0 |" in body
+    assert "| arm-3 | 0 | 0 | n/a | 0 |" in body and "No episode from: arm-3." in body
+    assert "early: 1, foreign: 2" in body and "- `field/episodes/arm-2/e1.json`: foreign (deployment_id" in body
+
+
+def test_the_request_carries_the_evidence_and_the_environments_approvers(context, monkeypatch):
+    import airflow.providers.standard.operators.hitl as hitl
+
+    requests = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    use_environment(monkeypatch, {**MINIMAL_ENVIRONMENT, "approval": {"approvers": ["bob", "carol"]}})
+    with pytest.raises(TaskAwaitingInput):  # Airflow 3.3+: the task waits for the answer, no trigger
+        operator(response_timeout=dt.timedelta(hours=2)).execute(context)
+    (request,) = requests
+    assert request["options"] == ["Approve", "Reject"] and set(request["params"]) == {"comment"}
+    assert request["subject"] == (f"Promote the canary release to the fleet? Canary {CANARY} on {GROUP}: field "
+                                  "success rate 0.900 (95 % Wilson interval [0.699, 0.972]) over 20 episode(s), "
+                                  "threshold 0.600")
+    assert request["body"] == review_body(EVIDENCE)
+    assert request["assigned_users"] == [{"id": "bob", "name": "bob"}, {"id": "carol", "name": "carol"}]
+
+
+def test_without_a_canary_nothing_is_asked(context):
+    op = CanaryReviewOperator(task_id="canary_review", thing_group_name="", deployment_name="d",
+                              verdict_task_id="deploy.canary_verdict")
+    assert op.execute(context) == {"decision": "no_canary"}
+
+
+def test_promote_returns_the_evidence_with_the_decision(context):
+    result = operator().execute_complete(context, answer("Approve", "field looks good", name="Bob"))
+    decision = {"decided_by": "Bob", "at": "2026-12-04T09:30:00+00:00", "comment": "field looks good",
+                "status": "Promote"}
+    assert result == {**EVIDENCE, "decision": decision}
+    assert context["ti"].xcom[DECISION_XCOM] == decision
+
+
+def abort(op, context, group_arn, create_fails=False):
+    """Abort: exactly the canary group's rollback is created (Stubber), and the task defers on its wait."""
+    with Stubber(op.hook.conn) as stub:
+        stub_rollback(stub, group_arn, create_fails)
+        with pytest.raises((TaskDeferred, AirflowFailException)) as outcome:
+            op.execute_complete(context, {**answer("Reject", "arm-2 drops the cube"),
+                                          "responded_at": "2026-12-04T09:30:00+00:00"})
+        stub.assert_no_pending_responses()
+    return outcome.value
+
+
+def test_abort_rolls_the_canary_group_back_and_fails_naming_who_and_why(moto_endpoint, group_arn, context):
+    deferred = abort(operator(), context, group_arn)
+    assert isinstance(deferred, TaskDeferred) and deferred.method_name == "rollback_complete"
+    trigger = deferred.trigger
+    assert isinstance(trigger, GreengrassDeploymentTrigger)
+    assert (trigger.deployment_id, trigger.thing_group_arn, trigger.thing_names, trigger.cancel_on_kill) == (
+        RB, group_arn, THINGS, False)
+    assert context["ti"].xcom[DECISION_XCOM]["status"] == "Abort"
+    done = {"status": "success", "deployment_id": RB, "message": "",
+            "devices": {t: {"status": "SUCCEEDED", "outcome": "success", "reason": None} for t in THINGS}}
+    with pytest.raises(AirflowFailException) as err:
+        operator().rollback_complete(context, done, **deferred.kwargs)  # a resumed task is a fresh operator
+    assert str(err.value) == (
+        f"Canary {CANARY} (sim2real-k-canary) on thing group {GROUP!r} aborted in Airflow by alice at "
+        f"2026-12-04T09:30:00+00:00: arm-2 drops the cube. Rolled back: deployment {RB} "
+        "(sim2real-k-canary-rollback) put sim2real-run-0 (deployment old) back on the canary robots (arm-1: "
+        "SUCCEEDED; arm-2: SUCCEEDED); the fleet was not deployed")
+
+
+def test_an_abort_whose_rollback_fails_names_both_deployments(moto_endpoint, group_arn, context):
+    deferred = abort(operator(), context, group_arn)
+    failed = {"status": "failure", "deployment_id": RB, "message": "",
+              "devices": {"arm-1": {"status": "FAILED", "outcome": "failure", "reason": "disk full"}}}
+    with pytest.raises(AirflowFailException) as err:
+        operator().rollback_complete(context, failed, **deferred.kwargs)
+    text = str(err.value)
+    assert text.startswith(f"Canary {CANARY} (sim2real-k-canary) on thing group {GROUP!r} aborted in Airflow by "
+                           "alice at 2026-12-04T09:30:00+00:00: arm-2 drops the cube.")
+    assert f"Both deployments: {CANARY} (the canary) and {RB} (the rollback)" in text
+
+
+def test_an_abort_whose_rollback_cannot_be_created_fails_at_once(moto_endpoint, group_arn, context):
+    err = abort(operator(), context, group_arn, create_fails=True)
+    assert isinstance(err, AirflowFailException) and "aborted in Airflow by alice" in str(err)
+    assert "AccessDeniedException" in str(err) and f"the canary robots still run deployment {CANARY}" in str(err)
+
+
+def test_no_answer_in_time_fails_naming_the_canary_and_how_to_decide(context):
+    timeout = {"error": "The Human-in-the-loop response timeout has passed without a response.",
+               "error_type": "timeout"}
+    with pytest.raises(AirflowFailException) as err:
+        operator(response_timeout=dt.timedelta(hours=3)).execute_complete(context, timeout)
+    assert str(err.value) == (
+        f"Canary {CANARY} (sim2real-k-canary) on thing group {GROUP!r} got no Promote or Abort within 3:00:00: the "
+        "canary robots still run it and the fleet was not deployed. Clear this task (canary_review) to be asked "
+        "again, then answer in Browse > Required Actions (Approve = Promote, Reject = Abort)")
+    assert DECISION_XCOM not in context["ti"].xcom
+
+
+def test_an_answer_outside_the_options_is_refused(context):
+    with pytest.raises(ValueError, match="not in"):
+        operator().execute_complete(context, answer("Maybe"))
+    assert DECISION_XCOM not in context["ti"].xcom
+
+
+@pytest.mark.parametrize("review", [False, "False"])  # as given, or rendered from the plan's canary_review
+def test_without_a_review_nothing_is_asked(context, review):
+    assert operator(review=review).execute(context) == {"decision": "no_review"}
