@@ -180,9 +180,9 @@ def find_pipeline_executions(sagemaker: Any, pipeline_name: str, created_after: 
 
 
 def find_greengrass_deployments(greengrass_hook: Any) -> list[Found]:
-    """ACTIVE deployments named ``sim2real-<run_key>`` (not their rollbacks) that some core device has not
-    finished."""
-    from sim2real.orchestration.hooks.greengrass import ROLLBACK_SUFFIX  # loaded with the hook it was handed
+    """ACTIVE deployments named ``sim2real-<run_key>`` or, to a canary group, ``sim2real-<run_key>-canary`` (not
+    their rollbacks) that some core device has not finished."""
+    from sim2real.orchestration.hooks.greengrass import CANARY_SUFFIX, ROLLBACK_SUFFIX  # loaded with the hook
 
     conn = greengrass_hook.conn
     found = []
@@ -191,7 +191,7 @@ def find_greengrass_deployments(greengrass_hook: Any) -> list[Found]:
         page = conn.list_deployments(**kwargs)
         for dep in page.get("deployments", []):
             name = dep.get("deploymentName", "")
-            key = _key_from_name(name, DEPLOYMENT_PREFIX)
+            key = _key_from_name(name.removesuffix(CANARY_SUFFIX), DEPLOYMENT_PREFIX)
             # an automatic rollback (``sim2real-<key>-rollback``) puts back a release the robots already ran: it
             # is the group's good release, never an orphan, also when a robot that joined later still applies it
             if not key or name.endswith(ROLLBACK_SUFFIX) or dep.get("deploymentStatus") != "ACTIVE":

@@ -463,3 +463,24 @@ def test_sweep_before_run_records_the_run_and_never_fails_it(s3, context, caplog
     assert sweep_before_run(context["ti"], {"bucket": "no-such-bucket-here", "run_key": key}, dag_id="sim_to_real",
                             run_id="r", env=ENV, max_active_runs=1) is None
     assert "could not write the run record" in caplog.text
+
+
+def test_a_dead_runs_canary_deployment_is_found_under_its_run_key(s3):
+    """``sim2real-<key>-canary`` is the run's deployment to its canary group: found for that run key (a dead run's is
+    then stopped like its fleet deployment), its rollback ``sim2real-<key>-canary-rollback`` never."""
+    hook = GreengrassV2Hook(region_name=REGION)
+    with Stubber(hook.conn) as gg:
+        gg.add_response("list_deployments", {"deployments": [
+            {"targetArn": GROUP_ARN, "deploymentId": "d-canary", "deploymentName": f"sim2real-{FAILED}-canary",
+             "deploymentStatus": "ACTIVE", "isLatestForTarget": True},
+            {"targetArn": GROUP_ARN, "deploymentId": "d-back", "deploymentName": f"sim2real-{FAILED}-canary-rollback",
+             "deploymentStatus": "ACTIVE", "isLatestForTarget": True}]}, {"historyFilter": "LATEST_ONLY"})
+        gg.add_response("list_core_devices", {"coreDevices": [{"coreDeviceThingName": "robot-1"}]},
+                        {"thingGroupArn": GROUP_ARN})
+        gg.add_response("list_effective_deployments", {"effectiveDeployments": [
+            {"deploymentId": "d-canary", "deploymentName": f"sim2real-{FAILED}-canary", "targetArn": GROUP_ARN,
+             "coreDeviceExecutionStatus": "IN_PROGRESS", "creationTimestamp": 1.0, "modifiedTimestamp": 1.0}]},
+            {"coreDeviceThingName": "robot-1"})
+        found = find_greengrass_deployments(hook)
+        gg.assert_no_pending_responses()
+    assert [(f.kind, f.id, f.run_key) for f in found] == [("greengrass_deployment", "d-canary", FAILED)]

@@ -22,6 +22,8 @@ DEVICE_WAITER = "core_device_deployment_complete"
 #: ``deploymentName`` of the automatic rollback of deployment ``<name>``: ``<name>-rollback`` (a run key ends in
 #: 8 hex digits, so the orphan sweep finds the run of ``sim2real-<run_key>-rollback`` unambiguously).
 ROLLBACK_SUFFIX = "-rollback"
+#: A run's deployment to its canary thing group is named ``sim2real-<run_key>`` + this (its rollback: + both).
+CANARY_SUFFIX = "-canary"
 
 
 def effective_entry(response: dict[str, Any], deployment_id: str) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from airflow.sdk import Asset
 
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.dag_defaults import FIELD_POLL, POLL
+from sim2real.orchestration.hooks.greengrass import CANARY_SUFFIX
 from sim2real.orchestration.params import SECTION_DEPLOY, _range
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 
@@ -155,7 +156,7 @@ def canary_plan(params: Mapping[str, Any], env: Mapping[str, Any], run_key: str)
     ``FieldBucket``; :mod:`sim2real.contract.field`)."""
     p = {**CANARY_DEFAULTS, **{k: params[k] for k in CANARY_DEFAULTS if params.get(k) is not None}}
     return {"canary_thing_group_name": p["canary_thing_group_name"] or "",
-            "canary_deployment_name": f"sim2real-{run_key}-canary",
+            "canary_deployment_name": f"sim2real-{run_key}{CANARY_SUFFIX}",
             "canary_min_episodes": int(p["canary_min_episodes"]),
             "canary_window_minutes": int(p["canary_window_minutes"]),
             "field_min_success_rate": float(p["field_min_success_rate"]),
