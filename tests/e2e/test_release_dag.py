@@ -12,7 +12,13 @@ and runs the release DAG twice:
 - ``device_fails``: a rollback to v1 by ARN with no manifest (the package alone, as the form documents: the
   policy of the run that registered v1, from its lineage record) that one robot cannot apply → the deployment is
   cancelled, the run fails naming which robot runs which release, and the record (written by the teardown) has
-  each robot's status and reason.
+  each robot's status and reason;
+- the canary (robot 1, group ``sim2real-robots-canary``) with a real policy (30 PPO iterations on Reacher-v5, about
+  half its simulated episodes succeed): the emulated robots run it in the field, 20 episodes each
+  (:mod:`sim2real.dev.sandbox.field_robot`). ``canary_promoted``: in the mild world the field rate's lower bound
+  clears 0.2 → promoted, then the fleet; ``canary_gap``: in the severe world (weak actuators, delay, noise) it does
+  not → the canary group goes back to the promoted release, the fleet is not touched; ``canary_offline``: robot 1
+  reports nothing for the 1-minute window → not promoted, rolled back, the robot named.
 """
 
 from __future__ import annotations
@@ -83,15 +89,28 @@ def drive(home: str, out: str) -> None:
         bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real_release.py"))
         assert not bag.import_errors, bag.import_errors
         dag = bag.dags["sim_to_real_release"]
+        canary_manifest = train_policy(s3, bucket, Path(home).parent / "policy")
+        canary = {"model_package_arn": arns["v2"], "policy_checkpoint_manifest_uri": canary_manifest,
+                  "canary_thing_group_name": "sim2real-robots-canary", "canary_min_episodes": 20,
+                  "canary_window_minutes": 1, "field_min_success_rate": 0.2}
         cases = {
             "latest": {"policy_checkpoint_manifest_uri": f"s3://{bucket}/runs/older-run/checkpoints/manifest.json"},
             "pending": {"model_package_arn": arns["v3"]},
             # An empty form field is null in the conf (and dag.test would otherwise keep the previous run's value).
             "device_fails": {"model_package_arn": arns["v1"], "policy_checkpoint_manifest_uri": None},
+            "canary_promoted": canary, "canary_gap": canary, "canary_offline": canary,
         }
+        from sim2real.dev.sandbox.device import FieldWork, PolicyDeviceCheck
+        from sim2real.dev.sandbox.field_robot import NAMED_GAPS
+
         for name, conf in cases.items():
             if name == "device_fails":  # the package alone (as the form documents); robot 2 cannot apply it
                 sandbox.greengrass.device_check = serving_device_check(arns["v1"])
+            if name.startswith("canary"):  # the real policy, served and run in the field by the emulated robots
+                gap = NAMED_GAPS["severe" if name == "canary_gap" else "mild"]
+                sandbox.greengrass.device_check = PolicyDeviceCheck(
+                    sandbox, Path(home).parent / "devices", FieldWork("Reacher-v5", 20, bucket, gap))
+                sandbox.faults["field_offline"] = ["sim2real-robot-1"] if name == "canary_offline" else []
             before = sandbox.requests.count("CreateDeployment")
             dag_run = dag.test(run_conf=conf)
             run_key = make_run_key(dag_run.dag_id, dag_run.run_id)
@@ -119,6 +138,27 @@ def drive(home: str, out: str) -> None:
             }
         result["sweeper"] = sweep_orphans_of_a_dead_run(sandbox, env)
     Path(out).write_text(json.dumps(result, indent=2, default=str))
+
+
+def train_policy(s3, bucket: str, folder: Path) -> str:
+    """Train a Reacher-v5 policy for 30 PPO iterations (about half its simulated episodes succeed) as the run
+    "canary-run" would have, upload its checkpoint and manifest; return the manifest's URI."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TASK": "Reacher-v5", "MAX_ITERATIONS": "30", "SEED": "3", "OUTPUT_URI": str(folder)}
+    env.pop("AWS_ENDPOINT_URL", None)
+    subprocess.run([sys.executable, "-m", "sim2real.workloads.train"], env=env, check=True, capture_output=True,
+                   timeout=600)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    name = manifest["checkpoint_uri"].rsplit("/", 1)[-1]
+    body = (folder / name).read_bytes()
+    key = f"runs/canary-run/checkpoints/{name}"
+    s3.put_object(Bucket=bucket, Key=key, Body=body)
+    manifest.update(checkpoint_uri=f"s3://{bucket}/{key}", sha256=hashlib.sha256(body).hexdigest(),
+                    run_key="canary-run")
+    s3.put_object(Bucket=bucket, Key="runs/canary-run/checkpoints/manifest.json", Body=json.dumps(manifest))
+    return f"s3://{bucket}/runs/canary-run/checkpoints/manifest.json"
 
 
 def serving_device_check(refused_package_arn: str):
@@ -180,7 +220,7 @@ def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> dict:
     summary, log = drive_fresh("tests.e2e.test_release_dag", tmp_path_factory.mktemp("release"), "release",
-                               timeout=600)
+                               timeout=900)
     return {**summary, "log": log}
 
 
@@ -301,3 +341,44 @@ def test_sweeper_reports_when_dry_and_stops_the_orphans_of_a_deleted_run(release
     assert real["deployment_status"] == "CANCELED"
     assert f"Stopped orphan batch_job {sweep['job_id']}" in release["log"]
     assert release["log"].count("Stopped orphan ") == 2  # nothing of the finished release runs
+
+
+def _canary(release, name):
+    case = release[name]
+    return case, case["record"], case["record"].get("field") or {}
+
+
+def test_a_canary_that_the_field_promotes_goes_on_to_the_fleet(release):
+    from sim2real.orchestration.release import release_errors
+
+    case, record, field = _canary(release, "canary_promoted")
+    assert case["state"] == "success", case["tasks"]
+    assert release_errors(record) == [], release_errors(record)
+    assert field["decision"] == "promote" and field["robots"].keys() == {"sim2real-robot-1"}, field
+    assert field["field"]["episodes"] >= 20 and field["field"]["ci95"][0] >= 0.2 and field["simulation"] is None
+    assert case["create_deployment_calls"] == 2  # the canary group, then the fleet group
+    assert record["outcome"] == "deployed" and "## Field" in case["markdown"] and "**promote**" in case["markdown"]
+
+
+def test_a_real_gap_rolls_the_canary_back_to_the_promoted_release_and_spares_the_fleet(release):
+    from sim2real.orchestration.release import release_errors
+
+    promoted = release["canary_promoted"]["record"]["field"]["deployment_id"]
+    case, record, field = _canary(release, "canary_gap")
+    assert case["state"] == "failed" and case["tasks"]["canary_verdict"] == "failed", case["tasks"]
+    assert case["tasks"]["deploy_to_robots"] == "upstream_failed", case["tasks"]
+    assert release_errors(record) == [], release_errors(record)
+    assert field["decision"] == "roll_back" and field["field"]["ci95"][0] < 0.2, field
+    # the canary group's rollback deployment: robot 1 runs the promoted release's components again
+    assert case["create_deployment_calls"] == 2  # the canary, then its rollback; never the fleet
+    rollback = [d for d in case["deployments"] if d["deploymentName"].endswith("-canary-rollback")]
+    assert rollback and case["installed_from"]["sim2real-robot-1"] == [rollback[0]["deploymentId"]], case
+    assert promoted != field["deployment_id"]
+    assert "field success rate" in release["log"] and "threshold 0.200" in release["log"]
+
+
+def test_a_canary_robot_silent_for_the_window_is_named_and_not_promoted(release):
+    case, record, field = _canary(release, "canary_offline")
+    assert case["state"] == "failed" and case["tasks"]["deploy_to_robots"] == "upstream_failed", case["tasks"]
+    assert field["decision"] == "roll_back" and field["silent"] == ["sim2real-robot-1"], field
+    assert "sim2real-robot-1 reported no episode" in field["message"]

@@ -33,7 +33,7 @@ def start_demo(folder: Path, *args: str) -> Callable[[], tuple[subprocess.Comple
     with stdout.open("w") as fo, stderr.open("w") as fe:  # files, not pipes: a full pipe would stall the run
         proc = subprocess.Popen(
             [sys.executable, "-m", "sim2real.dev.demo", "--home", str(folder / "airflow"), "--json-out", str(out),
-             "--step-seconds", "0.05", *args],
+             "--step-seconds", "0.05", "--no-canary", *args],  # a test's --conf may still name a canary
             stdout=fo, stderr=fe, text=True, env=env,
         )
 

@@ -205,3 +205,14 @@ def test_the_field_entry_sets_the_robots_beside_the_simulation_with_the_gap():
     # no canary: no entry
     assert build_lineage(run_key="k", dag_id="d", run_id="r", params={},
                          field={"decision": "no_canary"})["field"] is None
+
+
+def test_the_schema_checks_the_field_entry():
+    from sim2real.orchestration.lineage import lineage_errors
+
+    lineage = build_lineage(run_key="k", dag_id="d", run_id="r", params={}, field=_canary_verdict())
+    assert lineage_errors(lineage) == []
+    for broken in ({"field": {**lineage["field"]["field"], "success_rate": 1.5}}, {"gap_pp": "-34.5"},
+                   {"decision": "promoted"}):
+        errors = lineage_errors({**lineage, "field": {**lineage["field"], **broken}})
+        assert len(errors) == 1 and errors[0].startswith("$.field: "), (broken, errors)

@@ -45,6 +45,11 @@ DEFAULT_SEED, DEFAULT_EVAL_SEED = 3, 2000
 #: safety bound, far above what even a loaded 2-core laptop needs (100 iterations: ~70 s quiet, ~15 min with two
 #: CPU-bound processes and other work beside it). Passed as run conf (the form's fields), ``--conf`` still wins.
 DEMO_TRAINING = {"max_iterations": 100, "train_time_budget_seconds": 1800}
+#: The demo's canary: robot 1 (the sandbox's canary thing group) runs the release first; its 20 field episodes must
+#: give a Wilson 95 % lower bound of at least 0.5 before the fleet gets it (the demo's policy clears it in the mild
+#: world, not in the severe one). ``--no-canary``: straight to the fleet.
+DEMO_CANARY = {"canary_thing_group_name": "sim2real-robots-canary", "canary_min_episodes": 20,
+               "canary_window_minutes": 10, "field_min_success_rate": 0.5}
 #: What each emulated robot does after a deployment: this many episodes of the run's task in this world
 #: (:data:`sim2real.dev.sandbox.field_robot.NAMED_GAPS`).
 DEMO_FIELD_GAP, DEMO_FIELD_EPISODES = "mild", 20
@@ -57,9 +62,10 @@ def sweep_conf(seed: int, candidates: int = SWEEP_CANDIDATES) -> dict[str, Any]:
     return {"sweep": [{"seed": seed + i} for i in range(candidates)], "sweep_max_parallel": candidates}
 
 
-def demo_conf(seed: int, eval_seed: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The demo's run conf: the seeds, :data:`DEMO_TRAINING`, then ``extra`` (``--conf``) over them."""
-    return {"seed": seed, "eval_seed": eval_seed, **DEMO_TRAINING, **(extra or {})}
+def demo_conf(seed: int, eval_seed: int, extra: dict[str, Any] | None = None, canary: bool = True) -> dict[str, Any]:
+    """The demo's run conf: the seeds, :data:`DEMO_TRAINING`, :data:`DEMO_CANARY` (unless ``canary`` is false), then
+    ``extra`` (``--conf``) over them."""
+    return {"seed": seed, "eval_seed": eval_seed, **DEMO_TRAINING, **(DEMO_CANARY if canary else {}), **(extra or {})}
 
 
 def _count(text: str) -> int:
@@ -97,6 +103,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                          f"(default {DEMO_FIELD_GAP}); each robot runs --field-episodes episodes and uploads them")
     ap.add_argument("--field-episodes", type=_count, default=DEMO_FIELD_EPISODES,
                     help=f"field episodes each robot runs after each deployment (default {DEMO_FIELD_EPISODES})")
+    ap.add_argument("--no-canary", dest="canary", action="store_false",
+                    help="release to the whole thing group at once (default: the canary group first, judged on its "
+                         "robots' field episodes: DEMO_CANARY)")
     ap.add_argument("--step-seconds", type=float, default=0.3,
                     help="seconds between the sandbox's emulated status steps (default 0.3, paced for reading the "
                          "log; the end-to-end tests use 0.05)")
@@ -324,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     rng_seed = int.from_bytes(os.urandom(2), "big")
     seed, eval_seed = (rng_seed % 1000, 1000 + rng_seed) if args.random_seeds else (DEFAULT_SEED, DEFAULT_EVAL_SEED)
     conf = demo_conf(args.seed if args.seed is not None else seed,
-                     args.eval_seed if args.eval_seed is not None else eval_seed, json.loads(args.conf))
+                     args.eval_seed if args.eval_seed is not None else eval_seed, json.loads(args.conf), args.canary)
     if args.sweep:
         conf = {**sweep_conf(int(conf["seed"])), **conf}  # --conf still wins
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
