@@ -172,7 +172,7 @@ def _parse_main(argv: list[str]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim2real.dev.bench", description="make bench")
-    ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep", "policy-flood", "tracking",
+    ap.add_argument("--only", choices=("all", "rl", "waits", "waits-hour", "sweep", "policy-flood", "tracking", "field",
                                        "feedback", "parse"), default="all",
                     help="rl: only the policy-quality rows (ours vs Stable-Baselines3); waits: only the wait rows, "
                          "polling vs events (sim2real.dev.bench_waits, 1/10/50 concurrent Batch waits in the sandbox: "
@@ -181,6 +181,7 @@ def _parse_main(argv: list[str]):
                          "sweep: only the rows of a 3-candidate sweep against 3 runs one after the other; "
                          "policy-flood: only the policy server rows alone vs under an unauthenticated flood; "
                          "tracking: only the rows of training with MLflow up, down and off; "
+                         "field: only the canary wait's S3 calls and worker-slot time and the field report ingestion; "
                          "feedback: only make lint (from an empty lint venv) and make test-unit, measured "
                          "(sim2real.dev.bench_feedback); "
                          "parse: only the DAG parse and serialization rows, ours beside the plain-provider DAG")
@@ -229,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "tracking":
         results["tracking_outage"] = tracking_outage(args.tracking_budget)
         return _print_and_write(results, _tracking_rows(results["tracking_outage"]), "tracking outage only")
+    if args.only == "field":
+        from sim2real.dev import bench_field
+
+        results["field"] = bench_field.measure()
+        return _print_and_write(results, bench_field.rows(results["field"]), "field loop only (moto S3)")
     if args.only == "feedback":
         from sim2real.dev import bench_feedback
 
