@@ -13,12 +13,13 @@ and runs the release DAG twice:
   policy of the run that registered v1, from its lineage record) that one robot cannot apply → the deployment is
   cancelled, the run fails naming which robot runs which release, and the record (written by the teardown) has
   each robot's status and reason;
-- the canary (robot 1, group ``sim2real-robots-canary``) with a real policy (30 PPO iterations on Reacher-v5, about
-  half its simulated episodes succeed): the emulated robots run it in the field, 20 episodes each
-  (:mod:`sim2real.dev.sandbox.field_robot`). ``canary_promoted``: in the mild world the field rate's lower bound
-  clears 0.2 → promoted, then the fleet; ``canary_gap``: in the severe world (weak actuators, delay, noise) it does
-  not → the canary group goes back to the promoted release, the fleet is not touched; ``canary_offline``: robot 1
-  reports nothing for the 1-minute window → not promoted, rolled back, the robot named.
+- the canary (robot 1, group ``sim2real-robots-canary``) with a real policy (``make demo``'s: 100 PPO iterations on
+  Reacher-v5, seed 3; 97 % of its simulated episodes succeed): the emulated robots run it in the field, 20
+  episodes each (:mod:`sim2real.dev.sandbox.field_robot`). ``canary_promoted``: in the mild world (18 of 20) the
+  field rate's lower bound clears 0.5 → promoted, then the fleet; ``canary_gap``: in the severe world (weak
+  actuators, delayed actions, noisy sensors: 11 of 20) it does not → the canary group goes back to the promoted
+  release, the fleet is not touched; ``canary_offline``: robot 1 reports nothing for the 1-minute window → not
+  promoted, rolled back, the robot named.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def drive(home: str, out: str) -> None:
         canary_manifest = train_policy(s3, bucket, Path(home).parent / "policy")
         canary = {"model_package_arn": arns["v2"], "policy_checkpoint_manifest_uri": canary_manifest,
                   "canary_thing_group_name": "sim2real-robots-canary", "canary_min_episodes": 20,
-                  "canary_window_minutes": 1, "field_min_success_rate": 0.2}
+                  "canary_window_minutes": 1, "field_min_success_rate": 0.5}
         cases = {
             "latest": {"policy_checkpoint_manifest_uri": f"s3://{bucket}/runs/older-run/checkpoints/manifest.json"},
             "pending": {"model_package_arn": arns["v3"]},
@@ -141,12 +142,12 @@ def drive(home: str, out: str) -> None:
 
 
 def train_policy(s3, bucket: str, folder: Path) -> str:
-    """Train a Reacher-v5 policy for 30 PPO iterations (about half its simulated episodes succeed) as the run
-    "canary-run" would have, upload its checkpoint and manifest; return the manifest's URI."""
+    """Train ``make demo``'s Reacher-v5 policy (100 PPO iterations, seed 3) as the run "canary-run" would have,
+    upload its checkpoint and manifest; return the manifest's URI."""
     import subprocess
     import sys
 
-    env = {**os.environ, "TASK": "Reacher-v5", "MAX_ITERATIONS": "30", "SEED": "3", "OUTPUT_URI": str(folder)}
+    env = {**os.environ, "TASK": "Reacher-v5", "MAX_ITERATIONS": "100", "SEED": "3", "OUTPUT_URI": str(folder)}
     env.pop("AWS_ENDPOINT_URL", None)
     subprocess.run([sys.executable, "-m", "sim2real.workloads.train"], env=env, check=True, capture_output=True,
                    timeout=600)
@@ -355,7 +356,7 @@ def test_a_canary_that_the_field_promotes_goes_on_to_the_fleet(release):
     assert case["state"] == "success", case["tasks"]
     assert release_errors(record) == [], release_errors(record)
     assert field["decision"] == "promote" and field["robots"].keys() == {"sim2real-robot-1"}, field
-    assert field["field"]["episodes"] >= 20 and field["field"]["ci95"][0] >= 0.2 and field["simulation"] is None
+    assert field["field"]["episodes"] >= 20 and field["field"]["ci95"][0] >= 0.5 and field["simulation"] is None
     assert case["create_deployment_calls"] == 2  # the canary group, then the fleet group
     assert record["outcome"] == "deployed" and "## Field" in case["markdown"] and "**promote**" in case["markdown"]
 
@@ -368,13 +369,13 @@ def test_a_real_gap_rolls_the_canary_back_to_the_promoted_release_and_spares_the
     assert case["state"] == "failed" and case["tasks"]["canary_verdict"] == "failed", case["tasks"]
     assert case["tasks"]["deploy_to_robots"] == "upstream_failed", case["tasks"]
     assert release_errors(record) == [], release_errors(record)
-    assert field["decision"] == "roll_back" and field["field"]["ci95"][0] < 0.2, field
+    assert field["decision"] == "roll_back" and field["field"]["ci95"][0] < 0.5, field
     # the canary group's rollback deployment: robot 1 runs the promoted release's components again
     assert case["create_deployment_calls"] == 2  # the canary, then its rollback; never the fleet
     rollback = [d for d in case["deployments"] if d["deploymentName"].endswith("-canary-rollback")]
     assert rollback and case["installed_from"]["sim2real-robot-1"] == [rollback[0]["deploymentId"]], case
     assert promoted != field["deployment_id"]
-    assert "field success rate" in release["log"] and "threshold 0.200" in release["log"]
+    assert "field success rate" in release["log"] and "threshold 0.500" in release["log"]
 
 
 def test_a_canary_robot_silent_for_the_window_is_named_and_not_promoted(release):

@@ -293,8 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     rows += _sweep_rows(results["sweep"])
     results["tracking_outage"] = tracking_outage(args.tracking_budget)
     rows += _tracking_rows(results["tracking_outage"])
-    from sim2real.dev import bench_feedback
+    from sim2real.dev import bench_feedback, bench_field
 
+    results["field"] = bench_field.measure()
+    rows += bench_field.rows(results["field"])
     results["feedback"] = bench_feedback.measure(suite=args.suite)
     rows += bench_feedback.rows(results["feedback"])
     return _print_and_write(results, rows, f"sandbox run: {orch['state']}")
