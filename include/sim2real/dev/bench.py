@@ -40,7 +40,10 @@ Rows:
   fixed time budget (``--tracking-budget``, default 20 s) with the local MLflow server up, then with a server
   that accepts connections and never answers from the first call; the anchor beside them: the same training
   without tracking. Iterations within the budget, the loop's own time in tracking calls, the end's wait for
-  them and the job's wall time (:func:`tracking_outage`).
+  them and the job's wall time (:func:`tracking_outage`);
+* the field loop (``--only field`` for these rows alone, :mod:`sim2real.dev.bench_field`): the canary wait's S3
+  calls per waiting hour and worker-slot seconds, beside a wait that reads every object and a poke sensor, and the
+  field report ingestion rate beside plain list + read.
 
 Numbers depend on the machine and its load; they are measurements, not test assertions.
 """
