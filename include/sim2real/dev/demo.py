@@ -419,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
         _print_table(f"Sweep candidates ({summary['lineage']['sweep']['rule']})", *candidate_rows(summary["lineage"]))
     for check in summary["checks"]:
         print(f"[demo] check: {check}")
+    from sim2real.orchestration.run_note import field_line
+
+    for line in field_line((summary.get("lineage") or {}).get("field")):  # the canary: robots beside simulation
+        print(f"[demo] {line.replace('**', '')} World of the emulated robots: --field-gap {args.field_gap}.")
     for note in summary["notifications"]:
         print(f"[demo] SNS notification ({note['event']}): {note['subject']}")
     if summary.get("run_folder_link"):
@@ -440,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     print("[demo] emulated by the sandbox (what ran of it in this run): CodeBuild build (image pushed with a real "
           "digest), Batch compute (training ran here through the real launcher), the workstation (SSM command ran "
           "here), the GR00T pipeline (RegisterModel only), the reviewer's approval, the Greengrass core devices "
-          "(each runs the real setup component and policy server on the RL policy, standing in for the GR00T model).")
+          "(each runs the real setup component and policy server on the RL policy, standing in for the GR00T model, "
+          f"then episodes of the real MuJoCo task with it in the --field-gap {args.field_gap} world).")
     print(f"[demo] finished in {elapsed:.0f} s: run {state}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({**summary, "state": state, "tasks": rows,
