@@ -31,3 +31,21 @@ def test_the_demo_conf_is_a_valid_run_conf_and_conf_still_wins():
     resolved.update(conf)
     resolved.validate()
     check_params(dict(resolved.dump()))
+
+
+@__import__("pytest").mark.integration  # migrates (copies) an Airflow DB in a fresh process
+def test_the_demos_waits_poll_at_the_demos_interval_not_the_aws_default(tmp_path):
+    """dag_defaults reads SIM2REAL_POLL_SECONDS at import, and prepare_airflow_home imported it before setting the
+    variable: the demo's waits polled every 30 s and its canary listed the field episodes every 300 s."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from sim2real.dev.demo import prepare_airflow_home; "
+            "prepare_airflow_home(Path(sys.argv[1]), {}); "
+            "from sim2real.orchestration.dag_defaults import POLL, FIELD_POLL; print(POLL, FIELD_POLL)")
+    env = {k: v for k, v in os.environ.items() if k != "SIM2REAL_POLL_SECONDS"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "home")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["2", "20"]

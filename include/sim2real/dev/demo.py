@@ -119,6 +119,9 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
     Must run before ``airflow`` is imported in this process (Airflow reads its config at import).
     :return: the environment variables that were set.
     """
+    # dag_defaults reads SIM2REAL_POLL_SECONDS when it is imported (POLL, FIELD_POLL): set it first (imported before,
+    # the demo's waits polled at the AWS default, 30 s, and its canary listed the field episodes every 300 s)
+    os.environ["SIM2REAL_POLL_SECONDS"] = os.environ.get("SIM2REAL_POLL_SECONDS", "2")
     from sim2real.orchestration.dag_defaults import NAMESPACE_LEVELS  # no airflow import
 
     home.mkdir(parents=True, exist_ok=True)
