@@ -57,7 +57,9 @@ def _deployed_post_execute(context, result=None) -> None:
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
-    dagrun_timeout=dt.timedelta(hours=4),
+    # the canary's deployment (4 h at most), window (12 h), rollback (1 h) and review (24 h), then the fleet's
+    # deployment (4 h): a timeout skips every unfinished task, the record and a rollback's wait included
+    dagrun_timeout=dt.timedelta(hours=48),
     default_args=DEFAULT_ARGS,
     params=build_release_params(),
     tags=["sim2real", "robotics", "vla", "release"],

@@ -184,6 +184,7 @@ def build_app(app: cdk.App, settings: Settings | None = None, *, nag: bool = Tru
         pipeline_role_arn=sm.role.role_arn,
         model_package_group_name=sm.model_package_group_name,
         thing_group_name=greengrass.thing_group_name,
+        canary_thing_group_name=greengrass.canary_thing_group_name,
         component_names=sorted(greengrass.components),
         topic_arn=notifications.topic.topic_arn,
         topic_key=notifications.key,

@@ -62,6 +62,13 @@ class GreengrassStack(cdk.Stack):
         iot.CfnThingGroup(self, "Robots", thing_group_name=self.thing_group_name,
                           thing_group_properties=iot.CfnThingGroup.ThingGroupPropertiesProperty(
                               thing_group_description="robots that run sim2real policies (Greengrass core devices)"))
+        # the canary: a few of those robots (members of both groups), which get a release first (form field
+        # canary_thing_group_name); the Airflow role may deploy to these two groups only
+        self.canary_thing_group_name = settings.name("robots-canary")
+        iot.CfnThingGroup(self, "RobotsCanary", thing_group_name=self.canary_thing_group_name,
+                          thing_group_properties=iot.CfnThingGroup.ThingGroupPropertiesProperty(
+                              thing_group_description="canary robots: a release is judged on their field episodes "
+                                                      "before the fleet gets it"))
         recipes = load_recipes(recipes_dir)
         self.components: dict[str, str] = {}
         for name, recipe in sorted(recipes.items()):

@@ -95,6 +95,7 @@ class MwaaTargets:
     pipeline_role_arn: str
     model_package_group_name: str
     thing_group_name: str
+    canary_thing_group_name: str
     component_names: list[str]
     topic_arn: str
     topic_key: kms.IKey
@@ -285,7 +286,7 @@ class MwaaStack(cdk.Stack):
         self._add("ModelPackageApproval", ["sagemaker:UpdateModelPackage"],
                   [arn("sagemaker", "model-package", f"{t.model_package_group_name}/*")])
         # 9 deploy (Greengrass CreateDeployment drives an IoT job on the thing group)
-        thing_group = arn("iot", "thinggroup", t.thing_group_name)
+        thing_groups = [arn("iot", "thinggroup", t.thing_group_name), arn("iot", "thinggroup", t.canary_thing_group_name)]
         self._add("EdgeDeploymentState", ["greengrass:GetDeployment", "greengrass:CancelDeployment"],
                   [arn("greengrass", "deployments", "*", cdk.ArnFormat.COLON_RESOURCE_NAME)])
         self._add("EdgeComponents", ["greengrass:DescribeComponent", "greengrass:GetComponent"],
@@ -293,7 +294,7 @@ class MwaaStack(cdk.Stack):
                    for name in t.component_names])
         self._add("EdgeDevices", ["greengrass:ListEffectiveDeployments", "greengrass:GetCoreDevice"],
                   [arn("greengrass", "coreDevices", "*", cdk.ArnFormat.COLON_RESOURCE_NAME)])
-        self._add("EdgeThingGroup", ["iot:DescribeThingGroup", "iot:CreateJob", "iot:UpdateJob"], [thing_group])
+        self._add("EdgeThingGroup", ["iot:DescribeThingGroup", "iot:CreateJob", "iot:UpdateJob"], thing_groups)
         self._add("EdgeJobs", ["iot:CreateJob", "iot:DescribeJob", "iot:CancelJob", "iot:UpdateJob"],
                   [arn("iot", "job", "*")])
         self._add("EdgeThings", ["iot:DescribeThing", "iot:GetThingShadow", "iot:UpdateThingShadow",

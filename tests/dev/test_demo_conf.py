@@ -49,3 +49,10 @@ def test_the_demos_waits_poll_at_the_demos_interval_not_the_aws_default(tmp_path
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["2", "20"]
+
+
+def test_a_canary_with_no_field_episode_is_refused_before_anything_starts(capsys):
+    from sim2real.dev.demo import main
+
+    assert main(["--field-episodes", "0", "--no-mlflow"]) == 2
+    assert "--field-episodes 0 leaves the canary with no episode to judge" in capsys.readouterr().err

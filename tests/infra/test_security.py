@@ -54,6 +54,7 @@ def test_mwaa_role_names_the_resources_of_the_other_stacks(synth: Synth) -> None
                 for p in resources(template, t).values()])
     for fragment in (":job-definition/sim2real-train", "ssm:", "pipeline/sim2real-groot-finetune",
                      "model-package/sim2real-groot-models/*", "thinggroup/sim2real-robots",
+                     "thinggroup/sim2real-robots-canary",  # the canary group (deploy_to_canary, its rollback)
                      "sim2real-artifacts-", "/runs/*", "/field/episodes/*", "airflow-sim2real-*", "parameter/sim2real/environment",
                      "document/AWS-RunShellScript", "document/sim2real-evaluate", "servicequotas"):
         assert fragment in text, fragment

@@ -29,14 +29,33 @@ def test_enough_good_episodes_from_every_robot_promote():
     assert verdict.silent == ()
 
 
-def test_a_lower_bound_below_the_threshold_rolls_back_before_the_window_ends():
-    verdict = canary_verdict(summary(("arm-1", False), ("arm-1", False), ("arm-1", False), ("arm-1", True)), THINGS,
+def test_an_interval_wholly_below_the_threshold_rolls_back_before_the_window_ends():
+    verdict = canary_verdict(summary(*[("arm-1", False)] * 9, ("arm-1", True), ("arm-2", False)), THINGS,
                              window_ended=False, **RULE)
     assert verdict.decision == "roll_back"
     assert verdict.message == (
-        "roll back: field success rate 0.250 (95 % Wilson interval [0.046, 0.699]) over 4 episode(s), threshold "
-        "0.500: the interval's lower bound is below the threshold with 4 >= 4 episodes")
-    assert verdict.silent == ("arm-2",)
+        "roll back: field success rate 0.091 (95 % Wilson interval [0.016, 0.377]) over 11 episode(s), threshold "
+        "0.500: the whole interval is below the threshold with 11 >= 4 episodes")
+    assert verdict.silent == ()
+
+
+def test_an_interval_that_holds_the_threshold_waits_then_the_window_decides():
+    """1 of 4 (interval [0.046, 0.699]): not shown worse than 0.5, not shown as good: wait; at the window's end,
+    not promoted. A first cut rolled back at once whenever the lower bound was below the threshold: at 20 episodes
+    and 0.8 only 20 of 20 passed (a release succeeding 95 % of the time was rolled back two times out of three)."""
+    outcomes = (("arm-1", False), ("arm-1", False), ("arm-2", False), ("arm-1", True))
+    verdict = canary_verdict(summary(*outcomes), THINGS, window_ended=False, **RULE)
+    assert verdict.decision == "wait"
+    assert verdict.message == (
+        "wait: the interval still holds the threshold: more episodes narrow it (field success rate 0.250 (95 % "
+        "Wilson interval [0.046, 0.699]) over 4 episode(s), threshold 0.500)")
+    ended = canary_verdict(summary(*outcomes), THINGS, window_ended=True, **RULE)
+    assert ended.decision == "roll_back"
+    assert ended.message.startswith("not promoted: the interval's lower bound is still below the threshold after 60 min")
+    # 19 of 20 at 0.8 (lower bound 0.764): no longer rolled back while the window is open
+    good = summary(*[("arm-1", True)] * 10, *[("arm-2", True)] * 9, ("arm-2", False))
+    assert canary_verdict(good, THINGS, window_ended=False, **{**RULE, "min_episodes": 20,
+                                                               "min_success_rate": 0.8}).decision == "wait"
 
 
 def test_too_few_episodes_wait_while_the_window_is_open():

@@ -162,7 +162,7 @@ def test_after_a_reattach_the_training_row_shows_the_jobs_running_time():
 def _canary_verdict(decision: str = "promote", **over) -> dict:
     """The canary task's XCom ``canary_verdict`` (CanaryVerdictOperator), 25 of 40 field episodes on 2 robots."""
     return {"decision": decision, "message": "field success rate 0.625 [0.470, 0.758] over 40 episodes",
-            "rate": 0.625, "ci95": [0.470, 0.758], "n": 40, "successes": 25, "threshold": 0.5, "min_episodes": 20,
+            "rate": 0.625, "ci95": [0.470, 0.758], "n": 40, "successes": 25, "threshold": 0.4, "min_episodes": 20,
             "robots": {"robot-1": {"n": 20, "successes": 14, "interventions": 0},
                        "robot-2": {"n": 20, "successes": 11, "interventions": 1}},
             "silent": [], "refused": {"malformed": 1, "duplicated": 0, "foreign": 2, "early": 0, "late": 0},
@@ -190,7 +190,7 @@ def test_the_field_entry_sets_the_robots_beside_the_simulation_with_the_gap():
     assert "| robot-2 | 20 | 11 | 1 |" in markdown and "Refused field episode objects: foreign 2, malformed 1." in markdown
     note = render_run_note(lineage)
     assert ("**Field (canary, 2 robots):** 0.625 [0.470, 0.758], 25/40 episodes vs simulation 0.970: gap -34.5 pp; "
-            "promoted to the fleet (threshold 0.500 on the lower bound).") in note
+            "promoted to the fleet (threshold 0.400 on the lower bound).") in note
     metrics = headline_metrics(lineage)
     assert {k: metrics[k] for k in metrics if k.startswith(("field", "sim_to", "canary"))} == {
         "field_success_rate": 0.625, "field_ci95_lower": 0.47, "field_ci95_upper": 0.758, "field_episodes": 40.0,

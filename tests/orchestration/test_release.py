@@ -468,3 +468,24 @@ def test_mwaa_bundle_ships_the_release_dag_and_its_schema(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     module, schema = out.stdout.splitlines()[:2]
     assert module.startswith(str(plugins)) and schema.startswith(str(plugins)) and "model_package_arn" in out.stdout
+
+
+def test_a_release_run_outlasts_its_longest_canary_and_fleet_deployment():
+    """A run past dagrun_timeout has every unfinished task skipped, its record and a canary rollback's wait
+    included: the run's limit holds the canary's deployment, window, rollback and review, then the fleet's (it was
+    4 h, less than a canary review may wait alone)."""
+    import datetime as dt
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    from sim2real.orchestration.stages.deploy import (
+        CANARY_REVIEW_RESPONSE_TIMEOUT,
+        CANARY_WINDOW_MAX_MINUTES,
+        DEPLOY_EXECUTION_TIMEOUT,
+    )
+    from tests.conftest import REPO_ROOT
+
+    dag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real_release.py")).dags["sim_to_real_release"]
+    longest = (2 * DEPLOY_EXECUTION_TIMEOUT + dt.timedelta(minutes=CANARY_WINDOW_MAX_MINUTES) + dt.timedelta(hours=1)
+               + CANARY_REVIEW_RESPONSE_TIMEOUT)
+    assert dag.dagrun_timeout >= longest, (dag.dagrun_timeout, longest)

@@ -204,13 +204,13 @@ def test_the_plugin_registers_the_picture_links():
 
 
 def test_a_canary_run_gets_the_sim_vs_field_picture_and_the_field_entry(s3):
-    """The canary promoted (its XCom canary_verdict, pushed also when it rolls back): the picture is drawn beside the
+    """The canary rolled back (its XCom canary_verdict is pushed whichever way it decides): the picture is drawn beside the
     others, the lineage's field entry sets the robots beside the evaluation; a run without a canary draws none."""
     from tests.orchestration.test_lineage import _canary_verdict
 
     from sim2real.orchestration.report import write_run_report
 
-    verdict = _canary_verdict(n=10, successes=3, rate=0.3, ci95=list(wilson_interval(3, 10)),
+    verdict = _canary_verdict("roll_back", n=10, successes=3, rate=0.3, ci95=list(wilson_interval(3, 10)),
                               robots={"robot-1": {"n": 10, "successes": 3, "interventions": 0}})
     ti = RunningTask({ids.READ_EVAL_REPORT: evaluation(), (ids.CANARY_VERDICT, "canary_verdict"): verdict})
     p = {**plan(), "deploy": {"canary_thing_group_name": "robots-canary"}}

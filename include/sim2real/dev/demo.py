@@ -333,6 +333,10 @@ def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.canary and args.field_episodes == 0:
+        print("[demo] --field-episodes 0 leaves the canary with no episode to judge: it would be rolled back after its "
+              "window; give at least 1, or --no-canary", file=sys.stderr)
+        return 2
     rng_seed = int.from_bytes(os.urandom(2), "big")
     seed, eval_seed = (rng_seed % 1000, 1000 + rng_seed) if args.random_seeds else (DEFAULT_SEED, DEFAULT_EVAL_SEED)
     conf = demo_conf(args.seed if args.seed is not None else seed,

@@ -219,13 +219,20 @@ def canary_verdict(summary: Mapping[str, Any] | None, thing_names: Iterable[str]
 
     Pure: no AWS call, no clock. In this order:
 
-    * ``roll_back``: at least ``min_episodes`` episodes and the Wilson interval's lower bound below
-      ``min_success_rate`` (the field says the release is worse than the threshold, at 95 %);
+    * ``roll_back``: at least ``min_episodes`` episodes and the Wilson interval's *upper* bound below
+      ``min_success_rate`` (the field says the release is worse than the threshold, at 95 %: no later episode is
+      waited for);
     * ``promote``: at least ``min_episodes`` episodes, the lower bound at or above the threshold, and every canary
       robot reported at least one episode;
-    * ``wait``: the window has not ended (too few episodes, or a robot not heard from yet);
-    * ``roll_back``: the window ended with too few episodes, or with a canary robot that reported none (named:
-      ``not promoted: robot X reported no episode in N min``).
+    * ``wait``: the window has not ended (too few episodes, a robot not heard from yet, or an interval that still
+      holds the threshold: more episodes narrow it);
+    * ``roll_back``: the window ended with too few episodes, with a canary robot that reported none (named:
+      ``not promoted: robot X reported no episode in N min``), or with the lower bound still below the threshold.
+
+    A release is promoted only when the field shows, at 95 %, that it reaches the threshold, and rolled back early
+    only when it shows that it does not; in between the window decides (a first cut rolled back whenever the lower
+    bound was below the threshold at ``min_episodes``: at 20 episodes and a threshold of 0.8 only 20 of 20 passed,
+    so a release that succeeds 95 % of the time was rolled back two times out of three).
 
     :param summary: the deployed model version's :func:`field_summary` entry (``n``, ``successes``, ``rate``,
         ``ci95``, ``robots``), None when no episode was accepted.
@@ -251,17 +258,22 @@ def canary_verdict(summary: Mapping[str, Any] | None, thing_names: Iterable[str]
     evidence = canary_evidence(summary, min_success_rate)
     minutes = f"{window_minutes:g} min"
     enough = n >= min_episodes
-    if enough and summary["ci95"][0] < min_success_rate:
-        return CanaryVerdict("roll_back", f"roll back: {evidence}: the interval's lower bound is below the threshold "
-                                          f"with {n} >= {min_episodes} episodes", silent)
-    if enough and not silent:
+    low, high = summary["ci95"] if summary else (0.0, 1.0)
+    if enough and high < min_success_rate:
+        return CanaryVerdict("roll_back", f"roll back: {evidence}: the whole interval is below the threshold with "
+                                          f"{n} >= {min_episodes} episodes", silent)
+    if enough and not silent and low >= min_success_rate:
         return CanaryVerdict("promote", f"promote: {evidence}: the interval's lower bound is at or above the "
                                         f"threshold, and each of the {len(things)} canary robot(s) reported", silent)
     if not window_ended:
         waiting = [f"{n} of {min_episodes} episodes"] if not enough else []
         waiting += [f"no episode yet from {', '.join(silent)}"] if silent else []
+        if enough and not silent:
+            waiting.append("the interval still holds the threshold: more episodes narrow it")
         return CanaryVerdict("wait", f"wait: {'; '.join(waiting)} ({evidence})", silent)
     reasons = [f"robot {t} reported no episode in {minutes}" for t in silent]
     if not enough:
         reasons.insert(0, f"only {n} episode(s) in {minutes}, {min_episodes} needed")
+    if enough and not silent:
+        reasons.append(f"the interval's lower bound is still below the threshold after {minutes}")
     return CanaryVerdict("roll_back", f"not promoted: {'; '.join(reasons)} ({evidence})", silent)

@@ -16,7 +16,7 @@ def test_enough_objects_from_every_robot_end_the_wait():
     step = canary_episodes_step({"listed": {"arm-1": 2, "arm-2": 1}}, OPEN)
     assert step.outcome == "success"
     assert step.payload == {"listed": {"arm-1": 2, "arm-2": 1}, "window_over": False}
-    assert step.reason == ("3 episode object(s) under s3://b/fleet/field/episodes/, 3 needed, from every canary robot "
+    assert step.reason == ("3 episode object(s) under s3://b/fleet/field/episodes/, 3 needed in all, at least one from every canary robot "
                            "(arm-1: 2, arm-2: 1): reading them")
 
 

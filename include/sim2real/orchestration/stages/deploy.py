@@ -35,10 +35,12 @@ the `sim2real_deployed_model_package` asset gets an event (none when the deploym
 to the canary thing group first (`deploy_to_canary`, the same deployment and checks, named `sim2real-<run key>-canary`);
 `canary_verdict` then waits (deferred) up to `canary_window_minutes` for the field episodes the canary robots
 upload (S3 `ListObjectsV2` every 5 min per robot, then `GetObject` of each), checks them and promotes the release to
-the fleet group when at least `canary_min_episodes` episodes came from every canary robot and the 95 % Wilson
-interval's lower bound of their success rate is at or above `field_min_success_rate`; otherwise it rolls the canary
-group back to its last good release (`CreateDeployment`, waited for) and fails naming the rate, the interval, the
-threshold and the episode count, and the fleet group is not deployed. Hands on the verdict's evidence (XCom
+the fleet group once at least `canary_min_episodes` episodes in all, at least one from every canary robot, give a
+95 % Wilson interval whose lower bound is at or above `field_min_success_rate`. It rolls the canary group back to
+its last good release (`CreateDeployment`, waited for) when the whole interval falls below the threshold, or when
+the window ends undecided, short of episodes or with a robot silent, and then fails naming the rate, the interval,
+the threshold and the episode count; the fleet group is not deployed. A canary group with no earlier release has
+nothing to go back to: the task fails saying so and the canary robots keep the release. Hands on the verdict's evidence (XCom
 `canary_verdict`: rate, interval, episodes, refused objects, per robot counts).
 
 **Canary review (form field `canary_review`; off by default: the verdict alone decides, `canary_review` succeeds at

@@ -44,7 +44,7 @@ def canary_episodes_step(response: Mapping[str, Any], state: WaitState) -> Step:
         return Step("success", f"the canary window is over: {total} episode object(s) under {where} ({counts})",
                     {"listed": listed, "window_over": True})
     if total >= needed and not silent and total > int(params.get("keys_read") or 0):
-        return Step("success", f"{total} episode object(s) under {where}, {needed} needed, from every canary robot "
+        return Step("success", f"{total} episode object(s) under {where}, {needed} needed in all, at least one from every canary robot "
                                f"({counts}): reading them", {"listed": listed, "window_over": False})
     missing = f"; no object yet from {', '.join(silent)}" if silent else ""
     return Step("retry", f"canary field episodes: {total} object(s) of {needed} under {where} ({counts}){missing}",
