@@ -101,3 +101,15 @@ def test_the_package_line_dates_its_status_instead_of_stating_it():
 
     line = package_lines(PACKAGE, "us-east-1")[0]
     assert "(PendingManualApproval when this request was written; the decision is this request's answer)" in line
+
+
+def test_the_review_of_a_canary_run_lists_no_field_picture(s3, monkeypatch):
+    """The approval comes before the canary: its request must not say the field picture 'was not drawn' (it named
+    the canary's missing verdict in every canary run's approval request)."""
+    import sys
+
+    monkeypatch.setattr(sys.modules[__name__], "review_plan", lambda: {
+        **plan(), "params": {"min_success_rate": 0.15, "eval_episodes": 10}, "vla": {"enabled": False},
+        "deploy": {"canary_thing_group_name": "robots-canary"}})
+    text = body({})
+    assert "Simulation vs field" not in text and "canary" not in text

@@ -47,9 +47,10 @@ DEFAULT_SEED, DEFAULT_EVAL_SEED = 3, 2000
 DEMO_TRAINING = {"max_iterations": 100, "train_time_budget_seconds": 1800}
 #: The demo's canary: robot 1 (the sandbox's canary thing group) runs the release first; its 20 field episodes must
 #: give a Wilson 95 % lower bound of at least 0.5 before the fleet gets it (the demo's policy clears it in the mild
-#: world, not in the severe one). ``--no-canary``: straight to the fleet.
+#: world: 20 of 20; not in the severe one: 10 of 20, [0.30, 0.70], undecided until the 3-minute window ends, then
+#: not promoted). ``--no-canary``: straight to the fleet.
 DEMO_CANARY = {"canary_thing_group_name": "sim2real-robots-canary", "canary_min_episodes": 20,
-               "canary_window_minutes": 10, "field_min_success_rate": 0.5}
+               "canary_window_minutes": 3, "field_min_success_rate": 0.5}
 #: What each emulated robot does after a deployment: this many episodes of the run's task in this world
 #: (:data:`sim2real.dev.sandbox.field_robot.NAMED_GAPS`).
 DEMO_FIELD_GAP, DEMO_FIELD_EPISODES = "mild", 20

@@ -295,8 +295,8 @@ def write_figures(*, plan: Mapping[str, Any], parts: Mapping[str, Any], hook: An
     for name, draw in FIGURE_DRAWERS.items():
         if name == "round_success" and int(_get(plan, "rounds", "max_rounds") or 1) <= 1:
             continue  # a run without retraining rounds has no such picture
-        if name == "sim_vs_field" and not _get(plan, "deploy", "canary_thing_group_name"):
-            continue  # a run without a canary has no field episodes to draw
+        if name == "sim_vs_field" and (not _get(plan, "deploy", "canary_thing_group_name") or "field" not in parts):
+            continue  # no canary, or drawn before it (the approval request's pictures): no field episodes to draw
         key = f"{prefix}{FIGURE_KEYS[name]}"
         try:
             png, source, points = draw(plan, parts, hook)
