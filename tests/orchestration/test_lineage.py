@@ -216,3 +216,25 @@ def test_the_schema_checks_the_field_entry():
                    {"decision": "promoted"}):
         errors = lineage_errors({**lineage, "field": {**lineage["field"], **broken}})
         assert len(errors) == 1 and errors[0].startswith("$.field: "), (broken, errors)
+
+
+def test_a_person_who_overrules_the_verdict_is_what_the_record_says():
+    """canary_review: the verdict recommended a roll back, a person promoted (the fleet got the release): before,
+    the lineage, the note and canary_promoted said 'NOT promoted, canary rolled back'."""
+    from sim2real.orchestration.lineage import lineage_errors
+    from sim2real.orchestration.run_note import render_run_note
+    from sim2real.orchestration.tracking import headline_metrics
+
+    review = {"decided_by": "ana", "at": "2026-12-04T11:00:00Z", "comment": "robot 2 was misaligned",
+              "status": "Promote"}
+    lineage = build_lineage(run_key="k", dag_id="d", run_id="r", params={}, field=_canary_verdict("roll_back"),
+                            canary_review=review)
+    assert lineage["field"]["decision"] == "promote" and lineage["field"]["reviewed_by"] == review
+    assert lineage_errors(lineage) == []
+    assert "promoted to the fleet by ana (canary review)" in render_run_note(lineage)
+    assert "**promote** by ana at 2026-12-04T11:00:00Z in the canary review (robot 2 was misaligned); the verdict said" \
+        in render_markdown(lineage)
+    assert headline_metrics(lineage)["canary_promoted"] == 1.0
+    aborted = build_lineage(run_key="k", dag_id="d", run_id="r", params={}, field=_canary_verdict(),
+                            canary_review={**review, "status": "Abort"})
+    assert aborted["field"]["decision"] == "roll_back" and headline_metrics(aborted)["canary_promoted"] == 0.0

@@ -119,7 +119,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   approval: Mapping[str, Any] | None = None,
                   sweep: Mapping[str, Any] | None = None,
                   rounds: Mapping[str, Any] | None = None,
-                  field: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  field: Mapping[str, Any] | None = None,
+                  canary_review: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -147,6 +148,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         round and the success rate of every round so far; ``None``: not known.
     :param field: the canary's verdict with its evidence (the canary task's XCom ``canary_verdict``,
         :class:`sim2real.orchestration.operators.canary.CanaryVerdictOperator`); ``None``: no canary.
+    :param canary_review: a person's answer to the canary review (XCom ``decision`` of ``canary_review``); ``None``:
+        none (the verdict decided).
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
         "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow", "approval",
         "candidates", "sweep", "rounds", "field"}`` where ``field`` is :func:`field_entry`, ``candidates`` lists
@@ -214,11 +217,12 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                    "survivors": sweep.get("survivors"), "failed": list(sweep.get("failed") or [])}
                   if sweep else None),
         "rounds": dict(rounds) if rounds else None,
-        "field": field_entry(field, evaluation),
+        "field": field_entry(field, evaluation, canary_review),
     }
 
 
-def field_entry(verdict: Mapping[str, Any] | None, evaluation: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def field_entry(verdict: Mapping[str, Any] | None, evaluation: Mapping[str, Any] | None,
+                review: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The lineage ``field`` entry: the canary robots' field success rate beside the simulation's, and the gap.
 
     :param verdict: the canary's verdict and evidence (``decision``, ``message``, ``rate``, ``ci95``, ``n``,
@@ -226,7 +230,10 @@ def field_entry(verdict: Mapping[str, Any] | None, evaluation: Mapping[str, Any]
         ``deployment_id``, ``model_version``); ``None`` or ``decision`` ``no_canary``: no entry.
     :param evaluation: the evaluation report (``success_rate``, ``ci95``, ``successes``, ``episodes``); ``None``:
         the simulation side is ``null``.
-    :return: ``{"decision", "message", "field": {"success_rate", "ci95", "successes", "episodes"}, "simulation":
+    :param review: a person's answer to the canary review (its XCom ``decision``: ``decided_by``, ``at``,
+        ``comment``, ``status`` ``Promote`` | ``Abort``); with one, ``decision`` is theirs (``promote`` /
+        ``roll_back``), the verdict's recommendation stays in ``message``, and ``reviewed_by`` records it.
+    :return: ``{"decision", "message", "reviewed_by", "field": {"success_rate", "ci95", "successes", "episodes"}, "simulation":
         the same or None, "gap_pp": field minus simulation in percentage points (one decimal) or None, "threshold",
         "min_episodes", "robots", "silent", "refused", "window", "deployment_id", "model_version"}``, or ``None``.
     """
@@ -240,7 +247,11 @@ def field_entry(verdict: Mapping[str, Any] | None, evaluation: Mapping[str, Any]
                       "successes": int(evaluation.get("successes") or 0), "episodes": int(evaluation["episodes"])}
     gap = (round((field["success_rate"] - simulation["success_rate"]) * 100.0, 1)
            if simulation and field["success_rate"] is not None else None)
-    return {"decision": verdict["decision"], "message": str(verdict.get("message") or ""), "field": field,
+    decision, reviewed = verdict["decision"], None
+    if review and review.get("status") in ("Promote", "Abort"):
+        decision = "promote" if review["status"] == "Promote" else "roll_back"
+        reviewed = {k: review.get(k) for k in ("decided_by", "at", "comment", "status")}
+    return {"decision": decision, "message": str(verdict.get("message") or ""), "reviewed_by": reviewed, "field": field,
             "simulation": simulation, "gap_pp": gap, "threshold": verdict.get("threshold"),
             "min_episodes": verdict.get("min_episodes"), "robots": dict(verdict.get("robots") or {}),
             "silent": list(verdict.get("silent") or []), "refused": dict(verdict.get("refused") or {}),
@@ -543,8 +554,11 @@ def field_lines(field: Mapping[str, Any] | None) -> list[str]:
         return f"{side['success_rate']:.3f} | [{lo:.3f}, {hi:.3f}] | {side['successes']}/{side['episodes']}"
 
     gap = "unknown" if field.get("gap_pp") is None else f"{field['gap_pp']:+.1f} percentage points"
+    person = field.get("reviewed_by")
+    by = (f" by {person.get('decided_by')} at {person.get('at')} in the canary review"
+          + (f" ({person['comment']})" if person.get("comment") else "") + "; the verdict said" if person else "")
     out = ["", "## Field", "", f"Canary deployment `{field.get('deployment_id')}`, window {field['window'].get('start')} "
-           f"→ {field['window'].get('end')}: **{field['decision']}** — {field['message']}", "",
+           f"→ {field['window'].get('end')}: **{field['decision']}**{by} — {field['message']}", "",
            "| | success rate | 95% CI | successes/episodes |", "|---|---|---|---|",
            f"| simulation | {rate(sim)} |", f"| field (robots) | {rate(f)} |", "", f"Gap (field − simulation): {gap}."]
     robots = field.get("robots") or {}

@@ -445,12 +445,14 @@ def build_release_record(*, plan: Mapping[str, Any], dag_id: str, run_id: str,
                          task_states: Mapping[str, Mapping[str, Any]] | None = None,
                          started_at: dt.datetime | None = None, now: dt.datetime | None = None,
                          deploy_check: Mapping[str, Any] | None = None,
-                         canary: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                         canary: Mapping[str, Any] | None = None,
+                         canary_review: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``release.json`` document (shape: ``schemas/release.schema.json``).
 
     :param canary: the canary's verdict and evidence (XCom ``canary_verdict`` of the ``canary_verdict`` task) →
         ``field`` (:func:`sim2real.orchestration.lineage.field_entry`, without a simulation side: a release trains
         and evaluates nothing); ``None``: no canary.
+    :param canary_review: a person's promote or abort (XCom ``decision`` of ``canary_review``); ``None``: none.
 
     :param deploy_check: the deploy task's reading of the package right before CreateDeployment (XCom
         ``model_package_check``: ``model_approval_status``) → ``model_package.approval_status_at_deploy``.
@@ -493,7 +495,7 @@ def build_release_record(*, plan: Mapping[str, Any], dag_id: str, run_id: str,
         "deployment_name": plan["deploy"]["deployment_name"],
         "components": dict(components) if components else None,
         "deployment": dict(deployment) if deployment else None,
-        "field": field_entry(canary, None),
+        "field": field_entry(canary, None, canary_review),
         "tasks": tasks,
         "durations": {
             "elapsed_s": elapsed,
@@ -605,6 +607,7 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
         started_at=getattr(dag_run, "start_date", None),
         deploy_check=_deploy_xcom(ti, "model_package_check"),
         canary=_xcom(ti, TASKS["canary_verdict"], CANARY_VERDICT_KEY),
+        canary_review=_xcom(ti, TASKS["canary_review"], "decision"),
     )
     errors = release_errors(record)
     if errors:

@@ -454,6 +454,7 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
         parts["quality_gate"] = _pull(ti, stage_sources(plan)["quality_gate"], key=VERDICT_KEY)
     # the canary's verdict and evidence: pushed whether it promoted or rolled back (a failed task returns nothing)
     parts["field"] = _pull(ti, ids.CANARY_VERDICT, key=CANARY_VERDICT_KEY)
+    canary_review = _pull(ti, ids.CANARY_REVIEW, key="decision")  # a person promoted or aborted the canary
     rounds = rounds_entry(plan, run_id=dag_run.run_id, evaluation=parts.get("evaluation"),
                           checkpoint=parts.get("checkpoint"), next_run_id=_pull(ti, ids.NEXT_ROUND, key="trigger_run_id"))
     scaling = None
@@ -476,7 +477,7 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
         cost_actual=with_loop_cost(plan, run_actual_cost(plan, parts, ti, sagemaker), dag_run.run_id, hook),
         deploy_check=_pull(ti, SOURCES["deployment"], key="model_package_check"),
         approval=_pull(ti, SOURCES["model_package"], key="decision"),  # also there when the package was Rejected
-        rounds=rounds, **parts,
+        rounds=rounds, canary_review=canary_review, **parts,
     )
     errors = lineage_errors(lineage)
     hook.load_string(json.dumps(lineage, indent=2, sort_keys=True, default=str), key=f"{prefix}lineage.json",

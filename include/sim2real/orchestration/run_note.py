@@ -137,6 +137,8 @@ def field_line(field: Mapping[str, Any] | None) -> list[str]:
     gap = f": gap {field['gap_pp']:+.1f} pp" if field.get("gap_pp") is not None else ""
     verdict = {"promote": "promoted to the fleet", "roll_back": "NOT promoted, canary rolled back",
                "wait": "no verdict"}.get(field["decision"], field["decision"])
+    if field.get("reviewed_by"):
+        verdict += f" by {field['reviewed_by'].get('decided_by')} (canary review)"
     return [f"**Field (canary, {robots} robot{'s' if robots != 1 else ''}):** {rate}{versus}{gap}; {verdict} "
             f"(threshold {float(field['threshold']):.3f} on the lower bound)."]
 
