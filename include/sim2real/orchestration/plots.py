@@ -433,13 +433,12 @@ def sim_vs_field_figure(sim: Mapping[str, Any], field: Mapping[str, Any], *, run
     robots = field.get("robots") or {}
     for i, (thing, r) in enumerate(sorted(robots.items())):
         if r.get("n"):
-            x = 1 - 0.25 + 0.5 * (i + 1) / (len(robots) + 1)
+            x = 0.6 + 0.3 * (i + 1) / (len(robots) + 1)  # left of the field's own point, in robot order
             ax.plot([x], [r["successes"] / r["n"]], "o", color="#7f7f7f", markersize=4)
             ax.annotate(thing, (x, r["successes"] / r["n"]), textcoords="offset points", xytext=(0, -11),
                         fontsize=6, ha="center", color="#7f7f7f")
     gap = (points[1][1] - points[0][1]) * 100.0
-    ax.annotate(f"gap {gap:+.1f} pp", (0.5, (points[0][1] + points[1][1]) / 2), ha="center", fontsize=10,
-                fontweight="bold")
+    ax.text(0.5, 0.06, f"gap {gap:+.1f} pp", transform=ax.transAxes, ha="center", fontsize=10, fontweight="bold")
     if field_threshold is not None:
         ax.axhline(field_threshold, color="black", linestyle="--", linewidth=1,
                    label=f"field threshold: CI lower bound ≥ {field_threshold:.3f}")
