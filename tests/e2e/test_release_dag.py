@@ -112,6 +112,8 @@ def drive(home: str, out: str) -> None:
                 sandbox.greengrass.device_check = PolicyDeviceCheck(
                     sandbox, Path(home).parent / "devices", FieldWork("Reacher-v5", 20, bucket, gap))
                 sandbox.faults["field_offline"] = ["sim2real-robot-1"] if name == "canary_offline" else []
+                # beside the promoted canary's episodes: an object that is not one, and a copy of one
+                sandbox.faults["field_bad_reports"] = name == "canary_promoted"
             before = sandbox.requests.count("CreateDeployment")
             dag_run = dag.test(run_conf=conf)
             run_key = make_run_key(dag_run.dag_id, dag_run.run_id)
@@ -357,6 +359,9 @@ def test_a_canary_that_the_field_promotes_goes_on_to_the_fleet(release):
     assert release_errors(record) == [], release_errors(record)
     assert field["decision"] == "promote" and field["robots"].keys() == {"sim2real-robot-1"}, field
     assert field["field"]["episodes"] >= 20 and field["field"]["ci95"][0] >= 0.5 and field["simulation"] is None
+    # the malformed object and the copy were refused and counted; the genuine episodes all counted
+    assert (field["refused"]["malformed"], field["refused"]["duplicated"]) == (1, 1), field["refused"]
+    assert "Refused field episode objects: duplicated 1, malformed 1." in case["markdown"]
     assert case["create_deployment_calls"] == 2  # the canary group, then the fleet group
     assert record["outcome"] == "deployed" and "## Field" in case["markdown"] and "**promote**" in case["markdown"]
 

@@ -13,7 +13,8 @@ The device reports SUCCEEDED only when both work. With :class:`FieldWork` given,
 ``com.sim2real.FieldUploader`` then works in the field as a robot would: it runs episodes of the real MuJoCo task
 with the deployed policy in a world with a domain gap (:mod:`sim2real.dev.sandbox.field_robot`), spools each summary
 and uploads it to the artifacts bucket (``field/episodes/<thing>/<episode_id>.json``), in a thread of its own; a
-thing named in the sandbox fault ``field_offline`` runs none (a robot offline for the canary window).
+thing named in the sandbox fault ``field_offline`` runs none (a robot offline for the canary window); with the fault
+``field_bad_reports`` each robot also uploads an object that is not an episode and a copy of one under another key.
 """
 
 from __future__ import annotations
@@ -114,7 +115,20 @@ class PolicyDeviceCheck:
             component_versions={n: c.get("componentVersion") for n, c in deployment["components"].items()})
         outcomes = run_field_episodes(model_path=onnx_path, task_id=work.task_id, episodes=work.episodes,
                                       seed=work.seed + 1000 * index, gap=work.gap, recorder=recorder)
-        result = upload_spool(self.sandbox.client("s3", internal=True), spool, work.bucket, thing_name=thing)
+        s3 = self.sandbox.client("s3", internal=True)
+        first = sorted(spool.glob("*.json"))[:1]
+        result = upload_spool(s3, spool, work.bucket, thing_name=thing)
+        if self.sandbox.faults.get("field_bad_reports") and first:
+            # what a broken uploader or a stray copy leaves beside the episodes: an object that is not an episode, and
+            # a copy of the robot's first episode under another key (the reader refuses both, counted by reason)
+            from sim2real.contract.field import episodes_prefix
+
+            folder = episodes_prefix("", thing)
+            s3.put_object(Bucket=work.bucket, Key=f"{folder}not-an-episode.json", Body=b'{"schema_version": 1')
+            s3.copy_object(Bucket=work.bucket, Key=f"{folder}{first[0].stem}-copy.json",
+                           CopySource={"Bucket": work.bucket, "Key": f"{folder}{first[0].name}"})
+            self.sandbox.events.emit("greengrass", "fault", f"robot {thing} also uploaded a malformed object and a "
+                                     "copy of an episode (field_bad_reports)", thing=thing)
         self.sandbox.events.emit(
             "greengrass", "field", f"robot {thing} ran {len(outcomes)} field episode(s) of {work.task_id} "
             f"({sum(outcomes)} succeeded) with deployment {deployment['deploymentId']}; uploaded "
