@@ -58,10 +58,13 @@ def upload(s3, start: datetime, *outcomes: tuple[str, bool], deployment: str = C
 
 
 def operator(start: datetime, **kwargs) -> CanaryVerdictOperator:
-    return CanaryVerdictOperator(
-        task_id="canary_verdict", thing_group_name=GROUP, deployment_id=CANARY, deployment_name="sim2real-k-canary",
-        model_version=SHA, bucket=BUCKET, prefix=PREFIX, min_episodes=4, window_minutes=60, min_success_rate=0.5,
-        window_start=stamp(start), waiter_delay=60, **kwargs)
+    """A verdict of 4 episodes at 0.5, its window opened at ``start``; 6 h long unless given (the module's times are
+    taken at its import, which may be half an hour before a test runs in the whole suite)."""
+    return CanaryVerdictOperator(**{
+        "task_id": "canary_verdict", "thing_group_name": GROUP, "deployment_id": CANARY,
+        "deployment_name": "sim2real-k-canary", "model_version": SHA, "bucket": BUCKET, "prefix": PREFIX,
+        "min_episodes": 4, "window_minutes": 360, "min_success_rate": 0.5, "window_start": stamp(start),
+        "waiter_delay": 60, **kwargs})
 
 
 def defer(op, context, group_arn) -> TaskDeferred:
@@ -117,16 +120,19 @@ def test_the_trigger_ends_at_the_windows_end_with_what_is_there(moto_endpoint, s
 
 # ---------------------------------------------------------------- operator
 def test_execute_defers_on_the_episode_wait_until_the_windows_end(moto_endpoint, group_arn, context):
-    deferred = defer(operator(OPEN), context, group_arn)
+    # a window opened 30 minutes ago, counted from now (not from the module's import: in the whole suite this test
+    # ran 25 minutes after it, and a window opened at the import had 5 minutes left, not 30)
+    start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=30)
+    deferred = defer(operator(start, window_minutes=60), context, group_arn)
     trigger = deferred.trigger
     assert isinstance(trigger, CanaryFieldEpisodesTrigger) and deferred.method_name == "execute_complete"
     assert (trigger.bucket, trigger.prefix, trigger.thing_names, trigger.min_episodes, trigger.keys_read) == (
         BUCKET, PREFIX, THINGS, 4, 0)
-    assert (trigger.window_start, trigger.window_end) == (OPEN.timestamp(), (OPEN + timedelta(minutes=60)).timestamp())
+    assert (trigger.window_start, trigger.window_end) == (start.timestamp(), (start + timedelta(minutes=60)).timestamp())
     # polls enough to reach the window's end (30 min left, one a minute), plus one
     assert trigger.waiter_delay == 60 and trigger.attempts in (30, 31)
     assert context["ti"].xcom["canary_window"] == {
-        "start": stamp(OPEN), "end": stamp(OPEN + timedelta(minutes=60)), "thing_names": THINGS,
+        "start": stamp(start), "end": stamp(start + timedelta(minutes=60)), "thing_names": THINGS,
         "target_arn": group_arn}
 
 
@@ -256,7 +262,7 @@ def test_a_rollback_that_cannot_be_created_fails_at_once_with_the_numbers(moto_e
 
 
 def test_a_robot_silent_for_the_whole_window_is_not_promoted(moto_endpoint, group_arn, context, s3):
-    op = operator(OVER)
+    op = operator(OVER, window_minutes=60)
     upload(s3, OVER, *[("arm-1", True)] * 6)
     deferred = roll_back(op, context, group_arn, s3)
     assert deferred.method_name == "rollback_complete"
