@@ -19,24 +19,17 @@ def summary(*outcomes: tuple[str, bool]):
     return field_summary(docs).get(SHA)
 
 
-def test_enough_good_episodes_from_every_robot_promote():
-    verdict = canary_verdict(summary(*[("arm-1", True)] * 10, *[("arm-2", True)] * 10), THINGS, window_ended=False,
-                             **RULE)
-    assert verdict.decision == "promote"
-    assert verdict.message == (
-        "promote: field success rate 1.000 (95 % Wilson interval [0.839, 1.000]) over 20 episode(s), threshold "
-        "0.500: the interval's lower bound is at or above the threshold, and each of the 2 canary robot(s) reported")
-    assert verdict.silent == ()
-
-
-def test_an_interval_wholly_below_the_threshold_rolls_back_before_the_window_ends():
-    verdict = canary_verdict(summary(*[("arm-1", False)] * 9, ("arm-1", True), ("arm-2", False)), THINGS,
-                             window_ended=False, **RULE)
-    assert verdict.decision == "roll_back"
-    assert verdict.message == (
-        "roll back: field success rate 0.091 (95 % Wilson interval [0.016, 0.377]) over 11 episode(s), threshold "
-        "0.500: the whole interval is below the threshold with 11 >= 4 episodes")
-    assert verdict.silent == ()
+@pytest.mark.parametrize(("outcomes", "decision", "message"), [
+    ([("arm-1", True)] * 10 + [("arm-2", True)] * 10, "promote",
+     "promote: field success rate 1.000 (95 % Wilson interval [0.839, 1.000]) over 20 episode(s), threshold 0.500: "
+     "the interval's lower bound is at or above the threshold, and each of the 2 canary robot(s) reported"),
+    ([("arm-1", False)] * 9 + [("arm-1", True), ("arm-2", False)], "roll_back",
+     "roll back: field success rate 0.091 (95 % Wilson interval [0.016, 0.377]) over 11 episode(s), threshold 0.500: "
+     "the whole interval is below the threshold with 11 >= 4 episodes"),
+], ids=["every robot, lower bound above: promote", "whole interval below: roll back before the window ends"])
+def test_the_field_decides_before_the_window_ends_when_the_interval_is_clear(outcomes, decision, message):
+    verdict = canary_verdict(summary(*outcomes), THINGS, window_ended=False, **RULE)
+    assert (verdict.decision, verdict.message, verdict.silent) == (decision, message, ())
 
 
 def test_an_interval_that_holds_the_threshold_waits_then_the_window_decides():
