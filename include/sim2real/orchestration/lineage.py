@@ -50,6 +50,8 @@ RoundsEntry = Callable[..., dict[str, Any] | None]
 VERDICT_KEY = "verdict"
 #: XCom key of the canary's verdict and evidence (``operators.canary.XCOM_VERDICT``), pushed whether it promoted or not.
 CANARY_VERDICT_KEY = "canary_verdict"
+#: XCom key of a person's promote or abort in the canary review (``operators.canary_review.DECISION_XCOM``).
+CANARY_REVIEW_KEY = "decision"
 
 
 def stage_sources(plan: Mapping[str, Any]) -> dict[str, str]:

@@ -32,7 +32,7 @@ from typing import Any
 from sim2real.contract import schemas
 from sim2real.contract.run_key import make_run_key, run_prefix
 from sim2real.orchestration.config import RUN_KEY_TAG
-from sim2real.orchestration.lineage import CANARY_VERDICT_KEY, field_entry, field_lines
+from sim2real.orchestration.lineage import CANARY_REVIEW_KEY, CANARY_VERDICT_KEY, field_entry, field_lines
 from sim2real.orchestration.params import ParamRuleError, declare_dialect
 from sim2real.orchestration.stages import deployment_components, deployment_timeout_seconds, iot_job_configuration
 from sim2real.orchestration.stages.deploy import CANARY_DEFAULTS, canary_plan
@@ -586,7 +586,7 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
     """
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
     from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
-    from sim2real.orchestration.report import collect_task_states
+    from sim2real.orchestration.report import _pull, collect_task_states
 
     outputs: dict[str, Any] = {}
     for key in ("resolve", "components", "deploy"):
@@ -606,8 +606,8 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
         task_states=collect_task_states(dag_run.dag_id, dag_run.run_id),
         started_at=getattr(dag_run, "start_date", None),
         deploy_check=_deploy_xcom(ti, "model_package_check"),
-        canary=_xcom(ti, TASKS["canary_verdict"], CANARY_VERDICT_KEY),
-        canary_review=_xcom(ti, TASKS["canary_review"], "decision"),
+        canary=_pull(ti, TASKS["canary_verdict"], CANARY_VERDICT_KEY),
+        canary_review=_pull(ti, TASKS["canary_review"], CANARY_REVIEW_KEY),
     )
     errors = release_errors(record)
     if errors:
@@ -622,18 +622,11 @@ def write_release_record(*, plan: Mapping[str, Any], dag_run: Any, ti: Any,
             "deployment_id": (deployment or {}).get("deployment_id")}
 
 
-def _xcom(ti: Any, task_id: str, key: str) -> dict[str, Any] | None:
-    """Task ``task_id``'s XCom ``key``; ``None`` when it has none."""
-    try:
-        return ti.xcom_pull(task_ids=task_id, key=key)
-    except Exception as err:  # noqa: BLE001 - a task that never ran has no XCom
-        log.info("no %s from %s: %s", key, task_id, err)
-        return None
-
-
 def _deploy_xcom(ti: Any, key: str) -> dict[str, Any] | None:
     """The deploy task's XCom ``key`` (``model_package_check``, ``rollback``); ``None`` when it has none."""
-    return _xcom(ti, TASKS["deploy"], key)
+    from sim2real.orchestration.report import _pull
+
+    return _pull(ti, TASKS["deploy"], key)
 
 
 def deployed_asset_extra(plan: Mapping[str, Any], package: Mapping[str, Any] | None,

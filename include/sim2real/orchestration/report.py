@@ -34,6 +34,7 @@ from sim2real.orchestration.lineage import (
     LineageSchemaError,
     RoundsEntry,
     SOURCES,
+    CANARY_REVIEW_KEY,
     CANARY_VERDICT_KEY,
     VERDICT_KEY,
     _get,
@@ -454,7 +455,7 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
         parts["quality_gate"] = _pull(ti, stage_sources(plan)["quality_gate"], key=VERDICT_KEY)
     # the canary's verdict and evidence: pushed whether it promoted or rolled back (a failed task returns nothing)
     parts["field"] = _pull(ti, ids.CANARY_VERDICT, key=CANARY_VERDICT_KEY)
-    canary_review = _pull(ti, ids.CANARY_REVIEW, key="decision")  # a person promoted or aborted the canary
+    canary_review = _pull(ti, ids.CANARY_REVIEW, key=CANARY_REVIEW_KEY)  # a person promoted or aborted the canary
     rounds = rounds_entry(plan, run_id=dag_run.run_id, evaluation=parts.get("evaluation"),
                           checkpoint=parts.get("checkpoint"), next_run_id=_pull(ti, ids.NEXT_ROUND, key="trigger_run_id"))
     scaling = None

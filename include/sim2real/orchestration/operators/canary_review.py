@@ -35,6 +35,7 @@ from airflow.sdk.definitions.param import ParamsDict
 
 from sim2real.orchestration.field import canary_evidence
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
+from sim2real.orchestration.lineage import CANARY_REVIEW_KEY
 from sim2real.orchestration.operators.canary import XCOM_VERDICT, CanaryRollback, truthy
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 #: The request's form field for the reviewer's reason (in the decision and, on Abort, the task's failure).
 COMMENT = "comment"
 #: XCom key of the decision (pushed before an abort rolls back, so the lineage has it when the task fails).
-DECISION_XCOM = "decision"
+DECISION_XCOM = CANARY_REVIEW_KEY
 #: What the provider's fixed options mean here.
 PROMOTE, ABORT = ApprovalOperator.APPROVE, ApprovalOperator.REJECT
 #: Refused objects listed one by one in the body (the counts by reason are always complete).
