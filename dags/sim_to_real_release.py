@@ -136,7 +136,7 @@ def sim_to_real_release():
     # With a canary group the release goes there first, and to the fleet only when its field episodes promote it (or,
     # with canary_review, a person does): sim_to_real's canary (sim2real.orchestration.stages.deploy); without one
     # the three tasks succeed at once.
-    to_canary, verdict, review = add_canary_tasks(
+    *_, review = add_canary_tasks(
         deploy_task_id="deploy_to_canary", verdict_task_id="canary_verdict", review_task_id="canary_review",
         thing_group_name=prepared["deploy_canary_thing_group_name"],
         deployment_name=prepared["deploy_canary_deployment_name"],

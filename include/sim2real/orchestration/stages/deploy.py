@@ -351,7 +351,7 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
             "execution_timeout": DEPLOY_EXECUTION_TIMEOUT,
             "doc_md": DOC,
         }
-        to_canary, verdict, review = add_canary_tasks(
+        to_canary, _, review = add_canary_tasks(
             deploy_task_id=ids.local(ids.DEPLOY_TO_CANARY), verdict_task_id=ids.local(ids.CANARY_VERDICT),
             review_task_id=ids.local(ids.CANARY_REVIEW),
             thing_group_name=deploy.canary_thing_group_name, deployment_name=deploy.canary_deployment_name,
@@ -368,6 +368,7 @@ def add_tasks(plan: Any, *, approval: Any, manifest: Any) -> Any:
             post_execute=assets.deployed_model_post_execute,  # package, deployment id, devices on the event
         )
         approval >> deploy_enabled(plan["plan"]) >> components >> deployment
-        # no canary: the three succeed at once; no review: the review does
-        model_version >> to_canary >> verdict >> review >> deployment
+        # add_canary_tasks chains its three tasks; no canary: they succeed at once; no review: the review does
+        model_version >> to_canary
+        review >> deployment
     return deployment
