@@ -36,7 +36,9 @@ def _with(**changes):
 def test_a_good_episode_is_valid_on_both_validators():
     assert field.errors(EPISODE) == [] == schemas.errors("field_episode", EPISODE)
     assert field.validate(EPISODE) is EPISODE
-    for variant in (_with(model_package_arn=None), _with(data_uri="s3://b/field/data/ep7/"),
+    for variant in (_with(model_package_arn=None), _with(data_uri="s3://b/field/data/arm-3/ep7.parquet",
+                                                              data_sha256="ab" * 32, data_frames=40, data_fps=50,
+                                                              task="Balance the pole"),
                     _with(component_versions={}), _with(steps=1, interventions=3,
                                                         outcome={"success": False, "source": "intervention"})):
         assert field.errors(variant) == [] == schemas.errors("field_episode", variant)
@@ -67,7 +69,13 @@ BAD = [
      ["$.action_latency_ms.p95: -0.1 is less than the minimum of 0",
       "$.action_latency_ms: 'max' is a required property"]),
     ("latency-bool", _with(action_latency_ms__p50=True), ["$.action_latency_ms.p50: True is not of type 'number'"]),
-    ("data-uri", _with(data_uri="/local/ep7"), ["$.data_uri: '/local/ep7' does not match '^s3://[^/]+/.+$'"]),
+    ("data-uri", _with(data_uri="/local/ep7", data_sha256="ab" * 32, data_frames=4, data_fps=50, task="t"),
+     ["$.data_uri: '/local/ep7' does not match '^s3://[^/]+/.+$'"]),
+    ("data-without-checksum", _with(data_uri="s3://b/k.parquet"),
+     ["$: 'data_fps' is a dependency of 'data_uri'", "$: 'data_frames' is a dependency of 'data_uri'",
+      "$: 'data_sha256' is a dependency of 'data_uri'", "$: 'task' is a dependency of 'data_uri'"]),
+    ("data-sha256", _with(data_uri="s3://b/k.parquet", data_sha256="AB" * 32, data_frames=4, data_fps=50, task="t"),
+     ["$.data_sha256: '" + "AB" * 32 + "' does not match '^[0-9a-f]{64}$'"]),
     ("not-object", ["x"], ["$: ['x'] is not of type 'object'"]),
 ]
 
@@ -120,3 +128,48 @@ def test_nearest_rank_is_one_of_the_values():
     for args, match in ((([], 0.5), "of no values"), (([1.0], 0.0), r"need 0 < q <= 1")):
         with pytest.raises(ValueError, match=match):
             nearest_rank(*args)
+
+
+def _dataset(**changes):
+    episodes = [{"thing_name": thing, "episode_id": f"s-00000{i}", "summary_key": f"field/episodes/{thing}/s-00000{i}.json",
+                 "data_key": f"field/data/{thing}/s-00000{i}.parquet", "sha256": f"{i}" * 64, "size_bytes": 900,
+                 "frames": 40 + i, "fps": 50, "task": "Balance the pole", "success": i % 2 == 0, "model_version": "m1",
+                 "ended_at": "2026-12-04T06:00:41Z"} for thing, i in (("arm-1", 1), ("arm-1", 2), ("arm-2", 3))]
+    doc = {"schema_version": 1, "dataset_version": field.dataset_version(episodes), "created_at": "2026-12-04T07:00:00Z",
+           "bucket": "bkt", "prefix": "", "parent_version": None, "codebase_version": "v2.1", "episodes": episodes,
+           "totals": {"episodes": 3, "frames": 126, "successes": 1, "things": ["arm-1", "arm-2"], "new_episodes": 3},
+           "refused": {"no_data": 2}}
+    doc.update(changes)
+    return doc
+
+
+def test_a_field_dataset_manifest_is_checked_beyond_its_schema():
+    assert field.dataset_errors(_dataset()) == []
+    assert field.validate_dataset(good := _dataset()) is good
+    # the version is the episodes' content: the same episodes, the same version; another episode, another one
+    assert field.dataset_version(_dataset()["episodes"]) == _dataset()["dataset_version"]
+    assert field.dataset_version(_dataset()["episodes"][:2]) != _dataset()["dataset_version"]
+    swapped = _dataset()
+    swapped["episodes"] = swapped["episodes"][::-1]
+    assert field.dataset_errors(swapped) == [
+        f"$.dataset_version: {swapped['dataset_version']!r} is not the episodes' version "
+        f"{field.dataset_version(swapped['episodes'])!r}",
+        "$.episodes: not ordered by (thing_name, episode_id) or an episode is listed twice"]
+    wrong_totals = _dataset(totals={"episodes": 3, "frames": 1, "successes": 1, "things": ["arm-1"],
+                                    "new_episodes": 4})
+    assert field.dataset_errors(wrong_totals) == [
+        "$.totals.frames: 1, the episodes give 126", "$.totals.new_episodes: 4 is more than the 3 episodes",
+        "$.totals.things: ['arm-1'], the episodes give ['arm-1', 'arm-2']"]
+    assert field.dataset_errors(_dataset(dataset_version="v1")) == [
+        "$.dataset_version: 'v1' does not match '^fd-[0-9a-f]{16}$'"]
+    with pytest.raises(field.FieldEpisodeError):
+        field.validate_dataset(wrong_totals)
+
+
+def test_data_and_manifest_keys():
+    assert field.data_key("sandbox/", "arm-1", "s-000001") == "sandbox/field/data/arm-1/s-000001.parquet"
+    assert field.manifest_key("", "fd-0123456789abcdef") == "field/datasets/fd-0123456789abcdef/manifest.json"
+    with pytest.raises(ValueError, match="16 hex digits"):
+        field.manifest_key("", "latest")
+    with pytest.raises(ValueError, match="episode_id"):
+        field.data_key("", "arm-1", "../x")

@@ -58,7 +58,8 @@ def test_contract_imports_only_the_standard_library():
             "sim2real.contract.storage", "sim2real.contract.schemas"} <= set(result["modules"])
     assert result["foreign"] == []
     # the schemas load from the package data without any third-party package
-    assert set(result["schemas"]) == {"checkpoint_manifest", "eval_report", "field_episode", "lineage", "release"}
+    assert set(result["schemas"]) == {"checkpoint_manifest", "eval_report", "field_dataset", "field_episode", "lineage",
+                                      "release"}
     assert set(result["schemas"].values()) == {"https://json-schema.org/draft/2020-12/schema"}
 
 

@@ -7,13 +7,17 @@ alike. The success rate's interval comes from :func:`sim2real.contract.stats.wil
 
 Object layout (one key per episode; another body is never written over it)::
 
-    <prefix>field/episodes/<thing_name>/<episode_id>.json
+    <prefix>field/episodes/<thing_name>/<episode_id>.json      the summary (schema ``field_episode``)
+    <prefix>field/data/<thing_name>/<episode_id>.parquet       its data, when recording is on (LeRobot v2.1)
+    <prefix>field/datasets/<dataset_version>/manifest.json     a field dataset version (schema ``field_dataset``)
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +29,12 @@ SCHEMA_VERSION = 1
 SOURCES = ("task_success_fn", "operator_label", "intervention")
 #: Folder of the episode objects under the prefix.
 EPISODES_FOLDER = "field/episodes/"
+#: Folder of the episodes' data files (LeRobot v2.1 episode parquet files) under the prefix.
+DATA_FOLDER = "field/data/"
+#: Folder of the field dataset versions (one ``<dataset_version>/manifest.json`` each) under the prefix.
+DATASETS_FOLDER = "field/datasets/"
+DATASET_SCHEMA = "field_dataset"
+DATASET_SCHEMA_VERSION = 1
 
 
 class FieldEpisodeError(ValueError):
@@ -53,6 +63,72 @@ def episode_key(prefix: str, thing_name: str, episode_id: str) -> str:
         if not isinstance(value, str) or not re.search(props[name]["pattern"], value):
             raise ValueError(f"{name} {value!r} does not match {props[name]['pattern']!r}")
     return f"{prefix}{EPISODES_FOLDER}{thing_name}/{episode_id}.json"
+
+
+def data_key(prefix: str, thing_name: str, episode_id: str) -> str:
+    """The S3 key of one episode's data file: ``<prefix>field/data/<thing_name>/<episode_id>.parquet``.
+
+    :raises ValueError: as :func:`episode_key`.
+    """
+    episode_key(prefix, thing_name, episode_id)  # the same checks
+    return f"{prefix}{DATA_FOLDER}{thing_name}/{episode_id}.parquet"
+
+
+def dataset_version(episodes: Sequence[Mapping[str, Any]]) -> str:
+    """The content-addressed version of a field dataset: ``fd-`` and the first 16 hex digits of the sha256 of the
+    canonical JSON (sorted keys, no spaces) of its ``episodes`` list (schema ``field_dataset``), so the same
+    episodes always give the same version.
+    """
+    canonical = json.dumps(list(episodes), sort_keys=True, separators=(",", ":"))
+    return "fd-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def manifest_key(prefix: str, version: str) -> str:
+    """The S3 key of a field dataset version's manifest: ``<prefix>field/datasets/<version>/manifest.json``.
+
+    :raises ValueError: a version that is not ``fd-`` and 16 hex digits.
+    """
+    if not isinstance(version, str) or not re.fullmatch(r"fd-[0-9a-f]{16}", version):
+        raise ValueError(f"field dataset version {version!r} is not 'fd-' and 16 hex digits")
+    return f"{prefix}{DATASETS_FOLDER}{version}/manifest.json"
+
+
+def dataset_errors(document: Any) -> list[str]:
+    """Every mismatch between ``document`` and the field dataset schema (``"<json path>: <message>"``, sorted), plus
+    a ``dataset_version`` that is not :func:`dataset_version` of its episodes, episodes out of (thing_name,
+    episode_id) order or repeated, and totals that do not add up.
+
+    :return: an empty list when ``document`` is a valid manifest. :raises ImportError: no ``jsonschema``.
+    """
+    found = schemas.errors(DATASET_SCHEMA, document)
+    if found or not isinstance(document, Mapping):
+        return sorted(found)
+    episodes = document["episodes"]
+    order = [(e["thing_name"], e["episode_id"]) for e in episodes]
+    if order != sorted(set(order)):
+        found.append("$.episodes: not ordered by (thing_name, episode_id) or an episode is listed twice")
+    if document["dataset_version"] != dataset_version(episodes):
+        found.append(f"$.dataset_version: {document['dataset_version']!r} is not the episodes' version "
+                     f"{dataset_version(episodes)!r}")
+    totals, expected = document["totals"], {
+        "episodes": len(episodes), "frames": sum(e["frames"] for e in episodes),
+        "successes": sum(1 for e in episodes if e["success"]),
+        "things": sorted({e["thing_name"] for e in episodes})}
+    for name, value in expected.items():
+        if (sorted(totals[name]) if name == "things" else totals[name]) != value:
+            found.append(f"$.totals.{name}: {totals[name]!r}, the episodes give {value!r}")
+    if totals["new_episodes"] > len(episodes):
+        found.append(f"$.totals.new_episodes: {totals['new_episodes']} is more than the {len(episodes)} episodes")
+    return sorted(found)
+
+
+def validate_dataset(document: Any) -> dict[str, Any]:
+    """``document`` itself when it is a valid field dataset manifest. :raises FieldEpisodeError: every mismatch
+    (:func:`dataset_errors`)."""
+    problems = dataset_errors(document)
+    if problems:
+        raise FieldEpisodeError(problems)
+    return document
 
 
 def episodes_prefix(prefix: str, thing_name: str | None = None) -> str:

@@ -10,6 +10,9 @@
 * ``field_episode``: ``<prefix>field/episodes/<thing_name>/<episode_id>.json``, one episode a robot ran, written
   by :mod:`sim2real.edge.field_recorder`; read by :mod:`sim2real.orchestration.field`; both validate it with
   :func:`sim2real.contract.field.errors` (jsonschema, which the robots' venv installs).
+* ``field_dataset``: ``<prefix>field/datasets/<dataset_version>/manifest.json``, one version of the field dataset
+  (the episodes with recorded data, each data file's sha256), written by
+  :mod:`sim2real.orchestration.field_dataset`; read by the GR00T fine-tune's TransformDataset step.
 
 The schemas are package data (``*.schema.json`` beside this module) and are read with
 :mod:`importlib.resources`, so they load from a wheel, an unpacked plugins.zip or a checkout alike.
@@ -27,7 +30,7 @@ from importlib.abc import Traversable
 from typing import Any
 
 #: Every schema this package ships, by name (file ``<name>.schema.json``).
-NAMES = ("checkpoint_manifest", "eval_report", "field_episode", "lineage", "release")
+NAMES = ("checkpoint_manifest", "eval_report", "field_dataset", "field_episode", "lineage", "release")
 
 
 def filename(name: str) -> str:
