@@ -34,6 +34,10 @@ from airflow.sdk import Asset, AssetAlias
 
 log = logging.getLogger(__name__)
 
+#: A new version of the field dataset (``sim2real.contract.field``, schema ``field_dataset``), published by the
+#: ``sim_to_real_field_data`` DAG once enough new field episodes with recorded data arrived; the extra names the
+#: version (``dataset_version``), its manifest (``manifest_uri``), ``episodes``, ``frames`` and ``new_episodes``.
+FIELD_DATASET_ASSET = Asset(name="sim2real_field_dataset", uri="sim2real://field/dataset")
 #: Updated by ``wait_for_checkpoint`` (checkpoint URI and sha256 on the event).
 CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
 #: The checkpoint sensor's outlet and inlet: its ``sim2real_rl_checkpoint`` event goes through this alias, added at
