@@ -186,9 +186,12 @@ def test_hyperpod_scale_wait_describes_on_a_cluster_event(bus) -> None:
 
 
 # -- timing and failure modes ------------------------------------------------------------------------------------
-def test_with_events_the_wait_ends_at_its_deadline_not_after_an_attempt_count(bus) -> None:
+def test_with_events_the_wait_ends_at_its_deadline_not_after_an_attempt_count(bus, monkeypatch) -> None:
     # 3 attempts x 1 s: a deadline 3 s after the start; with no event there are only the first describe and the one
-    # at the deadline, which an attempt count of 3 would never reach in time
+    # at the deadline, which an attempt count of 3 would never reach in time. The shared reconcile clock ticks on
+    # multiples of the interval since the epoch: a tick inside these 3 s (one run in 200) adds a third describe, so
+    # the next tick is put one interval ahead here (the clock itself has its own tests).
+    monkeypatch.setattr(consumer_mod, "next_reconcile_at", lambda now, interval, margin=0.0: now + interval)
     trigger = BatchTrainingJobTrigger(job_id="job-late", progress=False, waiter_delay=1, waiter_max_attempts=3,
                                       events=events_section(bus, reconcile_interval_seconds=600))
     describe = Scripted(job("job-late", "RUNNING"))
