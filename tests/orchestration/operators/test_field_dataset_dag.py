@@ -81,9 +81,10 @@ def _runs(home: str, endpoint: str) -> dict:
     result["second_version"] = run(4, {"min_new_episodes": 1})
     result["nothing_new"] = run(5, {"min_new_episodes": 1})
     result["bad_threshold"] = run(6, {"min_new_episodes": 0})
+    result["typo_in_conf"] = run(7, {"min_new_episode": 1})  # Airflow accepts an unknown key; the task refuses it
     s3.delete_object(Bucket=BUCKET, Key="field/data/arm-1/s1-000002.parquet")
     put("arm-2", 5)
-    result["parent_episode_gone"] = run(7, {"min_new_episodes": 1})
+    result["parent_episode_gone"] = run(8, {"min_new_episodes": 1})
     result["manifests"] = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="field/datasets/")
                                  .get("Contents", []))
     return result
@@ -129,6 +130,12 @@ def test_the_next_version_grows_from_the_latest_event(runs):
 def test_a_bad_threshold_is_refused_when_the_run_is_triggered(runs):
     refused = runs["bad_threshold"]["refused"]
     assert "ParamValidationError" in refused and "min_new_episodes" in refused, refused
+
+
+def test_an_unknown_conf_key_fails_the_run_naming_the_field(runs):
+    assert runs["typo_in_conf"]["state"] == "failed"
+    assert runs["typo_in_conf"]["events"] == runs["second_version"]["events"]
+    assert "'min_new_episode' is not a field of the trigger form (did you mean 'min_new_episodes'" in runs["log"]
 
 
 def test_an_episode_of_the_latest_version_gone_fails_the_run_with_no_event(runs):
