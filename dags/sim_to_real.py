@@ -9,7 +9,8 @@ for the checkpoint → evaluate it in
 closed-loop simulation on the workstation (SSM)
 → quality gate (below the bar: the next retraining round, a new run resuming from the best checkpoint,
 up to `max_rounds`) → fine-tune GR00T with SageMaker Pipelines → wait for approval in the Model
-Registry → deploy to robots with AWS IoT Greengrass → write the lineage report.
+Registry → deploy to robots with AWS IoT Greengrass → write the lineage report. Runs nightly at 02:00 and
+whenever `sim_to_real_field_data` publishes a new field dataset version (asset `sim2real_field_dataset`).
 
 Every name is derived from the run key (`sim2real:run-key` tag, `runs/<run_key>/` in the
 artifacts bucket); account-specific names come from the Airflow Variable `sim2real_environment`
@@ -33,9 +34,10 @@ import airflow.providers.amazon.aws.operators.ssm  # noqa: F401
 import airflow.providers.standard.operators.hitl  # noqa: F401
 import airflow.providers.standard.operators.trigger_dagrun  # noqa: F401
 
-from airflow.sdk import CronTriggerTimetable, dag
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag
 
 from sim2real.orchestration import notifications as notify
+from sim2real.orchestration.assets import FIELD_DATASET_ASSET
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, schedule_timezone
 from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, run, sweep, train, vla
 
@@ -46,14 +48,18 @@ SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone,
     dag_id="sim_to_real",
     dag_display_name="Sim-to-Real: train, evaluate, fine-tune, release",
     description="RL training on AWS Batch or SageMaker HyperPod → closed-loop eval → GR00T fine-tune → approval → "
-    f"Greengrass; nightly at 02:00 {SCHEDULE_TZ}",
+    f"Greengrass; nightly at 02:00 {SCHEDULE_TZ} and on each new field dataset version",
     doc_md=__doc__,
     # Nightly at 02:00 in the configured time zone (one run at a time, no backfill of missed nights). Scheduled
     # runs take their params from the environment config's run_defaults (production-sized), manual runs from the form.
     # No start_date: with one in the past, CronTriggerTimetable without catchup schedules the latest 02:00 already
     # gone (a past "Next Run", and a training started the moment the DAG is deployed); without one,
     # run_immediately=False makes the first run the next 02:00 to come.
-    schedule=CronTriggerTimetable("0 2 * * *", timezone=SCHEDULE_TZ, run_immediately=False),
+    # Also on each new field dataset version (the asset sim2real_field_dataset, published by sim_to_real_field_data
+    # once enough new field episodes arrived): an asset-triggered run, validated and budget-checked like any other.
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("0 2 * * *", timezone=SCHEDULE_TZ, run_immediately=False),
+        assets=FIELD_DATASET_ASSET),
     catchup=False,
     max_active_runs=1,
     dagrun_timeout=dt.timedelta(days=3),

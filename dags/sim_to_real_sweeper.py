@@ -30,7 +30,7 @@ import airflow.providers.amazon.aws.hooks.base_aws  # noqa: F401
 from airflow.sdk import CronTriggerTimetable, Param, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
+from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, periodic_dag
 from sim2real.orchestration.params import declare_dialect
 
 
@@ -40,11 +40,7 @@ from sim2real.orchestration.params import declare_dialect
     description="Batch / Slurm jobs, pipeline executions and Greengrass deployments of dead runs → stopped",
     doc_md=__doc__,
     schedule=CronTriggerTimetable("*/30 * * * *", timezone="UTC"),
-    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    dagrun_timeout=dt.timedelta(minutes=25),
-    default_args={**DEFAULT_ARGS, "retries": 0},
+    **periodic_dag(dagrun_timeout=dt.timedelta(minutes=25), retries=0),
     params=declare_dialect({
         "dry_run": Param(False, type="boolean", title="Dry run",
                          description="Only report the orphans found (nothing is stopped)."),

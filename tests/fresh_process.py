@@ -59,3 +59,23 @@ def script_args() -> argparse.Namespace:
     os.environ.setdefault("SIM2REAL_POLL_SECONDS", "1")
     os.environ.setdefault("SIM2REAL_RETRY_DELAY_SECONDS", "1")
     return args
+
+
+def dag_in_fresh_home(home: str, file_name: str, source: str, dag_id: str) -> Any:
+    """In a child interpreter, before Airflow is imported: write ``source`` as ``<home>/dags/<file_name>``, make
+    ``home`` the Airflow home with that DAGs folder (:func:`sim2real.dev.demo.prepare_airflow_home`: a migrated
+    SQLite database) and parse the file with a ``DagBag``, as ``dag.test()`` needs (the DAG of a bundle).
+
+    :return: the DAG ``dag_id``. :raises AssertionError: the file has import errors.
+    """
+    from sim2real.dev.demo import prepare_airflow_home
+
+    dag_file = Path(home) / "dags" / file_name
+    dag_file.parent.mkdir(parents=True, exist_ok=True)
+    dag_file.write_text(source)
+    prepare_airflow_home(Path(home), {"AIRFLOW__CORE__DAGS_FOLDER": str(dag_file.parent)})
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags[dag_id]

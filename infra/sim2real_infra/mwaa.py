@@ -232,9 +232,12 @@ class MwaaStack(cdk.Stack):
                   [arn("ssm", "parameter", name.lstrip("/")) for name in t.environment_parameter_names])
         # run folders, checkpoints, reports, lineage, SSM command output
         # images/: the build's image records (image key -> digest), read and written by build.build_image
-        # field/episodes/: the robots' field episodes, listed and read by deploy.canary_verdict
-        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/", "field/episodes/"],
-                       write=["runs/", "images/"],
+        # field/episodes/: the robots' field episodes, listed and read by deploy.canary_verdict and the field dataset
+        # publisher (sim_to_real_field_data), which also checks each episode's data file under field/data/
+        # (HeadObject: s3:GetObject) and writes each field dataset version's manifest once under field/datasets/
+        grant_prefixes(self._target, t.artifacts,
+                       read=["ssm-output/", "greengrass/", "field/episodes/", "field/data/"],
+                       write=["runs/", "images/", "field/datasets/"],
                        sid="Artifacts")
         # 1 build
         self._add("BuildImage", ["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild",

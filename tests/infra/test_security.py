@@ -56,6 +56,7 @@ def test_mwaa_role_names_the_resources_of_the_other_stacks(synth: Synth) -> None
                      "model-package/sim2real-groot-models/*", "thinggroup/sim2real-robots",
                      "thinggroup/sim2real-robots-canary",  # the canary group (deploy_to_canary, its rollback)
                      "sim2real-artifacts-", "/runs/*", "/field/episodes/*", "airflow-sim2real-*", "parameter/sim2real/environment",
+                     "/field/data/*", "/field/datasets/*",  # the field dataset publisher
                      "document/AWS-RunShellScript", "document/sim2real-evaluate", "servicequotas"):
         assert fragment in text, fragment
     # start/stop/SendCommand on instances only with the workstation tag condition

@@ -102,3 +102,23 @@ def test_approval_section_defaults_and_values():
 def test_approval_section_bad_values_named(section, needle):
     with pytest.raises(EnvironmentConfigError, match=re.escape(needle)):
         validate_environment({**GOOD, "approval": section})
+
+
+def test_field_data_section_default_and_value():
+    from sim2real.orchestration.config import field_data_settings
+
+    assert field_data_settings(GOOD) == {"min_new_episodes": 50}
+    env = validate_environment({**GOOD, "field_data": {"min_new_episodes": 7}})
+    assert field_data_settings(env) == {"min_new_episodes": 7}
+
+
+@pytest.mark.parametrize(("section", "needle"), [
+    ({"min_new_episodes": 0}, "field_data.min_new_episodes must be an integer >= 1"),
+    ({"min_new_episodes": "5"}, "field_data.min_new_episodes must be an integer >= 1"),
+    ({"min_new_episodes": True}, "field_data.min_new_episodes must be an integer >= 1"),
+    ({"min_new_episode": 5}, "field_data has unknown keys ['min_new_episode']"),
+    ([5], "field_data must be an object"),
+])
+def test_field_data_section_bad_values_named(section, needle):
+    with pytest.raises(EnvironmentConfigError, match=re.escape(needle)):
+        validate_environment({**GOOD, "field_data": section})

@@ -6,20 +6,19 @@ from __future__ import annotations
 import copy
 import io
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
-from tests.moto_server import moto_s3_bucket
+from tests.orchestration.conftest import FIELD_BUCKET
 
 from sim2real.contract import field as contract
 from sim2real.contract.stats import wilson_interval
 from sim2real.orchestration.field import REASONS, collect_field_episodes, field_summary
 
-BUCKET, SHA, OTHER_SHA = "sim2real-artifacts-123456789012", "ab" * 32, "cd" * 32
+BUCKET, SHA, OTHER_SHA = FIELD_BUCKET, "ab" * 32, "cd" * 32
 THINGS = ["arm-1", "arm-2"]
 WINDOW = {"not_before": "2026-12-04T06:00:00Z", "not_after": datetime(2026, 12, 4, 8, tzinfo=timezone.utc)}
 ASKED = {"model_version": SHA, "deployment_ids": ["dep-1"], "thing_names": THINGS, **WINDOW}
@@ -38,12 +37,6 @@ def put(client, doc, key=None, prefix="fleet/") -> str:
     key = key or contract.episode_key(prefix, doc["thing_name"], doc["episode_id"])
     client.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(doc).encode() if isinstance(doc, dict) else doc)
     return key
-
-
-@pytest.fixture
-def s3() -> Iterator:
-    with moto_s3_bucket(BUCKET) as client:
-        yield client
 
 
 def test_each_kind_of_refusal_is_counted_and_named(s3):

@@ -11,6 +11,9 @@ Each producing task attaches an ``extra`` to its outlet's event through ``outlet
 - ``sim2real_deployed_model_package`` (``deploy.deploy_to_robots`` here, ``deploy_to_robots`` in
   ``sim_to_real_release``): model package ARN, deployment id, thing group, each device's status. Airflow
   emits an outlet's event only when its task succeeds: a skipped or failed deployment emits none.
+- ``sim2real_field_dataset`` (``publish_field_dataset`` in ``sim_to_real_field_data``): the field dataset
+  version and its manifest (:func:`field_dataset_extra`); the task ends skipped, with no event, below its
+  threshold of new episodes. ``sim_to_real`` is scheduled on it (or on its nightly time).
 
 Every extra carries the ``run_key``. Operators and sensors get it through their ``post_execute``
 hook (which receives the task's return value, after a deferral too); TaskFlow tasks set it in their body.
@@ -35,8 +38,12 @@ from airflow.sdk import Asset, AssetAlias
 log = logging.getLogger(__name__)
 
 #: A new version of the field dataset (``sim2real.contract.field``, schema ``field_dataset``), published by the
-#: ``sim_to_real_field_data`` DAG once enough new field episodes with recorded data arrived; the extra names the
-#: version (``dataset_version``), its manifest (``manifest_uri``), ``episodes``, ``frames`` and ``new_episodes``.
+#: ``sim_to_real_field_data`` DAG once enough new field episodes with recorded data arrived. Its event's extra
+#: (:func:`field_dataset_extra`, :data:`FIELD_DATASET_EXTRA_KEYS`): ``run_key`` (the publishing run's),
+#: ``dataset_version`` (``fd-`` + 16 hex), ``manifest_uri`` (``s3://<bucket>/<prefix>field/datasets/<version>/
+#: manifest.json``), ``episodes`` and ``frames`` (the version's totals), ``new_episodes`` (not in the parent) and
+#: ``parent_version`` (the version it grew from; null for the first). The asset's latest event is the latest
+#: version: the publisher's next version grows from it, a reader resolves a version through it.
 FIELD_DATASET_ASSET = Asset(name="sim2real_field_dataset", uri="sim2real://field/dataset")
 #: Updated by ``wait_for_checkpoint`` (checkpoint URI and sha256 on the event).
 CHECKPOINT_ASSET = Asset(name="sim2real_rl_checkpoint", uri="sim2real://rl/checkpoint")
@@ -83,6 +90,20 @@ def model_package_extra(approval: Mapping[str, Any] | None, run_key: str | None 
         "approval_status": a.get("approval_status"),
     }
     return {k: v for k, v in extra.items() if v is not None}
+
+
+#: The keys of the field dataset event's extra, in order (:func:`field_dataset_extra`).
+FIELD_DATASET_EXTRA_KEYS = ("run_key", "dataset_version", "manifest_uri", "episodes", "frames", "new_episodes",
+                            "parent_version")
+
+
+def field_dataset_extra(manifest: Mapping[str, Any], manifest_uri: str, run_key: str | None = None) -> dict[str, Any]:
+    """Event extra of the field dataset asset, from a published manifest (schema ``field_dataset``): every key of
+    :data:`FIELD_DATASET_EXTRA_KEYS`; ``run_key`` left out when None, ``parent_version`` kept (null: the first)."""
+    extra = {"run_key": run_key, "dataset_version": manifest["dataset_version"], "manifest_uri": manifest_uri,
+             "episodes": manifest["totals"]["episodes"], "frames": manifest["totals"]["frames"],
+             "new_episodes": manifest["totals"]["new_episodes"], "parent_version": manifest["parent_version"]}
+    return {k: v for k, v in extra.items() if v is not None or k == "parent_version"}
 
 
 def _set_outlet_extra(context: Mapping[str, Any], extra: Mapping[str, Any]) -> None:

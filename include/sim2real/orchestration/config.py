@@ -88,6 +88,9 @@ Shape (JSON object; every key below is required unless marked optional)::
         "queue_url": "https://sqs...",         # sim2real.orchestration.events.settings for every key
         "reconcile_interval_seconds": 600
       },
+      "field_data": {"min_new_episodes": 50},  # optional; new field episodes (with recorded data) that make
+                                               # sim_to_real_field_data publish a field dataset version (and
+                                               # start a sim_to_real run); see FIELD_DATA_DEFAULTS
       "sandbox": false                          # optional; true only in the local sandbox
     }
 """
@@ -145,7 +148,8 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
         for key in keys:
             if scope.get(key) in (None, ""):
                 missing.append(f"{section}.{key}" if section else key)
-    problems = _hyperpod_problems(env.get("hyperpod")) + approval_problems(env.get("approval"))
+    problems = (_hyperpod_problems(env.get("hyperpod")) + approval_problems(env.get("approval"))
+                + field_data_problems(env.get("field_data")))
     mlflow = env.get("mlflow")
     if mlflow is not None:
         from sim2real.contract.tracking import check_tracking_uri
@@ -261,6 +265,38 @@ def approval_settings(env: Mapping[str, Any] | None) -> dict[str, Any]:
     """The environment config's ``approval`` section with :data:`APPROVAL_DEFAULTS` filled in (a copy)."""
     section = (env or {}).get("approval") or {}
     return json.loads(json.dumps({**APPROVAL_DEFAULTS, **{k: v for k, v in section.items() if v is not None}}))
+
+
+#: Defaults of the optional ``field_data`` section (:func:`field_data_settings`): ``min_new_episodes``, the new
+#: field episodes with recorded data (not in the last published version) a new field dataset version needs.
+FIELD_DATA_DEFAULTS: dict[str, Any] = {"min_new_episodes": 50}
+
+
+def min_new_episodes_problem(value: Any, where: str) -> str | None:
+    """Why ``value`` is not a threshold of new field episodes (an integer >= 1), naming ``where``; None if it is."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"{where} must be an integer >= 1 (new field episodes a dataset version needs), got {value!r}"
+    return None
+
+
+def field_data_problems(section: Any) -> list[str]:
+    """Problems of the optional ``field_data`` section (each names the key and what it must be)."""
+    if section is None:
+        return []
+    if not isinstance(section, Mapping):
+        return [f"field_data must be an object, got {type(section).__name__}"]
+    problems = [f"field_data has unknown keys {sorted(set(section) - set(FIELD_DATA_DEFAULTS))} "
+                f"(known: {sorted(FIELD_DATA_DEFAULTS)})"] if set(section) - set(FIELD_DATA_DEFAULTS) else []
+    if "min_new_episodes" in section:
+        problem = min_new_episodes_problem(section["min_new_episodes"], "field_data.min_new_episodes")
+        problems += [problem] if problem else []
+    return problems
+
+
+def field_data_settings(env: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The environment config's ``field_data`` section with :data:`FIELD_DATA_DEFAULTS` filled in (a copy)."""
+    section = (env or {}).get("field_data") or {}
+    return {**FIELD_DATA_DEFAULTS, **{k: v for k, v in section.items() if v is not None}}
 
 
 def check_timezone(name: Any) -> str:

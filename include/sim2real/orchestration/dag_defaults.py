@@ -57,3 +57,11 @@ DEFAULT_ARGS = {
     # (botocore retry mode "adaptive"), not turned into task failures.
     "botocore_config": {"retries": {"mode": "adaptive", "max_attempts": 10}},
 }
+
+
+def periodic_dag(*, dagrun_timeout: dt.timedelta, retries: int) -> dict:
+    """``@dag`` arguments of a small periodic DAG (``sim_to_real_sweeper``, ``sim_to_real_field_data``; each names
+    its own ``schedule``): one run at a time, no catch-up, ``dagrun_timeout``, and :data:`DEFAULT_ARGS` with
+    ``retries``."""
+    return {"start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), "catchup": False, "max_active_runs": 1,
+            "dagrun_timeout": dagrun_timeout, "default_args": {**DEFAULT_ARGS, "retries": retries}}

@@ -66,6 +66,56 @@ def _read(client: Any, bucket: str, key: str) -> tuple[Any, list[str]]:
     return doc, contract.errors(doc)
 
 
+def read_episode_objects(s3_hook_or_client: Any, bucket: str, prefix: str, out: FieldEpisodes, *,
+                         roots: Iterable[str] | None = None,
+                         uploaded_not_before: datetime | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Every valid episode object under ``roots``, each under its own key; the others refused into ``out``.
+
+    Lists each root (``ListObjectsV2``, every page), reads each object (``GetObject``) and refuses, into ``out``:
+    an object that is not JSON, not the schema or not under the key its content names (``malformed``), a copy of an
+    episode under another key (``duplicated``; the episode under its own key is kept) and, with
+    ``uploaded_not_before``, an object uploaded (``LastModified``) before it (``early``, not read).
+
+    :param s3_hook_or_client: an Airflow ``S3Hook`` (its ``get_conn()``) or a boto3 S3 client.
+    :param prefix: the key prefix (``""`` or ending in ``/``); ``roots``: the key prefixes listed (default
+        ``<prefix>field/episodes/``).
+    :param out: where refusals go (:meth:`FieldEpisodes.refuse`; its ``refused`` must hold each reason used).
+    :return: ``(key, document)`` of each valid episode object, ordered by key.
+    :raises botocore.exceptions.ClientError: listing or reading failed (e.g. AccessDenied).
+    """
+    client = _client(s3_hook_or_client)
+    valid: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    objects = [obj for root in (roots or [contract.episodes_prefix(prefix)])
+               for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root)
+               for obj in page.get("Contents", [])]
+    for obj in sorted(objects, key=lambda obj: obj["Key"]):
+        key = obj["Key"]
+        if uploaded_not_before is not None and obj["LastModified"] < uploaded_not_before:
+            out.refuse(key, "early", f"uploaded {obj['LastModified'].isoformat()}, before the window "
+                                     f"({uploaded_not_before.isoformat()}): not read")
+            continue
+        doc, problems = _read(client, bucket, key)
+        if problems:
+            out.refuse(key, "malformed", "; ".join(problems))
+        else:
+            valid[(doc["thing_name"], doc["episode_id"])].append((key, doc))
+    checked: list[tuple[str, dict[str, Any]]] = []
+    for (thing, episode_id), copies in valid.items():
+        # The object under the episode's own key is the episode (one key per episode: at most one); a copy under
+        # another key is refused, and never takes the genuine one down with it.
+        expected = contract.episode_key(prefix, thing, episode_id)
+        genuine = any(key == expected for key, _ in copies)
+        for key, doc in copies:
+            if key == expected:
+                checked.append((key, doc))
+            elif genuine:
+                out.refuse(key, "duplicated", f"a copy of episode {episode_id!r} of {thing!r}, whose object is "
+                           f"{expected!r}")
+            else:
+                out.refuse(key, "malformed", f"the key is not {expected!r}, which its thing_name / episode_id name")
+    return sorted(checked, key=lambda kd: kd[0])
+
+
 def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, model_version: str,
                            deployment_ids: Iterable[str], thing_names: Iterable[str], not_before: datetime | str,
                            not_after: datetime | str, thing_folders_only: bool = False,
@@ -100,40 +150,12 @@ def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, 
     if end < start:
         raise ValueError(f"the window ends ({end.isoformat()}) before it starts ({start.isoformat()})")
     deployments, things = set(deployment_ids), set(thing_names)
-    client = _client(s3_hook_or_client)
     roots = ([contract.episodes_prefix(prefix, thing) for thing in sorted(things)] if thing_folders_only
              else [contract.episodes_prefix(prefix)])
     out = FieldEpisodes()
-    valid: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    objects = [obj for root in roots
-               for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root)
-               for obj in page.get("Contents", [])]
-    for obj in sorted(objects, key=lambda obj: obj["Key"]):
-        key = obj["Key"]
-        if skip_uploaded_before and obj["LastModified"] < start:
-            out.refuse(key, "early", f"uploaded {obj['LastModified'].isoformat()}, before the window "
-                                     f"({start.isoformat()}): not read")
-            continue
-        doc, problems = _read(client, bucket, key)
-        if problems:
-            out.refuse(key, "malformed", "; ".join(problems))
-        else:
-            valid[(doc["thing_name"], doc["episode_id"])].append((key, doc))
-    checked: list[tuple[str, dict[str, Any]]] = []
-    for (thing, episode_id), copies in valid.items():
-        # The object under the episode's own key is the episode (one key per episode: at most one); a copy under
-        # another key is refused, and never takes the genuine one down with it.
-        expected = contract.episode_key(prefix, thing, episode_id)
-        genuine = any(key == expected for key, _ in copies)
-        for key, doc in copies:
-            if key == expected:
-                checked.append((key, doc))
-            elif genuine:
-                out.refuse(key, "duplicated", f"a copy of episode {episode_id!r} of {thing!r}, whose object is "
-                           f"{expected!r}")
-            else:
-                out.refuse(key, "malformed", f"the key is not {expected!r}, which its thing_name / episode_id name")
-    for key, doc in sorted(checked, key=lambda kd: kd[0]):
+    checked = read_episode_objects(s3_hook_or_client, bucket, prefix, out, roots=roots,
+                                   uploaded_not_before=start if skip_uploaded_before else None)
+    for key, doc in checked:
         foreign = [f"{name} {doc[name]!r} is not {want}" for name, ok, want in (
             ("model_version", doc["model_version"] == model_version, repr(model_version)),
             ("deployment_id", doc["deployment_id"] in deployments, f"one of {sorted(deployments)}"),

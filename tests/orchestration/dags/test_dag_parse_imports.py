@@ -3,7 +3,7 @@ data/ML library.
 
 Airflow 3's dag-processor forks a fresh process per parse; its long-lived manager imports, once, the ``airflow.*``
 modules each DAG file names at its top level (``[dag_processor] parsing_pre_import_modules``). Measured the way it
-runs (:func:`sim2real.dev.bench_parse.processor_parse`): the three DAG files parse without importing boto3, botocore,
+runs (:func:`sim2real.dev.bench_parse.processor_parse`): the DAG files parse without importing boto3, botocore,
 requests, numpy, matplotlib, torch … themselves; a cold parse (a fresh interpreter) never imports a data/ML library.
 """
 
@@ -15,7 +15,7 @@ from sim2real.dev.bench_parse import PARSE_HEAVY_PACKAGES, PARSE_NEVER_PACKAGES,
 
 from tests.paths import DAGS
 
-FILES = ("sim_to_real.py", "sim_to_real_release.py", "sim_to_real_sweeper.py")
+FILES = ("sim_to_real.py", "sim_to_real_release.py", "sim_to_real_sweeper.py", "sim_to_real_field_data.py")
 
 
 def _packages(modules: list[str], names: tuple[str, ...]) -> list[str]:

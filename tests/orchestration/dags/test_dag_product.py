@@ -61,11 +61,27 @@ def test_run_folder_link_url():
 
 
 def test_nightly_schedule_one_run_at_a_time_no_catchup(dag):
-    from airflow.sdk import CronTriggerTimetable
+    from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable
 
-    assert isinstance(dag.timetable, CronTriggerTimetable)
-    assert dag.timetable.expression == "0 2 * * *" and str(dag.timetable.timezone) == "UTC"
+    assert isinstance(dag.timetable, AssetOrTimeSchedule)
+    nightly = dag.timetable.timetable
+    assert isinstance(nightly, CronTriggerTimetable)
+    assert nightly.expression == "0 2 * * *" and str(nightly.timezone) == "UTC"
     assert dag.catchup is False and dag.max_active_runs == 1
+
+
+def test_a_new_field_dataset_version_also_starts_a_run(dag):
+    """Asset-or-time: the nightly cron, or an event of the field dataset asset (sim_to_real_field_data publishes
+    it), whichever comes first; the scheduler's (serialized) DAG keeps both."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from sim2real.orchestration.assets import FIELD_DATASET_ASSET
+
+    assert dag.timetable.asset_condition == FIELD_DATASET_ASSET
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert [a.name for _, a in serialized.timetable.asset_condition.iter_assets()] == [FIELD_DATASET_ASSET.name]
+    assert serialized.timetable.description == "Triggered by assets or At 02:00"
+    assert "on each new field dataset version" in dag.description
 
 
 def test_nightly_schedule_time_zone_comes_from_the_configuration(monkeypatch):
@@ -77,14 +93,16 @@ def test_nightly_schedule_time_zone_comes_from_the_configuration(monkeypatch):
     bag = DagBag(dag_folder=str(DAGS / "sim_to_real.py"))
     assert bag.import_errors == {}
     dag = bag.dags["sim_to_real"]
-    assert str(dag.timetable.timezone) == "Europe/Berlin" and "02:00 Europe/Berlin" in dag.description
+    assert str(dag.timetable.timetable.timezone) == "Europe/Berlin" and "02:00 Europe/Berlin" in dag.description
     monkeypatch.setenv("AIRFLOW__SIM2REAL__SCHEDULE_TIMEZONE", "Mars/Olympus")
     bag = DagBag(dag_folder=str(DAGS / "sim_to_real.py"))
     assert "[sim2real] schedule_timezone: 'Mars/Olympus' is not an IANA time zone name" in "".join(bag.import_errors.values())
 
 
 @pytest.mark.parametrize("run_type, nodes, task", [("scheduled", 2, "Isaac-Velocity-Rough-H1-v0"),
-                                                     ("manual", 1, "Reacher-v5")])
+                                                     ("manual", 1, "Reacher-v5"),
+                                                     # a new field dataset version: the form's values, as manual
+                                                     ("asset_triggered", 1, "Reacher-v5")])
 def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatch, run_type, nodes, task):
     """prepare_run's own code: a scheduled run takes the config's run_defaults, a manual run the form's values;
     the gate reads its threshold from the plan, so the nightly values reach every stage."""
