@@ -184,3 +184,16 @@ def test_s3_unreachable_keeps_both_files_then_uploads_them(tmp_path, s3):
     assert sorted(p.name for p in spool.iterdir()) == ["s1-000001.json", "s1-000001.parquet"]
     assert upload_spool(s3, spool, BUCKET).uploaded == ["s1-000001.json"] and list(spool.iterdir()) == []
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]] == [DATA_KEY, EPISODE_KEY]
+
+
+def test_the_robots_pyarrow_is_the_one_airflow_and_the_dev_venv_pin() -> None:
+    """requirements-edge.txt (the robots' venv), constraints.txt (make demo / test) and Airflow 3.3.1's constraints
+    (what MWAA resolves for the field dataset's readers) name one pyarrow version, the one installed here."""
+    from tests.paths import REPO_ROOT
+
+    def pin(path: str) -> str:
+        (line,) = [x for x in (REPO_ROOT / path).read_text().splitlines() if x.startswith("pyarrow==")]
+        return line.split("==")[1]
+
+    assert pin("containers/greengrass/artifacts/requirements-edge.txt") == pin("constraints.txt") == pin(
+        "constraints/mwaa-3.3.1-airflow.txt") == pa.__version__

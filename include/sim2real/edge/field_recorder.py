@@ -135,6 +135,23 @@ def episode_parquet(states: Sequence[Sequence[float] | None], actions: Sequence[
     return buffer.getvalue()
 
 
+def recording_options(configuration: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`FieldRecorder` data options from the ``com.sim2real.FieldUploader`` configuration (its recipe's
+    ``DefaultConfiguration`` merged with the deployment's ``configurationUpdate``): ``record_data`` from
+    ``RecordData`` (default off), ``bucket`` from ``FieldBucket`` (the bucket the uploader writes to, so the summary's
+    ``data_uri`` names the object the uploader sends) and ``prefix`` ``""`` (the uploader's Run step passes none).
+
+    :raises ValueError: ``RecordData`` that is not a boolean (Greengrass keeps JSON types; ``"true"`` / ``"false"``
+        strings are accepted as a deployment's merge may carry them).
+    """
+    value = configuration.get("RecordData", False)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    if not isinstance(value, bool):
+        raise ValueError(f"RecordData must be a boolean, got {value!r}")
+    return {"record_data": value, "bucket": configuration.get("FieldBucket") or None, "prefix": ""}
+
+
 class FieldRecorder:
     """Builds one field episode summary per episode and spools it.
 
