@@ -39,6 +39,10 @@ IAM5_REASONS: list[tuple[str, str]] = [
      "The robots write (PutObject only) one summary per field episode, field/episodes/<thing name>/<episode id>"
      ".json; the Airflow role reads them (GetObject, ListBucket under the prefix: the canary verdict); the robots' "
      "episode ids are their own, so the keys cannot be listed in advance."),
+    (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/data/\*",
+     "The robots write (PutObject only) one data file per recorded field episode, field/data/<thing name>/"
+     "<episode id>.parquet (RecordData); the episode ids are the robots' own, so the keys cannot be listed in "
+     "advance."),
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/images/\*",
      ("The image records (images/<repository>/<image key>.json: the digest built for a source commit and build "
       "context); the keys are content hashes, so they cannot be listed in advance.")),
