@@ -12,7 +12,7 @@ from aws_cdk import aws_iot as iot
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from sim2real.contract.field import episodes_prefix
+from sim2real.contract.field import DATA_FOLDER, episodes_prefix
 from sim2real.edge.recipes import load_recipes, render_recipe, validate_recipe
 
 from .policies import as_bucket, grant_prefixes
@@ -25,6 +25,8 @@ _SENTINEL_BUCKET = "sim2real-bucket-name-sentinel"
 ARTIFACT_PREFIX = "greengrass/artifacts"
 #: Field episode summaries the robots upload (``sim2real.contract.field.episode_key`` with the empty prefix).
 FIELD_EPISODES_PREFIX = episodes_prefix("")
+#: Field episodes' data files (``sim2real.contract.field.data_key`` with the empty prefix; with ``RecordData``).
+FIELD_DATA_PREFIX = DATA_FOLDER
 
 
 def inline_recipe(recipe: dict, bucket_name: str) -> str:
@@ -84,12 +86,13 @@ class GreengrassStack(cdk.Stack):
                         "field episode summaries (write once)",
         )
         grant_prefixes(self.token_exchange_role, artifacts, read=[f"{ARTIFACT_PREFIX}/", "runs/"], sid="Artifacts")
-        # The field uploader (com.sim2real.FieldUploader, sim2real.edge.field_recorder) writes each episode summary
-        # once with a conditional PutObject (IfNoneMatch, then IfMatch for the same bytes): PutObject only, no read,
-        # no list, no delete.
+        # The field uploader (com.sim2real.FieldUploader, sim2real.edge.field_recorder) writes each episode summary,
+        # and its data file when RecordData is on, once with a conditional PutObject (IfNoneMatch, then IfMatch for
+        # the same bytes): PutObject only, no read, no list, no delete.
         self.token_exchange_role.add_to_policy(iam.PolicyStatement(
             sid="FieldEpisodes", actions=["s3:PutObject"],
-            resources=[artifacts.arn_for_objects(f"{FIELD_EPISODES_PREFIX}*")]))
+            resources=[artifacts.arn_for_objects(f"{FIELD_EPISODES_PREFIX}*"),
+                       artifacts.arn_for_objects(f"{FIELD_DATA_PREFIX}*")]))
         self.token_exchange_role.add_to_policy(iam.PolicyStatement(
             sid="DeviceLogs",
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],

@@ -39,10 +39,14 @@ IAM5_REASONS: list[tuple[str, str]] = [
      "The robots write (PutObject only) one summary per field episode, field/episodes/<thing name>/<episode id>"
      ".json; the Airflow role reads them (GetObject, ListBucket under the prefix: the canary verdict); the robots' "
      "episode ids are their own, so the keys cannot be listed in advance."),
-    (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/(data|datasets)/\*",
-     "The field dataset publisher reads the robots' episode data files (field/data/<thing name>/<episode id>"
-     ".parquet: HeadObject for S3's checksum) and writes each field dataset version's manifest once "
-     "(field/datasets/<version>/manifest.json, content-addressed); neither key can be listed in advance."),
+    (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/data/\*",
+     "The robots write (PutObject only) one data file per recorded field episode, field/data/<thing name>/"
+     "<episode id>.parquet (RecordData); the field dataset publisher reads them (HeadObject for S3's checksum) and "
+     "the fine-tune's processing job downloads them; the episode ids are the robots' own, so the keys cannot be "
+     "listed in advance."),
+    (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/datasets/\*",
+     "The field dataset publisher writes each field dataset version's manifest once (field/datasets/<version>/"
+     "manifest.json, content-addressed) and the fine-tune reads it; the versions cannot be listed in advance."),
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/images/\*",
      ("The image records (images/<repository>/<image key>.json: the digest built for a source commit and build "
       "context); the keys are content hashes, so they cannot be listed in advance.")),

@@ -223,6 +223,13 @@ def test_field_uploader_runs_the_uploader_with_the_rendered_bucket(recipes, tmp_
     assert validate_recipe(rendered, require_rendered=True) == []
     conf = rendered["ComponentConfiguration"]["DefaultConfiguration"]
     assert conf["FieldBucket"] == "sim2real-artifacts-123456789012" and conf["UploadIntervalSeconds"] == 60
+    # data recording is off unless a deployment turns it on; the recorder names its data in the uploader's bucket
+    assert conf["RecordData"] is False and "RecordData" in uploader["ComponentDescription"]
+    assert field_recorder.recording_options(conf) == {"record_data": False, "bucket": conf["FieldBucket"],
+                                                      "prefix": ""}
+    assert field_recorder.recording_options({**conf, "RecordData": "true"})["record_data"] is True
+    with pytest.raises(ValueError, match="RecordData must be a boolean, got 1"):
+        field_recorder.recording_options({**conf, "RecordData": 1})
     script = rendered["Manifests"][0]["Lifecycle"]["Run"]["Script"]
     assert script == rendered["Manifests"][1]["Lifecycle"]["Run"]["Script"]
     script = re.sub(r"\{configuration:/(\w+)\}", lambda m: str(conf[m.group(1)]), script)

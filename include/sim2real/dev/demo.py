@@ -48,7 +48,8 @@ DEMO_TRAINING = {"max_iterations": 100, "train_time_budget_seconds": 1800}
 #: The demo's canary: robot 1 (the sandbox's canary thing group) runs the release first; its 20 field episodes must
 #: give a Wilson 95 % lower bound of at least 0.5 before the fleet gets it (the demo's policy clears it in the mild
 #: world: 20 of 20; not in the severe one: 10 of 20, [0.30, 0.70], undecided until the 3-minute window ends, then
-#: not promoted). ``--no-canary``: straight to the fleet.
+#: not promoted). ``--no-canary``: straight to the fleet. The canary's robots record each episode's data too
+#: (``com.sim2real.FieldUploader``'s ``RecordData``), so field data is in the bucket after the demo.
 DEMO_CANARY = {"canary_thing_group_name": "sim2real-robots-canary", "canary_min_episodes": 20,
                "canary_window_minutes": 3, "field_min_success_rate": 0.5}
 #: What each emulated robot does after a deployment: this many episodes of the run's task in this world
@@ -383,8 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         from sim2real.orchestration.stages import train  # Airflow reads its config here: after the home is set
 
         task = conf.get("task", train.params()["task"].value)  # the run's task (the form's default unless given)
+        # the canary's robots also record their episodes' data (RecordData): field/data/<thing>/<episode_id>.parquet
+        canary_group = conf.get("canary_thing_group_name")
         field_work = FieldWork(task_id=task, episodes=args.field_episodes,
-                               bucket=env_config["artifacts_bucket"], gap=NAMED_GAPS[args.field_gap])
+                               bucket=env_config["artifacts_bucket"], gap=NAMED_GAPS[args.field_gap],
+                               record_data_groups=(canary_group,) if canary_group else ())
         sandbox.greengrass.device_check = PolicyDeviceCheck(sandbox, home / "greengrass-devices", field_work)
         print(f"[demo] Airflow home {home} (SQLite); run conf {json.dumps(conf)}")
 

@@ -98,3 +98,31 @@ def test_actions_reach_the_robot_late_by_the_gaps_delay(policy, tmp_path, monkey
                        recorder=_recorder(tmp_path / "2"))
     assert not applied[0].any() and not applied[1].any()  # nothing to apply yet: zeros
     np.testing.assert_allclose(applied[2], undelayed[0], rtol=1e-6)  # the first observation's answer, 2 steps late
+
+
+def test_a_recording_robot_keeps_what_the_policy_saw_and_the_action_applied(policy, tmp_path) -> None:
+    """With record_data the episode's data file has one row per control step: the observation the policy got and
+    the action applied (zeros first, the gap's delay), at the task's control rate."""
+    import pyarrow.parquet as pq
+
+    from sim2real.dev.sandbox.field_robot import recording_settings
+
+    task, fps = recording_settings(TASK)
+    assert (task, fps) == (TASK, 50.0)  # Reacher-v5: timestep 0.01 s, frame_skip 2
+    recorder = FieldRecorder(tmp_path, thing_name="robot-1", model_version="a" * 64, deployment_id="d-1",
+                             record_data=True, task=task, fps=fps, bucket="sim2real-artifacts-123456789012")
+    run_field_episodes(model_path=policy, task_id=TASK, episodes=1, seed=7, gap=DomainGap(action_delay_steps=2),
+                       recorder=recorder)
+    (summary,) = tmp_path.glob("*.json")
+    doc = json.loads(summary.read_text())
+    table = pq.read_table(summary.with_suffix(".parquet"))
+    assert contract.errors(doc) == [] and table.num_rows == doc["data_frames"] == doc["steps"] == 50
+    states, actions = table.column("observation.state").to_pylist(), table.column("action").to_pylist()
+    assert {len(s) for s in states} == {10} and actions[0] == actions[1] == [0.0, 0.0] and any(actions[2])
+    env = gymnasium.make(TASK)
+    try:
+        first, _ = env.reset(seed=7)
+    finally:
+        env.close()
+    np.testing.assert_allclose(states[0], first, rtol=1e-6)  # no noise in this world: the observation itself
+    assert table.column("timestamp").to_pylist()[:2] == [0.0, pytest.approx(0.02)]

@@ -97,3 +97,54 @@ def test_robots_with_the_field_uploader_report_their_field_episodes(sb: Sandbox,
     assert sb.events.find("greengrass", "field", thing="robot-3")[0].message.endswith("offline: no field episode")
     ran = sb.events.find("greengrass", "field", thing="robot-1")[0]
     assert ran.data["episodes"] == 4 and ran.data["uploaded"] == 4
+
+
+def test_robots_record_their_episodes_data_when_their_configuration_says_so(sb: Sandbox, checkpoint: bytes,
+                                                                           tmp_path) -> None:
+    """RecordData: on for the canary group's robots (FieldWork.record_data_groups, as the demo sets it), and a
+    deployment's merge of the uploader's configuration decides over it. Each recorded episode's data file is in
+    field/data/<thing>/ with the sha256 its summary names, which S3 returns as ChecksumSHA256 (HeadObject)."""
+    import base64
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sim2real.contract.field import data_key
+    from sim2real.dev.sandbox.device import FIELD_UPLOADER, FieldWork
+
+    s3 = sb.client("s3")
+    s3.put_object(Bucket=BUCKET, Key="runs/dev/checkpoints/agent_000001.pt", Body=checkpoint)
+    uri, sha = f"s3://{BUCKET}/runs/dev/checkpoints/agent_000001.pt", hashlib.sha256(checkpoint).hexdigest()
+    check = PolicyDeviceCheck(sb, tmp_path, FieldWork(task_id="Reacher-v5", episodes=2, bucket=BUCKET,
+                                                      record_data_groups=("sim2real-robots-canary",)))
+    canary = "arn:aws:iot:us-east-1:123456789012:thinggroup/sim2real-robots-canary"
+    recording = {**_field_deployment(uri, sha, "d-rec"), "targetArn": canary}
+    off = {**_field_deployment(uri, sha, "d-off"), "targetArn": canary}
+    off["components"][FIELD_UPLOADER]["configurationUpdate"] = {"merge": json.dumps({"RecordData": False})}
+    for deployment, thing in ((recording, "robot-1"), (off, "robot-2")):
+        ok, reason = check(deployment, thing)
+        assert ok, reason
+    for thread in check.field_threads:
+        thread.join(timeout=120)
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="field/data/robot-2/")  # turned off
+    episodes = [e for e in (json.loads(s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read())
+                            for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="field/episodes/")["Contents"])
+                if e.get("deployment_id") in ("d-rec", "d-off")]  # the module's sandbox holds others' episodes too
+    assert sorted(e["thing_name"] for e in episodes) == ["robot-1", "robot-1", "robot-2", "robot-2"]
+    for episode in episodes:
+        if episode["thing_name"] == "robot-2":
+            assert "data_uri" not in episode
+            continue
+        key = data_key("", "robot-1", episode["episode_id"])
+        assert episode["data_uri"] == f"s3://{BUCKET}/{key}" and episode["task"] == "Reacher-v5"
+        assert (episode["data_frames"], episode["data_fps"]) == (episode["steps"], 50.0)
+        body = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        assert hashlib.sha256(body).hexdigest() == episode["data_sha256"]
+        head = s3.head_object(Bucket=BUCKET, Key=key, ChecksumMode="ENABLED")
+        assert base64.b64decode(head["ChecksumSHA256"]).hex() == episode["data_sha256"]
+        table = pq.read_table(pa.BufferReader(body))
+        assert table.num_rows == episode["steps"]
+        assert {len(v) for v in table.column("observation.state").to_pylist()} == {10}  # Reacher-v5's observation
+        assert {len(v) for v in table.column("action").to_pylist()} == {2}
+    (ran,) = [e for e in sb.events.find("greengrass", "field", thing="robot-1") if e.data["deployment_id"] == "d-rec"]
+    assert ran.data["record_data"] is True and ran.message.endswith("uploaded 2 with their data (LeRobot v2.1)")

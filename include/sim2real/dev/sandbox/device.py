@@ -12,7 +12,8 @@ component that carries one), then, as the real components would on a Jetson:
 The device reports SUCCEEDED only when both work. With :class:`FieldWork` given, a device whose deployment includes
 ``com.sim2real.FieldUploader`` then works in the field as a robot would: it runs episodes of the real MuJoCo task
 with the deployed policy in a world with a domain gap (:mod:`sim2real.dev.sandbox.field_robot`), spools each summary
-and uploads it to the artifacts bucket (``field/episodes/<thing>/<episode_id>.json``), in a thread of its own; a
+and uploads it to the artifacts bucket (``field/episodes/<thing>/<episode_id>.json``; with ``RecordData`` on, its data
+first, ``field/data/<thing>/<episode_id>.parquet``), in a thread of its own; a
 thing named in the sandbox fault ``field_offline`` runs none (a robot offline for the canary window); with the fault
 ``field_bad_reports`` each robot also uploads an object that is not an episode and a copy of one under another key.
 """
@@ -32,26 +33,37 @@ from sim2real.dev.sandbox.field_robot import DomainGap
 FIELD_UPLOADER = "com.sim2real.FieldUploader"
 
 
+def _component_merge(deployment: dict[str, Any], name: str) -> dict[str, Any]:
+    """The deployment's ``configurationUpdate.merge`` of component ``name`` (``{}``: none)."""
+    spec = (deployment.get("components") or {}).get(name) or {}
+    merge = (spec.get("configurationUpdate") or {}).get("merge")
+    return (json.loads(merge) if isinstance(merge, str) else dict(merge)) if merge else {}
+
+
 def _merge_config(deployment: dict[str, Any]) -> dict[str, Any]:
     components = deployment.get("components") or {}
     for name in ("com.sim2real.PolicySetup", "com.sim2real.PolicyInference", *components):
-        spec = components.get(name) or {}
-        merge = (spec.get("configurationUpdate") or {}).get("merge")
+        merge = _component_merge(deployment, name)
         if merge:
-            return json.loads(merge) if isinstance(merge, str) else dict(merge)
+            return merge
     return {}
 
 
 @dataclass(frozen=True)
 class FieldWork:
     """What the emulated robots do after a deployment: ``episodes`` episodes of ``task_id`` each, in ``gap``'s world,
-    uploaded to ``bucket``; robot ``i`` (in the order the things were deployed to) seeds from ``seed + 1000 * i``."""
+    uploaded to ``bucket``; robot ``i`` (in the order the things were deployed to) seeds from ``seed + 1000 * i``.
+
+    ``record_data_groups``: thing groups whose robots run with ``com.sim2real.FieldUploader``'s ``RecordData`` on
+    (the configuration those robots were set up with); a deployment's merge of that component's configuration
+    with ``RecordData`` decides for every robot it reaches."""
 
     task_id: str
     episodes: int
     bucket: str
     gap: DomainGap = field(default_factory=DomainGap)
     seed: int = 50_000
+    record_data_groups: tuple[str, ...] = ()
 
 
 class PolicyDeviceCheck:
@@ -96,8 +108,8 @@ class PolicyDeviceCheck:
 
     def _field(self, deployment: dict[str, Any], thing: str, onnx_path: str, config: dict[str, Any]) -> None:
         """One robot's field work for one deployment: run the episodes, spool them, upload the spool."""
-        from sim2real.dev.sandbox.field_robot import run_field_episodes
-        from sim2real.edge.field_recorder import FieldRecorder, upload_spool
+        from sim2real.dev.sandbox.field_robot import recording_settings, run_field_episodes
+        from sim2real.edge.field_recorder import FieldRecorder, recording_options, upload_spool
 
         work = self.field_work
         if thing in set(self.sandbox.faults.get("field_offline") or []):
@@ -109,15 +121,22 @@ class PolicyDeviceCheck:
                 self._robots.append(thing)
             index = self._robots.index(thing)
         spool = self.work_dir / thing / "field-spool"
+        # the uploader's configuration: its recipe's defaults as this robot has them, then the deployment's merge
+        target = str(deployment.get("targetArn") or "")
+        options = recording_options({
+            "RecordData": any(target.endswith(f":thinggroup/{g}") for g in work.record_data_groups),
+            "FieldBucket": work.bucket, **_component_merge(deployment, FIELD_UPLOADER)})
+        task, fps = recording_settings(work.task_id) if options["record_data"] else (None, None)
         recorder = FieldRecorder(
             spool, thing_name=thing, model_version=config["ModelSha256"],
             deployment_id=deployment["deploymentId"], model_package_arn=config.get("ModelPackageArn"),
-            component_versions={n: c.get("componentVersion") for n, c in deployment["components"].items()})
+            component_versions={n: c.get("componentVersion") for n, c in deployment["components"].items()},
+            task=task, fps=fps, **options)
         outcomes = run_field_episodes(model_path=onnx_path, task_id=work.task_id, episodes=work.episodes,
                                       seed=work.seed + 1000 * index, gap=work.gap, recorder=recorder)
         s3 = self.sandbox.client("s3", internal=True)
         first = sorted(spool.glob("*.json"))[:1]
-        result = upload_spool(s3, spool, work.bucket, thing_name=thing)
+        result = upload_spool(s3, spool, options["bucket"], options["prefix"], thing_name=thing)
         if self.sandbox.faults.get("field_bad_reports") and first:
             # what a broken uploader or a stray copy leaves beside the episodes: an object that is not an episode, and
             # a copy of the robot's first episode under another key (the reader refuses both, counted by reason)
@@ -132,6 +151,7 @@ class PolicyDeviceCheck:
         self.sandbox.events.emit(
             "greengrass", "field", f"robot {thing} ran {len(outcomes)} field episode(s) of {work.task_id} "
             f"({sum(outcomes)} succeeded) with deployment {deployment['deploymentId']}; uploaded "
-            f"{len(result.uploaded)}", thing=thing, deployment_id=deployment["deploymentId"],
-            episodes=len(outcomes), successes=sum(outcomes), uploaded=len(result.uploaded))
+            f"{len(result.uploaded)}" + (" with their data (LeRobot v2.1)" if options["record_data"] else ""),
+            thing=thing, deployment_id=deployment["deploymentId"], episodes=len(outcomes), successes=sum(outcomes),
+            uploaded=len(result.uploaded), record_data=options["record_data"])
 

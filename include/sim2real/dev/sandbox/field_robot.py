@@ -91,10 +91,24 @@ NAMED_GAPS: dict[str, DomainGap] = {
 }
 
 
+def recording_settings(task_id: str) -> tuple[str, float]:
+    """What a recorder with ``record_data`` names an emulated robot's episodes with: the task string (the gymnasium
+    id: the workloads' tasks carry no language instruction) and the frames per second, one frame per control step
+    (``1 / env.unwrapped.dt``; gymnasium's MuJoCo environments: ``dt = model.opt.timestep * frame_skip``)."""
+    import gymnasium
+
+    env = gymnasium.make(task_id)
+    try:
+        return task_id, 1.0 / float(env.unwrapped.dt)
+    finally:
+        env.close()
+
+
 def run_field_episodes(*, model_path: str | Path, task_id: str, episodes: int, seed: int, gap: DomainGap,
                        recorder: Any, timeout_ms: int = 5000) -> list[bool]:
     """Run ``episodes`` episodes of ``task_id`` with the ONNX policy ``model_path`` served over the GR00T protocol,
-    in the world ``gap`` describes, and record each with ``recorder`` (a :class:`FieldRecorder`).
+    in the world ``gap`` describes, and record each with ``recorder`` (a :class:`FieldRecorder`): per step the action
+    latency, the observation the policy got (with the gap's noise) and the action applied (after the gap's delay).
 
     :param seed: episode ``i`` resets the environment with ``seed + i`` (the noise uses ``seed`` too).
     :return: each episode's success (the task's success function on its last step), in order.
@@ -128,9 +142,13 @@ def run_field_episodes(*, model_path: str | Path, task_id: str, episodes: int, s
                         sensed = sensed + rng.normal(0.0, gap.observation_noise_std, sensed.shape).astype(np.float32)
                     started = time.perf_counter()
                     actions, _ = client.get_action({"state": {"observation": sensed[None, None, :]}})
-                    recorder.record_step((time.perf_counter() - started) * 1000.0)
+                    latency_ms = (time.perf_counter() - started) * 1000.0
                     pending.append(np.asarray(actions["action"][0, 0], np.float32))
-                    obs, _, terminated, truncated, info = env.step(pending.popleft())
+                    applied = pending.popleft()
+                    # what the robot's sensors gave the policy, and the action its actuators got (the data a
+                    # recorder with record_data keeps)
+                    recorder.record_step(latency_ms, observation_state=sensed, action=applied)
+                    obs, _, terminated, truncated, info = env.step(applied)
                     length += 1
                 success = bool(spec.success(observation=obs, info=info, terminated=bool(terminated),
                                             truncated=bool(truncated), length=length))
