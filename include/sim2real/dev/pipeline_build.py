@@ -41,11 +41,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sim2real.orchestration.pipelines.groot import PLACEHOLDERS, TEMPLATE_PATH
+from sim2real.orchestration.pipelines.groot import FIELD_MANIFEST_PARAMETER, PLACEHOLDERS, TEMPLATE_PATH
 
 PIPELINE_NAME = "sim2real-groot-finetune"
-#: The String parameter naming a field dataset manifest for TransformDataset to append ("" = none).
-FIELD_MANIFEST_PARAMETER = "FieldDatasetManifestS3Uri"
 #: Step names: a contract with the sandbox, the operators' failure messages and the README.
 STEP_NAMES = ("TransformDataset", "GR00TFinetune", "SmokeEval", "SmokeGate", "RegisterModel", "SmokeFailed")
 #: Action horizon the smoke check requires (GR00T N1.x action chunks: 16 steps).

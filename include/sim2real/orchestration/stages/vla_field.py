@@ -24,13 +24,14 @@ from typing import Any
 
 from sim2real.contract import field as contract
 from sim2real.orchestration.assets import FIELD_DATASET_ASSET
+from sim2real.orchestration.pipelines.groot import FIELD_MANIFEST_PARAMETER
 
 #: The form field and what it accepts (``null`` = none, or the triggering asset event's version).
 FORM_FIELD = "field_dataset_version"
 LATEST = "latest"
 PATTERN = r"^(latest|fd-[0-9a-f]{16})$"
 #: The pipeline parameter carrying the resolved manifest's URI ("" = none); declared by ``pipeline_build``.
-PIPELINE_PARAMETER = "FieldDatasetManifestS3Uri"
+PIPELINE_PARAMETER = FIELD_MANIFEST_PARAMETER
 
 
 class FieldDatasetUnavailable(RuntimeError):
