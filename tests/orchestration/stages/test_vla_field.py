@@ -135,10 +135,8 @@ def test_an_invalid_manifest_fails_with_its_problems(s3):
         _resolve(s3, version)
 
 
-def test_the_task_runs_before_the_pipeline_with_the_asset_as_inlet():
+def _vla_dag():
     from airflow.sdk import DAG
-
-    from sim2real.contract import task_ids as ids
 
     with DAG("t", schedule=None) as dag:
         from airflow.sdk import task
@@ -152,7 +150,37 @@ def test_the_task_runs_before_the_pipeline_with_the_asset_as_inlet():
             return {}
 
         vla.add_tasks(prepare(), image=gate().operator, gate=gate())
+    return dag
+
+
+def test_the_task_runs_before_the_pipeline_with_the_asset_as_inlet():
+    from sim2real.contract import task_ids as ids
+
+    dag = _vla_dag()
     task_ = dag.get_task(ids.FIELD_DATASET)
     assert [a.name for a in task_.inlets] == [FIELD_DATASET_ASSET.name]
     assert ids.FIELD_DATASET in dag.get_task(ids.FINETUNE_GROOT).upstream_task_ids
     assert ids.FIELD_DATASET in {t.task_id for t in dag.get_task(ids.UPSERT_PIPELINE).get_flat_relatives(upstream=True)}
+
+
+def test_the_task_hands_the_pipeline_its_parameters_with_the_manifest_uri(s3, monkeypatch):
+    import airflow.sdk
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from sim2real.contract import task_ids as ids
+
+    version = _publish(s3, 5)
+    callable_ = _vla_dag().get_task(ids.FIELD_DATASET).python_callable
+    plan = plan_run(dag_id="sim_to_real", run_id="manual__1", params={**PARAMS, "field_dataset_version": "latest"},
+                    env=GOOD)
+    plan["vla"]["field_bucket"] = BUCKET
+    monkeypatch.setattr(airflow.sdk, "get_current_context", lambda: {"inlet_events": _inlet(version)})
+    out = callable_(plan)
+    assert out["field_dataset"]["dataset_version"] == version
+    assert out["pipeline_params"] == {**plan["vla"]["parameters"],
+                                      "FieldDatasetManifestS3Uri": f"s3://{BUCKET}/field/datasets/{version}/manifest.json"}
+    monkeypatch.setattr(airflow.sdk, "get_current_context", lambda: {"inlet_events": _inlet()})
+    with pytest.raises(AirflowFailException, match="no field dataset version is published"):
+        callable_(plan)
+    plan["vla"]["field_dataset_version"] = None
+    assert callable_(plan) == {"field_dataset": None, "pipeline_params": plan["vla"]["parameters"]}
