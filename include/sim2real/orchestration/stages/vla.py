@@ -22,8 +22,8 @@ from sim2real.orchestration.stages.rounds import lineage_entry
 DOC = """\
 **Fine-tune GR00T and approve the release.** First resolves the field dataset version the fine-tune includes (form
 field `field_dataset_version`; a run started by a new version uses it) and checks its manifest in S3 (`HeadObject`,
-`GetObject`): none published, no manifest or an invalid one fails here, before any spend. Calls SageMaker `DescribePipeline`, `CreatePipeline` /
-`UpdatePipeline` (only when the definition changed), `ListPipelineExecutions` (reattach),
+`GetObject`): none published, no manifest or an invalid one fails here, before any spend. Calls SageMaker
+`DescribePipeline`, `CreatePipeline` / `UpdatePipeline` (only when the definition changed), `ListPipelineExecutions` (reattach),
 `StartPipelineExecution`, `DescribePipelineExecution`, `ListPipelineExecutionSteps`
 (`StopPipelineExecution` when killed); then Model Registry `ListModelPackages` / `DescribeModelPackage` /
 `UpdateModelPackage`. Waits (deferred) for the execution to Succeed (Failed / Stopped / CompletedWithFailures
