@@ -233,7 +233,9 @@ class MwaaStack(cdk.Stack):
         # run folders, checkpoints, reports, lineage, SSM command output
         # images/: the build's image records (image key -> digest), read and written by build.build_image
         # field/episodes/: the robots' field episodes, listed and read by deploy.canary_verdict
-        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/", "field/episodes/"],
+        # field/datasets/: a field dataset version's manifest, checked by vla.field_dataset (HeadObject, GetObject)
+        grant_prefixes(self._target, t.artifacts, read=["ssm-output/", "greengrass/", "field/episodes/",
+                                                         "field/datasets/"],
                        write=["runs/", "images/"],
                        sid="Artifacts")
         # 1 build

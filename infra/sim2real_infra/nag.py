@@ -39,6 +39,11 @@ IAM5_REASONS: list[tuple[str, str]] = [
      "The robots write (PutObject only) one summary per field episode, field/episodes/<thing name>/<episode id>"
      ".json; the Airflow role reads them (GetObject, ListBucket under the prefix: the canary verdict); the robots' "
      "episode ids are their own, so the keys cannot be listed in advance."),
+    (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/(datasets|data)/\*",
+     "Field dataset versions (field/datasets/<version>/manifest.json, content-addressed) and the episodes' data "
+     "files (field/data/<thing name>/<episode id>.parquet), read for the GR00T fine-tune (the Airflow role checks the "
+     "manifest, the pipeline's TransformDataset reads it and the data files); the keys are content hashes or the "
+     "robots' own ids, so they cannot be listed in advance."),
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/images/\*",
      ("The image records (images/<repository>/<image key>.json: the digest built for a source commit and build "
       "context); the keys are content hashes, so they cannot be listed in advance.")),
