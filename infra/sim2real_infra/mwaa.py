@@ -234,7 +234,8 @@ class MwaaStack(cdk.Stack):
         # images/: the build's image records (image key -> digest), read and written by build.build_image
         # field/episodes/: the robots' field episodes, listed and read by deploy.canary_verdict and the field dataset
         # publisher (sim_to_real_field_data), which also checks each episode's data file under field/data/
-        # (HeadObject: s3:GetObject) and writes each field dataset version's manifest once under field/datasets/
+        # (HeadObject: s3:GetObject) and writes each field dataset version's manifest once under field/datasets/,
+        # where vla.field_dataset checks the version a fine-tune names (HeadObject, GetObject)
         grant_prefixes(self._target, t.artifacts,
                        read=["ssm-output/", "greengrass/", "field/episodes/", "field/data/"],
                        write=["runs/", "images/", "field/datasets/"],

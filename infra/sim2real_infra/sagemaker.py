@@ -68,6 +68,9 @@ class SageMakerStack(cdk.Stack):
             sid="JobMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringLike": {"cloudwatch:namespace": ["/aws/sagemaker/*", "aws/sagemaker/*"]}},
         ))
-        grant_prefixes(self.role, artifacts, read=["datasets/"], write=["runs/"], sid="Artifacts")
+        # field/datasets/ + field/data/: TransformDataset reads a field dataset version's manifest and its data files
+        # (pipeline parameter FieldDatasetManifestS3Uri)
+        grant_prefixes(self.role, artifacts, read=["datasets/", "field/datasets/", "field/data/"], write=["runs/"],
+                       sid="Artifacts")
         for repository in repositories:
             repository.grant_pull(self.role)

@@ -169,6 +169,21 @@ def test_sagemaker_group_and_role(synth: Synth) -> None:
         "Version": "2012-10-17"}})
 
 
+def test_field_dataset_readable_by_the_pipeline_and_the_airflow_role(synth: Synth) -> None:
+    """TransformDataset reads a field dataset's manifest and data files; vla.field_dataset checks the manifest."""
+    bucket = "arn:aws:s3:::sim2real-artifacts-123456789012"
+
+    def s3_reads(stack) -> set[str]:
+        t = synth.template(stack).to_json()
+        return {render(r) for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+                for p in resources(t, kind).values() for s in p["Properties"]["PolicyDocument"]["Statement"]
+                if "s3:GetObject" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+                for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])}
+
+    assert {f"{bucket}/field/datasets/*", f"{bucket}/field/data/*"} <= s3_reads(synth.stacks.sagemaker)
+    assert f"{bucket}/field/datasets/*" in s3_reads(synth.stacks.mwaa)
+
+
 def test_greengrass_components_render_the_bucket(synth: Synth) -> None:
     t = synth.template(synth.stacks.greengrass)
     components = t.find_resources("AWS::GreengrassV2::ComponentVersion")

@@ -68,3 +68,24 @@ def test_a_broken_document_is_refused_with_the_path(mutate, where):
     with pytest.raises(LineageSchemaError) as err:
         validate_lineage(doc)
     assert any(e.startswith(where) for e in err.value.errors), err.value.errors
+
+
+FIELD_DATASET = {"dataset_version": "fd-0123456789abcdef", "episodes": 2, "frames": 9, "source": "latest",
+                 "manifest_uri": "s3://b/field/datasets/fd-0123456789abcdef/manifest.json"}
+
+
+def test_the_field_dataset_of_the_fine_tune_is_recorded_and_checked():
+    from sim2real.orchestration.lineage import render_markdown
+
+    doc = full_lineage(field_dataset=FIELD_DATASET)
+    assert doc["stages"]["field_dataset"] == FIELD_DATASET
+    validate_lineage(doc)
+    assert ("| field dataset | `fd-0123456789abcdef (2 episodes, 9 frames; "
+            "s3://b/field/datasets/fd-0123456789abcdef/manifest.json)` |") in render_markdown(doc)
+    assert full_lineage()["stages"]["field_dataset"] is None and "field dataset" not in render_markdown(full_lineage())
+    for bad, where in ((dict(FIELD_DATASET, dataset_version="latest"), "$.stages.field_dataset"),
+                       ({k: v for k, v in FIELD_DATASET.items() if k != "frames"}, "$.stages.field_dataset"),
+                       (dict(FIELD_DATASET, manifest_uri="s3://b/field/datasets/x/"), "$.stages.field_dataset")):
+        with pytest.raises(LineageSchemaError) as err:
+            validate_lineage(full_lineage(field_dataset=bad))
+        assert any(e.startswith(where) for e in err.value.errors), err.value.errors

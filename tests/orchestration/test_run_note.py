@@ -268,3 +268,14 @@ def test_the_one_row_of_only_skipped_stages_is_not_called_a_success():
     note = run_note.render_run_note(lineage(tasks=tasks), warnings=warnings, limit=len(full) + 30,
                                     links={"link": "https://console.aws.amazon.com/" + "x" * 300})
     assert "| evaluation | failed | 12.0 |" in note and "| 2 other stages | skipped | — |" in note, note
+
+
+def test_the_field_dataset_the_fine_tune_included_is_one_line():
+    entry = {"dataset_version": "fd-0123456789abcdef", "episodes": 2, "frames": 9,
+             "manifest_uri": "s3://b/field/datasets/fd-0123456789abcdef/manifest.json"}
+    base = lineage()
+    note = run_note.render_run_note(lineage(stages={**base["stages"], "field_dataset": entry}), links={})
+    assert [line for line in note.splitlines() if "field/datasets" in line] == [
+        "**Field data in the fine-tune:** fd-0123456789abcdef (2 episodes, 9 frames; "
+        "s3://b/field/datasets/fd-0123456789abcdef/manifest.json)."]
+    assert "Field data in the fine-tune" not in run_note.render_run_note(base, links={})

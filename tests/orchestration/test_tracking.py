@@ -384,3 +384,29 @@ def test_the_last_task_reads_the_runs_lineage_for_the_headline_metrics(monkeypat
         assert tr.close_dag_run(TI(), "sim_to_real", "r", succeeded=True) == {"parent": "FINISHED"}
         assert seen["lineage"] == lineage
         assert seen["deadline"] == seen["close"]  # one deadline for the whole close (CLOSE_DEADLINE_S)
+
+
+class LoggingMlflowHook:
+    """The MLflow hook's ``log_batch``, recording each call."""
+
+    def __init__(self):
+        self.batches: list[tuple[str, dict, dict]] = []
+
+    def log_batch(self, run_id, *, params=None, tags=None, metrics=None):
+        self.batches.append((run_id, dict(params or {}), dict(tags or {})))
+
+
+def test_the_field_dataset_is_logged_on_the_fine_tunes_run():
+    from sim2real.orchestration.tracking import FIELD_DATASET_TAG, record_field_dataset
+
+    entry = {"dataset_version": "fd-0123456789abcdef", "episodes": 2, "frames": 9, "source": "latest",
+             "manifest_uri": "s3://b/field/datasets/fd-0123456789abcdef/manifest.json"}
+    hook = LoggingMlflowHook()
+    assert record_field_dataset(TRACKING, entry, hook=hook)["run_id"] == "d" * 32
+    assert hook.batches == [("d" * 32, {"field_dataset_version": "fd-0123456789abcdef",
+                                        "field_dataset_manifest_uri": entry["manifest_uri"],
+                                        "field_dataset_episodes": 2, "field_dataset_frames": 9},
+                             {FIELD_DATASET_TAG: "fd-0123456789abcdef"})]
+    record_field_dataset(TRACKING, None, hook=hook)
+    assert hook.batches[-1] == ("d" * 32, {}, {FIELD_DATASET_TAG: "none"})
+    assert record_field_dataset({"enabled": False}, entry, hook=hook) == {} and len(hook.batches) == 2

@@ -78,6 +78,7 @@ def test_parameters_and_workshop_defaults(definition):
         "GlobalBatchSize": ("Integer", 32),
         "NumGpus": ("Integer", 8),
         "ActionHorizon": ("Integer", 16),
+        "FieldDatasetManifestS3Uri": ("String", ""),
     }
     assert definition["Version"] == "2020-12-01"
 
@@ -106,6 +107,14 @@ def test_transform_step_cpu_cached_30_days(definition):
     assert args["AppSpecification"]["ContainerEntrypoint"] == ["python3", "-m", "sim2real.workloads.groot.transform_dataset"]
     assert args["ProcessingInputs"][0]["S3Input"]["S3Uri"] == {"Get": "Parameters.DatasetS3Uri"}
     assert args["RoleArn"] == ROLE_ARN
+
+
+def test_transform_step_gets_the_field_manifest_as_one_argument(definition):
+    """FieldDatasetManifestS3Uri reaches TransformDataset as ``--field-manifest=<uri>`` (one argument, never an
+    empty one), so a field dataset version is part of the step's cache key."""
+    args = _steps(definition)["TransformDataset"]["Arguments"]["AppSpecification"]["ContainerArguments"]
+    assert args[-1] == {"Std:Join": {"On": "", "Values": [
+        "--field-manifest=", {"Get": "Parameters.FieldDatasetManifestS3Uri"}]}}
 
 
 def test_finetune_step_gpu_checkpoints_and_export(definition):

@@ -14,7 +14,8 @@ always produce the same bytes (idempotent upserts; step caching survives).
 
 Steps (names are a contract with the DAG's operators, the sandbox and the README):
 
-1. ``TransformDataset`` — ProcessingStep (CPU): LeRobot dataset → checked v2.1 layout in S3;
+1. ``TransformDataset`` — ProcessingStep (CPU): LeRobot dataset → checked v2.1 layout in S3, with the
+   field dataset version named by ``FieldDatasetManifestS3Uri`` appended (``--field-manifest=``; empty: none);
    ``CacheConfig`` 30 days.
 2. ``GR00TFinetune`` — TrainingStep (GPU, ``ModelTrainer``): ``CheckpointConfig`` on this
    execution's S3 prefix (the entry script resumes from what SageMaker restores there); the
@@ -40,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sim2real.orchestration.pipelines.groot import PLACEHOLDERS, TEMPLATE_PATH
+from sim2real.orchestration.pipelines.groot import FIELD_MANIFEST_PARAMETER, PLACEHOLDERS, TEMPLATE_PATH
 
 PIPELINE_NAME = "sim2real-groot-finetune"
 #: Step names: a contract with the sandbox, the operators' failure messages and the README.
@@ -172,8 +173,11 @@ def build_pipeline() -> Any:
     batch = ParameterInteger(name="GlobalBatchSize", default_value=32)
     num_gpus = ParameterInteger(name="NumGpus", default_value=8)
     horizon = ParameterInteger(name="ActionHorizon", default_value=ACTION_HORIZON)
+    # A field dataset version's manifest (s3://.../field/datasets/<version>/manifest.json) whose episodes
+    # TransformDataset appends; "" = none. Part of the step's arguments, so of its cache key.
+    field_manifest = ParameterString(name=FIELD_MANIFEST_PARAMETER, default_value="")
     parameters = [run_key, embodiment, base_model, dataset, output, instance_type, max_steps, batch,
-                  num_gpus, horizon]
+                  num_gpus, horizon, field_manifest]
 
     # 1. TransformDataset (CPU, cached 30 days: same dataset URI → step skipped).
     transform_processor = Processor(
@@ -189,7 +193,9 @@ def build_pipeline() -> Any:
             outputs=[ProcessingOutput(output_name="dataset", s3_output=ProcessingS3Output(
                 s3_uri=Join(on="/", values=[f"s3://{bucket}/datasets/converted", ExecutionVariables.PIPELINE_EXECUTION_ID]),
                 local_path=PROCESSING_OUTPUT, s3_upload_mode="EndOfJob"))],
-            arguments=["--input", PROCESSING_INPUT, "--output", PROCESSING_OUTPUT],
+            # one argument "--field-manifest=<uri>" (never an empty one when no field dataset is asked for)
+            arguments=["--input", PROCESSING_INPUT, "--output", PROCESSING_OUTPUT,
+                       Join(on="", values=["--field-manifest=", field_manifest])],
         ),
         cache_config=CacheConfig(enable_caching=True, expire_after="P30D"),
     )

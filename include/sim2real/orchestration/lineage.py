@@ -122,7 +122,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
                   sweep: Mapping[str, Any] | None = None,
                   rounds: Mapping[str, Any] | None = None,
                   field: Mapping[str, Any] | None = None,
-                  canary_review: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  canary_review: Mapping[str, Any] | None = None,
+                  field_dataset: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the lineage document (JSON-serialisable dict).
 
     Every argument but the identifiers may be ``None`` (a stage that did not run or was switched
@@ -152,6 +153,10 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         :class:`sim2real.orchestration.operators.canary.CanaryVerdictOperator`); ``None``: no canary.
     :param canary_review: a person's answer to the canary review (XCom ``decision`` of ``canary_review``); ``None``:
         none (the verdict decided).
+    :param field_dataset: the field dataset version the GR00T fine-tune includes (XCom ``field_dataset`` of
+        ``vla.field_dataset``: ``{"dataset_version", "manifest_uri", "episodes", "frames", "source"}``, see
+        :mod:`sim2real.orchestration.stages.vla_field`); ``None``: none (or the task did not run). Written as
+        ``stages.field_dataset``.
     :return: ``{"schema_version", "run_key", "dag_id", "run_id", "created_at", "params", "chain",
         "cost_estimate", "cost_actual", "stages": {...}, "tasks": {...}, "figures", "mlflow", "approval",
         "candidates", "sweep", "rounds", "field"}`` where ``field`` is :func:`field_entry`, ``candidates`` lists
@@ -203,6 +208,7 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
             "checkpoint": dict(checkpoint) if checkpoint else None,
             "evaluation": dict(evaluation) if evaluation else None,
             "quality_gate": dict(quality_gate) if quality_gate else None,
+            "field_dataset": dict(field_dataset) if field_dataset else None,
             "vla": dict(vla) if vla else None,
             "model_package": dict(model_package) if model_package else None,
             "deployment": dict(deployment) if deployment else None,
@@ -415,6 +421,8 @@ def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("checkpoint", _fmt(c.get("checkpoint_uri"))),
         ("checkpoint sha256", _fmt(c.get("checkpoint_sha256"))),
         ("success rate [95% CI]", rate),
+        *([("field dataset", field_dataset_text(fd))] if (fd := (lineage.get("stages") or {}).get("field_dataset"))
+          else []),
         ("pipeline execution", _fmt(c.get("pipeline_execution_arn"))),
         ("model package", f"{_fmt(c.get('model_package_arn'))} ({_fmt(c.get('model_approval_status'))})"),
         ("deployment", _fmt(c.get("deployment_id"))),
@@ -424,6 +432,12 @@ def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("MLflow run", _mlflow_row(lineage.get("mlflow"))),
         ("release decision", _approval_row(lineage.get("approval"))),
     ]
+
+
+def field_dataset_text(entry: Mapping[str, Any]) -> str:
+    """``fd-… (2 episodes, 9 frames; s3://…/manifest.json)``: the field dataset the fine-tune includes."""
+    return (f"{entry.get('dataset_version')} ({entry.get('episodes')} episodes, {entry.get('frames')} frames; "
+            f"{entry.get('manifest_uri')})")
 
 
 def _approval_row(entry: Mapping[str, Any] | None) -> str:

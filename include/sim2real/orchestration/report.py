@@ -479,6 +479,7 @@ def write_run_report(*, plan: Mapping[str, Any], params: Mapping[str, Any], dag_
         deploy_check=_pull(ti, SOURCES["deployment"], key="model_package_check"),
         approval=_pull(ti, SOURCES["model_package"], key="decision"),  # also there when the package was Rejected
         rounds=rounds, canary_review=canary_review, **parts,
+        field_dataset=_pull(ti, ids.FIELD_DATASET, key="field_dataset"),  # the version the fine-tune included
     )
     errors = lineage_errors(lineage)
     hook.load_string(json.dumps(lineage, indent=2, sort_keys=True, default=str), key=f"{prefix}lineage.json",

@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sim2real.contract import task_ids as ids
+from sim2real.orchestration.lineage import field_dataset_text
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,9 @@ def headline(lineage: Mapping[str, Any], warnings: list[str] | tuple[str, ...]) 
     else:
         lines.append("**Quality gate:** not reached.")
     lines += _round_line(lineage.get("rounds"))
+    field_dataset = stages.get("field_dataset")
+    if field_dataset:
+        lines.append(f"**Field data in the fine-tune:** {field_dataset_text(field_dataset)}.")
     lines += field_line(lineage.get("field"))
     lines += _sweep_line(lineage)
     estimate, actual = lineage.get("cost_estimate") or {}, lineage.get("cost_actual") or {}

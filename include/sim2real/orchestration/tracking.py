@@ -304,6 +304,38 @@ def record_sweep(tracking: Mapping[str, Any] | None, picked: Mapping[str, Any] |
     return {"run_id": run_id, "winner": winner, "metrics": len(metrics)}
 
 
+#: Tag :func:`record_field_dataset` sets on the fine-tune's run (also a param of it).
+FIELD_DATASET_TAG = "sim2real.field_dataset_version"
+
+
+def record_field_dataset(tracking: Mapping[str, Any] | None, entry: Mapping[str, Any] | None,
+                         hook: Any = None) -> dict[str, Any]:
+    """Log the field dataset the GR00T fine-tune includes on its ``vla_finetune`` run: params
+    ``field_dataset_version``, ``field_dataset_manifest_uri``, ``field_dataset_episodes``, ``field_dataset_frames``
+    and the tag :data:`FIELD_DATASET_TAG` (``"none"`` when it includes none), within :data:`CLOSE_DEADLINE_S`.
+
+    :param entry: the ``field_dataset`` task's resolution (:func:`sim2real.orchestration.stages.vla_field.resolve`),
+        ``None``: no field dataset.
+    :return: ``{"run_id", "params", "tags"}`` as logged; ``{}`` when tracking is off or the server could not be
+        reached (logged, never raised).
+    """
+    run_id = ((tracking or {}).get("runs") or {}).get("vla_finetune")
+    if not tracking or not tracking.get("enabled") or not run_id:
+        return {}
+    from sim2real.orchestration.hooks.mlflow import MlflowHook
+
+    hook = hook or MlflowHook(tracking["tracking_uri"], deadline=time.monotonic() + CLOSE_DEADLINE_S)
+    params = {"field_dataset_version": entry["dataset_version"], "field_dataset_manifest_uri": entry["manifest_uri"],
+              "field_dataset_episodes": entry["episodes"], "field_dataset_frames": entry["frames"]} if entry else {}
+    tags = {FIELD_DATASET_TAG: entry["dataset_version"] if entry else "none"}
+    try:
+        hook.log_batch(run_id, params=params, tags=tags)
+    except Exception as err:  # noqa: BLE001 - the fine-tune does not depend on it
+        log.warning("could not log the field dataset on MLflow run %s: %s: %s", run_id, type(err).__name__, err)
+        return {}
+    return {"run_id": run_id, "params": params, "tags": tags}
+
+
 def headline_metrics(lineage: Mapping[str, Any]) -> dict[str, float]:
     """The run's headline numbers from its lineage, as the parent run's metrics (MLflow's Compare and chart views
     compare runs by metrics, not params): ``success_rate``, ``ci95_lower``, ``ci95_upper`` (Wilson 95%),

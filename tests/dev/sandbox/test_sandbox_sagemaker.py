@@ -241,3 +241,47 @@ def test_model_package_events_reach_the_wait_queue_and_resume_the_approval_wait(
     left = _queued_about(sb, sb.config["events"]["queue_url"], arn) + \
         _queued_about(sb, sb.wait_events_dead_letter_queue_url, arn)
     assert [e["detail"]["ModelApprovalStatus"] for e in left if e["detail"]["ModelApprovalStatus"] == "Approved"] == []
+
+
+def _publish_field_dataset(sb: Sandbox, body: bytes) -> tuple[str, str]:
+    """A field dataset version (one episode whose data file is ``body``) in the artifacts bucket; (URI, data key)."""
+    import hashlib
+    import json
+
+    from sim2real.contract import field
+
+    bucket = "sim2real-artifacts-123456789012"
+    data_key = field.data_key("", "robot-1", "ep-1")
+    sb.client("s3").put_object(Bucket=bucket, Key=data_key, Body=body)
+    entry = {"thing_name": "robot-1", "episode_id": "ep-1", "summary_key": field.episode_key("", "robot-1", "ep-1"),
+             "data_key": data_key, "sha256": hashlib.sha256(body).hexdigest(), "size_bytes": len(body), "frames": 5,
+             "fps": 10, "task": "pick", "success": True, "model_version": "1", "ended_at": "2026-12-04T06:00:00Z"}
+    version = field.dataset_version([entry])
+    manifest = {"schema_version": 1, "dataset_version": version, "created_at": "2026-12-04T07:00:00Z",
+                "bucket": bucket, "prefix": "", "parent_version": None, "codebase_version": "v2.1",
+                "episodes": [entry], "totals": {"episodes": 1, "frames": 5, "successes": 1, "things": ["robot-1"],
+                                                "new_episodes": 1}, "refused": {}}
+    sb.client("s3").put_object(Bucket=bucket, Key=field.manifest_key("", version), Body=json.dumps(manifest).encode())
+    return f"s3://{bucket}/{field.manifest_key('', version)}", data_key
+
+
+def _run_with_field(sb: Sandbox, run_key: str, manifest_uri: str) -> str:
+    return sb.client("sagemaker").start_pipeline_execution(
+        PipelineName=PIPELINE, PipelineExecutionDisplayName=run_key,
+        PipelineParameters=[{"Name": "RunKey", "Value": run_key},
+                            {"Name": "FieldDatasetManifestS3Uri", "Value": manifest_uri}])["PipelineExecutionArn"]
+
+
+def test_transform_step_checks_the_field_datasets_sha256(sb: Sandbox) -> None:
+    uri, data_key = _publish_field_dataset(sb, b"PAR1 field episode PAR1")
+    good = _run_with_field(sb, "run-field-ok", uri)
+    assert _final(sb, good)["PipelineExecutionStatus"] == "Succeeded"
+    sb.client("s3").put_object(Bucket="sim2real-artifacts-123456789012", Key=data_key, Body=b"PAR1 changed PAR1")
+    bad = _run_with_field(sb, "run-field-bad", uri)
+    final = _final(sb, bad)
+    assert final["PipelineExecutionStatus"] == "Failed"
+    steps = sb.client("sagemaker").list_pipeline_execution_steps(PipelineExecutionArn=bad)["PipelineExecutionSteps"]
+    assert [(s["StepName"], s["StepStatus"]) for s in steps] == [("TransformDataset", "Failed")]
+    assert f"{data_key}: sha256 " in steps[0]["FailureReason"] and "is not the manifest's" in steps[0]["FailureReason"]
+    assert final["FailureReason"] == steps[0]["FailureReason"]
+    assert _package_for(sb, "run-field-bad") is None

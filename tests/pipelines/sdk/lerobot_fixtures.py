@@ -122,3 +122,56 @@ def write_v2(root: Path, version: str = "v2.1") -> Path:
     (meta / "info.json").write_text(json.dumps(info))
     (meta / "modality.json").write_text(json.dumps(_without_cameras(MODALITY)))  # no camera in this dataset
     return root
+
+
+#: (thing_name, episode_id, frames, task) of the field episodes :func:`write_field_dataset` writes by default.
+FIELD_EPISODES = [("robot-1", "ep-a", 6, "pick the orange"), ("robot-2", "ep-b", 3, "wipe the table")]
+
+
+def field_frames(seed: int, length: int, *, state_dim: int = STATE_DIM) -> pa.Table:
+    """One field episode's data file (LeRobot v2.1, episode_index 0, index from 0, task_index 0)."""
+    rng = np.random.default_rng(100 + seed)
+    state = rng.normal(size=(length, state_dim)).astype(np.float32)
+    return pa.table({
+        "observation.state": pa.array(state.tolist(), type=pa.list_(pa.float32())),
+        "action": pa.array((state - 0.1).tolist(), type=pa.list_(pa.float32())),
+        "timestamp": pa.array(np.arange(length, dtype=np.float32) / FPS),
+        "frame_index": pa.array(np.arange(length, dtype=np.int64)),
+        "episode_index": pa.array(np.zeros(length, dtype=np.int64)),
+        "index": pa.array(np.arange(length, dtype=np.int64)),
+        "task_index": pa.array(np.zeros(length, dtype=np.int64)),
+    })
+
+
+def write_field_dataset(root: Path, episodes=FIELD_EPISODES, *, tables: dict | None = None,
+                        bucket: str = "field-bucket") -> Path:
+    """A published field dataset under ``root`` (standing for the bucket): the data files and a valid manifest
+    (sim2real.contract.field); ``tables`` replaces an episode's data (by episode id). :return: the manifest's path."""
+    import hashlib
+
+    from sim2real.contract import field
+
+    entries = []
+    for seed, (thing, episode_id, length, task) in enumerate(sorted(episodes)):
+        key = field.data_key("", thing, episode_id)
+        path = root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table((tables or {}).get(episode_id, field_frames(seed, length)), path)
+        body = path.read_bytes()
+        entries.append({"thing_name": thing, "episode_id": episode_id,
+                        "summary_key": field.episode_key("", thing, episode_id), "data_key": key,
+                        "sha256": hashlib.sha256(body).hexdigest(), "size_bytes": len(body), "frames": length,
+                        "fps": FPS, "task": task, "success": True, "model_version": "1.0.0",
+                        "ended_at": "2026-12-04T06:00:00Z"})
+    version = field.dataset_version(entries)
+    manifest = {"schema_version": 1, "dataset_version": version, "created_at": "2026-12-04T07:00:00Z",
+                "bucket": bucket, "prefix": "", "parent_version": None, "codebase_version": "v2.1",
+                "episodes": entries,
+                "totals": {"episodes": len(entries), "frames": sum(e["frames"] for e in entries),
+                           "successes": len(entries), "things": sorted({e["thing_name"] for e in entries}),
+                           "new_episodes": len(entries)},
+                "refused": {}}
+    path = root / field.manifest_key("", version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest))
+    return path

@@ -102,6 +102,9 @@ def fill_template(template: dict[str, Any], *, role_arn: str, bucket: str, model
     return filled
 
 
+#: The String parameter naming a field dataset manifest whose episodes TransformDataset appends ("" = none;
+#: declared by ``pipeline_build``, set by the ``vla.field_dataset`` task).
+FIELD_MANIFEST_PARAMETER = "FieldDatasetManifestS3Uri"
 #: The pipeline parameter carrying the fine-tune's MLflow child run id.
 MLFLOW_RUN_PARAMETER = "MlflowRunId"
 #: The training step that logs to MLflow.

@@ -15,12 +15,15 @@ from sim2real.orchestration.dag_defaults import POLL
 from sim2real.orchestration.params import SECTION_VLA, VLA_INSTANCE_GPUS, _range
 from sim2real.orchestration.pipelines.groot import pipeline_definition_json
 from sim2real.orchestration.review import approval_body
+from sim2real.orchestration.stages import vla_field
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 from sim2real.orchestration.stages.rounds import lineage_entry
 
 DOC = """\
-**Fine-tune GR00T and approve the release.** Calls SageMaker `DescribePipeline`, `CreatePipeline` /
-`UpdatePipeline` (only when the definition changed), `ListPipelineExecutions` (reattach),
+**Fine-tune GR00T and approve the release.** First resolves the field dataset version the fine-tune includes (form
+field `field_dataset_version`; a run started by a new version uses it) and checks its manifest in S3 (`HeadObject`,
+`GetObject`): none published, no manifest or an invalid one fails here, before any spend. Calls SageMaker
+`DescribePipeline`, `CreatePipeline` / `UpdatePipeline` (only when the definition changed), `ListPipelineExecutions` (reattach),
 `StartPipelineExecution`, `DescribePipelineExecution`, `ListPipelineExecutionSteps`
 (`StopPipelineExecution` when killed); then Model Registry `ListModelPackages` / `DescribeModelPackage` /
 `UpdateModelPackage`. Waits (deferred) for the execution to Succeed (Failed / Stopped / CompletedWithFailures
@@ -34,7 +37,7 @@ model data URI and the decision (who, where, when, why).
 """
 
 GROUP_ID = ids.VLA_GROUP
-TASK_IDS = (ids.VLA_ENABLED, ids.PIPELINE_DEFINITION, ids.UPSERT_PIPELINE, ids.FINETUNE_GROOT,
+TASK_IDS = (ids.VLA_ENABLED, ids.PIPELINE_DEFINITION, ids.UPSERT_PIPELINE, ids.FIELD_DATASET, ids.FINETUNE_GROOT,
             ids.WAIT_FOR_APPROVAL)
 #: Updated by ``wait_for_approval`` (the package ARN on the event).
 MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
@@ -54,6 +57,11 @@ class VlaPlan(PlanSection):
     #: ``{"tracking_uri", "experiment_name"}`` when the run is tracked (the definition's ``MlflowConfig``; set by
     #: :func:`sim2real.orchestration.stages.run.apply_tracking`, with the ``MlflowRunId`` parameter), else ``None``
     mlflow: dict[str, str] | None = None
+    #: the form's ``field_dataset_version`` (``None``, ``"latest"`` or ``"fd-<16 hex>"``), resolved by the
+    #: ``field_dataset`` task (:mod:`sim2real.orchestration.stages.vla_field`) in ``field_bucket`` / ``field_prefix``
+    field_dataset_version: str | None = None
+    field_bucket: str = ""
+    field_prefix: str = ""
 
 
 def params() -> dict[str, Any]:
@@ -74,6 +82,12 @@ def params() -> dict[str, Any]:
         "dataset_s3_uri": Param(None, type=["null", "string"], pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?)?$",
                                 title="Dataset S3 URI", description="LeRobot dataset. Empty: the bucket's "
                                 "datasets/default/.", section=SECTION_VLA),
+        vla_field.FORM_FIELD: Param(None, type=["null", "string"], pattern=vla_field.PATTERN,
+                                    title="Field dataset version",
+                                    description="Field episodes appended to the dataset: 'latest' (the newest "
+                                    "published version), a version 'fd-' + 16 hex digits, or empty: none (a run "
+                                    "started by a new field dataset version uses that version).",
+                                    section=SECTION_VLA),
     }
 
 
@@ -95,8 +109,12 @@ def plan(ctx: PlanContext) -> VlaPlan:
             "MaxSteps": int(p["vla_max_steps"]),
             "GlobalBatchSize": int(p["vla_global_batch_size"]),
             "NumGpus": VLA_INSTANCE_GPUS[p["vla_instance_type"]],
+            vla_field.PIPELINE_PARAMETER: "",  # set by the field_dataset task
         },
         images=sm.get("images") or {},
+        field_dataset_version=p.get(vla_field.FORM_FIELD) or None,
+        field_bucket=ctx.bucket,
+        field_prefix="",  # the robots' field data: <prefix>field/ in the artifacts bucket (deploy's field_prefix)
     )
 
 
@@ -142,8 +160,32 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
                                              hashlib.sha256(text.encode()).hexdigest(), len(text))
             return text
 
+        @task(task_id=ids.local(ids.FIELD_DATASET), inlets=[assets.FIELD_DATASET_ASSET], multiple_outputs=True,
+              execution_timeout=dt.timedelta(minutes=2))
+        def field_dataset(plan: dict) -> dict:
+            # The field dataset version the fine-tune includes, checked in S3 before the pipeline starts; the
+            # execution's parameters with its manifest URI (FieldDatasetManifestS3Uri, "" = none).
+            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+            from airflow.sdk import get_current_context
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from sim2real.orchestration.tracking import record_field_dataset
+
+            section, context = VlaPlan.from_plan(plan), get_current_context()
+            try:
+                entry = vla_field.resolve(section.field_dataset_version, S3Hook().get_conn(),
+                                          bucket=section.field_bucket, prefix=section.field_prefix,
+                                          triggering_asset_events=context.get("triggering_asset_events"),
+                                          inlet_events=context.get("inlet_events"))
+            except (vla_field.FieldDatasetUnavailable, ValueError) as err:
+                raise AirflowFailException(str(err)) from err  # a retry finds the same
+            record_field_dataset(plan.get("tracking"), entry)
+            return {"field_dataset": entry, "pipeline_params": dict(
+                section.parameters, **{vla_field.PIPELINE_PARAMETER: entry["manifest_uri"] if entry else ""})}
+
         enabled = vla_enabled(plan["plan"])
         definition = pipeline_definition(plan["plan"], image.output)
+        field = field_dataset(plan["plan"])
         upsert = PipelineDefinitionUpsertOperator(
             task_id=ids.local(ids.UPSERT_PIPELINE),
             pipeline_name=vla.pipeline_name,
@@ -155,7 +197,7 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
             task_id=ids.local(ids.FINETUNE_GROOT),
             pipeline_name=vla.pipeline_name,
             display_name=vla.display_name,
-            pipeline_params=vla.parameters,
+            pipeline_params=field["pipeline_params"],
             check_interval=POLL,
             multiple_outputs=True,
             execution_timeout=dt.timedelta(hours=30),
@@ -177,5 +219,5 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
             doc_md=DOC,
             on_execute_callback=notify.approval_needed(),
         )
-        gate >> enabled >> definition >> upsert >> finetune >> approval
+        gate >> enabled >> field >> definition >> upsert >> finetune >> approval
     return approval

@@ -15,6 +15,9 @@ dataset URI skips it.
   ``meta/modality.json`` (GR00T's key map; required with ``--require-modality``), and that the
   model's modality layout can be built from it (every camera with a readable frame size).
 
+* ``--field-manifest=<uri>`` (pipeline parameter ``FieldDatasetManifestS3Uri``; empty: none): a field dataset
+  version's episodes are checked and appended to the v2.1 output (:mod:`sim2real.workloads.groot.field_episodes`).
+
 Writes ``<output>/transform_report.json`` (source version, episodes, frames, files, each camera's frame
 size) and exits 0;
 exits 2 with the list of problems when the dataset is not usable (the step fails with them).
@@ -316,11 +319,18 @@ def check_v2(src: Path, info: dict[str, Any]) -> tuple[list[dict[str, Any]], int
     return episodes, frames
 
 
-def transform(src: Path, dst: Path, *, require_modality: bool = False, run: Runner = _run) -> dict[str, Any]:
+def transform(src: Path, dst: Path, *, require_modality: bool = False, run: Runner = _run,
+              field_manifest: str | None = None) -> dict[str, Any]:
     """Check (and convert when needed) the LeRobot dataset at ``src`` into v2.1 at ``dst``.
 
-    :return: the report also written to ``dst/transform_report.json``.
-    :raises DatasetError: the dataset is unusable (every problem listed; ``dst`` is left empty).
+    :param field_manifest: a field dataset version's manifest (``s3://`` URI or local path) whose episodes are
+        appended (:mod:`sim2real.workloads.groot.field_episodes`, checked before anything is written);
+        ``None`` or ``""``: none.
+    :return: the report also written to ``dst/transform_report.json``; with a field manifest, ``field_dataset``
+        is ``{"dataset_version", "manifest_uri", "episodes", "frames"}`` (what was appended) and ``episodes`` /
+        ``frames`` count the whole output.
+    :raises DatasetError: the dataset (or the field dataset) is unusable (every problem listed; ``dst`` is left
+        empty).
     """
     info_path = src / "meta" / "info.json"
     if not info_path.exists():
@@ -331,6 +341,11 @@ def transform(src: Path, dst: Path, *, require_modality: bool = False, run: Runn
     problems = check_info(info) + modality_problems
     if problems:
         raise DatasetError(problems)
+    field_dataset = None
+    if field_manifest:
+        from sim2real.workloads.groot.field_episodes import load_field_episodes
+
+        field_dataset = load_field_episodes(field_manifest, info)
     dst.mkdir(parents=True, exist_ok=True)
     if version == "v3.0":
         counts = convert_v30(src, dst, info, run)
@@ -352,9 +367,16 @@ def transform(src: Path, dst: Path, *, require_modality: bool = False, run: Runn
             new_info = dict(info, codebase_version="v2.1")
             (dst / "meta" / "info.json").write_text(json.dumps(new_info, indent=4))
         counts = {"episodes": len(episodes), "frames": frames, "videos": len(video_keys(info)) * len(episodes)}
+    field_entry = None
+    if field_dataset is not None:
+        from sim2real.workloads.groot.field_episodes import append_field_episodes
+
+        field_entry = append_field_episodes(dst, field_dataset)
+        counts["episodes"] += field_entry["episodes"]
+        counts["frames"] += field_entry["frames"]
     report = {"source_version": version, "output_version": "v2.1", "action": action,
               "modality_json": (dst / "meta" / "modality.json").exists(), "camera_frame_sizes": frame_sizes, **counts,
-              "fps": info["fps"], "features": sorted(info["features"])}
+              "fps": info["fps"], "features": sorted(info["features"]), "field_dataset": field_entry}
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (counts["episodes"], counts["frames"])):
         raise DatasetError(["internal error: non-numeric counts"])
     (dst / "transform_report.json").write_text(json.dumps(report, indent=2, sort_keys=True))
@@ -367,10 +389,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", type=Path, required=True, help="dataset root (SageMaker processing input)")
     parser.add_argument("--output", type=Path, required=True, help="v2.1 dataset root (SageMaker processing output)")
     parser.add_argument("--require-modality", action="store_true", help="fail without meta/modality.json")
+    parser.add_argument("--field-manifest", default="",
+                        help="field dataset manifest (s3:// URI or path) whose episodes are appended; empty: none")
     args = parser.parse_args(argv)
+    # the importable module, also under ``python -m`` (whose ``__main__`` has its own DatasetError class, not the
+    # one field_episodes raises)
+    from sim2real.workloads.groot import transform_dataset as module
+
     try:
-        report = transform(args.input, args.output, require_modality=args.require_modality)
-    except DatasetError as exc:
+        report = module.transform(args.input, args.output, require_modality=args.require_modality,
+                                  field_manifest=args.field_manifest or None)
+    except module.DatasetError as exc:
         print("TransformDataset: the dataset is not usable:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)

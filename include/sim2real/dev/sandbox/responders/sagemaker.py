@@ -13,6 +13,9 @@ ListPipelineExecutionSteps / StopPipelineExecution / UpdateCluster, and wipes a 
   else the sandbox config's group; then ``Succeeded`` (or the ``pipeline_status`` fault's status).
 * CreateModelPackage and UpdateModelPackage (any caller) publish the package's ``SageMaker Model Package State
   Change`` (:meth:`~sim2real.dev.sandbox.aws_events.AwsEventBus.model_package`).
+* TransformDataset, when ``FieldDatasetManifestS3Uri`` is set, reads that manifest from the sandbox's S3, checks it
+  and every data file's sha256, and fails (step ``FailureReason``, execution ``Failed``) when they are not usable,
+  as the real processing job would.
 * StopPipelineExecution → ``Stopping`` → ``Stopped``.
 * UpdateCluster replaces the instance groups like AWS: every group in the request gets its count,
   groups left out are deleted; nodes follow (``Pending`` → ``Running``), status Updating → InService.
@@ -35,6 +38,7 @@ from moto.sagemaker.responses import SageMakerResponse
 from moto.sagemaker.utils import get_pipeline_execution_from_arn
 
 from sim2real.orchestration.config import RUN_KEY_TAG
+from sim2real.orchestration.pipelines.groot import FIELD_MANIFEST_PARAMETER
 from sim2real.dev.sandbox._core import PREFIX, Patcher, active, log, safe_thread
 
 if TYPE_CHECKING:
@@ -235,6 +239,41 @@ class SageMakerResponder:
                 Bucket=bucket, Key=f"{prefix.rstrip('/')}/smoke.json", Body=json.dumps(report).encode(),
                 ContentType="application/json")
 
+    def _field_dataset_failure(self, params: dict[str, str]) -> str | None:
+        """The FailureReason TransformDataset's processing job would end with for the field dataset named by the
+        ``FieldDatasetManifestS3Uri`` parameter, or None (none named, or it is usable): the manifest read from the
+        sandbox's S3 (GetObject) and checked (:func:`sim2real.contract.field.dataset_errors`), then every data
+        file's sha256 against the manifest (GetObject). The columns are not checked here (no dataset is read)."""
+        import hashlib
+
+        from botocore.exceptions import ClientError
+
+        from sim2real.contract import field
+
+        uri = params.get(FIELD_MANIFEST_PARAMETER) or ""
+        if not uri:
+            return None
+        s3 = self.sandbox.client("s3", internal=True)
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        try:
+            document = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+            problems = field.dataset_errors(document)
+        except (ClientError, ValueError) as exc:
+            problems = [f"field manifest {uri} cannot be read: {exc}"]
+        for entry in [] if problems else document["episodes"]:
+            try:
+                digest = hashlib.sha256(s3.get_object(Bucket=document["bucket"], Key=entry["data_key"])[
+                    "Body"].read()).hexdigest()
+            except ClientError as exc:
+                problems.append(f"{entry['data_key']}: {exc}")
+                continue
+            if digest != entry["sha256"]:
+                problems.append(f"{entry['data_key']}: sha256 {digest} is not the manifest's {entry['sha256']}")
+        if not problems:
+            return None
+        return ("ClientError: AlgorithmError: TransformDataset: the field dataset is not usable: "
+                + "; ".join(problems) + " (exit code 2)")
+
     def _play(self, arn: str) -> None:  # noqa: D401 - thread body
         try:
             self._play_inner(arn)
@@ -261,8 +300,9 @@ class SageMakerResponder:
             if stop.wait(self.step_seconds):
                 step.update({"StepStatus": "Stopped", "EndTime": _now()})
                 return self._stopped(arn)
-            if name == fail_step:
-                reason = f"sandbox fault: step {name} failed (ClientError: AlgorithmError: emulated failure)"
+            reason = self._field_dataset_failure(params) if name == "TransformDataset" else None
+            if reason or name == fail_step:
+                reason = reason or f"sandbox fault: step {name} failed (ClientError: AlgorithmError: emulated failure)"
                 step.update({"StepStatus": "Failed", "EndTime": _now(), "FailureReason": reason})
                 self.sandbox.events.emit("sagemaker", "pipeline-step", f"{arn} step {name} Failed", arn=arn, step=name)
                 return self._set_status(arn, "Failed" if final != "CompletedWithFailures" else final, reason)

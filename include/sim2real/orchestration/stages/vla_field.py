@@ -1,0 +1,133 @@
+"""Which field dataset version the GR00T fine-tune includes (form field ``field_dataset_version``).
+
+Resolved at run time by the ``vla.field_dataset`` task, before the pipeline starts (before any spend):
+
+* ``null`` (the default): none, except in a run started by a ``sim2real_field_dataset`` asset event
+  (:data:`sim2real.orchestration.assets.FIELD_DATASET_ASSET`): the triggering event's version (context
+  ``triggering_asset_events``, the newest event when several were queued);
+* ``"latest"``: the asset's newest event (``inlet_events[FIELD_DATASET_ASSET]``, the Task SDK's asset events of the
+  task's inlet); none published yet fails the task;
+* ``"fd-<16 hex>"``: that version, its manifest at ``s3://<bucket>/<prefix>field/datasets/<version>/manifest.json``
+  (:func:`sim2real.contract.field.manifest_key`).
+
+Every resolved manifest is checked before the pipeline starts: S3 ``HeadObject`` (a missing manifest fails the task
+with the URI), then ``GetObject`` and the schema (:func:`sim2real.contract.field.dataset_errors`), which gives the
+version's episodes and frames. The pipeline gets the manifest's URI as its ``FieldDatasetManifestS3Uri`` parameter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from sim2real.contract import field as contract
+from sim2real.orchestration.assets import FIELD_DATASET_ASSET
+from sim2real.orchestration.pipelines.groot import FIELD_MANIFEST_PARAMETER
+
+#: The form field and what it accepts (``null`` = none, or the triggering asset event's version).
+FORM_FIELD = "field_dataset_version"
+LATEST = "latest"
+PATTERN = r"^(latest|fd-[0-9a-f]{16})$"
+#: The pipeline parameter carrying the resolved manifest's URI ("" = none); declared by ``pipeline_build``.
+PIPELINE_PARAMETER = FIELD_MANIFEST_PARAMETER
+
+
+class FieldDatasetUnavailable(RuntimeError):
+    """The field dataset asked for cannot be used (none published, no manifest, an invalid manifest)."""
+
+
+def _extra(event: Any) -> dict[str, Any]:
+    return dict(getattr(event, "extra", None) or {})
+
+
+def _asset_events(events: Any) -> list[Any]:
+    """The field dataset asset's events in a mapping of events by asset (``triggering_asset_events``), or []."""
+    if not events:
+        return []
+    try:
+        return list(events[FIELD_DATASET_ASSET])
+    except KeyError:
+        return []
+
+
+def _from_event(event: Any, source: str) -> dict[str, Any]:
+    extra = _extra(event)
+    version, uri = extra.get("dataset_version"), extra.get("manifest_uri")
+    if not isinstance(version, str) or not re.fullmatch(PATTERN, version) or version == LATEST or \
+            not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise FieldDatasetUnavailable(f"the {FIELD_DATASET_ASSET.name} event of {getattr(event, 'timestamp', '?')} "
+                                      f"names no field dataset version and manifest URI (extra {extra})")
+    return {"dataset_version": version, "manifest_uri": uri, "source": source}
+
+
+def requested(form_value: str | None, *, bucket: str, prefix: str, triggering_asset_events: Any = None,
+              inlet_events: Any = None) -> dict[str, Any] | None:
+    """The field dataset version a run asks for, from the form and the run's context (no AWS call).
+
+    :param form_value: the form field (``None`` / ``""``, ``"latest"`` or ``"fd-<16 hex>"``).
+    :param bucket: the bucket of the field data; ``prefix``: its key prefix (``""`` or ending in ``/``).
+    :param triggering_asset_events: the context's ``triggering_asset_events`` (asset → events, oldest first).
+    :param inlet_events: the context's ``inlet_events`` (the task has ``FIELD_DATASET_ASSET`` among its inlets).
+    :return: ``{"dataset_version", "manifest_uri", "source"}`` (``source``: ``asset_event`` | ``latest`` |
+        ``explicit``), or ``None`` when no field dataset is asked for.
+    :raises FieldDatasetUnavailable: ``"latest"`` with no published version, an event without a version.
+    :raises ValueError: a form value that is not ``latest`` or ``fd-<16 hex>``.
+    """
+    if not form_value:
+        events = _asset_events(triggering_asset_events)
+        return _from_event(events[-1], "asset_event") if events else None
+    if not re.fullmatch(PATTERN, form_value):
+        raise ValueError(f"{FORM_FIELD} {form_value!r} is not 'latest' or 'fd-' and 16 hex digits")
+    if form_value == LATEST:
+        events = list(inlet_events[FIELD_DATASET_ASSET]) if inlet_events is not None else []
+        if not events:
+            raise FieldDatasetUnavailable(f"{FORM_FIELD} 'latest': no field dataset version is published yet (no "
+                                          f"{FIELD_DATASET_ASSET.name} asset event)")
+        return _from_event(events[-1], "latest")
+    return {"dataset_version": form_value, "manifest_uri": f"s3://{bucket}/{contract.manifest_key(prefix, form_value)}",
+            "source": "explicit"}
+
+
+def check_manifest(s3_client: Any, wanted: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a requested version's manifest in S3 and return the fine-tune's field dataset entry.
+
+    Calls S3 ``HeadObject`` (the manifest exists) and ``GetObject`` (its content), then checks it against the
+    schema (:func:`sim2real.contract.field.dataset_errors`) and that it is the version asked for.
+
+    :param s3_client: a boto3 S3 client (``s3:GetObject`` on the manifest).
+    :param wanted: :func:`requested`'s value.
+    :return: ``{"dataset_version", "manifest_uri", "episodes", "frames", "source"}``.
+    :raises FieldDatasetUnavailable: no manifest there (HeadObject 404/403), or an invalid one.
+    """
+    from botocore.exceptions import ClientError
+
+    uri, version = wanted["manifest_uri"], wanted["dataset_version"]
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    try:
+        s3_client.head_object(Bucket=bucket, Key=key)
+    except ClientError as err:
+        code = err.response.get("Error", {}).get("Code", "?")
+        raise FieldDatasetUnavailable(f"field dataset version {version}: no manifest at {uri} (HeadObject {code})") \
+            from err
+    document = json.loads(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    problems = contract.dataset_errors(document)
+    if not problems and document["dataset_version"] != version:
+        problems = [f"$.dataset_version: {document['dataset_version']!r}, asked for {version!r}"]
+    if problems:
+        raise FieldDatasetUnavailable(f"field dataset version {version}: the manifest {uri} is not valid: "
+                                      + "; ".join(problems))
+    return {"dataset_version": version, "manifest_uri": uri, "episodes": document["totals"]["episodes"],
+            "frames": document["totals"]["frames"], "source": wanted["source"]}
+
+
+def resolve(form_value: str | None, s3_client: Any, *, bucket: str, prefix: str, triggering_asset_events: Any = None,
+            inlet_events: Any = None) -> dict[str, Any] | None:
+    """:func:`requested` then :func:`check_manifest`: the fine-tune's field dataset, or ``None`` (none asked for).
+
+    :raises FieldDatasetUnavailable: as both.
+    """
+    wanted = requested(form_value, bucket=bucket, prefix=prefix, triggering_asset_events=triggering_asset_events,
+                       inlet_events=inlet_events)
+    return check_manifest(s3_client, wanted) if wanted else None
