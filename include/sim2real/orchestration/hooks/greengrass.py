@@ -3,7 +3,7 @@
 
 Sources: AWS IoT Greengrass V2 API Reference — CreateDeployment, GetDeployment, ListDeployments
 (``deploymentStatus`` ∈ ACTIVE | COMPLETED | CANCELED | FAILED | INACTIVE), CancelDeployment,
-ListCoreDevices (``thingGroupArn``), ListEffectiveDeployments (``coreDeviceExecutionStatus`` ∈
+ListCoreDevices (``thingGroupArn``), TagResource (``resourceArn``, ``tags``), ListEffectiveDeployments (``coreDeviceExecutionStatus`` ∈
 IN_PROGRESS | QUEUED | FAILED | COMPLETED | TIMED_OUT | CANCELED | REJECTED | SUCCEEDED, ``reason``,
 ``statusDetails.errorStack/errorTypes``); AWS IoT API Reference — DescribeThingGroup.
 """
@@ -24,6 +24,32 @@ DEVICE_WAITER = "core_device_deployment_complete"
 ROLLBACK_SUFFIX = "-rollback"
 #: A run's deployment to its canary thing group is named ``sim2real-<run_key>`` + this (its rollback: + both).
 CANARY_SUFFIX = "-canary"
+#: The tag that records a canary deployment's field verdict on the deployment itself (CreateDeployment ``tags``,
+#: then TagResource): :data:`VERDICT_PENDING` from its creation, :data:`VERDICT_PROMOTED` or :data:`VERDICT_REJECTED`
+#: when it is decided. GetDeployment returns it in ``tags``.
+FIELD_VERDICT_TAG = "sim2real:field-verdict"
+VERDICT_PENDING, VERDICT_PROMOTED, VERDICT_REJECTED = "pending", "promoted", "rejected"
+#: Field verdicts of a deployment that was never promoted: never a release to roll back to.
+NOT_PROMOTED = frozenset({VERDICT_PENDING, VERDICT_REJECTED})
+
+
+def deployment_arn(target_arn: str, deployment_id: str) -> str:
+    """The ARN of a Greengrass deployment (``arn:<partition>:greengrass:<region>:<account>:deployments:<id>``,
+    Service Authorization Reference, AWS IoT Greengrass V2 resource types) in the partition, region and account of
+    its target (a thing or thing group ARN ``arn:<partition>:iot:<region>:<account>:...``).
+
+    :raises ValueError: ``target_arn`` is not an ARN.
+    """
+    parts = target_arn.split(":", 5)
+    if len(parts) < 6 or parts[0] != "arn":
+        raise ValueError(f"not a thing or thing group ARN: {target_arn!r}")
+    return f"arn:{parts[1]}:greengrass:{parts[3]}:{parts[4]}:deployments:{deployment_id}"
+
+
+def field_verdict(deployment: dict[str, Any]) -> str | None:
+    """The field verdict a GetDeployment response records (tag :data:`FIELD_VERDICT_TAG`), ``None`` when it has
+    none (not a canary)."""
+    return (deployment.get("tags") or {}).get(FIELD_VERDICT_TAG)
 
 
 def effective_entry(response: dict[str, Any], deployment_id: str) -> dict[str, Any] | None:
@@ -102,6 +128,15 @@ class GreengrassV2Hook(AwsBaseHook):
             if not page.get("nextToken"):
                 return None
             kwargs["nextToken"] = page["nextToken"]
+
+    def tag_field_verdict(self, deployment_id: str, target_arn: str, verdict: str) -> None:
+        """Record ``verdict`` (:data:`VERDICT_PROMOTED` / :data:`VERDICT_REJECTED`) on the canary deployment
+        ``deployment_id`` to ``target_arn`` (TagResource of :func:`deployment_arn`, tag :data:`FIELD_VERDICT_TAG`).
+
+        :raises botocore.exceptions.ClientError: as TagResource (e.g. AccessDeniedException).
+        """
+        self.conn.tag_resource(resourceArn=deployment_arn(target_arn, deployment_id),
+                               tags={FIELD_VERDICT_TAG: verdict})
 
     def list_core_device_names(self, thing_group_arn: str) -> list[str]:
         """Thing names of the core devices in the group (ListCoreDevices ``thingGroupArn``)."""

@@ -9,7 +9,7 @@ GetDeployment; ListDeployments; CancelDeployment; ListCoreDevices; ListEffective
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
@@ -17,7 +17,9 @@ from airflow.providers.amazon.aws.utils import trim_none_values
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowFailException
 
-from sim2real.orchestration.hooks.greengrass import ROLLBACK_SUFFIX, GreengrassV2Hook, device_report, summarize
+from sim2real.orchestration.hooks.greengrass import (
+    NOT_PROMOTED, ROLLBACK_SUFFIX, GreengrassV2Hook, device_report, field_verdict, summarize,
+)
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, not_approved_message
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
 from sim2real.orchestration.triggers.base import defer_wait
@@ -93,7 +95,7 @@ def previous_release(response: dict[str, Any], deployment_id: str) -> str | None
 
 
 def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: str, deployment_name: str,
-                         target_arn: str) -> dict[str, Any] | None:
+                         target_arn: str, skip: Collection[str] = ()) -> dict[str, Any] | None:
     """The release to roll the thing group back to: the newest deployment to ``target_arn`` that robots finished
     (``coreDeviceExecutionStatus`` SUCCEEDED / COMPLETED in their ListEffectiveDeployments) and that no robot lists
     as FAILED / TIMED_OUT / REJECTED; never ``deployment_id`` nor another try of the same release
@@ -101,11 +103,12 @@ def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: st
     release, or the history is gone).
 
     :param responses: thing name → its ListEffectiveDeployments entries (every page).
+    :param skip: deployment ids that are no release to go back to (a canary never promoted: :func:`start_rollback`).
     :return: that ListEffectiveDeployments entry (``deploymentId``, ``deploymentName``, ``creationTimestamp``).
     """
     entries = [entry for response in responses.values() for entry in response.get("effectiveDeployments") or []
                if entry.get("targetArn") == target_arn and entry.get("deploymentId") != deployment_id
-               and entry.get("deploymentName") != deployment_name]
+               and entry.get("deploymentName") != deployment_name and entry.get("deploymentId") not in skip]
     failed = {e.get("deploymentId") for e in entries if e.get("coreDeviceExecutionStatus") in FAILED_IT}
     done = [e for e in entries if e.get("coreDeviceExecutionStatus") in RUNS_IT and e.get("deploymentId") not in failed]
     return max(done, key=_created) if done else None
@@ -130,27 +133,39 @@ def start_rollback(hook: GreengrassV2Hook, deployment_id: str, deployment_name: 
                    responses: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Roll the thing group ``target_arn`` back from ``deployment_id`` (named ``deployment_name``): CreateDeployment
     of the group's last good release (:func:`last_good_deployment`, its components read with GetDeployment;
-    :func:`rollback_request`, whose client token makes a repeated request return the same rollback).
+    :func:`rollback_request`, whose client token makes a repeated request return the same rollback). A canary
+    deployment whose GetDeployment ``tags`` record a field verdict other than promoted
+    (:data:`~sim2real.orchestration.hooks.greengrass.FIELD_VERDICT_TAG` ``pending`` or ``rejected``) is no good
+    release, even when its robots finished it: the next older one is taken.
 
     :param hook: the Greengrass hook (its ``conn``: GetDeployment, CreateDeployment).
     :param responses: thing name → its ListEffectiveDeployments entries (every page), for the group's core devices.
-    :return: ``{"deployment_id", "deployment_name", "previous_deployment_id", "previous_deployment_name"}``,
-        or ``{"error": why}`` when there is no earlier release or the rollback could not be created.
+    :return: ``{"deployment_id", "deployment_name", "previous_deployment_id", "previous_deployment_name",
+        "skipped": {deployment id: "<name> (field verdict <v>)"}}``, or ``{"error": why}`` when there is no earlier
+        release or the rollback could not be created.
     """
-    previous = last_good_deployment(responses, deployment_id, deployment_name, target_arn)
-    if previous is None:
-        return {"error": "No automatic rollback: no robot of the group lists an earlier release it finished "
-                         "(ListEffectiveDeployments), so there is no release to go back to"}
-    name = previous.get("deploymentName") or previous["deploymentId"]
-    try:
-        request = rollback_request(hook.conn.get_deployment(deploymentId=previous["deploymentId"]),
-                                   deployment_name, deployment_id)
-        rollback_id = hook.conn.create_deployment(**request)["deploymentId"]
-    except Exception as error:  # noqa: BLE001 - named in the failure with both deployments
-        return {"error": f"The automatic rollback to {name} ({previous['deploymentId']}) could not be created: "
-                         f"{error}"}
+    skipped: dict[str, str] = {}
+    while True:
+        previous = last_good_deployment(responses, deployment_id, deployment_name, target_arn, skip=skipped)
+        if previous is None:
+            passed = f" (canaries never promoted, passed over: {', '.join(skipped.values())})" if skipped else ""
+            return {"error": "No automatic rollback: no robot of the group lists an earlier release it finished "
+                             f"(ListEffectiveDeployments){passed}, so there is no release to go back to"}
+        name = previous.get("deploymentName") or previous["deploymentId"]
+        try:
+            deployment = hook.conn.get_deployment(deploymentId=previous["deploymentId"])
+            if field_verdict(deployment) in NOT_PROMOTED:
+                skipped[previous["deploymentId"]] = f"{name} (field verdict {field_verdict(deployment)})"
+                continue
+            request = rollback_request(deployment, deployment_name, deployment_id)
+            rollback_id = hook.conn.create_deployment(**request)["deploymentId"]
+        except Exception as error:  # noqa: BLE001 - named in the failure with both deployments
+            return {"error": f"The automatic rollback to {name} ({previous['deploymentId']}) could not be created: "
+                             f"{error}"}
+        break
     return {"deployment_id": rollback_id, "deployment_name": request["deploymentName"],
-            "previous_deployment_id": previous["deploymentId"], "previous_deployment_name": name}
+            "previous_deployment_id": previous["deploymentId"], "previous_deployment_name": name,
+            "skipped": skipped}
 
 
 def device_releases(responses: dict[str, dict[str, Any]], deployment_id: str, deployment_name: str,
@@ -235,6 +250,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         (DescribeModelPackage) right before CreateDeployment: a package that is no longer ``Approved``
         (rejected, set back to PendingManualApproval after its approval) is refused and nothing is deployed.
         The status seen then is in the result and in XCom ``model_package_check``.
+    :param tags: CreateDeployment ``tags`` of the deployment (a reused ACTIVE deployment keeps its own).
     :return: ``{"deployment_id", "iot_job_id", "target_arn", "devices": {thing: status}}``, plus
         ``model_package_arn`` and ``model_approval_status`` (the status read before CreateDeployment) when a
         package was given.
@@ -268,9 +284,11 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         waiter_max_attempts: int = 120,
         deployment_timeout_seconds: int | None = None,
         model_package_arn: str | None = None,
+        tags: dict[str, str] | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.tags = tags
         self.deployment_timeout_seconds = deployment_timeout_seconds
         self.model_package_arn = model_package_arn
         self.thing_group_name = thing_group_name
@@ -311,6 +329,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                         "components": components,
                         "deploymentPolicies": {"failureHandlingPolicy": self.failure_handling_policy},
                         "iotJobConfiguration": self.iot_job_configuration,
+                        "tags": self.tags or None,
                     }
                 )
             )["deploymentId"]
