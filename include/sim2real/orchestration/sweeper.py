@@ -249,7 +249,7 @@ def roll_back_canary(found: Found, hook: Any) -> str:
     """Roll back the canary group of a dead run's canary whose field verdict was never reached (``found.extra``:
     ``field_verdict`` ``pending``, ``target_arn``), as the canary verdict would have: tag it ``rejected``
     (TagResource), then CreateDeployment of the group's last good release
-    (:func:`~sim2real.orchestration.operators.greengrass.start_rollback`, which never goes back to a canary that was
+    (:func:`~sim2real.orchestration.hooks.greengrass.start_rollback`, which never goes back to a canary that was
     not promoted). A cancel would not undo the robots that finished it.
 
     :param hook: a :class:`~sim2real.orchestration.hooks.greengrass.GreengrassV2Hook`.
@@ -257,8 +257,7 @@ def roll_back_canary(found: Found, hook: Any) -> str:
         (<previous id>)``.
     :raises RuntimeError: there is no release to go back to, or the rollback could not be created (its reason).
     """
-    from sim2real.orchestration.hooks.greengrass import VERDICT_REJECTED  # loaded with the hook
-    from sim2real.orchestration.operators.greengrass import start_rollback
+    from sim2real.orchestration.hooks.greengrass import VERDICT_REJECTED, start_rollback  # loaded with the hook
 
     target = found.extra["target_arn"]
     hook.tag_field_verdict(found.id, target, VERDICT_REJECTED)

@@ -10,9 +10,8 @@ import pytest
 from botocore.stub import Stubber
 
 from airflow.sdk.exceptions import TaskDeferred
-from sim2real.orchestration.hooks.greengrass import FIELD_VERDICT_TAG, GreengrassV2Hook
+from sim2real.orchestration.hooks.greengrass import FIELD_VERDICT_TAG, GreengrassV2Hook, start_rollback
 from sim2real.orchestration.operators.canary import CanaryDeploymentOperator
-from sim2real.orchestration.operators.greengrass import start_rollback
 
 from test_greengrass import COMPONENTS, PREVIOUS
 

@@ -57,7 +57,7 @@ class CanaryRollback:
     """The canary group's rollback, shared by the canary's deciders (:class:`CanaryVerdictOperator` when the field
     says no, :class:`~sim2real.orchestration.operators.canary_review.CanaryReviewOperator` when a person aborts):
     put the canary thing group back on its last good release
-    (:func:`~sim2real.orchestration.operators.greengrass.start_rollback`), wait for it on the canary robots
+    (:func:`~sim2real.orchestration.hooks.greengrass.start_rollback`), wait for it on the canary robots
     (deferred: :class:`~sim2real.orchestration.triggers.greengrass.GreengrassDeploymentTrigger`) and fail.
 
     The operator it is mixed into has ``hook`` (:class:`~sim2real.orchestration.hooks.greengrass.GreengrassV2Hook`),
@@ -148,7 +148,7 @@ class CanaryVerdictOperator(CanaryRollback, AwsBaseOperator[GreengrassV2Hook]):
     (:func:`~sim2real.orchestration.field.field_summary`) and decides
     (:func:`~sim2real.orchestration.field.canary_verdict`): ``wait`` defers again until a new object arrives;
     ``promote`` returns the evidence; ``roll_back`` puts the canary group back on its last good release (the
-    Greengrass operator's rollback: :func:`~sim2real.orchestration.operators.greengrass.start_rollback`), waits for
+    Greengrass operator's rollback: :func:`~sim2real.orchestration.hooks.greengrass.start_rollback`), waits for
     it on the canary robots (deferred), and fails naming the field success rate, its 95 % Wilson interval, the
     threshold and the episode count, and both deployment ids when the rollback did not succeed.
 
@@ -311,7 +311,7 @@ class CanaryDeploymentOperator(GreengrassDeploymentOperator):
     with no canary group (``thing_group_name`` ``""``, the form's default) it deploys nothing and returns ``{}`` at
     once, so that the fleet deployment after it runs as without a canary. The deployment is created with the tag
     ``sim2real:field-verdict`` = ``pending`` (CreateDeployment ``tags``): until the verdict promotes it, no rollback
-    goes back to it (:func:`~sim2real.orchestration.operators.greengrass.start_rollback`).
+    goes back to it (:func:`~sim2real.orchestration.hooks.greengrass.start_rollback`).
 
     :return: the Greengrass operator's result, or ``{}`` without a canary group.
     """
