@@ -13,15 +13,16 @@ from sim2real.orchestration.links.batch import BatchNodeLogsLink
 from sim2real.orchestration.links.codebuild import CodeBuildBuildLink
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
 from sim2real.orchestration.links.mlflow import MlflowRunLink
-from sim2real.orchestration.links.s3 import S3EvalOutcomeLink, S3RunFolderLink, S3TrainingCurveLink
+from sim2real.orchestration.links.s3 import FIGURE_LINKS, S3RunFolderLink
 from sim2real.orchestration.links.sagemaker import HyperPodClusterLink, SageMakerModelPackageLink, SageMakerPipelineExecutionLink
 from sim2real.orchestration.links.ssm import SsmRunCommandLink, WorkstationInstanceLink
 
 
 class Sim2RealPlugin(AirflowPlugin):
     """Extra links: CodeBuild build, Batch node log streams, SSM command, workstation, pipeline
-    execution, model package, HyperPod cluster, Greengrass deployment, the run's S3 folder, the run
-    report's training curve and evaluation outcome PNGs, the run's MLflow parent run."""
+    execution, model package, HyperPod cluster, Greengrass deployment, the run's S3 folder, each of the run
+    report's pictures (``FIGURE_LINKS``: training curve, evaluation outcome, success rate per round, simulation vs
+    field), the run's MLflow parent run."""
 
     name = "sim2real"
     operator_extra_links = [
@@ -34,7 +35,6 @@ class Sim2RealPlugin(AirflowPlugin):
         HyperPodClusterLink(),
         GreengrassDeploymentLink(),
         S3RunFolderLink(),
-        S3TrainingCurveLink(),
-        S3EvalOutcomeLink(),
+        *(link() for link in FIGURE_LINKS.values()),
         MlflowRunLink(),
     ]

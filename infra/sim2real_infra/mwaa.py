@@ -69,6 +69,9 @@ UNSCOPED_ACTIONS: dict[str, str] = {
     "ecr:GetAuthorizationToken": "build: registry login is account-wide",
 }
 
+#: The tag key the MWAA role may set on Greengrass deployments (the canary's field verdict).
+FIELD_VERDICT_TAG = "sim2real:field-verdict"
+
 #: MWAA's own needs on ``*`` (MWAA execution-role documentation).
 MWAA_UNSCOPED = {
     "cloudwatch:PutMetricData": "MWAA publishes Airflow metrics (condition: namespace AmazonMWAA)",
@@ -293,6 +296,11 @@ class MwaaStack(cdk.Stack):
         thing_groups = [arn("iot", "thinggroup", t.thing_group_name), arn("iot", "thinggroup", t.canary_thing_group_name)]
         self._add("EdgeDeploymentState", ["greengrass:GetDeployment", "greengrass:CancelDeployment"],
                   [arn("greengrass", "deployments", "*", cdk.ArnFormat.COLON_RESOURCE_NAME)])
+        # the canary's field verdict is recorded on its deployment (CreateDeployment tags, TagResource): that one
+        # tag key only (sim2real.orchestration.hooks.greengrass.FIELD_VERDICT_TAG)
+        self._add("EdgeDeploymentVerdict", ["greengrass:TagResource"],
+                  [arn("greengrass", "deployments", "*", cdk.ArnFormat.COLON_RESOURCE_NAME)],
+                  conditions={"ForAllValues:StringEquals": {"aws:TagKeys": [FIELD_VERDICT_TAG]}})
         self._add("EdgeComponents", ["greengrass:DescribeComponent", "greengrass:GetComponent"],
                   [arn("greengrass", "components", f"{name}:versions:*", cdk.ArnFormat.COLON_RESOURCE_NAME)
                    for name in t.component_names])

@@ -56,3 +56,15 @@ def test_a_canary_with_no_field_episode_is_refused_before_anything_starts(capsys
 
     assert main(["--field-episodes", "0", "--no-mlflow"]) == 2
     assert "--field-episodes 0 leaves the canary with no episode to judge" in capsys.readouterr().err
+
+
+def test_the_provisioned_line_names_the_canary_thing_group():
+    from sim2real.dev.demo import provisioned_line
+    from sim2real.dev.sandbox.provision import CANARY_THING_GROUP
+
+    env = {"artifacts_bucket": "b", "batch": {"job_queue": "q"}, "greengrass": {"thing_group_name": "sim2real-robots"}}
+    line = provisioned_line("http://127.0.0.1:5000", env, canary=True)
+    assert line == ("[demo] sandbox at http://127.0.0.1:5000; provisioned bucket b, job queue q, thing group "
+                    f"sim2real-robots, canary thing group {CANARY_THING_GROUP}")
+    assert provisioned_line("http://127.0.0.1:5000", env, canary=False).endswith(
+        f"canary thing group {CANARY_THING_GROUP} (not used: --no-canary)")

@@ -125,3 +125,15 @@ def test_mwaa_role_may_set_run_notes_as_the_user_airflow_role_only(synth: Synth)
     rest = [st for _, st in _statements(synth) if "airflow:InvokeRestApi" in _list(st["Action"])]
     assert len(rest) == 1 and _list(rest[0]["Action"]) == ["airflow:InvokeRestApi"], rest
     assert ":role/" in str(rest[0]["Resource"]) and "/User" in str(rest[0]["Resource"]), rest
+
+
+def test_mwaa_role_may_tag_deployments_with_the_canary_verdict_only(synth: Synth) -> None:
+    """The canary's field verdict is recorded on its Greengrass deployment (TagResource; CreateDeployment ``tags``):
+    granted on deployments only, for that one tag key."""
+    from sim2real.orchestration.hooks.greengrass import FIELD_VERDICT_TAG
+
+    tag = [st for _, st in _statements(synth) if "greengrass:TagResource" in _list(st["Action"])]
+    assert len(tag) == 1 and _list(tag[0]["Action"]) == ["greengrass:TagResource"], tag
+    tails = [r["Fn::Join"][1][-1] if isinstance(r, dict) else r for r in _list(tag[0]["Resource"])]
+    assert tails and all(t.endswith(":deployments:*") for t in tails), tag[0]["Resource"]
+    assert tag[0]["Condition"] == {"ForAllValues:StringEquals": {"aws:TagKeys": [FIELD_VERDICT_TAG]}}

@@ -201,6 +201,10 @@ def test_the_plugin_registers_the_picture_links():
     spec.loader.exec_module(module)
     names = {link.name for link in module.Sim2RealPlugin.operator_extra_links}
     assert {"Training curve", "Evaluation outcome", "S3 run folder"} <= names
+    from sim2real.orchestration.links.s3 import FIGURE_LINKS
+
+    # every picture's link, the field picture's included ("extra link: None" in the demo before)
+    assert {link.name for link in FIGURE_LINKS.values()} <= names and "Simulation vs field" in names
 
 
 def test_a_canary_run_gets_the_sim_vs_field_picture_and_the_field_entry(s3):
@@ -223,6 +227,12 @@ def test_a_canary_run_gets_the_sim_vs_field_picture_and_the_field_entry(s3):
     assert lineage["figures"]["sim_vs_field"]["points"] == 10 and lineage["field"]["gap_pp"] == 0.0
     assert lineage_errors(lineage) == []
     assert "![Simulation vs field](report/sim_vs_field.png)" in stored(s3, f"{PREFIX}lineage.md")["Body"].read().decode()
+    from sim2real.orchestration.links.s3 import FIGURE_LINKS
+
+    link = FIGURE_LINKS["sim_vs_field"]
+    assert link().format_link(**ti.pushed[link.key]) == (
+        f"https://console.aws.amazon.com/s3/object/{BUCKET}?region=us-east-1&prefix=runs%2F{RUN_KEY}%2Freport%2F"
+        "sim_vs_field.png")
     # no canary: no such picture (not even as skipped), no field entry
     out = write_run_report(rounds_entry=lineage_entry, plan=plan(), params={}, dag_run=DagRun(),
                            ti=RunningTask({ids.READ_EVAL_REPORT: evaluation()}))

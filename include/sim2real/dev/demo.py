@@ -64,6 +64,15 @@ def sweep_conf(seed: int, candidates: int = SWEEP_CANDIDATES) -> dict[str, Any]:
     return {"sweep": [{"seed": seed + i} for i in range(candidates)], "sweep_max_parallel": candidates}
 
 
+def provisioned_line(endpoint_url: str, env_config: dict[str, Any], canary: bool) -> str:
+    """The demo's line on what the sandbox provisioned: bucket, job queue, the fleet's thing group and the canary's
+    (:data:`DEMO_CANARY`'s, the sandbox's ``provision.CANARY_THING_GROUP``; ``--no-canary``: none used)."""
+    group = DEMO_CANARY["canary_thing_group_name"]
+    return (f"[demo] sandbox at {endpoint_url}; provisioned bucket {env_config['artifacts_bucket']}, job queue "
+            f"{env_config['batch']['job_queue']}, thing group {env_config['greengrass']['thing_group_name']}, canary "
+            f"thing group {group}" + ("" if canary else " (not used: --no-canary)"))
+
+
 def demo_conf(seed: int, eval_seed: int, extra: dict[str, Any] | None = None, canary: bool = True) -> dict[str, Any]:
     """The demo's run conf: the seeds, :data:`DEMO_TRAINING`, :data:`DEMO_CANARY` (unless ``canary`` is false), then
     ``extra`` (``--conf``) over them."""
@@ -374,8 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         env_config = sandbox.provision(**({"max_vcpus": 48 * SWEEP_CANDIDATES} if args.sweep else {}))
         if args.fail_candidate:  # those candidates' jobs fail as a lost instance would
             sandbox.faults["batch_fail_job_names_ending"] = [f"-c{i}" for i in args.fail_candidate]
-        print(f"[demo] sandbox at {sandbox.endpoint_url}; provisioned bucket {env_config['artifacts_bucket']}, "
-              f"job queue {env_config['batch']['job_queue']}, thing group {env_config['greengrass']['thing_group_name']}")
+        print(provisioned_line(sandbox.endpoint_url, env_config, args.canary))
         prepare_airflow_home(home, sandbox.airflow_env())
         from sim2real.dev.sandbox.device import FieldWork, PolicyDeviceCheck
 

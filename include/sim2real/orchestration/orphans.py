@@ -4,12 +4,12 @@ Each finder lists one kind (:data:`KINDS`) of what the stages start and keeps th
 carry a run key the way their stage named or tagged it: the Batch jobs of the job queue (tag ``sim2real:run-key``,
 else the name ``sim2real-train-<key>``), the Slurm jobs on the HyperPod cluster (``squeue`` on its head node through
 SSM; a sweep's job array once), the SageMaker pipeline executions (display name = the key) and the Greengrass
-deployments (``sim2real-<key>``) that some core device has not finished. What becomes of them:
-:mod:`sim2real.orchestration.sweeper`.
+deployments (``sim2real-<key>``) that some core device has not finished, or canaries whose field verdict is pending.
+What becomes of them: :mod:`sim2real.orchestration.sweeper`.
 
 Sources: AWS Batch API Reference (ListJobs ``jobQueue``/``jobStatus``, DescribeJobs ``tags``); Amazon SageMaker API
 Reference (ListPipelineExecutions ``PipelineExecutionStatus``); AWS IoT Greengrass V2 API Reference
-(ListDeployments, ListCoreDevices, ListEffectiveDeployments); Slurm ``squeue`` man page.
+(ListDeployments, ListCoreDevices, ListEffectiveDeployments, GetDeployment ``tags``); Slurm ``squeue`` man page.
 """
 
 from __future__ import annotations
@@ -181,8 +181,14 @@ def find_pipeline_executions(sagemaker: Any, pipeline_name: str, created_after: 
 
 def find_greengrass_deployments(greengrass_hook: Any) -> list[Found]:
     """ACTIVE deployments named ``sim2real-<run_key>`` or, to a canary group, ``sim2real-<run_key>-canary`` (not
-    their rollbacks) that some core device has not finished."""
-    from sim2real.orchestration.hooks.greengrass import CANARY_SUFFIX, ROLLBACK_SUFFIX  # loaded with the hook
+    their rollbacks) that some core device has not finished; and a canary deployment, finished or not, that is
+    still its group's latest and whose field verdict was never reached (GetDeployment ``tags``: ``sim2real:field-verdict``
+    ``pending``): its run's verdict would have promoted or rolled it back. Such a canary is found with
+    ``extra["field_verdict"] = "pending"`` and ``extra["target_arn"]`` (the sweeper rolls its group back rather than
+    cancelling it: a cancel does not undo a robot that finished it)."""
+    from sim2real.orchestration.hooks.greengrass import (  # loaded with the hook
+        CANARY_SUFFIX, ROLLBACK_SUFFIX, VERDICT_PENDING, field_verdict,
+    )
 
     conn = greengrass_hook.conn
     found = []
@@ -201,9 +207,13 @@ def find_greengrass_deployments(greengrass_hook: Any) -> list[Found]:
                 [target.rsplit("/", 1)[-1]]
             reports = greengrass_hook.device_reports(dep["deploymentId"], things)
             unfinished = sorted(t for t, r in reports.items() if r["outcome"] == "retry")
-            if unfinished:
+            extra: dict[str, Any] = {"unfinished_devices": unfinished}
+            if name.endswith(CANARY_SUFFIX) and \
+                    field_verdict(conn.get_deployment(deploymentId=dep["deploymentId"])) == VERDICT_PENDING:
+                extra.update(field_verdict=VERDICT_PENDING, target_arn=target)
+            if unfinished or extra.get("field_verdict"):
                 found.append(Found("greengrass_deployment", dep["deploymentId"], dep["deploymentName"], key,
-                                   "ACTIVE", f"target {target}", {"unfinished_devices": unfinished}))
+                                   "ACTIVE", f"target {target}", extra))
         if not page.get("nextToken"):
             return found
         kwargs["nextToken"] = page["nextToken"]

@@ -34,7 +34,7 @@ no database access from tasks). The verdicts:
   A Greengrass deployment
   only when its run ended without its deploy task succeeding (see below). Inside ``prepare_run`` (the DAG's
   ``max_active_runs=1``) also a thing of another, still "running" run of the same DAG that has no task
-  running, deferred, queued, up for retry or scheduled (its process died); never one of a backfill run
+  running, deferred, queued, up for retry, scheduled or awaiting input (its process died); never one of a backfill run
   (a backfill has its own ``max_active_runs``).
 * ``released``: a Greengrass deployment of a run that succeeded, or whose deploy task succeeded: it is the
   group's current release, left alone even while a new or offline robot has not finished it (QUEUED).
@@ -52,7 +52,10 @@ stopped heartbeating), is judged as before.
 
 The things are listed by :mod:`sim2real.orchestration.orphans`. A Greengrass deployment is only looked at while
 some core device has not finished it (QUEUED/IN_PROGRESS): a finished deployment stays ``ACTIVE`` as its group's
-current one.
+current one. Except a canary (``sim2real-<key>-canary``) still its group's latest whose field verdict was never
+reached (tag ``sim2real:field-verdict`` ``pending``): an orphan one is not cancelled but rolled back
+(:func:`roll_back_canary`: tagged ``rejected``, its group's last good release deployed again), since a cancel
+does not undo the robots that finished it; the sweep's ``stopped`` row says what was done.
 
 :func:`sweep_before_run` (``prepare_run``) sweeps under its own deadline (:data:`PREPARE_RUN_DEADLINE_S`),
 checked before each listing and each stop: what is left when it passes is skipped with a warning, so the sweep
@@ -63,7 +66,8 @@ lists them all).
 Sources: AWS Batch API Reference (ListJobs ``jobQueue``/``jobStatus``, DescribeJobs ``tags``, TerminateJob);
 Amazon SageMaker API Reference (ListPipelineExecutions ``PipelineExecutionStatus`` ∈ Executing | Stopping |
 Stopped | Failed | Succeeded, StopPipelineExecution ``ClientRequestToken``); AWS IoT Greengrass V2 API
-Reference (ListDeployments, ListCoreDevices, ListEffectiveDeployments, CancelDeployment); Slurm ``squeue``
+Reference (ListDeployments, ListCoreDevices, ListEffectiveDeployments, CancelDeployment, GetDeployment, TagResource,
+CreateDeployment); Slurm ``squeue``
 and ``scancel`` man pages.
 """
 
@@ -90,7 +94,9 @@ log = logging.getLogger(__name__)
 #: DAG run states whose run still watches what it started.
 ACTIVE_DAG_RUN_STATES = ("queued", "running")
 #: Task instance states of a run that is still working (``get_ti_count``): such a run is not taken for dead.
-BUSY_TI_STATES = ("running", "deferred", "queued", "up_for_retry", "scheduled", "up_for_reschedule", "restarting")
+#: (``awaiting_input``: a task waiting for a person's answer, e.g. the canary review, Airflow 3.1+ HITL.)
+BUSY_TI_STATES = ("running", "deferred", "queued", "up_for_retry", "scheduled", "up_for_reschedule", "restarting",
+                  "awaiting_input")
 #: The Greengrass deploy task of ``sim_to_real`` (in task group ``deploy``) and of ``sim_to_real_release``.
 DEPLOY_TASK_IDS = (ids.DEPLOY_TO_ROBOTS, ids.local(ids.DEPLOY_TO_ROBOTS))
 #: ``prepare_run``'s budget for its sweep (seconds of its 5-minute ``execution_timeout``).
@@ -221,6 +227,8 @@ def stop(found: Found, clients: Mapping[str, Any], why: str, timeout_s: int = SC
         clients["sagemaker"].stop_pipeline_execution(PipelineExecutionArn=found.id,
                                                      ClientRequestToken=str(uuid.uuid4()))
         return "StopPipelineExecution"
+    if found.kind == "greengrass_deployment" and found.extra.get("field_verdict"):  # a canary never judged
+        return roll_back_canary(found, clients["greengrass"])
     if found.kind == "greengrass_deployment":
         clients["greengrass"].conn.cancel_deployment(deploymentId=found.id)
         return "CancelDeployment"
@@ -235,6 +243,31 @@ def stop(found: Found, clients: Mapping[str, Any], why: str, timeout_s: int = SC
             raise RuntimeError(f"scancel {found.id} ended {result['status']}: {result['stderr'][-300:]}")
         return "scancel"
     raise ValueError(f"unknown kind {found.kind!r}")
+
+
+def roll_back_canary(found: Found, hook: Any) -> str:
+    """Roll back the canary group of a dead run's canary whose field verdict was never reached (``found.extra``:
+    ``field_verdict`` ``pending``, ``target_arn``), as the canary verdict would have: tag it ``rejected``
+    (TagResource), then CreateDeployment of the group's last good release
+    (:func:`~sim2real.orchestration.hooks.greengrass.start_rollback`, which never goes back to a canary that was
+    not promoted). A cancel would not undo the robots that finished it.
+
+    :param hook: a :class:`~sim2real.orchestration.hooks.greengrass.GreengrassV2Hook`.
+    :return: what was done: ``TagResource + CreateDeployment <rollback id> (<name>): back to <previous name>
+        (<previous id>)``.
+    :raises RuntimeError: there is no release to go back to, or the rollback could not be created (its reason).
+    """
+    from sim2real.orchestration.hooks.greengrass import VERDICT_REJECTED, start_rollback  # loaded with the hook
+
+    target = found.extra["target_arn"]
+    hook.tag_field_verdict(found.id, target, VERDICT_REJECTED)
+    responses = {thing: hook.effective_deployments(thing) for thing in hook.list_core_device_names(target)}
+    rollback = start_rollback(hook, found.id, found.name, target, responses)
+    if "error" in rollback:
+        raise RuntimeError(f"canary {found.id} ({found.name}) tagged {VERDICT_REJECTED}, not rolled back: "
+                           f"{rollback['error']}")
+    return (f"TagResource + CreateDeployment {rollback['deployment_id']} ({rollback['deployment_name']}): back to "
+            f"{rollback['previous_deployment_name']} ({rollback['previous_deployment_id']})")
 
 
 class Deadline:
@@ -389,11 +422,12 @@ def aws_clients(aws_conn_id: str | None = "aws_default", botocore_config: Mappin
 
 
 def summary_lines(report: Mapping[str, Any]) -> Iterable[str]:
-    """One line per orphan (stopped or, in a dry run, to stop), per thing of another Airflow deployment
+    """One line per orphan (stopped, with what was done; or, in a dry run, to stop), per thing of another Airflow deployment
     (``foreign``: not stopped), per error and per step skipped for the deadline."""
-    stopped = {(r["kind"], r["id"]) for r in report["stopped"]}
+    stopped = {(r["kind"], r["id"]): r.get("action") for r in report["stopped"]}
     for row in report["orphans"]:
-        done = "stopped" if (row["kind"], row["id"]) in stopped else ("would stop" if report["dry_run"] else "NOT stopped")
+        done = (f"stopped ({stopped[(row['kind'], row['id'])]})" if (row["kind"], row["id"]) in stopped
+                else ("would stop" if report["dry_run"] else "NOT stopped"))
         yield f"{done}: {row['kind']} {row['id']} ({row['name']}, {row['status']}) in {row['where']}: {row['why']}"
     for row in report["found"]:
         if row["verdict"] == "foreign":

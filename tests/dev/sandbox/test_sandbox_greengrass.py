@@ -120,3 +120,19 @@ def test_the_canary_group_holds_robot_1_which_stays_in_the_fleet_group(sb: Sandb
     canary = f"arn:aws:iot:{sb.region}:{sb.account_id}:thinggroup/{CANARY_THING_GROUP}"
     devices = gg.list_core_devices(thingGroupArn=canary)["coreDevices"]
     assert [d["coreDeviceThingName"] for d in devices] == ["sim2real-robot-1"]
+
+
+def test_a_deployments_tags_are_set_at_creation_and_by_tag_resource(sb: Sandbox) -> None:
+    """CreateDeployment ``tags`` are returned by GetDeployment; TagResource on the deployment's ARN replaces one."""
+    from sim2real.orchestration.hooks.greengrass import FIELD_VERDICT_TAG, deployment_arn, field_verdict
+
+    gg = sb.client("greengrassv2")
+    components = {n: {"componentVersion": v} for n, v in sb.config["greengrass"]["components"].items()}
+    deployment_id = gg.create_deployment(targetArn=_group_arn(sb), deploymentName="deploy-tagged",
+                                         components=components, tags={FIELD_VERDICT_TAG: "pending", "team": "a"})[
+        "deploymentId"]
+    assert field_verdict(gg.get_deployment(deploymentId=deployment_id)) == "pending"
+    assert gg.tag_resource(resourceArn=deployment_arn(_group_arn(sb), deployment_id),
+                           tags={FIELD_VERDICT_TAG: "promoted"})["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert gg.get_deployment(deploymentId=deployment_id)["tags"] == {FIELD_VERDICT_TAG: "promoted", "team": "a"}
+    _outcomes(sb, deployment_id)

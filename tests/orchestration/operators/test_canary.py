@@ -14,6 +14,7 @@ from botocore.stub import Stubber
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
 from sim2real.contract import field as contract
+from sim2real.orchestration.hooks.greengrass import deployment_arn
 from sim2real.orchestration.operators.canary import CanaryDeploymentOperator, CanaryVerdictOperator
 from sim2real.orchestration.triggers.canary import CanaryFieldEpisodesTrigger
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
@@ -152,7 +153,12 @@ def test_enough_good_episodes_promote_with_the_evidence_and_the_refusals(moto_en
     op = operator(OPEN)
     deferred = defer(op, context, group_arn)
     upload(s3, OPEN, ("arm-1", True), ("arm-2", True), ("arm-1", True), ("arm-2", True))
-    evidence = resume(op, context, deferred, s3)
+    with Stubber(op.hook.conn) as stub:  # the verdict is recorded on the canary deployment
+        stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
+                                               "tags": {"sim2real:field-verdict": "promoted"}})
+        evidence = resume(op, context, deferred, s3)
+        stub.assert_no_pending_responses()
+    assert deployment_arn(group_arn, CANARY) == f"arn:aws:greengrass:{REGION}:123456789012:deployments:{CANARY}"
     assert evidence["decision"] == "promote" and evidence == context["ti"].xcom["canary_verdict"]
     assert evidence["message"].startswith("promote: field success rate 1.000 (95 % Wilson interval [0.510, 1.000]) "
                                           "over 4 episode(s), threshold 0.500")
@@ -184,6 +190,8 @@ def stub_rollback(stub, group_arn, create_fails: bool = False) -> None:
     """The canary group's rollback on ``stub`` (the Greengrass client): its robots (each finished the canary after
     the earlier release "sim2real-run-0"), that release (GetDeployment) and exactly its CreateDeployment again."""
     after = {t: with_release(effective("SUCCEEDED", deployment_id=CANARY), group_arn) for t in THINGS}
+    stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
+                                           "tags": {"sim2real:field-verdict": "rejected"}})
     stub.add_response("list_core_devices", {"coreDevices": [{"coreDeviceThingName": t} for t in THINGS]},
                       {"thingGroupArn": group_arn})
     for thing, response in after.items():

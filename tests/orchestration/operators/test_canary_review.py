@@ -18,6 +18,7 @@ from sim2real.orchestration.operators.canary_review import DECISION_XCOM, Canary
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
 
 from operator_helpers import FakeTI
+from sim2real.orchestration.hooks.greengrass import deployment_arn
 from test_canary import CANARY, GROUP, RB, REGION, THINGS, stub_rollback
 from tests.orchestration.environments import MINIMAL_ENVIRONMENT, use_environment
 
@@ -94,8 +95,13 @@ def test_without_a_canary_nothing_is_asked(context):
     assert op.execute(context) == {"decision": "no_canary"}
 
 
-def test_promote_returns_the_evidence_with_the_decision(context):
-    result = operator().execute_complete(context, answer("Approve", "field looks good", name="Bob"))
+def test_promote_returns_the_evidence_with_the_decision(moto_endpoint, group_arn, context):
+    op = operator()
+    with Stubber(op.hook.conn) as stub:  # the promotion is recorded on the canary deployment
+        stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
+                                               "tags": {"sim2real:field-verdict": "promoted"}})
+        result = op.execute_complete(context, answer("Approve", "field looks good", name="Bob"))
+        stub.assert_no_pending_responses()
     decision = {"decided_by": "Bob", "at": "2026-12-04T09:30:00+00:00", "comment": "field looks good",
                 "status": "Promote"}
     assert result == {**EVIDENCE, "decision": decision}

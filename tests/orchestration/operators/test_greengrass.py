@@ -344,7 +344,7 @@ def test_a_rollback_not_finished_in_time_stays_the_groups_release(moto_endpoint,
 def test_the_release_to_go_back_to_is_never_this_release_nor_one_a_robot_failed():
     """A cleared task's earlier deployment of the same release (B1) and an earlier release a robot FAILED (F) are
     not good releases, nor is another group's; A is."""
-    from sim2real.orchestration.operators.greengrass import last_good_deployment
+    from sim2real.orchestration.hooks.greengrass import last_good_deployment
 
     def entry(dep_id, name, status, created, target="arn:g"):
         return {"deploymentId": dep_id, "deploymentName": name, "targetArn": target,

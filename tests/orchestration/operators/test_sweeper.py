@@ -481,6 +481,9 @@ def test_a_dead_runs_canary_deployment_is_found_under_its_run_key(s3):
             {"deploymentId": "d-canary", "deploymentName": f"sim2real-{FAILED}-canary", "targetArn": GROUP_ARN,
              "coreDeviceExecutionStatus": "IN_PROGRESS", "creationTimestamp": 1.0, "modifiedTimestamp": 1.0}]},
             {"coreDeviceThingName": "robot-1"})
+        # a canary's field verdict is read (GetDeployment tags): one without the tag is cancelled as before
+        gg.add_response("get_deployment", {"deploymentId": "d-canary", "targetArn": GROUP_ARN},
+                        {"deploymentId": "d-canary"})
         found = find_greengrass_deployments(hook)
         gg.assert_no_pending_responses()
     assert [(f.kind, f.id, f.run_key) for f in found] == [("greengrass_deployment", "d-canary", FAILED)]

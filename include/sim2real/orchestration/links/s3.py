@@ -122,9 +122,19 @@ class S3RoundSuccessLink(S3ObjectLink):
     key = "sim2real_s3_round_success"
 
 
-#: lineage ``figures`` key → the extra link of that picture (write_lineage persists them).
+class S3SimVsFieldLink(S3ObjectLink):
+    """The run report's simulation vs field success rate PNG (``runs/<run_key>/report/sim_vs_field.png``; only for
+    a run with a canary)."""
+
+    name = "Simulation vs field"
+    key = "sim2real_s3_sim_vs_field"
+
+
+#: lineage ``figures`` key → the extra link of that picture (write_lineage persists them; write_lineage and the
+#: plugin declare every one).
 FIGURE_LINKS: dict[str, type[S3ObjectLink]] = {
     "training_curve": S3TrainingCurveLink,
     "eval_outcome": S3EvalOutcomeLink,
     "round_success": S3RoundSuccessLink,
+    "sim_vs_field": S3SimVsFieldLink,
 }

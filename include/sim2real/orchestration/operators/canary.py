@@ -3,7 +3,8 @@ thing group back.
 
 Sources: Amazon S3 API Reference (ListObjectsV2, GetObject: the episode objects, :mod:`sim2real.contract.field`);
 AWS IoT Greengrass V2 API Reference (ListCoreDevices, ListEffectiveDeployments, GetDeployment, CreateDeployment: the
-rollback); AWS IoT API Reference (DescribeThingGroup).
+rollback; CreateDeployment ``tags`` and TagResource: the canary's field verdict recorded on its deployment); AWS IoT
+API Reference (DescribeThingGroup).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from sim2real.contract.field import parse_time
 from sim2real.orchestration.field import canary_verdict, collect_field_episodes, field_summary
 from sim2real.orchestration.lineage import CANARY_VERDICT_KEY
-from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook, summarize
+from sim2real.orchestration.hooks.greengrass import (
+    FIELD_VERDICT_TAG, VERDICT_PENDING, VERDICT_PROMOTED, VERDICT_REJECTED, GreengrassV2Hook, summarize,
+)
 from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOperator, start_rollback
 from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.canary import CanaryFieldEpisodesTrigger
@@ -54,7 +57,7 @@ class CanaryRollback:
     """The canary group's rollback, shared by the canary's deciders (:class:`CanaryVerdictOperator` when the field
     says no, :class:`~sim2real.orchestration.operators.canary_review.CanaryReviewOperator` when a person aborts):
     put the canary thing group back on its last good release
-    (:func:`~sim2real.orchestration.operators.greengrass.start_rollback`), wait for it on the canary robots
+    (:func:`~sim2real.orchestration.hooks.greengrass.start_rollback`), wait for it on the canary robots
     (deferred: :class:`~sim2real.orchestration.triggers.greengrass.GreengrassDeploymentTrigger`) and fail.
 
     The operator it is mixed into has ``hook`` (:class:`~sim2real.orchestration.hooks.greengrass.GreengrassV2Hook`),
@@ -64,10 +67,29 @@ class CanaryRollback:
     CreateDeployment).
     """
 
+    def _promote(self, target_arn: str) -> None:
+        """Record on the canary deployment that it was promoted (tag ``sim2real:field-verdict`` = ``promoted``,
+        TagResource): a later rollback of the canary group may go back to it.
+
+        :raises botocore.exceptions.ClientError: TagResource failed (the task is retried: the record must be true).
+        """
+        self.hook.tag_field_verdict(self.deployment_id, target_arn, VERDICT_PROMOTED)
+        self.log.info("Canary %s promoted: tagged %s=%s", self.deployment_id, FIELD_VERDICT_TAG, VERDICT_PROMOTED)
+
+    def _reject(self, target_arn: str) -> None:
+        """Record on the canary deployment that it was rejected (``sim2real:field-verdict`` = ``rejected``,
+        TagResource). A failure is only logged: its ``pending`` tag from CreateDeployment already keeps every
+        rollback from going back to it, and the rollback matters more."""
+        try:
+            self.hook.tag_field_verdict(self.deployment_id, target_arn, VERDICT_REJECTED)
+        except Exception as error:  # noqa: BLE001 - the rollback goes on; the pending tag stays
+            self.log.warning("Could not tag canary %s %s=%s (it stays %s): %s", self.deployment_id,
+                             FIELD_VERDICT_TAG, VERDICT_REJECTED, VERDICT_PENDING, error)
+
     def _roll_back(self, context: Context, target_arn: str, thing_names: Sequence[str], why: str) -> NoReturn:
-        """Roll the canary group (``target_arn``) back to its last good release and defer on that deployment's wait
-        on the robots ``thing_names``; fails at once when there is no release to go back to or the rollback could
-        not be created.
+        """Record the canary as rejected (:meth:`_reject`), roll the canary group (``target_arn``) back to its last
+        good release and defer on that deployment's wait on the robots ``thing_names``; fails at once when there is
+        no release to go back to or the rollback could not be created.
 
         :param why: what ended the canary, after ``Canary <id> (<name>) on thing group <group>`` in the failure.
         :raises TaskDeferred: the rollback was created (resumes in :meth:`rollback_complete`).
@@ -75,6 +97,7 @@ class CanaryRollback:
         """
         failure = (f"Canary {self.deployment_id} ({self.deployment_name}) on thing group {self.thing_group_name!r} "
                    f"{why}")
+        self._reject(target_arn)
         responses = {thing: self.hook.effective_deployments(thing)
                      for thing in self.hook.list_core_device_names(target_arn)}
         rollback = start_rollback(self.hook, self.deployment_id, self.deployment_name, target_arn, responses)
@@ -125,7 +148,7 @@ class CanaryVerdictOperator(CanaryRollback, AwsBaseOperator[GreengrassV2Hook]):
     (:func:`~sim2real.orchestration.field.field_summary`) and decides
     (:func:`~sim2real.orchestration.field.canary_verdict`): ``wait`` defers again until a new object arrives;
     ``promote`` returns the evidence; ``roll_back`` puts the canary group back on its last good release (the
-    Greengrass operator's rollback: :func:`~sim2real.orchestration.operators.greengrass.start_rollback`), waits for
+    Greengrass operator's rollback: :func:`~sim2real.orchestration.hooks.greengrass.start_rollback`), waits for
     it on the canary robots (deferred), and fails naming the field success rate, its 95 % Wilson interval, the
     threshold and the episode count, and both deployment ids when the rollback did not succeed.
 
@@ -270,6 +293,8 @@ class CanaryVerdictOperator(CanaryRollback, AwsBaseOperator[GreengrassV2Hook]):
             "model_version": self.model_version,
         }
         context["ti"].xcom_push(key=XCOM_VERDICT, value=evidence)
+        if verdict.decision == "promote" and not truthy(self.review):
+            self._promote(window["target_arn"])
         if verdict.decision == "promote":
             return evidence
         if verdict.decision == "roll_back" and truthy(self.review):
@@ -284,7 +309,9 @@ class CanaryVerdictOperator(CanaryRollback, AwsBaseOperator[GreengrassV2Hook]):
 class CanaryDeploymentOperator(GreengrassDeploymentOperator):
     """:class:`~sim2real.orchestration.operators.greengrass.GreengrassDeploymentOperator` to the canary thing group;
     with no canary group (``thing_group_name`` ``""``, the form's default) it deploys nothing and returns ``{}`` at
-    once, so that the fleet deployment after it runs as without a canary.
+    once, so that the fleet deployment after it runs as without a canary. The deployment is created with the tag
+    ``sim2real:field-verdict`` = ``pending`` (CreateDeployment ``tags``): until the verdict promotes it, no rollback
+    goes back to it (:func:`~sim2real.orchestration.hooks.greengrass.start_rollback`).
 
     :return: the Greengrass operator's result, or ``{}`` without a canary group.
     """
@@ -293,4 +320,5 @@ class CanaryDeploymentOperator(GreengrassDeploymentOperator):
         if not self.thing_group_name:
             self.log.info("No canary thing group: nothing deployed to a canary")
             return {}
+        self.tags = {**(self.tags or {}), FIELD_VERDICT_TAG: VERDICT_PENDING}
         return super().execute(context)

@@ -14,8 +14,8 @@ evidence and the decision; Abort rolls the canary thing group back (the verdict'
 Sources: Airflow standard provider ``airflow.providers.standard.operators.hitl`` (``ApprovalOperator``,
 ``HITLOperator``: ``execute_complete`` event shape, the timeout event ``{"error", "error_type": "timeout"}`` of
 the scheduler's ``awaiting_input`` sweep); AWS IoT Greengrass V2 API Reference (ListCoreDevices,
-ListEffectiveDeployments, GetDeployment, CreateDeployment: the rollback); AWS IoT API Reference
-(DescribeThingGroup).
+ListEffectiveDeployments, GetDeployment, CreateDeployment: the rollback; TagResource: the canary's field verdict);
+AWS IoT API Reference (DescribeThingGroup).
 """
 
 from __future__ import annotations
@@ -228,9 +228,10 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
         who, at, comment = decision["decided_by"], decision["at"], decision["comment"]
         context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
         self.log.info("Canary %s: %s by %s at %s (%s)", self.deployment_id, status, who, at, comment)
-        if status == "Promote":
-            return {**evidence, "decision": decision}
         target_arn = self.hook.thing_group_arn(self.thing_group_name)
+        if status == "Promote":
+            self._promote(target_arn)
+            return {**evidence, "decision": decision}
         things = sorted(set(evidence.get("robots") or {}) | set(evidence.get("silent") or []))
         self._roll_back(context, target_arn, things or self.hook.list_core_device_names(target_arn),
                         f"aborted in Airflow by {who} at {at or 'an unknown time'}: "

@@ -17,7 +17,10 @@ from airflow.providers.amazon.aws.utils import trim_none_values
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowFailException
 
-from sim2real.orchestration.hooks.greengrass import ROLLBACK_SUFFIX, GreengrassV2Hook, device_report, summarize
+from sim2real.orchestration.hooks.greengrass import (  # the rollback is shared with the orphan sweep
+    APPLYING_IT, FAILED_IT, RUNS_IT, GreengrassV2Hook, device_report, previous_release,
+    start_rollback, summarize,
+)
 from sim2real.orchestration.hooks.model_registry import ModelRegistryHook, not_approved_message
 from sim2real.orchestration.links.greengrass import GreengrassDeploymentLink
 from sim2real.orchestration.triggers.base import defer_wait
@@ -60,97 +63,6 @@ def normalize_components(components: dict[str, Any]) -> dict[str, dict[str, Any]
             spec["configurationUpdate"] = update
         out[name] = spec
     return out
-
-
-#: ``coreDeviceExecutionStatus`` values of a device that runs the deployment (AWS IoT Greengrass V2 API Reference,
-#: ListEffectiveDeployments; COMPLETED: a deployment to that single thing).
-RUNS_IT = frozenset({"SUCCEEDED", "COMPLETED"})
-#: ... of a device that tried the deployment and failed (it rolls back itself under failureHandlingPolicy ROLLBACK).
-FAILED_IT = frozenset({"FAILED", "TIMED_OUT", "REJECTED"})
-#: ... of a device that was still applying it: CancelDeployment does not stop a device that already received the
-#: deployment (API Reference, CancelDeployment), it finishes on its own.
-APPLYING_IT = frozenset({"IN_PROGRESS"})
-
-
-def _created(entry: dict[str, Any]) -> float:
-    """An effective deployment's ``creationTimestamp`` in epoch seconds (botocore gives a datetime)."""
-    value = entry.get("creationTimestamp")
-    if hasattr(value, "timestamp"):
-        return value.timestamp()
-    return float(value) if isinstance(value, (int, float)) else 0.0
-
-
-def previous_release(response: dict[str, Any], deployment_id: str) -> str | None:
-    """The release a device ran before ``deployment_id``: the newest other deployment its ListEffectiveDeployments
-    response shows it finished (SUCCEEDED / COMPLETED), by ``deploymentName`` (``sim2real-<run_key>``), else its id;
-    ``None`` when it lists none."""
-    done = [e for e in response.get("effectiveDeployments") or []
-            if e.get("deploymentId") != deployment_id and e.get("coreDeviceExecutionStatus") in RUNS_IT]
-    if not done:
-        return None
-    newest = max(done, key=_created)
-    return newest.get("deploymentName") or newest.get("deploymentId")
-
-
-def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: str, deployment_name: str,
-                         target_arn: str) -> dict[str, Any] | None:
-    """The release to roll the thing group back to: the newest deployment to ``target_arn`` that robots finished
-    (``coreDeviceExecutionStatus`` SUCCEEDED / COMPLETED in their ListEffectiveDeployments) and that no robot lists
-    as FAILED / TIMED_OUT / REJECTED; never ``deployment_id`` nor another try of the same release
-    (``deployment_name``, e.g. a cleared task's earlier deployment). ``None`` when there is none (the group's first
-    release, or the history is gone).
-
-    :param responses: thing name → its ListEffectiveDeployments entries (every page).
-    :return: that ListEffectiveDeployments entry (``deploymentId``, ``deploymentName``, ``creationTimestamp``).
-    """
-    entries = [entry for response in responses.values() for entry in response.get("effectiveDeployments") or []
-               if entry.get("targetArn") == target_arn and entry.get("deploymentId") != deployment_id
-               and entry.get("deploymentName") != deployment_name]
-    failed = {e.get("deploymentId") for e in entries if e.get("coreDeviceExecutionStatus") in FAILED_IT}
-    done = [e for e in entries if e.get("coreDeviceExecutionStatus") in RUNS_IT and e.get("deploymentId") not in failed]
-    return max(done, key=_created) if done else None
-
-
-def rollback_request(previous: dict[str, Any], deployment_name: str, failed_deployment_id: str) -> dict[str, Any]:
-    """The CreateDeployment request that puts ``previous`` (a GetDeployment response) back on its target: its
-    components, deployment policies and IoT job configuration, named ``<deployment_name>``
-    + :data:`~sim2real.orchestration.hooks.greengrass.ROLLBACK_SUFFIX`, with the client token
-    ``<failed_deployment_id>-rollback`` (a resent request creates no second rollback)."""
-    return trim_none_values({
-        "targetArn": previous["targetArn"],
-        "deploymentName": f"{deployment_name}{ROLLBACK_SUFFIX}",
-        "clientToken": f"{failed_deployment_id}{ROLLBACK_SUFFIX}"[:64],
-        "components": previous.get("components") or {},
-        "deploymentPolicies": previous.get("deploymentPolicies") or {"failureHandlingPolicy": "ROLLBACK"},
-        "iotJobConfiguration": previous.get("iotJobConfiguration") or None,
-    })
-
-
-def start_rollback(hook: GreengrassV2Hook, deployment_id: str, deployment_name: str, target_arn: str,
-                   responses: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Roll the thing group ``target_arn`` back from ``deployment_id`` (named ``deployment_name``): CreateDeployment
-    of the group's last good release (:func:`last_good_deployment`, its components read with GetDeployment;
-    :func:`rollback_request`, whose client token makes a repeated request return the same rollback).
-
-    :param hook: the Greengrass hook (its ``conn``: GetDeployment, CreateDeployment).
-    :param responses: thing name → its ListEffectiveDeployments entries (every page), for the group's core devices.
-    :return: ``{"deployment_id", "deployment_name", "previous_deployment_id", "previous_deployment_name"}``,
-        or ``{"error": why}`` when there is no earlier release or the rollback could not be created.
-    """
-    previous = last_good_deployment(responses, deployment_id, deployment_name, target_arn)
-    if previous is None:
-        return {"error": "No automatic rollback: no robot of the group lists an earlier release it finished "
-                         "(ListEffectiveDeployments), so there is no release to go back to"}
-    name = previous.get("deploymentName") or previous["deploymentId"]
-    try:
-        request = rollback_request(hook.conn.get_deployment(deploymentId=previous["deploymentId"]),
-                                   deployment_name, deployment_id)
-        rollback_id = hook.conn.create_deployment(**request)["deploymentId"]
-    except Exception as error:  # noqa: BLE001 - named in the failure with both deployments
-        return {"error": f"The automatic rollback to {name} ({previous['deploymentId']}) could not be created: "
-                         f"{error}"}
-    return {"deployment_id": rollback_id, "deployment_name": request["deploymentName"],
-            "previous_deployment_id": previous["deploymentId"], "previous_deployment_name": name}
 
 
 def device_releases(responses: dict[str, dict[str, Any]], deployment_id: str, deployment_name: str,
@@ -211,8 +123,9 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
     runs now (this one when it had SUCCEEDED: a cancel does not undo it; its previous release when it failed and
     rolled back, ``failure_handling_policy="ROLLBACK"``, or never applied this one; still applying), and says
     when the fleet is left mixed. Under ``ROLLBACK``, when some robots run (or are still applying) the failed
-    release, the whole thing group is rolled back to its last good release (:func:`last_good_deployment`: the
-    newest other release to this group that robots finished and none failed, read from every page of
+    release, the whole thing group is rolled back to its last good release
+    (:func:`~sim2real.orchestration.hooks.greengrass.last_good_deployment`: the newest other release to this group
+    that robots finished and none failed, and no canary that was not promoted, read from every page of
     ListEffectiveDeployments), deployed again with its own components, policies and job configuration
     (GetDeployment → CreateDeployment named ``<deployment_name>-rollback``); its wait on the robots that ran the
     failed release is deferred too, and the task then fails saying they run the earlier release again, or, when
@@ -235,6 +148,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         (DescribeModelPackage) right before CreateDeployment: a package that is no longer ``Approved``
         (rejected, set back to PendingManualApproval after its approval) is refused and nothing is deployed.
         The status seen then is in the result and in XCom ``model_package_check``.
+    :param tags: CreateDeployment ``tags`` of the deployment (a reused ACTIVE deployment keeps its own).
     :return: ``{"deployment_id", "iot_job_id", "target_arn", "devices": {thing: status}}``, plus
         ``model_package_arn`` and ``model_approval_status`` (the status read before CreateDeployment) when a
         package was given.
@@ -268,9 +182,11 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
         waiter_max_attempts: int = 120,
         deployment_timeout_seconds: int | None = None,
         model_package_arn: str | None = None,
+        tags: dict[str, str] | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.tags = tags
         self.deployment_timeout_seconds = deployment_timeout_seconds
         self.model_package_arn = model_package_arn
         self.thing_group_name = thing_group_name
@@ -311,6 +227,7 @@ class GreengrassDeploymentOperator(AwsBaseOperator[GreengrassV2Hook]):
                         "components": components,
                         "deploymentPolicies": {"failureHandlingPolicy": self.failure_handling_policy},
                         "iotJobConfiguration": self.iot_job_configuration,
+                        "tags": self.tags or None,
                     }
                 )
             )["deploymentId"]

@@ -41,7 +41,10 @@ its last good release (`CreateDeployment`, waited for) when the whole interval f
 the window ends undecided, short of episodes or with a robot silent, and then fails naming the rate, the interval,
 the threshold and the episode count; the fleet group is not deployed. A canary group with no earlier release has
 nothing to go back to: the task fails saying so and the canary robots keep the release. Hands on the verdict's evidence (XCom
-`canary_verdict`: rate, interval, episodes, refused objects, per robot counts).
+`canary_verdict`: rate, interval, episodes, refused objects, per robot counts). The canary deployment carries its
+verdict as the tag `sim2real:field-verdict` (`pending` from its creation, then `promoted` or `rejected`,
+`TagResource`): a later rollback of the group never goes back to a canary that was not promoted, and the orphan
+sweep rolls back a dead run's canary still `pending`.
 
 **Canary review (form field `canary_review`; off by default: the verdict alone decides, `canary_review` succeeds at
 once).** On: `canary_verdict` still waits for the field episodes and computes its verdict, but does not roll back;

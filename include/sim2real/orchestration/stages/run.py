@@ -479,8 +479,7 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
     from airflow.sdk import task
 
     from sim2real.orchestration.links.mlflow import MlflowRunLink
-    from sim2real.orchestration.links.s3 import (S3EvalOutcomeLink, S3RoundSuccessLink, S3RunFolderLink,
-                                                 S3TrainingCurveLink)
+    from sim2real.orchestration.links.s3 import FIGURE_LINKS, S3RunFolderLink
 
     @task(task_id=ids.WRITE_LINEAGE, multiple_outputs=True, retries=1, execution_timeout=dt.timedelta(minutes=5),
           doc_md=WRITE_LINEAGE_DOC)
@@ -495,8 +494,8 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
     # The report is the run's teardown: it runs whatever failed upstream (once prepare_run succeeded), also
     # when the run is marked failed (teardowns are left to run); a report that cannot be written fails the run.
     lineage = write_lineage(plan["plan"]).as_teardown(setups=plan, on_failure_fail_dagrun=True)
-    lineage.operator.operator_extra_links = (S3RunFolderLink(), S3TrainingCurveLink(), S3EvalOutcomeLink(),
-                                             S3RoundSuccessLink(), MlflowRunLink())
+    lineage.operator.operator_extra_links = (S3RunFolderLink(), *(link() for link in FIGURE_LINKS.values()),
+                                             MlflowRunLink())
     leaves >> lineage
 
     @task(task_id=ids.RUN_OUTCOME, multiple_outputs=False, retries=0, execution_timeout=dt.timedelta(minutes=2),

@@ -3,8 +3,10 @@
 moto 5.2.5 has Greengrass v1 only; every ``greengrassv2`` call 404s. The sandbox registers REST
 routes under ``/greengrass/v2/...`` in moto's greengrass URL table and answers:
 CreateComponentVersion, DescribeComponent, GetComponent, ListComponents, ListComponentVersions,
-CreateDeployment, GetDeployment, ListDeployments, CancelDeployment, ListCoreDevices
-(``thingGroupArn`` filter), GetCoreDevice, ListEffectiveDeployments, ListInstalledComponents.
+CreateDeployment (with ``tags``), GetDeployment (returns them), ListDeployments, CancelDeployment, TagResource
+(``POST /tags/{resourceArn}`` with ``{"tags": {...}}``, 200 with an empty body: AWS IoT Greengrass V2 API Reference,
+TagResource; deployments only), ListCoreDevices (``thingGroupArn`` filter), GetCoreDevice, ListEffectiveDeployments,
+ListInstalledComponents.
 
 Each core device answers a new deployment: QUEUED → IN_PROGRESS → ``device_check(deployment,
 thing_name) -> (ok, reason)`` (pluggable; default succeeds) → SUCCEEDED or FAILED. On failure
@@ -48,6 +50,7 @@ ROUTES = [
     "{0}/greengrass/v2/coreDevices/(?P<thing>[^/]+)$",
     "{0}/greengrass/v2/coreDevices/(?P<thing>[^/]+)/effectiveDeployments$",
     "{0}/greengrass/v2/coreDevices/(?P<thing>[^/]+)/installedComponents$",
+    "{0}/tags/(?P<resource_arn>[^/]+)$",
 ]
 
 
@@ -124,7 +127,8 @@ class GreengrassResponder:
     # -- dispatch ------------------------------------------------------------------------------
     def dispatch(self, request: Any, full_url: str) -> tuple[int, dict[str, str], str]:
         parsed = urlparse(full_url)
-        parts = [unquote(p) for p in parsed.path.split("/") if p][2:]  # after greengrass/v2
+        parts = [unquote(p) for p in parsed.path.split("/") if p]
+        parts = parts if parts[:1] == ["tags"] else parts[2:]  # after greengrass/v2
         query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
         method = request.method
         raw = request.data
@@ -146,6 +150,8 @@ class GreengrassResponder:
 
     def _route(self, method: str, parts: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[str, Any, int]:
         head = parts[0] if parts else ""
+        if head == "tags" and len(parts) == 2 and method == "POST":
+            return "TagResource", self._tag_resource(parts[1], body.get("tags") or {}), 200
         if head == "createComponentVersion" and method == "POST":
             return "CreateComponentVersion", self._create_component_version(body), 201
         if head == "components":
@@ -376,6 +382,17 @@ class GreengrassResponder:
             if deployment is None:
                 raise GreengrassError(404, "ResourceNotFoundException", f"Deployment {deployment_id} not found")
             return dict(deployment)
+
+    def _tag_resource(self, resource_arn: str, tags: dict[str, str]) -> dict[str, Any]:
+        """TagResource of a deployment (``arn:aws:greengrass:<region>:<account>:deployments:<id>``): adds or
+        replaces ``tags`` (API Reference, TagResource); other resource types are not emulated."""
+        deployment_id = resource_arn.rsplit(":deployments:", 1)[-1] if ":deployments:" in resource_arn else None
+        with self.lock:
+            deployment = self.deployments.get(deployment_id or "")
+            if deployment is None:
+                raise GreengrassError(404, "ResourceNotFoundException", f"Resource {resource_arn} not found")
+            deployment["tags"] = {**deployment["tags"], **tags}
+        return {}
 
     def _list_deployments(self, query: dict[str, str]) -> dict[str, Any]:
         target = query.get("targetArn")
