@@ -101,10 +101,10 @@ def test_nightly_schedule_time_zone_comes_from_the_configuration(monkeypatch):
 
 @pytest.mark.parametrize("run_type, nodes, task", [("scheduled", 2, "Isaac-Velocity-Rough-H1-v0"),
                                                      ("manual", 1, "Reacher-v5"),
-                                                     # a new field dataset version: the form's values, as manual
-                                                     ("asset_triggered", 1, "Reacher-v5")])
-def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatch, run_type, nodes, task):
-    """prepare_run's own code: a scheduled run takes the config's run_defaults, a manual run the form's values;
+                                                     # a new field dataset version: as the nightly run
+                                                     ("asset_triggered", 2, "Isaac-Velocity-Rough-H1-v0")])
+def test_prepare_run_merges_run_defaults_for_unattended_runs_only(dag, monkeypatch, run_type, nodes, task):
+    """prepare_run's own code: a scheduled or asset-triggered run takes the config's run_defaults, a manual run the form's values;
     the gate reads its threshold from the plan, so the nightly values reach every stage."""
     import json
     from types import SimpleNamespace
@@ -122,7 +122,7 @@ def test_prepare_run_merges_run_defaults_for_scheduled_runs_only(dag, monkeypatc
                                                        run_type=run_type, conf={}), dag=dag)
     assert out["batch.num_nodes"] == nodes and out["checkpoint.task"] == task
     assert out["plan"]["params"]["num_nodes"] == nodes
-    expected_gate = 0.6 if run_type == "scheduled" else form["min_success_rate"]
+    expected_gate = 0.6 if run_type != "manual" else form["min_success_rate"]
     assert out["quality_gate.min_success_rate"] == expected_gate
 
 

@@ -16,9 +16,11 @@ PRODUCTION = {"task": "Isaac-Velocity-Rough-H1-v0", "num_nodes": 2, "max_iterati
 ENV = {**GOOD, "run_defaults": PRODUCTION}
 
 
-def test_a_scheduled_run_uses_run_defaults():
-    plan = plan_run(dag_id="sim_to_real", run_id="scheduled__2026-12-01T02:00:00+00:00", params=PARAMS, env=ENV,
-                    run_type="scheduled")
+@pytest.mark.parametrize("run_type", ["scheduled", "asset_triggered"])
+def test_a_run_nobody_filled_in_uses_run_defaults(run_type):
+    # the nightly run, and a run a new field dataset version started: nobody chose the form's values for them
+    plan = plan_run(dag_id="sim_to_real", run_id=f"{run_type}__2026-12-01T02:00:00+00:00", params=PARAMS, env=ENV,
+                    run_type=run_type)
     assert plan["batch"]["num_nodes"] == 2
     assert plan["batch"]["environment"]["TASK"] == "Isaac-Velocity-Rough-H1-v0"
     assert plan["batch"]["environment"]["MAX_ITERATIONS"] == "3000"
@@ -29,7 +31,7 @@ def test_a_scheduled_run_uses_run_defaults():
     assert plan["budget"]["max_budget_usd"] == 5000.0  # the estimate uses the production values too
 
 
-@pytest.mark.parametrize("run_type", ["manual", "backfill", "asset_triggered", None])
+@pytest.mark.parametrize("run_type", ["manual", "backfill", None])
 def test_other_runs_keep_the_forms_values(run_type):
     plan = plan_run(dag_id="sim_to_real", run_id="manual__1", params=PARAMS, env=ENV, run_type=run_type)
     assert plan["batch"]["num_nodes"] == 1 and plan["batch"]["environment"]["TASK"] == "Reacher-v5"

@@ -304,13 +304,19 @@ def _sweep_rule_errors(params: Mapping[str, Any], backend: str) -> list[str]:
     return errors
 
 
+#: Run types nobody chose the form's values for (Airflow's ``DagRunType`` values): they take ``run_defaults``.
+UNATTENDED_RUN_TYPES = ("scheduled", "asset_triggered")
+
+
 def apply_run_defaults(params: Mapping[str, Any], env: Mapping[str, Any], *, run_type: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The params a run uses: for a **scheduled** run, the environment config's ``run_defaults`` over the form's.
+    """The params a run uses: for a run nobody filled the form in for (**scheduled**, or **asset_triggered** by a new
+    field dataset version), the environment config's ``run_defaults`` over the form's.
 
     The form's defaults are sandbox-sized (a one-minute toy training); a nightly run on a real account
     needs production values (task, ``num_nodes``, ``max_iterations``, ``train_time_budget_seconds: 0``, …).
     Those come from the optional ``run_defaults`` object of the environment config and apply to
-    scheduled runs only (``dag_run.run_type == "scheduled"``); a manual run keeps the form's values.
+    those runs only (``dag_run.run_type`` ``"scheduled"`` or ``"asset_triggered"``, :data:`UNATTENDED_RUN_TYPES`); a
+    manual run keeps the form's values.
     Each value is checked against its field's JSON schema, as the trigger form would.
 
     :param params: the run's params (Airflow-validated).
@@ -321,7 +327,7 @@ def apply_run_defaults(params: Mapping[str, Any], env: Mapping[str, Any], *, run
         field refuses (every problem listed).
     """
     kind = str(getattr(run_type, "value", run_type) or "")
-    if kind != "scheduled":
+    if kind not in UNATTENDED_RUN_TYPES:
         return dict(params), {}
     defaults = env.get("run_defaults") or {}
     if not isinstance(defaults, Mapping):
