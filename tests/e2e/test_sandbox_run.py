@@ -83,13 +83,31 @@ def test_whole_loop_succeeds_with_a_consistent_lineage(tmp_path):
     # training curve (an episode of Reacher-v5 ends within the first rollout; `make demo` trains 100 iterations for
     # its gate); 20 evaluation episodes (the form's 100 estimate the success rate, which this test does not judge).
     # The release goes to the canary group (robot 1) first: its 10 field episodes in the demo's mild gap decide, at a
-    # field threshold of 0 (promoted whatever the toy policy scores), then the fleet group.
-    proc, summary = run_demo(tmp_path, "--seed", "3", "--eval-seed", "2000", "--field-episodes", "10", "--conf",
+    # field threshold of 0 (promoted whatever the toy policy scores), then the fleet group. The canary's robot records
+    # each episode's data (--field-round): the field data DAG publishes them as a field dataset version, and the loop
+    # runs again with that version in its fine-tune; the checks below read that second run, the first is checked too.
+    proc, summary = run_demo(tmp_path, "--seed", "3", "--eval-seed", "2000", "--field-episodes", "10", "--field-round",
+                             "--conf",
                              '{"min_success_rate": 0.0, "max_iterations": 2, "train_time_budget_seconds": 300, '
                              '"eval_episodes": 20, "canary_thing_group_name": "sim2real-robots-canary", '
                              '"canary_min_episodes": 10, "canary_window_minutes": 10, "field_min_success_rate": 0.0}')
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert summary["state"] == "success"
+    # Field data back into training: the first run's canary robot (robot 1) recorded its 10 episodes' data; they are
+    # the first field dataset version, and the second run's fine-tune took that version (the sandbox's
+    # TransformDataset read the manifest and checked every data file's sha256 before the pipeline went on).
+    rnd = summary["field_round"]
+    assert rnd["first_run_state"] == "success" and rnd["publish_state"] == "success", rnd
+    assert [e["event"] for e in rnd["first_run_notifications"]] == ["approval_needed", "deployed"]
+    dataset = rnd["dataset"]
+    assert dataset["episodes"] == dataset["new_episodes"] == 10 and dataset["parent_version"] is None, dataset
+    assert dataset["manifest_uri"] == (f"s3://sim2real-artifacts-123456789012/field/datasets/"
+                                       f"{dataset['dataset_version']}/manifest.json")
+    used = summary["lineage"]["stages"]["field_dataset"]
+    assert used["dataset_version"] == dataset["dataset_version"] and used["manifest_uri"] == dataset["manifest_uri"]
+    assert used["episodes"] == 10 and used["frames"] == dataset["frames"] > 10, used
+    assert summary["lineage"]["params"]["field_dataset_version"] == "latest"
+    assert f"field dataset {dataset['dataset_version']}" in proc.stdout.lower() or dataset["dataset_version"] in proc.stdout
     # The run note's in-process API logs in nobody: no generated admin password in the demo's output (before:
     # "Simple auth manager | Password for user 'admin': ..." in every demo's log).
     assert "Password for user" not in proc.stdout + proc.stderr

@@ -114,6 +114,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                          f"(default {DEMO_FIELD_GAP}); each robot runs --field-episodes episodes and uploads them")
     ap.add_argument("--field-episodes", type=_count, default=DEMO_FIELD_EPISODES,
                     help=f"field episodes each robot runs after each deployment (default {DEMO_FIELD_EPISODES})")
+    ap.add_argument("--field-round", action="store_true",
+                    help="close the loop on the robots: after the run, publish the field episodes its canary robots "
+                         "recorded as a field dataset version (the sim_to_real_field_data DAG), then run the loop "
+                         "again with that version in the GR00T fine-tune (field_dataset_version 'latest': what the "
+                         "asset event starts on Airflow); needs the canary")
     ap.add_argument("--no-canary", dest="canary", action="store_false",
                     help="release to the whole thing group at once (default: the canary group first, judged on its "
                          "robots' field episodes: DEMO_CANARY)")
@@ -177,6 +182,45 @@ def load_dag():
 def run_dag(run_conf: dict[str, Any]):
     """``dag.test()`` the parsed ``sim_to_real`` DAG (:func:`load_dag`) with ``run_conf``."""
     return load_dag().test(run_conf=run_conf)
+
+
+def run_field_data_dag(min_new_episodes: int = 1):
+    """``dag.test()`` of ``dags/sim_to_real_field_data.py`` (parsed with a DagBag): publish the next field dataset
+    version once at least ``min_new_episodes`` new episodes with data are in the bucket.
+
+    :raises SystemExit: naming the import errors when the file does not parse.
+    """
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real_field_data.py"))
+    if bag.import_errors:
+        raise SystemExit(f"DAG import errors: {bag.import_errors}")
+    return bag.dags["sim_to_real_field_data"].test(run_conf={"min_new_episodes": min_new_episodes})
+
+
+def field_round(run_conf: dict[str, Any], first) -> tuple[dict[str, Any], list]:
+    """``--field-round``: after ``first`` (a finished run whose canary robots recorded their episodes), publish the
+    field dataset (:func:`run_field_data_dag`) and run the loop again with ``field_dataset_version: "latest"``.
+
+    :return: ``(what happened: the first run's id, state and tasks, the publishing run's state and its asset event's
+        extra, the conf of the second run; the second run's DAG runs (:func:`run_rounds`), [] when nothing was
+        published)``.
+    """
+    published = run_field_data_dag()
+    events = asset_events(published)
+    out = {"first_run_id": first.run_id, "first_run_state": str(getattr(first.state, "value", first.state)),
+           "first_run_tasks": task_table(first), "first_run_note": run_note(first),
+           "publish_state": str(getattr(published.state, "value", published.state)),
+           "dataset": events[-1]["extra"] if events else None}
+    if not events:
+        print(f"[demo] field round: {published.dag_id} published no field dataset version "
+              f"({out['publish_state']}); no second run")
+        return out, []
+    print(f"[demo] field round: field dataset {out['dataset'].get('dataset_version')} published "
+          f"({out['dataset'].get('episodes')} episodes, {out['dataset'].get('frames')} frames); running the loop again "
+          "with it in the GR00T fine-tune")
+    out["conf"] = {**run_conf, "field_dataset_version": "latest"}
+    return out, run_rounds(out["conf"])
 
 
 def next_round_run(dag_run):
@@ -344,6 +388,10 @@ def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.field_round and not args.canary:
+        print("[demo] --field-round needs the canary: only the canary's robots record their episodes' data",
+              file=sys.stderr)
+        return 2
     if args.canary and args.field_episodes == 0:
         print("[demo] --field-episodes 0 leaves the canary with no episode to judge: it would be rolled back after its "
               "window; give at least 1, or --no-canary", file=sys.stderr)
@@ -407,8 +455,14 @@ def main(argv: list[str] | None = None) -> int:
                             description=f"{args.decision.lower()} by the demo's emulated reviewer")
         inbox = subscribe_notifications(sandbox, env_config)
         approver.start()
+        round_summary = None
         try:
             dag_runs = run_rounds(conf)
+            if args.field_round:
+                first_notifications = read_notifications(sandbox, inbox)  # the second run's are read below
+                round_summary, second = field_round(conf, dag_runs[-1])
+                round_summary["first_run_notifications"] = first_notifications
+                dag_runs = second or dag_runs
         finally:
             approver.cancel()
         dag_run = dag_runs[-1]  # the last round decides the loop (the only run without retraining rounds)
@@ -418,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["round_runs"] = [{"run_id": r.run_id, "state": str(getattr(r.state, "value", r.state)),
                                   "tasks": task_table(r), "note": run_note(r)} for r in dag_runs]
         summary["notifications"] = read_notifications(sandbox, inbox)
+        summary["field_round"] = round_summary
         summary["asset_events"] = asset_events(dag_run)
         summary["run_folder_link"] = run_folder_link(dag_run)
         summary["figure_links"] = figure_links(dag_run)
@@ -427,6 +482,14 @@ def main(argv: list[str] | None = None) -> int:
         summary["mlflow"] = mlflow_summary(sandbox, summary.get("lineage_uri"))
     elapsed = time.monotonic() - started
 
+    fr = summary.get("field_round")
+    if fr:
+        print(f"[demo] field round: first run {fr['first_run_id']}: {fr['first_run_state']}; "
+              f"sim_to_real_field_data: {fr['publish_state']}, field dataset "
+              f"{json.dumps(fr['dataset'], sort_keys=True) if fr['dataset'] else 'none'}")
+        used = ((summary.get("lineage") or {}).get("stages") or {}).get("field_dataset")
+        print(f"[demo] field round: the second run's fine-tune included "
+              f"{json.dumps(used, sort_keys=True) if used else 'no field dataset'}")
     for earlier in summary["round_runs"][:-1]:
         print(f"[demo] earlier round: run {earlier['run_id']}: {earlier['state']}")
     _print_table(f"sim_to_real run {dag_run.run_id}: {state.upper()}", ("task", "state", "duration (s)"),
@@ -470,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({**summary, "state": state, "tasks": rows,
                                                    "elapsed_s": elapsed}, indent=2, default=str))
-    ok = state == "success" and summary["checks_ok"]
+    ok = state == "success" and summary["checks_ok"] and (not args.field_round or bool(
+        ((summary.get("lineage") or {}).get("stages") or {}).get("field_dataset")))
     return 0 if ok else 1
 
 
