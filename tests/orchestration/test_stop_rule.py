@@ -13,6 +13,7 @@ import datetime as dt
 from types import SimpleNamespace
 
 import pytest
+from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
 
 from sim2real.orchestration import stop_rule
 from sim2real.orchestration.triggers.base import StepWaitTrigger, _user_action_message
@@ -24,6 +25,7 @@ class SlowStopTrigger(StepWaitTrigger):
     """A wait whose stop takes ``stop_seconds`` (a connection built, a TerminateJob under load): several of the
     triggerer's repeated cancels (:func:`_as_the_triggerer_does`, every 0.2 s here) arrive while it runs."""
 
+    aws_hook_class = BatchClientHook
     stop_seconds = 0.7
 
     def __init__(self) -> None:

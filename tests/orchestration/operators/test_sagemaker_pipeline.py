@@ -48,10 +48,10 @@ def _pipeline(sm, name):
     sm.create_pipeline(PipelineName=name, PipelineDefinition=json.dumps(DEFINITION), RoleArn=ROLE, ClientRequestToken=f"{name:-<32}")
 
 
-def _set_status(arn, status):
+def _set_status(arn, status, region=REGION):
     from moto.sagemaker.utils import get_pipeline_execution_from_arn
 
-    backend = sagemaker_backends[ACCOUNT][REGION]
+    backend = sagemaker_backends[ACCOUNT][region]
     get_pipeline_execution_from_arn(backend.pipelines, arn).pipeline_execution_status = status
 
 
@@ -335,3 +335,23 @@ def test_trigger_serializes_round_trip():
     assert path == "sim2real.orchestration.triggers.sagemaker.PipelineExecutionTrigger"
     again = PipelineExecutionTrigger(**kwargs)
     assert again.serialize() == (path, kwargs)
+
+
+def test_the_deferred_wait_keeps_the_tasks_region_verify_and_botocore_config(moto_endpoint, context):
+    """The triggerer polls with the task's own AWS settings, not the connection's defaults (the provider fixed the
+    same for its SageMaker operators in 9.36.0, apache/airflow#71857): they cross into the trigger's serialized
+    payload and build its hook."""
+    region, config = "eu-west-1", {"retries": {"max_attempts": 9}}
+    sm = boto3.client("sagemaker", region_name=region, endpoint_url=moto_endpoint)
+    _pipeline(sm, "p-region")
+    arn = sm.start_pipeline_execution(PipelineName="p-region", PipelineExecutionDisplayName="run-g1")["PipelineExecutionArn"]
+    _set_status(arn, "Executing", region)
+    op = PipelineExecutionOperator(task_id="x", pipeline_name="p-region", display_name="run-g1", region_name=region,
+                                   verify=False, botocore_config=config)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    _, kwargs = deferred.value.trigger.serialize()
+    assert (kwargs["pipeline_execution_arn"], kwargs["region_name"], kwargs["verify"], kwargs["botocore_config"]) == (
+        arn, region, False, config)
+    hook = PipelineExecutionTrigger(**kwargs).hook()
+    assert (hook.region_name, hook.verify, hook.config.retries) == (region, False, config["retries"])

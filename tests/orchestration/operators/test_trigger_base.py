@@ -12,6 +12,7 @@ import inspect
 import pkgutil
 
 import pytest
+from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
 
 import sim2real.orchestration.triggers
@@ -64,3 +65,37 @@ def test_a_wait_field_is_declared_once_and_checked():
         CodeBuildBuildCompleteTrigger(build="p:1")
     with pytest.raises(TypeError, match=r"missing required keyword argument\(s\) \['build_id'\]"):
         CodeBuildBuildCompleteTrigger()
+
+
+def test_a_trigger_that_cannot_build_its_hook_is_refused_when_its_class_is_created():
+    """No ``aws_hook_class`` and no ``hook()`` of its own, or an ``aws_hook_class`` that is no AWS hook: a DAG
+    import error, not a failure in the triggerer after the task deferred. The provider refuses such a subclass
+    from 9.37.0 on (apache/airflow#72171), but not one that inherits a ``hook()`` override, as ours do."""
+    from sim2real.orchestration.waits.codebuild import codebuild_build_step
+
+    with pytest.raises(AttributeError, match="NoHook sets no aws_hook_class and does not override hook()"):
+        type("NoHook", (StepWaitTrigger,), {"step_function": staticmethod(codebuild_build_step)})
+    with pytest.raises(AttributeError, match="NamedHook.aws_hook_class is 'CodeBuildHook', not an AwsGenericHook"):
+        type("NamedHook", (StepWaitTrigger,), {"aws_hook_class": "CodeBuildHook"})
+    # a base for other triggers, and a trigger with its own hook(), need none
+    assert type("WaitBase", (StepWaitTrigger,), {}, base=True).hook is AwsHookWaiterTrigger.hook
+    own = type("OwnHook", (StepWaitTrigger,), {"hook": lambda self: S3Hook(**self._hook_parameters)})
+    assert isinstance(own(region_name="eu-west-1").hook(), S3Hook)
+
+
+def test_a_hook_that_needs_more_than_the_connection_gets_it_through_hook_parameters():
+    """``_hook_parameters`` is what a trigger overrides when its hook takes more than the connection parameters (the
+    provider's trigger base offers the same from 9.37.0 on, for ``EmrContainerHook``'s ``virtual_cluster_id``)."""
+    from airflow.providers.amazon.aws.hooks.emr import EmrContainerHook
+
+    class VirtualClusterWait(StepWaitTrigger):
+        aws_hook_class = EmrContainerHook
+        fields = {"virtual_cluster_id": REQUIRED}
+
+        @property
+        def _hook_parameters(self):
+            return {**super()._hook_parameters, "virtual_cluster_id": self.virtual_cluster_id}
+
+    hook = VirtualClusterWait(virtual_cluster_id="vc-1", region_name="eu-west-1", verify=False).hook()
+    assert (type(hook), hook.virtual_cluster_id, hook.region_name, hook.verify) == (EmrContainerHook, "vc-1",
+                                                                                     "eu-west-1", False)

@@ -1,10 +1,10 @@
 """The base of the project's AWS waiter triggers: the provider's ``AwsBaseWaiterTrigger`` with its hook built
 from ``aws_hook_class``.
 
-``AwsBaseWaiterTrigger.hook()`` is abstract in apache-airflow-providers-amazon up to 9.34.0, the version the
-Amazon MWAA 3.3.1 image ships; later releases build the hook from ``aws_hook_class``. A trigger that only
-sets ``aws_hook_class`` cannot be instantiated on 9.34.0 (``TypeError: Can't instantiate abstract class``), so
-every deferred wait would fail there. This class implements ``hook()`` the way both versions expect.
+``AwsBaseWaiterTrigger.hook()`` is abstract in apache-airflow-providers-amazon up to 9.36.0 (the Amazon MWAA 3.3.1
+image ships 9.34.0); from 9.37.0 on it builds the hook from ``aws_hook_class`` (apache/airflow#72171). A trigger
+that only sets ``aws_hook_class`` cannot be instantiated on 9.34.0 (``TypeError: Can't instantiate abstract
+class``), so every deferred wait would fail there. This class implements ``hook()`` the way both versions expect.
 """
 
 from __future__ import annotations
@@ -55,29 +55,48 @@ class AwsHookWaiterTrigger(AwsBaseWaiterTrigger):
     """``AwsBaseWaiterTrigger`` whose ``hook()`` is ``aws_hook_class`` built from the serialized connection
     parameters (connection id, region, SSL verification, botocore config).
 
-    Subclasses set ``aws_hook_class`` to an ``AwsGenericHook`` subclass.
+    Subclasses set ``aws_hook_class`` to an ``AwsGenericHook`` subclass, or override :meth:`hook`; a base class
+    for other triggers says so with the class keyword ``base=True`` (``class StepWaitTrigger(AwsHookWaiterTrigger,
+    base=True)``).
 
-    :raises AttributeError: on use, when the subclass sets no ``aws_hook_class``.
+    :raises AttributeError: when the class is created (the import of its module, so a DAG import error): a
+        class that is not a base, with no ``aws_hook_class`` and no :meth:`hook` of its own, or an
+        ``aws_hook_class`` that is not an ``AwsGenericHook`` subclass. The provider rejects such an
+        ``AwsBaseWaiterTrigger`` subclass the same way from 9.37.0 on (apache/airflow#72171), but only one that
+        leaves ``hook()`` as the provider's, and this class overrides it: without this check the error would come
+        from :meth:`hook`, in the triggerer, after the task deferred.
     """
 
     aws_hook_class: type[AwsGenericHook]
 
+    def __init_subclass__(cls, base: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hook_class = getattr(cls, "aws_hook_class", None)
+        if hook_class is not None and not (isinstance(hook_class, type) and issubclass(hook_class, AwsGenericHook)):
+            raise AttributeError(f"{cls.__name__}.aws_hook_class is {hook_class!r}, not an AwsGenericHook subclass")
+        if hook_class is None and not base and cls.hook is AwsHookWaiterTrigger.hook:
+            raise AttributeError(f"{cls.__name__} sets no aws_hook_class and does not override hook(): the "
+                                 "triggerer could not build its hook")
+
     @property
     def _hook_parameters(self) -> dict[str, Any]:
         """The hook constructor's keywords from the serialized parameters (also for other hooks a trigger
-        builds, e.g. CloudWatch Logs for progress lines). Provider 9.34.0 has no such property."""
+        builds, e.g. CloudWatch Logs for progress lines). The provider has the same property from 9.37.0 on."""
         return {"aws_conn_id": self.aws_conn_id, "region_name": self.region_name,
                 "verify": self.verify, "config": self.botocore_config}
 
     def hook(self) -> AwsGenericHook:
-        """The hook of ``aws_hook_class`` for this trigger's connection, region, verify and botocore config."""
+        """The hook of ``aws_hook_class`` for this trigger's connection, region, verify and botocore config.
+
+        :raises AttributeError: on an instance of a base class (``base=True``) that sets no ``aws_hook_class``.
+        """
         hook_class = getattr(type(self), "aws_hook_class", None)
         if hook_class is None:
             raise AttributeError(f"{type(self).__name__}.aws_hook_class is not set")
         return hook_class(**self._hook_parameters)
 
 
-class StepWaitTrigger(AwsHookWaiterTrigger):
+class StepWaitTrigger(AwsHookWaiterTrigger, base=True):
     """A wait run by the wait core: ``step_function`` decides each response, :func:`~sim2real.orchestration.waits.core.drive`
     runs it, and the trigger yields ONE event (``status``: ``success`` / ``failure`` / ``timeout``).
 
