@@ -35,11 +35,14 @@ class FieldEpisodes:
         uploaded), ordered by key.
     :ivar refused: ``{reason: count}`` for every reason of :data:`REASONS` (0 when none).
     :ivar refusals: ``(key, reason, detail)`` of each refused object, ordered by key (detail: what was wrong).
+    :ivar earlier_objects: objects uploaded before the window (``LastModified``), not read: the robots' history,
+        no refusal (only with ``uploaded_not_before``).
     """
 
     accepted: list[dict[str, Any]] = field(default_factory=list)
     refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     refusals: list[tuple[str, str, str]] = field(default_factory=list)
+    earlier_objects: int = 0
 
     def refuse(self, key: str, reason: str, detail: str) -> None:
         self.refused[reason] += 1
@@ -74,7 +77,8 @@ def read_episode_objects(s3_hook_or_client: Any, bucket: str, prefix: str, out: 
     Lists each root (``ListObjectsV2``, every page), reads each object (``GetObject``) and refuses, into ``out``:
     an object that is not JSON, not the schema or not under the key its content names (``malformed``), a copy of an
     episode under another key (``duplicated``; the episode under its own key is kept) and, with
-    ``uploaded_not_before``, an object uploaded (``LastModified``) before it (``early``, not read).
+    ``uploaded_not_before``, an object uploaded (``LastModified``) before it is not read and only counted
+    (``out.earlier_objects``: the robots' history, no refusal).
 
     :param s3_hook_or_client: an Airflow ``S3Hook`` (its ``get_conn()``) or a boto3 S3 client.
     :param prefix: the key prefix (``""`` or ending in ``/``); ``roots``: the key prefixes listed (default
@@ -91,8 +95,7 @@ def read_episode_objects(s3_hook_or_client: Any, bucket: str, prefix: str, out: 
     for obj in sorted(objects, key=lambda obj: obj["Key"]):
         key = obj["Key"]
         if uploaded_not_before is not None and obj["LastModified"] < uploaded_not_before:
-            out.refuse(key, "early", f"uploaded {obj['LastModified'].isoformat()}, before the window "
-                                     f"({uploaded_not_before.isoformat()}): not read")
+            out.earlier_objects += 1  # the robot's history: its episode ended before the window
             continue
         doc, problems = _read(client, bucket, key)
         if problems:
@@ -138,8 +141,9 @@ def collect_field_episodes(s3_hook_or_client: Any, bucket: str, prefix: str, *, 
     :param not_after: the window's end, the same (inclusive).
     :param thing_folders_only: list only the folders of ``thing_names`` (``<prefix>field/episodes/<thing>/``)
         instead of every robot's: the other robots' objects are not read nor counted.
-    :param skip_uploaded_before: refuse an object uploaded (``LastModified``) before ``not_before`` as ``early``
-        without reading it (its episode ended before the window): a robot's history is not read again.
+    :param skip_uploaded_before: count an object uploaded (``LastModified``) before ``not_before`` in
+        ``earlier_objects`` without reading it (its episode ended before the window): a robot's history is not read
+        again, nor refused.
     :return: :class:`FieldEpisodes` (accepted documents, counts by reason, each refusal with its key).
     :raises ValueError: a prefix not ending in ``/``, a bound without a time zone, ``not_after`` before
         ``not_before``. botocore's ``ClientError``: listing or reading failed (e.g. AccessDenied).
