@@ -68,3 +68,10 @@ def test_the_provisioned_line_names_the_canary_thing_group():
                     f"sim2real-robots, canary thing group {CANARY_THING_GROUP}")
     assert provisioned_line("http://127.0.0.1:5000", env, canary=False).endswith(
         f"canary thing group {CANARY_THING_GROUP} (not used: --no-canary)")
+
+
+def test_a_field_round_without_a_canary_is_refused_before_anything_starts(capsys):
+    from sim2real.dev.demo import main
+
+    assert main(["--field-round", "--no-canary", "--no-mlflow"]) == 2
+    assert "--field-round needs a canary" in capsys.readouterr().err

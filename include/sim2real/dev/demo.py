@@ -388,10 +388,6 @@ def _print_table(title: str, header: tuple[str, ...], rows: list[tuple[Any, ...]
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    if args.field_round and not args.canary:
-        print("[demo] --field-round needs the canary: only the canary's robots record their episodes' data",
-              file=sys.stderr)
-        return 2
     if args.canary and args.field_episodes == 0:
         print("[demo] --field-episodes 0 leaves the canary with no episode to judge: it would be rolled back after its "
               "window; give at least 1, or --no-canary", file=sys.stderr)
@@ -402,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
                      args.eval_seed if args.eval_seed is not None else eval_seed, json.loads(args.conf), args.canary)
     if args.sweep:
         conf = {**sweep_conf(int(conf["seed"])), **conf}  # --conf still wins
+    if args.field_round and not conf.get("canary_thing_group_name"):
+        print("[demo] --field-round needs a canary (no --no-canary, or a canary_thing_group_name in --conf): only the "
+              "canary's robots record their episodes' data", file=sys.stderr)
+        return 2
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     home = Path(args.home) if args.home else REPO_ROOT / ".sandbox" / f"airflow-{stamp}"
     if home.exists():
@@ -450,16 +450,22 @@ def main(argv: list[str] | None = None) -> int:
 
         from sim2real.dev.sandbox import Approver
 
-        approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
-                            decision=args.decision,
-                            description=f"{args.decision.lower()} by the demo's emulated reviewer")
+        def start_approver() -> Approver:  # decides one model package: one per run that registers one
+            approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
+                                decision=args.decision,
+                                description=f"{args.decision.lower()} by the demo's emulated reviewer")
+            approver.start()
+            return approver
+
         inbox = subscribe_notifications(sandbox, env_config)
-        approver.start()
+        approver = start_approver()
         round_summary = None
         try:
             dag_runs = run_rounds(conf)
             if args.field_round:
                 first_notifications = read_notifications(sandbox, inbox)  # the second run's are read below
+                approver.cancel()
+                approver = start_approver()
                 round_summary, second = field_round(conf, dag_runs[-1])
                 round_summary["first_run_notifications"] = first_notifications
                 dag_runs = second or dag_runs
