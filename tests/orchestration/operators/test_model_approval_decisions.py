@@ -186,6 +186,51 @@ def test_a_registry_reject_30ms_before_the_airflow_approve_stands_and_the_approv
     assert entry["triggered_by"] == "alice" and entry["refused"][0]["status"] == "Approved"
 
 
+def test_the_same_refused_answer_seen_twice_is_one_refusal(moto_endpoint, sm, store, requests, monkeypatch):
+    # bob's Approve (30 ms after carol's Reject) resumes the task through the core API's update_hitl_detail and is
+    # refused; the trigger that read the same answer before the request was reopened then delivers it once more
+    # (its late event reaches the new deferral: on SQLite the reopened wait's trigger can get the old trigger's id).
+    arn, rejected_at, context = rejected_in_studio(monkeypatch, sm, store, "g-order-twice")
+    op = operator("g-order-twice", "r1")
+    bob = answer("Approve", "bob", rejected_at + dt.timedelta(milliseconds=30))
+    with pytest.raises(TaskDeferred):
+        op.execute_complete(context, {**bob, "model_package_arn": arn})  # the core API's resume
+    stale = {key: bob[key] for key in ("chosen_options", "params_input", "responded_by_user", "responded_at")}
+    with pytest.raises(TaskDeferred) as deferred:  # the old trigger's event, the same HITL response
+        op.execute_complete(context, {"status": "success", "via": "airflow", "model_package_arn": arn,
+                                      "message": "answered in Airflow; the registry is Rejected", "hitl_response": stale})
+    (refusal,) = store.rows[REFUSED_KEY]
+    assert (refusal["by"], refusal["via"], refusal["status"]) == ("bob", "airflow", "Approved")
+    (note,) = deferred.value.trigger.refused  # the closing note names it once
+    assert note.startswith("Approve by bob in airflow")
+    # A different answer of bob's (another responded_at) is another refusal.
+    with pytest.raises(TaskDeferred):
+        op.execute_complete(context, {**answer("Approve", "bob", rejected_at + dt.timedelta(seconds=5)),
+                                      "model_package_arn": arn})
+    assert len(store.rows[REFUSED_KEY]) == 2
+    with pytest.raises(AirflowFailException, match="Rejected in sagemaker"):
+        op.execute_complete(context, {"status": "failure", "message": "Rejected", "via": "sagemaker",
+                                      "model_package_arn": arn, "approval_status": "Rejected"})
+    decision = context["ti"].xcom[DECISION_XCOM]
+    assert [(r["by"], r["at"]) for r in decision["refused"]] == [
+        ("bob", (rejected_at + dt.timedelta(milliseconds=30)).isoformat()),
+        ("bob", (rejected_at + dt.timedelta(seconds=5)).isoformat())]
+    assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "Rejected"
+
+
+def test_a_four_eyes_refusal_seen_twice_is_one_refusal(moto_endpoint, sm, store, requests, monkeypatch):
+    environment(monkeypatch)
+    arn = register(sm, "g-4eyes-twice", "r1")
+    context = context_for(store, triggered_by="alice")
+    for _ in range(2):  # the same answer of alice's, delivered twice
+        with pytest.raises(TaskDeferred):
+            operator("g-4eyes-twice", "r1").execute_complete(
+                context, {**answer("Approve", "alice", NOW), "model_package_arn": arn})
+    (refusal,) = store.rows[REFUSED_KEY]
+    assert refusal["by"] == "alice" and "triggered this run" in refusal["reason"]
+    assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "PendingManualApproval"
+
+
 def test_an_airflow_approve_30ms_before_a_registry_reject_stands_and_the_reject_is_refused(
         moto_endpoint, sm, store, requests, monkeypatch):
     arn, rejected_at, context = rejected_in_studio(monkeypatch, sm, store, "g-order-2")

@@ -332,13 +332,24 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
 
     def _refuse(self, context: Context, refusal: dict[str, Any], keep_answer: bool = False) -> list[dict[str, Any]]:
         """Record a refused answer (task state store, the lineage's ``refused``; logged); forget the stored
-        Airflow answer unless ``keep_answer``. Returns every refusal so far."""
+        Airflow answer unless ``keep_answer``. Returns every refusal so far.
+
+        Idempotent: an answer already recorded (same :func:`refusal_key`: who, where, what, when) is not recorded
+        again. The same Airflow answer can resume the task twice: once through the core API's ``update_hitl_detail``
+        and once more through the event of the trigger that read it before the request was reopened (on SQLite
+        the next deferral's trigger can get that trigger's id back, and the triggerer then delivers its late event
+        to the new deferral)."""
         store = TaskStore(context, self.log)
-        refused = [*(store.get(REFUSED_KEY) or []), refusal]
-        store.set(REFUSED_KEY, refused)
+        known = list(store.get(REFUSED_KEY) or [])
+        if any(refusal_key(r) == refusal_key(refusal) for r in known):
+            self.log.info("Already refused, seen again: %s", refusal_note(refusal))
+            refused = known
+        else:
+            refused = [*known, refusal]
+            store.set(REFUSED_KEY, refused)
+            self.log.warning("REFUSED: %s", refusal_note(refusal))
         if not keep_answer:
             store.delete(ANSWER_KEY)
-        self.log.warning("REFUSED: %s", refusal_note(refusal))
         return refused
 
     def _decided_in_airflow(self, context: Context, arn: str, answer: dict[str, Any]) -> dict[str, Any]:
@@ -451,6 +462,13 @@ def _with_suffix(text: str, suffix: str) -> str:
     """``text + suffix`` cut to :data:`APPROVAL_DESCRIPTION_MAX` characters (only the suffix is cut)."""
     room = APPROVAL_DESCRIPTION_MAX - len(text)
     return text + (suffix if len(suffix) <= room else suffix[:max(0, room - 1)] + "…")
+
+
+def refusal_key(refusal: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two refusals the same answer: ``(via, by, status, at)`` (for an Airflow answer: the responding
+    user, the chosen option and the HITL response's ``responded_at``; for a registry decision: its identity, status
+    and ``LastModifiedTime``). The reason is left out: the same answer refused again reads the same."""
+    return tuple(refusal.get(k) for k in ("via", "by", "status", "at"))
 
 
 def refusal_note(refusal: Mapping[str, Any]) -> str:
