@@ -306,6 +306,21 @@ def test_a_refused_answer_leaves_the_request_open_and_the_package_pending(
     assert [r["by"] for r in decision["refused"]] == [user]
 
 
+def test_a_retry_waits_with_the_refusals_an_earlier_try_recorded(moto_endpoint, sm, store, requests, monkeypatch):
+    """A retry of the step (the request already written) defers again; its trigger closes the request with a note that
+    names the refused answers, so the retry's trigger must get the refusals the earlier try stored (before: none)."""
+    environment(monkeypatch, {})
+    arn = register(sm, "g-retry", "r1")
+    context = context_for(store, triggered_by="alice")
+    with pytest.raises(TaskDeferred):
+        operator("g-retry", "r1").execute_complete(context, {**answer("Approve", "alice", NOW), "model_package_arn": arn})
+    (refusal,) = store.rows[REFUSED_KEY]
+    store.rows[REQUEST_KEY] = {"assigned_users": [], "triggered_by": "alice"}  # the earlier try wrote the request
+    with pytest.raises(TaskDeferred) as retried:
+        operator("g-retry", "r1").execute(context)
+    assert len(retried.value.trigger.refused) == 1 and "alice triggered this run" in retried.value.trigger.refused[0]
+
+
 def test_self_approval_is_allowed_only_when_the_config_says_so(moto_endpoint, sm, store, requests, monkeypatch):
     environment(monkeypatch, {"self_approval": True})
     arn = register(sm, "g-self", "r1")

@@ -239,7 +239,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
             # trigger reads that answer and the registry, and the step orders them by time as on the first try.
             self.log.info("The release request was written by an earlier try: waiting for its answer without "
                           "asking again")
-            return self._defer(context, arn)
+            return self._defer(context, arn, store.get(REFUSED_KEY) or [])  # its closing note names them too
         if self._settled(package):
             self.log.info("Model package %s is already %s in the registry", arn, package.get("ModelApprovalStatus"))
             return self._decided_in_sagemaker(context, package)
