@@ -109,10 +109,10 @@ def test_promote_returns_the_evidence_with_the_decision(moto_endpoint, group_arn
     assert context["ti"].xcom[DECISION_XCOM] == decision
 
 
-def abort(op, context, group_arn, create_fails=False):
+def abort(op, context, group_arn, create_fails=False, rollback_status="QUEUED"):
     """Abort: exactly the canary group's rollback is created (Stubber), and the task defers on its wait."""
     with Stubber(op.hook.conn) as stub:
-        stub_rollback(stub, group_arn, create_fails)
+        stub_rollback(stub, group_arn, create_fails, rollback_status)
         with pytest.raises((TaskDeferred, AirflowFailException)) as outcome:
             op.execute_complete(context, {**answer("Reject", "arm-2 drops the cube"),
                                           "responded_at": "2026-12-04T09:30:00+00:00"})
@@ -153,12 +153,14 @@ def test_a_retry_after_an_abort_completes_it_and_never_asks_again(moto_endpoint,
     retry["ti"].xcom["canary_verdict"] = dict(EVIDENCE)
     op = operator()
     with Stubber(op.hook.conn) as stub:
-        stub_rollback(stub, group_arn)
-        with pytest.raises(TaskDeferred) as deferred:
-            op.execute(retry)
+        stub_rollback(stub, group_arn, rollback_status="SUCCEEDED")  # the robots finished it meanwhile
+        with pytest.raises(AirflowFailException) as err:
+            op.execute(retry)  # settled: no deferral whose trigger would fire at once
         stub.assert_no_pending_responses()
-    assert requests == [] and deferred.value.method_name == "rollback_complete"
-    assert deferred.value.trigger.deployment_id == RB
+    assert requests == []
+    assert str(err.value).startswith(f"Canary {CANARY} (sim2real-k-canary) on thing group {GROUP!r} aborted in "
+                                     "Airflow by alice at 2026-12-04T09:30:00+00:00: arm-2 drops the cube. Rolled "
+                                     f"back: deployment {RB}"), str(err.value)
     decision = retry["ti"].xcom[DECISION_XCOM]
     assert (decision["decided_by"], decision["status"], decision["comment"]) == ("alice", "Abort",
                                                                                  "arm-2 drops the cube")
