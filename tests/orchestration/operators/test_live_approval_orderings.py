@@ -386,9 +386,12 @@ def test_d_a_person_aborts_the_canary_in_airflow_and_it_is_rolled_back(stack, tm
         "field_min_success_rate": 0.0, "canary_review": True})
     request = airflow.wait(lambda: (lambda r: r if r and r["task_instance"]["state"] == "awaiting_input" else None)(
         _request(airflow, run_id, RELEASE_DAG, "canary_review")), 420, "the canary review's request, awaiting input")
-    # a person reads the evidence first; an answer within a second of the request meets Airflow 3.3.1's fast-resume
-    # race (the resumed try failed from the parked try's stale exit, the retry asks again: see the report of (b))
-    time.sleep(5)
+    # bob answers once the scheduler has processed the parked try's exit. An earlier answer meets Airflow 3.3.1's
+    # fast-resume race: the resumed try is failed from that stale exit and retried, and the retry asks again (the
+    # answer is cleared; the worker's supervisor cannot read it back: GetHITLDetailResponse is a triggerer message).
+    airflow.wait(lambda: any(run_id in line and "task_id=canary_review" in line and "state=awaiting_input" in line
+                             and "executor_state=success" in line for line in airflow.log_text("scheduler").splitlines()),
+                 120, "the scheduler to process the parked review's exit")
     assert airflow.ti(RELEASE_DAG, run_id, "canary_verdict")["state"] == "success"
     assert sorted(u["id"] for u in request["assigned_users"]) == ["alice", "bob"], request["assigned_users"]
     assert "Field success rate" in request["body"] and f"| {ROBOT} | 3 |" in request["body"], request["body"]
