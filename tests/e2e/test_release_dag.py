@@ -143,13 +143,13 @@ def drive(home: str, out: str) -> None:
     Path(out).write_text(json.dumps(result, indent=2, default=str))
 
 
-def train_policy(s3, bucket: str, folder: Path) -> str:
-    """Train ``make demo``'s Reacher-v5 policy (100 PPO iterations, seed 3) as the run "canary-run" would have,
-    upload its checkpoint and manifest; return the manifest's URI."""
+def train_policy(s3, bucket: str, folder: Path, iterations: int = 100) -> str:
+    """Train ``make demo``'s Reacher-v5 policy (``iterations`` PPO iterations, default 100; seed 3) as the run
+    "canary-run" would have, upload its checkpoint and manifest; return the manifest's URI."""
     import subprocess
     import sys
 
-    env = {**os.environ, "TASK": "Reacher-v5", "MAX_ITERATIONS": "100", "SEED": "3", "OUTPUT_URI": str(folder)}
+    env = {**os.environ, "TASK": "Reacher-v5", "MAX_ITERATIONS": str(iterations), "SEED": "3", "OUTPUT_URI": str(folder)}
     env.pop("AWS_ENDPOINT_URL", None)
     subprocess.run([sys.executable, "-m", "sim2real.workloads.train"], env=env, check=True, capture_output=True,
                    timeout=600)

@@ -136,3 +136,18 @@ def test_a_deployments_tags_are_set_at_creation_and_by_tag_resource(sb: Sandbox)
                            tags={FIELD_VERDICT_TAG: "promoted"})["ResponseMetadata"]["HTTPStatusCode"] == 200
     assert gg.get_deployment(deploymentId=deployment_id)["tags"] == {FIELD_VERDICT_TAG: "promoted", "team": "a"}
     _outcomes(sb, deployment_id)
+
+
+def test_a_request_sent_again_with_its_client_token_creates_no_second_deployment(sb: Sandbox) -> None:
+    """CreateDeployment's clientToken makes the request idempotent: the same token returns the first deployment."""
+    gg = sb.client("greengrassv2")
+    request = {"targetArn": _group_arn(sb), "deploymentName": "sim2real-token-rollback",
+               "clientToken": "c0ffee-rollback",
+               "components": {n: {"componentVersion": v} for n, v in sb.config["greengrass"]["components"].items()}}
+    first = gg.create_deployment(**request)
+    again = gg.create_deployment(**request)
+    assert (again["deploymentId"], again["iotJobId"]) == (first["deploymentId"], first["iotJobId"])
+    other = gg.create_deployment(**{**request, "clientToken": "another"})["deploymentId"]
+    assert other != first["deploymentId"]
+    assert "clientToken" not in gg.get_deployment(deploymentId=first["deploymentId"])
+    _outcomes(sb, other)

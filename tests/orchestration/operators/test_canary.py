@@ -186,9 +186,10 @@ def test_a_refused_object_is_counted_and_too_few_valid_ones_wait_for_a_new_objec
                                      "deployment_id 'dep-of-the-fleet' is not one of ['" + CANARY + "']"]]
 
 
-def stub_rollback(stub, group_arn, create_fails: bool = False) -> None:
+def stub_rollback(stub, group_arn, create_fails: bool = False, rollback_status: str = "QUEUED") -> None:
     """The canary group's rollback on ``stub`` (the Greengrass client): its robots (each finished the canary after
-    the earlier release "sim2real-run-0"), that release (GetDeployment) and exactly its CreateDeployment again."""
+    the earlier release "sim2real-run-0"), that release (GetDeployment), exactly its CreateDeployment again, and
+    each robot's reading of the rollback before the task defers (``rollback_status``: QUEUED, still to do)."""
     after = {t: with_release(effective("SUCCEEDED", deployment_id=CANARY), group_arn) for t in THINGS}
     stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
                                            "tags": {"sim2real:field-verdict": "rejected"}})
@@ -205,6 +206,9 @@ def stub_rollback(stub, group_arn, create_fails: bool = False) -> None:
             "clientToken": f"{CANARY}-rollback", "components": PREVIOUS["components"],
             "deploymentPolicies": PREVIOUS["deploymentPolicies"],
             "iotJobConfiguration": PREVIOUS["iotJobConfiguration"]})
+        for thing in THINGS:
+            stub.add_response("list_effective_deployments", effective(rollback_status, deployment_id=RB),
+                              {"coreDeviceThingName": thing})
 
 
 def roll_back(op, context, group_arn, s3, create_fails: bool = False) -> TaskDeferred:

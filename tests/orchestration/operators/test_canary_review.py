@@ -20,6 +20,7 @@ from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigg
 from operator_helpers import FakeTI
 from sim2real.orchestration.hooks.greengrass import deployment_arn
 from test_canary import CANARY, GROUP, RB, REGION, THINGS, stub_rollback
+from test_model_approval_decisions import FakeStore
 from tests.orchestration.environments import MINIMAL_ENVIRONMENT, use_environment
 
 EVIDENCE = {
@@ -108,10 +109,10 @@ def test_promote_returns_the_evidence_with_the_decision(moto_endpoint, group_arn
     assert context["ti"].xcom[DECISION_XCOM] == decision
 
 
-def abort(op, context, group_arn, create_fails=False):
+def abort(op, context, group_arn, create_fails=False, rollback_status="QUEUED"):
     """Abort: exactly the canary group's rollback is created (Stubber), and the task defers on its wait."""
     with Stubber(op.hook.conn) as stub:
-        stub_rollback(stub, group_arn, create_fails)
+        stub_rollback(stub, group_arn, create_fails, rollback_status)
         with pytest.raises((TaskDeferred, AirflowFailException)) as outcome:
             op.execute_complete(context, {**answer("Reject", "arm-2 drops the cube"),
                                           "responded_at": "2026-12-04T09:30:00+00:00"})
@@ -136,6 +137,33 @@ def test_abort_rolls_the_canary_group_back_and_fails_naming_who_and_why(moto_end
         f"2026-12-04T09:30:00+00:00: arm-2 drops the cube. Rolled back: deployment {RB} "
         "(sim2real-k-canary-rollback) put sim2real-run-0 (deployment old) back on the canary robots (arm-1: "
         "SUCCEEDED; arm-2: SUCCEEDED); the fleet was not deployed")
+
+
+def test_a_retry_after_an_abort_completes_it_and_never_asks_again(moto_endpoint, group_arn, context, monkeypatch):
+    """The answer is kept in the task state store (shared by the run's tries): a retry of the aborted review (Airflow
+    3.3.1 can fail a task from its deferral's stale executor state and retry it) rolls back again, the same
+    rollback (its client token), and writes no second request (a person would be asked again after the rollback)."""
+    import airflow.providers.standard.operators.hitl as hitl
+
+    requests = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    context["task_state_store"] = FakeStore()
+    abort(operator(), context, group_arn)
+    retry = {**context, "ti": FakeTI("deploy.canary_review")}  # a new try: its own XComs
+    retry["ti"].xcom["canary_verdict"] = dict(EVIDENCE)
+    op = operator()
+    with Stubber(op.hook.conn) as stub:
+        stub_rollback(stub, group_arn, rollback_status="SUCCEEDED")  # the robots finished it meanwhile
+        with pytest.raises(AirflowFailException) as err:
+            op.execute(retry)  # settled: no deferral whose trigger would fire at once
+        stub.assert_no_pending_responses()
+    assert requests == []
+    assert str(err.value).startswith(f"Canary {CANARY} (sim2real-k-canary) on thing group {GROUP!r} aborted in "
+                                     "Airflow by alice at 2026-12-04T09:30:00+00:00: arm-2 drops the cube. Rolled "
+                                     f"back: deployment {RB}"), str(err.value)
+    decision = retry["ti"].xcom[DECISION_XCOM]
+    assert (decision["decided_by"], decision["status"], decision["comment"]) == ("alice", "Abort",
+                                                                                 "arm-2 drops the cube")
 
 
 def test_an_abort_whose_rollback_fails_names_both_deployments(moto_endpoint, group_arn, context):

@@ -12,6 +12,11 @@ alice, so the request is assigned to bob alone). A tiny DAG stands in for ``sim_
 notification. Answers go through the REST API (``PATCH .../hitlDetails``), registry decisions through
 UpdateModelPackage at the sandbox's endpoint; the decision XCom and the try number are read through the REST API.
 
+(d) The canary review of the project's ``sim_to_real_release`` (its DAG file as it is, in the same stack): the
+canary robot (the sandbox's emulated robot 1, serving a one-iteration Reacher-v5 policy) runs field episodes, the
+review waits for a person, bob answers Reject (= Abort) through the REST API; the canary group is rolled back to its
+earlier release, the fleet is not deployed, the run fails and the release record names bob.
+
 Airflow 3.3.1 can fail a task whose trigger fires seconds after its deferral from a stale executor state
 (and retry it); the step defends with settle-before-defer, a 5 s settle in its trigger and an idempotent
 completion. The DAG gives ``approve`` a retry, so a lost race would show as try 2.
@@ -32,11 +37,14 @@ from sim2real.contract.run_key import make_run_key
 from sim2real.dev.sandbox import Sandbox
 
 from tests.orchestration.live_airflow import LiveAirflow
+from tests.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 DAG_ID = "approval_orderings"
 TASK = "approve"
+#: the project's release DAG (its file as it is), for the canary review
+RELEASE_DAG = "sim_to_real_release"
 USERS = {"alice": "user", "bob": "user"}
 #: the scheduler's line when it fails a resumed task from the deferral's stale exit (Airflow 3.3.1)
 STALE_EXIT = re.compile(r"reported that the task instance .* finished with state success, but the task instance's "
@@ -100,7 +108,10 @@ def stack(tmp_path_factory) -> Iterator[tuple[LiveAirflow, Sandbox]]:
         NOTICES["queue"] = queue
         source = DAG_SOURCE.format(group=config["sagemaker"]["model_package_group"]).replace(
             "DAG_ID", repr(DAG_ID)).replace("TASK_ID", repr(TASK))
-        airflow = LiveAirflow(home, {f"{DAG_ID}.py": source}, sandbox.airflow_env(), users=USERS)
+        dags = {f"{DAG_ID}.py": source, f"{RELEASE_DAG}.py": (REPO_ROOT / "dags" / f"{RELEASE_DAG}.py").read_text()}
+        # the release's polls (FIELD_POLL: 10 of them) and retries in seconds, as the sandbox end-to-end tests run them
+        env = {**sandbox.airflow_env(), "SIM2REAL_POLL_SECONDS": "1", "SIM2REAL_RETRY_DELAY_SECONDS": "1"}
+        airflow = LiveAirflow(home, dags, env, users=USERS)
         try:
             started = time.monotonic()
             airflow.start()
@@ -111,24 +122,25 @@ def stack(tmp_path_factory) -> Iterator[tuple[LiveAirflow, Sandbox]]:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _hitl_path(airflow: LiveAirflow, run_id: str) -> str:
-    return f"{airflow.run_path(DAG_ID, run_id)}/taskInstances/{TASK}/-1/hitlDetails"
+def _hitl_path(airflow: LiveAirflow, run_id: str, dag_id: str = DAG_ID, task: str = TASK) -> str:
+    return f"{airflow.run_path(dag_id, run_id)}/taskInstances/{task}/-1/hitlDetails"
 
 
-def _request(airflow: LiveAirflow, run_id: str) -> dict[str, Any] | None:
+def _request(airflow: LiveAirflow, run_id: str, dag_id: str = DAG_ID, task: str = TASK) -> dict[str, Any] | None:
     """The step's Airflow request (None until written)."""
     try:
-        return airflow.api("GET", _hitl_path(airflow, run_id))
+        return airflow.api("GET", _hitl_path(airflow, run_id, dag_id, task))
     except urllib.error.HTTPError as err:
         if err.code == 404:
             return None
         raise
 
 
-def _answer(airflow: LiveAirflow, run_id: str, user: str, option: str, comment: str) -> tuple[int, str]:
+def _answer(airflow: LiveAirflow, run_id: str, user: str, option: str, comment: str, dag_id: str = DAG_ID,
+            task: str = TASK) -> tuple[int, str]:
     """PATCH the request as ``user``: ``(HTTP status, reason)``."""
     try:
-        airflow.api("PATCH", _hitl_path(airflow, run_id),
+        airflow.api("PATCH", _hitl_path(airflow, run_id, dag_id, task),
                     {"chosen_options": [option], "params_input": {"comment": comment}}, user=user)
         return 200, ""
     except urllib.error.HTTPError as err:
@@ -176,9 +188,9 @@ def _approval_notices(sandbox: Sandbox, run_id: str) -> int:
     return sum(1 for body in NOTICES["read"] if body.startswith("sim2real: model approval needed") and run_key in body)
 
 
-def _task_log(airflow: LiveAirflow, run_id: str, try_number: int = 1) -> str:
+def _task_log(airflow: LiveAirflow, run_id: str, try_number: int = 1, dag_id: str = DAG_ID, task: str = TASK) -> str:
     try:
-        got = airflow.api("GET", f"{airflow.run_path(DAG_ID, run_id)}/taskInstances/{TASK}/logs/{try_number}"
+        got = airflow.api("GET", f"{airflow.run_path(dag_id, run_id)}/taskInstances/{task}/logs/{try_number}"
                                  "?full_content=true")
     except urllib.error.HTTPError as err:
         return f"(log not readable: {err})"
@@ -310,3 +322,123 @@ def test_c_an_airflow_approve_first_stands_over_a_registry_reject_30_ms_later(st
     assert "the Airflow answer (Approved by bob" in decision["refused"][0]["reason"], decision
     assert _approval_notices(sandbox, run_id) == 1
     print(f"(c) carol's Reject 30 ms after bob's Approve: refused; decided by bob on try {ti['try_number']}")
+
+
+# -- a person aborts the canary -------------------------------------------------------------------
+def _seed_canary_release(sandbox: Sandbox, manifest_uri: str, package_arn: str) -> dict[str, Any]:
+    """The canary group's earlier release, finished by its robot (what a promoted canary leaves): CreateDeployment of
+    the components the DAGs deploy, with this policy; returns its GetDeployment once robot 1 lists it SUCCEEDED."""
+    from sim2real.orchestration.stages import deployment_components
+
+    bucket, key = manifest_uri.removeprefix("s3://").split("/", 1)
+    manifest = json.loads(sandbox.client("s3", internal=True).get_object(Bucket=bucket, Key=key)["Body"].read())
+    plan = {"run_key": "earlier-release", "deploy": {"components": sandbox.config["greengrass"]["components"]}}
+    gg = sandbox.client("greengrassv2", internal=True)
+    arn = sandbox.client("iot", internal=True).describe_thing_group(thingGroupName=CANARY_GROUP)["thingGroupArn"]
+    deployment_id = gg.create_deployment(
+        targetArn=arn, deploymentName="sim2real-earlier-release",
+        components=deployment_components(plan, {"model_package_arn": package_arn}, manifest))["deploymentId"]
+    deadline = time.monotonic() + 180
+    while not any(e["deploymentId"] == deployment_id and e["coreDeviceExecutionStatus"] == "SUCCEEDED"
+                  for e in gg.list_effective_deployments(coreDeviceThingName=ROBOT)["effectiveDeployments"]):
+        assert time.monotonic() < deadline, "robot 1 did not finish the canary group's earlier release"
+        time.sleep(0.5)
+    return gg.get_deployment(deploymentId=deployment_id)
+
+
+def _deployments(sandbox: Sandbox, group: str) -> list[dict[str, Any]]:
+    """ListDeployments (historyFilter ALL) of the thing group ``group``, newest last (revisionId)."""
+    arn = sandbox.client("iot", internal=True).describe_thing_group(thingGroupName=group)["thingGroupArn"]
+    got = sandbox.client("greengrassv2", internal=True).list_deployments(targetArn=arn, historyFilter="ALL")
+    return sorted(got.get("deployments", []), key=lambda d: int(d["revisionId"]))
+
+
+CANARY_GROUP, ROBOT = "sim2real-robots-canary", "sim2real-robot-1"
+
+
+def test_d_a_person_aborts_the_canary_in_airflow_and_it_is_rolled_back(stack, tmp_path):
+    """sim_to_real_release with a canary and ``canary_review``: the canary robot runs field episodes with the
+    deployed policy, the verdict recommends (promote: the threshold is 0), the review waits for a person, bob answers
+    Reject (= Abort) through the REST API. The canary group's newest deployment is the rollback, carrying the earlier
+    release's components, and robot 1 runs it; the fleet group gets no deployment; the run fails; the release
+    record's field entry says bob aborted (``reviewed_by``) and its decision is ``roll_back``."""
+    from sim2real.dev.sandbox.device import FieldWork, PolicyDeviceCheck
+    from sim2real.orchestration.release import release_errors
+
+    from tests.e2e.test_release_dag import _register, train_policy
+
+    airflow, sandbox = stack
+    started = time.monotonic()
+    bucket = sandbox.config["artifacts_bucket"]
+    sm, s3 = _registry(sandbox), sandbox.client("s3", internal=True)
+    # a real (one-iteration) policy: the robots export, serve and run it in the field
+    manifest_uri = train_policy(s3, bucket, tmp_path / "policy", iterations=1)
+    arn = _register(sm, s3, sandbox.config["sagemaker"]["model_package_group"], bucket, "canary-abort", "Approved")
+    sandbox.greengrass.device_check = PolicyDeviceCheck(sandbox, tmp_path / "devices",
+                                                        FieldWork("Reacher-v5", 3, bucket))
+    earlier = _seed_canary_release(sandbox, manifest_uri, arn)
+    fleet = sandbox.config["greengrass"]["thing_group_name"]
+    fleet_before = [d["deploymentId"] for d in _deployments(sandbox, fleet)]
+
+    run_id = airflow.trigger(RELEASE_DAG, user="alice", conf={
+        "model_package_arn": arn, "policy_checkpoint_manifest_uri": manifest_uri,
+        "canary_thing_group_name": CANARY_GROUP, "canary_min_episodes": 3, "canary_window_minutes": 5,
+        "field_min_success_rate": 0.0, "canary_review": True})
+    request = airflow.wait(lambda: (lambda r: r if r and r["task_instance"]["state"] == "awaiting_input" else None)(
+        _request(airflow, run_id, RELEASE_DAG, "canary_review")), 420, "the canary review's request, awaiting input")
+    # bob answers once the scheduler has processed the parked try's exit. An earlier answer meets Airflow 3.3.1's
+    # fast-resume race: the resumed try is failed from that stale exit and retried, and the retry asks again (the
+    # answer is cleared; the worker's supervisor cannot read it back: GetHITLDetailResponse is a triggerer message).
+    airflow.wait(lambda: any(run_id in line and "task_id=canary_review" in line and "state=awaiting_input" in line
+                             and "executor_state=success" in line for line in airflow.log_text("scheduler").splitlines()),
+                 120, "the scheduler to process the parked review's exit")
+    assert airflow.ti(RELEASE_DAG, run_id, "canary_verdict")["state"] == "success"
+    assert sorted(u["id"] for u in request["assigned_users"]) == ["alice", "bob"], request["assigned_users"]
+    assert "Field success rate" in request["body"] and f"| {ROBOT} | 3 |" in request["body"], request["body"]
+    status, why = _answer(airflow, run_id, "bob", "Reject", "abort: the gripper slips in cell 4",
+                          RELEASE_DAG, "canary_review")
+    assert status == 200, (status, why)
+
+    state = airflow.wait(lambda: (lambda s: s if s in ("success", "failed") else None)(
+        airflow.run_state(RELEASE_DAG, run_id)), 300, "the release run finished")
+    tasks = airflow.task_states(RELEASE_DAG, run_id)
+    tries = airflow.ti(RELEASE_DAG, run_id, "canary_review")["try_number"]
+    review_log = _task_log(airflow, run_id, tries, RELEASE_DAG, "canary_review")
+    stale = [line for line in airflow.log_text("scheduler").splitlines()
+             if run_id in line and "canary_review" in line and STALE_EXIT.search(line)]
+    assert tries == 1 or (tries == 2 and stale), (tries, stale)  # only Airflow's stale-exit race costs a try
+    assert state == "failed", (tasks, review_log[-3000:])
+    assert tasks["canary_review"] == "failed" and tasks["deploy_to_robots"] == "upstream_failed", tasks
+    assert tasks["write_release_record"] == "success", tasks
+    assert "aborted in Airflow by bob" in review_log and "Rolled back: deployment" in review_log, review_log[-3000:]
+    # asked once: bob's answer stands on the request (a retry that asked again would have cleared it)
+    final = _request(airflow, run_id, RELEASE_DAG, "canary_review")
+    assert final["response_received"] and final["chosen_options"] == ["Reject"], final
+    assert final["responded_by_user"]["id"] == "bob", final
+
+    # Greengrass: the canary, then its rollback to the earlier release's components; robot 1 runs the rollback
+    run_key = make_run_key(RELEASE_DAG, run_id)
+    canary = _deployments(sandbox, CANARY_GROUP)
+    assert [d["deploymentName"] for d in canary] == [
+        earlier["deploymentName"], f"sim2real-{run_key}-canary", f"sim2real-{run_key}-canary-rollback"], canary
+    gg = sandbox.client("greengrassv2", internal=True)
+    rollback = gg.get_deployment(deploymentId=canary[-1]["deploymentId"])
+    assert rollback["components"] == earlier["components"], (rollback["components"], earlier["components"])
+    assert rollback["isLatestForTarget"] is True
+    installed = {c.get("lastInstallationSource") for c in gg.list_installed_components(
+        coreDeviceThingName=ROBOT)["installedComponents"]}
+    assert installed == {rollback["deploymentId"]}, installed
+    # the fleet group is not touched (a retried abort sends the rollback's CreateDeployment again, with its client
+    # token: no second rollback, checked above)
+    assert [d["deploymentId"] for d in _deployments(sandbox, fleet)] == fleet_before
+
+    # the record: bob aborted, the verdict's recommendation kept in the message
+    record = json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{run_key}/release.json")["Body"].read())
+    assert release_errors(record) == [], release_errors(record)
+    field = record["field"]
+    assert field["decision"] == "roll_back" and field["field"]["episodes"] >= 3, field
+    assert field["reviewed_by"]["decided_by"] == "bob" and field["reviewed_by"]["status"] == "Abort", field
+    assert field["reviewed_by"]["comment"] == "abort: the gripper slips in cell 4", field
+    assert field["deployment_id"] == canary[-2]["deploymentId"], field
+    print(f"(d) bob aborted canary {field['deployment_id']} ({field['field']['episodes']} field episodes); rolled "
+          f"back to {earlier['deploymentName']} on try {tries}; run failed; {time.monotonic() - started:.0f} s")

@@ -28,7 +28,8 @@ from sim2real.orchestration.operators.greengrass import GreengrassDeploymentOper
 from sim2real.orchestration.triggers.base import defer_wait
 from sim2real.orchestration.triggers.canary import CanaryFieldEpisodesTrigger
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
-from sim2real.orchestration.waits.core import event_outcome
+from sim2real.orchestration.waits.core import event_outcome, settle_now
+from sim2real.orchestration.waits.greengrass import greengrass_deployment_step
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -93,7 +94,8 @@ class CanaryRollback:
 
         :param why: what ended the canary, after ``Canary <id> (<name>) on thing group <group>`` in the failure.
         :raises TaskDeferred: the rollback was created (resumes in :meth:`rollback_complete`).
-        :raises AirflowFailException: (not retried) it could not be.
+        :raises AirflowFailException: (not retried) it could not be, or the robots already finished it (ListEffectiveDeployments,
+            read once before deferring: :meth:`rollback_complete` at once).
         """
         failure = (f"Canary {self.deployment_id} ({self.deployment_name}) on thing group {self.thing_group_name!r} "
                    f"{why}")
@@ -108,6 +110,14 @@ class CanaryRollback:
         context["ti"].xcom_push(key=XCOM_ROLLBACK, value=rollback)
         self.log.info("Rolling canary group %s back to %s: deployment %s", self.thing_group_name,
                       rollback["previous_deployment_name"], rollback["deployment_id"])
+        # Settle before deferring: a rollback the robots already finished (a retry's: its client token returns the
+        # same deployment) ends here, not in a trigger firing right after the deferral (Airflow 3.3.1 can fail a try
+        # from that deferral's stale executor state).
+        step = settle_now(greengrass_deployment_step,
+                          {"devices": {thing: self.hook.effective_deployments(thing) for thing in thing_names}},
+                          {"deployment_id": rollback["deployment_id"], "thing_group_arn": target_arn})
+        if step is not None:
+            self.rollback_complete(context, {"status": step.outcome, "message": step.reason, **step.payload}, rollback)
         defer_wait(self, GreengrassDeploymentTrigger, method_name="rollback_complete", kwargs={"rollback": rollback},
                    waiter_delay=ROLLBACK_WAITER_DELAY,
                    waiter_max_attempts=ROLLBACK_WAITER_MAX_ATTEMPTS, deployment_id=rollback["deployment_id"],

@@ -37,6 +37,7 @@ from sim2real.orchestration.field import canary_evidence
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
 from sim2real.orchestration.lineage import CANARY_REVIEW_KEY
 from sim2real.orchestration.operators.canary import XCOM_VERDICT, CanaryRollback, truthy
+from sim2real.orchestration.operators.model_approval import TaskStore
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 COMMENT = "comment"
 #: XCom key of the decision (pushed before an abort rolls back, so the lineage has it when the task fails).
 DECISION_XCOM = CANARY_REVIEW_KEY
+#: Task state store key of the decision a try received (the run's tries share the store): a retry completes it.
+ANSWER_KEY = "canary_review_decision"
 #: What the provider's fixed options mean here.
 PROMOTE, ABORT = ApprovalOperator.APPROVE, ApprovalOperator.REJECT
 #: Refused objects listed one by one in the body (the counts by reason are always complete).
@@ -148,6 +151,9 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
     :param response_timeout: how long to wait for an answer (default 24 h).
     :param review: (templated) whether a person decides (the form's ``canary_review``); False: nothing is asked.
     :return: Promote: the evidence with ``"decision": {"decided_by", "at", "comment", "status": "Promote"}``.
+    A retry of the task (Airflow 3.3.1 can fail a try from its deferral's stale executor state and retry it)
+    carries out the decision an earlier try received (task state store :data:`ANSWER_KEY`) and asks nobody again.
+
     :raises AirflowFailException: (not retried) no evidence; Abort (after the rollback's wait: who aborted, their
         comment and the rollback deployment, or both deployment ids when the rollback did not succeed); no answer
         within ``response_timeout`` (the canary deployment and how to decide).
@@ -201,6 +207,13 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
             self.log.info("No canary review asked (canary_review): the automatic verdict decided")
             return {"decision": "no_review"}
         evidence = self._evidence(context)
+        decided = TaskStore(context, self.log).get(ANSWER_KEY)
+        if decided:
+            # Airflow 3.3.1 can fail a try from its deferral's stale executor state (the abort's rollback wait ends
+            # seconds after it deferred) and retry it: the person answered already, never ask again.
+            self.log.info("An earlier try of this task recorded %s by %s: completing it", decided.get("status"),
+                          decided.get("decided_by"))
+            return self._carry_out(context, evidence, decided)
         self.subject = (f"{self.subject} Canary {self.deployment_id} on {self.thing_group_name}: "
                         f"{canary_evidence(evidence if evidence.get('n') else None, float(evidence.get('threshold') or 0))}")
         self.body = review_body(evidence)
@@ -225,7 +238,14 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
             super().execute_complete(context=context, event=answer)  # the provider validates options and params
             status = "Promote"
         decision = answer_decision(answer, status)
-        who, at, comment = decision["decided_by"], decision["at"], decision["comment"]
+        TaskStore(context, self.log).set(ANSWER_KEY, decision)
+        return self._carry_out(context, evidence, decision)
+
+    def _carry_out(self, context: Context, evidence: dict[str, Any], decision: dict[str, Any]) -> Any:
+        """Push the decision (XCom ``decision``); Promote: return the evidence with it; Abort: roll the canary group
+        back (:meth:`CanaryRollback._roll_back`: a repeated abort sends the same client token, so a retry gets the
+        same rollback deployment) and defer on its wait."""
+        status, who, at, comment = decision["status"], decision["decided_by"], decision["at"], decision["comment"]
         context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
         self.log.info("Canary %s: %s by %s at %s (%s)", self.deployment_id, status, who, at, comment)
         target_arn = self.hook.thing_group_arn(self.thing_group_name)

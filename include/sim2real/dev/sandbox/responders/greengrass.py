@@ -265,6 +265,14 @@ class GreengrassResponder:
             if spec.get("componentVersion") not in self.components.get(name, {}):
                 raise GreengrassError(400, "ValidationException",
                                       f"component {name} version {spec.get('componentVersion')} does not exist")
+        token = body.get("clientToken")
+        with self.lock:
+            # CreateDeployment's clientToken: a request sent again with the same token is processed once (the first
+            # deployment's ids are returned; AWS IoT Greengrass V2 API Reference, CreateDeployment)
+            for earlier in self.deployments.values():
+                if token and earlier.get("clientToken") == token:
+                    return {"deploymentId": earlier["deploymentId"], "iotJobId": earlier["iotJobId"],
+                            "iotJobArn": earlier["iotJobArn"]}
         things = self._targets(target)
         deployment_id = str(uuid.uuid4())
         job_id = str(uuid.uuid4())
@@ -287,6 +295,8 @@ class GreengrassResponder:
             }
             if body.get("parentTargetArn"):
                 deployment["parentTargetArn"] = body["parentTargetArn"]
+            if token:
+                deployment["clientToken"] = token
             self.deployments[deployment_id] = deployment
             self.cancels[deployment_id] = threading.Event()
             for thing in things:
@@ -381,7 +391,7 @@ class GreengrassResponder:
             deployment = self.deployments.get(deployment_id)
             if deployment is None:
                 raise GreengrassError(404, "ResourceNotFoundException", f"Deployment {deployment_id} not found")
-            return dict(deployment)
+            return {k: v for k, v in deployment.items() if k != "clientToken"}  # GetDeployment does not return it
 
     def _tag_resource(self, resource_arn: str, tags: dict[str, str]) -> dict[str, Any]:
         """TagResource of a deployment (``arn:aws:greengrass:<region>:<account>:deployments:<id>``): adds or
