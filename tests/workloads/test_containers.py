@@ -31,10 +31,21 @@ def instructions(path):
     return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
+def arg_defaults(lines: list[str]) -> dict[str, str]:
+    """``ARG NAME=default`` lines (quotes stripped): what ``${NAME}`` is in a build without --build-arg."""
+    pairs = [line.split(None, 1)[1].split("=", 1) for line in lines if line.upper().startswith("ARG ") and "=" in line]
+    return {name: value.strip('"') for name, value in pairs}
+
+
+def resolve(word: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], word)
+
+
 @pytest.mark.parametrize("name", sorted(DOCKERFILES))
 def test_dockerfile_structure(name):
     lines = instructions(DOCKERFILES[name])
-    froms = [line.split()[1] for line in lines if line.upper().startswith("FROM ")]
+    args = arg_defaults(lines)
+    froms = [resolve(line.split()[1], args) for line in lines if line.upper().startswith("FROM ")]
     assert froms, "no FROM"
     for image in froms:
         assert ":" in image.split("/")[-1], f"unpinned base image {image}"
@@ -56,8 +67,18 @@ def test_rl_image_installs_pinned_workload_requirements():
 
 def test_isaaclab_image_settings():
     text = DOCKERFILES["isaaclab"].read_text()
-    assert "FROM nvcr.io/nvidia/isaac-lab:2.1.0" in text
-    for needle in ("ACCEPT_EULA=Y", "PRIVACY_CONSENT=Y", "TRAIN_ARGS_STYLE=isaaclab",
+    lines = instructions(DOCKERFILES["isaaclab"])
+    args = arg_defaults(lines)
+    # Isaac Lab 3.0 by default: its train_multigpu launcher, the launcher's isaaclab3 style, a 3.0 task id
+    assert "FROM ${ISAACLAB_IMAGE}" in lines and args["ISAACLAB_IMAGE"] == "nvcr.io/nvidia/isaac-lab:3.0.0"
+    assert args["TRAIN_ARGS_STYLE"] == "isaaclab3" and args["TASK"] == "Isaac-Velocity-Rough-H1"
+    assert args["TRAIN_ENTRYPOINT"] == "/isaac-sim/python.sh -m isaaclab train_multigpu --rl_library skrl --viz none"
+    for needle in ("ACCEPT_EULA=Y", "PRIVACY_CONSENT=Y", "TRAIN_ARGS_STYLE=${TRAIN_ARGS_STYLE}",
+                   'TRAIN_ENTRYPOINT="${TRAIN_ENTRYPOINT}"', "TASK=${TASK}", "PYTHON=/isaac-sim/python.sh"):
+        assert needle in text
+    # 2.x stays one documented build away (the build args that the launcher's isaaclab style needs)
+    for needle in ("--build-arg ISAACLAB_IMAGE=nvcr.io/nvidia/isaac-lab:2.1.0", "--build-arg TRAIN_ARGS_STYLE=isaaclab ",
+                   "--build-arg TASK=Isaac-Velocity-Rough-H1-v0",
                    "scripts/reinforcement_learning/skrl/train.py --distributed --headless"):
         assert needle in text
 

@@ -88,6 +88,66 @@ def test_isaaclab_style_appends_task_flags():
                         "--max_iterations", "100", "--extra", "x y"]
 
 
+#: Isaac Lab 3.0's multi-GPU launcher as the image runs it (containers/isaaclab/Dockerfile)
+ISAACLAB3_ENTRY = "/isaac-sim/python.sh -m isaaclab train_multigpu --rl_library skrl --viz none"
+ISAACLAB3_BATCH = dict(TRAIN_ARGS_STYLE="isaaclab3", TASK="Isaac-Velocity-Rough-H1", MAX_ITERATIONS="3000",
+                       PROC_PER_NODE="4", TRAIN_ENTRYPOINT=ISAACLAB3_ENTRY, AWS_BATCH_JOB_NUM_NODES="2",
+                       AWS_BATCH_JOB_MAIN_NODE_INDEX="0")
+
+
+def test_isaaclab3_batch_main_node_zero_passes_the_rendezvous_as_train_multigpu_flags():
+    # no torchrun of our own: train_multigpu builds it from these flags (isaaclab/cli/multigpu.py, v3.0.0)
+    args = argv(**ISAACLAB3_BATCH, AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_ID="3f2a-uuid#0", NODE_IP="10.0.1.17")
+    assert args == [
+        "/isaac-sim/python.sh", "-m", "isaaclab", "train_multigpu", "--rl_library", "skrl", "--viz", "none",
+        "--num_gpus=4", "--nnodes=2", "--node_rank=0", "--rdzv_backend=c10d", "--rdzv_endpoint=10.0.1.17:5555",
+        "--rdzv_id=3f2a-uuid", "--max_restarts=0",
+        "--task", "Isaac-Velocity-Rough-H1", "--max_iterations", "3000", "--extra", "x y"]
+
+
+def test_isaaclab3_batch_worker_node_one_joins_the_main_nodes_address():
+    args = argv(**ISAACLAB3_BATCH, AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_ID="3f2a-uuid#1",
+                AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.0.1.17", NUM_ENVS="4096", SEED="7")
+    assert args == [
+        "/isaac-sim/python.sh", "-m", "isaaclab", "train_multigpu", "--rl_library", "skrl", "--viz", "none",
+        "--num_gpus=4", "--nnodes=2", "--node_rank=1", "--rdzv_backend=c10d", "--rdzv_endpoint=10.0.1.17:5555",
+        "--rdzv_id=3f2a-uuid", "--max_restarts=0",
+        "--task", "Isaac-Velocity-Rough-H1", "--max_iterations", "3000", "--num_envs", "4096", "--seed", "7",
+        "--extra", "x y"]
+
+
+def test_isaaclab3_default_entrypoint_is_the_isaaclab_cli():
+    args = argv(TRAIN_ARGS_STYLE="isaaclab3", TASK="Isaac-Velocity-Rough-H1", PROC_PER_NODE="1")
+    assert args[:4] == ["isaaclab", "train_multigpu", "--rl_library", "skrl"]
+    assert "--rdzv_endpoint=127.0.0.1:5555" in args and "--rdzv_id=sim2real-local" in args
+    assert not [a for a in args if a.startswith("--rdzv_conf")]  # train_multigpu has no such flag
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"TRAIN_ARGS_STYLE": "isaaclab3", "TASK": "T", "RDZV_JOIN_TIMEOUT": "60"}, "no --rdzv_conf"),
+    ({"TRAIN_ARGS_STYLE": "isaaclab3", "TASK": "T",
+      "TRAIN_ENTRYPOINT": "/workspace/isaaclab/scripts/reinforcement_learning/skrl/train.py --distributed"},
+     "Isaac Lab 2.x's skrl script"),
+    ({"TRAIN_ARGS_STYLE": "isaaclab3", "TASK": "T", "TRAIN_ENTRYPOINT": "isaaclab train_multigpu --ml_framework jax"},
+     "JAX launcher"),
+    ({"TRAIN_ARGS_STYLE": "isaaclab", "TASK": "T", "TRAIN_ENTRYPOINT": "isaaclab train_multigpu --rl_library skrl"},
+     "use TRAIN_ARGS_STYLE=isaaclab3"),
+    ({"TRAIN_ARGS_STYLE": "isaaclab3"}, "TRAIN_ARGS_STYLE=isaaclab3 needs TASK"),
+    ({"TRAIN_ARGS_STYLE": "isaaclab4"}, "'isaaclab3' (Isaac Lab 3.0)"),
+])
+def test_isaaclab3_refuses_what_train_multigpu_cannot_do(env, needle):
+    proc = dry_run(PROC_PER_NODE="1", **env)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr and "error" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_isaaclab3_warns_about_a_2x_task_id():
+    proc = dry_run(PROC_PER_NODE="1", TRAIN_ARGS_STYLE="isaaclab3", TASK="Isaac-Velocity-Rough-H1-v0")
+    assert proc.returncode == 0, proc.stderr
+    assert "without the -v0 suffix" in proc.stderr
+
+
 @pytest.mark.parametrize("env,needle", [
     ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_ID": "j#1"},
      "AWS_BATCH_JOB_MAIN_NODE_INDEX"),

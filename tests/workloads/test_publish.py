@@ -393,6 +393,63 @@ def test_launcher_trains_only_the_rounds_iterations_from_a_seeded_checkpoint(tmp
     assert manifest["resumed_from"] == str(seeded) and manifest["completed"] is True
 
 
+# Stands in for Isaac Lab 3.0's `isaaclab train_multigpu --rl_library skrl`: takes the torchrun-style flags its
+# parser takes (source/isaaclab/isaaclab/cli/multigpu.py, v3.0.0), hands them to torchrun and forwards every other
+# argument, plus --distributed, to the trainer (here the skrl stand-in above) on each rank.
+FAKE_TRAIN_MULTIGPU = textwrap.dedent('''
+    import argparse, subprocess, sys
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--rl_library"); parser.add_argument("--num_gpus", dest="nproc_per_node", default="gpu")
+    for name in ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts"):
+        parser.add_argument(f"--{{name}}")
+    args, train_args = parser.parse_known_args()
+    with open("launcher.log", "a") as fh:
+        fh.write(" ".join(sys.argv[1:]) + "\\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", args.nproc_per_node]
+    for name in ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts"):
+        if getattr(args, name) is not None:
+            cmd += [f"--{{name}}", getattr(args, name)]
+    sys.exit(subprocess.call(cmd + [{train!r}, *train_args, "--distributed"]))
+''')
+
+
+def test_launcher_isaaclab3_trains_through_train_multigpu_publishes_and_resumes(tmp_path):
+    train = tmp_path / "fake_isaaclab_train.py"
+    train.write_text(FAKE_ISAACLAB_TRAIN)
+    multigpu = tmp_path / "fake_train_multigpu.py"
+    multigpu.write_text(FAKE_TRAIN_MULTIGPU.format(train=str(train)))
+    work = tmp_path / "work"
+    work.mkdir()
+    out = tmp_path / "efs" / "runs" / "rk3" / "checkpoints"
+    env = {**launcher_env(OUTPUT_URI=str(out), RUN_KEY="rk3", TRAIN_ENTRYPOINT=f"{sys.executable} {multigpu} "
+                                  "--rl_library skrl", RESUME_DIR=str(tmp_path / "resume")),
+           "TRAIN_ARGS_STYLE": "isaaclab3"}
+
+    def launch(max_iterations: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(LAUNCHER)], cwd=work, capture_output=True, text=True, timeout=180,
+                              env={**env, "MAX_ITERATIONS": max_iterations, "RDZV_PORT": str(_port())})
+
+    first = launch("3")
+    assert first.returncode == 0, first.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["checkpoint_uri"] == str(out / "agent_000072.pt") and manifest["iteration"] == 3
+    assert manifest["resumed_from"] is None and manifest["completed"] is True
+
+    second = launch("5")  # resumes from the newest complete checkpoint: --checkpoint, the 2 remaining iterations
+    assert second.returncode == 0, second.stderr[-3000:]
+    resumed = tmp_path / "resume" / "agent_000072.pt"
+    assert (work / "calls.log").read_text().splitlines() == ["max_iterations=3 checkpoint=None",
+                                                             f"max_iterations=2 checkpoint={resumed}"]
+    launched = [shlex.split(line) for line in (work / "launcher.log").read_text().splitlines()]
+    assert launched[1] == ["--rl_library", "skrl", "--num_gpus=1", "--nnodes=1", "--node_rank=0",
+                           "--rdzv_backend=c10d", launched[1][6], "--rdzv_id=sim2real-local", "--max_restarts=0",
+                           "--task", TASK, "--max_iterations", "2", "--checkpoint", str(resumed)]
+    assert launched[1][6].startswith("--rdzv_endpoint=127.0.0.1:")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["checkpoint_uri"] == str(out / "agent_000120.pt") and manifest["iteration"] == 5
+    assert manifest["resumed_from"] == str(out / "agent_000072.pt") and manifest["step"] == 120
+
+
 def test_launcher_propagates_training_failure_and_publishes_nothing(tmp_path):
     script = tmp_path / "failing_train.py"
     script.write_text("import sys\nsys.exit(3)\n")
