@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -329,19 +330,27 @@ def test_launcher_dry_run_shows_resume_and_publish_steps(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_launcher_runs_stand_in_isaaclab_trains_publishes_and_resumes(tmp_path):
+def stand_in_launches(tmp_path: Path, run_key: str, entrypoint: Callable[[Path], str], **extra: str):
+    """The stand-in skrl trainer written under ``tmp_path``, and ``launch(max_iterations)``: the launcher run in
+    ``tmp_path/work`` with ``TRAIN_ENTRYPOINT=entrypoint(<trainer path>)`` into OUTPUT_URI ``.../<run_key>/checkpoints``.
+    Returns ``(work, out, launch)``."""
     script = tmp_path / "fake_isaaclab_train.py"
     script.write_text(FAKE_ISAACLAB_TRAIN)
     work = tmp_path / "work"
     work.mkdir()
-    out = tmp_path / "efs" / "runs" / "rk" / "checkpoints"
-    env = launcher_env(OUTPUT_URI=str(out), RUN_KEY="rk", TRAIN_ENTRYPOINT=f"{script} --headless",
-                       RESUME_DIR=str(tmp_path / "resume"))
+    out = tmp_path / "efs" / "runs" / run_key / "checkpoints"
+    env = {**launcher_env(OUTPUT_URI=str(out), RUN_KEY=run_key, TRAIN_ENTRYPOINT=entrypoint(script),
+                          RESUME_DIR=str(tmp_path / "resume")), **extra}
 
     def launch(max_iterations: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(LAUNCHER)], cwd=work, capture_output=True, text=True, timeout=180,
                               env={**env, "MAX_ITERATIONS": max_iterations, "RDZV_PORT": str(_port())})
 
+    return work, out, launch
+
+
+def test_launcher_runs_stand_in_isaaclab_trains_publishes_and_resumes(tmp_path):
+    work, out, launch = stand_in_launches(tmp_path, "rk", lambda script: f"{script} --headless")
     first = launch("3")
     assert first.returncode == 0, first.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
@@ -414,21 +423,13 @@ FAKE_TRAIN_MULTIGPU = textwrap.dedent('''
 
 
 def test_launcher_isaaclab3_trains_through_train_multigpu_publishes_and_resumes(tmp_path):
-    train = tmp_path / "fake_isaaclab_train.py"
-    train.write_text(FAKE_ISAACLAB_TRAIN)
     multigpu = tmp_path / "fake_train_multigpu.py"
-    multigpu.write_text(FAKE_TRAIN_MULTIGPU.format(train=str(train)))
-    work = tmp_path / "work"
-    work.mkdir()
-    out = tmp_path / "efs" / "runs" / "rk3" / "checkpoints"
-    env = {**launcher_env(OUTPUT_URI=str(out), RUN_KEY="rk3", TRAIN_ENTRYPOINT=f"{sys.executable} {multigpu} "
-                                  "--rl_library skrl", RESUME_DIR=str(tmp_path / "resume")),
-           "TRAIN_ARGS_STYLE": "isaaclab3"}
 
-    def launch(max_iterations: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(LAUNCHER)], cwd=work, capture_output=True, text=True, timeout=180,
-                              env={**env, "MAX_ITERATIONS": max_iterations, "RDZV_PORT": str(_port())})
+    def entrypoint(train: Path) -> str:
+        multigpu.write_text(FAKE_TRAIN_MULTIGPU.format(train=str(train)))
+        return f"{sys.executable} {multigpu} --rl_library skrl"
 
+    work, out, launch = stand_in_launches(tmp_path, "rk3", entrypoint, TRAIN_ARGS_STYLE="isaaclab3")
     first = launch("3")
     assert first.returncode == 0, first.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
