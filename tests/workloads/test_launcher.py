@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.workloads.conftest import LAUNCHER, clean_env, free_port
+from tests.workloads.conftest import LAUNCHER, clean_env, fake_train_multigpu, free_port
 
 
 def dry_run(**env: str) -> subprocess.CompletedProcess:
@@ -167,16 +167,22 @@ def test_missing_or_bad_variables_fail_clearly(env, needle):
     assert proc.stdout == ""
 
 
-def test_real_two_node_rendezvous_on_loopback():
+@pytest.mark.parametrize("style", ["env", "isaaclab3"])
+def test_real_two_node_rendezvous_on_loopback(style, tmp_path):
     port = free_port()
     common = dict(AWS_BATCH_JOB_NUM_NODES="2", AWS_BATCH_JOB_MAIN_NODE_INDEX="0", PROC_PER_NODE="1",
                   RDZV_PORT=str(port), RDZV_JOIN_TIMEOUT="60", TRAIN_ENTRYPOINT="-m sim2real.workloads.selfcheck",
                   EXPECTED_WORLD_SIZE="2", GLOO_SOCKET_IFNAME="lo")
+    if style == "isaaclab3":
+        # Isaac Lab 3.0's launcher takes no --rdzv_conf: torchrun itself decides which node hosts the store
+        common.update(TRAIN_ARGS_STYLE="isaaclab3", TASK="Isaac-Velocity-Rough-H1", RDZV_JOIN_TIMEOUT="600",
+                      TRAIN_ENTRYPOINT=fake_train_multigpu(tmp_path / "train_multigpu.py",
+                                                           ["-m", "sim2real.workloads.selfcheck"]))
     procs = [
-        subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                          env=clean_env(**common, AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_ID="job-77#0",
                                        NODE_IP="127.0.0.1")),
-        subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                          env=clean_env(**common, AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_ID="job-77#1",
                                        AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="127.0.0.1")),
     ]
@@ -198,3 +204,7 @@ def test_real_two_node_rendezvous_on_loopback():
         assert line["selfcheck"] == "ok"
         assert line["world_size"] == 2
         assert line["sum"] == 1  # 0 + 1
+    if style == "isaaclab3":  # both nodes went through train_multigpu, each with its own --node_rank
+        launched = (tmp_path / "launcher.log").read_text().splitlines()
+        assert sorted(a for line in launched for a in line.split() if a.startswith("--node_rank=")) == [
+            "--node_rank=0", "--node_rank=1"]

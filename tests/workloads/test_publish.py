@@ -17,7 +17,7 @@ import pytest
 
 from sim2real.contract import schemas
 from sim2real.workloads import publish
-from tests.workloads.conftest import LAUNCHER, clean_env
+from tests.workloads.conftest import LAUNCHER, clean_env, fake_train_multigpu
 
 TASK = "Isaac-Velocity-Rough-H1-v0"
 ROLLOUTS = 24
@@ -402,32 +402,11 @@ def test_launcher_trains_only_the_rounds_iterations_from_a_seeded_checkpoint(tmp
     assert manifest["resumed_from"] == str(seeded) and manifest["completed"] is True
 
 
-# Stands in for Isaac Lab 3.0's `isaaclab train_multigpu --rl_library skrl`: takes the torchrun-style flags its
-# parser takes (source/isaaclab/isaaclab/cli/multigpu.py, v3.0.0), hands them to torchrun and forwards every other
-# argument, plus --distributed, to the trainer (here the skrl stand-in above) on each rank.
-FAKE_TRAIN_MULTIGPU = textwrap.dedent('''
-    import argparse, subprocess, sys
-    parser = argparse.ArgumentParser(allow_abbrev=False)
-    parser.add_argument("--rl_library"); parser.add_argument("--num_gpus", dest="nproc_per_node", default="gpu")
-    for name in ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts"):
-        parser.add_argument(f"--{{name}}")
-    args, train_args = parser.parse_known_args()
-    with open("launcher.log", "a") as fh:
-        fh.write(" ".join(sys.argv[1:]) + "\\n")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", args.nproc_per_node]
-    for name in ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts"):
-        if getattr(args, name) is not None:
-            cmd += [f"--{{name}}", getattr(args, name)]
-    sys.exit(subprocess.call(cmd + [{train!r}, *train_args, "--distributed"]))
-''')
-
-
 def test_launcher_isaaclab3_trains_through_train_multigpu_publishes_and_resumes(tmp_path):
     multigpu = tmp_path / "fake_train_multigpu.py"
 
     def entrypoint(train: Path) -> str:
-        multigpu.write_text(FAKE_TRAIN_MULTIGPU.format(train=str(train)))
-        return f"{sys.executable} {multigpu} --rl_library skrl"
+        return fake_train_multigpu(multigpu, [str(train)])
 
     work, out, launch = stand_in_launches(tmp_path, "rk3", entrypoint, TRAIN_ARGS_STYLE="isaaclab3")
     first = launch("3")
