@@ -33,9 +33,11 @@
 #   RDZV_JOIN_TIMEOUT              seconds to wait for all nodes to join (default 600)
 #   MAX_RESTARTS                   torchrun --max_restarts (default 0: a failure fails the Batch job)
 #   TRAIN_ENTRYPOINT               what torchrun runs (default "-m sim2real.workloads.train"; word-split)
-#   TRAIN_ARGS_STYLE               "env" (default: the entrypoint reads TASK, MAX_ITERATIONS... from the env)
-#                                  or "isaaclab" (append --task "$TASK" --max_iterations "$MAX_ITERATIONS"
-#                                  [--num_envs "$NUM_ENVS"] [--seed "$SEED"], Isaac Lab's train.py flags)
+#   TRAIN_ARGS_STYLE               "env" (default: the entrypoint reads TASK, MAX_ITERATIONS... from the env),
+#                                  "isaaclab" (Isaac Lab 2.x: torchrun runs TRAIN_ENTRYPOINT = scripts/
+#                                  reinforcement_learning/skrl/train.py --distributed --headless, and gets --task
+#                                  "$TASK" --max_iterations "$MAX_ITERATIONS" [--num_envs "$NUM_ENVS"] [--seed "$SEED"])
+#                                  or "isaaclab3" (Isaac Lab 3.0: see below)
 #   ISAACLAB_LOG_DIR               (isaaclab style) where Isaac Lab's skrl train.py logs: default "$PWD/logs/skrl"
 #                                  (it writes logs/skrl/<experiment>/<timestamp>_ppo_torch/ under its cwd)
 #   PUBLISH_WAIT_SECONDS           (isaaclab style, multi-node main node) how long to wait for the node that ran
@@ -45,7 +47,7 @@
 #   TASK, MAX_ITERATIONS, NUM_ENVS, SEED, OUTPUT_URI, ...  training env, inherited by the entrypoint
 #   NCCL_*, GLOO_SOCKET_IFNAME, AWS_*  passed through unchanged (torchrun's children inherit the env)
 #
-# TRAIN_ARGS_STYLE=isaaclab with OUTPUT_URI set adds two steps around torchrun (Isaac Lab's script writes only
+# TRAIN_ARGS_STYLE=isaaclab (or isaaclab3) with OUTPUT_URI set adds two steps around torchrun (Isaac Lab's script writes only
 # to its own log dir; see sim2real.workloads.publish for the rules):
 #   before: `python -m sim2real.workloads.publish --find-resume DIR` downloads the newest complete checkpoint of
 #           OUTPUT_URI (every node), and torchrun gets `--checkpoint <file>`; MAX_ITERATIONS counts across resumes
@@ -62,6 +64,27 @@
 #   launcher's, and a publish failure exits 1. The other style still execs torchrun.
 #   --dry-run prints the torchrun line on stdout and the resume/publish steps on stderr ("dry-run: ...").
 #   Without OUTPUT_URI the isaaclab style neither resumes nor publishes (a warning says so).
+#
+# TRAIN_ARGS_STYLE=isaaclab3 (Isaac Lab 3.0): no torchrun here. Isaac Lab 3.0's own multi-GPU launcher
+# `isaaclab train_multigpu` builds the torchrun command itself (`python -m torch.distributed.run`, one rank per
+# GPU, `--distributed` added to the trainer's arguments) from torchrun-style *command-line flags*, not from
+# environment variables: --num_gpus/--nproc_per_node, --nnodes, --node_rank, --rdzv_backend, --rdzv_endpoint,
+# --rdzv_id, --max_restarts (also --master_addr/--master_port, unused here); there is no --rdzv_conf, so
+# is_host is torchrun's own guess (the endpoint is this host's address) and join_timeout its c10d default,
+# 600 s. Every unrecognised argument goes to `isaaclab train --rl_library skrl` on every rank (--task,
+# --max_iterations, --num_envs, --seed, --checkpoint, as in 2.x). Sources, isaac-sim/IsaacLab (release v3.0.0,
+# 2026-10-20): source/isaaclab/isaaclab/cli/__init__.py (the `train_multigpu` subcommand),
+# source/isaaclab/isaaclab/cli/multigpu.py (build_parser, TORCHRUN_ARGS, build_launch_command),
+# source/isaaclab_rl/isaaclab_rl/entrypoints/multigpu.py (run_train_multigpu_cli), the skrl trainer
+# (--checkpoint, logs/skrl/<experiment>/<timestamp>_<algorithm>_<framework>/ under the working directory), and
+# docs/source/features/multi_gpu.rst ("train_multigpu is experimental").
+# So the launcher maps the scheduler's variables (Batch or Slurm, as above) onto
+#   TRAIN_ENTRYPOINT --num_gpus=PROC_PER_NODE --nnodes=N --node_rank=R --rdzv_backend=c10d
+#     --rdzv_endpoint=MAIN_ADDR:RDZV_PORT --rdzv_id=ID --max_restarts=MAX_RESTARTS --task ... [--checkpoint F] "$@"
+# TRAIN_ENTRYPOINT defaults to "isaaclab train_multigpu --rl_library skrl" (the image sets its own). Resume and
+# publish work as in the isaaclab style (below). Refused (exit 2): RDZV_JOIN_TIMEOUT other than 600 (no flag
+# carries it), skrl's JAX framework (train_multigpu then uses skrl's JAX launcher, which takes no rendezvous
+# flags), and an entrypoint of the other Isaac Lab version (2.x's skrl/train.py here, train_multigpu in isaaclab).
 #
 # Exit codes: 2 bad/missing variables; otherwise torchrun's (exec), or 1 when publishing fails.
 set -euo pipefail
@@ -91,8 +114,12 @@ fi
 RDZV_PORT="${RDZV_PORT:-5555}"
 RDZV_JOIN_TIMEOUT="${RDZV_JOIN_TIMEOUT:-600}"
 MAX_RESTARTS="${MAX_RESTARTS:-0}"
-TRAIN_ENTRYPOINT="${TRAIN_ENTRYPOINT:--m sim2real.workloads.train}"
 TRAIN_ARGS_STYLE="${TRAIN_ARGS_STYLE:-env}"
+if [[ "$TRAIN_ARGS_STYLE" == "isaaclab3" ]]; then
+  TRAIN_ENTRYPOINT="${TRAIN_ENTRYPOINT:-isaaclab train_multigpu --rl_library skrl}"
+else
+  TRAIN_ENTRYPOINT="${TRAIN_ENTRYPOINT:--m sim2real.workloads.train}"
+fi
 
 is_uint "$NNODES" && (( NNODES >= 1 )) || die "AWS_BATCH_JOB_NUM_NODES must be an integer >= 1, got '${NNODES}'"
 is_uint "$NODE_RANK" || die "AWS_BATCH_JOB_NODE_INDEX must be an integer >= 0, got '${NODE_RANK}'"
@@ -171,15 +198,32 @@ read -r -a ENTRY <<< "${TRAIN_ENTRYPOINT}"
 (( ${#ENTRY[@]} )) || die "TRAIN_ENTRYPOINT is empty"
 
 PUBLISH=0
-if [[ "$TRAIN_ARGS_STYLE" == "isaaclab" ]]; then
-  [[ -n "${TASK:-}" ]] || die "TRAIN_ARGS_STYLE=isaaclab needs TASK (an Isaac Lab task id)"
+case "$TRAIN_ARGS_STYLE" in
+  env | isaaclab | isaaclab3) ;;
+  *) die "TRAIN_ARGS_STYLE must be 'env', 'isaaclab' (Isaac Lab 2.x) or 'isaaclab3' (Isaac Lab 3.0), got '${TRAIN_ARGS_STYLE}'" ;;
+esac
+if [[ "$TRAIN_ARGS_STYLE" == "isaaclab3" ]]; then
+  [[ " ${ENTRY[*]} " != *"/skrl/train.py "* ]] || die "TRAIN_ENTRYPOINT='${TRAIN_ENTRYPOINT}' is Isaac Lab 2.x's skrl script: use TRAIN_ARGS_STYLE=isaaclab with it, or 'isaaclab train_multigpu --rl_library skrl' (Isaac Lab 3.0) here"
+  [[ "$RDZV_JOIN_TIMEOUT" == "600" ]] || die "RDZV_JOIN_TIMEOUT=${RDZV_JOIN_TIMEOUT}: Isaac Lab 3.0's train_multigpu has no --rdzv_conf, so the rendezvous waits torchrun's c10d default of 600 s; unset RDZV_JOIN_TIMEOUT"
+  args_seen=" ${ENTRY[*]} $* "
+  if [[ "$args_seen" == *" --ml_framework jax "* || "$args_seen" == *" --ml_framework=jax "* ]]; then
+    die "TRAIN_ARGS_STYLE=isaaclab3 runs skrl with PyTorch: with --ml_framework jax, train_multigpu switches to skrl's JAX launcher, which refuses the rendezvous flags this launcher passes"
+  fi
+  if [[ "${TASK:-}" == *-v0 ]]; then
+    log "warning: TASK=${TASK}: Isaac Lab 3.0 registers its tasks without the -v0 suffix (e.g. Isaac-Velocity-Rough-H1)"
+  fi
+elif [[ "$TRAIN_ARGS_STYLE" == "isaaclab" ]]; then
+  [[ " ${ENTRY[*]} " != *" train_multigpu "* ]] || die "TRAIN_ENTRYPOINT='${TRAIN_ENTRYPOINT}' is Isaac Lab 3.0's train_multigpu: use TRAIN_ARGS_STYLE=isaaclab3 with it (it runs torchrun itself)"
+fi
+if [[ "$TRAIN_ARGS_STYLE" == isaaclab* ]]; then
+  [[ -n "${TASK:-}" ]] || die "TRAIN_ARGS_STYLE=${TRAIN_ARGS_STYLE} needs TASK (an Isaac Lab task id)"
   if [[ -n "${MAX_ITERATIONS:-}" ]]; then
     is_uint "$MAX_ITERATIONS" && (( MAX_ITERATIONS >= 1 )) || die "MAX_ITERATIONS must be an integer >= 1, got '${MAX_ITERATIONS}'"
   fi
   if [[ -n "${OUTPUT_URI:-}" ]]; then
     PUBLISH=1
   else
-    log "warning: TRAIN_ARGS_STYLE=isaaclab without OUTPUT_URI: no resume and no publish (checkpoints stay in the container)"
+    log "warning: TRAIN_ARGS_STYLE=${TRAIN_ARGS_STYLE} without OUTPUT_URI: no resume and no publish (checkpoints stay in the container)"
   fi
 fi
 PUBLISH_WAIT_SECONDS="${PUBLISH_WAIT_SECONDS:-1800}"
@@ -217,28 +261,37 @@ if (( PUBLISH )); then
 fi
 
 EXTRA=()
-case "$TRAIN_ARGS_STYLE" in
-  env) ;;
-  isaaclab)
-    EXTRA+=(--task "$TASK")
-    if [[ -n "${RUN_ITERATIONS}" ]]; then EXTRA+=(--max_iterations "$RUN_ITERATIONS"); fi
-    if [[ -n "${NUM_ENVS:-}" ]]; then EXTRA+=(--num_envs "$NUM_ENVS"); fi
-    if [[ -n "${SEED:-}" ]]; then EXTRA+=(--seed "$SEED"); fi
-    if [[ -n "$RESUME_PATH" ]]; then EXTRA+=(--checkpoint "$RESUME_PATH"); fi
-    ;;
-  *) die "TRAIN_ARGS_STYLE must be 'env' or 'isaaclab', got '${TRAIN_ARGS_STYLE}'" ;;
-esac
+if [[ "$TRAIN_ARGS_STYLE" == isaaclab* ]]; then
+  EXTRA+=(--task "$TASK")
+  if [[ -n "${RUN_ITERATIONS}" ]]; then EXTRA+=(--max_iterations "$RUN_ITERATIONS"); fi
+  if [[ -n "${NUM_ENVS:-}" ]]; then EXTRA+=(--num_envs "$NUM_ENVS"); fi
+  if [[ -n "${SEED:-}" ]]; then EXTRA+=(--seed "$SEED"); fi
+  if [[ -n "$RESUME_PATH" ]]; then EXTRA+=(--checkpoint "$RESUME_PATH"); fi
+fi
 
-CMD=("${LAUNCHER[@]}"
-  "--nnodes=${NNODES}"
-  "--nproc_per_node=${PROC_PER_NODE}"
-  "--node_rank=${NODE_RANK}"
-  "--rdzv_id=${RDZV_ID}"
-  "--rdzv_backend=c10d"
-  "--rdzv_endpoint=${MAIN_ADDR}:${RDZV_PORT}"
-  "--rdzv_conf=is_host=${IS_HOST},join_timeout=${RDZV_JOIN_TIMEOUT}"
-  "--max_restarts=${MAX_RESTARTS}"
-  "${ENTRY[@]}" "${EXTRA[@]}" "$@")
+if [[ "$TRAIN_ARGS_STYLE" == "isaaclab3" ]]; then
+  # train_multigpu's own flags (isaaclab/cli/multigpu.py build_parser), which it hands to torchrun
+  CMD=("${ENTRY[@]}"
+    "--num_gpus=${PROC_PER_NODE}"
+    "--nnodes=${NNODES}"
+    "--node_rank=${NODE_RANK}"
+    "--rdzv_backend=c10d"
+    "--rdzv_endpoint=${MAIN_ADDR}:${RDZV_PORT}"
+    "--rdzv_id=${RDZV_ID}"
+    "--max_restarts=${MAX_RESTARTS}"
+    "${EXTRA[@]}" "$@")
+else
+  CMD=("${LAUNCHER[@]}"
+    "--nnodes=${NNODES}"
+    "--nproc_per_node=${PROC_PER_NODE}"
+    "--node_rank=${NODE_RANK}"
+    "--rdzv_id=${RDZV_ID}"
+    "--rdzv_backend=c10d"
+    "--rdzv_endpoint=${MAIN_ADDR}:${RDZV_PORT}"
+    "--rdzv_conf=is_host=${IS_HOST},join_timeout=${RDZV_JOIN_TIMEOUT}"
+    "--max_restarts=${MAX_RESTARTS}"
+    "${ENTRY[@]}" "${EXTRA[@]}" "$@")
+fi
 
 log "scheduler=${SCHEDULER} role=${ROLE} node=${NODE_RANK}/${NNODES} proc_per_node=${PROC_PER_NODE} rdzv=${MAIN_ADDR}:${RDZV_PORT} id=${RDZV_ID} task=${TASK:-} max_iterations=${MAX_ITERATIONS:-}"
 for var in NCCL_SOCKET_IFNAME NCCL_DEBUG NCCL_IB_DISABLE GLOO_SOCKET_IFNAME FI_PROVIDER; do
@@ -254,7 +307,7 @@ if (( ! PUBLISH )); then
   exec "${CMD[@]}"
 fi
 
-# --- isaaclab style with OUTPUT_URI: torchrun as a child, then publish ---
+# --- isaaclab/isaaclab3 style with OUTPUT_URI: torchrun (or train_multigpu) as a child, then publish ---
 # --since: only checkpoints this launch wrote (a persistent log dir may hold earlier attempts' runs)
 PUBLISH_CMD=("${PUBLISH_MODULE[@]}" --log-dir "$ISAACLAB_LOG_DIR" --output-uri "$OUTPUT_URI" --task "$TASK"
   --since "$START_EPOCH")

@@ -19,6 +19,34 @@ VENV_BIN = str(Path(sys.executable).parent)
 INCLUDE = Path(list(__import__("sim2real").__path__)[0]).resolve().parent
 
 
+# Stands in for Isaac Lab 3.0's `isaaclab train_multigpu --rl_library skrl`: takes the torchrun-style flags its
+# parser takes (source/isaaclab/isaaclab/cli/multigpu.py, v3.0.0), hands them to torchrun and forwards every other
+# argument, plus --distributed, to the trainer on each rank. Logs its own arguments to ./launcher.log.
+FAKE_TRAIN_MULTIGPU = """
+import argparse, subprocess, sys
+parser = argparse.ArgumentParser(allow_abbrev=False)
+parser.add_argument("--rl_library"); parser.add_argument("--num_gpus", dest="nproc_per_node", default="gpu")
+for name in ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts"):
+    parser.add_argument(f"--{name}")
+args, train_args = parser.parse_known_args()
+with open("launcher.log", "a") as fh:
+    fh.write(" ".join(sys.argv[1:]) + "\\n")
+cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", args.nproc_per_node]
+for name in ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts"):
+    if getattr(args, name) is not None:
+        cmd += [f"--{name}", getattr(args, name)]
+sys.exit(subprocess.call(cmd + TRAINER + train_args + ["--distributed"]))
+"""
+
+
+def fake_train_multigpu(path: Path, trainer: list[str]) -> str:
+    """Write the ``train_multigpu`` stand-in to ``path``, running ``trainer`` (an argv) on each rank.
+
+    :return: the TRAIN_ENTRYPOINT that runs it (``<python> <path> --rl_library skrl``)."""
+    path.write_text(f"TRAINER = {trainer!r}\n" + FAKE_TRAIN_MULTIGPU)
+    return f"{sys.executable} {path} --rl_library skrl"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

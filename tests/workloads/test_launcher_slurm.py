@@ -54,6 +54,25 @@ def test_batch_env_wins_over_a_slurm_env():
     assert "scheduler=batch" in proc.stderr and "--rdzv_id=abc" in proc.stdout
 
 
+def isaaclab3_argv(**extra: str) -> list[str]:
+    proc = subprocess.run(["bash", str(LAUNCHER), "--dry-run"], capture_output=True, text=True, timeout=30,
+                          env=slurm_env(PROC_PER_NODE="8", TRAIN_ARGS_STYLE="isaaclab3", TASK="Isaac-Velocity-Rough-H1",
+                                        MAX_ITERATIONS="3000", SLURM_JOB_ID="4242", SLURM_NNODES="2",
+                                        MASTER_ADDR="ip-10-1-2-3", **extra))
+    assert proc.returncode == 0, proc.stderr
+    assert "scheduler=slurm" in proc.stderr
+    return shlex.split(proc.stdout)
+
+
+@pytest.mark.parametrize("node", ["0", "1"])
+def test_isaaclab3_slurm_nodes_pass_slurms_rank_and_master_addr_to_train_multigpu(node):
+    assert isaaclab3_argv(SLURM_NODEID=node) == [
+        "isaaclab", "train_multigpu", "--rl_library", "skrl",
+        "--num_gpus=8", "--nnodes=2", f"--node_rank={node}", "--rdzv_backend=c10d",
+        "--rdzv_endpoint=ip-10-1-2-3:5555", "--rdzv_id=slurm-4242", "--max_restarts=0",
+        "--task", "Isaac-Velocity-Rough-H1", "--max_iterations", "3000"]
+
+
 @pytest.mark.parametrize("env, needle", [
     ({"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "SLURM_NODEID": "0"}, "needs MASTER_ADDR"),
     ({"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "SLURM_NODEID": "2", "MASTER_ADDR": "h"}, "SLURM_NODEID=2 is not below"),

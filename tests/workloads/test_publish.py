@@ -10,13 +10,14 @@ import shlex
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sim2real.contract import schemas
 from sim2real.workloads import publish
-from tests.workloads.conftest import LAUNCHER, clean_env
+from tests.workloads.conftest import LAUNCHER, clean_env, fake_train_multigpu
 
 TASK = "Isaac-Velocity-Rough-H1-v0"
 ROLLOUTS = 24
@@ -329,19 +330,27 @@ def test_launcher_dry_run_shows_resume_and_publish_steps(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_launcher_runs_stand_in_isaaclab_trains_publishes_and_resumes(tmp_path):
+def stand_in_launches(tmp_path: Path, run_key: str, entrypoint: Callable[[Path], str], **extra: str):
+    """The stand-in skrl trainer written under ``tmp_path``, and ``launch(max_iterations)``: the launcher run in
+    ``tmp_path/work`` with ``TRAIN_ENTRYPOINT=entrypoint(<trainer path>)`` into OUTPUT_URI ``.../<run_key>/checkpoints``.
+    Returns ``(work, out, launch)``."""
     script = tmp_path / "fake_isaaclab_train.py"
     script.write_text(FAKE_ISAACLAB_TRAIN)
     work = tmp_path / "work"
     work.mkdir()
-    out = tmp_path / "efs" / "runs" / "rk" / "checkpoints"
-    env = launcher_env(OUTPUT_URI=str(out), RUN_KEY="rk", TRAIN_ENTRYPOINT=f"{script} --headless",
-                       RESUME_DIR=str(tmp_path / "resume"))
+    out = tmp_path / "efs" / "runs" / run_key / "checkpoints"
+    env = {**launcher_env(OUTPUT_URI=str(out), RUN_KEY=run_key, TRAIN_ENTRYPOINT=entrypoint(script),
+                          RESUME_DIR=str(tmp_path / "resume")), **extra}
 
     def launch(max_iterations: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(LAUNCHER)], cwd=work, capture_output=True, text=True, timeout=180,
                               env={**env, "MAX_ITERATIONS": max_iterations, "RDZV_PORT": str(_port())})
 
+    return work, out, launch
+
+
+def test_launcher_runs_stand_in_isaaclab_trains_publishes_and_resumes(tmp_path):
+    work, out, launch = stand_in_launches(tmp_path, "rk", lambda script: f"{script} --headless")
     first = launch("3")
     assert first.returncode == 0, first.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
@@ -391,6 +400,34 @@ def test_launcher_trains_only_the_rounds_iterations_from_a_seeded_checkpoint(tmp
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["checkpoint_uri"] == str(out / "agent_000120.pt") and manifest["iteration"] == 5
     assert manifest["resumed_from"] == str(seeded) and manifest["completed"] is True
+
+
+def test_launcher_isaaclab3_trains_through_train_multigpu_publishes_and_resumes(tmp_path):
+    multigpu = tmp_path / "fake_train_multigpu.py"
+
+    def entrypoint(train: Path) -> str:
+        return fake_train_multigpu(multigpu, [str(train)])
+
+    work, out, launch = stand_in_launches(tmp_path, "rk3", entrypoint, TRAIN_ARGS_STYLE="isaaclab3")
+    first = launch("3")
+    assert first.returncode == 0, first.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["checkpoint_uri"] == str(out / "agent_000072.pt") and manifest["iteration"] == 3
+    assert manifest["resumed_from"] is None and manifest["completed"] is True
+
+    second = launch("5")  # resumes from the newest complete checkpoint: --checkpoint, the 2 remaining iterations
+    assert second.returncode == 0, second.stderr[-3000:]
+    resumed = tmp_path / "resume" / "agent_000072.pt"
+    assert (work / "calls.log").read_text().splitlines() == ["max_iterations=3 checkpoint=None",
+                                                             f"max_iterations=2 checkpoint={resumed}"]
+    launched = [shlex.split(line) for line in (work / "launcher.log").read_text().splitlines()]
+    assert launched[1] == ["--rl_library", "skrl", "--num_gpus=1", "--nnodes=1", "--node_rank=0",
+                           "--rdzv_backend=c10d", launched[1][6], "--rdzv_id=sim2real-local", "--max_restarts=0",
+                           "--task", TASK, "--max_iterations", "2", "--checkpoint", str(resumed)]
+    assert launched[1][6].startswith("--rdzv_endpoint=127.0.0.1:")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["checkpoint_uri"] == str(out / "agent_000120.pt") and manifest["iteration"] == 5
+    assert manifest["resumed_from"] == str(out / "agent_000072.pt") and manifest["step"] == 120
 
 
 def test_launcher_propagates_training_failure_and_publishes_nothing(tmp_path):

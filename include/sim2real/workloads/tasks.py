@@ -118,6 +118,16 @@ _REACH_PPO = {
     "grad_norm_clip": 0.5,
 }
 
+
+_H1_ROUGH_SUCCESS = (
+    "episode ends by the time_out term (not by base_contact / illegal contact) and the mean "
+    "track_lin_vel_xy_exp reward term stays above a threshold set per evaluation"
+)
+_H1_ROUGH_SOURCE = (
+    "isaaclab_tasks/manager_based/locomotion/velocity/velocity_env_cfg.py (TerminationsCfg: time_out, "
+    "base_contact; RewardsCfg: track_lin_vel_xy_exp) and config/h1/rough_env_cfg.py"
+)
+
 TASKS: dict[str, TaskSpec] = {
     "Reacher-v5": TaskSpec(
         task_id="Reacher-v5",
@@ -168,17 +178,23 @@ TASKS: dict[str, TaskSpec] = {
         hidden=(128, 128),
         initial_log_std=-0.5,
     ),
+    "Isaac-Velocity-Rough-H1": TaskSpec(
+        task_id="Isaac-Velocity-Rough-H1",
+        kind="isaaclab",
+        success_definition=_H1_ROUGH_SUCCESS,
+        source=(
+            "Isaac Lab 3.0's id of the H1 rough-terrain task (isaac-sim/IsaacLab release v3.0.0: task ids without "
+            "a version suffix, e.g. the isaaclab_tasks environment tests and `isaaclab train --task "
+            "Isaac-Velocity-Rough-H1`; skrl among its RL libraries); same terms as in 2.x, " + _H1_ROUGH_SOURCE
+        ),
+    ),
     "Isaac-Velocity-Rough-H1-v0": TaskSpec(
         task_id="Isaac-Velocity-Rough-H1-v0",
         kind="isaaclab",
-        success_definition=(
-            "episode ends by the time_out term (not by base_contact / illegal contact) and the mean "
-            "track_lin_vel_xy_exp reward term stays above a threshold set per evaluation"
-        ),
+        success_definition=_H1_ROUGH_SUCCESS,
         source=(
-            "Isaac Lab isaaclab_tasks/manager_based/locomotion/velocity/velocity_env_cfg.py (TerminationsCfg: "
-            "time_out, base_contact; RewardsCfg: track_lin_vel_xy_exp) and config/h1/rough_env_cfg.py; "
-            "the workshop trains it with skrl (checkpoint agent_<step>.pt, pretrained agent_72000.pt)"
+            "Isaac Lab 2.x's id (config/h1/__init__.py gym.register), " + _H1_ROUGH_SOURCE
+            + "; the workshop trains it with skrl (checkpoint agent_<step>.pt, pretrained agent_72000.pt)"
         ),
     ),
     "Workshop-SO101-Reach-v0": TaskSpec(

@@ -70,7 +70,9 @@ def params() -> dict[str, Any]:
         ),
         "task": Param(
             "Reacher-v5", type="string", enum=list(TASKS), title="Task",
-            description="Gymnasium/MuJoCo task id (CPU) or Isaac Lab task id (GPU image).",
+            description="Gymnasium/MuJoCo task id (CPU) or Isaac Lab task id (GPU image). Isaac Lab 3.0 (the "
+            "image's default) names its tasks without a version suffix (Isaac-Velocity-Rough-H1); the -v0 id is "
+            "Isaac Lab 2.x's, for an image built for 2.x (containers/isaaclab/Dockerfile).",
             section=SECTION_TRAINING,
         ),
         "num_nodes": Param(
