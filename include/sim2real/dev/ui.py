@@ -347,10 +347,15 @@ class UiStack(AirflowApiClient):
                 raise UiStackError(f"Airflow was not ready in time ({last}):\n{self.logs_tail()}")
             time.sleep(1.0)
 
-    def stop(self) -> None:
+    def stop(self, airflow_grace: float = 30.0) -> None:
         """Stop Airflow (SIGINT to standalone, which terminates its components), then the sandbox
         (SIGTERM: it terminates the jobs and commands it started); anything left in either process
         group after a grace period is killed.
+
+        :param airflow_grace: seconds ``airflow standalone`` gets to stop its components before its whole process
+            group is sent SIGTERM (a second SIGTERM makes the triggerer exit at once), then SIGKILL (default 30).
+            After a DAG run the triggerer and the API server took about 11 s to exit on standalone's single
+            SIGTERM; a caller that throws the stack away (a test's Airflow home is deleted) passes a few seconds.
 
         A second Ctrl-C (or SIGTERM) while stopping is ignored: the children run in their own sessions,
         so an interrupted stop would leave them running with no terminal to reach them."""
@@ -360,7 +365,7 @@ class UiStack(AirflowApiClient):
         try:
             try:
                 if self._airflow is not None:
-                    _stop_group(self._airflow, signal.SIGINT, grace=30)
+                    _stop_group(self._airflow, signal.SIGINT, grace=airflow_grace)
             finally:
                 self._airflow = None
                 if self._sandbox is not None:

@@ -32,6 +32,7 @@ from sim2real.dev.ui import DAG_ID, UiStack, free_port
 from tests.dev.ui.test_trigger_form import (
     APPROVAL_TASK,
     CHROMIUM,
+    STOP_GRACE_S,
     diagnose,
     failed_task_logs,
     form_values,
@@ -56,7 +57,7 @@ def stack(tmp_path_factory) -> Iterator[UiStack]:
     ui.start(timeout=300)
     print(f"UI stack with users ready in {time.monotonic() - started:.0f} s at {ui.url}")
     yield ui
-    ui.stop()
+    ui.stop(airflow_grace=STOP_GRACE_S)
 
 
 def base(run_id: str) -> str:

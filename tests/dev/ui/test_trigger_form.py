@@ -44,6 +44,11 @@ pytestmark = [
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements-dev.txt)")
 
 RUN_TIMEOUT_S = 360
+#: The stack is thrown away after the module: Airflow gets 2 s to stop on its own, then its group is terminated
+#: (its triggerer and API server took about 11 s after a run otherwise).
+STOP_GRACE_S = 2
+#: Status poll of the tests' waits (GET of one run or one request: cheap for the API server).
+POLL_S = 0.5
 SAVE_SCREENSHOTS = os.environ.get("SIM2REAL_SAVE_SCREENSHOTS") == "1"
 
 
@@ -58,7 +63,7 @@ def stack(tmp_path_factory) -> Iterator[UiStack]:
     ui.start(timeout=300)
     print(f"UI stack ready in {time.monotonic() - started:.0f} s at {ui.url}")
     yield ui
-    ui.stop()
+    ui.stop(airflow_grace=STOP_GRACE_S)
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +284,7 @@ def wait_for_run(stack: UiStack, run_id: str, timeout: float) -> dict[str, Any]:
             continue
         if run["state"] in ("success", "failed") or time.monotonic() > deadline:
             return run
-        time.sleep(2)
+        time.sleep(POLL_S)
 
 
 def failed_task_logs(stack: UiStack, run_id: str) -> str:
@@ -318,13 +323,13 @@ def approve_in_the_ui(page, stack: UiStack, tmp: Path, shots: Path, run_id: str,
             if not isinstance(err, urllib.error.HTTPError):  # a busy API server (SQLite on a loaded machine)
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(2)
+                time.sleep(POLL_S)
                 continue
             run = stack.api("GET", base)
             if run["state"] in ("success", "failed") or time.monotonic() > deadline:
                 pytest.fail(diagnose(page, stack, tmp, f"run {run_id} is {run['state']} and never asked for approval:\n"
                                      + failed_task_logs(stack, run_id)))
-            time.sleep(2)
+            time.sleep(POLL_S)
     assert request["options"] == ["Approve", "Reject"] and not request["response_received"], request
     for fact in ("Success rate", "Smoke check", "GPU cost so far", "Model package", "Training curve", "MLflow run"):
         assert fact in request["body"], f"{fact!r} missing from the approval request:\n{request['body']}"
@@ -341,7 +346,7 @@ def approve_in_the_ui(page, stack: UiStack, tmp: Path, shots: Path, run_id: str,
     while not stack.api("GET", f"{base}/taskInstances/{APPROVAL_TASK}/-1/hitlDetails")["response_received"]:
         if time.monotonic() > deadline:
             pytest.fail(diagnose(page, stack, tmp, "clicking Approve recorded no response"))
-        time.sleep(1)
+        time.sleep(POLL_S)
 
 
 def run_model_package(stack: UiStack, run_id: str) -> dict[str, Any]:

@@ -123,6 +123,27 @@ def test_a_second_ctrl_c_while_stopping_still_stops_both_process_groups(tmp_path
     assert signal.getsignal(signal.SIGINT) is before  # the handler is given back
 
 
+def test_stop_with_a_short_airflow_grace_does_not_wait_for_a_slow_component(tmp_path):
+    """A component that is slow to exit on standalone's SIGINT (here: one that ignores it) is sent SIGTERM, then
+    SIGKILL, with its whole group after ``airflow_grace`` s, not after the default 30 s."""
+    stack = UiStack(tmp_path)
+    ignores_sigint = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print(flush=True); time.sleep(60)"
+    airflow = subprocess.Popen([sys.executable, "-c", ignores_sigint], start_new_session=True,
+                               stdout=subprocess.PIPE)
+    airflow.stdout.readline()  # SIGINT is ignored from here on
+    stack._airflow = airflow
+    started = time.monotonic()
+    try:
+        stack.stop(airflow_grace=1)
+    finally:
+        if airflow.poll() is None:
+            airflow.kill()
+    took = time.monotonic() - started
+    assert airflow.wait(timeout=10) == -signal.SIGTERM  # its group's SIGTERM after the grace ended it
+    assert took < 10, f"stop took {took:.1f} s with airflow_grace=1"
+    assert stack._airflow is None
+
+
 def test_dag_processor_settings_keep_an_unchanged_dag_active_on_a_busy_machine(tmp_path):
     """A DAG file that takes 10-50 s to parse on a loaded 2-core machine is neither aborted nor deactivated, and
     is not re-parsed every 30 s; an edited file is still parsed again at once (modified_time order)."""
