@@ -15,9 +15,9 @@ and runs the release DAG twice:
   each robot's status and reason;
 - the canary (robot 1, group ``sim2real-robots-canary``) with a real policy (``make demo``'s: 100 PPO iterations on
   Reacher-v5, seed 3; 97 % of its simulated episodes succeed): the emulated robots run it in the field, 20
-  episodes each (:mod:`sim2real.dev.sandbox.field_robot`). ``canary_promoted``: in the mild world (18 of 20) the
+  episodes each (:mod:`sim2real.dev.sandbox.field_robot`). ``canary_promoted``: in the mild world (20 of 20 here) the
   field rate's lower bound clears 0.5 → promoted, then the fleet; ``canary_gap``: in the severe world (weak
-  actuators, delayed actions, noisy sensors: 11 of 20) it does not → the canary group goes back to the promoted
+  actuators, delayed actions, noisy sensors: 9 of 20 here) it does not → the canary group goes back to the promoted
   release, the fleet is not touched; ``canary_offline``: robot 1 reports nothing for the 1-minute window → not
   promoted, rolled back, the robot named.
 """
