@@ -75,3 +75,20 @@ def test_a_field_round_without_a_canary_is_refused_before_anything_starts(capsys
 
     assert main(["--field-round", "--no-canary", "--no-mlflow"]) == 2
     assert "--field-round needs a canary" in capsys.readouterr().err
+
+
+def test_a_field_round_after_a_failed_first_run_publishes_nothing_and_runs_nothing(monkeypatch):
+    """Before: the field data DAG ran and the loop ran again after a failed first run, and the demo's exit code and
+    summary were the second run's alone (a failed first run could end in exit 0)."""
+    from types import SimpleNamespace
+
+    from sim2real.dev import demo
+
+    calls = []
+    monkeypatch.setattr(demo, "task_table", lambda run: [("train.train_policy", "failed", 1.0)])
+    monkeypatch.setattr(demo, "run_note", lambda run: None)
+    monkeypatch.setattr(demo, "run_field_data_dag", lambda *a, **k: calls.append("publish"))
+    monkeypatch.setattr(demo, "run_rounds", lambda *a, **k: calls.append("second run"))
+    out, second = demo.field_round({"seed": 3}, SimpleNamespace(run_id="manual__1", state="failed"))
+    assert second == [] and calls == []
+    assert out["first_run_state"] == "failed" and out["publish_state"] is None and out["dataset"] is None

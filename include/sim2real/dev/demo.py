@@ -203,15 +203,20 @@ def field_round(run_conf: dict[str, Any], first) -> tuple[dict[str, Any], list]:
     field dataset (:func:`run_field_data_dag`) and run the loop again with ``field_dataset_version: "latest"``.
 
     :return: ``(what happened: the first run's id, state and tasks, the publishing run's state and its asset event's
-        extra, the conf of the second run; the second run's DAG runs (:func:`run_rounds`), [] when nothing was
-        published)``.
+        extra, the conf of the second run; the second run's DAG runs (:func:`run_rounds`), [] when the first run did
+        not succeed (nothing is published then) or nothing was published)``.
     """
-    published = run_field_data_dag()
-    events = asset_events(published)
     out = {"first_run_id": first.run_id, "first_run_state": str(getattr(first.state, "value", first.state)),
            "first_run_tasks": task_table(first), "first_run_note": run_note(first),
-           "publish_state": str(getattr(published.state, "value", published.state)),
-           "dataset": events[-1]["extra"] if events else None}
+           "publish_state": None, "dataset": None}
+    if out["first_run_state"] != "success":
+        print(f"[demo] field round: the first run {first.run_id} ended {out['first_run_state']}: no field dataset, "
+              "no second run")
+        return out, []
+    published = run_field_data_dag()
+    events = asset_events(published)
+    out.update(publish_state=str(getattr(published.state, "value", published.state)),
+               dataset=events[-1]["extra"] if events else None)
     if not events:
         print(f"[demo] field round: {published.dag_id} published no field dataset version "
               f"({out['publish_state']}); no second run")
@@ -491,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     fr = summary.get("field_round")
     if fr:
         print(f"[demo] field round: first run {fr['first_run_id']}: {fr['first_run_state']}; "
-              f"sim_to_real_field_data: {fr['publish_state']}, field dataset "
+              f"sim_to_real_field_data: {fr['publish_state'] or 'not run'}, field dataset "
               f"{json.dumps(fr['dataset'], sort_keys=True) if fr['dataset'] else 'none'}")
         used = ((summary.get("lineage") or {}).get("stages") or {}).get("field_dataset")
         print(f"[demo] field round: the second run's fine-tune included "
@@ -539,8 +544,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({**summary, "state": state, "tasks": rows,
                                                    "elapsed_s": elapsed}, indent=2, default=str))
-    ok = state == "success" and summary["checks_ok"] and (not args.field_round or bool(
-        ((summary.get("lineage") or {}).get("stages") or {}).get("field_dataset")))
+    # --field-round: both runs succeeded and the second one's fine-tune included the published version
+    ok = state == "success" and summary["checks_ok"] and (not args.field_round or (
+        (summary.get("field_round") or {}).get("first_run_state") == "success"
+        and bool(((summary.get("lineage") or {}).get("stages") or {}).get("field_dataset"))))
     return 0 if ok else 1
 
 
