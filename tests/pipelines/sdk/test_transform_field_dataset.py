@@ -79,6 +79,38 @@ def test_columns_and_vector_lengths_checked_against_the_base_features(tmp_path):
         "field episode robot-2/ep-b: lacks the base dataset's feature 'action'"]
 
 
+def test_a_data_file_that_is_not_parquet_or_of_another_value_type_is_a_listed_problem(tmp_path):
+    """Before: a data file with the manifest's sha256 that was no parquet file raised pyarrow's ArrowInvalid (a
+    traceback, exit 1), and a float64 column under a float32 feature was appended (mixed parquet schemas)."""
+    import hashlib
+
+    import pyarrow as pa
+
+    from sim2real.contract import field
+
+    wide = field_frames(1, 3)
+    wide = wide.set_column(wide.column_names.index("action"), "action",
+                           pa.array(wide.column("action").to_pylist(), type=pa.list_(pa.float64())))
+    manifest = write_field_dataset(tmp_path / "bucket", tables={"ep-b": wide})
+    doc = json.loads(manifest.read_text())
+    entry = doc["episodes"][0]  # ep-a: bytes that are no parquet file, published with their own sha256
+    body = b"not a parquet file"
+    (tmp_path / "bucket" / entry["data_key"]).write_bytes(body)
+    entry.update(sha256=hashlib.sha256(body).hexdigest(), size_bytes=len(body))
+    doc["dataset_version"] = field.dataset_version(doc["episodes"])
+    moved = tmp_path / "bucket" / field.manifest_key("", doc["dataset_version"])
+    moved.parent.mkdir(parents=True, exist_ok=True)
+    moved.write_text(json.dumps(doc))
+    with pytest.raises(DatasetError) as err:
+        transform(write_v2(tmp_path / "src"), tmp_path / "dst", field_manifest=str(moved))
+    problems = err.value.problems
+    assert len(problems) == 2, problems
+    assert problems[0].startswith(f"field episode robot-1/ep-a: data file {entry['data_key']} is not a parquet file: "
+                                  "ArrowInvalid"), problems
+    assert problems[1] == ("field episode robot-2/ep-b: 'action' holds float64 values, the base dataset's feature is "
+                           "float32")
+
+
 def test_a_base_camera_the_field_data_lacks_is_listed_never_dropped(tmp_path):
     manifest = write_field_dataset(tmp_path / "bucket")
     with pytest.raises(DatasetError) as err:

@@ -71,7 +71,9 @@ def _local_reader(bucket: str | None, key: str) -> bytes:
 
 
 def _feature_problems(name: str, table: Any, features: dict[str, Any]) -> list[str]:
-    """Columns of one field data file against the base dataset's features (names, vector lengths)."""
+    """Columns of one field data file against the base dataset's features (names, vector lengths, value types: a
+    float64 column under a float32 feature would give the output dataset mixed parquet schemas)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -84,8 +86,17 @@ def _feature_problems(name: str, table: Any, features: dict[str, Any]) -> list[s
             continue
         shape = list(feature.get("shape") or [1])
         column = table.column(key)
-        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or \
-                pa.types.is_fixed_size_list(column.type):
+        is_list = pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or \
+            pa.types.is_fixed_size_list(column.type)
+        value_type = column.type.value_type if is_list else column.type
+        try:
+            found = np.dtype(value_type.to_pandas_dtype()).name
+        except (NotImplementedError, TypeError):
+            found = str(value_type)
+        wanted = feature.get("dtype")
+        if wanted not in (None, "video", "image", "string") and found != wanted:
+            problems.append(f"{name}: {key!r} holds {found} values, the base dataset's feature is {wanted}")
+        if is_list:
             lengths = set(pc.list_value_length(column).to_pylist())
             if lengths != {shape[0]}:
                 problems.append(f"{name}: {key!r} has vectors of length {sorted(lengths, key=str)}, the base "
@@ -148,7 +159,11 @@ def load_field_episodes(manifest_uri: str, info: dict[str, Any], *, s3_client: A
         if digest != entry["sha256"]:
             problems.append(f"{name}: data file sha256 {digest} is not the manifest's {entry['sha256']}")
             continue
-        table = pq.read_table(io.BytesIO(body))
+        try:
+            table = pq.read_table(io.BytesIO(body))
+        except Exception as exc:  # noqa: BLE001 - pyarrow's ArrowInvalid and kin: the step's reason, not a traceback
+            problems.append(f"{name}: data file {entry['data_key']} is not a parquet file: {type(exc).__name__}: {exc}")
+            continue
         if table.num_rows != entry["frames"]:
             problems.append(f"{name}: the manifest says {entry['frames']} frames, the data file has {table.num_rows}")
         if float(entry["fps"]) != float(info["fps"]):
