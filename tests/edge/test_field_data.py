@@ -125,6 +125,26 @@ def test_the_data_goes_first_with_its_sha256_and_a_reupload_changes_nothing(tmp_
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]] == [DATA_KEY, EPISODE_KEY]
 
 
+def test_an_old_data_file_without_its_summary_is_removed_and_a_young_one_kept(tmp_path, s3):
+    """A process that died between writing an episode's data and its summary (or between removing an uploaded
+    summary and its data) left a data file nothing uploads or removes; before, it stayed in the spool for good. A
+    young one may be an episode whose summary is being written: kept."""
+    import os
+    import time
+
+    spool = tmp_path / "spool"
+    path = record(recorder(spool))
+    path.unlink()  # its summary never made it
+    young = spool / "s2-000001.parquet"
+    young.write_bytes(b"written a moment ago")
+    old = time.time() - 2 * 3600
+    os.utime(spool / "s1-000001.parquet", (old, old))
+    result = upload_spool(s3, spool, BUCKET, thing_name=THING)
+    assert (result.uploaded, result.orphans_removed) == ([], ["s1-000001.parquet"])
+    assert sorted(p.name for p in spool.iterdir()) == ["s2-000001.parquet"]
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET)  # nothing uploaded
+
+
 def test_the_summary_is_not_sent_when_s3_refuses_the_data(tmp_path):
     """Stubber checks the data request against botocore's S3 model (IfNoneMatch, ChecksumSHA256); S3 refusing it
     (BadDigest: the body's SHA-256 is not ChecksumSHA256) sends no summary and leaves both files spooled. moto does

@@ -53,6 +53,10 @@ CONFLICTS, REJECTED = "conflicts", "rejected"
 PART_SUFFIX = ".part"
 #: Suffix of an episode's data file in the spool (``<episode_id>.parquet``) and its S3 content type.
 DATA_SUFFIX, DATA_CONTENT_TYPE = ".parquet", "application/vnd.apache.parquet"
+#: A spooled data file without its summary this many seconds after it was written is an orphan (the process died
+#: between writing the data and its summary, or between removing an uploaded summary and its data): removed by the
+#: next pass. Younger ones may be an episode whose summary is being written now.
+ORPHAN_DATA_AGE_S = 3600.0
 #: botocore errors that mean "S3 not reachable now" (retried with backoff), by class name.
 UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
                "ProxyConnectionError", "NoCredentialsError", "CredentialRetrievalError"}
@@ -272,7 +276,8 @@ class UploadResult:
 
     ``uploaded``: written now; ``already``: S3 already held the same bytes; ``conflicts``: S3 holds another body
     under the key (moved to ``conflicts/``); ``rejected``: not a valid episode or not this robot's (moved to
-    ``rejected/``); ``pending``: left for the next pass (S3 unreachable or an error).
+    ``rejected/``); ``pending``: left for the next pass (S3 unreachable or an error); ``orphans_removed``: data files
+    without a summary, older than :data:`ORPHAN_DATA_AGE_S`, removed.
     """
 
     uploaded: list[str] = field(default_factory=list)
@@ -280,6 +285,7 @@ class UploadResult:
     conflicts: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    orphans_removed: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -418,9 +424,25 @@ def upload_spool(client: Any, spool_dir: str | Path, bucket: str, prefix: str = 
             continue
         # "already": the same bytes were there (an earlier upload's answer was lost)
         (result.uploaded if outcome == "uploaded" else result.already).append(path.name)
-        path.unlink()  # the summary first: a data file left by a crash here is never uploaded again
+        path.unlink()  # the summary first: a data file left by a crash here is removed later as an orphan
         path.with_suffix(DATA_SUFFIX).unlink(missing_ok=True)
+    _remove_orphan_data(spool, result)
     return result
+
+
+def _remove_orphan_data(spool: Path, result: UploadResult, now: float | None = None) -> None:
+    """Remove spooled data files that have no summary beside them and are older than :data:`ORPHAN_DATA_AGE_S`
+    (nothing would ever upload or remove them); logged, listed in ``result.orphans_removed``."""
+    if not spool.is_dir():
+        return
+    now = time.time() if now is None else now
+    for data in sorted(spool.glob(f"*{DATA_SUFFIX}")):
+        if data.with_suffix(".json").exists() or now - data.stat().st_mtime < ORPHAN_DATA_AGE_S:
+            continue
+        log.warning("spooled data file %s has no summary (written %.0f s ago): removed", data.name,
+                    now - data.stat().st_mtime)
+        data.unlink(missing_ok=True)
+        result.orphans_removed.append(data.name)
 
 
 def _client(region: str | None, endpoint_url: str | None) -> Any:
