@@ -27,6 +27,13 @@ ARTIFACT_PREFIX = "greengrass/artifacts"
 FIELD_EPISODES_PREFIX = episodes_prefix("")
 #: Field episodes' data files (``sim2real.contract.field.data_key`` with the empty prefix; with ``RecordData``).
 FIELD_DATA_PREFIX = DATA_FOLDER
+#: The robot's thing name in the token exchange role's policy: the IoT credentials provider sets this policy
+#: variable when the device sends its thing name (header ``x-amzn-iot-thingname``) with the credentials request
+#: (AWS IoT Developer Guide, "Authorizing direct calls to AWS services using AWS IoT Core credential provider").
+THING_NAME = "${credentials-iot:ThingName}"
+#: A PutObject with neither ``If-None-Match`` nor ``If-Match`` (condition keys ``s3:if-none-match``, ``s3:if-match``:
+#: S3 User Guide, "Enforce conditional writes on Amazon S3 buckets"); the keys of one ``Null`` block are ANDed.
+UNCONDITIONAL_WRITE = {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}}
 
 
 def inline_recipe(recipe: dict, bucket_name: str) -> str:
@@ -49,8 +56,9 @@ def inline_recipe(recipe: dict, bucket_name: str) -> str:
 class GreengrassStack(cdk.Stack):
     """Thing group ``<prefix>-robots``, one ``CfnComponentVersion`` per recipe in
     ``containers/greengrass/recipes``, and the core devices' token exchange role (role alias
-    ``<prefix>-robots-tes``) that may read only the artifact and run prefixes of the bucket, write (PutObject only)
-    the field episodes under ``field/episodes/``, and read the policy server's api token (secrets
+    ``<prefix>-robots-tes``) that may read only the artifact and run prefixes of the bucket, write (PutObject only,
+    conditional writes only) its own field episodes and their data files, ``field/episodes/<thing name>/`` and
+    ``field/data/<thing name>/``, and read the policy server's api token (secrets
     ``<prefix>-robots/*``, SecureString parameters ``/<prefix>/robots/*``).
 
     :ivar components: ``{component name: version}`` (the environment config's ``greengrass.components``).
@@ -88,11 +96,15 @@ class GreengrassStack(cdk.Stack):
         grant_prefixes(self.token_exchange_role, artifacts, read=[f"{ARTIFACT_PREFIX}/", "runs/"], sid="Artifacts")
         # The field uploader (com.sim2real.FieldUploader, sim2real.edge.field_recorder) writes each episode summary,
         # and its data file when RecordData is on, once with a conditional PutObject (IfNoneMatch, then IfMatch for
-        # the same bytes): PutObject only, no read, no list, no delete.
+        # the same bytes): PutObject only, no read, no list, no delete; each robot under its own thing name only,
+        # and a PutObject with neither header is denied, so no robot can overwrite an episode.
+        own = [artifacts.arn_for_objects(f"{FIELD_EPISODES_PREFIX}{THING_NAME}/*"),
+               artifacts.arn_for_objects(f"{FIELD_DATA_PREFIX}{THING_NAME}/*")]
         self.token_exchange_role.add_to_policy(iam.PolicyStatement(
-            sid="FieldEpisodes", actions=["s3:PutObject"],
-            resources=[artifacts.arn_for_objects(f"{FIELD_EPISODES_PREFIX}*"),
-                       artifacts.arn_for_objects(f"{FIELD_DATA_PREFIX}*")]))
+            sid="FieldEpisodes", actions=["s3:PutObject"], resources=own))
+        self.token_exchange_role.add_to_policy(iam.PolicyStatement(
+            sid="FieldEpisodesConditionalWritesOnly", effect=iam.Effect.DENY, actions=["s3:PutObject"],
+            resources=own, conditions=UNCONDITIONAL_WRITE))
         self.token_exchange_role.add_to_policy(iam.PolicyStatement(
             sid="DeviceLogs",
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],

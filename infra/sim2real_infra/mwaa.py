@@ -243,6 +243,13 @@ class MwaaStack(cdk.Stack):
                        read=["ssm-output/", "greengrass/", "field/episodes/", "field/data/"],
                        write=["runs/", "images/", "field/datasets/"],
                        sid="Artifacts")
+        # a field dataset manifest is written once (publish_manifest: PutObject with IfNoneMatch="*"): a PutObject
+        # there without If-None-Match (condition key s3:if-none-match, S3 User Guide "Enforce conditional writes on
+        # Amazon S3 buckets") is denied, so a published version cannot be replaced
+        self._target.add_statements(iam.PolicyStatement(
+            sid="FieldDatasetManifestsCreateOnly", effect=iam.Effect.DENY, actions=["s3:PutObject"],
+            resources=[t.artifacts.arn_for_objects("field/datasets/*")],
+            conditions={"Null": {"s3:if-none-match": "true"}}))
         # 1 build
         self._add("BuildImage", ["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild",
                                  "codebuild:BatchGetProjects",  # check_resources, build: project and context

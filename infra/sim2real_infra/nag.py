@@ -35,15 +35,20 @@ IAM5_REASONS: list[tuple[str, str]] = [
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/(runs|datasets|ssm-output|greengrass|greengrass/artifacts|hyperpod/lifecycle)/\*",
      "Object keys under one fixed prefix of the artifacts bucket; the keys are created per run "
      "(runs/<run_key>/...) or per component version, so they cannot be listed in advance."),
+    (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/(episodes|data)/<credentials-iot:ThingName>/\*",
+     "Each robot writes (PutObject only, and only with If-None-Match or If-Match: a Deny on the same keys refuses "
+     "any other PutObject) under its own thing name only (the IoT credentials provider's credentials-iot:ThingName "
+     "policy variable): one summary per field episode, field/episodes/<thing name>/<episode id>.json, and with "
+     "RecordData its data file, field/data/<thing name>/<episode id>.parquet; the episode ids are the robot's "
+     "own, so the keys cannot be listed in advance."),
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/episodes/\*",
-     "The robots write (PutObject only) one summary per field episode, field/episodes/<thing name>/<episode id>"
-     ".json; the Airflow role reads them (GetObject, ListBucket under the prefix: the canary verdict); the robots' "
-     "episode ids are their own, so the keys cannot be listed in advance."),
+     "The Airflow role reads the robots' field episode summaries, field/episodes/<thing name>/<episode id>.json "
+     "(GetObject, ListBucket under the prefix: the canary verdict, the field dataset publisher); the episode ids "
+     "are the robots' own, so the keys cannot be listed in advance."),
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/data/\*",
-     "The robots write (PutObject only) one data file per recorded field episode, field/data/<thing name>/"
-     "<episode id>.parquet (RecordData); the field dataset publisher reads them (HeadObject for S3's checksum) and "
-     "the fine-tune's processing job downloads them; the episode ids are the robots' own, so the keys cannot be "
-     "listed in advance."),
+     "The field dataset publisher reads the robots' data files, field/data/<thing name>/<episode id>.parquet "
+     "(HeadObject for S3's checksum) and the fine-tune's processing job downloads them; the episode ids are the "
+     "robots' own, so the keys cannot be listed in advance."),
     (rf"Resource::{_ARN}:s3:::[a-z0-9-]+-artifacts-{_ACCOUNT}/field/datasets/\*",
      "The field dataset publisher writes each field dataset version's manifest once (field/datasets/<version>/"
      "manifest.json, content-addressed) and the fine-tune reads it; the versions cannot be listed in advance."),
@@ -121,8 +126,8 @@ OTHER_REASONS: list[tuple[str, str, str]] = [
 
 def _render(value: Any) -> str:
     """A resolved CloudFormation value as cdk-nag renders it in finding ids."""
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str):  # an IAM policy variable ${key} is rendered <key>
+        return re.sub(r"\$\{([^}]+)\}", r"<\1>", value)
     if isinstance(value, dict) and len(value) == 1:
         (fn, arg), = value.items()
         if fn == "Ref":

@@ -9,7 +9,7 @@ import pytest
 from sim2real_infra.mwaa import MWAA_UNSCOPED, UNSCOPED_ACTIONS
 from sim2real_infra.nag import IAM4_REASONS, IAM5_REASONS, OTHER_REASONS
 
-from .conftest import Synth, resources
+from .conftest import Synth, render, resources
 
 #: Every action that may appear on ``"Resource": "*"``, with why AWS requires it there.
 ALLOWED_ON_STAR: dict[str, str] = {
@@ -137,3 +137,46 @@ def test_mwaa_role_may_tag_deployments_with_the_canary_verdict_only(synth: Synth
     tails = [r["Fn::Join"][1][-1] if isinstance(r, dict) else r for r in _list(tag[0]["Resource"])]
     assert tails and all(t.endswith(":deployments:*") for t in tails), tag[0]["Resource"]
     assert tag[0]["Condition"] == {"ForAllValues:StringEquals": {"aws:TagKeys": [FIELD_VERDICT_TAG]}}
+
+
+def _object_keys(statement: dict) -> list[str]:
+    """The key patterns of a statement's object ARNs (``arn:...:s3:::<bucket>/<key pattern>``), rendered."""
+    return [render(r).split(":s3:::", 1)[1].split("/", 1)[1] for r in _list(statement["Resource"])]
+
+
+def _role_statements(synth: Synth, stack: Any) -> list[dict]:
+    return [st for where, st in _statements(synth) if where.startswith(f"{stack.stack_name}/")]
+
+
+#: A request with neither ``If-None-Match`` nor ``If-Match`` (S3 User Guide, "Enforce conditional writes on Amazon S3
+#: buckets": condition keys ``s3:if-none-match`` and ``s3:if-match``; the keys of one ``Null`` block are ANDed).
+UNCONDITIONAL_WRITE = {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}}
+
+
+def test_robots_write_field_objects_only_under_their_own_thing_name_and_only_conditionally(synth: Synth) -> None:
+    """A robot's token exchange role writes ``field/episodes/<its thing>/`` and ``field/data/<its thing>/`` only
+    (the IoT credentials provider's ``credentials-iot:ThingName`` policy variable), and only with ``IfNoneMatch``
+    (create) or ``IfMatch`` (the uploader's same-bytes check): another robot's episodes cannot be overwritten."""
+    statements = _role_statements(synth, synth.stacks.greengrass)
+    puts = [st for st in statements if "s3:PutObject" in _list(st["Action"])]
+    allow = [st for st in puts if st["Effect"] == "Allow"]
+    deny = [st for st in puts if st["Effect"] == "Deny"]
+    own = ["field/episodes/${credentials-iot:ThingName}/*", "field/data/${credentials-iot:ThingName}/*"]
+    assert len(allow) == 1 and _list(allow[0]["Action"]) == ["s3:PutObject"], allow
+    assert _object_keys(allow[0]) == own and "Condition" not in allow[0], allow[0]
+    assert len(deny) == 1 and _list(deny[0]["Action"]) == ["s3:PutObject"], deny
+    assert _object_keys(deny[0]) == own and deny[0]["Condition"] == UNCONDITIONAL_WRITE, deny[0]
+    # nothing else of the role names a field object
+    assert [st for st in statements if "field/" in str(st.get("Resource"))] == allow + deny
+
+
+def test_airflow_writes_field_dataset_manifests_only_as_conditional_creates(synth: Synth) -> None:
+    """The field dataset publisher writes a manifest once (``IfNoneMatch="*"``): a PutObject under
+    ``field/datasets/`` without ``If-None-Match`` is denied; the other write prefixes are as before."""
+    statements = _role_statements(synth, synth.stacks.mwaa)
+    deny = [st for st in statements if st["Effect"] == "Deny" and "s3:PutObject" in _list(st["Action"])]
+    assert len(deny) == 1 and _list(deny[0]["Action"]) == ["s3:PutObject"], deny
+    assert _object_keys(deny[0]) == ["field/datasets/*"], deny[0]
+    assert deny[0]["Condition"] == {"Null": {"s3:if-none-match": "true"}}, deny[0]
+    (write,) = [st for st in statements if st.get("Sid") == "ArtifactsWrite"]
+    assert _object_keys(write) == ["runs/*", "images/*", "field/datasets/*"] and "Condition" not in write, write

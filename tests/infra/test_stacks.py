@@ -213,17 +213,19 @@ def test_token_exchange_role_reads_only_artifact_and_run_prefixes(synth: Synth) 
                     if any(a.startswith("s3:") for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))]
     bucket = "arn:aws:s3:::sim2real-artifacts-123456789012"
     assert set(s3_resources) == {bucket, f"{bucket}/greengrass/artifacts/*", f"{bucket}/runs/*",
-                                 f"{bucket}/field/episodes/*", f"{bucket}/field/data/*"}
+                                 f"{bucket}/field/episodes/${{credentials-iot:ThingName}}/*",
+                                 f"{bucket}/field/data/${{credentials-iot:ThingName}}/*"}
     actions = {a for s in policy["Properties"]["PolicyDocument"]["Statement"]
                for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]) if a.startswith("s3:")}
     assert actions == {"s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:PutObject"}
-    # writing is the field episodes' (and their data files') PutObject alone (no read, list or delete there; nothing
-    # else writable)
-    writes = [(s["Action"], sorted(render(r) for r in (s["Resource"] if isinstance(s["Resource"], list) else
+    # writing is the field episodes' (and their data files') PutObject alone, under the robot's own thing name, and
+    # only as a conditional write (no read, list or delete there; nothing else writable)
+    writes = [(s["Effect"], s["Action"], sorted(render(r) for r in (s["Resource"] if isinstance(s["Resource"], list) else
                                                        [s["Resource"]])))
               for s in policy["Properties"]["PolicyDocument"]["Statement"]
               if "s3:PutObject" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])]
-    assert writes == [("s3:PutObject", [f"{bucket}/field/data/*", f"{bucket}/field/episodes/*"])]
+    own = [f"{bucket}/field/data/${{credentials-iot:ThingName}}/*", f"{bucket}/field/episodes/${{credentials-iot:ThingName}}/*"]
+    assert writes == [("Allow", "s3:PutObject", own), ("Deny", "s3:PutObject", own)]
 
 
 def test_token_exchange_role_reads_only_the_robots_api_token(synth: Synth) -> None:
