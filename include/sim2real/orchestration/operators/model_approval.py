@@ -496,6 +496,26 @@ class TaskStore:
             self._log.warning("task state store: %s not read (%s)", key, err)
             return None
 
+    def get_bound(self, key: str, field: str, owner: str) -> dict[str, Any] | None:
+        """The row under ``key`` (a mapping) when it was recorded for ``owner`` (its ``field`` equals it); else None.
+
+        A row recorded for another resource of the run (an earlier canary deployment or model package), or without
+        one (older rows), is ignored (logged): Airflow 3.3.1 keeps task state store rows across a clear of the task
+        (``clear_task_instances`` leaves them; ``[state_store] clear_on_success`` is False by default), so a clear
+        that made a new resource would otherwise replay what was recorded for the old one."""
+        row = self.get(key)
+        if row is None:
+            return None
+        if isinstance(row, Mapping) and owner and row.get(field) == owner:
+            return dict(row)
+        self._log.info("task state store: %s was recorded for %s %r, not %r: ignored", key, field,
+                       row.get(field) if isinstance(row, Mapping) else None, owner)
+        return None
+
+    def set_bound(self, key: str, field: str, owner: str, **values: Any) -> None:
+        """Record ``{field: owner, **values}`` under ``key`` (read back with :meth:`get_bound`)."""
+        self.set(key, {field: owner, **values})
+
     def delete(self, key: str) -> None:
         if self._store is not None:
             try:
