@@ -205,12 +205,16 @@ def _is_resume(context: Mapping[str, Any]) -> bool:
 
 
 def _asked_before(context: Mapping[str, Any]) -> bool:
-    """Whether an earlier try of the approval step already wrote (and so announced) its request: the step's
-    record in the task state store, shared by the task's tries
-    (:data:`sim2real.orchestration.operators.model_approval.REQUEST_KEY`)."""
+    """Whether an earlier try of the approval step already wrote (and so announced) its request for the same
+    pipeline execution's package: the step's record in the task state store, shared by the task's tries
+    (:data:`sim2real.orchestration.operators.model_approval.REQUEST_KEY`), whose ``pipeline_execution_arn`` is the
+    task's. A clear that re-ran the fine-tune (a new execution, a new package) is announced again: the row outlives
+    the clear (Airflow 3.3.1), and the package ARN the row is bound to is only located in ``execute``."""
     from sim2real.orchestration.operators.model_approval import REQUEST_KEY, TaskStore
 
-    return bool(TaskStore(context, log).get(REQUEST_KEY))
+    row = TaskStore(context, log).get(REQUEST_KEY)
+    execution = getattr(context.get("task"), "pipeline_execution_arn", None)
+    return isinstance(row, Mapping) and row.get("pipeline_execution_arn") == execution
 
 
 class Sim2RealSnsNotifier(SnsNotifier):

@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.exceptions import TaskAwaitingInput, TaskDeferred
-from sim2real.orchestration.operators.canary_review import DECISION_XCOM, CanaryReviewOperator, review_body
+from sim2real.orchestration.operators.canary_review import ANSWER_KEY, DECISION_XCOM, CanaryReviewOperator, review_body
 from sim2real.orchestration.triggers.greengrass import GreengrassDeploymentTrigger
 
 from operator_helpers import FakeTI
@@ -97,6 +97,7 @@ def test_without_a_canary_nothing_is_asked(context):
 
 
 def test_promote_returns_the_evidence_with_the_decision(moto_endpoint, group_arn, context):
+    context["task_state_store"] = store = FakeStore()
     op = operator()
     with Stubber(op.hook.conn) as stub:  # the promotion is recorded on the canary deployment
         stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
@@ -107,6 +108,7 @@ def test_promote_returns_the_evidence_with_the_decision(moto_endpoint, group_arn
                 "status": "Promote"}
     assert result == {**EVIDENCE, "decision": decision}
     assert context["ti"].xcom[DECISION_XCOM] == decision
+    assert ANSWER_KEY not in store.rows  # carried out: a clear of the task asks again
 
 
 def abort(op, context, group_arn, create_fails=False, rollback_status="QUEUED"):
@@ -121,7 +123,9 @@ def abort(op, context, group_arn, create_fails=False, rollback_status="QUEUED"):
 
 
 def test_abort_rolls_the_canary_group_back_and_fails_naming_who_and_why(moto_endpoint, group_arn, context):
+    context["task_state_store"] = store = FakeStore()
     deferred = abort(operator(), context, group_arn)
+    assert store.rows[ANSWER_KEY]["deployment_id"] == CANARY  # kept while the rollback runs: a retry completes it
     assert isinstance(deferred, TaskDeferred) and deferred.method_name == "rollback_complete"
     trigger = deferred.trigger
     assert isinstance(trigger, GreengrassDeploymentTrigger)
@@ -137,6 +141,7 @@ def test_abort_rolls_the_canary_group_back_and_fails_naming_who_and_why(moto_end
         f"2026-12-04T09:30:00+00:00: arm-2 drops the cube. Rolled back: deployment {RB} "
         "(sim2real-k-canary-rollback) put sim2real-run-0 (deployment old) back on the canary robots (arm-1: "
         "SUCCEEDED; arm-2: SUCCEEDED); the fleet was not deployed")
+    assert ANSWER_KEY not in store.rows  # carried out: a clear of the task asks again
 
 
 def test_a_retry_after_an_abort_completes_it_and_never_asks_again(moto_endpoint, group_arn, context, monkeypatch):
@@ -147,8 +152,9 @@ def test_a_retry_after_an_abort_completes_it_and_never_asks_again(moto_endpoint,
 
     requests = []
     monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
-    context["task_state_store"] = FakeStore()
+    context["task_state_store"] = store = FakeStore()
     abort(operator(), context, group_arn)
+    assert store.rows[ANSWER_KEY] == {"deployment_id": CANARY, "decision": context["ti"].xcom[DECISION_XCOM]}
     retry = {**context, "ti": FakeTI("deploy.canary_review")}  # a new try: its own XComs
     retry["ti"].xcom["canary_verdict"] = dict(EVIDENCE)
     op = operator()
@@ -164,6 +170,54 @@ def test_a_retry_after_an_abort_completes_it_and_never_asks_again(moto_endpoint,
     decision = retry["ti"].xcom[DECISION_XCOM]
     assert (decision["decided_by"], decision["status"], decision["comment"]) == ("alice", "Abort",
                                                                                  "arm-2 drops the cube")
+    assert ANSWER_KEY not in store.rows  # carried out (the rollback ended): a clear of the task asks again
+
+
+PROMOTED = {"decided_by": "Bob", "at": "2026-12-04T09:30:00+00:00", "comment": "field looks good",
+            "status": "Promote"}
+
+
+@pytest.mark.parametrize("row", [
+    {"deployment_id": "d0ld-canary", "decision": PROMOTED},  # the canary a clear of the deploy group replaced
+    PROMOTED,                                                # recorded without its deployment (an older release)
+])
+def test_a_decision_recorded_for_another_canary_deployment_is_not_carried_out(context, monkeypatch, row):
+    """Airflow 3.3.1 keeps task state store rows across a clear of the task (``clear_task_instances`` leaves them;
+    ``[state_store] clear_on_success`` is False by default): a clear that made a new canary deployment asks the
+    person again instead of promoting the new release with the old canary's answer."""
+    import airflow.providers.standard.operators.hitl as hitl
+
+    requests = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    context["task_state_store"] = FakeStore()
+    context["task_state_store"].rows[ANSWER_KEY] = row
+    op = operator()
+    with Stubber(op.hook.conn) as stub, pytest.raises(TaskAwaitingInput):  # no AWS call: nothing promoted
+        op.execute(context)
+    stub.assert_no_pending_responses()
+    (request,) = requests
+    assert request["subject"].startswith(f"Promote the canary release to the fleet? Canary {CANARY} on {GROUP}")
+    assert DECISION_XCOM not in context["ti"].xcom
+
+
+def test_a_promote_recorded_for_this_canary_deployment_is_carried_out_by_a_retry(
+        moto_endpoint, group_arn, context, monkeypatch):
+    """The retry path: the try that received the Promote failed before its TagResource; the retry promotes with
+    the recorded decision, asks nobody, and forgets the decision once carried out."""
+    import airflow.providers.standard.operators.hitl as hitl
+
+    requests = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    context["task_state_store"] = store = FakeStore()
+    store.rows[ANSWER_KEY] = {"deployment_id": CANARY, "decision": PROMOTED}
+    op = operator()
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
+                                               "tags": {"sim2real:field-verdict": "promoted"}})
+        result = op.execute(context)
+        stub.assert_no_pending_responses()
+    assert result == {**EVIDENCE, "decision": PROMOTED} and context["ti"].xcom[DECISION_XCOM] == PROMOTED
+    assert requests == [] and ANSWER_KEY not in store.rows
 
 
 def test_an_abort_whose_rollback_fails_names_both_deployments(moto_endpoint, group_arn, context):

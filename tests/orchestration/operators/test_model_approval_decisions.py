@@ -168,7 +168,7 @@ def test_a_registry_reject_30ms_before_the_airflow_approve_stands_and_the_approv
                                       "model_package_arn": arn})
     package = sm.describe_model_package(ModelPackageName=arn)
     assert (package["ModelApprovalStatus"], package["ApprovalDescription"]) == ("Rejected", "drops the cube (carol in Studio)")
-    (refusal,) = store.rows[REFUSED_KEY]
+    (refusal,) = store.rows[REFUSED_KEY]["refused"]
     assert (refusal["by"], refusal["via"], refusal["status"]) == ("bob", "airflow", "Approved")
     assert "registry decision came first" in refusal["reason"] and "drops the cube" in refusal["reason"]
     assert len(requests) == 1 and requests[0]["ti_id"] == context["task_instance"].id  # reopened
@@ -199,7 +199,7 @@ def test_the_same_refused_answer_seen_twice_is_one_refusal(moto_endpoint, sm, st
     with pytest.raises(TaskDeferred) as deferred:  # the old trigger's event, the same HITL response
         op.execute_complete(context, {"status": "success", "via": "airflow", "model_package_arn": arn,
                                       "message": "answered in Airflow; the registry is Rejected", "hitl_response": stale})
-    (refusal,) = store.rows[REFUSED_KEY]
+    (refusal,) = store.rows[REFUSED_KEY]["refused"]
     assert (refusal["by"], refusal["via"], refusal["status"]) == ("bob", "airflow", "Approved")
     (note,) = deferred.value.trigger.refused  # the closing note names it once
     assert note.startswith("Approve by bob in airflow")
@@ -207,7 +207,7 @@ def test_the_same_refused_answer_seen_twice_is_one_refusal(moto_endpoint, sm, st
     with pytest.raises(TaskDeferred):
         op.execute_complete(context, {**answer("Approve", "bob", rejected_at + dt.timedelta(seconds=5)),
                                       "model_package_arn": arn})
-    assert len(store.rows[REFUSED_KEY]) == 2
+    assert len(store.rows[REFUSED_KEY]["refused"]) == 2
     with pytest.raises(AirflowFailException, match="Rejected in sagemaker"):
         op.execute_complete(context, {"status": "failure", "message": "Rejected", "via": "sagemaker",
                                       "model_package_arn": arn, "approval_status": "Rejected"})
@@ -226,7 +226,7 @@ def test_a_four_eyes_refusal_seen_twice_is_one_refusal(moto_endpoint, sm, store,
         with pytest.raises(TaskDeferred):
             operator("g-4eyes-twice", "r1").execute_complete(
                 context, {**answer("Approve", "alice", NOW), "model_package_arn": arn})
-    (refusal,) = store.rows[REFUSED_KEY]
+    (refusal,) = store.rows[REFUSED_KEY]["refused"]
     assert refusal["by"] == "alice" and "triggered this run" in refusal["reason"]
     assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "PendingManualApproval"
 
@@ -266,13 +266,14 @@ def test_the_approval_entry_with_refusals_is_valid_lineage():
 def test_the_request_is_assigned_to_the_listed_approvers_but_not_the_runs_trigger(
         moto_endpoint, sm, store, requests, monkeypatch):
     environment(monkeypatch, {"approvers": ["alice", "bob", "carol"]})
-    register(sm, "g-assign", "r1")
+    arn = register(sm, "g-assign", "r1")
     with pytest.raises(TaskDeferred):
         operator("g-assign", "r1").execute(context_for(store, triggered_by="alice"))
     (request,) = requests
     assert request["assigned_users"] == [{"id": "bob", "name": "bob"}, {"id": "carol", "name": "carol"}]
     assert "**Who may answer:** bob, carol — not alice, who triggered this run" in request["body"]
-    assert store.rows[REQUEST_KEY] == {"assigned_users": ["bob", "carol"], "triggered_by": "alice"}
+    assert store.rows[REQUEST_KEY] == {"model_package_arn": arn, "assigned_users": ["bob", "carol"],
+                                       "triggered_by": "alice", "pipeline_execution_arn": None}
 
 
 def test_nobody_left_to_approve_fails_before_asking(moto_endpoint, sm, store, requests, monkeypatch):
@@ -297,7 +298,7 @@ def test_a_refused_answer_leaves_the_request_open_and_the_package_pending(
         operator(group, "r1").execute_complete(context, {**answer("Approve", user, NOW), "model_package_arn": arn})
     assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "PendingManualApproval"
     assert len(requests) == 1  # the request is open again (the upsert clears the refused response)
-    assert why in store.rows[REFUSED_KEY][0]["reason"] and why in deferred.value.trigger.refused[0]
+    assert why in store.rows[REFUSED_KEY]["refused"][0]["reason"] and why in deferred.value.trigger.refused[0]
     # A listed second person approves: released, both named.
     result = operator(group, "r1").execute_complete(context, {**answer("Approve", "bob", NOW), "model_package_arn": arn})
     assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "Approved"
@@ -314,8 +315,9 @@ def test_a_retry_waits_with_the_refusals_an_earlier_try_recorded(moto_endpoint, 
     context = context_for(store, triggered_by="alice")
     with pytest.raises(TaskDeferred):
         operator("g-retry", "r1").execute_complete(context, {**answer("Approve", "alice", NOW), "model_package_arn": arn})
-    (refusal,) = store.rows[REFUSED_KEY]
-    store.rows[REQUEST_KEY] = {"assigned_users": [], "triggered_by": "alice"}  # the earlier try wrote the request
+    (refusal,) = store.rows[REFUSED_KEY]["refused"]
+    store.rows[REQUEST_KEY] = {"model_package_arn": arn, "assigned_users": [],  # the earlier try wrote the request
+                               "triggered_by": "alice"}
     with pytest.raises(TaskDeferred) as retried:
         operator("g-retry", "r1").execute(context)
     assert len(retried.value.trigger.refused) == 1 and "alice triggered this run" in retried.value.trigger.refused[0]
@@ -341,7 +343,7 @@ def test_a_registry_approval_by_the_triggers_mapped_identity_is_undone(moto_endp
     after = sm.describe_model_package(ModelPackageName=arn)
     assert after["ModelApprovalStatus"] == "PendingManualApproval"
     assert after["ApprovalDescription"].startswith(f"Approval by {role} refused: ") and "was: lgtm" in after["ApprovalDescription"]
-    assert store.rows[REFUSED_KEY][0]["via"] == "sagemaker"
+    assert store.rows[REFUSED_KEY]["refused"][0]["via"] == "sagemaker"
 
 
 
@@ -358,7 +360,7 @@ def test_a_registry_approval_dressed_as_an_airflow_answer_is_the_identity_that_m
     with pytest.raises(TaskDeferred):
         operator("g-forged", "r1")._decided_in_sagemaker(context_for(store, triggered_by="alice"), package)
     assert sm.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "PendingManualApproval"
-    refused = store.rows[REFUSED_KEY][0]
+    refused = store.rows[REFUSED_KEY]["refused"][0]
     assert (refused["by"], refused["via"]) == (role, "sagemaker")
 
 
@@ -399,3 +401,53 @@ def test_a_retry_waits_on_the_written_request_without_writing_or_announcing_it_a
     assert sent == []  # no second "approval needed"
     notifications.approval_needed().notify({**context_for(FakeStore()), "task": operator("g-retry-2", "r1")})
     assert len(sent) == 1  # the first try announces
+
+
+def test_a_new_model_package_of_the_run_is_asked_for_not_decided_by_the_old_ones_records(
+        moto_endpoint, sm, store, requests, monkeypatch):
+    """Airflow 3.3.1 keeps task state store rows across a clear of the task (``clear_task_instances`` leaves them;
+    ``[state_store] clear_on_success`` is False by default). Clearing the fine-tune and this step registers a new
+    package for the run: the old package's answer, request and refusals are not replayed on it; the person is asked."""
+    environment(monkeypatch, {})
+    old = register(sm, "g-cleared", "r1")
+    context = context_for(store, triggered_by="alice")
+    with pytest.raises(TaskDeferred):
+        operator("g-cleared", "r1").execute(context)  # the request for the old package
+    with pytest.raises(TaskDeferred):  # alice triggered the run: refused, the request reopens
+        operator("g-cleared", "r1").execute_complete(context, {**answer("Approve", "alice", NOW), "model_package_arn": old})
+    operator("g-cleared", "r1").execute_complete(context, {**answer("Approve", "bob", NOW), "model_package_arn": old})
+    assert sm.describe_model_package(ModelPackageName=old)["ModelApprovalStatus"] == "Approved"
+    new = register(sm, "g-cleared", "r1")  # the re-run fine-tune's package
+    requests.clear()
+    with pytest.raises(TaskDeferred) as deferred:
+        operator("g-cleared", "r1").execute(context_for(store, triggered_by="alice"))
+    assert sm.describe_model_package(ModelPackageName=new)["ModelApprovalStatus"] == "PendingManualApproval"
+    (request,) = requests  # asked again, for the new package
+    assert new.rsplit("/", 1)[-1] in request["subject"]
+    assert (deferred.value.trigger.model_package_arn, deferred.value.trigger.refused) == (new, [])
+    assert store.rows[REQUEST_KEY]["model_package_arn"] == new
+
+
+def test_a_clear_that_reran_the_fine_tune_announces_the_new_request(moto_endpoint, sm, store, requests, monkeypatch):
+    """The "approval needed" announcement runs before the step (``on_execute_callback``): it is skipped for a retry
+    of the same pipeline execution's approval, not for a clear that re-ran the fine-tune (a new execution's package;
+    the old request row stays in the task state store across the clear)."""
+    from sim2real.orchestration import notifications
+
+    environment(monkeypatch)
+    register(sm, "g-rerun", "r1")
+    first = ModelPackageApprovalOperator(task_id="wait_for_approval", model_package_group_name="g-rerun",
+                                         run_key="r1", pipeline_execution_arn=None, poke_interval=1)
+    with pytest.raises(TaskDeferred):
+        first.execute(context_for(store))
+    sent = []
+    monkeypatch.setattr(notifications, "compose", lambda *a, **k: sent.append(a) or ("s", "m", {}))
+    retry = ModelPackageApprovalOperator(task_id="wait_for_approval", model_package_group_name="g-rerun",
+                                         run_key="r1", pipeline_execution_arn=None, poke_interval=1)
+    notifications.approval_needed().notify({**context_for(store), "task": retry})
+    assert sent == []  # the same execution's request: announced by the first try
+    rerun = ModelPackageApprovalOperator(
+        task_id="wait_for_approval", model_package_group_name="g-rerun", run_key="r1", poke_interval=1,
+        pipeline_execution_arn="arn:aws:sagemaker:us-east-1:123456789012:pipeline/p/execution/rerun")
+    notifications.approval_needed().notify({**context_for(store), "task": rerun})
+    assert len(sent) == 1

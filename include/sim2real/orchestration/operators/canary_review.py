@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 COMMENT = "comment"
 #: XCom key of the decision (pushed before an abort rolls back, so the lineage has it when the task fails).
 DECISION_XCOM = CANARY_REVIEW_KEY
-#: Task state store key of the decision a try received (the run's tries share the store): a retry completes it.
+#: Task state store key of the decision a try received, ``{"deployment_id": <the canary deployment>, "decision"}``
+#: (the run's tries share the store): a retry for the same canary deployment completes it; deleted once carried out.
 ANSWER_KEY = "canary_review_decision"
 #: What the provider's fixed options mean here.
 PROMOTE, ABORT = ApprovalOperator.APPROVE, ApprovalOperator.REJECT
@@ -152,7 +153,10 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
     :param review: (templated) whether a person decides (the form's ``canary_review``); False: nothing is asked.
     :return: Promote: the evidence with ``"decision": {"decided_by", "at", "comment", "status": "Promote"}``.
     A retry of the task (Airflow 3.3.1 can fail a try from its deferral's stale executor state and retry it)
-    carries out the decision an earlier try received (task state store :data:`ANSWER_KEY`) and asks nobody again.
+    carries out the decision an earlier try received for the same canary deployment (task state store
+    :data:`ANSWER_KEY`) and asks nobody again. The decision is forgotten once carried out (promoted; rolled back),
+    and one recorded for another canary deployment is ignored: a clear of the task, or of the deploy group that
+    made a new canary, asks the person again (Airflow 3.3.1 keeps task state store rows across clears).
 
     :raises AirflowFailException: (not retried) no evidence; Abort (after the rollback's wait: who aborted, their
         comment and the rollback deployment, or both deployment ids when the rollback did not succeed); no answer
@@ -207,12 +211,13 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
             self.log.info("No canary review asked (canary_review): the automatic verdict decided")
             return {"decision": "no_review"}
         evidence = self._evidence(context)
-        decided = TaskStore(context, self.log).get(ANSWER_KEY)
-        if decided:
+        recorded = TaskStore(context, self.log).get_bound(ANSWER_KEY, "deployment_id", self.deployment_id)
+        if recorded:
             # Airflow 3.3.1 can fail a try from its deferral's stale executor state (the abort's rollback wait ends
-            # seconds after it deferred) and retry it: the person answered already, never ask again.
-            self.log.info("An earlier try of this task recorded %s by %s: completing it", decided.get("status"),
-                          decided.get("decided_by"))
+            # seconds after it deferred) and retry it: the person answered already for this canary, never ask again.
+            decided = recorded["decision"]
+            self.log.info("An earlier try of this task recorded %s by %s for canary %s: completing it",
+                          decided["status"], decided["decided_by"], self.deployment_id)
             return self._carry_out(context, evidence, decided)
         self.subject = (f"{self.subject} Canary {self.deployment_id} on {self.thing_group_name}: "
                         f"{canary_evidence(evidence if evidence.get('n') else None, float(evidence.get('threshold') or 0))}")
@@ -238,24 +243,30 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
             super().execute_complete(context=context, event=answer)  # the provider validates options and params
             status = "Promote"
         decision = answer_decision(answer, status)
-        TaskStore(context, self.log).set(ANSWER_KEY, decision)
+        TaskStore(context, self.log).set_bound(ANSWER_KEY, "deployment_id", self.deployment_id, decision=decision)
         return self._carry_out(context, evidence, decision)
 
     def _carry_out(self, context: Context, evidence: dict[str, Any], decision: dict[str, Any]) -> Any:
         """Push the decision (XCom ``decision``); Promote: return the evidence with it; Abort: roll the canary group
         back (:meth:`CanaryRollback._roll_back`: a repeated abort sends the same client token, so a retry gets the
-        same rollback deployment) and defer on its wait."""
+        same rollback deployment) and defer on its wait. The recorded decision (:data:`ANSWER_KEY`) is deleted once
+        carried out: after the promotion, or when the rollback ends (here or in :meth:`rollback_complete`)."""
         status, who, at, comment = decision["status"], decision["decided_by"], decision["at"], decision["comment"]
         context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
         self.log.info("Canary %s: %s by %s at %s (%s)", self.deployment_id, status, who, at, comment)
         target_arn = self.hook.thing_group_arn(self.thing_group_name)
         if status == "Promote":
             self._promote(target_arn)
+            TaskStore(context, self.log).delete(ANSWER_KEY)
             return {**evidence, "decision": decision}
         things = sorted(set(evidence.get("robots") or {}) | set(evidence.get("silent") or []))
-        self._roll_back(context, target_arn, things or self.hook.list_core_device_names(target_arn),
-                        f"aborted in Airflow by {who} at {at or 'an unknown time'}: "
-                        f"{comment or 'no comment given'}")
+        try:
+            self._roll_back(context, target_arn, things or self.hook.list_core_device_names(target_arn),
+                            f"aborted in Airflow by {who} at {at or 'an unknown time'}: "
+                            f"{comment or 'no comment given'}")
+        except AirflowFailException:  # the rollback ended (settled, or could not be created): not retried
+            TaskStore(context, self.log).delete(ANSWER_KEY)
+            raise
 
     def rollback_complete(self, context: Context, event: dict[str, Any] | None = None,
                           rollback: dict[str, Any] | None = None) -> Any:
@@ -265,4 +276,5 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
         :raises AirflowFailException: always.
         """
         self._evidence(context)
+        TaskStore(context, self.log).delete(ANSWER_KEY)  # the abort is carried out: a clear asks again
         return super().rollback_complete(context, event, rollback)

@@ -66,11 +66,15 @@ COMMENT = "comment"
 COMMENT_MAX_CHARS = APPROVAL_DESCRIPTION_MAX - 224
 #: XCom key of the decision (pushed before a rejection fails the task, so the lineage still has it).
 DECISION_XCOM = "decision"
-#: Task state store keys (kept across the task's tries): the Airflow answer, stored before the registry write;
-#: that the request was written (and announced); the answers refused so far.
+#: Task state store keys (kept across the task's tries, and across its clears in Airflow 3.3.1): the Airflow answer,
+#: stored before the registry write; that the request was written (and announced); the answers refused so far. Each
+#: row names the model package it was recorded for (:data:`PACKAGE_FIELD`) and is read for that package only, so a
+#: clear that registered a new package for the run asks the person again.
 ANSWER_KEY = "sim2real.approval.airflow_answer"
 REQUEST_KEY = "sim2real.approval.request_written"
 REFUSED_KEY = "sim2real.approval.refused"
+#: The field of those rows naming the model package ARN they were recorded for.
+PACKAGE_FIELD = "model_package_arn"
 
 
 def _parked_exceptions() -> tuple[type[BaseException], ...]:
@@ -214,9 +218,10 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
 
     # ------------------------------------------------------------------------------------ execute
     def execute(self, context: Context) -> Any:
-        """Locate the package; complete an answer an earlier try recorded; settle at once when the package is
-        already decided in the registry; else write the request (once per run, not again on a retry) and defer
-        until the first decision."""
+        """Locate the package; complete an answer an earlier try recorded for it; settle at once when the package is
+        already decided in the registry; else write the request (once per package, not again on a retry) and defer
+        until the first decision. Records for another package of the run (a clear that re-ran the fine-tune) are
+        ignored: the new package is asked for."""
         package = self.hook.find_model_package(self.model_package_group_name, self.run_key,
                                                self.pipeline_execution_arn)
         if package is None:
@@ -227,19 +232,19 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         arn = self._package_arn = package["ModelPackageArn"]
         self._persist_link(context, arn)
         store = TaskStore(context, self.log)
-        answer = store.get(ANSWER_KEY)
+        answer = (store.get_bound(ANSWER_KEY, PACKAGE_FIELD, arn) or {}).get("answer")
         if answer:
             # An earlier try got an Airflow answer and may have written it: complete it (same attribution).
             self.log.info("An earlier try of this task recorded the Airflow answer %s of %s: completing it",
                           answer.get("chosen_options"), (answer.get("responded_by_user") or {}).get("name"))
             return self._decided_in_airflow(context, arn, answer)
-        if store.get(REQUEST_KEY):
+        if store.get_bound(REQUEST_KEY, PACKAGE_FIELD, arn):
             # A retry: the request (and its announcement) is already there, with any answer given meanwhile;
             # writing it again would erase that answer (the Task Execution API's upsert clears a response). The
             # trigger reads that answer and the registry, and the step orders them by time as on the first try.
             self.log.info("The release request was written by an earlier try: waiting for its answer without "
                           "asking again")
-            return self._defer(context, arn, store.get(REFUSED_KEY) or [])  # its closing note names them too
+            return self._defer(context, arn, _refused(store, arn))  # its closing note names them too
         if self._settled(package):
             self.log.info("Model package %s is already %s in the registry", arn, package.get("ModelApprovalStatus"))
             return self._decided_in_sagemaker(context, package)
@@ -265,7 +270,8 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
             super().execute(context)  # the provider writes the request (and runs its notifiers), then parks
         except _parked_exceptions():
             pass  # parked or deferred to the provider's trigger: this step defers to its own, which also watches SageMaker
-        store.set(REQUEST_KEY, {"assigned_users": [u["id"] for u in assigned], "triggered_by": triggered_by})
+        store.set_bound(REQUEST_KEY, PACKAGE_FIELD, arn, assigned_users=[u["id"] for u in assigned],
+                        triggered_by=triggered_by, pipeline_execution_arn=self.pipeline_execution_arn)
         return self._defer(context, arn)
 
     def _settled(self, package: Mapping[str, Any]) -> bool:
@@ -324,14 +330,15 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
     def _finish(self, context: Context, arn: str, decision: dict[str, Any], package: Mapping[str, Any]) -> dict[str, Any]:
         store = TaskStore(context, self.log)
         triggered_by, _ = self._four_eyes(context)
-        decision = {**decision, "triggered_by": triggered_by, "refused": list(store.get(REFUSED_KEY) or [])}
+        decision = {**decision, "triggered_by": triggered_by, "refused": _refused(store, arn)}
         if decision["status"] == "Rejected":
             raise self._rejected(context, arn, decision)
         context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
         return {**approval_result(dict(package)), "decision": decision}
 
-    def _refuse(self, context: Context, refusal: dict[str, Any], keep_answer: bool = False) -> list[dict[str, Any]]:
-        """Record a refused answer (task state store, the lineage's ``refused``; logged); forget the stored
+    def _refuse(self, context: Context, arn: str, refusal: dict[str, Any],
+                keep_answer: bool = False) -> list[dict[str, Any]]:
+        """Record a refused answer about package ``arn`` (task state store, the lineage's ``refused``; logged); forget the stored
         Airflow answer unless ``keep_answer``. Returns every refusal so far.
 
         Idempotent: an answer already recorded (same :func:`refusal_key`: who, where, what, when) is not recorded
@@ -340,13 +347,13 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         the next deferral's trigger can get that trigger's id back, and the triggerer then delivers its late event
         to the new deferral)."""
         store = TaskStore(context, self.log)
-        known = list(store.get(REFUSED_KEY) or [])
+        known = _refused(store, arn)
         if any(refusal_key(r) == refusal_key(refusal) for r in known):
             self.log.info("Already refused, seen again: %s", refusal_note(refusal))
             refused = known
         else:
             refused = [*known, refusal]
-            store.set(REFUSED_KEY, refused)
+            store.set_bound(REFUSED_KEY, PACKAGE_FIELD, arn, refused=refused)
             self.log.warning("REFUSED: %s", refusal_note(refusal))
         if not keep_answer:
             store.delete(ANSWER_KEY)
@@ -371,12 +378,12 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         triggered_by, settings = self._four_eyes(context)
         reason = self._refusal(answer, triggered_by, settings)
         if reason:
-            refused = self._refuse(context, {"by": who, "via": "airflow", "status": status, "at": at_text,
+            refused = self._refuse(context, arn, {"by": who, "via": "airflow", "status": status, "at": at_text,
                                              "reason": reason})
             self._reopen(context, arn, refused)
         store = TaskStore(context, self.log)
         # Kept across retries before the registry is written: a retry completes this answer, same attribution.
-        store.set(ANSWER_KEY, {**answer, "responded_at": at_text})
+        store.set_bound(ANSWER_KEY, PACKAGE_FIELD, arn, answer={**answer, "responded_at": at_text})
         decision = {"decided_by": who, "via": "airflow", "at": at_text, "comment": comment, "status": status}
         description = airflow_approval_description(status, who, comment, at_text or "unknown time")
         package: dict[str, Any] = {}
@@ -393,7 +400,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
             other = sagemaker_decision(dict(package))
             if not _answered_before(at, package.get("LastModifiedTime")):
                 # Decided in the registry before the Airflow answer was given: that decision came first.
-                refused = self._refuse(context, {
+                refused = self._refuse(context, arn, {
                     "by": who, "via": "airflow", "status": status, "at": at_text,
                     "reason": (f"the registry decision came first: {other['status']} by "
                                f"{other['decided_by'] or 'an unnamed identity'} at {other['at'] or 'an unknown time'} "
@@ -411,7 +418,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
             written, package = self.hook.compare_and_set_approval(arn, status, text, expected=package)
             if written:
                 if late is not None:
-                    self._refuse(context, late, keep_answer=True)
+                    self._refuse(context, arn, late, keep_answer=True)
                 break
         else:
             raise AirflowException(f"Model package {arn} kept changing while the Airflow answer of {who} was being "
@@ -433,7 +440,7 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
         if status == "Approved" and triggered_by and not settings["self_approval"] and decision["decided_by"] in mapped:
             reason = (f"{decision['decided_by']} is {triggered_by}, who triggered this run (environment config "
                       "approval.aws_identities): a second person releases the model")
-            refused = self._refuse(context, {"by": decision["decided_by"], "via": "sagemaker", "status": status,
+            refused = self._refuse(context, arn, {"by": decision["decided_by"], "via": "sagemaker", "status": status,
                                              "at": decision["at"], "reason": reason})
             note = _with_suffix(f"Approval by {decision['decided_by']} refused: {reason}",
                                 f" | was: {package.get('ApprovalDescription') or 'no ApprovalDescription'}")
@@ -443,6 +450,11 @@ class ModelPackageApprovalOperator(ApprovalOperator, AwsBaseOperator[ModelRegist
                                  "wait reads it again", arn)
             self._reopen(context, arn, refused)
         return self._finish(context, arn, decision, package)
+
+
+def _refused(store: TaskStore, arn: str) -> list[dict[str, Any]]:
+    """The refusals recorded for model package ``arn`` (task state store :data:`REFUSED_KEY`); [] when none."""
+    return list((store.get_bound(REFUSED_KEY, PACKAGE_FIELD, arn) or {}).get("refused") or [])
 
 
 def _answered_before(answered_at: Any, registry_at: Any) -> bool:
@@ -495,6 +507,26 @@ class TaskStore:
         except Exception as err:  # noqa: BLE001 - the registry still holds the decision
             self._log.warning("task state store: %s not read (%s)", key, err)
             return None
+
+    def get_bound(self, key: str, field: str, owner: str) -> dict[str, Any] | None:
+        """The row under ``key`` (a mapping) when it was recorded for ``owner`` (its ``field`` equals it); else None.
+
+        A row recorded for another resource of the run (an earlier canary deployment or model package), or without
+        one (older rows), is ignored (logged): Airflow 3.3.1 keeps task state store rows across a clear of the task
+        (``clear_task_instances`` leaves them; ``[state_store] clear_on_success`` is False by default), so a clear
+        that made a new resource would otherwise replay what was recorded for the old one."""
+        row = self.get(key)
+        if row is None:
+            return None
+        if isinstance(row, Mapping) and owner and row.get(field) == owner:
+            return dict(row)
+        self._log.info("task state store: %s was recorded for %s %r, not %r: ignored", key, field,
+                       row.get(field) if isinstance(row, Mapping) else None, owner)
+        return None
+
+    def set_bound(self, key: str, field: str, owner: str, **values: Any) -> None:
+        """Record ``{field: owner, **values}`` under ``key`` (read back with :meth:`get_bound`)."""
+        self.set(key, {field: owner, **values})
 
     def delete(self, key: str) -> None:
         if self._store is not None:
