@@ -84,7 +84,7 @@ def sim_to_real():
     report, stop_workstation = evaluate.add_tasks(plan, manifest=manifest, trained=trained)
     verdict = gate.add_tasks(plan, report=report)
     next_round = rounds.add_tasks(plan, gate=verdict, report=report, manifest=manifest)  # only when the gate failed
-    approval = vla.add_tasks(plan, image=image, gate=verdict)
+    approval = vla.add_tasks(plan, image=image, gate=verdict, resources=resources)
     deployment = deploy.add_tasks(plan, approval=approval, manifest=manifest)
     run.add_closing_tasks(plan, leaves=[deployment, verdict, stop_workstation, next_round], teardowns=[scale_down])
 

@@ -200,12 +200,16 @@ def read_manifest(s3_hook_or_client: Any, manifest_uri: str, dataset_version: st
     """A published manifest (``GetObject``), valid (:func:`sim2real.contract.field.validate_dataset`).
 
     :param dataset_version: the version it is announced as (an asset event's extra); checked when given.
-    :raises FieldDatasetError: the manifest is not that version, or not under its own key.
-        ``FieldEpisodeError``: not a valid manifest. ``ClientError``: S3 (e.g. NoSuchKey).
+    :raises FieldDatasetError: the body is not JSON (naming the URI), the manifest is not that version, or not
+        under its own key. ``FieldEpisodeError``: not a valid manifest. ``ClientError``: S3 (e.g. NoSuchKey).
     """
     bucket, key = split_s3_uri(manifest_uri)
     body = _client(s3_hook_or_client).get_object(Bucket=bucket, Key=key)["Body"].read()
-    manifest = contract.validate_dataset(json.loads(body))
+    try:
+        document = json.loads(body)
+    except ValueError as err:  # json.JSONDecodeError, UnicodeDecodeError
+        raise FieldDatasetError([f"{manifest_uri} is not JSON ({err})"]) from err
+    manifest = contract.validate_dataset(document)
     problems = []
     if dataset_version is not None and manifest["dataset_version"] != dataset_version:
         problems.append(f"{manifest_uri} is version {manifest['dataset_version']}, announced as {dataset_version}")

@@ -92,6 +92,8 @@ def test_stages_match_the_design(dagbag):
     # Every named resource is checked before the build and before either backend (no spend before it).
     assert dag.get_task(ids.CHECK_RESOURCES).upstream_task_ids == {"prepare_run"}
     assert ids.CHECK_RESOURCES in dag.get_task(ids.BUILD_IMAGE).upstream_task_ids
+    # The fine-tune includes the field dataset version check_resources checked (its XCom), not one resolved later.
+    assert ids.CHECK_RESOURCES in dag.get_task(ids.FIELD_DATASET).upstream_task_ids
     assert dag.get_task("training_backend").downstream_task_ids == {"preflight.check_capacity",
                                                                    ids.HYPERPOD_CHECK_CAPACITY,
                                                                    ids.SWEEP_CHECK_CAPACITY}

@@ -15,6 +15,7 @@ from sim2real.orchestration.operators.preflight import (
     job_shape_problems,
 )
 from sim2real.dev.sandbox import Sandbox
+from sim2real.orchestration.stages import vla_field
 
 # integration (not in make test-unit): one sandbox for the module
 pytestmark = pytest.mark.integration
@@ -40,13 +41,14 @@ def plan(sandbox):
     return plan_run(dag_id="sim_to_real", run_id="manual__preflight", params=params, env=sandbox.config)
 
 
-def run(plan: dict) -> dict:
-    return ResourcePreflightOperator(task_id=ids.CHECK_RESOURCES, plan=plan).execute({})
+def run(plan: dict, context: dict | None = None) -> dict:
+    return ResourcePreflightOperator(task_id=ids.CHECK_RESOURCES, plan=plan,
+                                     field_dataset_check=vla_field.preflight_check).execute(context or {})
 
 
-def refused(plan: dict) -> str:
+def refused(plan: dict, context: dict | None = None) -> str:
     with pytest.raises(AirflowFailException) as err:
-        run(plan)
+        run(plan, context)
     return str(err.value)
 
 
@@ -119,6 +121,7 @@ def test_stages_the_run_does_not_use_are_not_checked(plan):
     rl_only["vla"]["enabled"] = rl_only["deploy"]["enabled"] = False
     rl_only["vla"]["model_package_group"] = "no-such-group"
     rl_only["deploy"]["thing_group_name"] = "no-robots"
+    rl_only["vla"]["field_dataset_version"] = "fd-0000000000000000"  # no such version: not the fine-tune's run
     assert run(rl_only)["ok"] is True
 
 
@@ -223,3 +226,64 @@ def test_the_project_and_the_job_definition_are_read_through_the_hooks(plan, mon
         monkeypatch.setattr(cls, name, lambda self, arg, _o=original, _n=name: seen.append((_n, arg)) or _o(self, arg))
     assert run(plan)["ok"] is True
     assert seen == [("get_project", "sim2real-training-image"), ("latest_active_job_definition", "sim2real-train")]
+
+
+def _asking_for(plan: dict, version: str | None) -> dict:
+    asks = copy.deepcopy(plan)
+    asks["vla"]["field_dataset_version"] = version
+    return asks
+
+
+def test_a_missing_field_dataset_version_is_refused_with_the_other_problems(plan):
+    """make demo's --conf '{"field_dataset_version": "fd-0000000000000000"}': refused here, before the build and any
+    training (resources >> [image, backend] in the DAG), not by vla.field_dataset after the training."""
+    bad = _asking_for(plan, "fd-0000000000000000")
+    bad["vla"]["model_package_group"] = "no-such-group"
+    message = refused(bad)
+    assert "(2 problem(s)" in message and "model package group 'no-such-group' does not exist" in message
+    assert (f"field dataset version fd-0000000000000000: no manifest at s3://{plan['bucket']}/field/datasets/"
+            "fd-0000000000000000/manifest.json (HeadObject 404)") in message
+    assert "set field_dataset_version in the form" in message
+
+
+def test_latest_with_nothing_published_is_refused(plan):
+    from tests.orchestration.stages.test_vla_field import _inlet
+
+    message = refused(_asking_for(plan, "latest"), {"inlet_events": _inlet(bucket=plan["bucket"])})
+    assert "(1 problem(s)" in message
+    assert "field_dataset_version 'latest': no field dataset version is published yet" in message
+
+
+def test_an_asset_event_without_a_version_is_refused(plan):
+    from tests.orchestration.stages.test_vla_field import _triggering
+
+    message = refused(_asking_for(plan, None), {"triggering_asset_events": _triggering(None, bucket=plan["bucket"])})
+    assert "(1 problem(s)" in message and "names no field dataset version and manifest URI" in message
+
+
+def test_the_resolved_field_dataset_is_handed_on(sandbox, plan):
+    from tests.orchestration.stages.test_vla_field import _inlet, _publish
+
+    s3 = sandbox.client("s3", internal=True)
+    version = _publish(s3, 4, 6, bucket=plan["bucket"])
+    verdict = run(_asking_for(plan, "latest"), {"inlet_events": _inlet(version, bucket=plan["bucket"])})
+    assert verdict["field_dataset"] == {
+        "dataset_version": version, "manifest_uri": f"s3://{plan['bucket']}/field/datasets/{version}/manifest.json",
+        "episodes": 2, "frames": 10, "source": "latest"}
+    assert f"field dataset {version}" in " ".join(verdict["checked"])
+    assert run(plan)["field_dataset"] is None  # none asked for
+
+
+def test_the_dags_preflight_checks_the_field_dataset_before_any_training():
+    """``latest`` is the inlet's newest event: the DAG's check_resources has the asset among its inlets and the
+    field dataset check (the build and every training path wait for it: test_dag_integrity)."""
+    from airflow.sdk import DAG
+
+    from sim2real.orchestration.assets import FIELD_DATASET_ASSET
+    from sim2real.orchestration.stages.run import add_opening_tasks
+
+    with DAG("t", schedule=None) as dag:
+        _, resources, _ = add_opening_tasks()
+    operator = dag.get_task(ids.CHECK_RESOURCES)
+    assert operator is resources and operator.field_dataset_check is vla_field.preflight_check
+    assert [a.name for a in operator.inlets] == [FIELD_DATASET_ASSET.name]

@@ -33,36 +33,39 @@ def _entry(episode_id: str, frames: int) -> dict:
             "ended_at": "2026-12-04T06:00:00Z"}
 
 
-def _publish(s3, *frames: int) -> str:
-    """A valid manifest in the moto bucket; its version."""
+def _publish(s3, *frames: int, bucket: str = BUCKET) -> str:
+    """A valid manifest in ``bucket`` (prefix ""); its version."""
     episodes = [_entry(f"ep-{i}", n) for i, n in enumerate(frames)]
     version = field.dataset_version(episodes)
-    doc = {"schema_version": 1, "dataset_version": version, "created_at": "2026-12-04T07:00:00Z", "bucket": BUCKET,
+    doc = {"schema_version": 1, "dataset_version": version, "created_at": "2026-12-04T07:00:00Z", "bucket": bucket,
            "prefix": "", "parent_version": None, "codebase_version": "v2.1", "episodes": episodes,
            "totals": {"episodes": len(episodes), "frames": sum(frames), "successes": len(episodes),
                       "things": ["robot-1"], "new_episodes": len(episodes)}, "refused": {}}
-    s3.put_object(Bucket=BUCKET, Key=field.manifest_key("", version), Body=json.dumps(doc).encode())
+    s3.put_object(Bucket=bucket, Key=field.manifest_key("", version), Body=json.dumps(doc).encode())
     return version
 
 
-def _extra(version: str) -> dict:
-    return {"dataset_version": version, "manifest_uri": f"s3://{BUCKET}/{field.manifest_key('', version)}",
+def _extra(version: str | None, bucket: str = BUCKET) -> dict:
+    """An event extra as the field data DAG writes it; ``None``: an event whose extra names no version."""
+    if version is None:
+        return {"note": "published by hand"}
+    return {"dataset_version": version, "manifest_uri": f"s3://{bucket}/{field.manifest_key('', version)}",
             "episodes": 1, "frames": 5, "new_episodes": 1, "parent_version": None}
 
 
-def _triggering(*versions: str) -> TriggeringAssetEventsAccessor:
+def _triggering(*versions: str | None, bucket: str = BUCKET) -> TriggeringAssetEventsAccessor:
     """The context's ``triggering_asset_events`` of a run the field dataset asset's events started."""
     return TriggeringAssetEventsAccessor.build([AssetEventDagRunReferenceResult(
         asset=AssetReferenceAssetEventDagRun(name=FIELD_DATASET_ASSET.name, uri=FIELD_DATASET_ASSET.uri, extra={}),
-        extra=_extra(v), source_task_id="publish", source_dag_id="sim_to_real_field_data", source_run_id=f"r{i}",
+        extra=_extra(v, bucket), source_task_id="publish", source_dag_id="sim_to_real_field_data", source_run_id=f"r{i}",
         source_map_index=-1, source_aliases=[], timestamp=T0 + dt.timedelta(minutes=i)) for i, v in enumerate(versions)])
 
 
-def _inlet(*versions: str) -> dict:
+def _inlet(*versions: str, bucket: str = BUCKET) -> dict:
     """The context's ``inlet_events`` for the task's inlet, its events as the Execution API returned them."""
     accessor = InletEventsAccessor(asset_name=FIELD_DATASET_ASSET.name, asset_uri=FIELD_DATASET_ASSET.uri)
     accessor._asset_events = [AssetEventResult(  # what GetAssetEventByAsset answered (the cached property)
-        id=i, timestamp=T0 + dt.timedelta(minutes=i), extra=_extra(v), created_dagruns=[],
+        id=i, timestamp=T0 + dt.timedelta(minutes=i), extra=_extra(v, bucket), created_dagruns=[],
         asset=AssetResponse(name=FIELD_DATASET_ASSET.name, uri=FIELD_DATASET_ASSET.uri, group="asset"))
         for i, v in enumerate(versions)]
     return {FIELD_DATASET_ASSET: accessor}
@@ -149,7 +152,7 @@ def _vla_dag():
         def prepare():
             return {}
 
-        vla.add_tasks(prepare(), image=gate().operator, gate=gate())
+        vla.add_tasks(prepare(), image=gate().operator, gate=gate(), resources=gate().operator)
     return dag
 
 
@@ -163,24 +166,57 @@ def test_the_task_runs_before_the_pipeline_with_the_asset_as_inlet():
     assert ids.FIELD_DATASET in {t.task_id for t in dag.get_task(ids.UPSERT_PIPELINE).get_flat_relatives(upstream=True)}
 
 
-def test_the_task_hands_the_pipeline_its_parameters_with_the_manifest_uri(s3, monkeypatch):
+def test_the_task_hands_the_pipeline_the_version_the_preflight_checked(s3, monkeypatch):
+    """``latest`` moved on after check_resources: the fine-tune still gets the version the preflight resolved."""
     import airflow.sdk
     from airflow.sdk.exceptions import AirflowFailException
 
     from sim2real.contract import task_ids as ids
 
-    version = _publish(s3, 5)
+    checked, newer = _publish(s3, 5), _publish(s3, 5, 6)
     callable_ = _vla_dag().get_task(ids.FIELD_DATASET).python_callable
     plan = plan_run(dag_id="sim_to_real", run_id="manual__1", params={**PARAMS, "field_dataset_version": "latest"},
                     env=GOOD)
     plan["vla"]["field_bucket"] = BUCKET
-    monkeypatch.setattr(airflow.sdk, "get_current_context", lambda: {"inlet_events": _inlet(version)})
-    out = callable_(plan)
-    assert out["field_dataset"]["dataset_version"] == version
+    resources = {"ok": True, "field_dataset": _resolve(s3, "latest", inlet_events=_inlet(checked))}
+    monkeypatch.setattr(airflow.sdk, "get_current_context", lambda: {"inlet_events": _inlet(checked, newer)})
+    out = callable_(plan, resources)
+    assert out["field_dataset"] == resources["field_dataset"] and out["field_dataset"]["dataset_version"] == checked
     assert out["pipeline_params"] == {**plan["vla"]["parameters"],
-                                      "FieldDatasetManifestS3Uri": f"s3://{BUCKET}/field/datasets/{version}/manifest.json"}
-    monkeypatch.setattr(airflow.sdk, "get_current_context", lambda: {"inlet_events": _inlet()})
-    with pytest.raises(AirflowFailException, match="no field dataset version is published"):
-        callable_(plan)
-    plan["vla"]["field_dataset_version"] = None
-    assert callable_(plan) == {"field_dataset": None, "pipeline_params": plan["vla"]["parameters"]}
+                                      "FieldDatasetManifestS3Uri": f"s3://{BUCKET}/field/datasets/{checked}/manifest.json"}
+    with pytest.raises(AirflowFailException, match="check_resources handed on no field dataset"):
+        callable_(plan, {"ok": True})
+    assert callable_(plan, {"ok": True, "field_dataset": None}) == {"field_dataset": None,
+                                                                   "pipeline_params": plan["vla"]["parameters"]}
+
+
+def test_a_manifest_uri_that_is_not_the_versions_key_is_refused(s3):
+    version = _publish(s3, 5)
+    elsewhere = f"s3://{BUCKET}/copies/{version}/manifest.json"
+    s3.copy_object(Bucket=BUCKET, Key=f"copies/{version}/manifest.json",
+                   CopySource={"Bucket": BUCKET, "Key": field.manifest_key("", version)})
+    wanted = {"dataset_version": version, "manifest_uri": elsewhere, "source": "asset_event"}
+    with pytest.raises(vla_field.FieldDatasetUnavailable,
+                       match=rf"manifest URI {elsewhere} is not s3://{BUCKET}/field/datasets/{version}/manifest.json"):
+        vla_field.check_manifest(s3, wanted, bucket=BUCKET, prefix="")
+
+
+def test_access_denied_is_named_and_not_called_a_missing_manifest(s3):
+    from botocore.stub import Stubber
+
+    version = "fd-00000000000000ff"
+    wanted = vla_field.requested(version, bucket=BUCKET, prefix="")
+    with Stubber(s3) as stub:
+        stub.add_client_error("head_object", service_error_code="403", http_status_code=403)
+        with pytest.raises(vla_field.FieldDatasetUnavailable) as err:
+            vla_field.check_manifest(s3, wanted, bucket=BUCKET, prefix="")
+    message = str(err.value)
+    assert "HeadObject 403" in message and "s3:GetObject" in message and "no manifest" not in message
+
+
+def test_a_manifest_that_is_not_json_names_its_uri(s3):
+    version = "fd-00000000000000ff"
+    s3.put_object(Bucket=BUCKET, Key=field.manifest_key("", version), Body=b"<html>not json</html>")
+    with pytest.raises(vla_field.FieldDatasetUnavailable,
+                       match=rf"s3://{BUCKET}/field/datasets/{version}/manifest.json is not JSON"):
+        _resolve(s3, version)

@@ -25,6 +25,9 @@ job definition         has an ACTIVE revision (``DescribeJobDefinitions``), and 
                        (``DescribeInstanceTypes``: :func:`job_shape_problems`)
 pipeline role          exists (IAM ``GetRole``)
 model package group    exists (``DescribeModelPackageGroup``)
+field dataset          the version the fine-tune includes (form ``field_dataset_version``, the ``latest`` inlet
+                       event or the triggering asset event: :mod:`sim2real.orchestration.stages.vla_field`) has a
+                       valid manifest at its key (S3 ``HeadObject``, ``GetObject``); handed on as ``field_dataset``
 thing group            exists (IoT ``DescribeThingGroup``) with at least one Greengrass core device
                        (``ListCoreDevices`` ``thingGroupArn``)
 HyperPod cluster       exists, is not Failed, and has the GPU instance group (``DescribeCluster``)
@@ -50,6 +53,7 @@ from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from botocore.exceptions import ClientError
 
+from sim2real.orchestration.assets import FIELD_DATASET_ASSET
 from sim2real.orchestration.hooks.batch import BatchTrainingHook
 from sim2real.orchestration.hooks.codebuild import CodeBuildHook, EcrImageHook
 from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
@@ -238,8 +242,18 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
     is raised.
 
     :param plan: the run's plan (``prepare_run``'s ``plan`` XCom, :func:`sim2real.orchestration.stages.run.plan_run`) (templated).
-    :return: ``{"ok": True, "checked": [str], "instance_shape": {...} | None}`` (what was checked).
+    :param field_dataset_check: with the fine-tune on, called as ``(plan["vla"], s3_client, context, problems,
+        checked)``; appends its problems and returns the field dataset version the fine-tune includes, or None
+        (:func:`sim2real.orchestration.stages.vla_field.preflight_check`, which the DAG passes). None: not checked.
+    :return: ``{"ok": True, "checked": [str], "instance_shape": {...} | None, "field_dataset": {...} | None}``
+        (what was checked; ``field_dataset``: what ``field_dataset_check`` returned, ``None`` when none
+        is asked for or the run has no fine-tune). ``vla.field_dataset`` hands this version to the pipeline: ``latest`` is
+        resolved once, here, so the fine-tune includes the version checked before any spend even when a newer
+        one is published during the training.
     :raises AirflowFailException: (no retry) listing every problem found.
+
+    The task has the field dataset asset among its inlets (``latest``: the context's ``inlet_events``); a run
+    started by the asset reads the context's ``triggering_asset_events``.
     """
 
     aws_hook_class = AwsBaseHook
@@ -247,9 +261,12 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
     template_fields: Sequence[str] = aws_template_fields("plan")
     template_fields_renderers = {"plan": "json"}
 
-    def __init__(self, *, plan: Mapping[str, Any] | str, **kwargs) -> None:
+    def __init__(self, *, plan: Mapping[str, Any] | str,
+                 field_dataset_check: Callable[..., dict[str, Any] | None] | None = None, **kwargs) -> None:
+        kwargs.setdefault("inlets", [FIELD_DATASET_ASSET])  # field_dataset_version "latest": its newest event
         super().__init__(**kwargs)
         self.plan = plan
+        self.field_dataset_check = field_dataset_check
 
     def _hooks(self, hook_class, **extra):
         """A hook of ``hook_class`` with this operator's connection, region, verify and botocore config."""
@@ -263,13 +280,16 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         checked: list[str] = []
         self._check_bucket(plan, problems, checked)
         self._check_image_build(plan, problems, checked)
-        shape = None
+        shape = field_dataset = None
         if plan.get("backend", "batch") == "batch":
             shape = self._check_batch(plan, problems, checked)
         else:
             self._check_hyperpod(plan, problems, checked)
         if (plan.get("vla") or {}).get("enabled"):
             self._check_vla(plan, problems, checked)
+            if self.field_dataset_check is not None:
+                field_dataset = self.field_dataset_check(plan["vla"], self._hooks(S3Hook).get_conn(), context,
+                                                         problems, checked)
         if (plan.get("deploy") or {}).get("enabled"):
             self._check_thing_group(plan, problems, checked)
         self.log.info("Resource preflight checked: %s", "; ".join(checked))
@@ -277,7 +297,7 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             raise AirflowFailException(
                 f"Resource preflight refused the run ({len(problems)} problem(s); nothing was started): "
                 + " | ".join(problems))
-        return {"ok": True, "checked": checked, "instance_shape": shape}
+        return {"ok": True, "checked": checked, "instance_shape": shape, "field_dataset": field_dataset}
 
     # -- checks ---------------------------------------------------------------------------------------
     def _check_bucket(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:

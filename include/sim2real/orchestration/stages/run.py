@@ -37,7 +37,8 @@ from sim2real.orchestration.params import (
     unknown_key_errors,
 )
 from sim2real.orchestration.run_state import check_run_outcome
-from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, sweep, train, vla
+from sim2real.orchestration.stages import (build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, sweep, train, vla,
+                                          vla_field)
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, flat_xcoms
 from sim2real.orchestration.stages.hyperpod import hyperpod_plan
 from sim2real.orchestration.stages.rounds import lineage_entry
@@ -64,11 +65,14 @@ CHECK_RESOURCES_DOC = """\
 **Resource preflight.** Calls only read APIs: S3 `ListObjectsV2`, CodeBuild `BatchGetProjects`, ECR
 `DescribeRepositories`, Batch `DescribeJobQueues` / `DescribeComputeEnvironments` / `DescribeJobDefinitions`,
 EC2 `DescribeInstanceTypes`, IAM `GetRole`, SageMaker `DescribeModelPackageGroup` / `DescribeCluster`, IoT
-`DescribeThingGroup` and Greengrass `ListCoreDevices` — for the stages this run uses. Waits for nothing: before
+`DescribeThingGroup`, Greengrass `ListCoreDevices` and S3 `HeadObject` / `GetObject` of the field dataset
+manifest the fine-tune includes — for the stages this run uses. Waits for nothing: before
 the build and any GPU, it refuses the run listing every problem at once (invalid or unreachable bucket,
 disabled queue or compute environment, missing job definition, a job definition whose per-node GPUs / vCPUs /
 memory exceed the instance type, missing pipeline role or model package group, a thing group without core
-devices, a missing HyperPod cluster or group), each with the resource and what to change. Hands on what it checked.
+devices, a missing HyperPod cluster or group, a field dataset version with no valid manifest or `latest` with none
+published), each with the resource and what to change. Hands on what it checked and the field dataset version
+(`vla.field_dataset` gives the pipeline this one, never resolving `latest` again).
 """
 
 TRAINING_BACKEND_DOC = """\
@@ -461,6 +465,7 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
     resources = ResourcePreflightOperator(
         task_id=ids.CHECK_RESOURCES,
         plan=plan["plan"],
+        field_dataset_check=vla_field.preflight_check,  # hands on the version vla.field_dataset gives the pipeline
         retries=1,
         execution_timeout=dt.timedelta(minutes=5),
         doc_md=CHECK_RESOURCES_DOC,

@@ -20,9 +20,10 @@ from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 from sim2real.orchestration.stages.rounds import lineage_entry
 
 DOC = """\
-**Fine-tune GR00T and approve the release.** First resolves the field dataset version the fine-tune includes (form
-field `field_dataset_version`; a run started by a new version uses it) and checks its manifest in S3 (`HeadObject`,
-`GetObject`): none published, no manifest or an invalid one fails here, before any spend. Calls SageMaker
+**Fine-tune GR00T and approve the release.** First hands the pipeline the field dataset version the fine-tune includes
+(form field `field_dataset_version`; a run started by a new version uses it), as `check_resources` resolved it and
+checked its manifest in S3 (`HeadObject`, `GetObject`) before any spend: none published, no manifest or an invalid one
+refuses the run there; a newer version published since does not change it. Calls SageMaker
 `DescribePipeline`, `CreatePipeline` / `UpdatePipeline` (only when the definition changed), `ListPipelineExecutions` (reattach),
 `StartPipelineExecution`, `DescribePipelineExecution`, `ListPipelineExecutionSteps`
 (`StopPipelineExecution` when killed); then Model Registry `ListModelPackages` / `DescribeModelPackage` /
@@ -57,8 +58,8 @@ class VlaPlan(PlanSection):
     #: ``{"tracking_uri", "experiment_name"}`` when the run is tracked (the definition's ``MlflowConfig``; set by
     #: :func:`sim2real.orchestration.stages.run.apply_tracking`, with the ``MlflowRunId`` parameter), else ``None``
     mlflow: dict[str, str] | None = None
-    #: the form's ``field_dataset_version`` (``None``, ``"latest"`` or ``"fd-<16 hex>"``), resolved by the
-    #: ``field_dataset`` task (:mod:`sim2real.orchestration.stages.vla_field`) in ``field_bucket`` / ``field_prefix``
+    #: the form's ``field_dataset_version`` (``None``, ``"latest"`` or ``"fd-<16 hex>"``), resolved by
+    #: ``check_resources`` (:mod:`sim2real.orchestration.stages.vla_field`) in ``field_bucket`` / ``field_prefix``
     field_dataset_version: str | None = None
     field_bucket: str = ""
     field_prefix: str = ""
@@ -118,9 +119,10 @@ def plan(ctx: PlanContext) -> VlaPlan:
     )
 
 
-def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
+def add_tasks(plan: Any, *, image: Any, gate: Any, resources: Any) -> Any:
     """Add the ``vla`` group after the quality gate; return the approval step (its ``output``: the
-    model package ARN, model data URI and the decision)."""
+    model package ARN, model data URI and the decision). ``resources``: the ``check_resources`` operator, whose
+    ``field_dataset`` is the version the fine-tune includes."""
     from airflow.sdk import TaskGroup, task
 
     from sim2real.orchestration import notifications as notify
@@ -162,30 +164,26 @@ def add_tasks(plan: Any, *, image: Any, gate: Any) -> Any:
 
         @task(task_id=ids.local(ids.FIELD_DATASET), inlets=[assets.FIELD_DATASET_ASSET], multiple_outputs=True,
               execution_timeout=dt.timedelta(minutes=2))
-        def field_dataset(plan: dict) -> dict:
-            # The field dataset version the fine-tune includes, checked in S3 before the pipeline starts; the
+        def field_dataset(plan: dict, resources: dict) -> dict:
+            # The field dataset version check_resources resolved and checked before any spend (its
+            # "field_dataset"), never resolved again: "latest" may have moved on during the training. The
             # execution's parameters with its manifest URI (FieldDatasetManifestS3Uri, "" = none).
-            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-            from airflow.sdk import get_current_context
             from airflow.sdk.exceptions import AirflowFailException
 
             from sim2real.orchestration.tracking import record_field_dataset
 
-            section, context = VlaPlan.from_plan(plan), get_current_context()
-            try:
-                entry = vla_field.resolve(section.field_dataset_version, S3Hook().get_conn(),
-                                          bucket=section.field_bucket, prefix=section.field_prefix,
-                                          triggering_asset_events=context.get("triggering_asset_events"),
-                                          inlet_events=context.get("inlet_events"))
-            except (vla_field.FieldDatasetUnavailable, ValueError) as err:
-                raise AirflowFailException(str(err)) from err  # a retry finds the same
+            if "field_dataset" not in (resources or {}):
+                raise AirflowFailException(f"{ids.CHECK_RESOURCES} handed on no field dataset (its XCom: "
+                                           f"{sorted(resources or {})}): rerun the run from {ids.CHECK_RESOURCES}")
+            entry = resources["field_dataset"]
             record_field_dataset(plan.get("tracking"), entry)
             return {"field_dataset": entry, "pipeline_params": dict(
-                section.parameters, **{vla_field.PIPELINE_PARAMETER: entry["manifest_uri"] if entry else ""})}
+                VlaPlan.from_plan(plan).parameters,
+                **{vla_field.PIPELINE_PARAMETER: entry["manifest_uri"] if entry else ""})}
 
         enabled = vla_enabled(plan["plan"])
         definition = pipeline_definition(plan["plan"], image.output)
-        field = field_dataset(plan["plan"])
+        field = field_dataset(plan["plan"], resources.output)
         upsert = PipelineDefinitionUpsertOperator(
             task_id=ids.local(ids.UPSERT_PIPELINE),
             pipeline_name=vla.pipeline_name,

@@ -1,6 +1,8 @@
 """Which field dataset version the GR00T fine-tune includes (form field ``field_dataset_version``).
 
-Resolved at run time by the ``vla.field_dataset`` task, before the pipeline starts (before any spend):
+Resolved once per run, by the resource preflight ``check_resources`` (before the build and any training, so before
+any spend; :class:`sim2real.orchestration.operators.preflight.ResourcePreflightOperator`), which hands the result on;
+the ``vla.field_dataset`` task gives the pipeline that same version (never resolving ``latest`` again):
 
 * ``null`` (the default): none, except in a run started by a ``sim2real_field_dataset`` asset event
   (:data:`sim2real.orchestration.assets.FIELD_DATASET_ASSET`): the triggering event's version (context
@@ -10,14 +12,13 @@ Resolved at run time by the ``vla.field_dataset`` task, before the pipeline star
 * ``"fd-<16 hex>"``: that version, its manifest at ``s3://<bucket>/<prefix>field/datasets/<version>/manifest.json``
   (:func:`sim2real.contract.field.manifest_key`).
 
-Every resolved manifest is checked before the pipeline starts: S3 ``HeadObject`` (a missing manifest fails the task
-with the URI), then ``GetObject`` and the schema (:func:`sim2real.contract.field.dataset_errors`), which gives the
-version's episodes and frames. The pipeline gets the manifest's URI as its ``FieldDatasetManifestS3Uri`` parameter.
+Every resolved manifest is checked by the preflight: its URI is the version's key, S3 ``HeadObject`` (a missing manifest
+refuses the run with the URI), then ``GetObject`` and the schema (:func:`sim2real.contract.field.dataset_errors`),
+which gives the version's episodes and frames. The pipeline gets the manifest's URI as its ``FieldDatasetManifestS3Uri`` parameter.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -90,34 +91,57 @@ def requested(form_value: str | None, *, bucket: str, prefix: str, triggering_as
             "source": "explicit"}
 
 
-def check_manifest(s3_client: Any, wanted: Mapping[str, Any]) -> dict[str, Any]:
+#: S3 error codes of ``HeadObject`` that mean "no object at that key" (HEAD answers have no body: the code is
+#: the HTTP status; Amazon S3 API Reference, "HeadObject").
+_MISSING = ("404", "NoSuchKey", "NotFound")
+_DENIED = ("403", "AccessDenied", "Forbidden")
+
+
+def check_manifest(s3_client: Any, wanted: Mapping[str, Any], *, bucket: str, prefix: str) -> dict[str, Any]:
     """Check a requested version's manifest in S3 and return the fine-tune's field dataset entry.
 
-    Calls S3 ``HeadObject`` (the manifest exists) and ``GetObject`` (its content), then checks it against the
-    schema (:func:`sim2real.contract.field.dataset_errors`) and that it is the version asked for.
+    Checks that the manifest URI is exactly ``s3://<bucket>/<prefix>field/datasets/<version>/manifest.json``
+    (:func:`sim2real.contract.field.manifest_key`; an asset event may name any URI), then calls S3 ``HeadObject``
+    (the manifest exists) and ``GetObject`` through :func:`sim2real.orchestration.field_dataset.read_manifest`
+    (JSON, the schema, the version asked for and its own key).
 
-    :param s3_client: a boto3 S3 client (``s3:GetObject`` on the manifest).
+    :param s3_client: a boto3 S3 client (``s3:GetObject`` on the manifest; ``HeadObject`` needs it too).
     :param wanted: :func:`requested`'s value.
+    :param bucket: the bucket of the field data; ``prefix``: its key prefix (``""`` or ending in ``/``).
     :return: ``{"dataset_version", "manifest_uri", "episodes", "frames", "source"}``.
-    :raises FieldDatasetUnavailable: no manifest there (HeadObject 404/403), or an invalid one.
+    :raises FieldDatasetUnavailable: a URI that is not the version's key, no manifest there (``HeadObject`` 404),
+        another S3 error (its code named: 403 is an access denial, not a missing manifest), a body that is not
+        JSON, an invalid manifest or one of another version.
     """
     from botocore.exceptions import ClientError
 
+    from sim2real.orchestration.field_dataset import FieldDatasetError, read_manifest
+
     uri, version = wanted["manifest_uri"], wanted["dataset_version"]
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    expected = f"s3://{bucket}/{contract.manifest_key(prefix, version)}"
+    if uri != expected:
+        raise FieldDatasetUnavailable(f"field dataset version {version}: its manifest URI {uri} is not {expected} "
+                                      "(where this run's field data keeps that version)")
+    key = expected.removeprefix(f"s3://{bucket}/")
     try:
         s3_client.head_object(Bucket=bucket, Key=key)
     except ClientError as err:
         code = err.response.get("Error", {}).get("Code", "?")
-        raise FieldDatasetUnavailable(f"field dataset version {version}: no manifest at {uri} (HeadObject {code})") \
+        if code in _MISSING:
+            why = f"no manifest at {uri} (HeadObject {code})"
+        elif code in _DENIED:
+            why = f"the Airflow role may not read {uri} (HeadObject {code}: it needs s3:GetObject on it)"
+        else:
+            why = f"S3 did not answer for {uri} (HeadObject {code})"
+        raise FieldDatasetUnavailable(f"field dataset version {version}: {why}") from err
+    try:
+        document = read_manifest(s3_client, uri, version)
+    except (FieldDatasetError, contract.FieldEpisodeError) as err:
+        raise FieldDatasetUnavailable(f"field dataset version {version}: the manifest {uri} is not valid: {err}") \
             from err
-    document = json.loads(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
-    problems = contract.dataset_errors(document)
-    if not problems and document["dataset_version"] != version:
-        problems = [f"$.dataset_version: {document['dataset_version']!r}, asked for {version!r}"]
-    if problems:
-        raise FieldDatasetUnavailable(f"field dataset version {version}: the manifest {uri} is not valid: "
-                                      + "; ".join(problems))
+    except ClientError as err:
+        raise FieldDatasetUnavailable(f"field dataset version {version}: GetObject {uri} failed "
+                                      f"({err.response.get('Error', {}).get('Code', '?')})") from err
     return {"dataset_version": version, "manifest_uri": uri, "episodes": document["totals"]["episodes"],
             "frames": document["totals"]["frames"], "source": wanted["source"]}
 
@@ -130,4 +154,31 @@ def resolve(form_value: str | None, s3_client: Any, *, bucket: str, prefix: str,
     """
     wanted = requested(form_value, bucket=bucket, prefix=prefix, triggering_asset_events=triggering_asset_events,
                        inlet_events=inlet_events)
-    return check_manifest(s3_client, wanted) if wanted else None
+    return check_manifest(s3_client, wanted, bucket=bucket, prefix=prefix) if wanted else None
+
+
+def preflight_check(vla: Mapping[str, Any], s3_client: Any, context: Mapping[str, Any], problems: list[str],
+                    checked: list[str]) -> dict[str, Any] | None:
+    """The resource preflight's check of the fine-tune's field dataset (``check_resources``'s
+    ``field_dataset_check``): :func:`resolve` with the task's context, before any spend.
+
+    :param vla: the plan's ``vla`` section (``field_dataset_version``, ``field_bucket``, ``field_prefix``).
+    :param s3_client: a boto3 S3 client. ``context``: the task's context (``triggering_asset_events``,
+        ``inlet_events``: the task has the field dataset asset among its inlets).
+    :param problems: gets one problem (what is wrong and what to do) when the version cannot be used;
+        ``checked``: gets the version checked.
+    :return: :func:`check_manifest`'s entry, or ``None`` (none asked for, or a problem).
+    """
+    try:
+        entry = resolve(vla.get("field_dataset_version"), s3_client, bucket=vla["field_bucket"],
+                        prefix=vla.get("field_prefix") or "",
+                        triggering_asset_events=context.get("triggering_asset_events"),
+                        inlet_events=context.get("inlet_events"))
+    except (FieldDatasetUnavailable, ValueError) as err:
+        problems.append(f"{err}. Publish it (DAG sim_to_real_field_data) or set {FORM_FIELD} in the form to a "
+                        "published version ('latest' or fd- and 16 hex digits), or leave it empty for none; "
+                        "run_vla_finetune off skips the fine-tune")
+        return None
+    if entry:
+        checked.append(f"field dataset {entry['dataset_version']} ({entry['manifest_uri']})")
+    return entry
