@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -216,6 +217,12 @@ def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
     for name, dry in (("dry", True), ("real", False)):
         dag_run = dag.test(run_conf={"dry_run": dry})
         job = batch.describe_jobs(jobs=[job_id])["jobs"][0]
+        # TerminateJob is asynchronous (AWS Batch API Reference, TerminateJob: the job moves to FAILED afterwards;
+        # the sandbox's job thread does it a few ms later): after the real sweep, read until it settled (30 s at most)
+        settle_until = time.monotonic() + (0 if dry else 30)
+        while job["status"] not in ("SUCCEEDED", "FAILED") and time.monotonic() < settle_until:
+            time.sleep(0.2)
+            job = batch.describe_jobs(jobs=[job_id])["jobs"][0]
         out[name] = {"state": str(getattr(dag_run.state, "value", dag_run.state)),
                      "job_status": job["status"], "job_reason": job.get("statusReason", ""),
                      "deployment_status": gg.get_deployment(deploymentId=deployment_id)["deploymentStatus"]}

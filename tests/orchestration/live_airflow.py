@@ -29,6 +29,41 @@ from sim2real.dev.ui import SIMPLE_AUTH_MANAGER, AirflowApiClient, _stop_group, 
 from tests.paths import REPO_ROOT
 
 
+def trigger_ids_never_reused(db: Path) -> None:
+    """Give the SQLite metadata DB's ``trigger`` table ``AUTOINCREMENT``, so a trigger id is never given twice, as
+    on MWAA's PostgreSQL (a sequence).
+
+    Airflow's model declares ``id INTEGER`` primary key: on SQLite that is the rowid, and a new row takes the
+    largest id + 1, so the id of a trigger just deleted (the newest) comes back for the next one. Seen in a
+    person's clear: try 1's trigger (id 1) kept running on its triggerer, which took try 2's new trigger with the
+    same id 1 for the one it runs and never cancelled it (its job was never stopped); and a late event of a deleted
+    trigger was delivered to the new one (the approval's double refusal). The table is empty after the migration;
+    its columns, constraints and index are kept (SQLite's documented way: a new table, the rows copied, the old one
+    dropped, the new one renamed, with foreign keys off).
+    """
+    import re
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        sql = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'trigger'").fetchone()[0]
+        if "AUTOINCREMENT" in sql.upper():
+            return
+        indexes = [row[0] for row in con.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'trigger' AND sql IS NOT NULL")]
+        new = re.sub(r"CONSTRAINT trigger_pkey PRIMARY KEY \(id\),\s*", "", sql.replace(
+            'CREATE TABLE "trigger" (', "CREATE TABLE trigger_autoincrement (", 1).replace(
+            "id INTEGER NOT NULL,", "id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,", 1), count=1)
+        if "AUTOINCREMENT" not in new or "trigger_pkey" in new:
+            raise RuntimeError(f"unexpected trigger table in {db}: {sql}")
+        con.executescript("PRAGMA foreign_keys = OFF; BEGIN; " + new + "; "
+                          'INSERT INTO trigger_autoincrement SELECT * FROM "trigger"; DROP TABLE "trigger"; '
+                          'ALTER TABLE trigger_autoincrement RENAME TO "trigger"; '
+                          + "".join(f"{index}; " for index in indexes) + "COMMIT;")
+    finally:
+        con.close()
+
+
 class LiveAirflow(AirflowApiClient):
     """Airflow components as separate processes over one SQLite database.
 
@@ -103,6 +138,7 @@ class LiveAirflow(AirflowApiClient):
         start every component, wait until the DAGs are parsed."""
         deadline = time.monotonic() + timeout
         migrated_db(self.home / "airflow" / "airflow.db", self.env)
+        trigger_ids_never_reused(self.home / "airflow" / "airflow.db")
         self.spawn("api-server", "api-server")
         self.spawn("scheduler", "scheduler")
         self.spawn("dag-processor", "dag-processor")
