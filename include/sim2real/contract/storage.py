@@ -34,6 +34,11 @@ def _local(uri: str) -> str:
     return uri
 
 
+#: S3 error codes that mean "no object at that key" (GetObject answers NoSuchKey; HeadObject, whose answer has no
+#: body, the HTTP status 404; Amazon S3 API Reference, "GetObject" / "HeadObject").
+MISSING_OBJECT_CODES = ("NoSuchKey", "404", "NotFound")
+
+
 def split_s3(uri: str) -> tuple[str, str]:
     """Split ``s3://bucket/key`` into ``(bucket, key)``.
 
@@ -79,7 +84,7 @@ def read_bytes(uri: str) -> bytes:
         try:
             return _client().get_object(Bucket=bucket, Key=key)["Body"].read()
         except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            if err.response.get("Error", {}).get("Code") in MISSING_OBJECT_CODES:
                 raise FileNotFoundError(f"no such object: {uri}") from err
             raise
     with open(_local(uri), "rb") as fh:
@@ -141,7 +146,7 @@ def download_file(uri: str, local_path: str) -> str:
         try:
             _client().download_file(bucket, key, local_path)
         except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            if err.response.get("Error", {}).get("Code") in MISSING_OBJECT_CODES:
                 raise FileNotFoundError(f"no such object: {uri}") from err
             raise
         return local_path
@@ -159,7 +164,7 @@ def exists(uri: str) -> bool:
             _client().head_object(Bucket=bucket, Key=key)
             return True
         except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            if err.response.get("Error", {}).get("Code") in MISSING_OBJECT_CODES:
                 return False
             raise
     return os.path.isfile(_local(uri))
@@ -192,7 +197,7 @@ def _iter_chunks(uri: str) -> Iterator[bytes]:
         try:
             body = _client().get_object(Bucket=bucket, Key=key)["Body"]
         except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            if err.response.get("Error", {}).get("Code") in MISSING_OBJECT_CODES:
                 raise FileNotFoundError(f"no such object: {uri}") from err
             raise
         yield from body.iter_chunks(_CHUNK)

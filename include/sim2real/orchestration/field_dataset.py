@@ -24,6 +24,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from sim2real.contract import field as contract
+from sim2real.contract.storage import MISSING_OBJECT_CODES, split_s3
 from sim2real.orchestration.field import FieldEpisodes, _client, read_episode_objects
 
 #: Why an episode object is left out of a version, in the order the checks run. ``malformed``: not JSON, not the
@@ -59,14 +60,6 @@ def s3_uri(bucket: str, key: str) -> str:
     return f"s3://{bucket}/{key}"
 
 
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    """``(bucket, key)`` of ``s3://bucket/key``. :raises ValueError: anything else."""
-    if not isinstance(uri, str) or not uri.startswith("s3://") or "/" not in uri[5:] or uri.endswith("/"):
-        raise ValueError(f"{uri!r} is not an s3://<bucket>/<key> URI")
-    bucket, key = uri[5:].split("/", 1)
-    return bucket, key
-
-
 def checksum_hex(checksum_sha256: str | None) -> str | None:
     """S3's ``ChecksumSHA256`` (base64 of the 32-byte digest, ``HeadObject`` with ``ChecksumMode=ENABLED``) as hex;
     None when absent or not a whole-object digest (a multipart object's composite checksum ends in ``-<parts>``)."""
@@ -84,7 +77,7 @@ def _head(client: Any, bucket: str, key: str) -> dict[str, Any] | None:
     try:
         return client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     except ClientError as err:
-        if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+        if err.response.get("Error", {}).get("Code") in MISSING_OBJECT_CODES:
             return None
         raise
 
@@ -203,7 +196,9 @@ def read_manifest(s3_hook_or_client: Any, manifest_uri: str, dataset_version: st
     :raises FieldDatasetError: the body is not JSON (naming the URI), the manifest is not that version, or not
         under its own key. ``FieldEpisodeError``: not a valid manifest. ``ClientError``: S3 (e.g. NoSuchKey).
     """
-    bucket, key = split_s3_uri(manifest_uri)
+    bucket, key = split_s3(manifest_uri) if isinstance(manifest_uri, str) else ("", "")
+    if not key or key.endswith("/"):
+        raise ValueError(f"{manifest_uri!r} is not an s3://<bucket>/<key> URI")
     body = _client(s3_hook_or_client).get_object(Bucket=bucket, Key=key)["Body"].read()
     try:
         document = json.loads(body)

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim2real.contract import field as contract
+from sim2real.contract.storage import MISSING_OBJECT_CODES
 from sim2real.orchestration.assets import FIELD_DATASET_ASSET
 from sim2real.orchestration.pipelines.groot import FIELD_MANIFEST_PARAMETER
 
@@ -91,9 +92,7 @@ def requested(form_value: str | None, *, bucket: str, prefix: str, triggering_as
             "source": "explicit"}
 
 
-#: S3 error codes of ``HeadObject`` that mean "no object at that key" (HEAD answers have no body: the code is
-#: the HTTP status; Amazon S3 API Reference, "HeadObject").
-_MISSING = ("404", "NoSuchKey", "NotFound")
+#: S3 error codes of ``HeadObject`` that mean the caller may not read the key (Amazon S3 API Reference, "HeadObject").
 _DENIED = ("403", "AccessDenied", "Forbidden")
 
 
@@ -127,7 +126,7 @@ def check_manifest(s3_client: Any, wanted: Mapping[str, Any], *, bucket: str, pr
         s3_client.head_object(Bucket=bucket, Key=key)
     except ClientError as err:
         code = err.response.get("Error", {}).get("Code", "?")
-        if code in _MISSING:
+        if code in MISSING_OBJECT_CODES:
             why = f"no manifest at {uri} (HeadObject {code})"
         elif code in _DENIED:
             why = f"the Airflow role may not read {uri} (HeadObject {code}: it needs s3:GetObject on it)"

@@ -122,13 +122,14 @@ def load_field_episodes(manifest_uri: str, info: dict[str, Any], *, s3_client: A
     import pyarrow.parquet as pq
 
     from sim2real.contract import field
+    from sim2real.contract.storage import split_s3
 
     local = not manifest_uri.startswith("s3://")
     read = _local_reader if local else _s3_reader(s3_client)
     if local:
         bucket, key = None, manifest_uri
     else:
-        bucket, _, key = manifest_uri.removeprefix("s3://").partition("/")
+        bucket, key = split_s3(manifest_uri)
     try:
         document = json.loads(read(bucket, key))
     except Exception as exc:  # noqa: BLE001 - any read or parse error is the step's reason
