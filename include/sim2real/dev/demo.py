@@ -166,17 +166,17 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
     return env
 
 
-def load_dag():
-    """Parse ``dags/sim_to_real.py`` with a DagBag, as the scheduler would, and return the DAG.
+def load_dag(dag_id: str = "sim_to_real"):
+    """Parse ``dags/<dag_id>.py`` with a DagBag, as the scheduler would, and return the DAG ``dag_id``.
 
     :raises SystemExit: naming the import errors when the file does not parse.
     """
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real.py"))
+    bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / f"{dag_id}.py"))
     if bag.import_errors:
         raise SystemExit(f"DAG import errors: {bag.import_errors}")
-    return bag.dags["sim_to_real"]
+    return bag.dags[dag_id]
 
 
 def run_dag(run_conf: dict[str, Any]):
@@ -185,17 +185,12 @@ def run_dag(run_conf: dict[str, Any]):
 
 
 def run_field_data_dag(min_new_episodes: int = 1):
-    """``dag.test()`` of ``dags/sim_to_real_field_data.py`` (parsed with a DagBag): publish the next field dataset
+    """``dag.test()`` of ``dags/sim_to_real_field_data.py`` (:func:`load_dag`): publish the next field dataset
     version once at least ``min_new_episodes`` new episodes with data are in the bucket.
 
     :raises SystemExit: naming the import errors when the file does not parse.
     """
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "sim_to_real_field_data.py"))
-    if bag.import_errors:
-        raise SystemExit(f"DAG import errors: {bag.import_errors}")
-    return bag.dags["sim_to_real_field_data"].test(run_conf={"min_new_episodes": min_new_episodes})
+    return load_dag("sim_to_real_field_data").test(run_conf={"min_new_episodes": min_new_episodes})
 
 
 def field_round(run_conf: dict[str, Any], first) -> tuple[dict[str, Any], list]:
