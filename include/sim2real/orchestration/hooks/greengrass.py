@@ -186,10 +186,9 @@ def start_rollback(hook: GreengrassV2Hook, deployment_id: str, deployment_name: 
         except Exception as error:  # noqa: BLE001 - named in the failure with both deployments
             return {"error": f"The automatic rollback to {name} ({previous['deploymentId']}) could not be created: "
                              f"{error}"}
-        break
-    return {"deployment_id": rollback_id, "deployment_name": request["deploymentName"],
-            "previous_deployment_id": previous["deploymentId"], "previous_deployment_name": name,
-            "skipped": skipped}
+        return {"deployment_id": rollback_id, "deployment_name": request["deploymentName"],
+                "previous_deployment_id": previous["deploymentId"], "previous_deployment_name": name,
+                "skipped": skipped}
 
 
 class GreengrassV2Hook(AwsBaseHook):
