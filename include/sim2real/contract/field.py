@@ -74,6 +74,14 @@ def data_key(prefix: str, thing_name: str, episode_id: str) -> str:
     return f"{prefix}{DATA_FOLDER}{thing_name}/{episode_id}.parquet"
 
 
+def data_uri(bucket: str, prefix: str, thing_name: str, episode_id: str) -> str:
+    """The ``data_uri`` an episode summary names its data file with: ``s3://<bucket>/`` and :func:`data_key`.
+
+    :raises ValueError: as :func:`data_key`.
+    """
+    return f"s3://{bucket}/{data_key(prefix, thing_name, episode_id)}"
+
+
 def dataset_version(episodes: Sequence[Mapping[str, Any]]) -> str:
     """The content-addressed version of a field dataset: ``fd-`` and the first 16 hex digits of the sha256 of the
     canonical JSON (sorted keys, no spaces) of its ``episodes`` list (schema ``field_dataset``), so the same

@@ -258,8 +258,9 @@ class FieldRecorder:
         data = None
         if self.record_data and latencies:
             data = episode_parquet(episode["states"], episode["actions"], self.fps)
-            key = contract.data_key(self.prefix, self.static["thing_name"], episode["episode_id"])
-            summary.update(data_uri=f"s3://{self.bucket}/{key}", data_sha256=hashlib.sha256(data).hexdigest(), data_frames=len(latencies),
+            summary.update(data_uri=contract.data_uri(self.bucket, self.prefix, self.static["thing_name"],
+                                                      episode["episode_id"]),
+                           data_sha256=hashlib.sha256(data).hexdigest(), data_frames=len(latencies),
                            data_fps=self.fps, task=self.task)
         contract.validate(summary)
         path = self.spool_dir / f"{summary['episode_id']}.json"
@@ -347,8 +348,9 @@ def _data_put(doc: Mapping[str, Any], data_path: Path, bucket: str, prefix: str)
     """PutObject's arguments for a summary's data file, or ``(None, problem)``: a ``data_uri`` that is not this
     uploader's key for it, a missing data file, or one whose sha256 is not ``data_sha256``."""
     key = contract.data_key(prefix, doc["thing_name"], doc["episode_id"])
-    if doc["data_uri"] != f"s3://{bucket}/{key}":
-        return None, f"data_uri {doc['data_uri']!r} is not s3://{bucket}/{key}"
+    expected = contract.data_uri(bucket, prefix, doc["thing_name"], doc["episode_id"])
+    if doc["data_uri"] != expected:
+        return None, f"data_uri {doc['data_uri']!r} is not {expected}"
     if not data_path.is_file():
         return None, f"its data file {data_path.name} is not in the spool"
     data = data_path.read_bytes()

@@ -88,11 +88,12 @@ def _entry(client: Any, bucket: str, prefix: str, key: str, doc: Mapping[str, An
         return None, "no_data", "no data_uri (recorded without data)"
     thing, episode_id = doc["thing_name"], doc["episode_id"]
     data_key = contract.data_key(prefix, thing, episode_id)
-    if doc["data_uri"] != s3_uri(bucket, data_key):
-        return None, "malformed", f"data_uri {doc['data_uri']!r} is not {s3_uri(bucket, data_key)!r}"
+    data_uri = contract.data_uri(bucket, prefix, thing, episode_id)
+    if doc["data_uri"] != data_uri:
+        return None, "malformed", f"data_uri {doc['data_uri']!r} is not {data_uri!r}"
     head = _head(client, bucket, data_key)
     if head is None or int(head.get("ContentLength") or 0) < 1:
-        return None, "data_missing", f"no data file at {s3_uri(bucket, data_key)}" + (" (empty)" if head else "")
+        return None, "data_missing", f"no data file at {data_uri}" + (" (empty)" if head else "")
     found = checksum_hex(head.get("ChecksumSHA256"))
     if found != doc["data_sha256"]:
         return None, "checksum_mismatch", (f"S3's ChecksumSHA256 of {data_key} is {found or 'absent'}, the summary's "

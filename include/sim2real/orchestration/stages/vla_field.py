@@ -117,11 +117,11 @@ def check_manifest(s3_client: Any, wanted: Mapping[str, Any], *, bucket: str, pr
     from sim2real.orchestration.field_dataset import FieldDatasetError, read_manifest
 
     uri, version = wanted["manifest_uri"], wanted["dataset_version"]
-    expected = f"s3://{bucket}/{contract.manifest_key(prefix, version)}"
+    key = contract.manifest_key(prefix, version)
+    expected = f"s3://{bucket}/{key}"
     if uri != expected:
         raise FieldDatasetUnavailable(f"field dataset version {version}: its manifest URI {uri} is not {expected} "
                                       "(where this run's field data keeps that version)")
-    key = expected.removeprefix(f"s3://{bucket}/")
     try:
         s3_client.head_object(Bucket=bucket, Key=key)
     except ClientError as err:
