@@ -18,6 +18,7 @@ from constructs import Construct
 
 from sim2real.orchestration.dag_defaults import NAMESPACE_LEVELS
 
+from .hyperpod_eks import add_access_entry, describe_statements
 from .policies import as_bucket, grant_prefixes
 from .settings import Settings
 
@@ -137,6 +138,8 @@ class MwaaStack(cdk.Stack):
         self.policies: list[iam.ManagedPolicy] = []
         self._mwaa_statements(targets)
         self._dag_statements(settings, targets)
+        # HyperPod on EKS (optional): the role's Kubernetes group on the EKS cluster; RBAC gives the group its rights
+        self.eks_access_entry = add_access_entry(self, settings, self.role) if settings.hyperpod_eks else None
 
         versions = settings.mwaa_versions
         self.airflow = mwaa.CfnEnvironment(
@@ -267,6 +270,8 @@ class MwaaStack(cdk.Stack):
         self._add("TrainTerminate", ["batch:TerminateJob"], [arn("batch", "job", "*")])
         self._add("TrainPassJobRole", ["iam:PassRole"], [t.batch_job_role_arn],
                   {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}})
+        if settings.hyperpod_eks:  # train on HyperPod EKS: the HyperPod and the EKS cluster, described (hyperpod_eks)
+            self._target.add_statements(*describe_statements(self, settings))
         self._add("TrainLogs", ["logs:GetLogEvents", "logs:DescribeLogStreams"],
                   [arn("logs", "log-group", f"{t.batch_log_group}:log-stream:{t.job_definition_name}/*",
                        cdk.ArnFormat.COLON_RESOURCE_NAME),

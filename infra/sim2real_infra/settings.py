@@ -56,6 +56,13 @@ class Settings:
         (head/login) node, an SSM-managed instance with the Slurm client: written to the environment config
         (``hyperpod.submit_host_tag_key``/``_value``, where the DAG and the sweeper find the node) and the only
         instances the MWAA role may send SSM commands to besides the workstation.
+    :param hyperpod_eks_cluster_name / hyperpod_eks_cluster_arn / hyperpod_eks_namespace: the ``hyperpod_eks``
+        training backend (optional, all three or none): the Amazon EKS cluster that orchestrates an existing
+        SageMaker HyperPod cluster (its ``DescribeCluster`` ``Orchestrator.Eks.ClusterArn``, by name), the HyperPod
+        cluster's ARN (``arn:<partition>:sagemaker:<region>:<account>:cluster/<id>``: IAM authorizes
+        ``sagemaker:DescribeCluster`` on the ARN, whose last part is the generated id, not the name) and the team's
+        Kubernetes namespace (task governance creates ``hyperpod-ns-<team>``). Given, the MWAA stack adds an EKS
+        access entry for its execution role and the two ``Describe*`` grants (:mod:`sim2real_infra.hyperpod_eks`).
     :param schedule_timezone: IANA time zone of the nightly run (``0 2 * * *``), e.g. ``Europe/Berlin``; written to
         the environment config (``schedule_timezone``) and to MWAA's ``sim2real.schedule_timezone`` option.
     :param approvers: Airflow user ids allowed to release a model (the environment config's
@@ -90,6 +97,9 @@ class Settings:
     hyperpod: bool = False
     hyperpod_submit_host_tag_key: str = "sim2real:role"
     hyperpod_submit_host_tag_value: str = "hyperpod-head"
+    hyperpod_eks_cluster_name: str = ""
+    hyperpod_eks_cluster_arn: str = ""
+    hyperpod_eks_namespace: str = ""
     schedule_timezone: str = "UTC"
     approvers: tuple[str, ...] = ()
     approver_aws_identities: dict[str, list[str]] = field(default_factory=dict)
@@ -138,6 +148,9 @@ class Settings:
             hyperpod_submit_host_tag_key=str(get("hyperpod_submit_host_tag_key", d.hyperpod_submit_host_tag_key)),
             hyperpod_submit_host_tag_value=str(get("hyperpod_submit_host_tag_value",
                                                    d.hyperpod_submit_host_tag_value)),
+            hyperpod_eks_cluster_name=str(get("hyperpod_eks_cluster_name", d.hyperpod_eks_cluster_name)).strip(),
+            hyperpod_eks_cluster_arn=str(get("hyperpod_eks_cluster_arn", d.hyperpod_eks_cluster_arn)).strip(),
+            hyperpod_eks_namespace=str(get("hyperpod_eks_namespace", d.hyperpod_eks_namespace)).strip(),
             approvers=tuple(_list(get("approvers", list(d.approvers)))),
             approver_aws_identities=_identities(get("approver_aws_identities", d.approver_aws_identities)),
             airflow_version=str(get("airflow_version", d.airflow_version)),
@@ -163,6 +176,11 @@ class Settings:
             raise ValueError("sim2real:max_azs must be >= 2 (MWAA needs two private subnets in two AZs)")
         if self.hyperpod and not (self.hyperpod_submit_host_tag_key and self.hyperpod_submit_host_tag_value):
             raise ValueError("sim2real:hyperpod_submit_host_tag_key and _value must name the submit node's EC2 tag")
+        from .hyperpod_eks import eks_settings_problems
+
+        problems = eks_settings_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
         from .evaluation import WORKSTATION_TAG_KEY, WORKSTATION_TAG_VALUE
 
         if (self.hyperpod_submit_host_tag_key, self.hyperpod_submit_host_tag_value) == (WORKSTATION_TAG_KEY,
@@ -182,6 +200,11 @@ class Settings:
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"sim2real:schedule_timezone must be an IANA time zone name such as UTC or "
                              f"Europe/Berlin, got {self.schedule_timezone!r}") from None
+
+    @property
+    def hyperpod_eks(self) -> bool:
+        """Whether the ``hyperpod_eks`` backend's access (EKS access entry, IAM) is configured."""
+        return bool(self.hyperpod_eks_cluster_name)
 
     @property
     def instance_type(self) -> str:
