@@ -30,6 +30,10 @@ from sim2real_infra.settings import Settings  # noqa: E402
 PSEUDO = {"AWS::AccountId": "123456789012", "AWS::Region": "us-east-1", "AWS::Partition": "aws",
           "AWS::URLSuffix": "amazonaws.com"}
 MWAA_VERSIONS = {"plugins.zip": "pv-1", "requirements.txt": "rv-1", "startup.sh": "sv-1"}
+#: The ``hyperpod_eks`` context of the full app: an existing HyperPod cluster on EKS and the team's namespace.
+HYPERPOD_EKS = {"hyperpod_eks_cluster_name": "hyperpod-eks-shared",
+                "hyperpod_eks_cluster_arn": "arn:aws:sagemaker:us-east-1:123456789012:cluster/a1b2c3d4e5f6",
+                "hyperpod_eks_namespace": "hyperpod-ns-robotics"}
 #: cdk.json's context: the tests give the app its feature flags (keys without the ``sim2real:`` prefix) as the
 #: CDK CLI does; the settings come from explicit ``Settings`` here (test_cdk_cli.py runs the CLI itself).
 CDK_JSON_CONTEXT = json.loads((REPO_ROOT / "infra" / "cdk.json").read_text())["context"]
@@ -77,8 +81,8 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 @pytest.fixture(scope="session")
 def synth_full(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    """The app with the optional workstation and HyperPod stacks on."""
-    return synthesize(tmp_path_factory.mktemp("cdk-full"), Settings(workstation=True, hyperpod=True,
+    """The app with the optional workstation and HyperPod stacks on, and the HyperPod EKS access."""
+    return synthesize(tmp_path_factory.mktemp("cdk-full"), Settings(workstation=True, hyperpod=True, **HYPERPOD_EKS,
                                                                    mwaa_versions=dict(MWAA_VERSIONS)))
 
 
