@@ -28,7 +28,10 @@ EFS_MOUNT = "/mnt/efs"
 LAUNCHER = "/usr/local/bin/distributed_run.bash"
 
 JOB_ENVIRONMENT = {
-    "TASK": "Isaac-Velocity-Rough-H1-v0",
+    # The Isaac Lab image's default task (containers/isaaclab/Dockerfile ARG TASK): Isaac Lab 3.0's id, without
+    # 2.x's -v0 suffix (isaac-sim/IsaacLab, isaaclab_tasks/core/velocity/config/h1 gym.register). Every run's
+    # SubmitJob overrides it with the form's task.
+    "TASK": "Isaac-Velocity-Rough-H1",
     "MAX_ITERATIONS": "1000",
     "CHECKPOINT_INTERVAL": "50",
     "NCCL_DEBUG": "WARN",

@@ -54,6 +54,21 @@ def test_multinode_job_definition(synth: Synth) -> None:
     })
 
 
+def test_the_job_definitions_task_is_the_isaac_lab_images_default(synth: Synth) -> None:
+    # The image defaults to Isaac Lab 3.0, whose task ids have no -v0 suffix; the job definition's TASK (what a
+    # job submitted without the DAG's override trains) names the same task, one the form offers.
+    from sim2real.contract.tasks import ISAACLAB_TASKS
+    from tests.workloads.test_containers import DOCKERFILES, arg_defaults, instructions
+
+    image_task = arg_defaults(instructions(DOCKERFILES["isaaclab"]))["TASK"]
+    t = synth.template(synth.stacks.batch)
+    definition = next(iter(t.find_resources("AWS::Batch::JobDefinition").values()))["Properties"]
+    env = {e["Name"]: e["Value"]
+           for e in definition["NodeProperties"]["NodeRangeProperties"][0]["Container"]["Environment"]}
+    assert env["TASK"] == image_task == "Isaac-Velocity-Rough-H1"
+    assert env["TASK"] in ISAACLAB_TASKS
+
+
 def test_queue_cancels_jobs_stuck_runnable_for_capacity(synth: Synth) -> None:
     t = synth.template(synth.stacks.batch)
     queue = next(iter(t.find_resources("AWS::Batch::JobQueue").values()))["Properties"]

@@ -52,6 +52,14 @@ def test_note_has_rate_interval_threshold_verdict_cost_stage_table_and_links():
     assert "Warning" not in note and run_note.SHORTENED not in note
 
 
+def test_the_hyperpod_scale_down_teardown_counts_in_the_hyperpod_row():
+    # The teardown is outside group hyperpod (else hyperpod and sweep would depend on each other both ways); a
+    # failed scale-down (nodes left up) must still show in the HyperPod training row.
+    tasks = {**lineage()["tasks"], ids.HYPERPOD_SCALE_DOWN: {"state": "failed", "duration_s": 30.0}}
+    note = run_note.render_run_note(lineage(tasks=tasks))
+    assert "| training (HyperPod) | failed | 30.2 |" in note  # with hyperpod.check_capacity's 0.2 s
+
+
 def test_after_a_reattach_the_training_stage_shows_the_jobs_running_time_labelled():
     tasks = {**lineage()["tasks"], ids.BATCH_TRAIN_POLICY: {
         "state": "success", "duration_s": 8.6, "job_duration_s": 3720.5,

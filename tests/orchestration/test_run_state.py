@@ -87,7 +87,7 @@ def test_run_marked_failed_while_training_ends_failed(main_dag):
     states.update({"prepare_run": "success", "training_backend": "success", ids.BUILD_IMAGE: "success",
                    ids.BATCH_CHECK_CAPACITY: "success", ids.BATCH_TRAIN_POLICY: "deferred"})
     for task_id in main_dag.task_ids:
-        if task_id.startswith("hyperpod."):
+        if task_id in ids.HYPERPOD:
             states[task_id] = "skipped"
     after = finish_teardowns(main_dag, mark_failed(main_dag, states), ids.RUN_OUTCOME)
     assert after[ids.BATCH_TRAIN_POLICY] == "failed" and after[ids.WRITE_LINEAGE] == "success"
@@ -97,7 +97,7 @@ def test_run_marked_failed_while_training_ends_failed(main_dag):
 
 def test_failed_stage_with_report_written_ends_failed(main_dag):
     states = {t: "success" for t in main_dag.task_ids}
-    states.update({t: "skipped" for t in main_dag.task_ids if t.startswith("hyperpod.")})
+    states.update({t: "skipped" for t in main_dag.task_ids if t in ids.HYPERPOD})
     states[ids.WAIT_FOR_APPROVAL] = "failed"
     for task_id in (ids.DEPLOY_ENABLED, ids.DEPLOYMENT_COMPONENTS, ids.DEPLOY_TO_ROBOTS):
         states[task_id] = "upstream_failed"
@@ -109,7 +109,7 @@ def test_failed_stage_with_report_written_ends_failed(main_dag):
 def test_report_that_cannot_be_written_fails_the_run(main_dag, release_dag):
     for dag, report in ((main_dag, ids.WRITE_LINEAGE), (release_dag, "write_release_record")):
         states = {t: "success" for t in dag.task_ids}
-        states.update({t: "skipped" for t in dag.task_ids if t.startswith("hyperpod.")})
+        states.update({t: "skipped" for t in dag.task_ids if t in ids.HYPERPOD})
         states[report] = "failed"
         assert dag.get_task(report).is_teardown and dag.get_task(report).on_failure_fail_dagrun
         states[ids.RUN_OUTCOME] = None
@@ -119,7 +119,7 @@ def test_report_that_cannot_be_written_fails_the_run(main_dag, release_dag):
 def test_a_clean_run_still_succeeds(main_dag, release_dag):
     for dag in (main_dag, release_dag):
         states = {t: "success" for t in dag.task_ids}
-        states.update({t: "skipped" for t in dag.task_ids if t.startswith("hyperpod.")})
+        states.update({t: "skipped" for t in dag.task_ids if t in ids.HYPERPOD})
         states[ids.RUN_OUTCOME] = None
         after = finish_teardowns(dag, states, ids.RUN_OUTCOME)
         assert after[ids.RUN_OUTCOME] == "success" and run_state(dag, after) == "success"
@@ -224,7 +224,7 @@ SKIPPED_ON_A_DEFAULT_RUN = (
     "hyperpod.wait_for_nodes", "hyperpod.submission", "hyperpod.sweep_script", "hyperpod.submit_sweep",
     "sweep.eval_command", "sweep.read_eval_report", "sweep.run_evaluation", "sweep.submit_training",
     "sweep.train_policy", "sweep.train_on_slurm", "sweep.wait_for_checkpoint", "sweep.wait_for_slot", "pick_best",
-    "hyperpod.scale_down", "next_round")
+    "hyperpod_scale_down", "next_round")
 #: Ran and skipped themselves (AirflowSkipException) on a default run.
 SKIPPED_ITSELF = ("sweep_candidates", "plan_next_round")
 BRANCH_DECISIONS = {ids.TRAINING_BACKEND: {"followed": [ids.BATCH_CHECK_CAPACITY]}}

@@ -40,7 +40,10 @@ HYPERPOD_CHECK_CAPACITY = f"{HYPERPOD_GROUP}.check_capacity"
 HYPERPOD_SCALE_UP = f"{HYPERPOD_GROUP}.scale_up"
 HYPERPOD_WAIT_FOR_NODES = f"{HYPERPOD_GROUP}.wait_for_nodes"
 HYPERPOD_TRAIN_POLICY = f"{HYPERPOD_GROUP}.train_policy"
-HYPERPOD_SCALE_DOWN = f"{HYPERPOD_GROUP}.scale_down"
+#: The scale-down teardown: outside the group, after it and after a HyperPod sweep's candidates (each candidate's
+#: ``sweep.train_on_slurm`` waits on the group's job array, so a scale-down inside the group would make ``hyperpod``
+#: and ``sweep`` depend on each other both ways: a task group cycle, which Airflow 3.5 refuses to import).
+HYPERPOD_SCALE_DOWN = "hyperpod_scale_down"
 HYPERPOD_SUBMISSION = f"{HYPERPOD_GROUP}.submission"  # branch: one Slurm job or a sweep's job array
 HYPERPOD_SWEEP_SCRIPT = f"{HYPERPOD_GROUP}.sweep_script"
 HYPERPOD_SUBMIT_SWEEP = f"{HYPERPOD_GROUP}.submit_sweep"  # sbatch --array: one array task per candidate
@@ -97,14 +100,16 @@ SWEEP = (SWEEP_CHECK_CAPACITY, SWEEP_CANDIDATES, SWEEP_WAIT_FOR_SLOT, SWEEP_SUBM
 
 #: The HyperPod tasks of a sweep (its job array; skipped in a run without a HyperPod sweep).
 HYPERPOD_SWEEP = (HYPERPOD_SWEEP_SCRIPT, HYPERPOD_SUBMIT_SWEEP)
+#: The tasks of the HyperPod path (skipped, the scale-down teardown included, in a run on AWS Batch).
+HYPERPOD = (HYPERPOD_CHECK_CAPACITY, HYPERPOD_SCALE_UP, HYPERPOD_WAIT_FOR_NODES, HYPERPOD_SUBMISSION,
+            HYPERPOD_TRAIN_POLICY, *HYPERPOD_SWEEP, HYPERPOD_SCALE_DOWN)
 #: The training task of each sweep candidate, by ``training_backend`` (``pick_best`` and the report read it).
 SWEEP_TRAINING_BY_BACKEND = {"batch": SWEEP_TRAIN_POLICY, "hyperpod": SWEEP_TRAIN_ON_SLURM}
 
 #: Every task id of ``sim_to_real`` (the DAG integrity test checks the DAG has exactly these).
 ALL = (
     PREPARE_RUN, CHECK_RESOURCES, TRAINING_BACKEND, BUILD_IMAGE, BATCH_CHECK_CAPACITY, BATCH_TRAIN_POLICY,
-    HYPERPOD_CHECK_CAPACITY, HYPERPOD_SCALE_UP, HYPERPOD_WAIT_FOR_NODES, HYPERPOD_TRAIN_POLICY, HYPERPOD_SCALE_DOWN,
-    HYPERPOD_SUBMISSION, *HYPERPOD_SWEEP, *SWEEP, TRAINING_JOB, WAIT_FOR_CHECKPOINT, EVAL_COMMAND, RUN_EVALUATION,
+    *HYPERPOD, *SWEEP, TRAINING_JOB, WAIT_FOR_CHECKPOINT, EVAL_COMMAND, RUN_EVALUATION,
     READ_EVAL_REPORT, STOP_WORKSTATION,
     QUALITY_GATE, PLAN_NEXT_ROUND, NEXT_ROUND, VLA_ENABLED, PIPELINE_DEFINITION, UPSERT_PIPELINE, FIELD_DATASET,
     FINETUNE_GROOT, WAIT_FOR_APPROVAL,

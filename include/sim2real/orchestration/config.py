@@ -80,7 +80,7 @@ Shape (JSON object; every key below is required unless marked optional)::
                                                # The DAG reads it at parse time from the Airflow option
                                                # [sim2real] schedule_timezone, which infra/ sets to this value
       "run_defaults": {                        # optional; params of SCHEDULED (nightly) runs, over the
-        "task": "Isaac-Velocity-Rough-H1-v0",  # form's sandbox-sized defaults (manual runs keep the form)
+        "task": "Isaac-Velocity-Rough-H1",     # form's sandbox-sized defaults (manual runs keep the form)
         "num_nodes": 2, "max_iterations": 3000, "train_time_budget_seconds": 0
       },
       "events": {                               # optional; waits resume on AWS events (EventBridge -> SQS)

@@ -38,7 +38,8 @@ SOURCES = {
 #: What differs for a ``training_backend: hyperpod`` run (the plan's ``backend``): its capacity check and training
 #: are the ``hyperpod`` group's tasks (the Slurm job's result is the ``training`` stage).
 HYPERPOD_SOURCES = {"preflight": ids.HYPERPOD_CHECK_CAPACITY, "training": ids.HYPERPOD_TRAIN_POLICY}
-#: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling``.
+#: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling`` (``scale_down``: the teardown
+#: ``hyperpod_scale_down``, outside group ``hyperpod``).
 HYPERPOD_SCALING_SOURCES = {"scale_up": ids.HYPERPOD_SCALE_UP, "wait_for_nodes": ids.HYPERPOD_WAIT_FOR_NODES,
                             "scale_down": ids.HYPERPOD_SCALE_DOWN}
 #: The lineage's ``rounds`` entry, given by the stages (``stages.rounds.lineage_entry``): called as

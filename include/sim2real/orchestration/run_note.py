@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 DAG_RUN_PATH = "/dags/{dag_id}/dagRuns/{run_id}"
 
 #: Stage rows of the note, in run order: (label, task-id prefix). A task id belongs to the first row
-#: whose prefix it equals or starts with ``prefix + "."``.
+#: whose prefix it equals or starts with ``prefix + "."`` (or that :data:`ROW_OF_TASK` names for it).
 STAGES: tuple[tuple[str, str], ...] = (
     ("prepare run", ids.PREPARE_RUN), ("resource preflight", ids.CHECK_RESOURCES),
     ("training backend", ids.TRAINING_BACKEND), ("image build", ids.BUILD_GROUP),
@@ -60,6 +60,9 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("evaluation", ids.EVALUATE_GROUP), ("quality gate", ids.QUALITY_GATE), ("GR00T fine-tune", ids.VLA_GROUP),
     ("deployment", ids.DEPLOY_GROUP), ("lineage", ids.WRITE_LINEAGE), ("run outcome", ids.RUN_OUTCOME),
 )
+#: Tasks outside a group that count in a group's row: the HyperPod scale-down teardown (outside group ``hyperpod``
+#: so that ``hyperpod`` and ``sweep`` do not depend on each other both ways) is part of HyperPod training.
+ROW_OF_TASK: dict[str, str] = {ids.HYPERPOD_SCALE_DOWN: ids.HYPERPOD_GROUP}
 
 #: A stage's state from its tasks' states: the first of these present wins.
 _STATE_ORDER = ("failed", "upstream_failed", "up_for_retry", "running", "deferred", "queued", "scheduled",
@@ -79,7 +82,8 @@ def stage_rows(tasks: Mapping[str, Mapping[str, Any]], sweep: Mapping[str, Any] 
     """
     rows = []
     for label, prefix in STAGES:
-        mine = [info for task_id, info in tasks.items() if task_id == prefix or task_id.startswith(prefix + ".")]
+        mine = [info for task_id, info in tasks.items()
+                if task_id == prefix or task_id.startswith(prefix + ".") or ROW_OF_TASK.get(task_id) == prefix]
         if not mine:
             continue
         states = {str(info.get("state")) for info in mine}

@@ -1,6 +1,6 @@
 """Training on SageMaker HyperPod (group ``hyperpod``): capacity check, scale the GPU group up, the Slurm
-job through SSM on the head node (a sweep: one Slurm job array, one task per candidate), scale back down
-(teardown)."""
+job through SSM on the head node (a sweep: one Slurm job array, one task per candidate); then, outside the group,
+scale back down (teardown ``hyperpod_scale_down``, after the group and after a sweep's candidates)."""
 
 from __future__ import annotations
 
@@ -33,12 +33,23 @@ waits for or reports that job instead of paying for a second one; the script has
 job's state (`sacct`, else `scontrol show job`, each through SSM) until COMPLETED; FAILED, CANCELLED,
 TIMEOUT, OUT_OF_MEMORY, NODE_FAIL fail with the cluster, job id, state, exit code and the end of the job's
 log; `scancel` when killed. Every node runs the same launcher as the Batch job, so the trainer writes the same
-checkpoints and `manifest.json`. `scale_down` (teardown) sets the GPU group back to `hyperpod.min_count` once
-`scale_up` sent its request, whatever happened after (nodes that never came up, a failed or killed job);
-a failed scale-down fails the run. Hands on the Slurm job id, its state, exit code and log path.
+checkpoints and `manifest.json`. The teardown `hyperpod_scale_down` (after this group) sets the GPU group back to
+`hyperpod.min_count` once `scale_up` sent its request, whatever happened after (nodes that never came up, a failed
+or killed job); a failed scale-down fails the run. Hands on the Slurm job id, its state, exit code and log path.
 A run with a `sweep`: the group is scaled for `min(sweep_max_parallel, candidates) x num_nodes` nodes,
 `submission` takes `sweep_script` and `submit_sweep` (one job array, `sbatch --array=0-<N-1>%<P>`) instead of
-`train_policy`, each candidate's `sweep.train_on_slurm` waits for its array task, and `scale_down` waits for all.
+`train_policy`, each candidate's `sweep.train_on_slurm` waits for its array task, and `hyperpod_scale_down` waits
+for all.
+"""
+
+SCALE_DOWN_DOC = """\
+**Scale the HyperPod GPU group back down (teardown of `hyperpod.scale_up`).** SageMaker `UpdateCluster` with the
+GPU group at `hyperpod.min_count`, then waits (deferred) until its extra nodes are gone (`DescribeCluster`,
+`ListClusterNodes`). Runs once `hyperpod.scale_up` sent its request, after `hyperpod.train_policy` or, in a sweep,
+after `hyperpod.submit_sweep` and every candidate's `sweep.train_on_slurm`, whatever they did; skipped with the
+HyperPod path in a Batch run. Outside the `hyperpod` group: the sweep's candidates wait on that group's job array,
+and a scale-down inside it would make the two groups depend on each other both ways. A failed scale-down fails the
+run (nodes left up cost money). Hands on the cluster, the group, its previous, target and current counts.
 """
 
 GROUP_ID = ids.HYPERPOD_GROUP
@@ -265,8 +276,9 @@ def _submit_host(hp: Any) -> dict[str, Any]:
 
 
 def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
-    """Add the ``hyperpod`` group after the ``training_backend`` branch; return ``(train_policy, scale_down,
-    submit_sweep)`` (``submit_sweep``: a sweep's job array, which :func:`add_candidate_training` waits on)."""
+    """Add the ``hyperpod`` group after the ``training_backend`` branch, and its scale-down teardown
+    ``hyperpod_scale_down`` after it; return ``(train_policy, hyperpod_scale_down, submit_sweep)`` (``submit_sweep``:
+    a sweep's job array, which :func:`add_candidate_training` waits on and the teardown waits for)."""
     from airflow.sdk import TaskGroup, task
 
     from sim2real.orchestration.operators.hyperpod import HyperPodScaleOperator
@@ -274,7 +286,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
     from sim2real.orchestration.operators.quota import HyperPodCapacityPreflightOperator
 
     hp = refs(plan, HyperPodPlan)
-    with TaskGroup(GROUP_ID, tooltip="SageMaker HyperPod: scale up, Slurm job via SSM, scale down", doc_md=DOC):
+    with TaskGroup(GROUP_ID, tooltip="SageMaker HyperPod: scale up, Slurm job via SSM (then hyperpod_scale_down)", doc_md=DOC):
         preflight = HyperPodCapacityPreflightOperator(
             task_id=ids.local(ids.HYPERPOD_CHECK_CAPACITY),
             **_gpu_group(hp),
@@ -317,18 +329,6 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
             execution_timeout=dt.timedelta(hours=12),
             doc_md=DOC,
         )
-        # Teardown: runs once scale_up succeeded, whatever the Slurm job did (failed, killed, timed out).
-        scale_down = HyperPodScaleOperator(
-            task_id=ids.local(ids.HYPERPOD_SCALE_DOWN),
-            only_after_task_id=ids.HYPERPOD_SCALE_UP,  # a Batch run never resizes the cluster
-            **_gpu_group(hp),
-            target_count=hp.min_count,
-            retries=5,  # nodes left up cost money: outlast a slow scale-up or a transient error
-            **NODES_WAIT,
-            execution_timeout=dt.timedelta(hours=2),
-            doc_md=DOC,
-        ).as_teardown(setups=scale_up, on_failure_fail_dagrun=True)  # nodes left up: the run must say so
-
         @task.branch(task_id=ids.local(ids.HYPERPOD_SUBMISSION), retries=0, execution_timeout=dt.timedelta(minutes=1),
                      doc_md=SUBMISSION_DOC)
         def submission(plan: dict) -> str:
@@ -362,8 +362,20 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any, Any]:
             doc_md=SUBMIT_SWEEP_DOC,
         )
         backend >> preflight >> scale_up >> wait_for_nodes >> route >> [slurm_job, script]
-        slurm_job >> scale_down
-        script >> array >> scale_down
+        script >> array
+    # Teardown, outside the group (a sweep's candidates, in group sweep, come between the job array and it): runs
+    # once scale_up succeeded, whatever the Slurm job did (failed, killed, timed out).
+    scale_down = HyperPodScaleOperator(
+        task_id=ids.HYPERPOD_SCALE_DOWN,
+        only_after_task_id=ids.HYPERPOD_SCALE_UP,  # a Batch run never resizes the cluster
+        **_gpu_group(hp),
+        target_count=hp.min_count,
+        retries=5,  # nodes left up cost money: outlast a slow scale-up or a transient error
+        **NODES_WAIT,
+        execution_timeout=dt.timedelta(hours=2),
+        doc_md=SCALE_DOWN_DOC,
+    ).as_teardown(setups=scale_up, on_failure_fail_dagrun=True)  # nodes left up: the run must say so
+    [slurm_job, array] >> scale_down
     return slurm_job, scale_down, array
 
 

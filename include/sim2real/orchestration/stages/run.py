@@ -529,6 +529,6 @@ def add_closing_tasks(plan: Any, *, leaves: list[Any], teardowns: list[Any]) -> 
         close_dag_run(ti, dag_run.dag_id, dag_run.run_id, succeeded=True)
         return outcome
 
-    # Last teardown, the run's only effective leaf with scale_down: the leaves before the report no longer
+    # Last teardown, the run's only effective leaf with hyperpod_scale_down: the leaves before the report no longer
     # decide the run's state (sim2real.orchestration.run_state says why), this task does, from every task's state.
     [lineage, *teardowns] >> run_outcome().as_teardown(setups=plan, on_failure_fail_dagrun=True)

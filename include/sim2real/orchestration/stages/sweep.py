@@ -316,7 +316,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
     ``training_backend`` branch; return ``pick_best``.
 
     :param slurm_array: ``hyperpod.submit_sweep`` (a HyperPod sweep's job array; None: Batch only).
-    :param scale_down: ``hyperpod.scale_down``, which then also waits for every candidate's array task."""
+    :param scale_down: ``hyperpod_scale_down`` (the HyperPod teardown, outside group ``hyperpod``), which then also
+        waits for every candidate's array task."""
     from airflow.configuration import conf
     from airflow.sdk import task, task_group
     from airflow.sdk.exceptions import AirflowFailException
@@ -434,7 +435,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
 
     # Serves both backends: it runs after the Batch capacity check or when that was skipped (a HyperPod sweep, whose
     # candidates' train_on_slurm wait for the job array's submission), and skips itself without a sweep. Not
-    # downstream of the HyperPod scale-up: a task between that setup and its teardown (scale_down, after the
+    # downstream of the HyperPod scale-up: a task between that setup and its teardown (hyperpod_scale_down, after the
     # candidates' Slurm waits) is skipped with it, which would skip a Batch sweep. So its trigger rule is not
     # all_success, and it pulls the plan instead of taking it from prepare_run (the lineage's setup, whose direct
     # downstream tasks must be all_success).
