@@ -5,17 +5,38 @@ secret, unlike ECS or AWS Batch ``secrets``): whatever it holds is returned by D
 the pipeline definition. The pipeline therefore passes only the secret's *name* (``HF_TOKEN_SECRET_ID``, or an SSM
 SecureString's name in ``HF_TOKEN_SSM_PARAMETER``) and the job resolves the value with the execution role
 (``secretsmanager:GetSecretValue`` / ``ssm:GetParameter``), handing it to GR00T's process environment only
-(``HF_TOKEN``, what ``huggingface_hub`` reads). :func:`redact` masks it in any text the job writes.
+(``HF_TOKEN``, what ``huggingface_hub`` reads). :func:`redact` masks it in any text the job writes. While the
+value is fetched, botocore's DEBUG response-body log line (``botocore.parsers``, which would print the secret) is
+held back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 #: What replaces the token in text the job writes.
 MASK = "***"
+#: botocore's logger that writes every response body at DEBUG (``Response body: ...``): the secret's value too.
+BODY_LOGGERS = ("botocore.parsers",)
+
+
+@contextlib.contextmanager
+def _no_response_bodies() -> Iterator[None]:
+    """Keep :data:`BODY_LOGGERS` at INFO or above while a secret is read (restored after)."""
+    loggers = [logging.getLogger(name) for name in BODY_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        if lg.getEffectiveLevel() < logging.INFO:
+            lg.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def hf_token(env: Mapping[str, str], session_factory: Callable[[], Any] | None = None) -> str | None:
@@ -39,7 +60,8 @@ def hf_token(env: Mapping[str, str], session_factory: Callable[[], Any] | None =
         session_factory = boto3.session.Session
     session = session_factory()
     if secret_id:
-        value = session.client("secretsmanager").get_secret_value(SecretId=secret_id)["SecretString"]
+        with _no_response_bodies():
+            value = session.client("secretsmanager").get_secret_value(SecretId=secret_id)["SecretString"]
         try:
             parsed = json.loads(value)
         except ValueError:
@@ -47,7 +69,8 @@ def hf_token(env: Mapping[str, str], session_factory: Callable[[], Any] | None =
         if isinstance(parsed, dict):
             return str(parsed.get("HF_TOKEN") or parsed.get("token") or "") or None
         return str(parsed)
-    return session.client("ssm").get_parameter(Name=parameter, WithDecryption=True)["Parameter"]["Value"].strip()
+    with _no_response_bodies():
+        return session.client("ssm").get_parameter(Name=parameter, WithDecryption=True)["Parameter"]["Value"].strip()
 
 
 def redact(text: str, token: str | None) -> str:
