@@ -26,7 +26,7 @@ from tests.pipelines.golden_env import KWARGS
 from tests.pipelines.test_finetune_and_smoke import _fake_trainer, _job
 
 FAKE = "hf_FAKEleakcanary0123456789abcdefXYZ"
-SECRET = "sim2real/hf-token"
+SECRET = "sim2real-groot/hf-token"
 
 
 class _RecordingClient:

@@ -15,8 +15,8 @@ from sim2real.orchestration.stages.run import check_params, plan_run
 from tests.orchestration.stages.test_stages import PARAMS
 from tests.orchestration.test_config import GOOD
 
-N17 = {**PARAMS, "groot_version": "n1.7", "hf_token_secret_id": "sim2real/hf-token"}
-SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sim2real/hf-token-AbCdEf"
+N17 = {**PARAMS, "groot_version": "n1.7", "hf_token_secret_id": "sim2real-groot/hf-token"}
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sim2real-groot/hf-token-AbCdEf"
 
 
 def test_form_fields_list_the_versions_and_refuse_a_malformed_secret_id():
@@ -26,7 +26,7 @@ def test_form_fields_list_the_versions_and_refuse_a_malformed_secret_id():
     with pytest.raises(ParamValidationError):
         version.resolve("n2.0")
     secret = vla.params()["hf_token_secret_id"]
-    assert secret.resolve(None) is None and secret.resolve("sim2real/hf-token") == "sim2real/hf-token"
+    assert secret.resolve(None) is None and secret.resolve("sim2real-groot/hf-token") == "sim2real-groot/hf-token"
     assert secret.resolve(SECRET_ARN) == SECRET_ARN
     for bad in ("hf_0123456789 with space", "arn:aws:s3:::bucket/key", "x" * 513):
         with pytest.raises(ParamValidationError, match="does not match"):
@@ -60,7 +60,7 @@ def test_n17_without_a_token_secret_is_refused_and_the_environment_config_can_na
 def test_the_plan_hands_the_pipeline_the_version_its_base_model_and_only_the_secret_name():
     plan = plan_run(dag_id="d", run_id="r", params=N17, env=GOOD)
     p = plan["vla"]["parameters"]
-    assert p["GrootVersion"] == "n1.7" and p["HfTokenSecretId"] == "sim2real/hf-token"
+    assert p["GrootVersion"] == "n1.7" and p["HfTokenSecretId"] == "sim2real-groot/hf-token"
     assert p["BaseModelS3Uri"] == f"s3://{GOOD['artifacts_bucket']}/models/groot-base/n1.7/"
     default = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)["vla"]["parameters"]
     assert default["GrootVersion"] == groot.DEFAULT_VERSION and default["HfTokenSecretId"] == ""

@@ -92,7 +92,8 @@ def params() -> dict[str, Any]:
         HF_SECRET_FIELD: Param(None, type=["null", "string"], pattern=SECRET_ID_PATTERN,
                                title="Hugging Face token secret",
                                description="AWS Secrets Manager secret (name or ARN) holding the Hugging Face token "
-                               "(the string, or JSON with an HF_TOKEN key). The fine-tune and smoke check read it when "
+                               "(the string, or JSON with an HF_TOKEN key), e.g. sim2real-groot/hf-token (the pipeline role of infra/ "
+                               "reads <prefix>-groot/*). The fine-tune and smoke check read it when "
                                "they start; only its name reaches the pipeline. Empty: the environment config's "
                                "sagemaker.hf_token_secret_id.", section=SECTION_VLA),
         "vla_instance_type": Param("ml.p4d.24xlarge", type="string", enum=list(VLA_INSTANCE_GPUS),
