@@ -334,7 +334,8 @@ class OnnxPolicy:
 def modality_configs(layout: ModalityLayout, fmt: str = "n1.6") -> dict[str, Any]:
     """The ``get_modality_config`` reply for ``layout``: ``{modality: ModalityConfig wire map}``.
 
-    N1.6 and N1.7 (the same ``ModalityConfig`` and codec: ``gr00t/policy/server_client.py``) keys are bare (``front``, ``single_arm``) and each config has ``delta_indices``,
+    N1.6 and N1.7 (the same ``ModalityConfig`` and codec: ``gr00t/policy/server_client.py``) keys are bare
+    (``front``, ``single_arm``) and each config has ``delta_indices``,
     ``modality_keys``, ``sin_cos_embedding_keys``, ``mean_std_embedding_keys``, ``action_configs``
     (None: not known to this server). N1.5 keys carry the modality prefix (``video.front``,
     ``state.single_arm``, ``action.single_arm``; language keys as they are) and the config is the JSON
