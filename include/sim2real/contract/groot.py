@@ -7,7 +7,7 @@ One :class:`GrootRelease` per selectable generation (form field ``groot_version`
   ``gr1``, ``oxe_droid``, ``agibot_genie1``, ``new_embodiment``.
 * ``n1.6`` — Isaac-GR00T N1.6 (``gr00t/data/embodiment_tags.py``): pretrain ``robocasa_panda_omron``, ``gr1``,
   ``behavior_r1_pro``; pre-registered post-train ``unitree_g1``, ``libero_panda``, ``oxe_google``,
-  ``oxe_widowx``; ``new_embodiment``.
+  ``oxe_widowx``, ``oxe_droid`` (added in a later N1.6 commit); ``new_embodiment``.
 * ``n1.7`` — Isaac-GR00T tag ``n1.7-release``, ``nvidia/GR00T-N1.7-3B`` on the gated backbone
   ``nvidia/Cosmos-Reason2-2B`` (a Hugging Face token is needed to fine-tune and to load it). Its tags (the
   ``embodiment_id.json`` of the base checkpoint): pretrain ``oxe_droid_relative_eef_relative_joint``, ``xdof``,
@@ -42,7 +42,7 @@ RELEASES: dict[str, GrootRelease] = {r.version: r for r in (
                  needs_hf_token=False, wire_format="n1.5"),
     GrootRelease("n1.6", "nvidia/GR00T-N1.6-3B",
                  frozenset({"robocasa_panda_omron", "gr1", "behavior_r1_pro", "unitree_g1", "libero_panda",
-                            "oxe_google", "oxe_widowx", "new_embodiment"}),
+                            "oxe_google", "oxe_widowx", "oxe_droid", "new_embodiment"}),
                  needs_hf_token=False, wire_format="n1.6"),
     GrootRelease("n1.7", "nvidia/GR00T-N1.7-3B",
                  frozenset({"oxe_droid_relative_eef_relative_joint", "xdof", "xdof_subtask", "real_g1",
