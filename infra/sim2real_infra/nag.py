@@ -66,6 +66,11 @@ IAM5_REASONS: list[tuple[str, str]] = [
     (rf"Resource::{_ARN}:logs:<AWS::Region>:{_ACCOUNT}:log-group:(/aws/batch/job|/aws/sagemaker/\*|/aws/greengrass/\*|airflow-[a-z0-9-]+-\*|\*|/aws/codebuild/.+)(:\*|:log-stream:.+)?",
      "Log streams are created per job/build/device/task with generated names; scoped to the service's "
      "log group (DescribeLogGroups needs the log-group:* form)."),
+    # --- the Hugging Face token of the GR00T jobs (read at job start by the pipeline role)
+    (rf"Resource::{_ARN}:secretsmanager:<AWS::Region>:{_ACCOUNT}:secret:[a-z0-9-]+-groot/\*",
+     "Secrets under the <prefix>-groot/ path only (the Hugging Face token GR00TFinetune and SmokeEval read at start); "
+     "Secrets Manager appends a random suffix to every secret ARN, so even one named secret needs a trailing "
+     "wildcard."),
     # --- the robots' policy-server api token (read at component install by the token exchange role)
     (rf"Resource::{_ARN}:secretsmanager:<AWS::Region>:{_ACCOUNT}:secret:[a-z0-9-]+-robots/\*",
      "Secrets under the fleet's <prefix>-robots/ path only; Secrets Manager appends a random suffix to "

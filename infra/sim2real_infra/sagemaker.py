@@ -68,6 +68,14 @@ class SageMakerStack(cdk.Stack):
             sid="JobMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringLike": {"cloudwatch:namespace": ["/aws/sagemaker/*", "aws/sagemaker/*"]}},
         ))
+        # GR00TFinetune and SmokeEval read the Hugging Face token (GR00T N1.7's gated backbone) when they start, from
+        # the secret the pipeline parameter HfTokenSecretId names (sim2real.workloads.groot.hf_auth): <prefix>-groot/...
+        self.role.add_to_policy(iam.PolicyStatement(
+            sid="HuggingFaceToken", actions=["secretsmanager:GetSecretValue"],
+            resources=[cdk.Stack.of(self).format_arn(service="secretsmanager", resource="secret",
+                                                     resource_name=f"{settings.name('groot')}/*",
+                                                     arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)],
+        ))
         # field/datasets/ + field/data/: TransformDataset reads a field dataset version's manifest and its data files
         # (pipeline parameter FieldDatasetManifestS3Uri)
         grant_prefixes(self.role, artifacts, read=["datasets/", "field/datasets/", "field/data/"], write=["runs/"],

@@ -258,6 +258,14 @@ def test_token_exchange_role_reads_only_the_robots_api_token(synth: Synth) -> No
     }
 
 
+def test_pipeline_role_reads_only_the_groot_hugging_face_token_secrets(synth: Synth) -> None:
+    t = synth.template(synth.stacks.sagemaker).to_json()
+    statements = [s for p in resources(t, "AWS::IAM::Policy").values()
+                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    reads = [(s.get("Sid"), render(s["Resource"])) for s in statements if "secretsmanager:GetSecretValue" in s["Action"]]
+    assert reads == [("HuggingFaceToken", "arn:aws:secretsmanager:us-east-1:123456789012:secret:sim2real-groot/*")]
+
+
 def test_hyperpod_stack_is_optional(synth: Synth, synth_full: Synth) -> None:
     assert synth.stacks.hyperpod is None
     t = synth_full.template(synth_full.stacks.hyperpod)

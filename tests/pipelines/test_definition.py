@@ -79,6 +79,8 @@ def test_parameters_and_workshop_defaults(definition):
         "NumGpus": ("Integer", 8),
         "ActionHorizon": ("Integer", 16),
         "FieldDatasetManifestS3Uri": ("String", ""),
+        "GrootVersion": ("String", "n1.6"),
+        "HfTokenSecretId": ("String", ""),
     }
     assert definition["Version"] == "2020-12-01"
 
@@ -130,9 +132,15 @@ def test_finetune_step_gpu_checkpoints_and_export(definition):
     as_text = lambda name: {"Std:Join": {"On": "", "Values": [{"Get": f"Parameters.{name}"}]}}  # noqa: E731
     assert args["HyperParameters"] == {
         "embodiment_tag": {"Get": "Parameters.EmbodimentTag"}, "max_steps": as_text("MaxSteps"),
-        "global_batch_size": as_text("GlobalBatchSize"), "num_gpus": as_text("NumGpus"), "save_steps": "2000"}
+        "global_batch_size": as_text("GlobalBatchSize"), "num_gpus": as_text("NumGpus"), "save_steps": "2000",
+        "groot_version": {"Get": "Parameters.GrootVersion"}}
     assert args["Environment"]["HF_TOKEN_SSM_PARAMETER"] == "/groot/hf-token"
+    # the token's secret is named (a parameter), its value is read by the job at start: never in the definition
+    assert args["Environment"]["HF_TOKEN_SECRET_ID"] == {"Get": "Parameters.HfTokenSecretId"}
     assert "HF_TOKEN" not in args["Environment"]
+    smoke = _steps(definition)["SmokeEval"]["Arguments"]
+    assert smoke["Environment"] == {"HF_TOKEN_SECRET_ID": {"Get": "Parameters.HfTokenSecretId"}}
+    assert smoke["AppSpecification"]["ContainerArguments"][-2:] == ["--groot-version", {"Get": "Parameters.GrootVersion"}]
     # a capacity/internal error reruns the job; it resumes from the same execution's checkpoints
     assert step["RetryPolicies"][0]["ExceptionType"] == ["SageMaker.CAPACITY_ERROR", "SageMaker.JOB_INTERNAL_ERROR"]
 

@@ -348,7 +348,7 @@ def test_groot_finetune_logs_params_and_the_trainer_history_to_its_child_run(mlf
 
     config, ckpt = tmp_path / "config", tmp_path / "checkpoints"
     config.mkdir()
-    (config / "hyperparameters.json").write_text(json.dumps({"embodiment_tag": "so101_arm", "max_steps": "20",
+    (config / "hyperparameters.json").write_text(json.dumps({"embodiment_tag": "libero_panda", "max_steps": "20",
                                                              "global_batch_size": "4", "num_gpus": "1",
                                                              "save_steps": "10"}))
     (config / "checkpointconfig.json").write_text(json.dumps({"LocalPath": str(ckpt)}))
@@ -371,7 +371,7 @@ def test_groot_finetune_logs_params_and_the_trainer_history_to_its_child_run(mlf
     client = _client(mlflow_stack["url"])
     run = client.get_run(tracked_run["tracking"]["runs"]["vla_finetune"])
     assert run.info.status == "FINISHED"
-    assert run.data.params["embodiment_tag"] == "so101_arm" and run.data.params["max_steps"] == "20"
+    assert run.data.params["embodiment_tag"] == "libero_panda" and run.data.params["max_steps"] == "20"
     assert run.data.params["gpus"] == "1"
     assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss")] == [(10, 1.5), (20, 0.7)]
     assert run.data.metrics["train_runtime"] == 12.5 and "total_flos" not in run.data.metrics  # NaN is left out

@@ -26,6 +26,13 @@ Steps (names are a contract with the DAG's operators, the sandbox and the README
    (ModelStep over ``ModelBuilder.register``, PendingManualApproval, run key and execution ARN in
    ``CustomerMetadataProperties``), else ``SmokeFailed`` (FailStep with the smoke check's reason).
 
+Parameters ``GrootVersion`` (:mod:`sim2real.contract.groot`; the fine-tune's ``groot_version`` hyperparameter,
+the smoke check's ``--groot-version``, the package's ``sim2real:groot-version``) and ``HfTokenSecretId`` (the
+Secrets Manager secret *name* of the Hugging Face token, ``HF_TOKEN_SECRET_ID`` in the training and smoke-check
+environments: CreateTrainingJob's ``Environment`` is a plain string map with no secret reference, so the entry
+scripts call ``GetSecretValue`` when they start and the token is in no definition, DescribeTrainingJob or
+DescribeProcessingJob).
+
 No AWS call is made: role validation, default-bucket lookup and telemetry are switched off
 before the SDK is imported (the three conditions for an offline ``Pipeline.definition()``).
 """
@@ -41,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sim2real.contract.groot import DEFAULT_VERSION as GROOT_DEFAULT_VERSION
 from sim2real.orchestration.pipelines.groot import FIELD_MANIFEST_PARAMETER, PLACEHOLDERS, TEMPLATE_PATH
 
 PIPELINE_NAME = "sim2real-groot-finetune"
@@ -165,6 +173,10 @@ def build_pipeline() -> Any:
     # Parameters: the workshop's fine-tuning defaults + RunKey, OutputS3Uri, ActionHorizon.
     run_key = ParameterString(name="RunKey", default_value="manual")
     embodiment = ParameterString(name="EmbodimentTag", default_value="new_embodiment")
+    # The GR00T generation (sim2real.contract.groot) and the Secrets Manager secret *name* of the Hugging Face
+    # token ("" = none): the jobs read the token when they start, so its value is in no definition or job.
+    groot_version = ParameterString(name="GrootVersion", default_value=GROOT_DEFAULT_VERSION)
+    hf_secret = ParameterString(name="HfTokenSecretId", default_value="")
     base_model = ParameterString(name="BaseModelS3Uri", default_value=f"s3://{bucket}/models/groot-base/")
     dataset = ParameterString(name="DatasetS3Uri", default_value=f"s3://{bucket}/datasets/default/")
     output = ParameterString(name="OutputS3Uri", default_value=f"s3://{bucket}/runs/manual/vla/")
@@ -177,7 +189,7 @@ def build_pipeline() -> Any:
     # TransformDataset appends; "" = none. Part of the step's arguments, so of its cache key.
     field_manifest = ParameterString(name=FIELD_MANIFEST_PARAMETER, default_value="")
     parameters = [run_key, embodiment, base_model, dataset, output, instance_type, max_steps, batch,
-                  num_gpus, horizon, field_manifest]
+                  num_gpus, horizon, field_manifest, groot_version, hf_secret]
 
     # 1. TransformDataset (CPU, cached 30 days: same dataset URI → step skipped).
     transform_processor = Processor(
@@ -214,8 +226,9 @@ def build_pipeline() -> Any:
         # (``Std:Join``), which the service renders as text (a bare ``Get`` would send the number).
         hyperparameters={"embodiment_tag": embodiment, "max_steps": max_steps.to_string(),
                          "global_batch_size": batch.to_string(), "num_gpus": num_gpus.to_string(),
-                         "save_steps": "2000"},
-        environment={"SIM2REAL_RUN_KEY": run_key, "HF_TOKEN_SSM_PARAMETER": "/groot/hf-token"},
+                         "save_steps": "2000", "groot_version": groot_version},
+        environment={"SIM2REAL_RUN_KEY": run_key, "HF_TOKEN_SSM_PARAMETER": "/groot/hf-token",
+                     "HF_TOKEN_SECRET_ID": hf_secret},
     )
     finetune = TrainingStep(
         name="GR00TFinetune",
@@ -235,7 +248,7 @@ def build_pipeline() -> Any:
     smoke_processor = Processor(
         role=role, image_uri=PLACEHOLDERS["smoke_eval_image"], instance_count=1, instance_type="ml.g5.2xlarge",
         entrypoint=["python3", "-m", "sim2real.workloads.groot.smoke_eval"], volume_size_in_gb=100,
-        max_runtime_in_seconds=3600, sagemaker_session=session,
+        max_runtime_in_seconds=3600, sagemaker_session=session, env={"HF_TOKEN_SECRET_ID": hf_secret},
     )
     smoke = ProcessingStep(
         name="SmokeEval",
@@ -245,7 +258,7 @@ def build_pipeline() -> Any:
             outputs=[ProcessingOutput(output_name="smoke", s3_output=ProcessingS3Output(
                 s3_uri=Join(on="", values=[output, "smoke"]), local_path=SMOKE_OUTPUT, s3_upload_mode="EndOfJob"))],
             arguments=["--model", SMOKE_MODEL, "--output", SMOKE_OUTPUT, "--embodiment-tag", embodiment,
-                       "--action-horizon", horizon.to_string()],
+                       "--action-horizon", horizon.to_string(), "--groot-version", groot_version],
         ),
         property_files=[smoke_report],
     )
@@ -266,6 +279,7 @@ def build_pipeline() -> Any:
                 RUN_KEY_METADATA: run_key,
                 EXECUTION_ARN_METADATA: ExecutionVariables.PIPELINE_EXECUTION_ARN,
                 "sim2real:embodiment-tag": embodiment,
+                "sim2real:groot-version": groot_version,
                 "sim2real:dataset-s3-uri": dataset,
             },
         ),

@@ -17,12 +17,14 @@ from typing import Any
 import numpy as np
 
 from sim2real.edge.codec import modality_config_wire
+from sim2real.contract import groot
 from sim2real.contract.modality import LAYOUT_PROPERTY, LayoutError, ModalityLayout
 from sim2real.contract.storage import sha256_file
 
 #: Execution providers in order of preference (TensorRT on Jetson/NVIDIA GPUs, then CUDA, then CPU).
 PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
-MODALITY_CONFIG_FORMATS = ("n1.6", "n1.5")
+#: GR00T generations whose clients this server answers (:mod:`sim2real.contract.groot`; N1.7 speaks N1.6's protocol).
+MODALITY_CONFIG_FORMATS = ("n1.6", "n1.5", "n1.7")
 _MODALITIES = ("video", "state", "language")
 _MODALITY_SET = frozenset(_MODALITIES)
 
@@ -332,7 +334,8 @@ class OnnxPolicy:
 def modality_configs(layout: ModalityLayout, fmt: str = "n1.6") -> dict[str, Any]:
     """The ``get_modality_config`` reply for ``layout``: ``{modality: ModalityConfig wire map}``.
 
-    N1.6 keys are bare (``front``, ``single_arm``) and each config has ``delta_indices``,
+    N1.6 and N1.7 (the same ``ModalityConfig`` and codec: ``gr00t/policy/server_client.py``) keys are bare
+    (``front``, ``single_arm``) and each config has ``delta_indices``,
     ``modality_keys``, ``sin_cos_embedding_keys``, ``mean_std_embedding_keys``, ``action_configs``
     (None: not known to this server). N1.5 keys carry the modality prefix (``video.front``,
     ``state.single_arm``, ``action.single_arm``; language keys as they are) and the config is the JSON
@@ -344,7 +347,7 @@ def modality_configs(layout: ModalityLayout, fmt: str = "n1.6") -> dict[str, Any
     """
     if fmt not in MODALITY_CONFIG_FORMATS:
         raise ValueError(f"modality config format must be one of {MODALITY_CONFIG_FORMATS}, got {fmt!r}")
-    n15 = fmt == "n1.5"
+    n15 = groot.release(fmt).wire_format == "n1.5"
     history = lambda t: list(range(-(t - 1), 1))  # noqa: E731 - T stacked steps ending at the current one
     spec = {
         "video": (history(layout.video_horizon), list(layout.video), "video."),

@@ -1,6 +1,6 @@
 """ZMQ policy server that serves an ONNX policy with onnxruntime over the GR00T protocol.
 
-Protocol (NVIDIA Isaac-GR00T's policy server: ``gr00t/policy/server_client.py`` in N1.6,
+Protocol (NVIDIA Isaac-GR00T's policy server: ``gr00t/policy/server_client.py`` in N1.6 and N1.7,
 ``gr00t/eval/service.py`` in N1.5): ZeroMQ REQ/REP, default port 5555, one msgpack message each way,
 numpy arrays as ``{"__ndarray_class__": True, "as_npy": <np.save bytes>}`` (:mod:`sim2real.edge.codec`;
 never pickle). A request is the map ``{"endpoint": str, "data": ..., "api_token": str}``: without
@@ -163,7 +163,8 @@ class PolicyServer:
         providers: onnxruntime providers in preference order; None = TensorRT, CUDA, CPU as available.
         api_token: when set, every request must carry it (``api_token`` field); at least 16 characters.
         enable_kill: answer the ``kill`` endpoint by stopping (off: ``kill`` is refused).
-        modality_config_format: ``"n1.6"`` or ``"n1.5"``, how ``get_modality_config`` encodes its reply.
+        modality_config_format: ``"n1.6"``, ``"n1.7"`` (N1.6's encoding) or ``"n1.5"``, the GR00T generation of the
+            clients: how ``get_modality_config`` encodes its reply.
 
     Raises:
         PermissionError: ``host`` is not a loopback address and there is no ``api_token``.
@@ -471,7 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--enable-kill", type=_bool, nargs="?", const=True, default=False,
                    help="answer the kill endpoint by stopping (true/false; default false)")
     p.add_argument("--modality-config-format", choices=MODALITY_CONFIG_FORMATS, default="n1.6",
-                   help="encoding of the get_modality_config reply (GR00T N1.6 or N1.5 clients)")
+                   help="GR00T generation of the clients: the get_modality_config reply's encoding (N1.7 clients "
+                        "decode N1.6's)")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -33,8 +33,9 @@ Shape (JSON object; every key below is required unless marked optional)::
       "sagemaker": {
         "pipeline_name": "sim2real-groot-finetune",
         "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-pipeline",
-        "model_package_group": "sim2real-groot-models"
-      },
+        "model_package_group": "sim2real-groot-models",
+        "hf_token_secret_id": "sim2real-groot/hf-token"   # optional; Secrets Manager secret of the Hugging Face
+      },                                            # token (GR00T N1.7); the form's hf_token_secret_id wins
       "greengrass": {
         "thing_group_name": "sim2real-robots",
         "components": {                       # component name -> version to deploy

@@ -200,7 +200,7 @@ def form_values(stack: UiStack) -> dict[str, Any]:
         "eval_seed": 2024,
         "min_success_rate": 0,                            # number: the gate passes whatever the toy policy does
         "gate_on_lower_bound": False,                     # boolean switch (default on: typed off, so it is clicked)
-        "embodiment_tag": "so101_arm",                    # string with a pattern
+        "embodiment_tag": "libero_panda",                 # string with a pattern (one of GR00T N1.6's tags)
         "vla_instance_type": "ml.g6e.12xlarge",           # enum
         "vla_max_steps": 100,
         "vla_global_batch_size": 16,

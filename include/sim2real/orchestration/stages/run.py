@@ -278,6 +278,7 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
                       "times out")
     errors.extend(rounds.rule_errors(params))
     errors.extend(deploy.rule_errors(params, env))
+    errors.extend(vla.rule_errors(params, env))
     if errors:
         raise ParamRuleError(errors)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk import Asset
 
+from sim2real.contract import groot
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import assets
 from sim2real.orchestration.dag_defaults import POLL
@@ -40,6 +42,11 @@ model data URI and the decision (who, where, when, why).
 GROUP_ID = ids.VLA_GROUP
 TASK_IDS = (ids.VLA_ENABLED, ids.PIPELINE_DEFINITION, ids.UPSERT_PIPELINE, ids.FIELD_DATASET, ids.FINETUNE_GROOT,
             ids.WAIT_FOR_APPROVAL)
+#: The form field naming the Hugging Face token's secret, and the pipeline parameter carrying that name.
+HF_SECRET_FIELD = "hf_token_secret_id"
+HF_SECRET_PARAMETER = "HfTokenSecretId"
+#: A Secrets Manager secret name (letters, digits, ``/_+=.@-``) or its ARN.
+SECRET_ID_PATTERN = r"^([A-Za-z0-9/_+=.@-]{1,512}|arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+)?$"
 #: Updated by ``wait_for_approval`` (the package ARN on the event).
 MODEL_PACKAGE_ASSET = Asset(name="sim2real_approved_model_package", uri="sim2real://vla/approved-model-package")
 
@@ -72,8 +79,23 @@ def params() -> dict[str, Any]:
     return {
         "run_vla_finetune": Param(True, type="boolean", title="Fine-tune GR00T and release",
                                   description="Off: stop after the quality gate (RL only).", section=SECTION_VLA),
+        "groot_version": Param(groot.DEFAULT_VERSION, type="string", enum=list(groot.VERSIONS),
+                               title="GR00T version",
+                               description="The GR00T generation to fine-tune (its base model under the bucket's "
+                               "models/groot-base/<version>/; n1.6: models/groot-base/) and whose embodiment tags "
+                               "are accepted. n1.7 (nvidia/GR00T-N1.7-3B) loads the gated nvidia/Cosmos-Reason2-2B "
+                               "backbone: it needs a Hugging Face token secret.", section=SECTION_VLA),
         "embodiment_tag": Param("new_embodiment", type="string", pattern=r"^[a-z0-9_]+$",
-                                title="Embodiment tag", section=SECTION_VLA),
+                                title="Embodiment tag",
+                                description="One of the chosen GR00T version's tags (checked when the run starts); "
+                                "new_embodiment for a robot of your own.", section=SECTION_VLA),
+        HF_SECRET_FIELD: Param(None, type=["null", "string"], pattern=SECRET_ID_PATTERN,
+                               title="Hugging Face token secret",
+                               description="AWS Secrets Manager secret (name or ARN) holding the Hugging Face token "
+                               "(the string, or JSON with an HF_TOKEN key), e.g. sim2real-groot/hf-token (the pipeline role of infra/ "
+                               "reads <prefix>-groot/*). The fine-tune and smoke check read it when "
+                               "they start; only its name reaches the pipeline. Empty: the environment config's "
+                               "sagemaker.hf_token_secret_id.", section=SECTION_VLA),
         "vla_instance_type": Param("ml.p4d.24xlarge", type="string", enum=list(VLA_INSTANCE_GPUS),
                                    title="Fine-tune instance type", section=SECTION_VLA),
         "vla_max_steps": Param(10_000, type="integer", title="Max steps",
@@ -92,8 +114,45 @@ def params() -> dict[str, Any]:
     }
 
 
+def hf_secret_id(params: Mapping[str, Any], env: Mapping[str, Any]) -> str:
+    """The Secrets Manager secret (name or ARN) of the Hugging Face token: the form's, else the environment
+    config's ``sagemaker.hf_token_secret_id``, else ``""``. Only this name travels (pipeline parameter, training
+    and processing environment ``HF_TOKEN_SECRET_ID``); the jobs read the value when they start."""
+    return str(params.get(HF_SECRET_FIELD) or (env.get("sagemaker") or {}).get("hf_token_secret_id") or "")
+
+
+def base_model_uri(bucket: str, version: str) -> str:
+    """Where the base checkpoint of ``version`` is expected: ``models/groot-base/`` for the default generation
+    (the layout before versions were selectable), ``models/groot-base/<version>/`` for the others."""
+    suffix = "" if version == groot.DEFAULT_VERSION else f"{version}/"
+    return f"s3://{bucket}/models/groot-base/{suffix}"
+
+
+def rule_errors(params: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
+    """The fine-tune's cross-field rules (:func:`sim2real.orchestration.stages.run.check_params` lists them): the
+    embodiment tag is one of the chosen GR00T version's (:func:`sim2real.contract.groot.embodiment_problem`), and
+    a version with a gated download has a Hugging Face token secret (form or environment config).
+
+    :return: one sentence per broken rule (none when the fine-tune is off).
+    """
+    if not params.get("run_vla_finetune", True):
+        return []
+    version = params.get("groot_version") or groot.DEFAULT_VERSION
+    errors = []
+    problem = groot.embodiment_problem(version, str(params.get("embodiment_tag") or "new_embodiment"))
+    if problem:
+        errors.append(problem)
+    rel = groot.release(version)
+    if rel.needs_hf_token and not hf_secret_id(params, env):
+        errors.append(f"groot_version {version!r} loads the gated {rel.backbone}: set {HF_SECRET_FIELD} (a Secrets "
+                      "Manager secret holding a Hugging Face token that accepted its terms) or the environment "
+                      "config's sagemaker.hf_token_secret_id")
+    return errors
+
+
 def plan(ctx: PlanContext) -> VlaPlan:
     p, sm = ctx.params, ctx.env["sagemaker"]
+    version = p.get("groot_version") or groot.DEFAULT_VERSION
     return VlaPlan(
         enabled=bool(p["run_vla_finetune"]),
         pipeline_name=sm["pipeline_name"],
@@ -103,7 +162,9 @@ def plan(ctx: PlanContext) -> VlaPlan:
         parameters={
             "RunKey": ctx.run_key,
             "EmbodimentTag": p["embodiment_tag"],
-            "BaseModelS3Uri": f"s3://{ctx.bucket}/models/groot-base/",
+            "GrootVersion": version,
+            HF_SECRET_PARAMETER: hf_secret_id(p, ctx.env),
+            "BaseModelS3Uri": base_model_uri(ctx.bucket, version),
             "DatasetS3Uri": p.get("dataset_s3_uri") or f"s3://{ctx.bucket}/datasets/default/",
             "OutputS3Uri": f"{ctx.run_uri}vla/",
             "InstanceType": p["vla_instance_type"],

@@ -3,7 +3,8 @@
 Runs in ``containers/groot/training`` (Isaac-GR00T at a pinned commit, ``GROOT_HOME``):
 
 1. Reads the job's contract: hyperparameters (``/opt/ml/input/config/hyperparameters.json``:
-   ``embodiment_tag``, ``max_steps``, ``global_batch_size``, ``num_gpus``, ``save_steps``), the
+   ``embodiment_tag``, ``groot_version``, ``max_steps``, ``global_batch_size``, ``num_gpus``, ``save_steps``;
+   a tag the GR00T version lacks, or an unknown version, is refused before training, exit 2), the
    ``dataset`` and ``model`` channels (``SM_CHANNEL_*``), ``SM_MODEL_DIR`` and the checkpoint
    directory (``LocalPath`` of ``/opt/ml/input/config/checkpointconfig.json``, which SageMaker
    restores from ``CheckpointConfig.S3Uri`` before the job starts and syncs back while it runs).
@@ -11,9 +12,10 @@ Runs in ``containers/groot/training`` (Isaac-GR00T at a pinned commit, ``GROOT_H
    calls ``trainer.train(resume_from_checkpoint=True)``, so the newest complete ``checkpoint-N``
    restored there (a retried training job of the same pipeline execution) is picked up; the
    step found is logged and written to ``inference_metadata.json``.
-3. Gets the Hugging Face token at run time — ``HF_TOKEN_SECRET_ID`` (Secrets Manager) or
-   ``HF_TOKEN_SSM_PARAMETER`` (SSM SecureString, decrypted) — and hands it to the trainer's
-   environment only; it is never logged or written.
+3. Gets the Hugging Face token at run time (:mod:`sim2real.workloads.groot.hf_auth`: ``HF_TOKEN_SECRET_ID``,
+   Secrets Manager, or ``HF_TOKEN_SSM_PARAMETER``, SSM SecureString) and hands it to the trainer's environment
+   only; it is never logged, written or sent to MLflow. A version with a gated backbone (N1.7) and no token
+   is refused before training (exit 2).
 4. Launches ``gr00t/experiment/launch_finetune.py`` (``torch.distributed.run --standalone``
    when more than one GPU).
 5. Exports the newest checkpoint (weights, config, ``processor/``, ``experiment_cfg/``) and
@@ -45,7 +47,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sim2real.contract import groot
 from sim2real.workloads.export import dataset_layout
+from sim2real.workloads.groot.hf_auth import hf_token
 
 CONFIG_DIR = Path("/opt/ml/input/config")
 DEFAULT_CHECKPOINT_DIR = Path("/opt/ml/checkpoints")
@@ -54,7 +58,7 @@ CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 COMPLETE_MARKERS = ("trainer_state.json",)
 ACTION_HORIZON = 16
 DEFAULTS = {"embodiment_tag": "new_embodiment", "max_steps": 10000, "global_batch_size": 32,
-            "num_gpus": 8, "save_steps": 2000}
+            "num_gpus": 8, "save_steps": 2000, "groot_version": groot.DEFAULT_VERSION}
 
 Runner = Callable[[list[str], dict[str, str], str], int]
 
@@ -70,12 +74,13 @@ def _hp_value(raw: Any) -> Any:
 
 
 def read_hyperparameters(config_dir: Path = CONFIG_DIR) -> dict[str, Any]:
-    """Hyperparameters with defaults, ints cast (``embodiment_tag`` kept a string)."""
+    """Hyperparameters with defaults, ints cast (``embodiment_tag`` and ``groot_version`` kept strings)."""
     path = config_dir / "hyperparameters.json"
     raw = json.loads(path.read_text()) if path.exists() else {}
     hp = dict(DEFAULTS)
     hp.update({k: _hp_value(v) for k, v in raw.items()})
     hp["embodiment_tag"] = str(hp["embodiment_tag"])
+    hp["groot_version"] = str(hp["groot_version"] or groot.DEFAULT_VERSION)
     for key in ("max_steps", "global_batch_size", "num_gpus", "save_steps"):
         hp[key] = int(hp[key])
     return hp
@@ -104,32 +109,6 @@ def latest_checkpoint(directory: Path) -> tuple[int, Path] | None:
             if match and child.is_dir() and all((child / m).exists() for m in COMPLETE_MARKERS):
                 found.append((int(match.group(1)), child))
     return max(found) if found else None
-
-
-def hf_token(env: Mapping[str, str], session_factory: Callable[[], Any] | None = None) -> str | None:
-    """The Hugging Face token: ``HF_TOKEN`` if already set, else Secrets Manager
-    (``HF_TOKEN_SECRET_ID``; a JSON secret's ``HF_TOKEN``/``token`` key or the plain string),
-    else SSM (``HF_TOKEN_SSM_PARAMETER``, SecureString decrypted), else ``None``."""
-    if env.get("HF_TOKEN"):
-        return env["HF_TOKEN"]
-    secret_id, parameter = env.get("HF_TOKEN_SECRET_ID"), env.get("HF_TOKEN_SSM_PARAMETER")
-    if not secret_id and not parameter:
-        return None
-    if session_factory is None:
-        import boto3
-
-        session_factory = boto3.session.Session
-    session = session_factory()
-    if secret_id:
-        value = session.client("secretsmanager").get_secret_value(SecretId=secret_id)["SecretString"]
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return value.strip()
-        if isinstance(parsed, dict):
-            return str(parsed.get("HF_TOKEN") or parsed.get("token") or "") or None
-        return str(parsed)
-    return session.client("ssm").get_parameter(Name=parameter, WithDecryption=True)["Parameter"]["Value"].strip()
 
 
 def launch_command(hp: Mapping[str, Any], *, dataset: Path, base_model: Path, output_dir: Path,
@@ -215,6 +194,14 @@ def log_trainer_history(logger: Any, output_dir: Path) -> int:
     return len(history)
 
 
+def _refusal(hp: Mapping[str, Any]) -> str | None:
+    """Why the hyperparameters cannot train (an unknown GR00T version, a tag the version lacks), else ``None``."""
+    try:
+        return groot.embodiment_problem(hp["groot_version"], hp["embodiment_tag"])
+    except ValueError as exc:
+        return str(exc)
+
+
 def _run(cmd: list[str], env: dict[str, str], cwd: str) -> int:
     return subprocess.run(cmd, env=env, cwd=cwd, check=False).returncode
 
@@ -231,6 +218,10 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     base_model = Path(env.get("SM_CHANNEL_MODEL", "/opt/ml/input/data/model"))
     model_dir = Path(env.get("SM_MODEL_DIR", "/opt/ml/model"))
     modality_path = dataset / "meta" / "modality.json"
+    refused = _refusal(hp)
+    if refused:
+        print(f"GR00TFinetune: {refused}, nothing trained", file=sys.stderr, flush=True)
+        return 2
     try:
         layout = dataset_layout(str(dataset), ACTION_HORIZON).to_dict() if modality_path.exists() else None
     except ValueError as exc:
@@ -251,6 +242,11 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     token = hf_token(env, session_factory)
     if token:
         child_env["HF_TOKEN"] = token
+    elif groot.release(hp["groot_version"]).needs_hf_token:
+        rel = groot.release(hp["groot_version"])
+        print(f"GR00TFinetune: GR00T {rel.version} loads the gated {rel.backbone} and no Hugging Face token is "
+              "configured (HF_TOKEN_SECRET_ID names none), nothing trained", file=sys.stderr, flush=True)
+        return 2
     else:
         print("GR00TFinetune: no Hugging Face token configured (gated backbones will fail to download)", flush=True)
     groot_home = env.get("GROOT_HOME", "/opt/gr00t")
@@ -272,7 +268,8 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         print(f"GR00TFinetune: trainer exited {code}", file=sys.stderr, flush=True)
         tracker.finish("FAILED")
         return code
-    metadata = {"embodiment_tag": hp["embodiment_tag"], "action_horizon": ACTION_HORIZON, "modality_layout": layout,
+    metadata = {"embodiment_tag": hp["embodiment_tag"], "groot_version": hp["groot_version"],
+                "action_horizon": ACTION_HORIZON, "modality_layout": layout,
                 "max_steps": hp["max_steps"], "global_batch_size": hp["global_batch_size"], "num_gpus": gpus,
                 "resumed_from_step": resumed[0] if resumed else None,
                 "run_key": env.get("SIM2REAL_RUN_KEY"),

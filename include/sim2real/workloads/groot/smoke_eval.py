@@ -17,6 +17,10 @@ language ``[[instruction]]``) and ``get_action`` is called ``--calls`` times. Ch
 action key is an array of shape ``(B, horizon, D)`` with ``horizon == --action-horizon`` (16),
 ``D`` as the modality says, and only finite values.
 
+``--groot-version`` names the generation; an embodiment tag it lacks fails the check with the reason. The
+Hugging Face token (``HF_TOKEN_SECRET_ID``: :mod:`sim2real.workloads.groot.hf_auth`) is read at start for a gated
+backbone or processor (N1.7's ``nvidia/Cosmos-Reason2-2B``) and masked in the report.
+
 Writes ``<output>/smoke.json`` — ``{"passed": bool, "reason": str, ...}`` — which the
 ``SmokeGate`` condition reads (``passed``) and the ``SmokeFailed`` step quotes (``reason``).
 The job exits 0 whenever it could write the report, so a failed check routes the execution to
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tarfile
 import tempfile
 import time
@@ -36,6 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sim2real.contract import groot
+from sim2real.workloads.groot.hf_auth import hf_token, redact
 
 STANDIN_CONFIG = "sim2real_standin_policy.json"
 STANDIN_WEIGHTS = "sim2real_standin_policy.npz"
@@ -221,11 +229,23 @@ def check_actions(actions: Any, *, batch: int, horizon: int, action_dims: dict[s
 
 
 def smoke(model: Path, *, embodiment_tag: str, action_horizon: int = 16, calls: int = 3,
-          device: str | None = None) -> dict[str, Any]:
-    """Run the smoke check; return the report (never raises for a model problem)."""
+          device: str | None = None, groot_version: str = groot.DEFAULT_VERSION,
+          hf_token: str | None = None) -> dict[str, Any]:
+    """Run the smoke check; return the report (never raises for a model problem).
+
+    ``groot_version``: the generation the checkpoint was fine-tuned from; a tag it lacks fails the check with the
+    reason (:func:`sim2real.contract.groot.embodiment_problem`). ``hf_token``: masked in the report's reason and
+    traceback (:func:`sim2real.workloads.groot.hf_auth.redact`)."""
     calls = max(1, int(calls))
     report: dict[str, Any] = {"passed": False, "reason": "", "action_horizon": action_horizon,
-                              "embodiment_tag": embodiment_tag, "calls": 0}
+                              "embodiment_tag": embodiment_tag, "groot_version": groot_version, "calls": 0}
+    try:
+        problem = groot.embodiment_problem(groot_version, embodiment_tag)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        report["reason"] = problem
+        return report
     with tempfile.TemporaryDirectory(prefix="sim2real-smoke-") as tmp:
         try:
             model_dir = unpack(model, Path(tmp))
@@ -252,8 +272,8 @@ def smoke(model: Path, *, embodiment_tag: str, action_horizon: int = 16, calls: 
             report.update(passed=True, reason="ok", action_shapes=shapes,
                           latency_ms_max=round(1000 * max(latencies), 3))
         except Exception as exc:  # noqa: BLE001 - every model problem becomes the gate's reason
-            report["reason"] = f"{type(exc).__name__}: {exc}"[:900]
-            report["traceback"] = traceback.format_exc(limit=5)[-2000:]
+            report["reason"] = redact(f"{type(exc).__name__}: {exc}", hf_token)[:900]
+            report["traceback"] = redact(traceback.format_exc(limit=5), hf_token)[-2000:]
     return report
 
 
@@ -266,9 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--action-horizon", type=int, default=16)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--device", default=None, help="torch device for GR00T (default: cuda:0 when present)")
+    parser.add_argument("--groot-version", default=groot.DEFAULT_VERSION,
+                        help=f"GR00T generation of the checkpoint, one of {list(groot.VERSIONS)}")
     args = parser.parse_args(argv)
+    token = hf_token(os.environ)  # HF_TOKEN_SECRET_ID: a gated processor/backbone (N1.7) loads with it
+    if token:
+        os.environ["HF_TOKEN"] = token
     report = smoke(args.model, embodiment_tag=args.embodiment_tag, action_horizon=args.action_horizon,
-                   calls=args.calls, device=args.device)
+                   calls=args.calls, device=args.device, groot_version=args.groot_version, hf_token=token)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "smoke.json").write_text(json.dumps(report, indent=2, sort_keys=True))
     print("SmokeEval:", "PASSED" if report["passed"] else "FAILED", "-", report["reason"])
