@@ -89,7 +89,7 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     deferrable = True
     aws_hook_class = eks.HyperPodEksHook
     template_fields: Sequence[str] = aws_template_fields(
-        "cluster_name", "team", "priority_class", "run_key", "image", "num_nodes", "gpus_per_node", "environment",
+        "cluster_name", "team", "priority_class", "run_key", "image", "num_nodes", "gpus_per_node", "environment", "command",
         "cost_limit_usd", "usd_per_node_hour")
 
     def __init__(self, *, cluster_name: str, team: str, priority_class: str, run_key: str, image: str,
@@ -100,7 +100,7 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
         super().__init__(**kwargs)
         self.cluster_name, self.team, self.priority_class, self.run_key = cluster_name, team, priority_class, run_key
         self.image, self.num_nodes, self.gpus_per_node = image, num_nodes, gpus_per_node
-        self.environment, self.command, self.service_account = environment, list(command), service_account
+        self.environment, self.command, self.service_account = environment, command, service_account
         self.cost_limit_usd, self.usd_per_node_hour = cost_limit_usd, usd_per_node_hour
         self.poll_interval, self.max_attempts = poll_interval, max_attempts
         self._job: dict[str, Any] | None = None
