@@ -97,7 +97,9 @@ class KubernetesApiServer:
         self._processes: dict[tuple[str, str], subprocess.Popen] = {}
         self._lock = threading.RLock()
         self._httpd: ThreadingHTTPServer | None = None
+        #: ``preempt_after_seconds``: every job is preempted once, that long after its process started.
         self.faults: dict[str, Any] = {}
+        self._preempted: set[tuple[str, str]] = set()
 
     # -- set-up ----------------------------------------------------------------------------------------------
     @property
@@ -345,6 +347,12 @@ class KubernetesApiServer:
                                        text=True, errors="replace")
             self._processes[(ns, name)] = process
             _set_condition(job, "Running", True, "PyTorchJobRunning", f"PyTorchJob {name} is running.")
+        delay = self.faults.get("preempt_after_seconds")
+        if delay and (ns, name) not in self._preempted:
+            self._preempted.add((ns, name))
+            timer = threading.Timer(float(delay), self.preempt, (ns, name))
+            timer.daemon = True
+            timer.start()
         self.emit("k8s", f"PyTorchJob {ns}/{name}: master pod runs `{' '.join(container['command'])}` (pid "
                          f"{process.pid})")
         assert process.stdout is not None
@@ -371,7 +379,9 @@ class KubernetesApiServer:
     def preempt(self, ns: str, name: str, message: str = "Preempted to accommodate a higher priority Workload") -> None:
         """Kueue evicts the job's Workload: the job is suspended (its process killed) and queued again."""
         with self._lock:
-            job = self.objects[("pytorchjobs", ns, name)]
+            job = self.objects.get(("pytorchjobs", ns, name))
+            if job is None or _ended(job):
+                return
             workload = self._workload(ns, job["metadata"]["uid"])
             job["spec"]["runPolicy"]["suspend"] = True
             _set_condition(job, "Running", False, "PyTorchJobSuspended", "")
@@ -398,3 +408,54 @@ def _status(code: int, reason: str, message: str, status: str = "Failure") -> di
     """A Kubernetes ``Status`` object (API conventions)."""
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": status, "message": message,
             "reason": reason, "code": code}
+
+
+def provision_hyperpod_eks(sandbox: Any, *, launcher: str, team: str = "robotics",
+                           gpu_quota: int = 8) -> dict[str, Any]:
+    """Start the emulated API server for ``sandbox`` (``sandbox.kubernetes``; faults from ``sandbox.faults``, e.g.
+    ``eks_preempt_after_seconds``) with ``team``'s queue, create the EKS cluster (moto) whose endpoint is that
+    server and the HyperPod cluster ``sim2real-hyperpod-eks`` orchestrated by it (``Orchestrator.Eks.ClusterArn``,
+    which moto does not keep: added to its DescribeCluster here); return the environment config's ``hyperpod_eks``
+    section."""
+    from moto.eks.models import eks_backends
+    from moto.sagemaker.models import Cluster
+
+    server = KubernetesApiServer(step_seconds=sandbox.step_seconds, process_env=sandbox.process_env,
+                                 emit=lambda kind, message: sandbox.events.emit("eks", kind, message),
+                                 cwd=str(sandbox.repo_root)).start()
+    server.faults = _SandboxFaults(sandbox.faults)
+    server.add_team(team, gpu_quota=gpu_quota)
+    sandbox.kubernetes = server
+    role = f"arn:aws:iam::{sandbox.account_id}:role/sim2real-hyperpod"
+    eks = sandbox.client("eks", internal=True)
+    arn = eks.create_cluster(name="sim2real-eks", roleArn=role, resourcesVpcConfig={"subnetIds": []})["cluster"]["arn"]
+    eks_backends[sandbox.account_id][sandbox.region].clusters["sim2real-eks"].endpoint = server.url
+    original = Cluster.describe
+
+    def describe(cluster: Cluster) -> dict[str, Any]:
+        answer = original(cluster)
+        if cluster.cluster_name == "sim2real-hyperpod-eks":
+            answer["Orchestrator"] = {"Eks": {"ClusterArn": arn}}
+        return answer
+
+    sandbox._patcher.setattr(Cluster, "describe", describe)
+    sandbox.client("sagemaker", internal=True).create_cluster(ClusterName="sim2real-hyperpod-eks", InstanceGroups=[
+        {"InstanceGroupName": "gpu", "InstanceType": "ml.g5.12xlarge", "InstanceCount": 1,
+         "LifeCycleConfig": {"SourceS3Uri": f"s3://sagemaker-sim2real-hyperpod-lifecycle-{sandbox.account_id}/lifecycle/",
+                            "OnCreate": "on_create.sh"}, "ExecutionRole": role,
+         "ThreadsPerCore": 1}])
+    sandbox.events.emit("eks", "api-server", f"HyperPod EKS cluster sim2real-hyperpod-eks: emulated Kubernetes API "
+                        f"server (PyTorchJob, Kueue) on {server.url}, team {team} with {gpu_quota} GPUs")
+    return {"cluster_name": "sim2real-hyperpod-eks", "team": team, "priority_class": "training", "gpus_per_node": 1,
+            "instance_type": "ml.g5.12xlarge", "command": ["bash", launcher]}
+
+
+class _SandboxFaults(dict):
+    """The sandbox's faults as the API server reads them (``eks_preempt_after_seconds`` → ``preempt_after_seconds``)."""
+
+    def __init__(self, faults: dict[str, Any]) -> None:
+        super().__init__()
+        self._faults = faults
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._faults.get(f"eks_{key}", default)

@@ -57,6 +57,9 @@ MANAGED_BY = "sim2real"
 GPU_RESOURCE = "nvidia.com/gpu"
 #: Seconds a presigned STS URL is valid in the token (the provider's STS_TOKEN_EXPIRES_IN).
 TOKEN_EXPIRES_S = 60
+#: Seconds a token is used before a new one is signed (EKS accepts one for 15 minutes; the provider's
+#: TOKEN_EXPIRATION_MINUTES is 14).
+TOKEN_REFRESH_S = 600
 
 
 def team_namespace(team: str) -> str:
@@ -198,16 +201,27 @@ class HyperPodEksHook(AwsBaseHook):
                 "ca_data": (cluster.get("certificateAuthority") or {}).get("data") or ""}
 
     def api_client(self, hyperpod_cluster: str) -> Any:
-        """A ``kubernetes.client.ApiClient`` for the cluster's API server, authenticated with an EKS token (valid 15
-        minutes: build one per call or wait round). The CA bundle (public data) goes to a temporary file, the only
-        form the client takes; the token stays in memory."""
+        """A ``kubernetes.client.ApiClient`` for the cluster's API server, authenticated with an EKS token (the
+        client's ``refresh_api_key_hook`` signs a new one when it is older than :data:`TOKEN_REFRESH_S`). The CA bundle
+        (public data) goes to a temporary file, the only form the client takes; the token stays in memory."""
+        import time
+
         from kubernetes import client
 
         eks = self.eks_cluster(hyperpod_cluster)
+        session = self.get_session(region_name=self.conn_region_name)
         config = client.Configuration()
         config.host = eks["endpoint"]
-        config.api_key = {"authorization": eks_token(self.get_session(region_name=self.conn_region_name), eks["name"])}
-        config.api_key_prefix = {"authorization": "Bearer"}
+        config.api_key_prefix = {"BearerToken": "Bearer"}
+        signed = {"at": -TOKEN_REFRESH_S}
+
+        def refresh(configuration: Any) -> None:
+            if time.monotonic() - signed["at"] >= TOKEN_REFRESH_S:
+                configuration.api_key["BearerToken"] = eks_token(session, eks["name"])
+                signed["at"] = time.monotonic()
+
+        refresh(config)  # the client sends a key only once it has one, and refreshes it before each request
+        config.refresh_api_key_hook = refresh
         if eks["ca_data"] and config.host.startswith("https"):
             ca = tempfile.NamedTemporaryFile("wb", prefix="eks-ca-", suffix=".crt", delete=False)  # noqa: SIM115
             ca.write(base64.b64decode(eks["ca_data"]))

@@ -7,17 +7,12 @@ synchronous), the step function :func:`~sim2real.orchestration.waits.hyperpod_ek
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from sim2real.orchestration.hooks import hyperpod_eks as eks
 from sim2real.orchestration.triggers.base import REQUIRED, StepWaitTrigger
 from sim2real.orchestration.waits.core import Action, WaitState
 from sim2real.orchestration.waits.hyperpod_eks import api_error_response, eks_job_step, job_response
-
-#: Seconds a Kubernetes client is reused (its EKS token is valid 15 minutes).
-CLIENT_REUSE_S = 600.0
-
 
 class HyperPodEksJobTrigger(StepWaitTrigger):
     """Poll a ``PyTorchJob`` and its Workload until it Succeeded or Failed; preemptions are waited through.
@@ -40,11 +35,11 @@ class HyperPodEksJobTrigger(StepWaitTrigger):
     default_waiter_delay, default_waiter_max_attempts = 30, 1440
     step_function = staticmethod(eks_job_step)
     _api: Any = None
-    _api_at: float = 0.0
 
     def _client(self) -> Any:
-        if self._api is None or time.monotonic() - self._api_at > CLIENT_REUSE_S:
-            self._api, self._api_at = self.hook().api_client(self.cluster_name), time.monotonic()
+        """The Kubernetes client (built once; it signs a new EKS token itself when its token gets old)."""
+        if self._api is None:
+            self._api = self.hook().api_client(self.cluster_name)
         return self._api
 
     def _read(self) -> dict[str, Any]:
