@@ -2,7 +2,7 @@
 ``hyperpod_eks`` training backend uses, driven by the official Python client.
 
 Loopback only (127.0.0.1), plain HTTP, and every request needs ``Authorization: Bearer <token>``: an EKS token
-(:func:`sim2real.orchestration.hooks.hyperpod_eks.is_eks_token`, what the backend sends) or the server's own
+(:func:`sim2real.contract.hyperpod_eks.is_eks_token`, what the backend sends) or the server's own
 :attr:`KubernetesApiServer.static_token` (for a test's kubeconfig); anything else is answered 401.
 
 Routes (shapes: Kubernetes API conventions — ``Status`` errors, ``<Kind>List`` lists, ``labelSelector`` ``k=v,...``;
@@ -40,8 +40,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from sim2real.orchestration.hooks.hyperpod_eks import (GPU_RESOURCE, JOB_UID_LABEL, PRIORITY_LABEL, QUEUE_LABEL,
-                                                      is_eks_token)
+from sim2real.contract.hyperpod_eks import (GPU_RESOURCE, JOB_UID_LABEL, PRIORITY_LABEL, QUEUE_LABEL,
+                                            is_eks_token)
 
 _JOBS = re.compile(r"^/apis/kubeflow\.org/v1(?:/namespaces/(?P<ns>[^/]+))?/pytorchjobs(?:/(?P<name>[^/]+))?$")
 _KUEUE = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>localqueues|"
@@ -97,8 +97,10 @@ class KubernetesApiServer:
         self._processes: dict[tuple[str, str], subprocess.Popen] = {}
         self._lock = threading.RLock()
         self._httpd: ThreadingHTTPServer | None = None
-        #: ``preempt_after_seconds``: every job is preempted once, that long after its process started.
+        #: ``preempt_after_seconds``: every job is preempted once, that long after its process started;
+        #: ``preempt_hold_seconds``: how long it then waits before it is readmitted (default ``step_seconds``).
         self.faults: dict[str, Any] = {}
+        self._held_until: dict[tuple[str, str], float] = {}
         self._preempted: set[tuple[str, str]] = set()
 
     # -- set-up ----------------------------------------------------------------------------------------------
@@ -315,6 +317,8 @@ class KubernetesApiServer:
                 workload = self._workload(ns, uid)
                 if not job["spec"]["runPolicy"].get("suspend") or workload is None:
                     continue
+                if time.monotonic() < self._held_until.get((ns, name), 0.0):
+                    continue  # evicted a moment ago: queued behind the workload that preempted it
                 free, why = self._quota_free(ns, job)
                 if not free:
                     _set_condition(workload, "QuotaReserved", False, "Pending", why)
@@ -390,6 +394,7 @@ class KubernetesApiServer:
                 _set_condition(workload, "Admitted", False, "NoReservation", "")
                 _set_condition(workload, "QuotaReserved", False, "Pending", "")
                 _set_condition(workload, "Evicted", True, "Preempted", message)
+        self._held_until[(ns, name)] = time.monotonic() + float(self.faults.get("preempt_hold_seconds") or 0.0)
         self._kill((ns, name))
         self.emit("k8s", f"Kueue preempted PyTorchJob {ns}/{name}: {message}")
 

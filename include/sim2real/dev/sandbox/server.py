@@ -50,7 +50,7 @@ Faults (``Sandbox(faults={...})`` or ``sandbox.faults[...] = ...`` at any time):
   not published / reach the wait-event queue twice with the same id; ``events_delay``: seconds each event is
   held back (:mod:`sim2real.dev.sandbox.aws_events`).
 * ``eks_preempt_after_seconds``: s — every HyperPod EKS job is preempted by Kueue once, s seconds after it started
-  running (suspended, then readmitted; :mod:`sim2real.dev.sandbox.kubernetes_api`).
+  running (suspended, then readmitted after ``eks_preempt_hold_seconds``; :mod:`sim2real.dev.sandbox.kubernetes_api`).
 * ``slurm_job_fail``: True — a Slurm job submitted (``sbatch`` on the HyperPod head node) while it is
   set ends FAILED with exit code 1 instead of running its script.
 """

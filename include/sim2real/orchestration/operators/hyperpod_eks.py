@@ -35,7 +35,7 @@ class HyperPodEksCapacityOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     (:func:`~sim2real.orchestration.hooks.hyperpod_eks.capacity_problems`: the LocalQueue exists, its ClusterQueue
     exists, is not stopped and has a nominal ``nvidia.com/gpu`` quota of at least ``num_nodes x gpus_per_node``).
 
-    :return: ``{"cluster_name", "namespace", "queue", "gpus"}``.
+    :return: ``{"ok": True, "cluster_name", "namespace", "queue", "gpus"}``.
     :raises AirflowFailException: listing every problem, each with the object and what to change (not retried).
     """
 
@@ -57,7 +57,7 @@ class HyperPodEksCapacityOperator(AwsBaseOperator[eks.HyperPodEksHook]):
             raise AirflowFailException(f"HyperPod EKS cluster {self.cluster_name}: the team queue cannot run this "
                                        "job; refused before any spend:\n- " + "\n- ".join(problems))
         self.log.info("Team queue %s/%s can hold %d GPU(s) on %s", namespace, queue, gpus, self.cluster_name)
-        return {"cluster_name": self.cluster_name, "namespace": namespace, "queue": queue, "gpus": gpus}
+        return {"ok": True, "cluster_name": self.cluster_name, "namespace": namespace, "queue": queue, "gpus": gpus}
 
 
 class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
@@ -79,7 +79,7 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     :param environment: the trainer's environment. :param command: the container's command.
     :param cost_limit_usd: / :param usd_per_node_hour: the cost check (None: none).
     :param poll_interval: seconds between reads. :param max_attempts: reads before a ``timeout``.
-    :return: ``{"backend": "hyperpod_eks", "cluster_name", "namespace", "job_name", "job_uid", "state", "preemptions",
+    :return: ``{"backend": "hyperpod_eks", "job_id" (the job's name), "cluster_name", "namespace", "job_name", "job_uid", "state", "preemptions",
         "gpu_seconds", "num_nodes", "usd_per_node_hour", "cost_usd", "reattached"}``.
     :raises AirflowFailException: the job Failed (message: cluster, namespace, job, condition, log tail), was stopped
         at its cost limit, or had no end within ``max_attempts`` reads (it is deleted).
@@ -89,8 +89,8 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     deferrable = True
     aws_hook_class = eks.HyperPodEksHook
     template_fields: Sequence[str] = aws_template_fields(
-        "cluster_name", "team", "priority_class", "run_key", "image", "num_nodes", "gpus_per_node", "environment", "command",
-        "cost_limit_usd", "usd_per_node_hour")
+        "cluster_name", "team", "priority_class", "run_key", "image", "num_nodes", "gpus_per_node", "environment",
+        "command", "service_account", "cost_limit_usd", "usd_per_node_hour")
 
     def __init__(self, *, cluster_name: str, team: str, priority_class: str, run_key: str, image: str,
                  num_nodes: int | str, gpus_per_node: int | str, environment: dict[str, str], command: list[str],
@@ -151,7 +151,7 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
         the end of the master pod's log."""
         status, message = event_outcome(event, f"PyTorchJob on {self.cluster_name}")
         self._job = {k: event.get(k) for k in ("cluster_name", "namespace", "job_name", "job_uid")}
-        result = {"backend": "hyperpod_eks", **self._job, "state": event.get("state"),
+        result = {"backend": "hyperpod_eks", "job_id": self._job["job_name"], **self._job, "state": event.get("state"),
                   "preemptions": event.get("preemptions", 0), "gpu_seconds": event.get("gpu_seconds"),
                   "num_nodes": int(self.num_nodes), "usd_per_node_hour": optional_usd("usd_per_node_hour",
                                                                                       self.usd_per_node_hour),

@@ -75,7 +75,7 @@ def eks_job_step(response: Mapping[str, Any], state: WaitState) -> Step:
 
     Params: ``cluster_name``, ``namespace``, ``job_name``, ``job_uid``, ``num_nodes``, ``usd_per_node_hour`` and
     ``cost_limit_usd`` (None: no cost check). Memory: ``gpu_seconds``, ``running_at`` (the last poll that saw it
-    running, epoch s), ``preemptions``, ``was_running``.
+    running, epoch s), ``preemptions``, ``preempted`` (the last read saw it preempted).
 
     :return: ``success`` (Succeeded); ``failure`` (Failed, with its reason; the job gone before it ended; a
         non-retriable API error; the cost at the next poll above ``cost_limit_usd``: ``reason: cost_limit`` and
@@ -102,10 +102,9 @@ def eks_job_step(response: Mapping[str, Any], state: WaitState) -> Step:
     if memory.get("running_at") is not None:  # it held GPUs since the last poll (until some time in between)
         held += max(state.now - float(memory["running_at"]), 0.0)
     memory["running_at"] = state.now if status == "Running" else None
-    if status == "Preempted" and memory.get("was_running") and not memory.get("preempted"):
+    if status == "Preempted" and not memory.get("preempted"):  # Evicted: it had been admitted
         preemptions += 1
-    memory.update(gpu_seconds=held, preemptions=preemptions, preempted=status == "Preempted",
-                  was_running=bool(memory.get("was_running")) or status == "Running")
+    memory.update(gpu_seconds=held, preemptions=preemptions, preempted=status == "Preempted")
     payload = {**base, "preemptions": preemptions, "state": status, "why": why, "gpu_seconds": round(held, 3),
                "cost_usd": _cost(p, held)}
     if status == "Succeeded":
