@@ -185,22 +185,17 @@ class KubernetesApiServer:
             code, answer = self._route(verb, url.path, query, body)
         except KeyError as missing:
             code, answer = 404, _status(404, "NotFound", f"{missing.args[0]} not found")
-        if isinstance(answer, str):
-            request.send_response(code)
-            request.send_header("Content-Type", "text/plain")
-            data = answer.encode()
-            request.send_header("Content-Length", str(len(data)))
-            request.end_headers()
-            request.wfile.write(data)
-            return None
         return self._reply(request, code, answer)
 
     @staticmethod
     def _reply(request: BaseHTTPRequestHandler, code: int, answer: Any) -> None:
-        data = json.dumps(answer).encode()
+        """``answer`` as ``text/plain`` (a str: a pod's log) or ``application/json``."""
+        text = isinstance(answer, str)
+        data = (answer if text else json.dumps(answer)).encode()
         request.send_response(code)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(data)))
+        for name, value in (("Content-Type", "text/plain" if text else "application/json"),
+                            ("Content-Length", str(len(data)))):
+            request.send_header(name, value)
         request.end_headers()
         request.wfile.write(data)
 

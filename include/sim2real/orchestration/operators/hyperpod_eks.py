@@ -79,7 +79,8 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     :param environment: the trainer's environment. :param command: the container's command.
     :param cost_limit_usd: / :param usd_per_node_hour: the cost check (None: none).
     :param poll_interval: seconds between reads. :param max_attempts: reads before a ``timeout``.
-    :return: ``{"backend": "hyperpod_eks", "job_id" (the job's name), "cluster_name", "namespace", "job_name", "job_uid", "state", "preemptions",
+    :return: ``{"backend": "hyperpod_eks", "job_id" (the job's name),
+        "cluster_name", "namespace", "job_name", "job_uid", "state", "preemptions",
         "gpu_seconds", "num_nodes", "usd_per_node_hour", "cost_usd", "reattached"}``.
     :raises AirflowFailException: the job Failed (message: cluster, namespace, job, condition, log tail), was stopped
         at its cost limit, or had no end within ``max_attempts`` reads (it is deleted).
