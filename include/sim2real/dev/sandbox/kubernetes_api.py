@@ -440,7 +440,9 @@ def provision_hyperpod_eks(sandbox: Any, *, launcher: str, team: str = "robotics
 
     sandbox._patcher.setattr(Cluster, "describe", describe)
     sandbox.client("sagemaker", internal=True).create_cluster(ClusterName="sim2real-hyperpod-eks", InstanceGroups=[
-        {"InstanceGroupName": "gpu", "InstanceType": "ml.g5.12xlarge", "InstanceCount": 1,
+        # no node: the Kubernetes jobs run on this machine, and the HyperPod (Slurm) capacity checks count the
+        # account's cluster instances
+        {"InstanceGroupName": "gpu", "InstanceType": "ml.g5.12xlarge", "InstanceCount": 0,
          "LifeCycleConfig": {"SourceS3Uri": f"s3://sagemaker-sim2real-hyperpod-lifecycle-{sandbox.account_id}/lifecycle/",
                             "OnCreate": "on_create.sh"}, "ExecutionRole": role,
          "ThreadsPerCore": 1}])
