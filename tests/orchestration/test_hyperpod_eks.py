@@ -215,6 +215,28 @@ def test_a_retry_reattaches_by_name_and_the_preempted_job_resumes(cluster):
 
 
 @pytest.mark.integration
+def test_a_cleared_task_starts_afresh_and_deletes_the_active_job_of_its_earlier_try(cluster):
+    api, team, command, _ = cluster
+    long_run = [*command[:-1], command[-1].replace("sleep 1", "sleep 60")]
+    key = _key()
+    ti = _Ti()
+    ti.try_number, ti.max_tries = 1, 2  # first series, retries=2
+    with pytest.raises(TaskDeferred):
+        _operator(team, long_run, key, retries=2).execute({"ti": ti})
+    ti.try_number, ti.max_tries = 2, 3  # cleared after try 1: max_tries = 1 + retries, the next try is 2
+    with pytest.raises(TaskDeferred) as deferred:
+        _operator(team, long_run, key, retries=2).execute({"ti": ti})
+    assert deferred.value.kwargs == {"reattached": False}
+    assert deferred.value.trigger.job_name == eks.job_name(key, "s2")
+    names = [j["metadata"]["name"] for j in eks.list_jobs(api, f"{eks.RUN_KEY_LABEL}={key}")]
+    assert names == [eks.job_name(key, "s2")]  # the first try's job was deleted
+    ti.try_number = 3  # a retry within the cleared series reattaches to its job
+    with pytest.raises(TaskDeferred) as again:
+        _operator(team, long_run, key, retries=2).execute({"ti": ti})
+    assert again.value.kwargs == {"reattached": True} and again.value.trigger.job_name == eks.job_name(key, "s2")
+
+
+@pytest.mark.integration
 def test_kill_deletes_the_job_and_the_sweeper_stops_an_orphan(cluster):
     from sim2real.orchestration import sweeper
     from sim2real.orchestration.orphans import find_eks_jobs

@@ -64,8 +64,9 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     """Create the run's ``PyTorchJob`` in the team's namespace and wait (deferred) until it Succeeded.
 
     A retry reattaches: the job's name comes from the run key (:func:`~sim2real.orchestration.hooks.hyperpod_eks.job_name`,
-    the same for every try), so a try finds the job an earlier try created and waits for it (or takes its result
-    when it Succeeded, or its failure when it Failed) instead of creating a second one. Preemption by Kueue is
+    the same for every try of a series), so a try finds the job an earlier try created and waits for it (or takes its
+    result when it Succeeded, or its failure when it Failed) instead of creating a second one. A task a person cleared
+    starts a new series: its job is named ``...-s<first try>``, and the run's earlier job, if still active, is deleted. Preemption by Kueue is
     waited through; the cost check counts only the time the job held GPUs
     (:mod:`~sim2real.orchestration.waits.hyperpod_eks`). ``on_kill`` (in the worker) and the trigger's ``on_kill``
     (deferred) delete the job.
@@ -116,12 +117,35 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
                                                                                     self.usd_per_node_hour),
                 "cost_limit_usd": optional_usd("cost_limit_usd", self.cost_limit_usd)}
 
+    def _series(self, ti: Any) -> int:
+        """The first try number of this try's series (1 until a person clears the task; then the cleared try's:
+        Airflow sets ``max_tries = try_number + retries`` on a clear, see
+        :func:`sim2real.orchestration.stop_rule.starts_afresh`). A bare test context counts as series 1."""
+        try_number, max_tries = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
+        if not (isinstance(try_number, int) and isinstance(max_tries, int)):
+            return 1
+        return max(1, max_tries - int(self.retries or 0) + 1)
+
+    def _supersede(self, api: Any, name: str) -> None:
+        """Delete the run's jobs of earlier series that have not ended (a cleared task trains afresh)."""
+        from sim2real.orchestration.waits.hyperpod_eks import job_state
+
+        for old in eks.list_jobs(api, f"{eks.RUN_KEY_LABEL}={self.run_key}", self.namespace):
+            old_name = old["metadata"]["name"]
+            if old_name != name and job_state(old, None)[0] not in ("Succeeded", "Failed"):
+                self.log.warning("PyTorchJob %s/%s of an earlier try is still active; this try starts afresh (the "
+                                 "task was cleared): deleting it", self.namespace, old_name)
+                eks.delete_job(api, self.namespace, old_name)
+
     def execute(self, context: Context) -> dict[str, Any]:
         api = self.hook.api_client(self.cluster_name)
-        name = eks.job_name(self.run_key)
+        series = self._series(context.get("ti"))
+        # Every try of a series finds the same job by name; a cleared task (a new series) starts a new one.
+        name = eks.job_name(self.run_key, "" if series == 1 else f"s{series}")
         job = eks.read_job(api, self.namespace, name)
         reattached = job is not None
         if job is None:
+            self._supersede(api, name)
             manifest = eks.job_manifest(
                 name=name, namespace=self.namespace, team=self.team, priority_class=self.priority_class,
                 run_key=self.run_key, image=self.image, num_nodes=int(self.num_nodes),
