@@ -66,8 +66,8 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     A retry reattaches: the job's name comes from the run key (:func:`~sim2real.orchestration.hooks.hyperpod_eks.job_name`,
     the same for every try of a series), so a try finds the job an earlier try created and waits for it (or takes its
     result when it Succeeded, or its failure when it Failed) instead of creating a second one. A task a person cleared
-    starts a new series: its job is named ``...-s<first try>``, and the run's earlier job, if still active, is deleted. Preemption by Kueue is
-    waited through; the cost check counts only the time the job held GPUs
+    starts a new series: its job is named ``...-s<first try>``, and the run's earlier job, if still active, is deleted.
+    Preemption by Kueue is waited through; the cost check counts only the time the job held GPUs
     (:mod:`~sim2real.orchestration.waits.hyperpod_eks`). ``on_kill`` (in the worker) and the trigger's ``on_kill``
     (deferred) delete the job.
 
