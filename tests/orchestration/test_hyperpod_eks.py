@@ -104,6 +104,18 @@ def test_the_job_carries_the_task_governance_labels_and_a_try_independent_name()
     assert specs["Master"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
 
 
+def test_the_actual_cost_counts_the_gpu_held_seconds():
+    from sim2real.orchestration.cost_actual import actual_run_cost
+
+    plan = {"budget": {"items": [{"stage": "training", "instance_type": "ml.g5.12xlarge", "instances": 2,
+                                  "usd_per_hour": 36.0}]}, "batch": {"num_nodes": 2}}
+    result = {"backend": "hyperpod_eks", "job_id": "s2r-k", "cluster_name": "hp", "namespace": "hyperpod-ns-t",
+              "job_name": "s2r-k", "gpu_seconds": 1800.0, "num_nodes": 2, "preemptions": 1}
+    item = next(i for i in actual_run_cost(plan, result, now=10_000.0)["items"] if i["stage"] == "training")
+    assert item["hours"] == pytest.approx(0.5) and item["usd"] == pytest.approx(36.0)
+    assert "PyTorchJob hyperpod-ns-t/s2r-k on HyperPod EKS cluster hp" in item["basis"]
+
+
 def test_the_form_refuses_hyperpod_eks_without_a_cluster_or_team():
     from sim2real.orchestration.stages.hyperpod_eks import rule_errors
 

@@ -184,8 +184,9 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
         if status == "success":
             self.log.info("%s", message)
             return result
-        context["ti"].xcom_push(key="job_cost", value={k: result[k] for k in ("gpu_seconds", "num_nodes",
-                                                                              "usd_per_node_hour", "cost_usd")})
+        context["ti"].xcom_push(key="job_cost", value={k: result[k] for k in (
+            "job_id", "cluster_name", "namespace", "job_name", "gpu_seconds", "num_nodes", "usd_per_node_hour",
+            "cost_usd")})
         if event.get("reason") == "cost_limit":
             raise AirflowFailException(message)
         tail = self._log_tail()
