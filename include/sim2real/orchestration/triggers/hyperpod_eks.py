@@ -61,10 +61,14 @@ class HyperPodEksJobTrigger(StepWaitTrigger):
         """``delete_job``: delete the job and its pods."""
         if action.name != "delete_job":
             raise ValueError(f"unknown action {action.name}")
-        await asyncio.to_thread(eks.delete_job, self._client(), self.namespace, self.job_name)
+        await asyncio.to_thread(self._delete)
         return ""
+
+    def _delete(self) -> bool:
+        """Delete the job (in a thread: building the client calls SageMaker and EKS)."""
+        return eks.delete_job(self._client(), self.namespace, self.job_name)
 
     async def stop_resource(self) -> None:
         """Delete the job: a person stopped the deferred task (base ``on_kill``)."""
         self.log.info("Deleting PyTorchJob %s/%s on %s", self.namespace, self.job_name, self.cluster_name)
-        await asyncio.to_thread(eks.delete_job, self._client(), self.namespace, self.job_name)
+        await asyncio.to_thread(self._delete)
