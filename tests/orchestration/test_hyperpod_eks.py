@@ -261,7 +261,7 @@ def test_kill_deletes_the_job_and_the_sweeper_stops_an_orphan(cluster):
     assert eks.read_job(api, killed.trigger.namespace, killed.trigger.job_name) is None
     orphan_key = _key()
     _submit(team, long_run, orphan_key)
-    [found] = [f for f in find_eks_jobs(api, "hp") if f.run_key == orphan_key]
+    [found] = [f for f in find_eks_jobs(api, "hp", eks.team_namespace(team)) if f.run_key == orphan_key]
     assert found.kind == "eks_job" and found.id == f"{eks.team_namespace(team)}/{eks.job_name(orphan_key)}"
     assert sweeper.stop(found, {"eks_api": lambda name: api}, "its run is over") == "DeletePyTorchJob"
     assert eks.read_job(api, eks.team_namespace(team), found.name) is None

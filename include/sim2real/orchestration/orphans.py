@@ -145,16 +145,17 @@ def find_slurm_jobs(workstation_hook: Any, hyperpod: Mapping[str, Any], timeout_
     return jobs, instance["InstanceId"]
 
 
-def find_eks_jobs(api: Any, cluster_name: str) -> list[Found]:
-    """The sim2real ``PyTorchJob``s on the HyperPod EKS cluster that have not ended (every namespace; label
-    ``app.kubernetes.io/managed-by=sim2real``, the run key from label ``sim2real.io/run-key``). ``api``: the cluster's
-    ``kubernetes.client.ApiClient`` (:meth:`~sim2real.orchestration.hooks.hyperpod_eks.HyperPodEksHook.api_client`).
-    ``Found.id`` is ``<namespace>/<name>``."""
+def find_eks_jobs(api: Any, cluster_name: str, namespace: str) -> list[Found]:
+    """The sim2real ``PyTorchJob``s on the HyperPod EKS cluster that have not ended, in the team's ``namespace`` (the
+    Airflow group's RBAC is namespaced; label ``app.kubernetes.io/managed-by=sim2real``, the run key from label
+    ``sim2real.io/run-key``). ``api``: the cluster's ``kubernetes.client.ApiClient``
+    (:meth:`~sim2real.orchestration.hooks.hyperpod_eks.HyperPodEksHook.api_client`). ``Found.id`` is
+    ``<namespace>/<name>``."""
     from sim2real.orchestration.hooks import hyperpod_eks as eks
     from sim2real.orchestration.waits.hyperpod_eks import job_state
 
     found = []
-    for job in eks.list_jobs(api, f"{eks.MANAGED_LABEL}={eks.MANAGED_BY}"):
+    for job in eks.list_jobs(api, f"{eks.MANAGED_LABEL}={eks.MANAGED_BY}", namespace):
         meta = job.get("metadata") or {}
         key = (meta.get("labels") or {}).get(eks.RUN_KEY_LABEL, "")
         state, _ = job_state(job, None)

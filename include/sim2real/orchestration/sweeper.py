@@ -83,6 +83,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.contract.hyperpod_eks import team_namespace
 from sim2real.orchestration import slurm
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
 from sim2real.orchestration.orphans import (SQUEUE_TIMEOUT_S, Found, find_batch_jobs, find_eks_jobs,
@@ -318,9 +319,11 @@ def find_all(env: Mapping[str, Any], clients: Mapping[str, Any], *, deadline: De
                                                                    env["sagemaker"]["pipeline_name"], created_after)),
         ("greengrass_deployment", 0, lambda: find_greengrass_deployments(clients["greengrass"])),
     ]
-    eks_cluster = (env.get("hyperpod_eks") or {}).get("cluster_name")
-    if eks_cluster and "eks_api" in clients:
-        finders.append(("eks_job", 0, lambda: find_eks_jobs(clients["eks_api"](eks_cluster), eks_cluster)))
+    eks_section = env.get("hyperpod_eks") or {}
+    eks_cluster, eks_team = eks_section.get("cluster_name"), eks_section.get("team")
+    if eks_cluster and eks_team and "eks_api" in clients:
+        finders.append(("eks_job", 0, lambda: find_eks_jobs(clients["eks_api"](eks_cluster), eks_cluster,
+                                                            team_namespace(eks_team))))
     if env.get("hyperpod"):
         finders.append(("slurm_job", MIN_COMMAND_S, lambda: find_slurm_jobs(
             clients["workstation"], env["hyperpod"], *deadline.command(SQUEUE_TIMEOUT_S))[0]))
