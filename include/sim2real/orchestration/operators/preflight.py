@@ -396,9 +396,10 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         return instance_shape(types[0])
 
     def _describe_cluster(self, cluster: str, setting: str, problems: list[str]) -> dict | None:
-        """SageMaker ``DescribeCluster`` of ``cluster``, or None with the problem (``setting``: where it is named)."""
+        """SageMaker ``DescribeCluster`` of ``cluster`` (a Failed cluster is a problem), or None with the problem
+        (``setting``: where the cluster is named)."""
         try:
-            return self._hooks(SageMakerHook).conn.describe_cluster(ClusterName=cluster)
+            desc = self._hooks(SageMakerHook).conn.describe_cluster(ClusterName=cluster)
         except ClientError as err:
             if _code(err) not in ("ResourceNotFound", "ValidationException"):
                 problems.append(client_error_problem(f"SageMaker HyperPod cluster {cluster!r}",
@@ -406,6 +407,10 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                 return None
             problems.append(f"SageMaker HyperPod cluster {cluster!r} does not exist ({_code(err)}). Set {setting}")
             return None
+        if desc.get("ClusterStatus") == "Failed":
+            problems.append(f"SageMaker HyperPod cluster {cluster!r} is Failed ({desc.get('FailureMessage')}); "
+                            "recreate it or pick another cluster")
+        return desc
 
     def _check_hyperpod_eks(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
         """The HyperPod cluster of ``training_backend: hyperpod_eks`` exists, is not Failed and is orchestrated by
@@ -418,8 +423,6 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                                                "in the environment config", problems)
         if desc is None:
             return
-        if desc.get("ClusterStatus") == "Failed":
-            problems.append(f"SageMaker HyperPod cluster {cluster!r} is Failed ({desc.get('FailureMessage')})")
         try:
             eks_cluster_name_of(desc)
         except ValueError as err:
@@ -433,9 +436,6 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                                                "environment config", problems)
         if desc is None:
             return
-        if desc.get("ClusterStatus") == "Failed":
-            problems.append(f"SageMaker HyperPod cluster {cluster!r} is Failed ({desc.get('FailureMessage')}); "
-                            "recreate it or pick another cluster")
         groups = sorted(g["InstanceGroupName"] for g in desc.get("InstanceGroups", []))
         if group not in groups:
             problems.append(f"SageMaker HyperPod cluster {cluster!r} has no instance group {group!r} (groups: "
