@@ -39,7 +39,8 @@ from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag
 from sim2real.orchestration import notifications as notify
 from sim2real.orchestration.assets import FIELD_DATASET_ASSET
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS, schedule_timezone
-from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, run, sweep, train, vla
+from sim2real.orchestration.stages import (build, checkpoint, deploy, evaluate, gate, hyperpod, hyperpod_eks, rounds, run,
+                                          sweep, train, vla)
 
 SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone, through the Airflow configuration
 
@@ -78,9 +79,10 @@ def sim_to_real():
     resources >> [image, backend]  # no build, no capacity check, no training before it passed
     batch_training = train.add_tasks(plan, image=image, backend=backend)
     slurm_job, scale_down, slurm_array = hyperpod.add_tasks(plan, image=image, backend=backend)
+    eks_job = hyperpod_eks.add_tasks(plan, image=image, backend=backend)
     best_candidate = sweep.add_tasks(plan, image=image, backend=backend,  # a run with a sweep only
                                      slurm_array=slurm_array, scale_down=scale_down)
-    manifest, trained = checkpoint.add_tasks(plan, trained_by=[batch_training, slurm_job, best_candidate])
+    manifest, trained = checkpoint.add_tasks(plan, trained_by=[batch_training, slurm_job, eks_job, best_candidate])
     report, stop_workstation = evaluate.add_tasks(plan, manifest=manifest, trained=trained)
     verdict = gate.add_tasks(plan, report=report)
     next_round = rounds.add_tasks(plan, gate=verdict, report=report, manifest=manifest)  # only when the gate failed

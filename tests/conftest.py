@@ -112,6 +112,7 @@ SLOW_FILES_FIRST = (
     "tests/e2e/test_sweep_run.py",  # one run of 3 candidates
     "tests/e2e/test_hyperpod_sweep_run.py",  # one HyperPod run of 3 candidates (a Slurm job array)
     "tests/e2e/test_hyperpod_run.py",
+    "tests/e2e/test_hyperpod_eks_run.py",  # one HyperPod EKS run (a PyTorchJob preempted once)
     "tests/e2e/test_sandbox_run.py",
     "tests/e2e/test_release_dag.py",
     "tests/dev/ui/test_release_approval.py",  # a live Airflow: one sim_to_real run approved by a second user

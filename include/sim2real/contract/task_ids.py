@@ -12,6 +12,7 @@ BUILD_GROUP = "build"
 PREFLIGHT_GROUP = "preflight"
 TRAIN_GROUP = "train"
 HYPERPOD_GROUP = "hyperpod"
+HYPERPOD_EKS_GROUP = "hyperpod_eks"
 SWEEP_GROUP = "sweep"
 CHECKPOINT_GROUP = "checkpoint"
 EVALUATE_GROUP = "evaluate"
@@ -47,6 +48,10 @@ HYPERPOD_SCALE_DOWN = "hyperpod_scale_down"
 HYPERPOD_SUBMISSION = f"{HYPERPOD_GROUP}.submission"  # branch: one Slurm job or a sweep's job array
 HYPERPOD_SWEEP_SCRIPT = f"{HYPERPOD_GROUP}.sweep_script"
 HYPERPOD_SUBMIT_SWEEP = f"{HYPERPOD_GROUP}.submit_sweep"  # sbatch --array: one array task per candidate
+
+# ---- SageMaker HyperPod on Amazon EKS training (a Kubeflow PyTorchJob under Kueue task governance)
+HYPERPOD_EKS_CHECK_CAPACITY = f"{HYPERPOD_EKS_GROUP}.check_capacity"
+HYPERPOD_EKS_TRAIN_POLICY = f"{HYPERPOD_EKS_GROUP}.train_policy"
 
 # ---- sweep (several candidates in one run: a mapped task group, one map index per candidate; AWS Batch)
 SWEEP_CHECK_CAPACITY = f"{PREFLIGHT_GROUP}.check_sweep_capacity"
@@ -91,7 +96,7 @@ CANARY_VERDICT = f"{DEPLOY_GROUP}.canary_verdict"
 #: a person promotes or aborts the canary (form field ``canary_review``; without it, it succeeds at once)
 CANARY_REVIEW = f"{DEPLOY_GROUP}.canary_review"
 
-GROUPS = (BUILD_GROUP, PREFLIGHT_GROUP, TRAIN_GROUP, HYPERPOD_GROUP, SWEEP_GROUP, CHECKPOINT_GROUP, EVALUATE_GROUP,
+GROUPS = (BUILD_GROUP, PREFLIGHT_GROUP, TRAIN_GROUP, HYPERPOD_GROUP, HYPERPOD_EKS_GROUP, SWEEP_GROUP, CHECKPOINT_GROUP, EVALUATE_GROUP,
           VLA_GROUP, DEPLOY_GROUP)
 #: The tasks of the sweep path (skipped in a run without a sweep).
 SWEEP = (SWEEP_CHECK_CAPACITY, SWEEP_CANDIDATES, SWEEP_WAIT_FOR_SLOT, SWEEP_SUBMIT_TRAINING, SWEEP_TRAIN_POLICY,
@@ -109,7 +114,8 @@ SWEEP_TRAINING_BY_BACKEND = {"batch": SWEEP_TRAIN_POLICY, "hyperpod": SWEEP_TRAI
 #: Every task id of ``sim_to_real`` (the DAG integrity test checks the DAG has exactly these).
 ALL = (
     PREPARE_RUN, CHECK_RESOURCES, TRAINING_BACKEND, BUILD_IMAGE, BATCH_CHECK_CAPACITY, BATCH_TRAIN_POLICY,
-    *HYPERPOD, *SWEEP, TRAINING_JOB, WAIT_FOR_CHECKPOINT, EVAL_COMMAND, RUN_EVALUATION,
+    *HYPERPOD, HYPERPOD_EKS_CHECK_CAPACITY, HYPERPOD_EKS_TRAIN_POLICY, *SWEEP, TRAINING_JOB, WAIT_FOR_CHECKPOINT,
+    EVAL_COMMAND, RUN_EVALUATION,
     READ_EVAL_REPORT, STOP_WORKSTATION,
     QUALITY_GATE, PLAN_NEXT_ROUND, NEXT_ROUND, VLA_ENABLED, PIPELINE_DEFINITION, UPSERT_PIPELINE, FIELD_DATASET,
     FINETUNE_GROOT, WAIT_FOR_APPROVAL,

@@ -99,6 +99,8 @@ def estimate_run_cost(params: Mapping[str, Any], env: Mapping[str, Any],
     items: list[dict[str, Any]] = []
     if params.get("training_backend") == "hyperpod":
         train_type = (env.get("hyperpod") or {}).get("instance_type") or "hyperpod.instance_type (not set)"
+    elif params.get("training_backend") == "hyperpod_eks":
+        train_type = (env.get("hyperpod_eks") or {}).get("instance_type") or "hyperpod_eks.instance_type (not set)"
     else:
         train_type = env["batch"]["instance_type"]
     nodes = int(params.get("num_nodes", 1))

@@ -62,7 +62,12 @@ def _training_actual(plan: Mapping[str, Any], training: Mapping[str, Any] | None
     else:
         job_id = training.get("job_id") or training.get("jobId") or "?"
         nodes = int(training.get("num_nodes") or (training.get("nodeProperties") or {}).get("numNodes") or nodes)
-        if training.get("cluster_name"):  # the HyperPod Slurm job's result or job_cost XCom (epoch s)
+        if training.get("gpu_seconds") is not None:  # the HyperPod EKS PyTorchJob's result or job_cost XCom
+            seconds = float(training["gpu_seconds"])
+            basis = (f"PyTorchJob {training.get('namespace') or ''}/{training.get('job_name') or job_id} on HyperPod "
+                     f"EKS cluster {training.get('cluster_name') or '?'}: the seconds it held GPUs (time queued or "
+                     "preempted not counted)")
+        elif training.get("cluster_name"):  # the HyperPod Slurm job's result or job_cost XCom (epoch s)
             start, stop = training.get("started_at"), training.get("stopped_at")
             where = f"Slurm job {job_id} on HyperPod cluster {training['cluster_name']}"
             if start is not None:

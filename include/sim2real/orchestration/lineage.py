@@ -38,6 +38,8 @@ SOURCES = {
 #: What differs for a ``training_backend: hyperpod`` run (the plan's ``backend``): its capacity check and training
 #: are the ``hyperpod`` group's tasks (the Slurm job's result is the ``training`` stage).
 HYPERPOD_SOURCES = {"preflight": ids.HYPERPOD_CHECK_CAPACITY, "training": ids.HYPERPOD_TRAIN_POLICY}
+#: ``training_backend: hyperpod_eks``: the team queue's capacity check and the PyTorchJob's wait.
+HYPERPOD_EKS_SOURCES = {"preflight": ids.HYPERPOD_EKS_CHECK_CAPACITY, "training": ids.HYPERPOD_EKS_TRAIN_POLICY}
 #: HyperPod runs: the scale tasks' results → lineage ``stages.hyperpod_scaling`` (``scale_down``: the teardown
 #: ``hyperpod_scale_down``, outside group ``hyperpod``).
 HYPERPOD_SCALING_SOURCES = {"scale_up": ids.HYPERPOD_SCALE_UP, "wait_for_nodes": ids.HYPERPOD_WAIT_FOR_NODES,
@@ -57,7 +59,8 @@ CANARY_REVIEW_KEY = "decision"
 
 def stage_sources(plan: Mapping[str, Any]) -> dict[str, str]:
     """lineage key → task id for this run's backend (:data:`SOURCES`, with :data:`HYPERPOD_SOURCES`)."""
-    return {**SOURCES, **(HYPERPOD_SOURCES if plan.get("backend") == "hyperpod" else {})}
+    backend = plan.get("backend")
+    return {**SOURCES, **{"hyperpod": HYPERPOD_SOURCES, "hyperpod_eks": HYPERPOD_EKS_SOURCES}.get(backend, {})}
 
 SCHEMA_VERSION = 1
 
@@ -168,16 +171,17 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
     """
     backend = _get(plan, "backend") or "batch"
     on_hyperpod = backend == "hyperpod"
+    on_eks = backend == "hyperpod_eks"
     if sweep and not training:
         training = sweep.get("training")
     chain = {
         "image_digest": _get(image, "image_digest"),
         "image_uri": _get(image, "image_uri"),
         "training_backend": backend,
-        "batch_job_id": None if on_hyperpod else _get(training, "job_id"),
+        "batch_job_id": None if on_hyperpod or on_eks else _get(training, "job_id"),
         "slurm_job_id": _get(training, "job_id") if on_hyperpod else None,
         "hyperpod_cluster_name": (_get(training, "cluster_name") or _get(plan, "hyperpod", "cluster_name"))
-        if on_hyperpod else None,
+        if on_hyperpod else _get(training, "cluster_name") if on_eks else None,
         "checkpoint_uri": _get(checkpoint, "checkpoint_uri"),
         "checkpoint_sha256": _get(checkpoint, "sha256"),
         "success_rate": _get(evaluation, "success_rate"),
@@ -190,6 +194,8 @@ def build_lineage(*, run_key: str, dag_id: str, run_id: str, params: Mapping[str
         "deployment_id": _get(deployment, "deployment_id"),
         "device_statuses": _get(deployment, "devices"),
     }
+    if on_eks:  # the PyTorchJob on the HyperPod EKS cluster
+        chain["eks_job"] = {k: _get(training, k) for k in ("namespace", "job_name", "job_uid")}
     return {
         "schema_version": SCHEMA_VERSION,
         "run_key": run_key,

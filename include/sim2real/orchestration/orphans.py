@@ -39,7 +39,7 @@ TRAIN_PREFIX = "sim2real-train-"
 SWEEP_ARRAY_SUFFIX = "-sweep"
 DEPLOYMENT_PREFIX = "sim2real-"
 
-KINDS = ("batch_job", "slurm_job", "pipeline_execution", "greengrass_deployment")
+KINDS = ("batch_job", "slurm_job", "eks_job", "pipeline_execution", "greengrass_deployment")
 
 
 @dataclass
@@ -143,6 +143,28 @@ def find_slurm_jobs(workstation_hook: Any, hyperpod: Mapping[str, Any], timeout_
     for job in jobs:
         job.extra["instance_id"] = instance["InstanceId"]
     return jobs, instance["InstanceId"]
+
+
+def find_eks_jobs(api: Any, cluster_name: str, namespace: str) -> list[Found]:
+    """The sim2real ``PyTorchJob``s on the HyperPod EKS cluster that have not ended, in the team's ``namespace`` (the
+    Airflow group's RBAC is namespaced; label ``app.kubernetes.io/managed-by=sim2real``, the run key from label
+    ``sim2real.io/run-key``). ``api``: the cluster's ``kubernetes.client.ApiClient``
+    (:meth:`~sim2real.orchestration.hooks.hyperpod_eks.HyperPodEksHook.api_client`). ``Found.id`` is
+    ``<namespace>/<name>``."""
+    from sim2real.orchestration.hooks import hyperpod_eks as eks
+    from sim2real.orchestration.waits.hyperpod_eks import job_state
+
+    found = []
+    for job in eks.list_jobs(api, f"{eks.MANAGED_LABEL}={eks.MANAGED_BY}", namespace):
+        meta = job.get("metadata") or {}
+        key = (meta.get("labels") or {}).get(eks.RUN_KEY_LABEL, "")
+        state, _ = job_state(job, None)
+        if state in ("Succeeded", "Failed") or not is_valid_run_key(key):
+            continue
+        found.append(Found("eks_job", f"{meta.get('namespace')}/{meta.get('name')}", meta.get("name", ""), key, state,
+                           f"HyperPod EKS cluster {cluster_name}",
+                           {"namespace": meta.get("namespace"), "cluster_name": cluster_name}))
+    return found
 
 
 def find_pipeline_executions(sagemaker: Any, pipeline_name: str, created_after: dt.datetime | None = None

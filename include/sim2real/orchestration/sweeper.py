@@ -10,6 +10,7 @@ what                       how it carries the run key                           
 =========================  =======================================================  =========================
 Batch job                  tag ``sim2real:run-key`` (name ``sim2real-train-<key>``)  ``TerminateJob``
 Slurm job (HyperPod)       job name ``sim2real-train-<key>`` (``squeue``)            ``scancel`` (SSM)
+PyTorchJob (HyperPod EKS)  label ``sim2real.io/run-key`` (name ``s2r-<key>``)       delete (Kubernetes API)
 pipeline execution         ``PipelineExecutionDisplayName`` = the key               ``StopPipelineExecution``
 Greengrass deployment      ``deploymentName`` = ``sim2real-<key>``                  ``CancelDeployment``
 =========================  =======================================================  =========================
@@ -82,10 +83,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sim2real.contract import task_ids as ids
+from sim2real.contract.hyperpod_eks import team_namespace
 from sim2real.orchestration import slurm
 from sim2real.orchestration.dag_defaults import DEFAULT_ARGS
-from sim2real.orchestration.orphans import (SQUEUE_TIMEOUT_S, Found, find_batch_jobs, find_greengrass_deployments,
-                                            find_pipeline_executions, find_slurm_jobs)
+from sim2real.orchestration.orphans import (SQUEUE_TIMEOUT_S, Found, find_batch_jobs, find_eks_jobs,
+                                            find_greengrass_deployments, find_pipeline_executions, find_slurm_jobs)
 from sim2real.orchestration.run_records import (RUN_RECORD, current_process, deployment_id, in_process_run,
                                                 process_gone, read_run_record, register_run)
 
@@ -232,6 +234,11 @@ def stop(found: Found, clients: Mapping[str, Any], why: str, timeout_s: int = SC
     if found.kind == "greengrass_deployment":
         clients["greengrass"].conn.cancel_deployment(deploymentId=found.id)
         return "CancelDeployment"
+    if found.kind == "eks_job":  # delete the PyTorchJob (its pods go with it)
+        from sim2real.orchestration.hooks.hyperpod_eks import delete_job
+
+        delete_job(clients["eks_api"](found.extra["cluster_name"]), found.extra["namespace"], found.name)
+        return "DeletePyTorchJob"
     if found.kind == "slurm_job":
         from sim2real.orchestration.waits.ssm import run_short_command
 
@@ -312,6 +319,11 @@ def find_all(env: Mapping[str, Any], clients: Mapping[str, Any], *, deadline: De
                                                                    env["sagemaker"]["pipeline_name"], created_after)),
         ("greengrass_deployment", 0, lambda: find_greengrass_deployments(clients["greengrass"])),
     ]
+    eks_section = env.get("hyperpod_eks") or {}
+    eks_cluster, eks_team = eks_section.get("cluster_name"), eks_section.get("team")
+    if eks_cluster and eks_team and "eks_api" in clients:
+        finders.append(("eks_job", 0, lambda: find_eks_jobs(clients["eks_api"](eks_cluster), eks_cluster,
+                                                            team_namespace(eks_team))))
     if env.get("hyperpod"):
         finders.append(("slurm_job", MIN_COMMAND_S, lambda: find_slurm_jobs(
             clients["workstation"], env["hyperpod"], *deadline.command(SQUEUE_TIMEOUT_S))[0]))
@@ -410,6 +422,7 @@ def aws_clients(aws_conn_id: str | None = "aws_default", botocore_config: Mappin
 
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
     from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
+    from sim2real.orchestration.hooks.hyperpod_eks import HyperPodEksHook
     from sim2real.orchestration.hooks.workstation import WorkstationHook
 
     config = Config(**dict(botocore_config or {}))
@@ -418,6 +431,8 @@ def aws_clients(aws_conn_id: str | None = "aws_default", botocore_config: Mappin
         "sagemaker": AwsBaseHook(aws_conn_id=aws_conn_id, client_type="sagemaker", config=config).conn,
         "greengrass": GreengrassV2Hook(aws_conn_id=aws_conn_id, config=config),
         "workstation": WorkstationHook(aws_conn_id=aws_conn_id, config=config),
+        # cluster name -> the HyperPod EKS cluster's Kubernetes client (built only when the config names one)
+        "eks_api": lambda cluster: HyperPodEksHook(aws_conn_id=aws_conn_id, config=config).api_client(cluster),
     }
 
 

@@ -96,7 +96,10 @@ def test_stages_match_the_design(dagbag):
     assert ids.CHECK_RESOURCES in dag.get_task(ids.FIELD_DATASET).upstream_task_ids
     assert dag.get_task("training_backend").downstream_task_ids == {"preflight.check_capacity",
                                                                    ids.HYPERPOD_CHECK_CAPACITY,
+                                                                   ids.HYPERPOD_EKS_CHECK_CAPACITY,
                                                                    ids.SWEEP_CHECK_CAPACITY}
+    # HyperPod on EKS: the team queue's capacity is checked before the job is created.
+    assert ids.HYPERPOD_EKS_CHECK_CAPACITY in dag.get_task(ids.HYPERPOD_EKS_TRAIN_POLICY).upstream_task_ids
     # A sweep checks the capacity of its parallel jobs before any of its candidates is submitted.
     assert ids.SWEEP_CHECK_CAPACITY in dag.get_task(ids.SWEEP_CANDIDATES).upstream_task_ids
     assert ids.SWEEP_CANDIDATES in dag.get_task(ids.SWEEP_WAIT_FOR_SLOT).upstream_task_ids
@@ -127,7 +130,8 @@ def test_stages_match_the_design(dagbag):
     assert {ids.HYPERPOD_SUBMIT_SWEEP, ids.SWEEP_TRAIN_ON_SLURM} <= scale_down.upstream_task_ids
     # The checkpoint sensor runs after whichever backend trained (the other one is skipped).
     join = dag.get_task(ids.TRAINING_JOB)
-    assert join.upstream_task_ids == {"train.train_policy", ids.HYPERPOD_TRAIN_POLICY, ids.SWEEP_PICK_BEST}
+    assert join.upstream_task_ids == {"train.train_policy", ids.HYPERPOD_TRAIN_POLICY, ids.HYPERPOD_EKS_TRAIN_POLICY,
+                                     ids.SWEEP_PICK_BEST}
     assert join.trigger_rule == "none_failed_min_one_success"
     assert ids.TRAINING_JOB in dag.get_task(ids.WAIT_FOR_CHECKPOINT).upstream_task_ids
     # The report runs whatever failed upstream, without masking the failure in the run state.

@@ -136,6 +136,18 @@ def test_hyperpod_cluster_and_group(plan):
     assert "HyperPod cluster 'no-cluster' does not exist" in refused(hp)
 
 
+def test_hyperpod_eks_cluster_is_checked_not_the_slurm_one(plan):
+    eks = copy.deepcopy(plan)
+    eks["backend"] = "hyperpod_eks"
+    eks["hyperpod"]["cluster_name"] = "no-slurm-cluster-in-an-eks-account"  # not this backend's
+    verdict = run(eks)
+    assert verdict["ok"] is True and "HyperPod EKS cluster sim2real-hyperpod-eks" in " ".join(verdict["checked"])
+    eks["hyperpod_eks"]["cluster_name"] = "sim2real-hyperpod"  # a Slurm-orchestrated cluster
+    assert "sim2real-hyperpod' has no Orchestrator.Eks.ClusterArn" in refused(eks)
+    eks["hyperpod_eks"]["cluster_name"] = "no-cluster"
+    assert "HyperPod cluster 'no-cluster' does not exist" in refused(eks)
+
+
 @pytest.mark.parametrize("name, fragment", [
     ("ab", "3-63 characters"), ("a" * 64, "3-63 characters"), ("My-Bucket", "upper-case"),
     ("my_bucket", "only lower-case letters"), ("-bucket", "begin and end"), ("my..bucket", "adjacent dots"),

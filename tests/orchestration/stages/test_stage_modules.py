@@ -52,7 +52,7 @@ def test_every_plan_section_round_trips_through_json(backend):
 
 def test_the_plan_keeps_its_sections_and_their_order():
     plan = _plan()
-    assert list(plan)[-9:] == ["quality_gate", "image", "batch", "hyperpod", "checkpoint", "evaluation", "vla",
+    assert list(plan)[-10:] == ["quality_gate", "image", "batch", "hyperpod", "hyperpod_eks", "checkpoint", "evaluation", "vla",
                                "deploy", "rounds"]
 
 

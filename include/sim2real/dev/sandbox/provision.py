@@ -311,6 +311,10 @@ def provision(
                               "partition": "dev", "shared_dir": sandbox.slurm.shared_dir,
                               "launcher": str(root / "containers" / "rl" / "distributed_run.bash"),
                               "use_container_image": False, "container_mounts": ""}
+        from sim2real.dev.sandbox.kubernetes_api import provision_hyperpod_eks
+
+        config["hyperpod_eks"] = provision_hyperpod_eks(
+            sandbox, launcher=str(root / "containers" / "rl" / "distributed_run.bash"))
     from sim2real.dev.sandbox.aws_events import provision_wait_events
 
     config["events"] = provision_wait_events(sandbox, config)

@@ -49,6 +49,8 @@ Faults (``Sandbox(faults={...})`` or ``sandbox.faults[...] = ...`` at any time):
 * ``events_drop`` / ``events_duplicate``: True, n or a list of detail-types — AWS state-change events are
   not published / reach the wait-event queue twice with the same id; ``events_delay``: seconds each event is
   held back (:mod:`sim2real.dev.sandbox.aws_events`).
+* ``eks_preempt_after_seconds``: s — every HyperPod EKS job is preempted by Kueue once, s seconds after it started
+  running (suspended, then readmitted after ``eks_preempt_hold_seconds``; :mod:`sim2real.dev.sandbox.kubernetes_api`).
 * ``slurm_job_fail``: True — a Slurm job submitted (``sbatch`` on the HyperPod head node) while it is
   set ends FAILED with exit code 1 instead of running its script.
 """
@@ -203,6 +205,7 @@ class Sandbox:
         self.mlflow_enabled = mlflow
         self.mlflow_dir = Path(mlflow_dir) if mlflow_dir else self.repo_root / ".sandbox" / "mlflow"
         self.mlflow: Any = None  # the MlflowServer once provision() started it
+        self.kubernetes: Any = None  # the emulated Kubernetes API server once provision() started it
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -244,6 +247,9 @@ class Sandbox:
         return self
 
     def stop(self) -> None:
+        if self.kubernetes is not None:
+            self.kubernetes.stop()
+            self.kubernetes = None
         if self.mlflow is not None:
             try:
                 self.mlflow.stop()

@@ -283,6 +283,8 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         shape = field_dataset = None
         if plan.get("backend", "batch") == "batch":
             shape = self._check_batch(plan, problems, checked)
+        elif plan.get("backend") == "hyperpod_eks":
+            self._check_hyperpod_eks(plan, problems, checked)
         else:
             self._check_hyperpod(plan, problems, checked)
         if (plan.get("vla") or {}).get("enabled"):
@@ -393,25 +395,47 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             problems += job_shape_problems(latest, itype, types[0])
         return instance_shape(types[0])
 
+    def _describe_cluster(self, cluster: str, setting: str, problems: list[str]) -> dict | None:
+        """SageMaker ``DescribeCluster`` of ``cluster`` (a Failed cluster is a problem), or None with the problem
+        (``setting``: where the cluster is named)."""
+        try:
+            desc = self._hooks(SageMakerHook).conn.describe_cluster(ClusterName=cluster)
+        except ClientError as err:
+            if _code(err) not in ("ResourceNotFound", "ValidationException"):
+                problems.append(client_error_problem(f"SageMaker HyperPod cluster {cluster!r}",
+                                                     "sagemaker:DescribeCluster", err, setting))
+                return None
+            problems.append(f"SageMaker HyperPod cluster {cluster!r} does not exist ({_code(err)}). Set {setting}")
+            return None
+        if desc.get("ClusterStatus") == "Failed":
+            problems.append(f"SageMaker HyperPod cluster {cluster!r} is Failed ({desc.get('FailureMessage')}); "
+                            "recreate it or pick another cluster")
+        return desc
+
+    def _check_hyperpod_eks(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+        """The HyperPod cluster of ``training_backend: hyperpod_eks`` exists, is not Failed and is orchestrated by
+        EKS (``Orchestrator.Eks.ClusterArn``); its team queue is checked by ``hyperpod_eks.check_capacity``."""
+        from sim2real.orchestration.hooks.hyperpod_eks import eks_cluster_name_of
+
+        cluster = plan["hyperpod_eks"]["cluster_name"]
+        checked.append(f"HyperPod EKS cluster {cluster}")
+        desc = self._describe_cluster(cluster, "hyperpod_eks_cluster_name in the form or hyperpod_eks.cluster_name "
+                                               "in the environment config", problems)
+        if desc is None:
+            return
+        try:
+            eks_cluster_name_of(desc)
+        except ValueError as err:
+            problems.append(str(err))
+
     def _check_hyperpod(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
         hp = plan["hyperpod"]
         cluster, group = hp["cluster_name"], hp["instance_group_name"]
         checked.append(f"HyperPod cluster {cluster} group {group}")
-        sm = self._hooks(SageMakerHook).conn
-        try:
-            desc = sm.describe_cluster(ClusterName=cluster)
-        except ClientError as err:
-            if _code(err) not in ("ResourceNotFound", "ValidationException"):
-                problems.append(client_error_problem(
-                    f"SageMaker HyperPod cluster {cluster!r}", "sagemaker:DescribeCluster", err,
-                    "hyperpod_cluster_name in the form or hyperpod.cluster_name in the environment config"))
-                return
-            problems.append(f"SageMaker HyperPod cluster {cluster!r} does not exist ({_code(err)}). Set "
-                            "hyperpod_cluster_name in the form or hyperpod.cluster_name in the environment config")
+        desc = self._describe_cluster(cluster, "hyperpod_cluster_name in the form or hyperpod.cluster_name in the "
+                                               "environment config", problems)
+        if desc is None:
             return
-        if desc.get("ClusterStatus") == "Failed":
-            problems.append(f"SageMaker HyperPod cluster {cluster!r} is Failed ({desc.get('FailureMessage')}); "
-                            "recreate it or pick another cluster")
         groups = sorted(g["InstanceGroupName"] for g in desc.get("InstanceGroups", []))
         if group not in groups:
             problems.append(f"SageMaker HyperPod cluster {cluster!r} has no instance group {group!r} (groups: "

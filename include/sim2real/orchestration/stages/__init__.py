@@ -20,7 +20,8 @@ candidates, mapped), :mod:`.checkpoint`,
 
 from __future__ import annotations
 
-from sim2real.orchestration.stages import build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, run, sweep, train, vla
+from sim2real.orchestration.stages import (build, checkpoint, deploy, evaluate, gate, hyperpod, hyperpod_eks, rounds, run,
+                                          sweep, train, vla)
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 from sim2real.orchestration.stages.deploy import deployment_components, deployment_timeout_seconds, iot_job_configuration
 from sim2real.orchestration.stages.evaluate import check_report, eval_commands
@@ -34,4 +35,4 @@ __all__ = [
 ]
 
 #: Every stage module, in the order the run goes through them.
-STAGES = (run, build, train, hyperpod, sweep, checkpoint, evaluate, gate, rounds, vla, deploy)
+STAGES = (run, build, train, hyperpod, hyperpod_eks, sweep, checkpoint, evaluate, gate, rounds, vla, deploy)

@@ -66,6 +66,10 @@ def training_job_of(backend: str, result: dict | None, *, manifest_uri: str, swe
         result = sweep.get("training")
         manifest_uri = sweep["manifest_uri"]
     job = {"manifest_uri": manifest_uri, "candidate": sweep.get("candidate") if sweep else None}
+    if result and backend == "hyperpod_eks":
+        return {"backend": backend, "batch_job_id": None, "slurm_job_id": None,
+                "hyperpod_cluster_name": result.get("cluster_name"), "slurm_log_path": None,
+                "eks_job": {k: result.get(k) for k in ("namespace", "job_name", "job_uid", "preemptions")}, **job}
     if result and backend != "hyperpod":
         return {"backend": "batch", "batch_job_id": result.get("job_id"), "slurm_job_id": None,
                 "hyperpod_cluster_name": None, "slurm_log_path": None, **job}
@@ -99,8 +103,9 @@ def add_tasks(plan: Any, *, trained_by: list[Any]) -> tuple[Any, Any]:
             backend = plan.get("backend", "batch")
             swept = bool((plan.get("sweep") or {}).get("enabled"))
             sweep = ti.xcom_pull(task_ids=ids.SWEEP_PICK_BEST) if swept else None
-            result = None if swept else ti.xcom_pull(task_ids=ids.HYPERPOD_TRAIN_POLICY if backend == "hyperpod"
-                                                     else ids.BATCH_TRAIN_POLICY)
+            training_task = {"hyperpod": ids.HYPERPOD_TRAIN_POLICY,
+                             "hyperpod_eks": ids.HYPERPOD_EKS_TRAIN_POLICY}.get(backend, ids.BATCH_TRAIN_POLICY)
+            result = None if swept else ti.xcom_pull(task_ids=training_task)
             try:
                 return training_job_of(backend, result, manifest_uri=plan["checkpoint"]["manifest_uri"],
                                        sweep=sweep)

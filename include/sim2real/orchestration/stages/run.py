@@ -37,8 +37,8 @@ from sim2real.orchestration.params import (
     unknown_key_errors,
 )
 from sim2real.orchestration.run_state import check_run_outcome
-from sim2real.orchestration.stages import (build, checkpoint, deploy, evaluate, gate, hyperpod, rounds, sweep, train, vla,
-                                          vla_field)
+from sim2real.orchestration.stages import (build, checkpoint, deploy, evaluate, gate, hyperpod, hyperpod_eks, rounds, sweep,
+                                          train, vla, vla_field)
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, flat_xcoms
 from sim2real.orchestration.stages.hyperpod import hyperpod_plan
 from sim2real.orchestration.stages.rounds import lineage_entry
@@ -78,8 +78,8 @@ published), each with the resource and what to change. Hands on what it checked 
 TRAINING_BACKEND_DOC = """\
 **Training backend.** Calls no AWS API: follows the form's `training_backend` — `batch` goes on with
 `preflight.check_capacity` and the AWS Batch job (a run with a `sweep`: `preflight.check_sweep_capacity` and the
-`sweep` group), `hyperpod` with the `hyperpod` group (a sweep: its Slurm job array and the `sweep` group; the
-other paths are skipped). Waits for nothing. Hands on
+`sweep` group), `hyperpod` with the `hyperpod` group (a sweep: its Slurm job array and the `sweep` group), `hyperpod_eks` with
+`hyperpod_eks.check_capacity` (the other paths are skipped). Waits for nothing. Hands on
 the task id of the path taken.
 """
 
@@ -117,7 +117,7 @@ class RunPlan(PlanSection):
 
     SECTION = ""
     run_key: str
-    backend: str  #: ``batch`` or ``hyperpod``
+    backend: str  #: ``batch``, ``hyperpod`` or ``hyperpod_eks``
     bucket: str
     run_prefix: str  #: ``runs/<run_key>/``
     run_uri: str  #: ``s3://<bucket>/runs/<run_key>/``
@@ -174,10 +174,10 @@ def plan(ctx: PlanContext, *, applied: dict[str, Any]) -> RunPlan:
 
 
 #: The stages with a plan section, in the plan's key order.
-PLANNED = (sweep, gate, build, train, hyperpod, checkpoint, evaluate, vla, deploy, rounds)
+PLANNED = (sweep, gate, build, train, hyperpod, hyperpod_eks, checkpoint, evaluate, vla, deploy, rounds)
 #: The trigger form's field order (stable within a form section): the training fields first, the run's own
 #: fields (:func:`params`) last.
-_FORM_ORDER = (train, rounds, build, hyperpod, sweep, evaluate, gate, vla, deploy)
+_FORM_ORDER = (train, rounds, build, hyperpod, hyperpod_eks, sweep, evaluate, gate, vla, deploy)
 
 
 def plan_run(*, dag_id: str, run_id: str, params: Mapping[str, Any], env: Mapping[str, Any],
@@ -268,6 +268,7 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
     if params.get("deploy_to_edge") and not params.get("run_vla_finetune"):
         errors.append("deploy_to_edge needs run_vla_finetune (the deployed model is the approved fine-tuned "
                       "model package)")
+    errors.extend(hyperpod_eks.rule_errors(params, env))
     errors.extend(gate_reach_errors(params))
     errors.extend(_sweep_rule_errors(params, backend))
     budget = params.get("train_time_budget_seconds", 0)
@@ -475,10 +476,12 @@ def add_opening_tasks() -> tuple[Any, Any, Any]:
     @task.branch(task_id=ids.TRAINING_BACKEND, retries=0, execution_timeout=dt.timedelta(minutes=1),
                  doc_md=TRAINING_BACKEND_DOC)
     def training_backend(plan: dict) -> str:
-        """AWS Batch (preflight.check_capacity; a sweep: preflight.check_sweep_capacity) or SageMaker HyperPod
-        (hyperpod.check_capacity)."""
+        """AWS Batch (preflight.check_capacity; a sweep: preflight.check_sweep_capacity), SageMaker HyperPod
+        (hyperpod.check_capacity) or HyperPod on EKS (hyperpod_eks.check_capacity)."""
         if plan["backend"] == "hyperpod":
             return ids.HYPERPOD_CHECK_CAPACITY
+        if plan["backend"] == hyperpod_eks.BACKEND:
+            return ids.HYPERPOD_EKS_CHECK_CAPACITY
         return ids.SWEEP_CHECK_CAPACITY if (plan.get("sweep") or {}).get("enabled") else ids.BATCH_CHECK_CAPACITY
 
     backend = training_backend(plan["plan"])

@@ -62,10 +62,12 @@ def params() -> dict[str, Any]:
 
     return {
         "training_backend": Param(
-            "batch", type="string", enum=["batch", "hyperpod"], title="Training backend",
+            "batch", type="string", enum=["batch", "hyperpod", "hyperpod_eks"], title="Training backend",
             description="batch: an AWS Batch multi-node job. hyperpod: a Slurm job (sbatch through SSM on "
             "the head node) on a SageMaker HyperPod cluster whose GPU instance group is scaled up for the "
-            "run and back to its minimum afterwards.",
+            "run and back to its minimum afterwards. hyperpod_eks: a Kubeflow PyTorchJob on a HyperPod cluster "
+            "orchestrated by Amazon EKS, in your team's task-governance queue (HyperPod EKS team and priority "
+            "below); a preempted job waits for its turn again, its GPU-held time alone counts against the budget.",
             section=SECTION_TRAINING,
         ),
         "task": Param(

@@ -1,0 +1,463 @@
+"""An emulated Kubernetes API server of a HyperPod EKS cluster with Kueue: just the kinds and verbs the
+``hyperpod_eks`` training backend uses, driven by the official Python client.
+
+Loopback only (127.0.0.1), plain HTTP, and every request needs ``Authorization: Bearer <token>``: an EKS token
+(:func:`sim2real.contract.hyperpod_eks.is_eks_token`, what the backend sends) or the server's own
+:attr:`KubernetesApiServer.static_token` (for a test's kubeconfig); anything else is answered 401.
+
+Routes (shapes: Kubernetes API conventions — ``Status`` errors, ``<Kind>List`` lists, ``labelSelector`` ``k=v,...``;
+Kubeflow training operator v1 ``PyTorchJob``; Kueue API reference v1beta1 ``LocalQueue``, ``ClusterQueue``,
+``Workload``):
+
+* ``/apis/kubeflow.org/v1/namespaces/<ns>/pytorchjobs[/<name>]``: POST, GET, list, DELETE; ``/apis/kubeflow.org/v1/
+  pytorchjobs``: list in every namespace.
+* ``/apis/kueue.x-k8s.io/v1beta1/namespaces/<ns>/localqueues/<name>``, ``.../clusterqueues/<name>``: GET;
+  ``.../namespaces/<ns>/workloads``: list.
+* ``/api/v1/namespaces/<ns>/pods``: list; ``.../pods/<name>/log?tailLines=N``: the pod's output.
+
+A created job plays what the training operator and Kueue do: a Workload (label ``kueue.x-k8s.io/job-uid``) is
+created; when the ClusterQueue's ``nvidia.com/gpu`` nominal quota holds it beside the admitted ones it is
+``QuotaReserved`` + ``Admitted`` and the job unsuspended; the master pod then runs the job's container command as a
+local process (its ``env``, like the Batch emulation's node 0) and the job is ``Running``, then ``Succeeded`` (exit
+0) or ``Failed``. :meth:`KubernetesApiServer.preempt` evicts a running job (Workload ``Evicted`` reason
+``Preempted``, job suspended, its process killed), and it is readmitted after ``step_seconds``: its command runs
+again. A deleted job's process is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from sim2real.contract.hyperpod_eks import (GPU_RESOURCE, JOB_UID_LABEL, PRIORITY_LABEL, QUEUE_LABEL,
+                                            is_eks_token)
+
+_JOBS = re.compile(r"^/apis/kubeflow\.org/v1(?:/namespaces/(?P<ns>[^/]+))?/pytorchjobs(?:/(?P<name>[^/]+))?$")
+_KUEUE = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>localqueues|"
+                    r"clusterqueues|workloads)(?:/(?P<name>[^/]+))?$")
+_PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _matches(labels: dict[str, str], selector: str) -> bool:
+    for term in filter(None, (selector or "").split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+def _set_condition(obj: dict[str, Any], kind: str, status: bool, reason: str = "", message: str = "") -> None:
+    conditions = obj.setdefault("status", {}).setdefault("conditions", [])
+    conditions[:] = [c for c in conditions if c["type"] != kind]
+    conditions.append({"type": kind, "status": "True" if status else "False", "reason": reason, "message": message,
+                       "lastTransitionTime": _now()})
+
+
+def _gpus(job: dict[str, Any]) -> int:
+    total = 0
+    for spec in (job.get("spec") or {}).get("pytorchReplicaSpecs", {}).values():
+        for container in spec["template"]["spec"]["containers"]:
+            total += int(((container.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE) or 0) * \
+                int(spec.get("replicas", 1))
+    return total
+
+
+class KubernetesApiServer:
+    """The emulated API server (start with :meth:`start`, or as a context manager).
+
+    :param step_seconds: pause between the emulated controllers' steps (admission, pod start, readmission).
+    :param process_env: the base environment of a job's process (default: this process's).
+    :param events: ``emit(kind, message)`` for each emulation step (default: none).
+    """
+
+    def __init__(self, *, step_seconds: float = 0.2, process_env: Callable[[], dict[str, str]] | None = None,
+                 emit: Callable[[str, str], None] | None = None, cwd: str | None = None) -> None:
+        self.step_seconds = step_seconds
+        self.process_env = process_env or (lambda: dict(os.environ))
+        self.emit = emit or (lambda kind, message: None)
+        self.cwd = cwd
+        self.static_token = secrets.token_urlsafe(24)
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, namespace, name) -> object
+        self.logs: dict[tuple[str, str], deque[str]] = {}
+        self._processes: dict[tuple[str, str], subprocess.Popen] = {}
+        self._lock = threading.RLock()
+        self._httpd: ThreadingHTTPServer | None = None
+        #: ``preempt_after_seconds``: every job is preempted once, that long after its process started;
+        #: ``preempt_hold_seconds``: how long it then waits before it is readmitted (default ``step_seconds``).
+        self.faults: dict[str, Any] = {}
+        self._held_until: dict[tuple[str, str], float] = {}
+        self._preempted: set[tuple[str, str]] = set()
+
+    # -- set-up ----------------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def start(self) -> KubernetesApiServer:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _handle(self, verb: str) -> None:
+                server._serve(self, verb)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._handle("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._handle("POST")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._handle("DELETE")
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True, name="k8s-api").start()
+        return self
+
+    def stop(self) -> None:
+        for key in list(self._processes):
+            self._kill(key)
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> KubernetesApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def add_team(self, team: str, *, gpu_quota: int, cluster_queue: str | None = None) -> None:
+        """Create what task governance creates for a team: LocalQueue ``hyperpod-ns-<team>-localqueue`` in
+        ``hyperpod-ns-<team>`` pointing at ClusterQueue ``hyperpod-ns-<team>-clusterqueue`` with ``gpu_quota``."""
+        ns, cq = f"hyperpod-ns-{team}", cluster_queue or f"hyperpod-ns-{team}-clusterqueue"
+        with self._lock:
+            self.objects[("clusterqueues", "", cq)] = {
+                "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cq},
+                "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": [
+                    {"name": "default-flavor", "resources": [{"name": GPU_RESOURCE, "nominalQuota": gpu_quota}]}]}]}}
+            self.objects[("localqueues", ns, f"{ns}-localqueue")] = {
+                "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                "metadata": {"name": f"{ns}-localqueue", "namespace": ns}, "spec": {"clusterQueue": cq}}
+
+    def kubeconfig(self) -> dict[str, Any]:
+        """A kubeconfig (as a dict) for this server with :attr:`static_token`, for tests that load one."""
+        return {"apiVersion": "v1", "kind": "Config", "current-context": "sandbox",
+                "clusters": [{"name": "sandbox", "cluster": {"server": self.url}}],
+                "users": [{"name": "sandbox", "user": {"token": self.static_token}}],
+                "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "sandbox"}}]}
+
+    # -- HTTP ------------------------------------------------------------------------------------------------
+    def _serve(self, request: BaseHTTPRequestHandler, verb: str) -> None:
+        auth = request.headers.get("Authorization", "")
+        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+        if not (token and (token == self.static_token or is_eks_token(token))):
+            return self._reply(request, 401, _status(401, "Unauthorized", "a bearer token is required"))
+        url = urlparse(request.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        body = None
+        if verb == "POST":
+            length = int(request.headers.get("Content-Length") or 0)
+            body = json.loads(request.rfile.read(length) or b"{}")
+        elif request.headers.get("Content-Length"):
+            request.rfile.read(int(request.headers["Content-Length"]))
+        try:
+            code, answer = self._route(verb, url.path, query, body)
+        except KeyError as missing:
+            code, answer = 404, _status(404, "NotFound", f"{missing.args[0]} not found")
+        return self._reply(request, code, answer)
+
+    @staticmethod
+    def _reply(request: BaseHTTPRequestHandler, code: int, answer: Any) -> None:
+        """``answer`` as ``text/plain`` (a str: a pod's log) or ``application/json``."""
+        text = isinstance(answer, str)
+        data = (answer if text else json.dumps(answer)).encode()
+        request.send_response(code)
+        for name, value in (("Content-Type", "text/plain" if text else "application/json"),
+                            ("Content-Length", str(len(data)))):
+            request.send_header(name, value)
+        request.end_headers()
+        request.wfile.write(data)
+
+    def _route(self, verb: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        selector = query.get("labelSelector", "")
+        if (m := _JOBS.match(path)) is not None:
+            ns, name = m.group("ns"), m.group("name")
+            if verb == "POST":
+                return self._create_job(ns, body)
+            if verb == "DELETE":
+                return 200, self._delete_job(ns, name)
+            if name:
+                return 200, self._get("pytorchjobs", ns, name)
+            return 200, self._list("pytorchjobs", ns, selector, "PyTorchJobList", "kubeflow.org/v1")
+        if (m := _KUEUE.match(path)) is not None and verb == "GET":
+            plural, ns, name = m.group("plural"), m.group("ns") or "", m.group("name")
+            if name:
+                return 200, self._get(plural, ns, name)
+            return 200, self._list(plural, ns, selector, plural[:-1].capitalize() + "List", "kueue.x-k8s.io/v1beta1")
+        if (m := _PODS.match(path)) is not None and verb == "GET":
+            ns, name = m.group("ns"), m.group("name")
+            if m.group("log"):
+                self._get("pods", ns, name)
+                lines = list(self.logs.get((ns, name), ()))
+                return 200, "\n".join(lines[-int(query.get("tailLines") or len(lines) or 1):]) + "\n"
+            return 200, self._list("pods", ns, selector, "PodList", "v1")
+        return 404, _status(404, "NotFound", f"{verb} {path} is not emulated")
+
+    def _get(self, plural: str, ns: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            obj = self.objects.get((plural, ns or "", name))
+            if obj is None:
+                raise KeyError(f"{plural} {ns}/{name}")
+            return json.loads(json.dumps(obj))
+
+    def _list(self, plural: str, ns: str | None, selector: str, kind: str, api_version: str) -> dict[str, Any]:
+        with self._lock:
+            items = [json.loads(json.dumps(o)) for (p, n, _), o in sorted(self.objects.items())
+                     if p == plural and (not ns or n == ns) and _matches(o["metadata"].get("labels") or {}, selector)]
+        return {"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items}
+
+    # -- the training operator and Kueue -----------------------------------------------------------------------
+    def _create_job(self, ns: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = body["metadata"]["name"]
+        with self._lock:
+            if ("pytorchjobs", ns, name) in self.objects:
+                return 409, _status(409, "AlreadyExists", f'pytorchjobs.kubeflow.org "{name}" already exists')
+            uid = str(uuid.uuid4())
+            body["metadata"].update(namespace=ns, uid=uid, creationTimestamp=_now())
+            _set_condition(body, "Created", True, "PyTorchJobCreated", f"PyTorchJob {name} is created.")
+            self.objects[("pytorchjobs", ns, name)] = body
+            labels = body["metadata"].get("labels") or {}
+            workload = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+                        "metadata": {"name": f"pytorchjob-{name}-{uid[:5]}", "namespace": ns,
+                                     "labels": {JOB_UID_LABEL: uid}},
+                        "spec": {"queueName": labels.get(QUEUE_LABEL, ""),
+                                 "priorityClassName": labels.get(PRIORITY_LABEL, "")}, "status": {"conditions": []}}
+            self.objects[("workloads", ns, workload["metadata"]["name"])] = workload
+        self.emit("k8s", f"PyTorchJob {ns}/{name} created (queue {labels.get(QUEUE_LABEL)})")
+        threading.Thread(target=self._drive, args=(ns, name, uid), daemon=True, name=f"pytorchjob-{name}").start()
+        return 201, self._get("pytorchjobs", ns, name)
+
+    def _delete_job(self, ns: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            job = self.objects.pop(("pytorchjobs", ns, name), None)
+            if job is None:
+                raise KeyError(f"pytorchjobs {ns}/{name}")
+            uid = job["metadata"]["uid"]
+            for key in [k for k, o in self.objects.items() if k[0] == "workloads" and
+                        o["metadata"]["labels"].get(JOB_UID_LABEL) == uid]:
+                del self.objects[key]
+            for key in [k for k, o in self.objects.items() if k[0] == "pods" and
+                        o["metadata"]["labels"].get("training.kubeflow.org/job-name") == name and k[1] == ns]:
+                del self.objects[key]
+        self._kill((ns, name))
+        self.emit("k8s", f"PyTorchJob {ns}/{name} deleted")
+        return _status(200, "", "", status="Success")
+
+    def _job(self, ns: str, name: str, uid: str) -> dict[str, Any] | None:
+        job = self.objects.get(("pytorchjobs", ns, name))
+        return job if job is not None and job["metadata"]["uid"] == uid else None
+
+    def _workload(self, ns: str, uid: str) -> dict[str, Any] | None:
+        return next((o for (p, n, _), o in self.objects.items() if p == "workloads" and n == ns and
+                     o["metadata"]["labels"].get(JOB_UID_LABEL) == uid), None)
+
+    def _quota_free(self, ns: str, job: dict[str, Any]) -> tuple[bool, str]:
+        queue = (job["metadata"].get("labels") or {}).get(QUEUE_LABEL, "")
+        local = self.objects.get(("localqueues", ns, queue))
+        if local is None:
+            return False, f"LocalQueue {queue} doesn't exist"
+        cq_name = local["spec"]["clusterQueue"]
+        cq = self.objects.get(("clusterqueues", "", cq_name))
+        if cq is None:
+            return False, f"ClusterQueue {cq_name} doesn't exist"
+        quota = sum(int(r.get("nominalQuota") or 0) for g in cq["spec"]["resourceGroups"] for f in g["flavors"]
+                    for r in f["resources"] if r["name"] == GPU_RESOURCE)
+        used = sum(_gpus(o) for (p, n, _), o in self.objects.items() if p == "pytorchjobs" and o is not job and
+                   not o["spec"]["runPolicy"].get("suspend") and not _ended(o))
+        need = _gpus(job)
+        if used + need > quota:
+            return False, (f"couldn't assign flavors to pod set master: insufficient unused quota for {GPU_RESOURCE} "
+                           f"in flavor default-flavor, {used + need - quota} more needed")
+        return True, ""
+
+    def _drive(self, ns: str, name: str, uid: str) -> None:
+        """The job's life: admitted when quota allows, its command run, preempted and readmitted on request."""
+        while True:
+            time.sleep(self.step_seconds)
+            with self._lock:
+                job = self._job(ns, name, uid)
+                if job is None or _ended(job):
+                    return
+                workload = self._workload(ns, uid)
+                if not job["spec"]["runPolicy"].get("suspend") or workload is None:
+                    continue
+                if time.monotonic() < self._held_until.get((ns, name), 0.0):
+                    continue  # evicted a moment ago: queued behind the workload that preempted it
+                free, why = self._quota_free(ns, job)
+                if not free:
+                    _set_condition(workload, "QuotaReserved", False, "Pending", why)
+                    continue
+                for kind, reason in (("QuotaReserved", "QuotaReserved"), ("Admitted", "Admitted")):
+                    _set_condition(workload, kind, True, reason, f"The workload is {reason.lower()}")
+                _set_condition(workload, "Evicted", False, "")
+                job["spec"]["runPolicy"]["suspend"] = False
+                _set_condition(job, "Suspended", False, "PyTorchJobResumed", "PyTorchJob is resumed")
+            self.emit("k8s", f"Kueue admitted PyTorchJob {ns}/{name}")
+            time.sleep(self.step_seconds)
+            self._run(ns, name, uid)
+
+    def _run(self, ns: str, name: str, uid: str) -> None:
+        with self._lock:
+            job = self._job(ns, name, uid)
+            if job is None or job["spec"]["runPolicy"].get("suspend"):
+                return
+            container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+            env = {**self.process_env(), **{e["name"]: str(e.get("value", "")) for e in container.get("env", [])}}
+            env.setdefault("PROC_PER_NODE", "1")
+            pod = f"{name}-master-0"
+            self.objects[("pods", ns, pod)] = {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": ns, "labels": {
+                    "training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": "master"}},
+                "status": {"phase": "Running"}}
+            log = self.logs.setdefault((ns, pod), deque(maxlen=2000))
+            process = subprocess.Popen(list(container["command"]), env=env, cwd=self.cwd, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                       text=True, errors="replace")
+            self._processes[(ns, name)] = process
+            _set_condition(job, "Running", True, "PyTorchJobRunning", f"PyTorchJob {name} is running.")
+        delay = self.faults.get("preempt_after_seconds")
+        if delay and (ns, name) not in self._preempted:
+            self._preempted.add((ns, name))
+            timer = threading.Timer(float(delay), self.preempt, (ns, name))
+            timer.daemon = True
+            timer.start()
+        self.emit("k8s", f"PyTorchJob {ns}/{name}: master pod runs `{' '.join(container['command'])}` (pid "
+                         f"{process.pid})")
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.append(line.rstrip("\n"))
+        code = process.wait()
+        with self._lock:
+            self._processes.pop((ns, name), None)
+            job = self._job(ns, name, uid)
+            if job is None or job["spec"]["runPolicy"].get("suspend"):
+                return  # deleted, or preempted (the driver readmits it)
+            _set_condition(job, "Running", False, "PyTorchJobRunning", "")
+            if code == 0:
+                _set_condition(job, "Succeeded", True, "PyTorchJobSucceeded", f"PyTorchJob {name} is successfully "
+                                                                              "completed.")
+            else:
+                _set_condition(job, "Failed", True, "PyTorchJobFailed",
+                               f"PyTorchJob {name} is failed because 1 Master replica(s) failed (exit code {code}).")
+            workload = self._workload(ns, uid)
+            if workload is not None:
+                _set_condition(workload, "Finished", True, "Succeeded" if code == 0 else "Failed", "")
+        self.emit("k8s", f"PyTorchJob {ns}/{name} ended (exit code {code})")
+
+    def preempt(self, ns: str, name: str, message: str = "Preempted to accommodate a higher priority Workload") -> None:
+        """Kueue evicts the job's Workload: the job is suspended (its process killed) and queued again."""
+        with self._lock:
+            job = self.objects.get(("pytorchjobs", ns, name))
+            if job is None or _ended(job):
+                return
+            workload = self._workload(ns, job["metadata"]["uid"])
+            job["spec"]["runPolicy"]["suspend"] = True
+            _set_condition(job, "Running", False, "PyTorchJobSuspended", "")
+            _set_condition(job, "Suspended", True, "PyTorchJobSuspended", "PyTorchJob suspended")
+            if workload is not None:
+                _set_condition(workload, "Admitted", False, "NoReservation", "")
+                _set_condition(workload, "QuotaReserved", False, "Pending", "")
+                _set_condition(workload, "Evicted", True, "Preempted", message)
+        self._held_until[(ns, name)] = time.monotonic() + float(self.faults.get("preempt_hold_seconds") or 0.0)
+        self._kill((ns, name))
+        self.emit("k8s", f"Kueue preempted PyTorchJob {ns}/{name}: {message}")
+
+    def _kill(self, key: tuple[str, str]) -> None:
+        from sim2real.dev.sandbox.responders.batch import _kill
+
+        _kill(self._processes.pop(key, None))
+
+
+def _ended(job: dict[str, Any]) -> bool:
+    return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True"
+               for c in (job.get("status") or {}).get("conditions") or [])
+
+
+def _status(code: int, reason: str, message: str, status: str = "Failure") -> dict[str, Any]:
+    """A Kubernetes ``Status`` object (API conventions)."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": status, "message": message,
+            "reason": reason, "code": code}
+
+
+def provision_hyperpod_eks(sandbox: Any, *, launcher: str, team: str = "robotics",
+                           gpu_quota: int = 8) -> dict[str, Any]:
+    """Start the emulated API server for ``sandbox`` (``sandbox.kubernetes``; faults from ``sandbox.faults``, e.g.
+    ``eks_preempt_after_seconds``) with ``team``'s queue, create the EKS cluster (moto) whose endpoint is that
+    server and the HyperPod cluster ``sim2real-hyperpod-eks`` orchestrated by it (``Orchestrator.Eks.ClusterArn``,
+    which moto does not keep: added to its DescribeCluster here); return the environment config's ``hyperpod_eks``
+    section."""
+    from moto.eks.models import eks_backends
+    from moto.sagemaker.models import Cluster
+
+    server = KubernetesApiServer(step_seconds=sandbox.step_seconds, process_env=sandbox.process_env,
+                                 emit=lambda kind, message: sandbox.events.emit("eks", kind, message),
+                                 cwd=str(sandbox.repo_root)).start()
+    server.faults = _SandboxFaults(sandbox.faults)
+    server.add_team(team, gpu_quota=gpu_quota)
+    sandbox.kubernetes = server
+    role = f"arn:aws:iam::{sandbox.account_id}:role/sim2real-hyperpod"
+    eks = sandbox.client("eks", internal=True)
+    arn = eks.create_cluster(name="sim2real-eks", roleArn=role, resourcesVpcConfig={"subnetIds": []})["cluster"]["arn"]
+    eks_backends[sandbox.account_id][sandbox.region].clusters["sim2real-eks"].endpoint = server.url
+    original = Cluster.describe
+
+    def describe(cluster: Cluster) -> dict[str, Any]:
+        answer = original(cluster)
+        if cluster.cluster_name == "sim2real-hyperpod-eks":
+            answer["Orchestrator"] = {"Eks": {"ClusterArn": arn}}
+        return answer
+
+    sandbox._patcher.setattr(Cluster, "describe", describe)
+    sandbox.client("sagemaker", internal=True).create_cluster(ClusterName="sim2real-hyperpod-eks", InstanceGroups=[
+        # no node: the Kubernetes jobs run on this machine, and the HyperPod (Slurm) capacity checks count the
+        # account's cluster instances
+        {"InstanceGroupName": "gpu", "InstanceType": "ml.g5.12xlarge", "InstanceCount": 0,
+         "LifeCycleConfig": {"SourceS3Uri": f"s3://sagemaker-sim2real-hyperpod-lifecycle-{sandbox.account_id}/lifecycle/",
+                            "OnCreate": "on_create.sh"}, "ExecutionRole": role,
+         "ThreadsPerCore": 1}])
+    sandbox.events.emit("eks", "api-server", f"HyperPod EKS cluster sim2real-hyperpod-eks: emulated Kubernetes API "
+                        f"server (PyTorchJob, Kueue) on {server.url}, team {team} with {gpu_quota} GPUs")
+    return {"cluster_name": "sim2real-hyperpod-eks", "team": team, "priority_class": "training", "gpus_per_node": 1,
+            "instance_type": "ml.g5.12xlarge", "command": ["bash", launcher]}
+
+
+class _SandboxFaults(dict):
+    """The sandbox's faults as the API server reads them (``eks_preempt_after_seconds`` → ``preempt_after_seconds``)."""
+
+    def __init__(self, faults: dict[str, Any]) -> None:
+        super().__init__()
+        self._faults = faults
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._faults.get(f"eks_{key}", default)

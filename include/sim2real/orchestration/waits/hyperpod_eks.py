@@ -1,0 +1,138 @@
+"""Step function of a training job on a HyperPod EKS cluster: a Kubeflow ``PyTorchJob`` under Kueue.
+
+A response is ``{"job": <the PyTorchJob or None when it is gone>, "workload": <Kueue's Workload of the job or
+None>}`` (:func:`job_response`), or an API error in botocore's error shape (:func:`api_error_response`).
+
+Sources: Kubeflow training operator v1 API, ``JobStatus.conditions[]`` (types ``Created``, ``Running``,
+``Restarting``, ``Succeeded``, ``Failed``, ``Suspended``) and ``RunPolicy.suspend``; Kueue API reference
+(kueue.x-k8s.io/v1beta1), ``Workload.status.conditions[]`` (``QuotaReserved``, ``Admitted``, ``Evicted`` with reason
+``Preempted`` / ``InactiveWorkload`` / ..., ``Preempted``, ``Finished``); Kueue documentation "Preemption": an
+evicted workload's job is suspended (its pods deleted) and queued again until it is readmitted.
+
+**Preemption is part of the wait**: a job suspended after it ran (Kueue evicted it for a higher priority or a team
+reclaiming its quota) is waited for until it is readmitted and runs again; each one is counted (``preemptions``).
+**The budget counts only the time the job held GPUs**: the seconds between polls that saw it running
+(``Running`` and not suspended) add up to ``gpu_seconds``; the cost is ``gpu_seconds`` x nodes x the node price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sim2real.orchestration.budget import budget_verdict, elapsed_cost_usd
+from sim2real.orchestration.waits.core import Action, Step, WaitState, api_error_step
+
+#: Workload condition types that say Kueue took the job's quota away.
+EVICTION_CONDITIONS = ("Evicted", "Preempted")
+
+
+def api_error_response(error: Exception) -> dict[str, Any]:
+    """A Kubernetes ``ApiException`` (or a connection error) as botocore's error response, so that
+    :func:`~sim2real.orchestration.waits.core.api_error_step` classifies it: 429 and 5xx / no answer retry
+    (``TooManyRequestsException``, ``"500"``..., ``ServiceUnavailable``), any other status fails."""
+    status = getattr(error, "status", None)
+    code = ("TooManyRequestsException" if status == 429 else str(status) if status
+            else "ServiceUnavailable")
+    message = str(getattr(error, "reason", "") or error).strip()
+    return {"Error": {"Code": code, "Message": message}}
+
+
+def job_response(job: Mapping[str, Any] | None, workload: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The step's response of one read of the job and its Workload."""
+    return {"job": dict(job) if job is not None else None, "workload": dict(workload) if workload else None}
+
+
+def true_conditions(obj: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """``type -> condition`` of ``obj``'s ``status.conditions`` whose ``status`` is ``"True"``."""
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return {c.get("type"): c for c in conditions if str(c.get("status")) == "True"}
+
+
+def job_state(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> tuple[str, str]:
+    """``(state, why)``: ``Succeeded`` / ``Failed`` / ``Preempted`` / ``Running`` / ``Queued`` / ``Admitted``, and
+    the condition's reason and message that say so."""
+    job_true, wl_true = true_conditions(job), true_conditions(workload)
+    suspended = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+    for kind in ("Succeeded", "Failed"):
+        if kind in job_true:
+            c = job_true[kind]
+            return kind, f"{c.get('reason') or ''}: {c.get('message') or ''}".strip(": ")
+    evicted = next((wl_true[k] for k in EVICTION_CONDITIONS if k in wl_true), None)
+    if evicted is not None and (suspended or "Admitted" not in wl_true):
+        return "Preempted", f"{evicted.get('reason') or ''}: {evicted.get('message') or ''}".strip(": ")
+    if suspended:
+        pending = ((workload or {}).get("status") or {}).get("conditions") or []
+        note = next((c.get("message") for c in pending if c.get("type") == "QuotaReserved"), "") or ""
+        return "Queued", note or "waiting for Kueue to admit the workload"
+    if "Running" in job_true:
+        return "Running", ""
+    return "Admitted", "admitted, pods starting"
+
+
+def eks_job_step(response: Mapping[str, Any], state: WaitState) -> Step:
+    """Decide one read of the ``PyTorchJob`` ``params["namespace"]/params["job_name"]``.
+
+    Params: ``cluster_name``, ``namespace``, ``job_name``, ``job_uid``, ``num_nodes``, ``usd_per_node_hour`` and
+    ``cost_limit_usd`` (None: no cost check). Memory: ``gpu_seconds``, ``running_at`` (the last poll that saw it
+    running, epoch s), ``preemptions``, ``preempted`` (the last read saw it preempted).
+
+    :return: ``success`` (Succeeded); ``failure`` (Failed, with its reason; the job gone before it ended; a
+        non-retriable API error; the cost at the next poll above ``cost_limit_usd``: ``reason: cost_limit`` and
+        action ``delete_job``); ``retry`` otherwise (queued, admitted, running, preempted). Payload:
+        ``cluster_name``, ``namespace``, ``job_name``, ``job_uid``, ``state``, ``why``, ``preemptions``,
+        ``gpu_seconds``, ``cost_usd``.
+    """
+    p = state.params
+    where = f"PyTorchJob {p['namespace']}/{p['job_name']} on HyperPod EKS cluster {p['cluster_name']}"
+    memory: dict[str, Any] = dict(state.memory)
+    held = float(memory.get("gpu_seconds") or 0.0)
+    preemptions = int(memory.get("preemptions") or 0)
+    base = {"cluster_name": p["cluster_name"], "namespace": p["namespace"], "job_name": p["job_name"],
+            "job_uid": p.get("job_uid"), "preemptions": preemptions}
+    error = api_error_step(response, where, "Kubernetes API read")
+    if error is not None:
+        return Step(error.outcome, error.reason, {**base, **error.payload, "state": "Unknown",
+                                                   "gpu_seconds": held, "cost_usd": _cost(p, held)})
+    job = response.get("job")
+    if job is None:
+        return Step("failure", f"{where} is gone (deleted before it ended, by a person or the cluster)",
+                    {**base, "state": "Deleted", "why": "", "gpu_seconds": held, "cost_usd": _cost(p, held)})
+    status, why = job_state(job, response.get("workload"))
+    if memory.get("running_at") is not None:  # it held GPUs since the last poll (until some time in between)
+        held += max(state.now - float(memory["running_at"]), 0.0)
+    memory["running_at"] = state.now if status == "Running" else None
+    if status == "Preempted" and not memory.get("preempted"):  # Evicted: it had been admitted
+        preemptions += 1
+    memory.update(gpu_seconds=held, preemptions=preemptions, preempted=status == "Preempted")
+    payload = {**base, "preemptions": preemptions, "state": status, "why": why, "gpu_seconds": round(held, 3),
+               "cost_usd": _cost(p, held)}
+    if status == "Succeeded":
+        return Step("success", f"{where} Succeeded after {held:.0f} GPU-held s, {preemptions} preemption(s)", payload)
+    if status == "Failed":
+        return Step("failure", f"{where} Failed: {why or 'no reason given'}", payload)
+    note = ""
+    if status == "Running" and p.get("num_nodes"):
+        verdict = budget_verdict(elapsed_s=held, instances=int(p["num_nodes"]), usd_per_hour=p.get("usd_per_node_hour"),
+                                 limit_usd=p.get("cost_limit_usd"), poll_interval_s=state.poll_interval_s + state.describe_s)
+        if verdict is not None and verdict.over_budget:
+            text = (f"{where} stopped at its cost limit: {verdict.describe()} (GPU-held time only; "
+                    f"{preemptions} preemption(s) not counted). Raise max_budget_usd or lower max_iterations/num_nodes")
+            return Step("failure", text + "; the job was deleted.", {**payload, "reason": "cost_limit"},
+                        action=Action("delete_job", {"namespace": p["namespace"], "job_name": p["job_name"]}),
+                        action_failed_reason=text + "; deleting the job FAILED: delete it by hand.", memory=memory)
+        note = f"; {verdict.describe()}" if verdict is not None else ""
+    if status == "Preempted":
+        note = (f" (preempted by Kueue: {why}; the job waits for readmission, not a failure; GPU-held time so far "
+                f"{held:.0f} s)")
+    elif why:
+        note = f" ({why}){note}"
+    return Step("retry", f"{where}: {status}{note}", payload, memory=memory)
+
+
+def _cost(params: Mapping[str, Any], held_s: float) -> float | None:
+    """USD of ``held_s`` GPU-held seconds on ``num_nodes`` nodes (None without a price)."""
+    price, nodes = params.get("usd_per_node_hour"), params.get("num_nodes")
+    if price is None or not nodes:
+        return None
+    return round(elapsed_cost_usd(0.0, held_s, int(nodes), float(price)), 4)

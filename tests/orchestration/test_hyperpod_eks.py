@@ -1,0 +1,301 @@
+"""The HyperPod EKS training backend: the wait's step function (pure), and the hook, trigger, operators and orphan
+sweep driven by the official Kubernetes client against an API server.
+
+The API server is the sandbox's emulated one (:mod:`sim2real.dev.sandbox.kubernetes_api`, loopback, real sockets),
+or a real cluster's when ``SIM2REAL_TEST_KUBECONFIG`` names a kubeconfig (README, "HyperPod on EKS"): then
+``SIM2REAL_TEST_TEAM`` is a task-governance team whose queue has at least one GPU of quota and ``SIM2REAL_TEST_IMAGE``
+an image with ``bash``; the tests that need the emulator's controls (a preemption on demand) are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import pytest
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import TaskDeferred
+
+from sim2real.orchestration.hooks import hyperpod_eks as eks
+from sim2real.orchestration.waits.core import WaitState, drive
+from sim2real.orchestration.waits.hyperpod_eks import eks_job_step, job_response
+
+PARAMS = {"cluster_name": "hp", "namespace": "hyperpod-ns-t", "job_name": "s2r-k", "job_uid": "u", "num_nodes": 2,
+          "usd_per_node_hour": 36.0, "cost_limit_usd": None}
+
+
+def _job(*conditions: str, suspend: bool = False) -> dict:
+    return {"metadata": {"name": "s2r-k", "uid": "u"}, "spec": {"runPolicy": {"suspend": suspend}},
+            "status": {"conditions": [{"type": c, "status": "True", "reason": f"{c}Reason", "message": f"{c} msg"}
+                                      for c in conditions]}}
+
+
+def _evicted() -> dict:
+    return {"status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted",
+                                       "message": "Preempted to accommodate a higher priority Workload"}]}}
+
+
+def _steps(responses, params=PARAMS, poll=10.0):
+    state, steps = WaitState(params=params, poll_interval_s=poll), []
+    for now, response in responses:
+        from dataclasses import replace
+
+        state = replace(state, now=now)
+        step = eks_job_step(response, state)
+        steps.append(step)
+        state = state.after(step)
+    return steps
+
+
+# ---- the step function (pure)
+
+def test_a_preemption_is_waited_through_and_only_gpu_held_time_counts():
+    steps = _steps([
+        (0, job_response(_job("Created", suspend=True), None)),          # queued
+        (10, job_response(_job("Created", "Running"), None)),             # admitted and running
+        (20, job_response(_job("Created", "Running"), None)),             # +10 s held
+        (30, job_response(_job("Created", suspend=True), _evicted())),    # preempted: +10 s (held until then)
+        (130, job_response(_job("Created", suspend=True), _evicted())),   # 100 s queued again: not counted
+        (140, job_response(_job("Created", "Running"), None)),            # readmitted
+        (150, job_response(_job("Created", "Succeeded"), None)),          # +10 s
+    ])
+    assert [s.outcome for s in steps] == ["retry"] * 6 + ["success"]
+    assert steps[3].payload["state"] == "Preempted" and "not a failure" in steps[3].reason
+    assert steps[-1].payload["preemptions"] == 1
+    assert steps[-1].payload["gpu_seconds"] == 30.0  # 10 + 10 + 10, not the 150 s the wait took
+    assert steps[-1].payload["cost_usd"] == pytest.approx(30 / 3600 * 2 * 36.0, abs=1e-4)
+
+
+def test_failed_deleted_and_api_errors():
+    failed = _steps([(0, job_response(_job("Created", "Failed"), None))])[0]
+    assert failed.outcome == "failure" and "FailedReason: Failed msg" in failed.reason
+    gone = _steps([(0, job_response(None, None))])[0]
+    assert gone.outcome == "failure" and gone.payload["state"] == "Deleted" and "gone" in gone.reason
+    throttled = _steps([(0, {"Error": {"Code": "TooManyRequestsException", "Message": "slow down"}})])[0]
+    assert throttled.outcome == "retry"
+    forbidden = _steps([(0, {"Error": {"Code": "403", "Message": "Forbidden"}})])[0]
+    assert forbidden.outcome == "failure" and "403" in forbidden.reason
+
+
+def test_the_cost_limit_deletes_the_job_before_it_passes():
+    params = {**PARAMS, "cost_limit_usd": 0.3}  # 2 nodes x $36/h = $0.02/s: the limit is 15 s of GPU time
+    steps = _steps([(0, job_response(_job("Running"), None)), (10, job_response(_job("Running"), None))], params)
+    assert steps[0].outcome == "retry"
+    assert steps[1].outcome == "failure" and steps[1].payload["reason"] == "cost_limit"
+    assert steps[1].action.name == "delete_job" and steps[1].action.params == {"namespace": "hyperpod-ns-t",
+                                                                                "job_name": "s2r-k"}
+
+
+def test_the_job_carries_the_task_governance_labels_and_a_try_independent_name():
+    key = "sim-to-real-manual-2026-12-04t16-58-54-044674-00-00-7855b4e7"
+    name = eks.job_name(key)
+    assert name == eks.job_name(key) and len(name) <= 63 and name.endswith("7855b4e7")
+    manifest = eks.job_manifest(name=name, namespace="hyperpod-ns-robots", team="robots", priority_class="training",
+                                run_key=key, image="img@sha256:x", num_nodes=3, gpus_per_node=8,
+                                environment={"TASK": "Reacher-v5"}, command=["bash", "run.bash"])
+    labels = manifest["metadata"]["labels"]
+    assert labels[eks.QUEUE_LABEL] == "hyperpod-ns-robots-localqueue"
+    assert labels[eks.PRIORITY_LABEL] == "training-priority" and labels[eks.RUN_KEY_LABEL] == key
+    assert manifest["apiVersion"] == "kubeflow.org/v1" and manifest["kind"] == "PyTorchJob"
+    assert manifest["spec"]["runPolicy"]["suspend"] is True  # Kueue admits it
+    specs = manifest["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 2
+    assert specs["Master"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+
+
+def test_the_actual_cost_counts_the_gpu_held_seconds():
+    from sim2real.orchestration.cost_actual import actual_run_cost
+
+    plan = {"budget": {"items": [{"stage": "training", "instance_type": "ml.g5.12xlarge", "instances": 2,
+                                  "usd_per_hour": 36.0}]}, "batch": {"num_nodes": 2}}
+    result = {"backend": "hyperpod_eks", "job_id": "s2r-k", "cluster_name": "hp", "namespace": "hyperpod-ns-t",
+              "job_name": "s2r-k", "gpu_seconds": 1800.0, "num_nodes": 2, "preemptions": 1}
+    item = next(i for i in actual_run_cost(plan, result, now=10_000.0)["items"] if i["stage"] == "training")
+    assert item["hours"] == pytest.approx(0.5) and item["usd"] == pytest.approx(36.0)
+    assert "PyTorchJob hyperpod-ns-t/s2r-k on HyperPod EKS cluster hp" in item["basis"]
+
+
+def test_the_form_refuses_hyperpod_eks_without_a_cluster_or_team():
+    from sim2real.orchestration.stages.hyperpod_eks import rule_errors
+
+    errors = rule_errors({"training_backend": "hyperpod_eks"}, {})
+    assert any("needs a cluster" in e for e in errors) and any("task-governance team" in e for e in errors)
+    assert rule_errors({"training_backend": "hyperpod_eks", "hyperpod_eks_team": "robots"},
+                       {"hyperpod_eks": {"cluster_name": "hp"}}) == []
+    assert rule_errors({"training_backend": "batch"}, {}) == []
+
+
+# ---- against an API server (the emulated one, or SIM2REAL_TEST_KUBECONFIG's)
+
+class _Ti:
+    def __init__(self):
+        self.xcoms = {}
+        self.try_number, self.max_tries = None, None
+
+    def xcom_push(self, key, value):
+        self.xcoms[key] = value
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    """``(api, team, command, emulator or None)``; the operators' hook answers with ``api``."""
+    from kubernetes import config as kube_config
+
+    path = os.environ.get("SIM2REAL_TEST_KUBECONFIG")
+    if path:
+        api = kube_config.new_client_from_config(config_file=path)
+        team, emulator = os.environ["SIM2REAL_TEST_TEAM"], None
+        yield_value = (api, team, ["bash", "-c", "echo training; sleep 20; echo done"], None)
+        monkeypatch.setattr(eks.HyperPodEksHook, "api_client", lambda self, name: api)
+        yield yield_value
+        for job in eks.list_jobs(api, f"{eks.RUN_KEY_LABEL}", eks.team_namespace(team)):
+            eks.delete_job(api, job["metadata"]["namespace"], job["metadata"]["name"])
+        return
+    from sim2real.dev.sandbox.kubernetes_api import KubernetesApiServer
+
+    with KubernetesApiServer(step_seconds=0.05) as emulator:
+        emulator.add_team("robots", gpu_quota=4)
+        api = kube_config.new_client_from_config_dict(emulator.kubeconfig())
+        monkeypatch.setattr(eks.HyperPodEksHook, "api_client", lambda self, name: api)
+        yield api, "robots", ["bash", "-c", "echo training; sleep 1; echo done"], emulator
+
+
+def _operator(team, command, key, **kwargs):
+    from sim2real.orchestration.operators.hyperpod_eks import HyperPodEksJobOperator
+
+    return HyperPodEksJobOperator(task_id="train_policy", cluster_name="hp", team=team, priority_class="training",
+                                  run_key=key, image=os.environ.get("SIM2REAL_TEST_IMAGE", "local"), num_nodes=1,
+                                  gpus_per_node=1, environment={"TASK": "Reacher-v5"}, command=command,
+                                  poll_interval=1, **kwargs)
+
+
+def _submit(team, command, key):
+    """``execute`` one try; its deferral's trigger (the job created or reattached to)."""
+    ti = _Ti()
+    with pytest.raises(TaskDeferred) as deferred:
+        _operator(team, command, key).execute({"ti": ti})
+    return deferred.value, ti
+
+
+def _wait(api, trigger, max_attempts=300):
+    trigger._api = api
+    state = WaitState(params=trigger.step_params(), poll_interval_s=0.1)
+    return asyncio.run(drive(eks_job_step, lambda s: trigger.describe(None, s), state, max_attempts=max_attempts,
+                             perform=lambda action: trigger.perform(None, action)))
+
+
+def _key() -> str:
+    return f"test-eks-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.integration
+def test_capacity_is_refused_before_submit(cluster):
+    from sim2real.orchestration.operators.hyperpod_eks import HyperPodEksCapacityOperator
+
+    api, team, _, _ = cluster
+    ok = HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team=team, num_nodes=1, gpus_per_node=1)
+    assert ok.execute({})["ok"] is True
+    with pytest.raises(AirflowFailException, match="LocalQueue hyperpod-ns-nobody/hyperpod-ns-nobody-localqueue "
+                                                   "does not exist"):
+        HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team="nobody", num_nodes=1,
+                                    gpus_per_node=1).execute({})
+    with pytest.raises(AirflowFailException, match=r"nominal quota of \d+ nvidia.com/gpu; the job needs 4096"):
+        HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team=team, num_nodes=16,
+                                    gpus_per_node=256).execute({})
+    assert eks.list_jobs(api, eks.RUN_KEY_LABEL, eks.team_namespace(team)) == []  # nothing was submitted
+
+
+@pytest.mark.integration
+def test_a_retry_reattaches_by_name_and_the_preempted_job_resumes(cluster):
+    api, team, command, emulator = cluster
+    if emulator is None:
+        pytest.skip("a preemption on demand needs the emulated API server")
+    emulator.faults.update(preempt_after_seconds=0.3, preempt_hold_seconds=0.5)
+    key = _key()
+    first, ti = _submit(team, command, key)
+    assert first.kwargs == {"reattached": False} and ti.xcoms["eks_job"]["job_name"] == eks.job_name(key)
+    # The worker dies after the job was created; the retry finds it by name instead of creating a second one.
+    second, _ = _submit(team, command, key)
+    assert second.kwargs == {"reattached": True}
+    assert len(eks.list_jobs(api, f"{eks.RUN_KEY_LABEL}={key}")) == 1
+    event = _wait(api, second.trigger)
+    assert event["status"] == "success" and event["state"] == "Succeeded", event
+    assert event["preemptions"] == 1 and 0 < event["gpu_seconds"]
+    result = _operator(team, command, key).execute_complete({"ti": _Ti()}, event, reattached=True)
+    assert result["job_uid"] and result["preemptions"] == 1 and result["reattached"] is True
+
+
+@pytest.mark.integration
+def test_a_cleared_task_starts_afresh_and_deletes_the_active_job_of_its_earlier_try(cluster):
+    api, team, command, _ = cluster
+    long_run = [*command[:-1], command[-1].replace("sleep 1", "sleep 60")]
+    key = _key()
+    ti = _Ti()
+    ti.try_number, ti.max_tries = 1, 2  # first series, retries=2
+    with pytest.raises(TaskDeferred):
+        _operator(team, long_run, key, retries=2).execute({"ti": ti})
+    ti.try_number, ti.max_tries = 2, 3  # cleared after try 1: max_tries = 1 + retries, the next try is 2
+    with pytest.raises(TaskDeferred) as deferred:
+        _operator(team, long_run, key, retries=2).execute({"ti": ti})
+    assert deferred.value.kwargs == {"reattached": False}
+    assert deferred.value.trigger.job_name == eks.job_name(key, "s2")
+    names = [j["metadata"]["name"] for j in eks.list_jobs(api, f"{eks.RUN_KEY_LABEL}={key}")]
+    assert names == [eks.job_name(key, "s2")]  # the first try's job was deleted
+    ti.try_number = 3  # a retry within the cleared series reattaches to its job
+    with pytest.raises(TaskDeferred) as again:
+        _operator(team, long_run, key, retries=2).execute({"ti": ti})
+    assert again.value.kwargs == {"reattached": True} and again.value.trigger.job_name == eks.job_name(key, "s2")
+
+
+@pytest.mark.integration
+def test_kill_deletes_the_job_and_the_sweeper_stops_an_orphan(cluster):
+    from sim2real.orchestration import sweeper
+    from sim2real.orchestration.orphans import find_eks_jobs
+
+    api, team, command, _ = cluster
+    long_run = [*command[:-1], command[-1].replace("sleep 1", "sleep 60")]
+    killed, _ = _submit(team, long_run, _key())
+    killed.trigger._api = api
+    asyncio.run(killed.trigger.stop_resource())  # what the trigger's on_kill does once the task is stopped
+    assert eks.read_job(api, killed.trigger.namespace, killed.trigger.job_name) is None
+    orphan_key = _key()
+    _submit(team, long_run, orphan_key)
+    [found] = [f for f in find_eks_jobs(api, "hp", eks.team_namespace(team)) if f.run_key == orphan_key]
+    assert found.kind == "eks_job" and found.id == f"{eks.team_namespace(team)}/{eks.job_name(orphan_key)}"
+    assert sweeper.stop(found, {"eks_api": lambda name: api}, "its run is over") == "DeletePyTorchJob"
+    assert eks.read_job(api, eks.team_namespace(team), found.name) is None
+
+
+@pytest.mark.integration
+def test_a_failed_job_names_cluster_namespace_job_condition_and_log_tail(cluster):
+    api, team, command, _ = cluster
+    failing = ["bash", "-c", "echo loss exploded at step 7; exit 3"]
+    key = _key()
+    deferred, _ = _submit(team, failing, key)
+    event = _wait(api, deferred.trigger)
+    assert event["status"] == "failure" and event["state"] == "Failed", event
+    with pytest.raises(AirflowFailException) as raised:
+        _operator(team, failing, key).execute_complete({"ti": _Ti()}, event)
+    text = str(raised.value)
+    for part in ("cluster hp", f"namespace {eks.team_namespace(team)}", f"job {eks.job_name(key)}", "condition Failed",
+                 "loss exploded at step 7"):
+        assert part in text, (part, text)
+    gone = {**event, "state": "Deleted", "status": "failure"}
+    with pytest.raises(AirflowException) as retried:  # vanished: a retry creates it again
+        _operator(team, failing, key).execute_complete({"ti": _Ti()}, gone)
+    assert not isinstance(retried.value, AirflowFailException)
+
+
+@pytest.mark.integration
+def test_the_api_server_wants_a_bearer_token(cluster):
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api, team, _, _ = cluster
+    anonymous = client.Configuration()
+    anonymous.host = api.configuration.host
+    anonymous.ssl_ca_cert = api.configuration.ssl_ca_cert
+    with pytest.raises(ApiException) as refused:
+        eks.read_job(client.ApiClient(anonymous), eks.team_namespace(team), "x")
+    assert refused.value.status in (401, 403)
