@@ -97,12 +97,11 @@ def _grants(rules: list[dict]) -> set[tuple[str, str, str]]:
 
 
 def test_rbac_grants_exactly_what_the_backend_calls() -> None:
-    """The job kind (create/get/list/delete), Kueue reads, pod logs in the namespace; ClusterQueues read only."""
+    """The job kind the backend submits, Kubeflow PyTorchJob (create/get/list/delete; no HyperPodPyTorchJob), Kueue reads, pod logs in the namespace; ClusterQueues read only."""
     docs = {d["kind"]: d for d in _manifests()}
     job = {"create", "get", "list", "delete"}
     assert _grants(docs["Role"]["rules"]) == (
-        {("sagemaker.amazonaws.com", "hyperpodpytorchjobs", v) for v in job}
-        | {("kubeflow.org", "pytorchjobs", v) for v in job}
+        {("kubeflow.org", "pytorchjobs", v) for v in job}
         | {("kueue.x-k8s.io", r, v) for r in ("localqueues", "workloads") for v in ("get", "list")}
         | {("", "pods", "get"), ("", "pods", "list"), ("", "pods/log", "get")})
     assert _grants(docs["ClusterRole"]["rules"]) == {("kueue.x-k8s.io", "clusterqueues", v) for v in ("get", "list")}
