@@ -28,10 +28,10 @@ def waiter_triggers() -> list[type]:
     return sorted(found, key=lambda c: c.__name__)
 
 
-def test_all_eleven_waiter_triggers_use_the_base() -> None:
+def test_all_twelve_waiter_triggers_use_the_base() -> None:
     names = [c.__name__ for c in waiter_triggers()]
     assert names == sorted(["BatchTrainingJobTrigger", "CanaryFieldEpisodesTrigger", "CodeBuildBuildCompleteTrigger",
-                            "GreengrassDeploymentTrigger", "HyperPodScaleTrigger", "HyperPodSlurmJobTrigger", "ModelPackageApprovalTrigger",
+                            "GreengrassDeploymentTrigger", "HyperPodEksJobTrigger", "HyperPodScaleTrigger", "HyperPodSlurmJobTrigger", "ModelPackageApprovalTrigger",
                             "ModelPackageDecisionTrigger", "PipelineExecutionTrigger", "WorkstationCommandTrigger",
                             "WorkstationInstanceTrigger"])
     assert all(issubclass(c, AwsHookWaiterTrigger) for c in waiter_triggers())
