@@ -97,7 +97,8 @@ def _grants(rules: list[dict]) -> set[tuple[str, str, str]]:
 
 
 def test_rbac_grants_exactly_what_the_backend_calls() -> None:
-    """The job kind the backend submits, Kubeflow PyTorchJob (create/get/list/delete; no HyperPodPyTorchJob), Kueue reads, pod logs in the namespace; ClusterQueues read only."""
+    """The job kind the backend submits, Kubeflow PyTorchJob (create/get/list/delete; no HyperPodPyTorchJob), Kueue
+    reads, pod logs in the namespace; ClusterQueues read only."""
     docs = {d["kind"]: d for d in _manifests()}
     job = {"create", "get", "list", "delete"}
     assert _grants(docs["Role"]["rules"]) == (

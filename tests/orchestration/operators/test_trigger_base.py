@@ -31,7 +31,8 @@ def waiter_triggers() -> list[type]:
 def test_all_twelve_waiter_triggers_use_the_base() -> None:
     names = [c.__name__ for c in waiter_triggers()]
     assert names == sorted(["BatchTrainingJobTrigger", "CanaryFieldEpisodesTrigger", "CodeBuildBuildCompleteTrigger",
-                            "GreengrassDeploymentTrigger", "HyperPodEksJobTrigger", "HyperPodScaleTrigger", "HyperPodSlurmJobTrigger", "ModelPackageApprovalTrigger",
+                            "GreengrassDeploymentTrigger", "HyperPodEksJobTrigger", "HyperPodScaleTrigger", "HyperPodSlurmJobTrigger",
+                            "ModelPackageApprovalTrigger",
                             "ModelPackageDecisionTrigger", "PipelineExecutionTrigger", "WorkstationCommandTrigger",
                             "WorkstationInstanceTrigger"])
     assert all(issubclass(c, AwsHookWaiterTrigger) for c in waiter_triggers())
