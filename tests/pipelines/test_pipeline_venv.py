@@ -31,7 +31,9 @@ def test_sdk_side_suite_passes_in_the_pipeline_venv():
     env["PYTHONPATH"] = str(REPO / "include")
     run = subprocess.run(
         [str(python), "-m", "pytest", "-q", "-c", str(SDK_TESTS / "pytest.ini"), "--rootdir", str(SDK_TESTS),
-         "--confcutdir", str(SDK_TESTS), str(SDK_TESTS)],
+         "--confcutdir", str(SDK_TESTS), str(SDK_TESTS),
+         # LeRobot's reader is not in this venv: test_lerobot_reader.py runs that file over its own site
+         "--ignore", str(SDK_TESTS / "test_lerobot_v21_reader.py")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     tail = run.stdout[-6000:] + run.stderr[-3000:]
     assert run.returncode == 0, tail
