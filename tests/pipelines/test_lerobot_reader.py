@@ -10,32 +10,20 @@ with that directory and ``tests/pipelines/lerobot_shim`` (a ``torchvision`` stan
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
 
 import pytest
 
 from tests.paths import REPO_ROOT as REPO
+from tests.pipelines.sdk_runner import SDK_TESTS, run_sdk_tests
 
 # integration (not in make test-unit): builds the site (pip, the package index)
 pytestmark = pytest.mark.integration
-SDK_TESTS = REPO / "tests" / "pipelines" / "sdk"
 SHIM = REPO / "tests" / "pipelines" / "lerobot_shim"
 
 
 def test_lerobots_own_v21_reader_reads_the_transformed_datasets():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTEST_"))}
-    make = subprocess.run(["make", "-s", "lerobot-site"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert make.returncode == 0, make.stdout[-3000:] + make.stderr[-3000:]
     site = os.environ.get("LEROBOT_SITE") or str(REPO / ".venv" / "lerobot")
-    env["PYTHONPATH"] = os.pathsep.join([str(SHIM), site, str(REPO / "include")])
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-c", str(SDK_TESTS / "pytest.ini"), "--rootdir", str(SDK_TESTS),
-         "--confcutdir", str(SDK_TESTS), str(SDK_TESTS / "test_lerobot_v21_reader.py")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    tail = run.stdout[-6000:] + run.stderr[-3000:]
-    assert run.returncode == 0, tail
-    assert re.search(r"\b2 passed", run.stdout), tail
-    assert not re.search(r"\d+ (failed|error|skipped)", run.stdout), tail
+    passed = run_sdk_tests("lerobot-site", sys.executable, [str(SDK_TESTS / "test_lerobot_v21_reader.py")],
+                           [str(SHIM), site])
+    assert passed == 2  # a v3.0 and a v2.0 source, each transformed and read back
