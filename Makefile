@@ -49,7 +49,7 @@ demo: install-demo mlflow-venv
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
 ## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures).
 PYTEST_WORKERS ?= 2
-test: install mlflow-venv browser-deps $(CDK_STAMP) lint
+test: install mlflow-venv lerobot-site browser-deps $(CDK_STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## The inner loop: the unit tests, every test that needs no sandbox, server, Airflow metadata DB or browser
@@ -196,6 +196,22 @@ deploy: package $(CDK_STAMP)
 	$(BIN)/python scripts/package_mwaa.py upload-greengrass --bucket sim2real-artifacts-$(ACCOUNT) --wheel-dir dist/wheels
 	$(BIN)/python scripts/package_mwaa.py upload --out dist/mwaa --bucket sim2real-mwaa-$(ACCOUNT)
 	$(CDK) deploy --require-approval broadening --all
+
+# ---------------------------------------------------------------------------------------------
+# LeRobot's own v2.1 dataset reader (lerobot==0.3.3, which pins torch<2.8) for tests/pipelines/sdk/
+# test_lerobot_v21_reader.py: requirements-lerobot.txt installed with --no-deps into a directory (.venv/lerobot,
+# about 210 MB, PyAV and pandas most of it; 10 s from a warm pip cache) that tests/pipelines/test_lerobot_reader.py
+# puts on PYTHONPATH over the dev venv's torch. Named by the lock file's hash, as the other venvs.
+LEROBOT_SITE ?= $(VENV)/lerobot
+LEROBOT_STAMP := $(LEROBOT_SITE)/.installed-$(shell cat requirements-lerobot.txt | sha256sum | cut -c1-12)
+
+$(LEROBOT_STAMP): | $(STAMP)
+	rm -rf $(LEROBOT_SITE)
+	$(BIN)/python -m pip install -q --no-deps --target $(LEROBOT_SITE) -r requirements-lerobot.txt
+	touch $@
+
+.PHONY: lerobot-site
+lerobot-site: $(LEROBOT_STAMP)
 
 # ---------------------------------------------------------------------------------------------
 # The sandbox's MLflow tracking server (`mlflow server`, the full mlflow package) in its own venv .venv/mlflow:

@@ -21,7 +21,7 @@ from sim2real.workloads.groot import finetune_entry as fe
 from sim2real.workloads.groot import smoke_eval as se
 
 from tests.orchestration.stages.test_stages import PARAMS
-from tests.orchestration.test_config import GOOD
+from tests.orchestration.environments import VERSIONED_ENVIRONMENT as VERSIONED
 from tests.pipelines.golden_env import KWARGS
 from tests.pipelines.test_finetune_and_smoke import _fake_trainer, _job
 
@@ -61,7 +61,7 @@ def test_the_token_reaches_only_the_groot_process_environment(tmp_path, secret, 
                         lambda **kw: tracking.RunLogger(client, "run-1", flush_every=1))
     # trigger time: the plan (the run's lineage) and the definition name the secret, never its value
     plan = plan_run(dag_id="d", run_id="r", params={**PARAMS, "groot_version": "n1.7", "hf_token_secret_id": SECRET},
-                    env=GOOD)
+                    env=VERSIONED)
     assert plan["vla"]["parameters"]["HfTokenSecretId"] == SECRET
     records = [json.dumps(plan), pipeline.pipeline_definition_json(**KWARGS)]
 

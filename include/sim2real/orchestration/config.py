@@ -34,8 +34,16 @@ Shape (JSON object; every key below is required unless marked optional)::
         "pipeline_name": "sim2real-groot-finetune",
         "pipeline_role_arn": "arn:aws:iam::123456789012:role/sim2real-pipeline",
         "model_package_group": "sim2real-groot-models",
-        "hf_token_secret_id": "sim2real-groot/hf-token"   # optional; Secrets Manager secret of the Hugging Face
-      },                                            # token (GR00T N1.7); the form's hf_token_secret_id wins
+        "hf_token_secret_id": "sim2real-groot/hf-token",  # optional; Secrets Manager secret of the Hugging Face
+                                               # token (GR00T N1.7); the form's hf_token_secret_id wins
+        "images": {                            # optional; the pipeline's step images (ECR URIs, by digest) for
+          "processing": "...", "training": "...", "smoke_eval": "...",   # GR00T DEFAULT_VERSION (n1.6, the
+          "inference": "..."                   # Isaac-GR00T commit containers/groot pins); optional, = training
+        },                                     # (a missing one: the run's own training image, for the sandbox)
+        "images_by_groot_version": {           # optional; the images of another GR00T version (built with
+          "n1.7": {"training": "...", "smoke_eval": "..."}   # GROOT_COMMIT of its release): training and
+        }                                      # smoke_eval required, processing / inference optional (processing
+      },                                       # defaults to images.processing: it holds no Isaac-GR00T)
       "greengrass": {
         "thing_group_name": "sim2real-robots",
         "components": {                       # component name -> version to deploy
@@ -104,6 +112,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim2real.contract import evaluator as evaluator_contract
+from sim2real.contract import groot
 from sim2real.orchestration.events.settings import EventSettings, settings_problems
 
 #: Airflow Variable holding the environment config (JSON).
@@ -150,7 +159,7 @@ def validate_environment(env: Mapping[str, Any]) -> dict[str, Any]:
             if scope.get(key) in (None, ""):
                 missing.append(f"{section}.{key}" if section else key)
     problems = (_hyperpod_problems(env.get("hyperpod")) + approval_problems(env.get("approval"))
-                + field_data_problems(env.get("field_data")))
+                + field_data_problems(env.get("field_data")) + groot_images_problems(env.get("sagemaker")))
     mlflow = env.get("mlflow")
     if mlflow is not None:
         from sim2real.contract.tracking import check_tracking_uri
@@ -231,6 +240,66 @@ def _hyperpod_problems(section: Any) -> list[str]:
     if isinstance(shared, str) and shared and not shared.startswith("/"):
         problems.append(f"hyperpod.shared_dir must be an absolute path on the cluster, got {shared!r}")
     return problems
+
+
+#: The GR00T pipeline's step images (``sagemaker.images`` and each ``sagemaker.images_by_groot_version`` entry).
+GROOT_IMAGE_KEYS = ("processing", "training", "smoke_eval", "inference")
+#: The images a non-default GR00T version needs of its own: those that run Isaac-GR00T (containers/groot/
+#: Dockerfile.gr00t, built for one ``GROOT_COMMIT``); the processing image (Dockerfile.processing) holds none.
+GROOT_VERSION_IMAGE_KEYS = ("training", "smoke_eval")
+IMAGES_BY_VERSION = "images_by_groot_version"
+
+
+def _image_map_problems(images: Any, where: str) -> list[str]:
+    if not isinstance(images, Mapping):
+        return [f"{where} must be an object of image URIs ({', '.join(GROOT_IMAGE_KEYS)}), got {images!r}"]
+    unknown = sorted(set(images) - set(GROOT_IMAGE_KEYS))
+    problems = [f"{where} has unknown keys {unknown} (known: {list(GROOT_IMAGE_KEYS)}; the images of another GR00T "
+                f"version go in sagemaker.{IMAGES_BY_VERSION}.<version>)"] if unknown else []
+    return problems + [f"{where}.{k} must be an image URI (a non-empty string), got {v!r}"
+                       for k, v in images.items() if k in GROOT_IMAGE_KEYS and (not isinstance(v, str) or not v)]
+
+
+def groot_images_problems(sagemaker: Any) -> list[str]:
+    """Shape problems of ``sagemaker.images`` and ``sagemaker.images_by_groot_version`` (each names the key)."""
+    if not isinstance(sagemaker, Mapping):
+        return []  # reported as a missing section
+    problems = [] if sagemaker.get("images") is None else _image_map_problems(sagemaker["images"], "sagemaker.images")
+    by_version = sagemaker.get(IMAGES_BY_VERSION)
+    if by_version is None:
+        return problems
+    if not isinstance(by_version, Mapping):
+        return problems + [f"sagemaker.{IMAGES_BY_VERSION} must map GR00T versions to image objects, got {by_version!r}"]
+    for version, images in by_version.items():
+        if version not in groot.VERSIONS:
+            problems.append(f"sagemaker.{IMAGES_BY_VERSION} has unknown GR00T version {version!r} "
+                            f"(one of {list(groot.VERSIONS)})")
+        else:
+            problems += _image_map_problems(images, f"sagemaker.{IMAGES_BY_VERSION}.{version}")
+    return problems
+
+
+def groot_images(sagemaker: Mapping[str, Any], version: str) -> dict[str, str]:
+    """The step images (:data:`GROOT_IMAGE_KEYS` → URI) configured for GR00T ``version``.
+
+    ``DEFAULT_VERSION`` (:mod:`sim2real.contract.groot`): ``sagemaker.images`` with its
+    ``images_by_groot_version`` entry (if any) over it. Another version: its own entry, with ``images.processing``
+    when the entry names none (the processing image is the same for every version). Keys nothing names are absent.
+    """
+    images = dict(sagemaker.get("images") or {})
+    own = dict((sagemaker.get(IMAGES_BY_VERSION) or {}).get(version) or {})
+    if version == groot.DEFAULT_VERSION:
+        return {**images, **own}
+    return {**({"processing": images["processing"]} if images.get("processing") else {}), **own}
+
+
+def missing_groot_images(sagemaker: Mapping[str, Any], version: str) -> list[str]:
+    """The images GR00T ``version`` lacks (:data:`GROOT_VERSION_IMAGE_KEYS`, as dotted keys of the environment
+    config), ``[]`` for ``DEFAULT_VERSION``, whose missing images fall back to the run's training image."""
+    if version == groot.DEFAULT_VERSION:
+        return []
+    own = (sagemaker.get(IMAGES_BY_VERSION) or {}).get(version) or {}
+    return [f"sagemaker.{IMAGES_BY_VERSION}.{version}.{k}" for k in GROOT_VERSION_IMAGE_KEYS if not own.get(k)]
 
 
 #: Defaults of the optional ``approval`` section (:func:`approval_settings`).

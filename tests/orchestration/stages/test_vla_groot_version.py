@@ -13,6 +13,7 @@ from sim2real.orchestration.stages import vla
 from sim2real.orchestration.stages.run import check_params, plan_run
 
 from tests.orchestration.stages.test_stages import PARAMS
+from tests.orchestration.environments import VERSIONED_ENVIRONMENT as VERSIONED
 from tests.orchestration.test_config import GOOD
 
 N17 = {**PARAMS, "groot_version": "n1.7", "hf_token_secret_id": "sim2real-groot/hf-token"}
@@ -35,33 +36,33 @@ def test_form_fields_list_the_versions_and_refuse_a_malformed_secret_id():
 
 def test_gr1_with_n17_is_refused_at_trigger_time_with_the_reason():
     with pytest.raises(ParamRuleError) as err:
-        plan_run(dag_id="d", run_id="r", params={**N17, "embodiment_tag": "gr1"}, env=GOOD)
+        plan_run(dag_id="d", run_id="r", params={**N17, "embodiment_tag": "gr1"}, env=VERSIONED)
     text = str(err.value)
     assert "embodiment_tag 'gr1' is not a GR00T N1.7 embodiment (nvidia/GR00T-N1.7-3B)" in text
     assert "libero_panda" in text and "unitree_g1" in text and "new_embodiment" in text
     # the same tag is one of N1.6's and N1.5's; an N1.7 tag is not N1.5's
-    check_params({**PARAMS, "embodiment_tag": "gr1"}, GOOD)
-    check_params({**PARAMS, "groot_version": "n1.5", "embodiment_tag": "gr1"}, GOOD)
+    check_params({**PARAMS, "embodiment_tag": "gr1"}, VERSIONED)
+    check_params({**PARAMS, "groot_version": "n1.5", "embodiment_tag": "gr1"}, VERSIONED)
     with pytest.raises(ParamRuleError, match="'libero_panda' is not a GR00T N1.5 embodiment"):
-        check_params({**PARAMS, "groot_version": "n1.5", "embodiment_tag": "libero_panda"}, GOOD)
-    check_params({**N17, "embodiment_tag": "libero_panda"}, GOOD)
-    check_params({**N17, "embodiment_tag": "gr1", "run_vla_finetune": False, "deploy_to_edge": False}, GOOD)
+        check_params({**PARAMS, "groot_version": "n1.5", "embodiment_tag": "libero_panda"}, VERSIONED)
+    check_params({**N17, "embodiment_tag": "libero_panda"}, VERSIONED)
+    check_params({**N17, "embodiment_tag": "gr1", "run_vla_finetune": False, "deploy_to_edge": False}, VERSIONED)
 
 
 def test_n17_without_a_token_secret_is_refused_and_the_environment_config_can_name_it():
     with pytest.raises(ParamRuleError, match="gated nvidia/Cosmos-Reason2-2B: set hf_token_secret_id"):
-        check_params({**N17, "hf_token_secret_id": None}, GOOD)
-    env = copy.deepcopy(GOOD)
+        check_params({**N17, "hf_token_secret_id": None}, VERSIONED)
+    env = copy.deepcopy(VERSIONED)
     env["sagemaker"]["hf_token_secret_id"] = SECRET_ARN
     plan = plan_run(dag_id="d", run_id="r", params={**N17, "hf_token_secret_id": None}, env=env)
     assert plan["vla"]["parameters"][vla.HF_SECRET_PARAMETER] == SECRET_ARN
 
 
 def test_the_plan_hands_the_pipeline_the_version_its_base_model_and_only_the_secret_name():
-    plan = plan_run(dag_id="d", run_id="r", params=N17, env=GOOD)
+    plan = plan_run(dag_id="d", run_id="r", params=N17, env=VERSIONED)
     p = plan["vla"]["parameters"]
     assert p["GrootVersion"] == "n1.7" and p["HfTokenSecretId"] == "sim2real-groot/hf-token"
     assert p["BaseModelS3Uri"] == f"s3://{GOOD['artifacts_bucket']}/models/groot-base/n1.7/"
-    default = plan_run(dag_id="d", run_id="r", params=PARAMS, env=GOOD)["vla"]["parameters"]
+    default = plan_run(dag_id="d", run_id="r", params=PARAMS, env=VERSIONED)["vla"]["parameters"]
     assert default["GrootVersion"] == groot.DEFAULT_VERSION and default["HfTokenSecretId"] == ""
     assert default["BaseModelS3Uri"] == f"s3://{GOOD['artifacts_bucket']}/models/groot-base/"

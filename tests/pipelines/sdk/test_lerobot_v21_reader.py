@@ -2,9 +2,10 @@
 ``lerobot.datasets.lerobot_dataset.LeRobotDataset``), the layout Isaac-GR00T N1.6 and N1.7 train on.
 
 LeRobot 0.3.x pins torch<2.8 and LeRobot >=0.4 reads v3.0 only, so neither installs beside this repository's pins:
-the test is skipped where ``lerobot`` is absent and is run in a throwaway venv with ``lerobot==0.3.3`` and pytest
-(see README, tested versions). Toy size: three episodes, 16 frames, no cameras (LeRobot decodes video only when a
-frame is indexed).
+``make test`` runs this file through tests/pipelines/test_lerobot_reader.py, with ``make lerobot-site``'s
+directory (lerobot and the packages its reader imports, ``--no-deps``, over the dev venv's torch) on ``PYTHONPATH``.
+Elsewhere (the pipeline venv) ``lerobot`` is absent and the file is skipped. Toy size: three episodes, 16 frames,
+no cameras (LeRobot decodes video only when a frame is indexed; the site has no torchvision).
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from lerobot_fixtures import EPISODES, STATE_DIM, TASKS, write_v2, write_v30
 
 from sim2real.workloads.groot.transform_dataset import transform
 
-lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset")
+lerobot_dataset = pytest.importorskip(
+    "lerobot.datasets.lerobot_dataset",
+    reason="lerobot==0.3.3 (torch<2.8) is in no venv: run through tests/pipelines/test_lerobot_reader.py "
+    "(make lerobot-site)")
 
 
 def _read(root):

@@ -13,6 +13,7 @@ from airflow.sdk import Asset
 from sim2real.contract import groot
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration import assets
+from sim2real.orchestration.config import IMAGES_BY_VERSION, groot_images, missing_groot_images
 from sim2real.orchestration.dag_defaults import POLL
 from sim2real.orchestration.params import SECTION_VLA, VLA_INSTANCE_GPUS, _range
 from sim2real.orchestration.pipelines.groot import pipeline_definition_json
@@ -61,7 +62,9 @@ class VlaPlan(PlanSection):
     model_package_group: str
     display_name: str
     parameters: dict[str, Any]  #: the pipeline execution's parameters (name → value)
-    images: dict[str, str]  #: configured step images (processing / training / smoke_eval → URI)
+    #: the step images configured for the run's GR00T version (processing / training / smoke_eval / inference →
+    #: URI; :func:`sim2real.orchestration.config.groot_images`)
+    images: dict[str, str]
     #: ``{"tracking_uri", "experiment_name"}`` when the run is tracked (the definition's ``MlflowConfig``; set by
     #: :func:`sim2real.orchestration.stages.run.apply_tracking`, with the ``MlflowRunId`` parameter), else ``None``
     mlflow: dict[str, str] | None = None
@@ -130,8 +133,10 @@ def base_model_uri(bucket: str, version: str) -> str:
 
 def rule_errors(params: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
     """The fine-tune's cross-field rules (:func:`sim2real.orchestration.stages.run.check_params` lists them): the
-    embodiment tag is one of the chosen GR00T version's (:func:`sim2real.contract.groot.embodiment_problem`), and
-    a version with a gated download has a Hugging Face token secret (form or environment config).
+    embodiment tag is one of the chosen GR00T version's (:func:`sim2real.contract.groot.embodiment_problem`),
+    a version with a gated download has a Hugging Face token secret (form or environment config), and a version
+    other than the default has its own training and smoke-eval images in the environment config
+    (:func:`sim2real.orchestration.config.missing_groot_images`: ``sagemaker.images`` are built for the default).
 
     :return: one sentence per broken rule (none when the fine-tune is off).
     """
@@ -147,6 +152,15 @@ def rule_errors(params: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
         errors.append(f"groot_version {version!r} loads the gated {rel.backbone}: set {HF_SECRET_FIELD} (a Secrets "
                       "Manager secret holding a Hugging Face token that accepted its terms) or the environment "
                       "config's sagemaker.hf_token_secret_id")
+    missing = missing_groot_images(env.get("sagemaker") or {}, version)
+    if missing:
+        errors.append(f"groot_version {version!r} has no SageMaker images: the environment config lacks "
+                      f"{', '.join(missing)} (sagemaker.images are built for Isaac-GR00T's {groot.DEFAULT_VERSION}, "
+                      f"the GROOT_COMMIT containers/groot pins). Build containers/groot/Dockerfile.gr00t's training "
+                      f"and smoke-eval targets with GROOT_COMMIT set to the commit of Isaac-GR00T's {version}-release "
+                      f"tag and set sagemaker.{IMAGES_BY_VERSION}.{version} to "
+                      '{"training": <ECR URI>, "smoke_eval": <ECR URI>} (containers/groot/README.md), or pick '
+                      f"groot_version {groot.DEFAULT_VERSION!r}")
     return errors
 
 
@@ -173,11 +187,40 @@ def plan(ctx: PlanContext) -> VlaPlan:
             "NumGpus": VLA_INSTANCE_GPUS[p["vla_instance_type"]],
             vla_field.PIPELINE_PARAMETER: "",  # set by the field_dataset task
         },
-        images=sm.get("images") or {},
+        images=groot_images(sm, version),
         field_dataset_version=p.get(vla_field.FORM_FIELD) or None,
         field_bucket=ctx.bucket,
         field_prefix="",  # the robots' field data: <prefix>field/ in the artifacts bucket (deploy's field_prefix)
     )
+
+
+def definition_text(plan: Mapping[str, Any], run_image_uri: str) -> str:
+    """The ``vla.pipeline_definition`` task: the SDK-generated template (``make pipeline-definition``) filled with
+    this environment's values and the plan's step images (those of the run's GR00T version, resolved when the run
+    was planned) as plain JSON: no SageMaker SDK in the Airflow runtime, the same bytes for the same values (the
+    upsert stays a no-op and step caching survives).
+
+    :param plan: the run's plan (``bucket`` and the ``vla`` section).
+    :param run_image_uri: this run's training image (CodeBuild), for a step image the environment config lacks
+        (the sandbox; only the default GR00T version may lack one, :func:`rule_errors`).
+    :return: the definition (canonical JSON text).
+    """
+    import hashlib
+    import logging
+
+    section = VlaPlan.from_plan(plan)
+    configured = section.images
+    images = {"processing": run_image_uri, "training": run_image_uri, "smoke_eval": run_image_uri, **configured}
+    fallback = sorted({"processing", "training", "smoke_eval"} - set(configured))
+    if fallback:
+        logging.getLogger(__name__).warning(
+            "environment config sagemaker.images lacks %s: using this run's training image %s",
+            ", ".join(fallback), run_image_uri)
+    text = pipeline_definition_json(role_arn=section.role_arn, model_package_group=section.model_package_group,
+                                    images=images, bucket=plan["bucket"], mlflow=section.mlflow)
+    logging.getLogger(__name__).info("GR00T pipeline definition sha256 %s (%d bytes), images %s",
+                                     hashlib.sha256(text.encode()).hexdigest(), len(text), images)
+    return text
 
 
 def add_tasks(plan: Any, *, image: Any, gate: Any, resources: Any) -> Any:
@@ -201,27 +244,7 @@ def add_tasks(plan: Any, *, image: Any, gate: Any, resources: Any) -> Any:
 
         @task(task_id=ids.local(ids.PIPELINE_DEFINITION), execution_timeout=dt.timedelta(minutes=1))
         def pipeline_definition(plan: dict, image: dict) -> str:
-            # The SDK-generated template (make pipeline-definition) with this environment's values
-            # substituted as plain JSON: no SageMaker SDK in the Airflow runtime, same bytes for
-            # the same values (the upsert stays a no-op and step caching survives).
-            import hashlib
-            import logging
-
-            section = VlaPlan.from_plan(plan)
-            configured = section.images
-            images = {"processing": image["image_uri"], "training": image["image_uri"],
-                      "smoke_eval": image["image_uri"], **configured}
-            fallback = sorted({"processing", "training", "smoke_eval"} - set(configured))
-            if fallback:
-                logging.getLogger(__name__).warning(
-                    "environment config sagemaker.images lacks %s: using this run's training image %s",
-                    ", ".join(fallback), image["image_uri"])
-            text = pipeline_definition_json(role_arn=section.role_arn,
-                                            model_package_group=section.model_package_group,
-                                            images=images, bucket=plan["bucket"], mlflow=section.mlflow)
-            logging.getLogger(__name__).info("GR00T pipeline definition sha256 %s (%d bytes)",
-                                             hashlib.sha256(text.encode()).hexdigest(), len(text))
-            return text
+            return definition_text(plan, image["image_uri"])
 
         @task(task_id=ids.local(ids.FIELD_DATASET), inlets=[assets.FIELD_DATASET_ASSET], multiple_outputs=True,
               execution_timeout=dt.timedelta(minutes=2))
