@@ -59,7 +59,7 @@ from sim2real.orchestration.candidates import (
 )
 from sim2real.orchestration.dag_defaults import POLL
 from sim2real.orchestration.params import SECTION_TRAINING, _range
-from sim2real.orchestration.stages import hyperpod, train
+from sim2real.orchestration.stages import hyperpod, hyperpod_eks, train
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 from sim2real.orchestration.stages.evaluate import EvaluationPlan, check_report, eval_commands
 from sim2real.orchestration.stages.train import BatchPlan, training_environment
@@ -288,8 +288,13 @@ def forgiven_task_keys(picked: dict[str, Any] | None) -> list[str]:
 
 def training_job_fields(training: dict | None) -> dict[str, Any]:
     """A candidate's training job in its lineage row: ``{"batch_job_id"}`` for a Batch job, ``{"batch_job_id":
-    None, "slurm_job_id", "hyperpod_cluster_name"}`` for a Slurm array task (its result has ``cluster_name``)."""
+    None, "slurm_job_id", "hyperpod_cluster_name"}`` for a Slurm array task (its result has ``cluster_name``), and
+    ``{"batch_job_id": None, "hyperpod_cluster_name", "eks_job": {"namespace", "job_name", "job_uid"}}`` for a
+    HyperPod EKS candidate's PyTorchJob (its result's ``backend`` is ``hyperpod_eks``)."""
     training = training or {}
+    if training.get("backend") == "hyperpod_eks":
+        return {"batch_job_id": None, "hyperpod_cluster_name": training.get("cluster_name"),
+                "eks_job": {k: training.get(k) for k in ("namespace", "job_name", "job_uid")}}
     if training.get("cluster_name"):
         return {"batch_job_id": None, "slurm_job_id": training.get("job_id"),
                 "hyperpod_cluster_name": training["cluster_name"]}
@@ -301,7 +306,7 @@ def _job_fields(training: dict, failure: dict | None) -> dict[str, Any]:
     its failure record when its training handed on nothing."""
     fields = training_job_fields(training)
     failure = failure or {}
-    if fields.get("batch_job_id") or fields.get("slurm_job_id"):
+    if fields.get("batch_job_id") or fields.get("slurm_job_id") or fields.get("eks_job"):
         return fields
     if failure.get("slurm_job_id"):
         return {"batch_job_id": None, "slurm_job_id": failure["slurm_job_id"],
@@ -311,13 +316,16 @@ def _job_fields(training: dict, failure: dict | None) -> dict[str, Any]:
     return fields
 
 
-def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, scale_down: Any = None) -> Any:
+def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, scale_down: Any = None,
+              eks_capacity: Any = None) -> Any:
     """Add ``preflight.check_sweep_capacity``, the mapped ``sweep`` group and ``pick_best`` after the
     ``training_backend`` branch; return ``pick_best``.
 
     :param slurm_array: ``hyperpod.submit_sweep`` (a HyperPod sweep's job array; None: Batch only).
     :param scale_down: ``hyperpod_scale_down`` (the HyperPod teardown, outside group ``hyperpod``), which then also
-        waits for every candidate's array task."""
+        waits for every candidate's array task.
+    :param eks_capacity: ``hyperpod_eks.check_capacity`` (a HyperPod EKS sweep: each candidate's
+        ``sweep.train_on_eks``, its own PyTorchJob, follows it; None: no EKS path)."""
     from airflow.configuration import conf
     from airflow.sdk import task, task_group
     from airflow.sdk.exceptions import AirflowFailException
@@ -359,7 +367,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
             task_id=ids.local(ids.SWEEP_WAIT_FOR_SLOT), lane_after=lane_after, max_failed=sweep.max_failed,
             submit_task_id=ids.SWEEP_SUBMIT_TRAINING, train_task_id=ids.SWEEP_TRAIN_POLICY,
             later_task_ids=[t for t in CANDIDATE_TASKS if t not in (ids.SWEEP_WAIT_FOR_SLOT, ids.SWEEP_SUBMIT_TRAINING,
-                                                                    ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM)],
+                                                                    ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM,
+                                                                    ids.SWEEP_TRAIN_ON_EKS)],
             mode="reschedule", poke_interval=POLL,
             timeout=13 * 3600, execution_timeout=dt.timedelta(hours=13), doc_md=DOC,
         )
@@ -431,6 +440,10 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
                                                        candidate_task_ids=CANDIDATE_TASKS)
             on_slurm >> manifest
             slurm_trainings.append(on_slurm)
+        if eks_capacity is not None:  # HyperPod EKS: the candidate's own PyTorchJob in the team's queue
+            on_eks = hyperpod_eks.add_candidate_training(plan, image=image, candidate=candidate,
+                                                         environment=environment, cost_limit_usd=cost_limit_usd)
+            eks_capacity >> on_eks >> manifest
         evaluation >> report
 
     # Serves both backends: it runs after the Batch capacity check or when that was skipped (a HyperPod sweep, whose
@@ -474,7 +487,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
             return [_pull_or_none(ti, task_id, i) for i in indexes]
 
         try:
-            failures = _candidate_failures(ti, indexes, pulled, batch=plan.get("backend", "batch") != "hyperpod",
+            failures = _candidate_failures(ti, indexes, pulled, batch=plan.get("backend", "batch") == "batch",
                                            cluster_name=(plan.get("hyperpod") or {}).get("cluster_name"))
             return pick_best_result(plan, pulled(training_task_id(plan)), pulled(ids.SWEEP_WAIT_FOR_CHECKPOINT),
                                     pulled(ids.SWEEP_READ_EVAL_REPORT), failures)
@@ -489,7 +502,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
 #: The candidate's Batch job id (``sweep.submit_training`` of the same map index), "" when it did not run.
 #: (Only a Batch run pulls it: pulling a skipped task's XCom logs a 404 at error level.)
 _BATCH_JOB_OF_CANDIDATE = (
-    "{{ '' if (ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "', key='plan') or {}).get('backend') == 'hyperpod' "
+    "{{ '' if (ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "', key='plan') or {}).get('backend') in "
+    "('hyperpod', 'hyperpod_eks') "
     "else (ti.xcom_pull(task_ids='" + ids.SWEEP_SUBMIT_TRAINING + "', key='job_id', map_indexes=ti.map_index) "
     "or '') }}")
 
