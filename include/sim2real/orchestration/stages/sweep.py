@@ -6,8 +6,10 @@ before. A sweep (:mod:`sim2real.orchestration.candidates`: a list of overrides o
 (below) or, with ``training_backend: hyperpod``, as one Slurm job array on the HyperPod cluster
 (:mod:`sim2real.orchestration.stages.hyperpod`: ``sbatch --array=0-<N-1>%<sweep_max_parallel>``, the GPU group
 scaled for ``min(sweep_max_parallel, candidates) x num_nodes`` nodes; per candidate ``sweep.train_on_slurm``, the
-wait on its array task, takes the place of the Batch tasks, which the ``training_backend`` branch skipped). On AWS
-Batch:
+wait on its array task, takes the place of the Batch tasks, which the ``training_backend`` branch skipped) or, with
+``training_backend: hyperpod_eks``, as one Kubeflow ``PyTorchJob`` per candidate in the team's Kueue queue
+(``sweep.train_on_eks``, after ``hyperpod_eks.check_capacity``; :mod:`sim2real.orchestration.stages.hyperpod_eks`).
+On AWS Batch:
 
 * ``preflight.check_sweep_capacity`` sizes the quota for ``min(sweep_max_parallel, candidates)`` jobs of
   ``num_nodes`` nodes each (the ``training_backend`` branch takes it instead of ``preflight.check_capacity``);
@@ -65,11 +67,14 @@ from sim2real.orchestration.stages.evaluate import EvaluationPlan, check_report,
 from sim2real.orchestration.stages.train import BatchPlan, training_environment
 
 DOC = """\
-**Sweep: several candidates in one run (AWS Batch or HyperPod Slurm).** Runs only when the form's `sweep` lists
+**Sweep: several candidates in one run (AWS Batch, HyperPod Slurm or HyperPod EKS).** Runs only when the form's `sweep` lists
 candidates (skipped otherwise). Per candidate `c<i>` (one map index each), the run's `training_backend` decides
 its training (the other backend's tasks are skipped). HyperPod: `train_on_slurm` waits (deferred) on the
 candidate's task `<id>_<i>` of the job array `hyperpod.submit_sweep` submitted (`sacct -j <id>_<i>` through SSM on
-the head node; Slurm runs at most `sweep_max_parallel` tasks at once; `scancel <id>_<i>` when killed). AWS Batch:
+the head node; Slurm runs at most `sweep_max_parallel` tasks at once; `scancel <id>_<i>` when killed). HyperPod
+EKS: `train_on_eks` creates the candidate's own Kubeflow `PyTorchJob` `s2r-<run key>-c<i>` in the team's Kueue queue
+and waits (deferred) for it, as `hyperpod_eks.train_policy` (reattached by name on a retry, deleted when killed,
+preemption waited through). AWS Batch:
 waits for a free lane (`sweep_max_parallel` jobs at once; Batch `DescribeJobs` of the lane's previous job, free
 once it ended; fails at once when the sweep can no longer reach `sweep_min_candidates` survivors), submits its own
 Batch job (`RegisterJobDefinition`, `ListJobs`, `SubmitJob`), waits (deferred) for it. Then it waits for its `manifest.json` under
@@ -139,14 +144,15 @@ def params() -> dict[str, Any]:
             f"{', '.join(SWEEP_KEYS)}; at most {MAX_CANDIDATES} candidates, no two alike. The candidate with the "
             "best Wilson 95% lower bound (ties: higher success rate, then the earlier candidate) goes on to the "
             "gate. Empty: one policy, as without a sweep. AWS Batch: one job per candidate; HyperPod: one Slurm "
-            "job array (one task per candidate).",
+            "job array (one task per candidate); HyperPod EKS: one PyTorchJob per candidate in the team's queue.",
             section=SECTION_TRAINING,
         ),
         "sweep_max_parallel": Param(
             3, type="integer", title="Sweep: training jobs at once",
             description="The most candidates' training jobs that run at the same time (the capacity preflight "
             "sizes the quota for this many jobs; HyperPod: the job array's % limit, and the GPU group is scaled "
-            "up for this many jobs).",
+            "up for this many jobs; HyperPod EKS: the team queue's quota is checked for this many jobs, and Kueue "
+            "admits as many as that quota holds).",
             section=SECTION_TRAINING, **_range(minimum=1, maximum=MAX_CANDIDATES)),
         "sweep_min_candidates": Param(
             1, type="integer", title="Sweep: candidates that must succeed",
