@@ -308,12 +308,15 @@ def training_job_fields(training: dict | None) -> dict[str, Any]:
 
 
 def _job_fields(training: dict, failure: dict | None) -> dict[str, Any]:
-    """:func:`training_job_fields`, with a failed candidate's Batch job id, or Slurm array task and cluster, from
-    its failure record when its training handed on nothing."""
+    """:func:`training_job_fields`, with a failed candidate's Batch job id, Slurm array task and cluster, or
+    PyTorchJob and cluster, from its failure record when its training handed on nothing."""
     fields = training_job_fields(training)
     failure = failure or {}
     if fields.get("batch_job_id") or fields.get("slurm_job_id") or fields.get("eks_job"):
         return fields
+    if failure.get("eks_job"):
+        return {"batch_job_id": None, "hyperpod_cluster_name": failure.get("hyperpod_cluster_name"),
+                "eks_job": failure["eks_job"]}
     if failure.get("slurm_job_id"):
         return {"batch_job_id": None, "slurm_job_id": failure["slurm_job_id"],
                 "hyperpod_cluster_name": failure.get("hyperpod_cluster_name")}
@@ -493,7 +496,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
             return [_pull_or_none(ti, task_id, i) for i in indexes]
 
         try:
-            failures = _candidate_failures(ti, indexes, pulled, batch=plan.get("backend", "batch") == "batch",
+            backend = plan.get("backend", "batch")
+            failures = _candidate_failures(ti, indexes, pulled, batch=backend == "batch", eks=backend == "hyperpod_eks",
                                            cluster_name=(plan.get("hyperpod") or {}).get("cluster_name"))
             return pick_best_result(plan, pulled(training_task_id(plan)), pulled(ids.SWEEP_WAIT_FOR_CHECKPOINT),
                                     pulled(ids.SWEEP_READ_EVAL_REPORT), failures)
@@ -523,13 +527,13 @@ def _pull_or_none(ti: Any, task_id: str, index: int, key: str = "return_value") 
         return None
 
 
-def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool = True,
+def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool = True, eks: bool = False,
                         cluster_name: str | None = None) -> dict[int, dict[str, Any]]:
     """Map index → :func:`failed_candidate` of each candidate with a failed task, from the Task Execution API
     (``get_task_states``: ``{run_id: {"<task_id>_<map_index>": state}}``) and, for a submitted Batch job
     (``batch``), Batch ``DescribeJobs`` (its status reason; left out when it cannot be read). A HyperPod sweep
     (``batch`` False): its Slurm array task from ``train_on_slurm``'s XComs (:func:`_slurm_failure`) and
-    ``cluster_name``, the plan's cluster."""
+    ``cluster_name``, the plan's cluster. A HyperPod EKS sweep (``eks``): its PyTorchJob (:func:`_eks_failure`)."""
     answer = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(CANDIDATE_TASKS), run_ids=[ti.run_id]) or {}
     states: dict[int, dict[str, str]] = {}
     for key, state in (answer.get(ti.run_id) or {}).items():
@@ -539,6 +543,8 @@ def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool
     failed = {i: s for i, s in states.items() if i in indexes and failed_candidate(s) is not None}
     if not failed:
         return {}
+    if eks:
+        return {i: _eks_failure(ti, i, s) for i, s in failed.items()}
     if not batch:
         return {i: _slurm_failure(ti, i, s, cluster_name) for i, s in failed.items()}
     submitted = pulled(ids.SWEEP_SUBMIT_TRAINING)
@@ -573,6 +579,19 @@ def _slurm_failure(ti: Any, index: int, states: dict[str, str], cluster_name: st
     if isinstance(end, dict) and end.get("state"):
         failure["reason"] += (f"; Slurm job {job_id} {end['state']}"
                               + (f" (exit code {end['exit_code']})" if end.get("exit_code") else ""))
+    return failure
+
+
+def _eks_failure(ti: Any, index: int, states: dict[str, str]) -> dict[str, Any] | None:
+    """:func:`failed_candidate` of a HyperPod EKS candidate, with its PyTorchJob (XCom ``eks_job`` of its
+    ``sweep.train_on_eks``, pushed before the wait: ``hyperpod_cluster_name`` and ``eks_job`` {namespace, job_name,
+    job_uid}). Left out when the candidate never created or found its job (the XCom cannot be read)."""
+    failure = failed_candidate(states)
+    job = _pull_or_none(ti, ids.SWEEP_TRAIN_ON_EKS, index, key="eks_job")
+    if failure is None or not isinstance(job, dict) or not job.get("job_name"):
+        return failure
+    failure.update(hyperpod_cluster_name=job.get("cluster_name"),
+                   eks_job={k: job.get(k) for k in ("namespace", "job_name", "job_uid")})
     return failure
 
 
