@@ -79,9 +79,9 @@ def sim_to_real():
     resources >> [image, backend]  # no build, no capacity check, no training before it passed
     batch_training = train.add_tasks(plan, image=image, backend=backend)
     slurm_job, scale_down, slurm_array = hyperpod.add_tasks(plan, image=image, backend=backend)
-    eks_job = hyperpod_eks.add_tasks(plan, image=image, backend=backend)
+    eks_job, eks_capacity = hyperpod_eks.add_tasks(plan, image=image, backend=backend)
     best_candidate = sweep.add_tasks(plan, image=image, backend=backend,  # a run with a sweep only
-                                     slurm_array=slurm_array, scale_down=scale_down)
+                                     slurm_array=slurm_array, scale_down=scale_down, eks_capacity=eks_capacity)
     manifest, trained = checkpoint.add_tasks(plan, trained_by=[batch_training, slurm_job, eks_job, best_candidate])
     report, stop_workstation = evaluate.add_tasks(plan, manifest=manifest, trained=trained)
     verdict = gate.add_tasks(plan, report=report)

@@ -2,7 +2,8 @@
 
 One subprocess (``tests/e2e/hyperpod_eks_run.py``): the team queue's capacity check, the PyTorchJob created in the
 team's Kueue queue with the task-governance labels, preempted once by Kueue and readmitted (the wait goes on), the
-trainer's checkpoint evaluated and the lineage naming the job.
+trainer's checkpoint evaluated and the lineage naming the job; then a 2-candidate sweep, one PyTorchJob per
+candidate, the best one released.
 """
 
 from __future__ import annotations
@@ -47,3 +48,47 @@ def test_hyperpod_eks_run_trains_through_a_preemption_and_releases_the_policy(ru
     assert chain["training_backend"] == "hyperpod_eks" and chain["hyperpod_cluster_name"] == "sim2real-hyperpod-eks"
     assert chain["eks_job"] == {"namespace": job["namespace"], "job_name": job["name"],
                                 "job_uid": training["job_uid"]}
+
+
+def test_a_sweep_on_eks_trains_each_candidate_as_its_own_pytorchjob_and_releases_the_best(run):
+    from sim2real.contract.hyperpod_eks import job_name
+    from sim2real.orchestration.candidates import best_candidate
+    from sim2real.orchestration.lineage import lineage_errors
+
+    sweep = run["sweep"]
+    states = {task: state for task, state, _ in sweep["tasks"]}
+    assert sweep["state"] == "success", states
+    for task in (ids.HYPERPOD_EKS_CHECK_CAPACITY, ids.HYPERPOD_EKS_SUBMISSION, ids.SWEEP_CANDIDATES,
+                 ids.SWEEP_PICK_BEST, ids.TRAINING_JOB, ids.QUALITY_GATE, ids.WRITE_LINEAGE):
+        assert states[task] == "success", (task, states)
+    for task in (ids.HYPERPOD_EKS_TRAIN_POLICY, ids.SWEEP_CHECK_CAPACITY, ids.HYPERPOD_SUBMIT_SWEEP):
+        assert states[task] == "skipped", (task, states)
+    mapped = sweep["mapped_tasks"]
+    for task in (ids.SWEEP_TRAIN_ON_EKS, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_READ_EVAL_REPORT):
+        assert mapped[task] == ["success"] * 2, (task, mapped)
+    for task in (ids.SWEEP_SUBMIT_TRAINING, ids.SWEEP_TRAIN_ON_SLURM):  # the Batch and Slurm paths
+        assert {state for t, state, _ in sweep["tasks"] if t == task} == {"skipped"}, (task, sweep["tasks"])
+    # One PyTorchJob per candidate, in the team's queue with the run's priority class, each Succeeded.
+    key = sweep["run_key"]
+    jobs = sorted(sweep["jobs"], key=lambda j: j["name"])
+    assert [j["labels"]["sim2real.io/candidate"] for j in jobs] == ["c0", "c1"]
+    assert [j["name"] for j in jobs] == [job_name(key, f"c{i}") for i in range(2)]  # s2r-<run key>-c<i>
+    for job in jobs:
+        assert job["labels"]["kueue.x-k8s.io/queue-name"] == "hyperpod-ns-robotics-localqueue"
+        assert job["labels"]["kueue.x-k8s.io/priority-class"] == "training-priority"
+        assert job["labels"]["sim2real.io/run-key"] == key and job["conditions"]["Succeeded"] == "True"
+    # The lineage names each candidate's job (namespace, name, uid); the best lower bound was released.
+    lineage = sweep["lineage"]
+    assert lineage is not None and lineage_errors(lineage) == []
+    candidates = lineage["candidates"]
+    assert [c["eks_job"] for c in candidates] == [{"namespace": j["namespace"], "job_name": j["name"],
+                                                   "job_uid": j["uid"]} for j in jobs]
+    assert all(c["batch_job_id"] is None and c["hyperpod_cluster_name"] == "sim2real-hyperpod-eks"
+               for c in candidates)
+    for i, cand in enumerate(candidates):
+        assert cand["checkpoint_uri"].startswith(f"s3://{sweep['bucket']}/runs/{key}/candidates/c{i}/")
+    expected = best_candidate([{"index": c["index"], "report": c} for c in candidates])["index"]
+    assert lineage["sweep"]["winner"] == expected
+    chain = lineage["chain"]
+    assert chain["training_backend"] == "hyperpod_eks" and chain["eks_job"] == candidates[expected]["eks_job"]
+    assert chain["checkpoint_sha256"] == candidates[expected]["checkpoint_sha256"]

@@ -318,3 +318,94 @@ def test_the_api_server_wants_a_bearer_token(cluster):
     with pytest.raises(ApiException) as refused:
         eks.read_job(client.ApiClient(anonymous), eks.team_namespace(team), "x")
     assert refused.value.status in (401, 403)
+
+
+# ---- a sweep: one PyTorchJob per candidate
+
+def _sweep_plan(**over) -> dict:
+    from sim2real.orchestration.stages.run import plan_run
+
+    from tests.orchestration.stages.test_stages import PARAMS
+    from tests.orchestration.test_config import GOOD
+
+    params = {**PARAMS, "training_backend": "hyperpod_eks", "hyperpod_eks_team": "robots",
+              "sweep": {"seed": [3, 4, 5]}, "sweep_max_parallel": 2, **over}
+    env = {**GOOD, "hyperpod_eks": {"cluster_name": "hp", "instance_type": "ml.g5.12xlarge"}}
+    return plan_run(dag_id="sim_to_real", run_id="manual__2026-12-04T00:00:00+00:00", params=params, env=env)
+
+
+def test_a_sweep_is_planned_on_eks_with_the_capacity_of_the_candidates_that_run_at_once():
+    planned = _sweep_plan
+    swept, single = planned(), planned(sweep=None)
+    assert swept["hyperpod_eks"]["sweep"] is True and swept["sweep"]["enabled"] is True
+    assert swept["hyperpod_eks"]["capacity_nodes"] == 2  # min(2 at once, 3 candidates) x 1 node
+    assert single["hyperpod_eks"]["sweep"] is False and single["hyperpod_eks"]["capacity_nodes"] == 1
+
+
+
+def test_pick_best_and_the_lineage_name_each_candidates_pytorchjob_a_failed_one_too():
+    from sim2real.orchestration.lineage import build_lineage, lineage_errors
+    from sim2real.orchestration.stages.sweep import _candidate_failures, pick_best_result
+
+    from tests.orchestration.stages.test_sweep_hyperpod import CandidateTI, _report
+
+    plan = _sweep_plan()
+    jobs = [{"cluster_name": "hp", "namespace": "hyperpod-ns-robots", "job_name": f"s2r-k-c{i}", "job_uid": f"u{i}"}
+            for i in range(3)]
+    trainings = [{"backend": "hyperpod_eks", "job_id": j["job_name"], **j, "state": "Succeeded"} for j in jobs]
+    trainings[2] = None  # its train_on_eks failed: no return value
+    manifests = [{"checkpoint_uri": f"{c['output_uri']}policy.pt", "sha256": f"{i:x}" * 64}
+                 for i, c in enumerate(plan["sweep"]["candidates"])]
+    manifests[2] = None
+    states = {"sweep.train_on_eks_0": "success", "sweep.train_on_eks_1": "success", "sweep.train_on_eks_2": "failed"}
+    ti = CandidateTI(states, {("eks_job", 2): jobs[2]})
+    failures = _candidate_failures(ti, [0, 1, 2], lambda task_id: [None] * 3, batch=False, eks=True)
+    assert ("sweep.train_on_eks", "eks_job", 2) in ti.pulls and not any(p[0] == "sweep.train_on_slurm" for p in ti.pulls)
+    picked = pick_best_result(plan, trainings, manifests, [_report(12), _report(18), None], failures)
+    rows = picked["candidates"]
+    assert [r["eks_job"] for r in rows] == [{k: j[k] for k in ("namespace", "job_name", "job_uid")} for j in jobs]
+    assert all(r["batch_job_id"] is None and r["hyperpod_cluster_name"] == "hp" for r in rows)
+    assert rows[2]["state"] == "failed" and picked["winner"] == 1
+    lineage = build_lineage(run_key=plan["run_key"], dag_id="sim_to_real", run_id="r", params=plan["params"],
+                            plan=plan, sweep=picked, training=picked["training"],
+                            evaluation={**_report(18), "checkpoint_sha256": manifests[1]["sha256"]})
+    assert lineage_errors(lineage) == [] and lineage["candidates"][2]["eks_job"]["job_name"] == "s2r-k-c2"
+    assert lineage["chain"]["eks_job"] == rows[1]["eks_job"]
+
+
+@pytest.mark.integration
+def test_each_candidate_runs_its_own_job_reattached_by_name_and_deleted_on_kill(cluster):
+    from sim2real.orchestration.orphans import find_eks_jobs
+
+    api, team, command, _ = cluster
+    long_run = [*command[:-1], command[-1].replace("sleep 1", "sleep 60")]
+    key, namespace = _key(), eks.team_namespace(team)
+
+    def candidate(cid, ti=None):
+        operator = _operator(team, long_run, key, candidate=cid, retries=2)
+        with pytest.raises(TaskDeferred) as deferred:
+            operator.execute({"ti": ti or _Ti()})
+        return operator, deferred.value
+
+    _, first = candidate("c0")
+    operator, second = candidate("c1")
+    assert (first.trigger.job_name, second.trigger.job_name) == (eks.job_name(key, "c0"), eks.job_name(key, "c1"))
+    jobs = {j["metadata"]["name"]: j["metadata"]["labels"] for j in eks.list_jobs(api, f"{eks.RUN_KEY_LABEL}={key}")}
+    assert sorted(jobs) == [eks.job_name(key, "c0"), eks.job_name(key, "c1")]
+    for name, labels in jobs.items():  # each in the team's queue, with the run's priority class and its candidate
+        assert labels[eks.QUEUE_LABEL] == eks.team_local_queue(team) and labels[eks.RUN_KEY_LABEL] == key
+        assert labels[eks.PRIORITY_LABEL] == "training-priority" and name.endswith(labels[eks.CANDIDATE_LABEL])
+    # A retry of c1 reattaches to c1's job by name; a cleared c0 starts afresh and deletes only c0's earlier job.
+    _, again = candidate("c1")
+    assert again.kwargs == {"reattached": True} and again.trigger.job_name == eks.job_name(key, "c1")
+    cleared = _Ti()
+    cleared.try_number, cleared.max_tries = 2, 3
+    _, fresh = candidate("c0", cleared)
+    assert fresh.trigger.job_name == eks.job_name(key, "c0-s2")
+    names = sorted(j["metadata"]["name"] for j in eks.list_jobs(api, f"{eks.RUN_KEY_LABEL}={key}"))
+    assert names == [eks.job_name(key, "c0-s2"), eks.job_name(key, "c1")]
+    # The orphan sweep finds every candidate's job by its run key; a kill deletes only the killed candidate's job.
+    assert {f.name for f in find_eks_jobs(api, "hp", namespace) if f.run_key == key} == set(names)
+    operator.on_kill()
+    assert eks.read_job(api, namespace, eks.job_name(key, "c1")) is None
+    assert eks.read_job(api, namespace, eks.job_name(key, "c0-s2")) is not None

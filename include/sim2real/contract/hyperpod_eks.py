@@ -17,6 +17,8 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 #: This project's labels on every job: the run key (a label value: at most 63 characters, as the run key).
 RUN_KEY_LABEL = "sim2real.io/run-key"
+#: A sweep candidate's job: its candidate ``c<i>`` (a single-job run's job has no such label).
+CANDIDATE_LABEL = "sim2real.io/candidate"
 MANAGED_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "sim2real"
 #: The GPU resource name (NVIDIA device plugin).

@@ -52,6 +52,7 @@ HYPERPOD_SUBMIT_SWEEP = f"{HYPERPOD_GROUP}.submit_sweep"  # sbatch --array: one 
 # ---- SageMaker HyperPod on Amazon EKS training (a Kubeflow PyTorchJob under Kueue task governance)
 HYPERPOD_EKS_CHECK_CAPACITY = f"{HYPERPOD_EKS_GROUP}.check_capacity"
 HYPERPOD_EKS_TRAIN_POLICY = f"{HYPERPOD_EKS_GROUP}.train_policy"
+HYPERPOD_EKS_SUBMISSION = f"{HYPERPOD_EKS_GROUP}.submission"  # branch: one PyTorchJob, or a sweep's (one each)
 
 # ---- sweep (several candidates in one run: a mapped task group, one map index per candidate; AWS Batch)
 SWEEP_CHECK_CAPACITY = f"{PREFLIGHT_GROUP}.check_sweep_capacity"
@@ -60,6 +61,7 @@ SWEEP_WAIT_FOR_SLOT = f"{SWEEP_GROUP}.wait_for_slot"
 SWEEP_SUBMIT_TRAINING = f"{SWEEP_GROUP}.submit_training"
 SWEEP_TRAIN_POLICY = f"{SWEEP_GROUP}.train_policy"
 SWEEP_TRAIN_ON_SLURM = f"{SWEEP_GROUP}.train_on_slurm"  # HyperPod: waits on the candidate's array task
+SWEEP_TRAIN_ON_EKS = f"{SWEEP_GROUP}.train_on_eks"  # HyperPod EKS: the candidate's own PyTorchJob
 SWEEP_WAIT_FOR_CHECKPOINT = f"{SWEEP_GROUP}.wait_for_checkpoint"
 SWEEP_EVAL_COMMAND = f"{SWEEP_GROUP}.eval_command"
 SWEEP_RUN_EVALUATION = f"{SWEEP_GROUP}.run_evaluation"
@@ -100,7 +102,7 @@ GROUPS = (BUILD_GROUP, PREFLIGHT_GROUP, TRAIN_GROUP, HYPERPOD_GROUP, HYPERPOD_EK
           VLA_GROUP, DEPLOY_GROUP)
 #: The tasks of the sweep path (skipped in a run without a sweep).
 SWEEP = (SWEEP_CHECK_CAPACITY, SWEEP_CANDIDATES, SWEEP_WAIT_FOR_SLOT, SWEEP_SUBMIT_TRAINING, SWEEP_TRAIN_POLICY,
-         SWEEP_TRAIN_ON_SLURM, SWEEP_WAIT_FOR_CHECKPOINT, SWEEP_EVAL_COMMAND, SWEEP_RUN_EVALUATION,
+         SWEEP_TRAIN_ON_SLURM, SWEEP_TRAIN_ON_EKS, SWEEP_WAIT_FOR_CHECKPOINT, SWEEP_EVAL_COMMAND, SWEEP_RUN_EVALUATION,
          SWEEP_READ_EVAL_REPORT, SWEEP_PICK_BEST)
 
 #: The HyperPod tasks of a sweep (its job array; skipped in a run without a HyperPod sweep).
@@ -109,12 +111,13 @@ HYPERPOD_SWEEP = (HYPERPOD_SWEEP_SCRIPT, HYPERPOD_SUBMIT_SWEEP)
 HYPERPOD = (HYPERPOD_CHECK_CAPACITY, HYPERPOD_SCALE_UP, HYPERPOD_WAIT_FOR_NODES, HYPERPOD_SUBMISSION,
             HYPERPOD_TRAIN_POLICY, *HYPERPOD_SWEEP, HYPERPOD_SCALE_DOWN)
 #: The training task of each sweep candidate, by ``training_backend`` (``pick_best`` and the report read it).
-SWEEP_TRAINING_BY_BACKEND = {"batch": SWEEP_TRAIN_POLICY, "hyperpod": SWEEP_TRAIN_ON_SLURM}
+SWEEP_TRAINING_BY_BACKEND = {"batch": SWEEP_TRAIN_POLICY, "hyperpod": SWEEP_TRAIN_ON_SLURM,
+                             "hyperpod_eks": SWEEP_TRAIN_ON_EKS}
 
 #: Every task id of ``sim_to_real`` (the DAG integrity test checks the DAG has exactly these).
 ALL = (
     PREPARE_RUN, CHECK_RESOURCES, TRAINING_BACKEND, BUILD_IMAGE, BATCH_CHECK_CAPACITY, BATCH_TRAIN_POLICY,
-    *HYPERPOD, HYPERPOD_EKS_CHECK_CAPACITY, HYPERPOD_EKS_TRAIN_POLICY, *SWEEP, TRAINING_JOB, WAIT_FOR_CHECKPOINT,
+    *HYPERPOD, HYPERPOD_EKS_CHECK_CAPACITY, HYPERPOD_EKS_SUBMISSION, HYPERPOD_EKS_TRAIN_POLICY, *SWEEP, TRAINING_JOB, WAIT_FOR_CHECKPOINT,
     EVAL_COMMAND, RUN_EVALUATION,
     READ_EVAL_REPORT, STOP_WORKSTATION,
     QUALITY_GATE, PLAN_NEXT_ROUND, NEXT_ROUND, VLA_ENABLED, PIPELINE_DEFINITION, UPSERT_PIPELINE, FIELD_DATASET,

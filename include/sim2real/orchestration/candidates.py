@@ -166,8 +166,8 @@ PICK_RULE = ("highest Wilson 95% lower bound of the closed-loop success rate; ti
 
 #: The mapped tasks of one candidate, in run order (a candidate's first failed one is its cause).
 CANDIDATE_TASKS = (ids.SWEEP_WAIT_FOR_SLOT, ids.SWEEP_SUBMIT_TRAINING, ids.SWEEP_TRAIN_POLICY,
-                   ids.SWEEP_TRAIN_ON_SLURM, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_EVAL_COMMAND, ids.SWEEP_RUN_EVALUATION,
-                   ids.SWEEP_READ_EVAL_REPORT)
+                   ids.SWEEP_TRAIN_ON_SLURM, ids.SWEEP_TRAIN_ON_EKS, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_EVAL_COMMAND,
+                   ids.SWEEP_RUN_EVALUATION, ids.SWEEP_READ_EVAL_REPORT)
 
 
 def failed_candidate(states: dict[str, str], job: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -194,5 +194,5 @@ def failed_candidate(states: dict[str, str], job: dict[str, Any] | None = None) 
 
 def training_task_id(plan: dict) -> str:
     """The mapped task whose results are the candidates' trainings: ``sweep.train_policy`` (Batch) or
-    ``sweep.train_on_slurm`` (HyperPod)."""
+    ``sweep.train_on_slurm`` (HyperPod) or ``sweep.train_on_eks`` (HyperPod EKS)."""
     return ids.SWEEP_TRAINING_BY_BACKEND.get(plan.get("backend", "batch"), ids.SWEEP_TRAIN_POLICY)

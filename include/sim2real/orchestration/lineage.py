@@ -501,9 +501,12 @@ def _relative_to_run_folder(uri: str, run_key: Any) -> str:
 
 
 def _candidate_job(cand: Mapping[str, Any]) -> str:
-    """A candidate's training job for the table: the Batch job id, or ``Slurm <array>_<index>``."""
+    """A candidate's training job for the table: the Batch job id, ``Slurm <array>_<index>`` or ``PyTorchJob
+    <namespace>/<name>``."""
     if cand.get("batch_job_id"):
         return str(cand["batch_job_id"])
+    if (cand.get("eks_job") or {}).get("job_name"):
+        return f"PyTorchJob {cand['eks_job']['namespace']}/{cand['eks_job']['job_name']}"
     return f"Slurm {cand['slurm_job_id']}" if cand.get("slurm_job_id") else "-"
 
 

@@ -57,7 +57,8 @@ STAGE_TASKS: dict[str, tuple[str, ...]] = {
 }
 #: A sweep candidate's child runs (``TrackingPlan.candidate_runs``) and the mapped tasks whose state closes them.
 CANDIDATE_STAGES: dict[str, tuple[str, ...]] = {
-    "rl_training": (ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM),  # Batch or HyperPod: the one that ran
+    # Batch, HyperPod Slurm or HyperPod EKS: the one that ran
+    "rl_training": (ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM, ids.SWEEP_TRAIN_ON_EKS),
     "evaluation": (ids.SWEEP_RUN_EVALUATION,),
 }
 #: Airflow task state → MLflow run status (``mlflow.entities.RunStatus``).

@@ -98,8 +98,14 @@ def test_stages_match_the_design(dagbag):
                                                                    ids.HYPERPOD_CHECK_CAPACITY,
                                                                    ids.HYPERPOD_EKS_CHECK_CAPACITY,
                                                                    ids.SWEEP_CHECK_CAPACITY}
-    # HyperPod on EKS: the team queue's capacity is checked before the job is created.
-    assert ids.HYPERPOD_EKS_CHECK_CAPACITY in dag.get_task(ids.HYPERPOD_EKS_TRAIN_POLICY).upstream_task_ids
+    # HyperPod on EKS: the team queue's capacity is checked before the job is created (one job: through the
+    # submission branch; a sweep: before each candidate's own job).
+    assert ids.HYPERPOD_EKS_CHECK_CAPACITY in dag.get_task(ids.HYPERPOD_EKS_SUBMISSION).upstream_task_ids
+    assert dag.get_task(ids.HYPERPOD_EKS_SUBMISSION).downstream_task_ids == {ids.HYPERPOD_EKS_TRAIN_POLICY}
+    assert ids.HYPERPOD_EKS_SUBMISSION in dag.get_task(ids.HYPERPOD_EKS_TRAIN_POLICY).upstream_task_ids
+    assert ids.HYPERPOD_EKS_CHECK_CAPACITY in dag.get_task(ids.SWEEP_TRAIN_ON_EKS).upstream_task_ids
+    assert {ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM, ids.SWEEP_TRAIN_ON_EKS} <= \
+        dag.get_task(ids.SWEEP_WAIT_FOR_CHECKPOINT).upstream_task_ids
     # A sweep checks the capacity of its parallel jobs before any of its candidates is submitted.
     assert ids.SWEEP_CHECK_CAPACITY in dag.get_task(ids.SWEEP_CANDIDATES).upstream_task_ids
     assert ids.SWEEP_CANDIDATES in dag.get_task(ids.SWEEP_WAIT_FOR_SLOT).upstream_task_ids

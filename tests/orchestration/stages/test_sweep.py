@@ -351,8 +351,9 @@ def test_a_candidates_failure_is_its_first_failed_task_and_its_jobs_reason():
     only_followers = failed_candidate({ids.SWEEP_SUBMIT_TRAINING: "upstream_failed"})
     assert only_followers["state"] == "upstream_failed" and only_followers["batch_job_id"] is None
     keys = forgiven_task_keys({"failed": [1]})
-    assert f"{ids.SWEEP_TRAIN_POLICY}[1]" in keys and f"{ids.SWEEP_WAIT_FOR_SLOT}[1]" in keys and len(keys) == 8
+    assert f"{ids.SWEEP_TRAIN_POLICY}[1]" in keys and f"{ids.SWEEP_WAIT_FOR_SLOT}[1]" in keys and len(keys) == 9
     assert f"{ids.SWEEP_TRAIN_ON_SLURM}[1]" in keys  # a HyperPod sweep's failed array task is forgiven too
+    assert f"{ids.SWEEP_TRAIN_ON_EKS}[1]" in keys  # and a HyperPod EKS candidate's failed PyTorchJob
     on_slurm = failed_candidate({ids.SWEEP_TRAIN_ON_SLURM: "failed", ids.SWEEP_WAIT_FOR_CHECKPOINT: "upstream_failed"})
     assert on_slurm["state"] == "failed" and on_slurm["reason"] == f"{ids.SWEEP_TRAIN_ON_SLURM} is failed"
     assert forgiven_task_keys(None) == [] and forgiven_task_keys({"failed": []}) == []

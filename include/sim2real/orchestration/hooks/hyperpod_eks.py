@@ -43,6 +43,7 @@ from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
 from sim2real.contract.hyperpod_eks import (  # noqa: F401 - re-exported for the backend's modules
     GPU_RESOURCE,
+    CANDIDATE_LABEL,
     JOB_GROUP,
     JOB_KIND,
     JOB_PLURAL,
@@ -66,8 +67,9 @@ from sim2real.contract.hyperpod_eks import (  # noqa: F401 - re-exported for the
 
 def job_manifest(*, name: str, namespace: str, team: str, priority_class: str, run_key: str, image: str,
                  num_nodes: int, gpus_per_node: int, environment: Mapping[str, str], command: list[str],
-                 service_account: str = "") -> dict[str, Any]:
-    """The ``PyTorchJob`` of one training run (Kubeflow training operator v1 API: ``pytorchReplicaSpecs`` with a
+                 service_account: str = "", candidate: str = "") -> dict[str, Any]:
+    """The ``PyTorchJob`` of one training run (``candidate``: a sweep candidate's ``c<i>``, its label
+    :data:`CANDIDATE_LABEL`; empty: the run's one job) (Kubeflow training operator v1 API: ``pytorchReplicaSpecs`` with a
     ``Master`` and ``num_nodes - 1`` ``Worker`` replicas, each requesting ``gpus_per_node`` GPUs; the operator sets
     ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK`` for ``torchrun``).
 
@@ -94,7 +96,8 @@ def job_manifest(*, name: str, namespace: str, team: str, priority_class: str, r
         "apiVersion": f"{JOB_GROUP}/{JOB_VERSION}", "kind": JOB_KIND,
         "metadata": {"name": name, "namespace": namespace,
                      "labels": {QUEUE_LABEL: team_local_queue(team), PRIORITY_LABEL: priority_class_label(priority_class),
-                                RUN_KEY_LABEL: run_key, MANAGED_LABEL: MANAGED_BY}},
+                                RUN_KEY_LABEL: run_key, MANAGED_LABEL: MANAGED_BY,
+                                **({CANDIDATE_LABEL: candidate} if candidate else {})}},
         "spec": {"runPolicy": {"suspend": True, "backoffLimit": 3, "cleanPodPolicy": "None"},
                  "pytorchReplicaSpecs": specs},
     }

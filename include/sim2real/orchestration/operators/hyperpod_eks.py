@@ -75,6 +75,8 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     :param team: the task-governance team (namespace ``hyperpod-ns-<team>``, queue ``hyperpod-ns-<team>-localqueue``).
     :param priority_class: the task-governance priority (label ``kueue.x-k8s.io/priority-class: <name>-priority``).
     :param run_key: the run key (the job's label, and its name).
+    :param candidate: a sweep candidate's ``c<i>`` (templated): its own job ``s2r-<run key>-c<i>`` with the label
+        ``sim2real.io/candidate``; a cleared task supersedes only that candidate's jobs. Empty: the run's one job.
     :param image: the training image URI (the build's digest).
     :param num_nodes: / :param gpus_per_node: one pod per node, each with that many GPUs.
     :param environment: the trainer's environment. :param command: the container's command.
@@ -92,14 +94,15 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     aws_hook_class = eks.HyperPodEksHook
     template_fields: Sequence[str] = aws_template_fields(
         "cluster_name", "team", "priority_class", "run_key", "image", "num_nodes", "gpus_per_node", "environment",
-        "command", "service_account", "cost_limit_usd", "usd_per_node_hour")
+        "command", "service_account", "cost_limit_usd", "usd_per_node_hour", "candidate")
 
     def __init__(self, *, cluster_name: str, team: str, priority_class: str, run_key: str, image: str,
                  num_nodes: int | str, gpus_per_node: int | str, environment: dict[str, str], command: list[str],
                  cost_limit_usd: float | str | None = None, usd_per_node_hour: float | str | None = None,
                  service_account: str = "", poll_interval: int = 30, max_attempts: int = 1440,
-                 **kwargs: Any) -> None:
+                 candidate: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.candidate = candidate
         self.cluster_name, self.team, self.priority_class, self.run_key = cluster_name, team, priority_class, run_key
         self.image, self.num_nodes, self.gpus_per_node = image, num_nodes, gpus_per_node
         self.environment, self.command, self.service_account = environment, command, service_account
@@ -127,11 +130,14 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
         return max(1, max_tries - int(self.retries or 0) + 1)
 
     def _supersede(self, api: Any, name: str) -> None:
-        """Delete the run's jobs of earlier series that have not ended (a cleared task trains afresh)."""
+        """Delete the run's jobs of earlier series that have not ended (a cleared task trains afresh); a sweep
+        candidate's task only its own candidate's (the other candidates' jobs carry another candidate label)."""
         from sim2real.orchestration.waits.hyperpod_eks import job_state
 
         for old in eks.list_jobs(api, f"{eks.RUN_KEY_LABEL}={self.run_key}", self.namespace):
             old_name = old["metadata"]["name"]
+            if (old["metadata"].get("labels") or {}).get(eks.CANDIDATE_LABEL, "") != (self.candidate or ""):
+                continue
             if old_name != name and job_state(old, None)[0] not in ("Succeeded", "Failed"):
                 self.log.warning("PyTorchJob %s/%s of an earlier try is still active; this try starts afresh (the "
                                  "task was cleared): deleting it", self.namespace, old_name)
@@ -141,7 +147,8 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
         api = self.hook.api_client(self.cluster_name)
         series = self._series(context.get("ti"))
         # Every try of a series finds the same job by name; a cleared task (a new series) starts a new one.
-        name = eks.job_name(self.run_key, "" if series == 1 else f"s{series}")
+        name = eks.job_name(self.run_key, "-".join(
+            part for part in (self.candidate, "" if series == 1 else f"s{series}") if part))
         job = eks.read_job(api, self.namespace, name)
         reattached = job is not None
         if job is None:
@@ -150,7 +157,7 @@ class HyperPodEksJobOperator(AwsBaseOperator[eks.HyperPodEksHook]):
                 name=name, namespace=self.namespace, team=self.team, priority_class=self.priority_class,
                 run_key=self.run_key, image=self.image, num_nodes=int(self.num_nodes),
                 gpus_per_node=int(self.gpus_per_node), environment=self.environment, command=self.command,
-                service_account=self.service_account)
+                service_account=self.service_account, candidate=self.candidate or "")
             job = eks.create_job(api, manifest)
             self.log.info("Created PyTorchJob %s/%s on %s (queue %s, priority %s)", self.namespace, name,
                           self.cluster_name, eks.team_local_queue(self.team), eks.priority_class_label(self.priority_class))

@@ -15,6 +15,7 @@ from typing import Any
 
 from sim2real.contract import task_ids as ids
 from sim2real.orchestration.budget import training_cost_limit, training_usd_per_node_hour
+from sim2real.orchestration.candidates import expand_sweep
 from sim2real.orchestration.dag_defaults import POLL
 from sim2real.orchestration.hooks.hyperpod_eks import job_name, team_local_queue, team_namespace
 from sim2real.orchestration.params import SECTION_TRAINING
@@ -23,7 +24,7 @@ from sim2real.orchestration.stages.train import training_environment
 
 BACKEND = "hyperpod_eks"
 GROUP_ID = ids.HYPERPOD_EKS_GROUP
-TASK_IDS = (ids.HYPERPOD_EKS_CHECK_CAPACITY, ids.HYPERPOD_EKS_TRAIN_POLICY)
+TASK_IDS = (ids.HYPERPOD_EKS_CHECK_CAPACITY, ids.HYPERPOD_EKS_SUBMISSION, ids.HYPERPOD_EKS_TRAIN_POLICY)
 #: Optional ``hyperpod_eks`` keys of the environment config and their defaults.
 DEFAULTS: dict[str, Any] = {"cluster_name": "", "team": "", "priority_class": "training", "gpus_per_node": 1,
                             "instance_type": "", "command": ["bash", "/usr/local/bin/distributed_run.bash"],
@@ -39,7 +40,22 @@ and its ClusterQueue: it fails before any spend when the queue is missing or sto
 Kueue preempts (suspended, queued again) is waited through, not failed; the cost check counts only the time the job
 held GPUs. Failed: the message names the cluster, namespace, job, condition and the end of the master pod's log. The
 job is deleted when the task is killed or stopped at its cost limit. Hands on the job's name, uid, preemptions and
-GPU-held seconds.
+GPU-held seconds. A sweep: `check_capacity` sizes the quota for `min(sweep_max_parallel, candidates)` jobs,
+`submission` skips `train_policy`, and each candidate's `sweep.train_on_eks` runs its own PyTorchJob.
+"""
+
+CANDIDATE_DOC = """\
+**Train one sweep candidate (its own PyTorchJob on HyperPod EKS).** As `hyperpod_eks.train_policy`, for candidate
+`c<i>`: creates the Kubeflow `PyTorchJob` `s2r-<run key>-c<i>` (labels: the team's Kueue queue, the run's priority
+class, the run key and `sim2real.io/candidate: c<i>`) in namespace `hyperpod-ns-<team>` and waits (deferred) until
+it Succeeded. Kueue admits the candidates' jobs as the team's quota allows (the others wait queued); a preemption is
+waited through. A retry reattaches to the candidate's job by name; a kill deletes it. Hands on the job's name, uid,
+preemptions and GPU-held seconds.
+"""
+
+SUBMISSION_DOC = """\
+**One PyTorchJob or a sweep.** Calls no API and waits for nothing: follows `train_policy` in a run without a sweep;
+in a sweep run it follows nothing (each candidate's `sweep.train_on_eks` creates its own job).
 """
 
 
@@ -61,6 +77,10 @@ class HyperPodEksPlan(PlanSection):
     service_account: str = ""
     cost_limit_usd: float | None = None
     usd_per_node_hour: float | None = None
+    sweep: bool = False  #: a sweep run: one job per candidate (``sweep.train_on_eks``), no ``train_policy``
+    #: nodes the capacity check sizes the quota for: ``num_nodes``; a sweep: min(sweep_max_parallel, candidates)
+    #: × ``num_nodes`` (the jobs that run at once, as the Batch sweep's check)
+    capacity_nodes: int = 1
 
 
 def settings(env: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,8 +129,6 @@ def rule_errors(params: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
             errors.append(f"{field_} {typed!r} is not the configured hyperpod_eks.{key} {configured!r}: this "
                           "deployment's access entry, RBAC and orphan sweep cover that one only; leave the field "
                           "empty or change the environment config")
-    if params.get("sweep") not in (None, [], {}):
-        errors.append("a sweep does not run on training_backend 'hyperpod_eks' yet: use batch or hyperpod")
     return errors
 
 
@@ -118,6 +136,8 @@ def plan(ctx: PlanContext) -> HyperPodEksPlan:
     hp, p = settings(ctx.env), ctx.params
     team = p.get("hyperpod_eks_team") or hp["team"]
     eks_run = p.get("training_backend") == BACKEND
+    candidates = len(expand_sweep(p.get("sweep")))
+    at_once = min(int(p.get("sweep_max_parallel") or 1), candidates) if candidates else 1
     return HyperPodEksPlan(
         cluster_name=p.get("hyperpod_eks_cluster_name") or hp["cluster_name"], team=team,
         namespace=team_namespace(team), queue=team_local_queue(team),
@@ -126,12 +146,22 @@ def plan(ctx: PlanContext) -> HyperPodEksPlan:
         command=list(hp["command"]), service_account=str(hp["service_account"]),
         cost_limit_usd=training_cost_limit(ctx.budget) if eks_run else None,
         usd_per_node_hour=training_usd_per_node_hour(ctx.budget) if eks_run else None,
+        capacity_nodes=at_once * int(p["num_nodes"]), sweep=bool(candidates),
     )
 
 
-def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
-    """Add the ``hyperpod_eks`` group after the ``training_backend`` branch; return its training task."""
-    from airflow.sdk import TaskGroup
+def _job_arguments(plan: Any, hp: Any, image: Any) -> dict[str, Any]:
+    """The job operator's arguments shared by the run's one job and a sweep candidate's."""
+    return dict(cluster_name=hp.cluster_name, team=hp.team, priority_class=hp.priority_class, run_key=plan["run_key"],
+                image=image.output["image_uri"], num_nodes=hp.num_nodes, gpus_per_node=hp.gpus_per_node,
+                command=hp.command, service_account=hp.service_account, usd_per_node_hour=hp.usd_per_node_hour,
+                poll_interval=POLL, retries=2, execution_timeout=dt.timedelta(hours=12))
+
+
+def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any]:
+    """Add the ``hyperpod_eks`` group after the ``training_backend`` branch; return its training task and its
+    capacity check (a sweep's candidates, in group ``sweep``, follow it: :func:`add_candidate_training`)."""
+    from airflow.sdk import TaskGroup, task
 
     from sim2real.orchestration.operators.hyperpod_eks import HyperPodEksCapacityOperator, HyperPodEksJobOperator
 
@@ -140,14 +170,33 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> Any:
                    doc_md=DOC):
         capacity = HyperPodEksCapacityOperator(
             task_id=ids.local(ids.HYPERPOD_EKS_CHECK_CAPACITY), cluster_name=hp.cluster_name, team=hp.team,
-            num_nodes=hp.num_nodes, gpus_per_node=hp.gpus_per_node, retries=1,
+            num_nodes=hp.capacity_nodes, gpus_per_node=hp.gpus_per_node, retries=1,
             execution_timeout=dt.timedelta(minutes=5), doc_md=DOC)
+
+        @task.branch(task_id=ids.local(ids.HYPERPOD_EKS_SUBMISSION), retries=0,
+                     execution_timeout=dt.timedelta(minutes=1), doc_md=SUBMISSION_DOC)
+        def submission(plan: dict) -> str | None:
+            """``hyperpod_eks.train_policy``, or nothing in a sweep run (its candidates run their own jobs)."""
+            return None if HyperPodEksPlan.from_plan(plan).sweep else ids.HYPERPOD_EKS_TRAIN_POLICY
+
+        route = submission(plan["plan"])
         training = HyperPodEksJobOperator(
-            task_id=ids.local(ids.HYPERPOD_EKS_TRAIN_POLICY), cluster_name=hp.cluster_name, team=hp.team,
-            priority_class=hp.priority_class, run_key=plan["run_key"], image=image.output["image_uri"],
-            num_nodes=hp.num_nodes, gpus_per_node=hp.gpus_per_node, environment=hp.environment, command=hp.command,
-            service_account=hp.service_account, cost_limit_usd=hp.cost_limit_usd,
-            usd_per_node_hour=hp.usd_per_node_hour, poll_interval=POLL, retries=2,
-            execution_timeout=dt.timedelta(hours=12), doc_md=DOC)
-        backend >> capacity >> training
-    return training
+            task_id=ids.local(ids.HYPERPOD_EKS_TRAIN_POLICY), environment=hp.environment,
+            cost_limit_usd=hp.cost_limit_usd, doc_md=DOC, **_job_arguments(plan, hp, image))
+        backend >> capacity >> route >> training
+    return training, capacity
+
+
+def add_candidate_training(plan: Any, *, image: Any, candidate: Any, environment: Any, cost_limit_usd: Any) -> Any:
+    """Inside the mapped ``sweep`` group: the candidate's own PyTorchJob (``sweep.train_on_eks``).
+
+    :param candidate: / :param environment: / :param cost_limit_usd: the candidate's mapped arguments (``c<i>``,
+        the trainer's environment with the candidate's prefixes, its share of the training budget).
+    :return: the operator (its result is the candidate's training result, as ``sweep.train_policy``'s on Batch).
+    """
+    from sim2real.orchestration.operators.hyperpod_eks import HyperPodEksJobOperator
+
+    hp = refs(plan, HyperPodEksPlan)
+    return HyperPodEksJobOperator(
+        task_id=ids.local(ids.SWEEP_TRAIN_ON_EKS), candidate=candidate, environment=environment,
+        cost_limit_usd=cost_limit_usd, doc_md=CANDIDATE_DOC, **_job_arguments(plan, hp, image))

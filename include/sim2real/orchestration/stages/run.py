@@ -79,7 +79,8 @@ TRAINING_BACKEND_DOC = """\
 **Training backend.** Calls no AWS API: follows the form's `training_backend` — `batch` goes on with
 `preflight.check_capacity` and the AWS Batch job (a run with a `sweep`: `preflight.check_sweep_capacity` and the
 `sweep` group), `hyperpod` with the `hyperpod` group (a sweep: its Slurm job array and the `sweep` group), `hyperpod_eks` with
-`hyperpod_eks.check_capacity` (the other paths are skipped). Waits for nothing. Hands on
+`hyperpod_eks.check_capacity` (a sweep: each candidate's own PyTorchJob in the `sweep` group; the other paths
+are skipped). Waits for nothing. Hands on
 the task id of the path taken.
 """
 
@@ -287,8 +288,8 @@ def check_params(params: Mapping[str, Any], env: Mapping[str, Any] | None = None
 def _sweep_rule_errors(params: Mapping[str, Any], backend: str) -> list[str]:
     """The ``sweep`` field's rules (:func:`sim2real.orchestration.candidates.sweep_errors`: allowed keys, each value
     against its field's schema, the candidate limit, no duplicates). Each candidate's own time budget must also
-    stay below ``training_timeout_hours``. Both backends run sweeps (AWS Batch: a job per candidate; HyperPod: a
-    Slurm job array); on HyperPod the candidates share one array's ``#SBATCH --time``
+    stay below ``training_timeout_hours``. Every backend runs sweeps (AWS Batch: a job per candidate; HyperPod: a
+    Slurm job array; HyperPod EKS: a PyTorchJob per candidate); on HyperPod the candidates share one array's ``#SBATCH --time``
     (``training_timeout_hours``), which is why that bound holds for every candidate alike."""
     sweep = params.get("sweep")
     if sweep in (None, [], {}):

@@ -6,8 +6,10 @@ before. A sweep (:mod:`sim2real.orchestration.candidates`: a list of overrides o
 (below) or, with ``training_backend: hyperpod``, as one Slurm job array on the HyperPod cluster
 (:mod:`sim2real.orchestration.stages.hyperpod`: ``sbatch --array=0-<N-1>%<sweep_max_parallel>``, the GPU group
 scaled for ``min(sweep_max_parallel, candidates) x num_nodes`` nodes; per candidate ``sweep.train_on_slurm``, the
-wait on its array task, takes the place of the Batch tasks, which the ``training_backend`` branch skipped). On AWS
-Batch:
+wait on its array task, takes the place of the Batch tasks, which the ``training_backend`` branch skipped) or, with
+``training_backend: hyperpod_eks``, as one Kubeflow ``PyTorchJob`` per candidate in the team's Kueue queue
+(``sweep.train_on_eks``, after ``hyperpod_eks.check_capacity``; :mod:`sim2real.orchestration.stages.hyperpod_eks`).
+On AWS Batch:
 
 * ``preflight.check_sweep_capacity`` sizes the quota for ``min(sweep_max_parallel, candidates)`` jobs of
   ``num_nodes`` nodes each (the ``training_backend`` branch takes it instead of ``preflight.check_capacity``);
@@ -59,17 +61,20 @@ from sim2real.orchestration.candidates import (
 )
 from sim2real.orchestration.dag_defaults import POLL
 from sim2real.orchestration.params import SECTION_TRAINING, _range
-from sim2real.orchestration.stages import hyperpod, train
+from sim2real.orchestration.stages import hyperpod, hyperpod_eks, train
 from sim2real.orchestration.stages._base import PlanContext, PlanSection, refs
 from sim2real.orchestration.stages.evaluate import EvaluationPlan, check_report, eval_commands
 from sim2real.orchestration.stages.train import BatchPlan, training_environment
 
 DOC = """\
-**Sweep: several candidates in one run (AWS Batch or HyperPod Slurm).** Runs only when the form's `sweep` lists
+**Sweep: several candidates in one run (AWS Batch, HyperPod Slurm or HyperPod EKS).** Runs only when the form's `sweep` lists
 candidates (skipped otherwise). Per candidate `c<i>` (one map index each), the run's `training_backend` decides
 its training (the other backend's tasks are skipped). HyperPod: `train_on_slurm` waits (deferred) on the
 candidate's task `<id>_<i>` of the job array `hyperpod.submit_sweep` submitted (`sacct -j <id>_<i>` through SSM on
-the head node; Slurm runs at most `sweep_max_parallel` tasks at once; `scancel <id>_<i>` when killed). AWS Batch:
+the head node; Slurm runs at most `sweep_max_parallel` tasks at once; `scancel <id>_<i>` when killed). HyperPod
+EKS: `train_on_eks` creates the candidate's own Kubeflow `PyTorchJob` `s2r-<run key>-c<i>` in the team's Kueue queue
+and waits (deferred) for it, as `hyperpod_eks.train_policy` (reattached by name on a retry, deleted when killed,
+preemption waited through). AWS Batch:
 waits for a free lane (`sweep_max_parallel` jobs at once; Batch `DescribeJobs` of the lane's previous job, free
 once it ended; fails at once when the sweep can no longer reach `sweep_min_candidates` survivors), submits its own
 Batch job (`RegisterJobDefinition`, `ListJobs`, `SubmitJob`), waits (deferred) for it. Then it waits for its `manifest.json` under
@@ -139,14 +144,15 @@ def params() -> dict[str, Any]:
             f"{', '.join(SWEEP_KEYS)}; at most {MAX_CANDIDATES} candidates, no two alike. The candidate with the "
             "best Wilson 95% lower bound (ties: higher success rate, then the earlier candidate) goes on to the "
             "gate. Empty: one policy, as without a sweep. AWS Batch: one job per candidate; HyperPod: one Slurm "
-            "job array (one task per candidate).",
+            "job array (one task per candidate); HyperPod EKS: one PyTorchJob per candidate in the team's queue.",
             section=SECTION_TRAINING,
         ),
         "sweep_max_parallel": Param(
             3, type="integer", title="Sweep: training jobs at once",
             description="The most candidates' training jobs that run at the same time (the capacity preflight "
             "sizes the quota for this many jobs; HyperPod: the job array's % limit, and the GPU group is scaled "
-            "up for this many jobs).",
+            "up for this many jobs; HyperPod EKS: the team queue's quota is checked for this many jobs, and Kueue "
+            "admits as many as that quota holds).",
             section=SECTION_TRAINING, **_range(minimum=1, maximum=MAX_CANDIDATES)),
         "sweep_min_candidates": Param(
             1, type="integer", title="Sweep: candidates that must succeed",
@@ -288,8 +294,13 @@ def forgiven_task_keys(picked: dict[str, Any] | None) -> list[str]:
 
 def training_job_fields(training: dict | None) -> dict[str, Any]:
     """A candidate's training job in its lineage row: ``{"batch_job_id"}`` for a Batch job, ``{"batch_job_id":
-    None, "slurm_job_id", "hyperpod_cluster_name"}`` for a Slurm array task (its result has ``cluster_name``)."""
+    None, "slurm_job_id", "hyperpod_cluster_name"}`` for a Slurm array task (its result has ``cluster_name``), and
+    ``{"batch_job_id": None, "hyperpod_cluster_name", "eks_job": {"namespace", "job_name", "job_uid"}}`` for a
+    HyperPod EKS candidate's PyTorchJob (its result's ``backend`` is ``hyperpod_eks``)."""
     training = training or {}
+    if training.get("backend") == "hyperpod_eks":
+        return {"batch_job_id": None, "hyperpod_cluster_name": training.get("cluster_name"),
+                "eks_job": {k: training.get(k) for k in ("namespace", "job_name", "job_uid")}}
     if training.get("cluster_name"):
         return {"batch_job_id": None, "slurm_job_id": training.get("job_id"),
                 "hyperpod_cluster_name": training["cluster_name"]}
@@ -297,12 +308,15 @@ def training_job_fields(training: dict | None) -> dict[str, Any]:
 
 
 def _job_fields(training: dict, failure: dict | None) -> dict[str, Any]:
-    """:func:`training_job_fields`, with a failed candidate's Batch job id, or Slurm array task and cluster, from
-    its failure record when its training handed on nothing."""
+    """:func:`training_job_fields`, with a failed candidate's Batch job id, Slurm array task and cluster, or
+    PyTorchJob and cluster, from its failure record when its training handed on nothing."""
     fields = training_job_fields(training)
     failure = failure or {}
-    if fields.get("batch_job_id") or fields.get("slurm_job_id"):
+    if fields.get("batch_job_id") or fields.get("slurm_job_id") or fields.get("eks_job"):
         return fields
+    if failure.get("eks_job"):
+        return {"batch_job_id": None, "hyperpod_cluster_name": failure.get("hyperpod_cluster_name"),
+                "eks_job": failure["eks_job"]}
     if failure.get("slurm_job_id"):
         return {"batch_job_id": None, "slurm_job_id": failure["slurm_job_id"],
                 "hyperpod_cluster_name": failure.get("hyperpod_cluster_name")}
@@ -311,13 +325,16 @@ def _job_fields(training: dict, failure: dict | None) -> dict[str, Any]:
     return fields
 
 
-def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, scale_down: Any = None) -> Any:
+def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, scale_down: Any = None,
+              eks_capacity: Any = None) -> Any:
     """Add ``preflight.check_sweep_capacity``, the mapped ``sweep`` group and ``pick_best`` after the
     ``training_backend`` branch; return ``pick_best``.
 
     :param slurm_array: ``hyperpod.submit_sweep`` (a HyperPod sweep's job array; None: Batch only).
     :param scale_down: ``hyperpod_scale_down`` (the HyperPod teardown, outside group ``hyperpod``), which then also
-        waits for every candidate's array task."""
+        waits for every candidate's array task.
+    :param eks_capacity: ``hyperpod_eks.check_capacity`` (a HyperPod EKS sweep: each candidate's
+        ``sweep.train_on_eks``, its own PyTorchJob, follows it; None: no EKS path)."""
     from airflow.configuration import conf
     from airflow.sdk import task, task_group
     from airflow.sdk.exceptions import AirflowFailException
@@ -359,7 +376,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
             task_id=ids.local(ids.SWEEP_WAIT_FOR_SLOT), lane_after=lane_after, max_failed=sweep.max_failed,
             submit_task_id=ids.SWEEP_SUBMIT_TRAINING, train_task_id=ids.SWEEP_TRAIN_POLICY,
             later_task_ids=[t for t in CANDIDATE_TASKS if t not in (ids.SWEEP_WAIT_FOR_SLOT, ids.SWEEP_SUBMIT_TRAINING,
-                                                                    ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM)],
+                                                                    ids.SWEEP_TRAIN_POLICY, ids.SWEEP_TRAIN_ON_SLURM,
+                                                                    ids.SWEEP_TRAIN_ON_EKS)],
             mode="reschedule", poke_interval=POLL,
             timeout=13 * 3600, execution_timeout=dt.timedelta(hours=13), doc_md=DOC,
         )
@@ -431,6 +449,10 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
                                                        candidate_task_ids=CANDIDATE_TASKS)
             on_slurm >> manifest
             slurm_trainings.append(on_slurm)
+        if eks_capacity is not None:  # HyperPod EKS: the candidate's own PyTorchJob in the team's queue
+            on_eks = hyperpod_eks.add_candidate_training(plan, image=image, candidate=candidate,
+                                                         environment=environment, cost_limit_usd=cost_limit_usd)
+            eks_capacity >> on_eks >> manifest
         evaluation >> report
 
     # Serves both backends: it runs after the Batch capacity check or when that was skipped (a HyperPod sweep, whose
@@ -474,7 +496,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
             return [_pull_or_none(ti, task_id, i) for i in indexes]
 
         try:
-            failures = _candidate_failures(ti, indexes, pulled, batch=plan.get("backend", "batch") != "hyperpod",
+            backend = plan.get("backend", "batch")
+            failures = _candidate_failures(ti, indexes, pulled, batch=backend == "batch", eks=backend == "hyperpod_eks",
                                            cluster_name=(plan.get("hyperpod") or {}).get("cluster_name"))
             return pick_best_result(plan, pulled(training_task_id(plan)), pulled(ids.SWEEP_WAIT_FOR_CHECKPOINT),
                                     pulled(ids.SWEEP_READ_EVAL_REPORT), failures)
@@ -489,7 +512,8 @@ def add_tasks(plan: Any, *, image: Any, backend: Any, slurm_array: Any = None, s
 #: The candidate's Batch job id (``sweep.submit_training`` of the same map index), "" when it did not run.
 #: (Only a Batch run pulls it: pulling a skipped task's XCom logs a 404 at error level.)
 _BATCH_JOB_OF_CANDIDATE = (
-    "{{ '' if (ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "', key='plan') or {}).get('backend') == 'hyperpod' "
+    "{{ '' if (ti.xcom_pull(task_ids='" + ids.PREPARE_RUN + "', key='plan') or {}).get('backend') in "
+    "('hyperpod', 'hyperpod_eks') "
     "else (ti.xcom_pull(task_ids='" + ids.SWEEP_SUBMIT_TRAINING + "', key='job_id', map_indexes=ti.map_index) "
     "or '') }}")
 
@@ -503,13 +527,13 @@ def _pull_or_none(ti: Any, task_id: str, index: int, key: str = "return_value") 
         return None
 
 
-def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool = True,
+def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool = True, eks: bool = False,
                         cluster_name: str | None = None) -> dict[int, dict[str, Any]]:
     """Map index → :func:`failed_candidate` of each candidate with a failed task, from the Task Execution API
     (``get_task_states``: ``{run_id: {"<task_id>_<map_index>": state}}``) and, for a submitted Batch job
     (``batch``), Batch ``DescribeJobs`` (its status reason; left out when it cannot be read). A HyperPod sweep
     (``batch`` False): its Slurm array task from ``train_on_slurm``'s XComs (:func:`_slurm_failure`) and
-    ``cluster_name``, the plan's cluster."""
+    ``cluster_name``, the plan's cluster. A HyperPod EKS sweep (``eks``): its PyTorchJob (:func:`_eks_failure`)."""
     answer = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(CANDIDATE_TASKS), run_ids=[ti.run_id]) or {}
     states: dict[int, dict[str, str]] = {}
     for key, state in (answer.get(ti.run_id) or {}).items():
@@ -519,6 +543,8 @@ def _candidate_failures(ti: Any, indexes: list[int], pulled: Any, *, batch: bool
     failed = {i: s for i, s in states.items() if i in indexes and failed_candidate(s) is not None}
     if not failed:
         return {}
+    if eks:
+        return {i: _eks_failure(ti, i, s) for i, s in failed.items()}
     if not batch:
         return {i: _slurm_failure(ti, i, s, cluster_name) for i, s in failed.items()}
     submitted = pulled(ids.SWEEP_SUBMIT_TRAINING)
@@ -553,6 +579,19 @@ def _slurm_failure(ti: Any, index: int, states: dict[str, str], cluster_name: st
     if isinstance(end, dict) and end.get("state"):
         failure["reason"] += (f"; Slurm job {job_id} {end['state']}"
                               + (f" (exit code {end['exit_code']})" if end.get("exit_code") else ""))
+    return failure
+
+
+def _eks_failure(ti: Any, index: int, states: dict[str, str]) -> dict[str, Any] | None:
+    """:func:`failed_candidate` of a HyperPod EKS candidate, with its PyTorchJob (XCom ``eks_job`` of its
+    ``sweep.train_on_eks``, pushed before the wait: ``hyperpod_cluster_name`` and ``eks_job`` {namespace, job_name,
+    job_uid}). Left out when the candidate never created or found its job (the XCom cannot be read)."""
+    failure = failed_candidate(states)
+    job = _pull_or_none(ti, ids.SWEEP_TRAIN_ON_EKS, index, key="eks_job")
+    if failure is None or not isinstance(job, dict) or not job.get("job_name"):
+        return failure
+    failure.update(hyperpod_cluster_name=job.get("cluster_name"),
+                   eks_job={k: job.get(k) for k in ("namespace", "job_name", "job_uid")})
     return failure
 
 
