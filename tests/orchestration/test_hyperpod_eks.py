@@ -330,7 +330,7 @@ def _sweep_plan(**over) -> dict:
 
     params = {**PARAMS, "training_backend": "hyperpod_eks", "hyperpod_eks_team": "robots",
               "sweep": {"seed": [3, 4, 5]}, "sweep_max_parallel": 2, **over}
-    env = {**GOOD, "hyperpod_eks": {"cluster_name": "hp", "instance_type": "ml.g5.12xlarge"}}
+    env = {**GOOD, "hyperpod_eks": {"cluster_name": "hp", "team": "robots", "instance_type": "ml.g5.12xlarge"}}
     return plan_run(dag_id="sim_to_real", run_id="manual__2026-12-04T00:00:00+00:00", params=params, env=env)
 
 
