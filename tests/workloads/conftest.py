@@ -57,7 +57,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     """The test process env minus anything Batch/torchrun/training-related, plus ``extra``."""
     drop = ("AWS_BATCH_", "TASK", "MAX_ITERATIONS", "NUM_ENVS", "SEED", "OUTPUT_URI", "CHECKPOINT_INTERVAL",
             "TIME_BUDGET_SECONDS", "RUN_KEY", "IMAGE_DIGEST", "PROC_PER_NODE", "RDZV_", "TRAIN_", "WORLD_SIZE",
-            "RANK", "LOCAL_RANK", "MASTER_", "NODE_IP", "DRY_RUN", "PYTHON", "AWS_ENDPOINT_URL", "SIM2REAL_RESUMED_")
+            "RANK", "LOCAL_RANK", "MASTER_", "PET_", "NODE_IP", "DRY_RUN", "PYTHON", "AWS_ENDPOINT_URL", "SIM2REAL_RESUMED_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
