@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# distributed_run.bash — launch training with torchrun on 1 node or N AWS Batch multi-node-parallel nodes.
+# distributed_run.bash — launch training with torchrun on 1 node or N nodes (AWS Batch multi-node parallel, Slurm,
+# or a Kubeflow PyTorchJob's replicas).
 #
 # The same file runs in the CPU image (containers/rl) and in the Isaac Lab image (containers/isaaclab).
 #
