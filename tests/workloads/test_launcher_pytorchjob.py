@@ -4,12 +4,9 @@ argv per node (dry run), refusals, and a real two-replica rendezvous on loopback
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
-from tests.workloads.conftest import LAUNCHER, clean_env, fake_train_multigpu, free_port
+from tests.workloads.conftest import clean_env, fake_train_multigpu, free_port, launch_nodes
 from tests.workloads.test_launcher import ISAACLAB3_ENTRY, argv, dry_run, flags
 
 
@@ -94,20 +91,6 @@ def test_real_two_replica_rendezvous_on_loopback(style, tmp_path):
                                                            ["-m", "sim2real.workloads.selfcheck"]))
     envs = [{**replica_env(rank, nproc=1, port=port), "MASTER_ADDR": "127.0.0.1", "PET_MASTER_ADDR": "127.0.0.1",
              "PET_RDZV_ID": "s2r-k"} for rank in (0, 1)]
-    procs = [subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=tmp_path, env=clean_env(**common, **env)) for env in envs]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=120)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    lines = []
-    for rc, out, err in results:
-        assert rc == 0, err[-3000:]
-        lines += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    lines = launch_nodes([clean_env(**common, **env) for env in envs], tmp_path)
     assert sorted(line["rank"] for line in lines) == [0, 1]
     assert all(line["selfcheck"] == "ok" and line["world_size"] == 2 and line["sum"] == 1 for line in lines)
