@@ -126,9 +126,28 @@ def test_the_form_refuses_hyperpod_eks_without_a_cluster_or_team():
 
     errors = rule_errors({"training_backend": "hyperpod_eks"}, {})
     assert any("needs a cluster" in e for e in errors) and any("task-governance team" in e for e in errors)
-    assert rule_errors({"training_backend": "hyperpod_eks", "hyperpod_eks_team": "robots"},
-                       {"hyperpod_eks": {"cluster_name": "hp"}}) == []
+    # the team (or cluster) only in the form: the orphan sweep and infra's IAM / RBAC know the config's alone
+    errors = rule_errors({"training_backend": "hyperpod_eks", "hyperpod_eks_team": "robots"},
+                         {"hyperpod_eks": {"cluster_name": "hp"}})
+    assert len(errors) == 1 and "hyperpod_eks.team" in errors[0] and "orphan sweep" in errors[0], errors
+    env = {"hyperpod_eks": {"cluster_name": "hp", "team": "robots"}}
+    assert rule_errors({"training_backend": "hyperpod_eks"}, env) == []
+    assert rule_errors({"training_backend": "hyperpod_eks", "hyperpod_eks_team": "robots",
+                        "hyperpod_eks_cluster_name": "hp"}, env) == []
     assert rule_errors({"training_backend": "batch"}, {}) == []
+
+
+def test_the_form_refuses_a_cluster_or_team_other_than_the_configured_one():
+    """A job in another team's namespace (or on another cluster) would be outside what the orphan sweep lists and
+    what infra/ grants (the access entry and RBAC of the configured cluster and namespace): refused with the reason,
+    not silently replaced by the config's."""
+    from sim2real.orchestration.stages.hyperpod_eks import rule_errors
+
+    env = {"hyperpod_eks": {"cluster_name": "hp", "team": "robots"}}
+    errors = rule_errors({"training_backend": "hyperpod_eks", "hyperpod_eks_team": "vision"}, env)
+    assert len(errors) == 1 and "'vision'" in errors[0] and "'robots'" in errors[0], errors
+    errors = rule_errors({"training_backend": "hyperpod_eks", "hyperpod_eks_cluster_name": "other"}, env)
+    assert len(errors) == 1 and "'other'" in errors[0] and "'hp'" in errors[0], errors
 
 
 # ---- against an API server (the emulated one, or SIM2REAL_TEST_KUBECONFIG's)

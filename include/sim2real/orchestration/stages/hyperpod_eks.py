@@ -78,10 +78,12 @@ def params() -> dict[str, Any]:
     return {
         "hyperpod_eks_cluster_name": Param(None, **{**name, "pattern": r"^([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})?$"},
                                            title="HyperPod EKS cluster", description="Used when the backend is "
-                                           "hyperpod_eks (empty: the environment config's hyperpod_eks.cluster_name)."),
+                                           "hyperpod_eks: empty or the environment config's hyperpod_eks.cluster_name "
+                                           "(another cluster is refused: not in this deployment's access)."),
         "hyperpod_eks_team": Param(None, **name, title="HyperPod EKS team",
                                    description="Task-governance team whose queue runs the job (namespace "
-                                   "hyperpod-ns-<team>; empty: the environment config's hyperpod_eks.team)."),
+                                   "hyperpod-ns-<team>): empty or the environment config's hyperpod_eks.team "
+                                   "(another team is refused: not in this deployment's RBAC)."),
         "hyperpod_eks_priority_class": Param(None, **name, title="HyperPod EKS priority",
                                              description="Task-governance priority class (label "
                                              "kueue.x-k8s.io/priority-class <name>-priority; empty: the config's, "
@@ -94,12 +96,19 @@ def rule_errors(params: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
     if params.get("training_backend") != BACKEND:
         return []
     hp, errors = settings(env), []
-    if not (params.get("hyperpod_eks_cluster_name") or hp["cluster_name"]):
-        errors.append("training_backend 'hyperpod_eks' needs a cluster: set hyperpod_eks_cluster_name in the form or "
-                      "hyperpod_eks.cluster_name in the environment config")
-    if not (params.get("hyperpod_eks_team") or hp["team"]):
-        errors.append("training_backend 'hyperpod_eks' needs a task-governance team: set hyperpod_eks_team in the "
-                      "form or hyperpod_eks.team in the environment config")
+    # The configured cluster and team are the ones the orphan sweep lists and infra/ grants (the EKS access entry
+    # and the namespace's RBAC): a job elsewhere would never be swept, so the form may only repeat them.
+    for field_, key, what in (("hyperpod_eks_cluster_name", "cluster_name", "a cluster"),
+                              ("hyperpod_eks_team", "team", "a task-governance team")):
+        typed, configured = params.get(field_), hp[key]
+        if not configured:
+            errors.append(f"training_backend 'hyperpod_eks' needs {what}: set hyperpod_eks.{key} in the environment "
+                          f"config{f' (the form names {typed!r})' if typed else ''}; the orphan sweep and infra's "
+                          "access entry and RBAC are set up from it")
+        elif typed and typed != configured:
+            errors.append(f"{field_} {typed!r} is not the configured hyperpod_eks.{key} {configured!r}: this "
+                          "deployment's access entry, RBAC and orphan sweep cover that one only; leave the field "
+                          "empty or change the environment config")
     if params.get("sweep") not in (None, [], {}):
         errors.append("a sweep does not run on training_backend 'hyperpod_eks' yet: use batch or hyperpod")
     return errors
