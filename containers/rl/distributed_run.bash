@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# distributed_run.bash — launch training with torchrun on 1 node or N AWS Batch multi-node-parallel nodes.
+# distributed_run.bash — launch training with torchrun on 1 node or N nodes (AWS Batch multi-node parallel, Slurm,
+# or a Kubeflow PyTorchJob's replicas).
 #
 # The same file runs in the CPU image (containers/rl) and in the Isaac Lab image (containers/isaaclab).
 #
@@ -8,8 +9,26 @@
 # With --dry-run the torchrun command line is printed on stdout (one line, shell-quoted with printf %q)
 # instead of being executed; diagnostics always go to stderr.
 #
-# Scheduler: AWS Batch (AWS_BATCH_JOB_NUM_NODES set) or Slurm (SLURM_JOB_ID set, e.g. SageMaker HyperPod, one
-# `srun` task per node: include/sim2real/orchestration/slurm/train_rl.sbatch); neither = a single local node.
+# Scheduler: AWS Batch (AWS_BATCH_JOB_NUM_NODES set), Slurm (SLURM_JOB_ID set, e.g. SageMaker HyperPod, one
+# `srun` task per node: include/sim2real/orchestration/slurm/train_rl.sbatch) or a Kubeflow PyTorchJob (neither of
+# those, PET_NNODES set: HyperPod orchestrated by EKS, one replica per node); none = a single local node.
+#
+# Kubeflow PyTorchJob environment (the training operator sets it on every replica of a job with a Master replica;
+# source: kubeflow/training-operator v1.9.0, pkg/controller.v1/pytorch/envvar.go setPodEnv and master.go):
+#   PET_NNODES                     replicas in the job, Master + Workers (elasticPolicy writes "MIN:MAX": only
+#                                  MIN == MAX is accepted, this launcher runs a fixed number of nodes)
+#   PET_NODE_RANK                  this replica's index: Master 0, Worker i -> i + 1 (RANK holds the same value)
+#   PET_MASTER_ADDR / MASTER_ADDR  "<job name>-master-0", the Master pod's Service (required when > 1 node);
+#                                  node 0 hosts the rendezvous there
+#   PET_MASTER_PORT / MASTER_PORT  the Master container's port "pytorchjob-port" (operator default 23456): the
+#                                  rendezvous port, unless RDZV_PORT is set
+#   PET_NPROC_PER_NODE             the job's spec.nprocPerNode: PROC_PER_NODE's default when it is an integer
+#   WORLD_SIZE                     replicas x nprocPerNode (x 1 without it): checked against the above
+#   PET_RDZV_ID                    rendezvous id (elasticPolicy.rdzvId); default: the job name (MASTER_ADDR
+#                                  without "-master-0"), the same on every replica
+# RANK and WORLD_SIZE count replicas here, and torchrun takes every PET_<FLAG> as that flag's default (PET_STANDALONE
+# would replace the rendezvous): once mapped they are all unset, so torchrun and train_multigpu see only the flags
+# below (torchrun's agent then sets RANK/WORLD_SIZE per process).
 #
 # Slurm environment (srun sets the SLURM_* ones; the batch script sets MASTER_ADDR):
 #   SLURM_NNODES / SLURM_JOB_NUM_NODES  nodes in the job
@@ -101,7 +120,43 @@ fi
 
 SCHEDULER=batch
 if [[ -z "${AWS_BATCH_JOB_NUM_NODES:-}" && -n "${SLURM_JOB_ID:-}" ]]; then SCHEDULER=slurm; fi
-if [[ "$SCHEDULER" == "slurm" ]]; then
+if [[ -z "${AWS_BATCH_JOB_NUM_NODES:-}" && -z "${SLURM_JOB_ID:-}" && -n "${PET_NNODES:-}" ]]; then SCHEDULER=pytorchjob; fi
+if [[ "$SCHEDULER" == "pytorchjob" ]]; then
+  NNODES="$PET_NNODES"
+  if [[ "$NNODES" =~ ^([0-9]+):([0-9]+)$ ]]; then
+    [[ "${BASH_REMATCH[1]}" == "${BASH_REMATCH[2]}" ]] || die "PET_NNODES=${NNODES} is an elastic range (elasticPolicy minReplicas:maxReplicas): this launcher runs a fixed number of nodes; set minReplicas = maxReplicas"
+    NNODES="${BASH_REMATCH[1]}"
+  fi
+  is_uint "$NNODES" && (( NNODES >= 1 )) || die "PET_NNODES must be an integer >= 1, got '${PET_NNODES}'"
+  if (( NNODES > 1 )) && [[ -z "${PET_NODE_RANK:-}" ]]; then
+    die "PET_NNODES=${NNODES} needs PET_NODE_RANK (the training operator sets it on each replica of a PyTorchJob with a Master replica)"
+  fi
+  NODE_RANK="${PET_NODE_RANK:-0}"
+  is_uint "$NODE_RANK" || die "PET_NODE_RANK must be an integer >= 0, got '${NODE_RANK}'"
+  (( NODE_RANK < NNODES )) || die "PET_NODE_RANK=${NODE_RANK} is not below PET_NNODES=${NNODES}"
+  if [[ -n "${RANK:-}" && "$RANK" != "$NODE_RANK" ]]; then
+    die "RANK=${RANK} disagrees with PET_NODE_RANK=${NODE_RANK} (the training operator gives both the replica index)"
+  fi
+  if [[ -n "${PET_MASTER_ADDR:-}" && -n "${MASTER_ADDR:-}" && "$PET_MASTER_ADDR" != "$MASTER_ADDR" ]]; then
+    die "PET_MASTER_ADDR=${PET_MASTER_ADDR} disagrees with MASTER_ADDR=${MASTER_ADDR}"
+  fi
+  KF_MASTER_ADDR="${PET_MASTER_ADDR:-${MASTER_ADDR:-}}"
+  KF_NPROC=1
+  if [[ -n "${PET_NPROC_PER_NODE:-}" ]] && is_uint "$PET_NPROC_PER_NODE"; then
+    KF_NPROC="$PET_NPROC_PER_NODE"
+    if [[ -n "${PROC_PER_NODE:-}" && "$PROC_PER_NODE" != "$KF_NPROC" ]]; then
+      die "PROC_PER_NODE=${PROC_PER_NODE} disagrees with PET_NPROC_PER_NODE=${KF_NPROC} (the PyTorchJob's nprocPerNode)"
+    fi
+    PROC_PER_NODE="$KF_NPROC"
+  fi   # "auto"/"gpu"/"cpu": PROC_PER_NODE or the GPU count below, and the operator counts 1 per replica
+  if [[ -n "${WORLD_SIZE:-}" ]] && [[ "$WORLD_SIZE" != "$(( NNODES * KF_NPROC ))" ]]; then
+    die "WORLD_SIZE=${WORLD_SIZE} is not PET_NNODES x nprocPerNode = ${NNODES} x ${KF_NPROC}"
+  fi
+  if [[ -z "${RDZV_PORT:-}" ]]; then RDZV_PORT="${PET_MASTER_PORT:-${MASTER_PORT:-5555}}"; fi
+  KF_RDZV_ID="${PET_RDZV_ID:-}"
+  unset RANK WORLD_SIZE
+  while read -r var; do unset "$var"; done < <(compgen -e | grep '^PET_' || true)
+elif [[ "$SCHEDULER" == "slurm" ]]; then
   NNODES="${SLURM_NNODES:-${SLURM_JOB_NUM_NODES:-1}}"
   NODE_RANK="${SLURM_NODEID:-0}"
   is_uint "$NNODES" && (( NNODES >= 1 )) || die "SLURM_NNODES must be an integer >= 1, got '${NNODES}'"
@@ -150,6 +205,11 @@ if [[ "$SCHEDULER" == "slurm" ]] && (( NNODES > 1 )); then
   MAIN_ADDR="$MASTER_ADDR"
   if (( NODE_RANK == 0 )); then ROLE=main; IS_HOST=1; else ROLE=worker; IS_HOST=0; fi
   RDZV_ID="slurm-${SLURM_JOB_ID}"
+elif [[ "$SCHEDULER" == "pytorchjob" ]] && (( NNODES > 1 )); then
+  [[ -n "$KF_MASTER_ADDR" ]] || die "PET_NNODES=${NNODES} needs PET_MASTER_ADDR or MASTER_ADDR (the training operator sets them to the Master replica's Service when the PyTorchJob has a Master replica)"
+  MAIN_ADDR="$KF_MASTER_ADDR"
+  if (( NODE_RANK == 0 )); then ROLE=main; IS_HOST=1; else ROLE=worker; IS_HOST=0; fi
+  RDZV_ID="${KF_RDZV_ID:-${KF_MASTER_ADDR%-master-0}}"
 elif (( NNODES > 1 )); then
   missing=()
   [[ -n "${AWS_BATCH_JOB_NODE_INDEX:-}" ]] || missing+=(AWS_BATCH_JOB_NODE_INDEX)
@@ -178,6 +238,9 @@ else
   MAIN_ADDR=127.0.0.1
   if [[ "$SCHEDULER" == "slurm" ]]; then
     RDZV_ID="slurm-${SLURM_JOB_ID}"
+  elif [[ "$SCHEDULER" == "pytorchjob" ]]; then
+    RDZV_ID="${KF_RDZV_ID:-${KF_MASTER_ADDR%-master-0}}"
+    RDZV_ID="${RDZV_ID:-sim2real-local}"
   else
     RDZV_ID="${AWS_BATCH_JOB_ID:-sim2real-local}"
     RDZV_ID="${RDZV_ID%%#*}"

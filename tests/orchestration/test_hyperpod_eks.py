@@ -102,6 +102,11 @@ def test_the_job_carries_the_task_governance_labels_and_a_try_independent_name()
     specs = manifest["spec"]["pytorchReplicaSpecs"]
     assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 2
     assert specs["Master"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    # the operator's PET_NPROC_PER_NODE / WORLD_SIZE and MASTER_PORT come from these (training-operator v1.9.0)
+    assert manifest["spec"]["nprocPerNode"] == "8"
+    for spec in specs.values():
+        assert spec["template"]["spec"]["containers"][0]["ports"] == [{"name": "pytorchjob-port",
+                                                                      "containerPort": 23456}]
 
 
 def test_the_actual_cost_counts_the_gpu_held_seconds():

@@ -53,11 +53,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def launch_nodes(envs: list[dict[str, str]], cwd: Path, timeout: int = 120) -> list[dict]:
+    """Run the launcher once per env in ``envs`` (one node each, concurrently, in ``cwd``); every node must exit 0.
+
+    :return: the JSON lines (``{...}``) the nodes printed on stdout, parsed."""
+    import json
+
+    procs = [subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=cwd, env=env) for env in envs]
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    lines = []
+    for rc, out, err in results:
+        assert rc == 0, err[-3000:]
+        lines += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return lines
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process env minus anything Batch/torchrun/training-related, plus ``extra``."""
     drop = ("AWS_BATCH_", "TASK", "MAX_ITERATIONS", "NUM_ENVS", "SEED", "OUTPUT_URI", "CHECKPOINT_INTERVAL",
             "TIME_BUDGET_SECONDS", "RUN_KEY", "IMAGE_DIGEST", "PROC_PER_NODE", "RDZV_", "TRAIN_", "WORLD_SIZE",
-            "RANK", "LOCAL_RANK", "MASTER_", "NODE_IP", "DRY_RUN", "PYTHON", "AWS_ENDPOINT_URL", "SIM2REAL_RESUMED_")
+            "RANK", "LOCAL_RANK", "MASTER_", "PET_", "NODE_IP", "DRY_RUN", "PYTHON", "AWS_ENDPOINT_URL", "SIM2REAL_RESUMED_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"

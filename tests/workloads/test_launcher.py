@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 
 import pytest
 
-from tests.workloads.conftest import LAUNCHER, clean_env, fake_train_multigpu, free_port
+from tests.workloads.conftest import LAUNCHER, clean_env, fake_train_multigpu, free_port, launch_nodes
 
 
 def dry_run(**env: str) -> subprocess.CompletedProcess:
@@ -178,27 +177,11 @@ def test_real_two_node_rendezvous_on_loopback(style, tmp_path):
         common.update(TRAIN_ARGS_STYLE="isaaclab3", TASK="Isaac-Velocity-Rough-H1", RDZV_JOIN_TIMEOUT="600",
                       TRAIN_ENTRYPOINT=fake_train_multigpu(tmp_path / "train_multigpu.py",
                                                            ["-m", "sim2real.workloads.selfcheck"]))
-    procs = [
-        subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                         env=clean_env(**common, AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_ID="job-77#0",
-                                       NODE_IP="127.0.0.1")),
-        subprocess.Popen(["bash", str(LAUNCHER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                         env=clean_env(**common, AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_ID="job-77#1",
-                                       AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="127.0.0.1")),
-    ]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=120)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    lines = []
-    for rc, out, err in results:
-        assert rc == 0, err[-3000:]
-        lines += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    lines = launch_nodes([
+        clean_env(**common, AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_ID="job-77#0", NODE_IP="127.0.0.1"),
+        clean_env(**common, AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_ID="job-77#1",
+                  AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="127.0.0.1"),
+    ], tmp_path)
     assert sorted(line["rank"] for line in lines) == [0, 1]
     for line in lines:
         assert line["selfcheck"] == "ok"

@@ -21,6 +21,10 @@ RUN_KEY_LABEL = "sim2real.io/run-key"
 CANDIDATE_LABEL = "sim2real.io/candidate"
 MANAGED_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "sim2real"
+#: The Master container's port the training operator reads MASTER_PORT / PET_MASTER_PORT from (container "pytorch",
+#: port "pytorchjob-port", 23456 when the job names none: PyTorchJobDefaultContainerName/PortName/Port in
+#: kubeflow/training-operator v1.9.0 pkg/apis/kubeflow.org/v1/pytorch_types.go; its defaulter adds it).
+CONTAINER_NAME, MASTER_PORT_NAME, MASTER_PORT = "pytorch", "pytorchjob-port", 23456
 #: The GPU resource name (NVIDIA device plugin).
 GPU_RESOURCE = "nvidia.com/gpu"
 #: Seconds a presigned STS URL is valid in the token (the provider's STS_TOKEN_EXPIRES_IN).

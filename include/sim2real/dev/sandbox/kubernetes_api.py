@@ -17,9 +17,10 @@ Kubeflow training operator v1 ``PyTorchJob``; Kueue API reference v1beta1 ``Loca
 
 A created job plays what the training operator and Kueue do: a Workload (label ``kueue.x-k8s.io/job-uid``) is
 created; when the ClusterQueue's ``nvidia.com/gpu`` nominal quota holds it beside the admitted ones it is
-``QuotaReserved`` + ``Admitted`` and the job unsuspended; the master pod then runs the job's container command as a
-local process (its ``env``, like the Batch emulation's node 0) and the job is ``Running``, then ``Succeeded`` (exit
-0) or ``Failed``. :meth:`KubernetesApiServer.preempt` evicts a running job (Workload ``Evicted`` reason
+``QuotaReserved`` + ``Admitted`` and the job unsuspended; each replica's pod (Master and Workers) then runs its
+container command as a local process (its ``env`` plus what the training operator adds, :func:`operator_env`, with
+the Master's Service and port on 127.0.0.1) and the job is ``Running``, then, when the Master's process exits,
+``Succeeded`` (exit 0) or ``Failed``. :meth:`KubernetesApiServer.preempt` evicts a running job (Workload ``Evicted`` reason
 ``Preempted``, job suspended, its process killed), and it is readmitted after ``step_seconds``: its command runs
 again. A deleted job's process is killed.
 """
@@ -94,7 +95,7 @@ class KubernetesApiServer:
         self.static_token = secrets.token_urlsafe(24)
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, namespace, name) -> object
         self.logs: dict[tuple[str, str], deque[str]] = {}
-        self._processes: dict[tuple[str, str], subprocess.Popen] = {}
+        self._processes: dict[tuple[str, str], list[subprocess.Popen]] = {}
         self._lock = threading.RLock()
         self._httpd: ThreadingHTTPServer | None = None
         #: ``preempt_after_seconds``: every job is preempted once, that long after its process started;
@@ -328,38 +329,52 @@ class KubernetesApiServer:
             self._run(ns, name, uid)
 
     def _run(self, ns: str, name: str, uid: str) -> None:
+        from sim2real.dev.sandbox._core import free_port
+
         with self._lock:
             job = self._job(ns, name, uid)
             if job is None or job["spec"]["runPolicy"].get("suspend"):
                 return
-            container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
-            env = {**self.process_env(), **{e["name"]: str(e.get("value", "")) for e in container.get("env", [])}}
-            env.setdefault("PROC_PER_NODE", "1")
-            pod = f"{name}-master-0"
-            self.objects[("pods", ns, pod)] = {
-                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": ns, "labels": {
-                    "training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": "master"}},
-                "status": {"phase": "Running"}}
-            log = self.logs.setdefault((ns, pod), deque(maxlen=2000))
-            process = subprocess.Popen(list(container["command"]), env=env, cwd=self.cwd, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                       text=True, errors="replace")
-            self._processes[(ns, name)] = process
+            # Every replica is a local process: the Master's Service is this machine, and its port a free one
+            # (replicas and jobs share one network namespace here, not a pod's own).
+            master_port = free_port()
+            started: list[tuple[subprocess.Popen, deque[str]]] = []
+            for rtype, index in _replicas(job):
+                container = job["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]
+                env = {**self.process_env(), **{e["name"]: str(e.get("value", "")) for e in container.get("env", [])},
+                       **operator_env(job, rtype, index, master_addr="127.0.0.1", master_port=master_port)}
+                if "PET_NPROC_PER_NODE" not in env:
+                    env.setdefault("PROC_PER_NODE", "1")
+                pod = f"{name}-{rtype.lower()}-{index}"
+                self.objects[("pods", ns, pod)] = {
+                    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": ns, "labels": {
+                        "training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": rtype.lower(),
+                        "training.kubeflow.org/replica-index": str(index)}},
+                    "status": {"phase": "Running"}}
+                log = self.logs.setdefault((ns, pod), deque(maxlen=2000))
+                started.append((subprocess.Popen(list(container["command"]), env=env, cwd=self.cwd,
+                                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL, start_new_session=True, text=True,
+                                                 errors="replace"), log))
+            mine = self._processes[(ns, name)] = [p for p, _ in started]
             _set_condition(job, "Running", True, "PyTorchJobRunning", f"PyTorchJob {name} is running.")
+        (process, log), workers = started[0], started[1:]
+        for worker, worker_log in workers:
+            threading.Thread(target=_drain, args=(worker, worker_log), daemon=True, name=f"{name}-worker").start()
         delay = self.faults.get("preempt_after_seconds")
         if delay and (ns, name) not in self._preempted:
             self._preempted.add((ns, name))
             timer = threading.Timer(float(delay), self.preempt, (ns, name))
             timer.daemon = True
             timer.start()
-        self.emit("k8s", f"PyTorchJob {ns}/{name}: master pod runs `{' '.join(container['command'])}` (pid "
-                         f"{process.pid})")
-        assert process.stdout is not None
-        for line in process.stdout:
-            log.append(line.rstrip("\n"))
+        self.emit("k8s", f"PyTorchJob {ns}/{name}: {len(started)} replica(s) run `{' '.join(process.args)}` "
+                         f"(master pid {process.pid})")
+        _drain(process, log)
         code = process.wait()
         with self._lock:
-            self._processes.pop((ns, name), None)
+            # the job ends with its Master replica (the operator's default success policy): stop any Worker left
+            if self._processes.get((ns, name)) is mine:
+                self._kill((ns, name))
             job = self._job(ns, name, uid)
             if job is None or job["spec"]["runPolicy"].get("suspend"):
                 return  # deleted, or preempted (the driver readmits it)
@@ -396,7 +411,44 @@ class KubernetesApiServer:
     def _kill(self, key: tuple[str, str]) -> None:
         from sim2real.dev.sandbox.responders.batch import _kill
 
-        _kill(self._processes.pop(key, None))
+        for process in self._processes.pop(key, []):
+            _kill(process)
+
+
+def _replicas(job: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(replica type, index)`` of every replica of ``job``, the Master first."""
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    return [(rtype, index) for rtype in ("Master", "Worker") for index in range(int((specs.get(rtype) or {})
+                                                                                    .get("replicas", 0)))]
+
+
+def operator_env(job: dict[str, Any], replica_type: str, index: int, *, master_addr: str,
+                 master_port: int) -> dict[str, str]:
+    """The variables the Kubeflow training operator adds to replica ``replica_type`` (``Master`` / ``Worker``)
+    ``index`` of ``job``, a PyTorchJob with a Master replica and no ``elasticPolicy`` (kubeflow/training-operator
+    v1.9.0, pkg/controller.v1/pytorch/envvar.go ``setPodEnv`` and master.go): ``PET_NNODES`` (replicas in all),
+    ``RANK`` = ``PET_NODE_RANK`` (Master 0, Worker i → i + 1), ``WORLD_SIZE`` (replicas x ``nprocPerNode`` when an
+    integer, else x 1), ``PET_NPROC_PER_NODE`` (when ``nprocPerNode`` is set), ``MASTER_ADDR`` = ``PET_MASTER_ADDR``
+    (the operator's ``<job>-master-0``; here ``master_addr``), ``MASTER_PORT`` = ``PET_MASTER_PORT`` (the Master
+    container's ``pytorchjob-port``; here ``master_port``) and ``PYTHONUNBUFFERED=1``. They follow the container's
+    own ``env``, so they win over it."""
+    replicas = sum(int(spec.get("replicas", 1)) for spec in job["spec"]["pytorchReplicaSpecs"].values())
+    nproc = str(job["spec"].get("nprocPerNode") or "")
+    rank = index + 1 if replica_type == "Worker" else index
+    env = {"PYTHONUNBUFFERED": "1", "MASTER_PORT": str(master_port), "PET_MASTER_PORT": str(master_port),
+           "MASTER_ADDR": master_addr, "PET_MASTER_ADDR": master_addr,
+           "WORLD_SIZE": str(replicas * (int(nproc) if nproc.isdigit() else 1)), "RANK": str(rank),
+           "PET_NODE_RANK": str(rank), "PET_NNODES": str(replicas)}
+    if nproc:
+        env["PET_NPROC_PER_NODE"] = nproc
+    return env
+
+
+def _drain(process: subprocess.Popen, log: deque[str]) -> None:
+    """Append ``process``'s output lines to ``log`` until it closes."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        log.append(line.rstrip("\n"))
 
 
 def _ended(job: dict[str, Any]) -> bool:

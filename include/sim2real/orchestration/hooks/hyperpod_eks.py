@@ -42,6 +42,7 @@ from typing import Any
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
 from sim2real.contract.hyperpod_eks import (  # noqa: F401 - re-exported for the backend's modules
+    CONTAINER_NAME,
     GPU_RESOURCE,
     CANDIDATE_LABEL,
     JOB_GROUP,
@@ -53,6 +54,8 @@ from sim2real.contract.hyperpod_eks import (  # noqa: F401 - re-exported for the
     KUEUE_VERSION,
     MANAGED_BY,
     MANAGED_LABEL,
+    MASTER_PORT,
+    MASTER_PORT_NAME,
     PRIORITY_LABEL,
     QUEUE_LABEL,
     RUN_KEY_LABEL,
@@ -69,9 +72,15 @@ def job_manifest(*, name: str, namespace: str, team: str, priority_class: str, r
                  num_nodes: int, gpus_per_node: int, environment: Mapping[str, str], command: list[str],
                  service_account: str = "", candidate: str = "") -> dict[str, Any]:
     """The ``PyTorchJob`` of one training run (``candidate``: a sweep candidate's ``c<i>``, its label
-    :data:`CANDIDATE_LABEL`; empty: the run's one job) (Kubeflow training operator v1 API: ``pytorchReplicaSpecs`` with a
-    ``Master`` and ``num_nodes - 1`` ``Worker`` replicas, each requesting ``gpus_per_node`` GPUs; the operator sets
-    ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK`` for ``torchrun``).
+    :data:`CANDIDATE_LABEL`; empty: the run's one job) (Kubeflow training operator v1 API: ``pytorchReplicaSpecs``
+    with a ``Master`` and ``num_nodes - 1`` ``Worker`` replicas, each requesting ``gpus_per_node`` GPUs).
+
+    The operator gives every replica ``PET_NNODES`` (replicas), ``PET_NODE_RANK`` = ``RANK`` (Master 0, Worker i →
+    i + 1), ``MASTER_ADDR`` = ``PET_MASTER_ADDR`` (``<name>-master-0``, the Master's Service), ``MASTER_PORT`` =
+    ``PET_MASTER_PORT`` (the container port ``pytorchjob-port``, set here), ``PET_NPROC_PER_NODE`` (``nprocPerNode``,
+    set here to ``gpus_per_node``) and ``WORLD_SIZE`` = replicas x nprocPerNode (kubeflow/training-operator v1.9.0,
+    pkg/controller.v1/pytorch/envvar.go and master.go); ``containers/rl/distributed_run.bash`` maps them onto
+    torchrun's per-node flags.
 
     Created suspended (``runPolicy.suspend: true``): Kueue unsuspends it when it admits the Workload, and suspends
     it again when it evicts it (Kueue documentation, "Run a Kubeflow PyTorchJob").
@@ -82,8 +91,9 @@ def job_manifest(*, name: str, namespace: str, team: str, priority_class: str, r
         if gpus_per_node else {}
 
     def replica(count: int) -> dict[str, Any]:
-        pod: dict[str, Any] = {"containers": [{"name": "pytorch", "image": image, "command": list(command),
-                                               "env": env, "resources": resources}]}
+        pod: dict[str, Any] = {"containers": [{"name": CONTAINER_NAME, "image": image, "command": list(command),
+                                               "env": env, "resources": resources,
+                                               "ports": [{"name": MASTER_PORT_NAME, "containerPort": MASTER_PORT}]}]}
         if service_account:
             pod["serviceAccountName"] = service_account
         return {"replicas": count, "restartPolicy": "OnFailure",
@@ -92,14 +102,17 @@ def job_manifest(*, name: str, namespace: str, team: str, priority_class: str, r
     specs = {"Master": replica(1)}
     if num_nodes > 1:
         specs["Worker"] = replica(num_nodes - 1)
+    job_spec: dict[str, Any] = {"runPolicy": {"suspend": True, "backoffLimit": 3, "cleanPodPolicy": "None"},
+                                "pytorchReplicaSpecs": specs}
+    if gpus_per_node:
+        job_spec["nprocPerNode"] = str(gpus_per_node)  # a string in the v1 API ("auto" / "gpu" / an integer)
     return {
         "apiVersion": f"{JOB_GROUP}/{JOB_VERSION}", "kind": JOB_KIND,
         "metadata": {"name": name, "namespace": namespace,
                      "labels": {QUEUE_LABEL: team_local_queue(team), PRIORITY_LABEL: priority_class_label(priority_class),
                                 RUN_KEY_LABEL: run_key, MANAGED_LABEL: MANAGED_BY,
                                 **({CANDIDATE_LABEL: candidate} if candidate else {})}},
-        "spec": {"runPolicy": {"suspend": True, "backoffLimit": 3, "cleanPodPolicy": "None"},
-                 "pytorchReplicaSpecs": specs},
+        "spec": job_spec,
     }
 
 
