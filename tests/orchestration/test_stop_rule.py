@@ -23,10 +23,10 @@ TI = SimpleNamespace(dag_id="d", run_id="r", task_id="train", map_index=-1)
 
 class SlowStopTrigger(StepWaitTrigger):
     """A wait whose stop takes ``stop_seconds`` (a connection built, a TerminateJob under load): several of the
-    triggerer's repeated cancels (:func:`_as_the_triggerer_does`, every 0.2 s here) arrive while it runs."""
+    triggerer's repeated cancels (:func:`_as_the_triggerer_does`, every 0.1 s here) arrive while it runs."""
 
     aws_hook_class = BatchClientHook
-    stop_seconds = 0.7
+    stop_seconds = 0.35
 
     def __init__(self) -> None:
         super().__init__(waiter_delay=1, waiter_max_attempts=1)
@@ -41,7 +41,7 @@ class SlowStopTrigger(StepWaitTrigger):
         self.stopped.append("TerminateJob")
 
 
-async def _as_the_triggerer_does(trigger, repeat_every: float = 0.2, on_kill_timeout: float = 30.0) -> None:
+async def _as_the_triggerer_does(trigger, repeat_every: float = 0.1, on_kill_timeout: float = 30.0) -> None:
     """``run_trigger`` plus ``cancel_triggers``: cancel by user action, await on_kill, and keep re-sending the cancel
     while the trigger's task has not ended."""
     message = _user_action_message()

@@ -19,6 +19,14 @@ def dag():
     return bag.dags["sim_to_real"]
 
 
+@pytest.fixture(scope="module")
+def serialized(dag):
+    """The scheduler's copy of ``dag``: serialized and read back (``DagSerialization``), once for the module."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+
 def _events(callbacks) -> list[str]:
     from sim2real.orchestration.notifications import Sim2RealSnsNotifier
 
@@ -33,10 +41,7 @@ def test_notifications_are_wired_to_the_four_events(dag):
     assert _events(dag.get_task(ids.DEPLOY_TO_ROBOTS).on_success_callback) == ["deployed"]
 
 
-def test_run_folder_link_survives_serialization(dag):
-    from airflow.serialization.serialized_objects import DagSerialization
-
-    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+def test_run_folder_link_survives_serialization(serialized):
     for task_id in (ids.PREPARE_RUN, ids.WRITE_LINEAGE):
         assert "S3 run folder" in serialized.get_task(task_id).extra_links, task_id
 
@@ -70,15 +75,12 @@ def test_nightly_schedule_one_run_at_a_time_no_catchup(dag):
     assert dag.catchup is False and dag.max_active_runs == 1
 
 
-def test_a_new_field_dataset_version_also_starts_a_run(dag):
+def test_a_new_field_dataset_version_also_starts_a_run(dag, serialized):
     """Asset-or-time: the nightly cron, or an event of the field dataset asset (sim_to_real_field_data publishes
     it), whichever comes first; the scheduler's (serialized) DAG keeps both."""
-    from airflow.serialization.serialized_objects import DagSerialization
-
     from sim2real.orchestration.assets import FIELD_DATASET_ASSET
 
     assert dag.timetable.asset_condition == FIELD_DATASET_ASSET
-    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     assert [a.name for _, a in serialized.timetable.asset_condition.iter_assets()] == [FIELD_DATASET_ASSET.name]
     assert serialized.timetable.description == "Triggered by assets or At 02:00"
     assert "on each new field dataset version" in dag.description
@@ -231,16 +233,13 @@ def test_the_checkpoint_sensor_announces_through_the_alias_once_per_sha256(dag):
     assert not [t.task_id for t in dag.tasks if CHECKPOINT_ASSET in (t.outlets or [])]
 
 
-def test_the_first_nightly_run_is_the_next_02_00_not_a_past_one(dag):
+def test_the_first_nightly_run_is_the_next_02_00_not_a_past_one(serialized):
     """What the scheduler stores as the DAG's next run (the UI's "Next Run") when the DAG is first deployed or
     unpaused: the next 02:00 to come. A start date in the past made CronTriggerTimetable without catchup pick the
     latest 02:00 already gone: a past "Next Run" (for ever where scheduling is off, as in make ui) and a full
     training started the moment the DAG was deployed."""
     import datetime as dt
 
-    from airflow.serialization.serialized_objects import DagSerialization
-
-    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # the scheduler's DAG
     now = dt.datetime.now(dt.timezone.utc)
     first = serialized.next_dagrun_info(last_automated_run_info=None)
     assert now < first.run_after <= now + dt.timedelta(days=1), first
