@@ -31,9 +31,31 @@ def _job(*conditions: str, suspend: bool = False) -> dict:
                                       for c in conditions]}}
 
 
-def _evicted() -> dict:
-    return {"status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted",
+T0 = 1_800_000_000.0  # epoch s of the tests' clock
+
+
+def _stamp(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(T0 + t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _evicted(past: int = 0) -> dict:
+    return {"status": {"accumulatedPastExexcutionTimeSeconds": past,
+                       "conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted",
                                        "message": "Preempted to accommodate a higher priority Workload"}]}}
+
+
+def _admitted(since: float, past: int | None = None, finished: float | None = None) -> dict:
+    """A Workload admitted at ``since`` (test seconds) after ``past`` admitted seconds (Kueue v1beta1's field)."""
+    conditions = [{"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": _stamp(since)}]
+    if finished is not None:
+        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded",
+                           "lastTransitionTime": _stamp(finished)})
+    status = {"conditions": conditions}
+    if past is not None:
+        status["accumulatedPastExexcutionTimeSeconds"] = past
+    return {"status": status}
 
 
 def _steps(responses, params=PARAMS, poll=10.0):
@@ -41,7 +63,7 @@ def _steps(responses, params=PARAMS, poll=10.0):
     for now, response in responses:
         from dataclasses import replace
 
-        state = replace(state, now=now)
+        state = replace(state, now=T0 + now)
         step = eks_job_step(response, state)
         steps.append(step)
         state = state.after(step)
@@ -52,19 +74,31 @@ def _steps(responses, params=PARAMS, poll=10.0):
 
 def test_a_preemption_is_waited_through_and_only_gpu_held_time_counts():
     steps = _steps([
-        (0, job_response(_job("Created", suspend=True), None)),          # queued
-        (10, job_response(_job("Created", "Running"), None)),             # admitted and running
-        (20, job_response(_job("Created", "Running"), None)),             # +10 s held
-        (30, job_response(_job("Created", suspend=True), _evicted())),    # preempted: +10 s (held until then)
-        (130, job_response(_job("Created", suspend=True), _evicted())),   # 100 s queued again: not counted
-        (140, job_response(_job("Created", "Running"), None)),            # readmitted
-        (150, job_response(_job("Created", "Succeeded"), None)),          # +10 s
+        (0, job_response(_job("Created", suspend=True), {"status": {}})),            # queued
+        (10, job_response(_job("Created", "Running"), _admitted(10))),               # admitted and running
+        (20, job_response(_job("Created", "Running"), _admitted(10))),               # +10 s held
+        (30, job_response(_job("Created", suspend=True), _evicted(20))),             # preempted: 20 s admitted
+        (130, job_response(_job("Created", suspend=True), _evicted(20))),            # 100 s queued: not counted
+        (140, job_response(_job("Created", "Running"), _admitted(140, 20))),         # readmitted
+        (150, job_response(_job("Created", "Succeeded"), _admitted(140, 20, 150))),  # +10 s
+        (999, job_response(_job("Created", "Succeeded"), _admitted(140, 20, 150))),  # read again much later
     ])
-    assert [s.outcome for s in steps] == ["retry"] * 6 + ["success"]
+    assert [s.outcome for s in steps[:-1]] == ["retry"] * 6 + ["success"]
     assert steps[3].payload["state"] == "Preempted" and "not a failure" in steps[3].reason
-    assert steps[-1].payload["preemptions"] == 1
-    assert steps[-1].payload["gpu_seconds"] == 30.0  # 10 + 10 + 10, not the 150 s the wait took
-    assert steps[-1].payload["cost_usd"] == pytest.approx(30 / 3600 * 2 * 36.0, abs=1e-4)
+    assert steps[-2].payload["preemptions"] == 1
+    assert steps[-2].payload["gpu_seconds"] == 30.0  # 10 + 10 + 10, not the 150 s the wait took
+    assert steps[-2].payload["cost_usd"] == pytest.approx(30 / 3600 * 2 * 36.0, abs=1e-4)
+    assert steps[-1].payload["gpu_seconds"] == 30.0  # the Finished condition ends the count
+
+
+def test_the_gpu_time_is_read_from_the_cluster_so_a_restarted_wait_keeps_it():
+    """A retry, a reattach or a restarted triggerer starts with empty memory: Kueue's Workload still says the job
+    was admitted 3000 s before its last eviction and has been admitted again for 600 s."""
+    [step] = _steps([(1000, job_response(_job("Created", "Running"), _admitted(400, past=3000)))])
+    assert step.payload["gpu_seconds"] == 3600.0
+    assert step.payload["cost_usd"] == pytest.approx(3600 / 3600 * 2 * 36.0, abs=1e-4)
+    v1beta2 = {"status": {**_admitted(400)["status"], "accumulatedPastExecutionTimeSeconds": 3000}}
+    assert _steps([(1000, job_response(_job("Running"), v1beta2))])[0].payload["gpu_seconds"] == 3600.0
 
 
 def test_failed_deleted_and_api_errors():
@@ -80,7 +114,8 @@ def test_failed_deleted_and_api_errors():
 
 def test_the_cost_limit_deletes_the_job_before_it_passes():
     params = {**PARAMS, "cost_limit_usd": 0.3}  # 2 nodes x $36/h = $0.02/s: the limit is 15 s of GPU time
-    steps = _steps([(0, job_response(_job("Running"), None)), (10, job_response(_job("Running"), None))], params)
+    steps = _steps([(0, job_response(_job("Running"), _admitted(0))), (10, job_response(_job("Running"), _admitted(0)))],
+                   params)
     assert steps[0].outcome == "retry"
     assert steps[1].outcome == "failure" and steps[1].payload["reason"] == "cost_limit"
     assert steps[1].action.name == "delete_job" and steps[1].action.params == {"namespace": "hyperpod-ns-t",
@@ -224,6 +259,36 @@ def test_a_retry_reattaches_by_name_and_the_preempted_job_resumes(cluster):
     assert event["preemptions"] == 1 and 0 < event["gpu_seconds"]
     result = _operator(team, command, key).execute_complete({"ti": _Ti()}, event, reattached=True)
     assert result["job_uid"] and result["preemptions"] == 1 and result["reattached"] is True
+
+
+def _until(predicate, seconds=20.0):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.integration
+def test_an_evicted_workload_keeps_its_admitted_seconds_in_its_status(cluster):
+    """Kueue adds an admission's seconds to ``accumulatedPastExexcutionTimeSeconds`` when it evicts the Workload."""
+    import time
+
+    from sim2real.orchestration.waits.hyperpod_eks import true_conditions
+
+    api, team, _, emulator = cluster
+    if emulator is None:
+        pytest.skip("a preemption on demand needs the emulated API server")
+    deferred, _ = _submit(team, ["bash", "-c", "sleep 60"], _key())
+    ns, name, uid = deferred.trigger.namespace, deferred.trigger.job_name, deferred.trigger.job_uid
+    _until(lambda: "Running" in true_conditions(eks.read_job(api, ns, name)))
+    time.sleep(2.1)
+    emulator.preempt(ns, name)
+    workload = eks.workload_of(api, ns, uid)
+    assert "Admitted" not in true_conditions(workload)
+    assert workload["status"]["accumulatedPastExexcutionTimeSeconds"] >= 2
+    eks.delete_job(api, ns, name)
 
 
 @pytest.mark.integration

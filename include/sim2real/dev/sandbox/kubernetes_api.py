@@ -20,12 +20,14 @@ created; when the ClusterQueue's ``nvidia.com/gpu`` nominal quota holds it besid
 ``QuotaReserved`` + ``Admitted`` and the job unsuspended; the master pod then runs the job's container command as a
 local process (its ``env``, like the Batch emulation's node 0) and the job is ``Running``, then ``Succeeded`` (exit
 0) or ``Failed``. :meth:`KubernetesApiServer.preempt` evicts a running job (Workload ``Evicted`` reason
-``Preempted``, job suspended, its process killed), and it is readmitted after ``step_seconds``: its command runs
+``Preempted``, its admitted seconds added to ``status.accumulatedPastExexcutionTimeSeconds`` as Kueue does, job
+suspended, its process killed), and it is readmitted after ``step_seconds``: its command runs
 again. A deleted job's process is killed.
 """
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
@@ -66,6 +68,19 @@ def _set_condition(obj: dict[str, Any], kind: str, status: bool, reason: str = "
     conditions[:] = [c for c in conditions if c["type"] != kind]
     conditions.append({"type": kind, "status": "True" if status else "False", "reason": reason, "message": message,
                        "lastTransitionTime": _now()})
+
+
+def _add_admitted_seconds(workload: dict[str, Any]) -> None:
+    """What Kueue does when a Workload's ``Admitted`` condition turns False: add the whole seconds since it turned
+    True to ``status.accumulatedPastExexcutionTimeSeconds`` (sic; Kueue API reference v1beta1, WorkloadStatus)."""
+    status = workload.setdefault("status", {})
+    admitted = next((c for c in status.get("conditions") or [] if c["type"] == "Admitted" and c["status"] == "True"),
+                    None)
+    if admitted is None:
+        return
+    since = calendar.timegm(time.strptime(admitted["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
+    field = "accumulatedPastExexcutionTimeSeconds"
+    status[field] = int(status.get(field) or 0) + max(int(time.time() - since), 0)
 
 
 def _gpus(job: dict[str, Any]) -> int:
@@ -386,6 +401,7 @@ class KubernetesApiServer:
             _set_condition(job, "Running", False, "PyTorchJobSuspended", "")
             _set_condition(job, "Suspended", True, "PyTorchJobSuspended", "PyTorchJob suspended")
             if workload is not None:
+                _add_admitted_seconds(workload)
                 _set_condition(workload, "Admitted", False, "NoReservation", "")
                 _set_condition(workload, "QuotaReserved", False, "Pending", "")
                 _set_condition(workload, "Evicted", True, "Preempted", message)

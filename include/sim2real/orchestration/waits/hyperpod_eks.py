@@ -11,12 +11,18 @@ evicted workload's job is suspended (its pods deleted) and queued again until it
 
 **Preemption is part of the wait**: a job suspended after it ran (Kueue evicted it for a higher priority or a team
 reclaiming its quota) is waited for until it is readmitted and runs again; each one is counted (``preemptions``).
-**The budget counts only the time the job held GPUs**: the seconds between polls that saw it running
-(``Running`` and not suspended) add up to ``gpu_seconds``; the cost is ``gpu_seconds`` x nodes x the node price.
+**The budget counts only the time the job held GPUs**, read from the cluster on every poll (so a retry, a reattach
+or a restarted triggerer loses none of it): Kueue's ``Workload.status.accumulatedPastExexcutionTimeSeconds`` (sic:
+the v1beta1 JSON name, "the total time, in seconds, the workload spent in Admitted state, in the previous
+Admit - Evict cycles"; v1beta2 spells it ``accumulatedPastExecutionTimeSeconds``; Kueue API reference, WorkloadStatus)
+plus, while the ``Admitted`` condition is True, the seconds since its ``lastTransitionTime`` (until the ``Finished``
+condition's, once finished), as Kueue's own maximum-execution-time check adds them. The cost is ``gpu_seconds`` x
+nodes x the node price.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +55,33 @@ def true_conditions(obj: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any
     return {c.get("type"): c for c in conditions if str(c.get("status")) == "True"}
 
 
+#: ``Workload.status`` keys of the admitted seconds of earlier admissions: v1beta1 (sic), v1beta2.
+PAST_ADMITTED_FIELDS = ("accumulatedPastExexcutionTimeSeconds", "accumulatedPastExecutionTimeSeconds")
+
+
+def _epoch(stamp: Any) -> float | None:
+    """An RFC 3339 time (``metav1.Time``, e.g. ``2026-12-04T17:00:00Z``) as epoch seconds; None when absent."""
+    if not stamp:
+        return None
+    return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+
+
+def admitted_seconds(workload: Mapping[str, Any] | None, now: float) -> float | None:
+    """Seconds the Workload held its quota (GPUs): the earlier admissions' total (:data:`PAST_ADMITTED_FIELDS`) plus
+    the current admission's ``now`` (epoch s; the ``Finished`` condition's time once finished) minus the ``Admitted``
+    condition's ``lastTransitionTime``. None without a Workload."""
+    if not workload:
+        return None
+    status = workload.get("status") or {}
+    past = next((float(status[k]) for k in PAST_ADMITTED_FIELDS if status.get(k) is not None), 0.0)
+    true = true_conditions(workload)
+    since = _epoch((true.get("Admitted") or {}).get("lastTransitionTime"))
+    if since is None:
+        return past
+    end = _epoch((true.get("Finished") or {}).get("lastTransitionTime")) or now
+    return past + max(end - since, 0.0)
+
+
 def job_state(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> tuple[str, str]:
     """``(state, why)``: ``Succeeded`` / ``Failed`` / ``Preempted`` / ``Running`` / ``Queued`` / ``Admitted``, and
     the condition's reason and message that say so."""
@@ -74,8 +107,8 @@ def eks_job_step(response: Mapping[str, Any], state: WaitState) -> Step:
     """Decide one read of the ``PyTorchJob`` ``params["namespace"]/params["job_name"]``.
 
     Params: ``cluster_name``, ``namespace``, ``job_name``, ``job_uid``, ``num_nodes``, ``usd_per_node_hour`` and
-    ``cost_limit_usd`` (None: no cost check). Memory: ``gpu_seconds``, ``running_at`` (the last poll that saw it
-    running, epoch s), ``preemptions``, ``preempted`` (the last read saw it preempted).
+    ``cost_limit_usd`` (None: no cost check). Memory: ``gpu_seconds`` (the last :func:`admitted_seconds` read),
+    ``preemptions``, ``preempted`` (the last read saw it preempted).
 
     :return: ``success`` (Succeeded); ``failure`` (Failed, with its reason; the job gone before it ended; a
         non-retriable API error; the cost at the next poll above ``cost_limit_usd``: ``reason: cost_limit`` and
@@ -99,9 +132,8 @@ def eks_job_step(response: Mapping[str, Any], state: WaitState) -> Step:
         return Step("failure", f"{where} is gone (deleted before it ended, by a person or the cluster)",
                     {**base, "state": "Deleted", "why": "", "gpu_seconds": held, "cost_usd": _cost(p, held)})
     status, why = job_state(job, response.get("workload"))
-    if memory.get("running_at") is not None:  # it held GPUs since the last poll (until some time in between)
-        held += max(state.now - float(memory["running_at"]), 0.0)
-    memory["running_at"] = state.now if status == "Running" else None
+    admitted = admitted_seconds(response.get("workload"), state.now)
+    held = held if admitted is None else admitted  # no Workload (yet, or any more): the last one read
     if status == "Preempted" and not memory.get("preempted"):  # Evicted: it had been admitted
         preemptions += 1
     memory.update(gpu_seconds=held, preemptions=preemptions, preempted=status == "Preempted")
