@@ -112,6 +112,19 @@ def test_failed_deleted_and_api_errors():
     assert forbidden.outcome == "failure" and "403" in forbidden.reason
 
 
+@pytest.mark.parametrize("workload", [
+    {"metadata": {"name": "wl-1"}, "spec": {"active": False}, "status": {}},
+    {"metadata": {"name": "wl-1"}, "status": {"conditions": [{"type": "Evicted", "status": "True",
+                                                               "reason": "InactiveWorkload", "message": "off"}]}},
+    {"metadata": {"name": "wl-1"}, "status": {"conditions": [{"type": "Evicted", "status": "True", "reason":
+                                                               "DeactivatedDueToMaximumExecutionTimeExceeded"}]}},
+])
+def test_a_deactivated_workload_fails_the_wait_instead_of_waiting_for_readmission(workload):
+    [step] = _steps([(0, job_response(_job("Created", suspend=True), workload))])
+    assert step.outcome == "failure" and step.payload["state"] == "Failed"
+    assert "Kueue Workload wl-1 is deactivated" in step.reason
+
+
 def test_the_cost_limit_deletes_the_job_before_it_passes():
     params = {**PARAMS, "cost_limit_usd": 0.3}  # 2 nodes x $36/h = $0.02/s: the limit is 15 s of GPU time
     steps = _steps([(0, job_response(_job("Running"), _admitted(0))), (10, job_response(_job("Running"), _admitted(0)))],

@@ -82,6 +82,27 @@ def admitted_seconds(workload: Mapping[str, Any] | None, now: float) -> float | 
     return past + max(end - since, 0.0)
 
 
+#: Eviction reasons of a deactivated Workload (Kueue: ``InactiveWorkload`` before v0.9, ``Deactivated`` and
+#: ``DeactivatedDueTo...`` since).
+DEACTIVATED_REASONS = ("InactiveWorkload", "Deactivated")
+
+
+def deactivation(workload: Mapping[str, Any] | None) -> str:
+    """Why Kueue will not run the Workload again ("" when it may): ``spec.active: false`` (someone, or Kueue's
+    maximum execution time or requeue limit, deactivated it), or an ``Evicted`` condition whose reason is one of
+    :data:`DEACTIVATED_REASONS`. A deactivated Workload is never readmitted by itself: not a preemption."""
+    if not workload:
+        return ""
+    name = (workload.get("metadata") or {}).get("name") or "of the job"
+    evicted = true_conditions(workload).get("Evicted") or {}
+    reason = str(evicted.get("reason") or "")
+    if (workload.get("spec") or {}).get("active") is False or reason.startswith(DEACTIVATED_REASONS):
+        detail = f"{reason}: {evicted.get('message') or ''}".strip(": ") or "spec.active is false"
+        return (f"Kueue Workload {name} is deactivated ({detail}): Kueue will not admit it again; reactivate it "
+                "(spec.active: true) or retry the task")
+    return ""
+
+
 def job_state(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> tuple[str, str]:
     """``(state, why)``: ``Succeeded`` / ``Failed`` / ``Preempted`` / ``Running`` / ``Queued`` / ``Admitted``, and
     the condition's reason and message that say so."""
@@ -91,6 +112,9 @@ def job_state(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> tup
         if kind in job_true:
             c = job_true[kind]
             return kind, f"{c.get('reason') or ''}: {c.get('message') or ''}".strip(": ")
+    deactivated = deactivation(workload)
+    if deactivated:
+        return "Failed", deactivated
     evicted = next((wl_true[k] for k in EVICTION_CONDITIONS if k in wl_true), None)
     if evicted is not None and (suspended or "Admitted" not in wl_true):
         return "Preempted", f"{evicted.get('reason') or ''}: {evicted.get('message') or ''}".strip(": ")
