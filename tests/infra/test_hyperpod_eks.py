@@ -105,7 +105,8 @@ def test_rbac_grants_exactly_what_the_backend_calls() -> None:
         {("kubeflow.org", "pytorchjobs", v) for v in job}
         | {("kueue.x-k8s.io", r, v) for r in ("localqueues", "workloads") for v in ("get", "list")}
         | {("", "pods", "get"), ("", "pods", "list"), ("", "pods/log", "get")})
-    assert _grants(docs["ClusterRole"]["rules"]) == {("kueue.x-k8s.io", "clusterqueues", v) for v in ("get", "list")}
+    assert _grants(docs["ClusterRole"]["rules"]) == ({("kueue.x-k8s.io", "clusterqueues", v) for v in ("get", "list")}
+                                                     | {("kueue.x-k8s.io", "workloadpriorityclasses", "get")})
     text = json.dumps(docs)
     assert "*" not in text and "secrets" not in text and "system:" not in text
 

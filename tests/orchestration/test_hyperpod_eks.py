@@ -125,6 +125,15 @@ def test_a_deactivated_workload_fails_the_wait_instead_of_waiting_for_readmissio
     assert "Kueue Workload wl-1 is deactivated" in step.reason
 
 
+def test_a_suspended_job_without_a_workload_fails_after_a_bounded_time():
+    job = {**_job("Created", suspend=True), "metadata": {"name": "s2r-k", "uid": "u", "creationTimestamp": _stamp(0),
+                                                         "labels": {eks.PRIORITY_LABEL: "gold-priority"}}}
+    early, late = _steps([(60, job_response(job, None)), (301, job_response(job, None))])
+    assert early.outcome == "retry"
+    assert late.outcome == "failure" and late.payload["state"] == "NoWorkload"
+    assert "WorkloadPriorityClass 'gold-priority' does not exist" in late.reason
+
+
 def test_the_cost_limit_deletes_the_job_before_it_passes():
     params = {**PARAMS, "cost_limit_usd": 0.3}  # 2 nodes x $36/h = $0.02/s: the limit is 15 s of GPU time
     steps = _steps([(0, job_response(_job("Running"), _admitted(0))), (10, job_response(_job("Running"), _admitted(0)))],
@@ -204,6 +213,7 @@ def cluster(monkeypatch):
 
     with KubernetesApiServer(step_seconds=0.05) as emulator:
         emulator.add_team("robots", gpu_quota=4)
+        emulator.add_priority_class("training-priority")
         api = kube_config.new_client_from_config_dict(emulator.kubeconfig())
         monkeypatch.setattr(eks.HyperPodEksHook, "api_client", lambda self, name: api)
         yield api, "robots", ["bash", "-c", "echo training; sleep 1; echo done"], emulator
@@ -212,23 +222,23 @@ def cluster(monkeypatch):
 def _operator(team, command, key, **kwargs):
     from sim2real.orchestration.operators.hyperpod_eks import HyperPodEksJobOperator
 
-    return HyperPodEksJobOperator(task_id="train_policy", cluster_name="hp", team=team, priority_class="training",
-                                  run_key=key, image=os.environ.get("SIM2REAL_TEST_IMAGE", "local"), num_nodes=1,
+    kwargs.setdefault("priority_class", "training")
+    return HyperPodEksJobOperator(task_id="train_policy", cluster_name="hp", team=team, run_key=key, image=os.environ.get("SIM2REAL_TEST_IMAGE", "local"), num_nodes=1,
                                   gpus_per_node=1, environment={"TASK": "Reacher-v5"}, command=command,
                                   poll_interval=1, **kwargs)
 
 
-def _submit(team, command, key):
+def _submit(team, command, key, **kwargs):
     """``execute`` one try; its deferral's trigger (the job created or reattached to)."""
     ti = _Ti()
     with pytest.raises(TaskDeferred) as deferred:
-        _operator(team, command, key).execute({"ti": ti})
+        _operator(team, command, key, **kwargs).execute({"ti": ti})
     return deferred.value, ti
 
 
-def _wait(api, trigger, max_attempts=300):
+def _wait(api, trigger, max_attempts=300, **params):
     trigger._api = api
-    state = WaitState(params=trigger.step_params(), poll_interval_s=0.1)
+    state = WaitState(params={**trigger.step_params(), **params}, poll_interval_s=0.1)
     return asyncio.run(drive(eks_job_step, lambda s: trigger.describe(None, s), state, max_attempts=max_attempts,
                              perform=lambda action: trigger.perform(None, action)))
 
@@ -248,6 +258,11 @@ def test_capacity_is_refused_before_submit(cluster):
                                                    "does not exist"):
         HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team="nobody", num_nodes=1,
                                     gpus_per_node=1).execute({})
+    with pytest.raises(AirflowFailException, match="WorkloadPriorityClass nope-priority does not exist"):
+        HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team=team, num_nodes=1, gpus_per_node=1,
+                                    priority_class="nope").execute({})
+    assert HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team=team, num_nodes=1, gpus_per_node=1,
+                                       priority_class="training").execute({})["ok"] is True
     with pytest.raises(AirflowFailException, match=r"nominal quota of \d+ nvidia.com/gpu; the job needs 4096"):
         HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team=team, num_nodes=16,
                                     gpus_per_node=256).execute({})
@@ -302,6 +317,18 @@ def test_an_evicted_workload_keeps_its_admitted_seconds_in_its_status(cluster):
     assert "Admitted" not in true_conditions(workload)
     assert workload["status"]["accumulatedPastExexcutionTimeSeconds"] >= 2
     eks.delete_job(api, ns, name)
+
+
+@pytest.mark.integration
+def test_a_job_kueue_makes_no_workload_for_fails_the_wait_naming_the_priority_class(cluster):
+    api, team, command, emulator = cluster
+    if emulator is None:
+        pytest.skip("submits a job with a priority class that does not exist")
+    deferred, _ = _submit(team, command, _key(), priority_class="nope")
+    assert eks.workload_of(api, deferred.trigger.namespace, deferred.trigger.job_uid) is None
+    event = _wait(api, deferred.trigger, no_workload_fail_s=1.0)
+    assert event["status"] == "failure" and event["state"] == "NoWorkload", event
+    assert "WorkloadPriorityClass 'nope-priority' does not exist" in event["message"]
 
 
 @pytest.mark.integration

@@ -11,12 +11,13 @@ Kubeflow training operator v1 ``PyTorchJob``; Kueue API reference v1beta1 ``Loca
 
 * ``/apis/kubeflow.org/v1/namespaces/<ns>/pytorchjobs[/<name>]``: POST, GET, list, DELETE; ``/apis/kubeflow.org/v1/
   pytorchjobs``: list in every namespace.
-* ``/apis/kueue.x-k8s.io/v1beta1/namespaces/<ns>/localqueues/<name>``, ``.../clusterqueues/<name>``: GET;
+* ``/apis/kueue.x-k8s.io/v1beta1/namespaces/<ns>/localqueues/<name>``, ``.../clusterqueues/<name>``,
+  ``.../workloadpriorityclasses/<name>``: GET;
   ``.../namespaces/<ns>/workloads``: list.
 * ``/api/v1/namespaces/<ns>/pods``: list; ``.../pods/<name>/log?tailLines=N``: the pod's output.
 
 A created job plays what the training operator and Kueue do: a Workload (label ``kueue.x-k8s.io/job-uid``) is
-created; when the ClusterQueue's ``nvidia.com/gpu`` nominal quota holds it beside the admitted ones it is
+created (none when its ``kueue.x-k8s.io/priority-class`` names no WorkloadPriorityClass: it stays suspended); when the ClusterQueue's ``nvidia.com/gpu`` nominal quota holds it beside the admitted ones it is
 ``QuotaReserved`` + ``Admitted`` and the job unsuspended; the master pod then runs the job's container command as a
 local process (its ``env``, like the Batch emulation's node 0) and the job is ``Running``, then ``Succeeded`` (exit
 0) or ``Failed``. :meth:`KubernetesApiServer.preempt` evicts a running job (Workload ``Evicted`` reason
@@ -47,7 +48,7 @@ from sim2real.contract.hyperpod_eks import (GPU_RESOURCE, JOB_UID_LABEL, PRIORIT
 
 _JOBS = re.compile(r"^/apis/kubeflow\.org/v1(?:/namespaces/(?P<ns>[^/]+))?/pytorchjobs(?:/(?P<name>[^/]+))?$")
 _KUEUE = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>localqueues|"
-                    r"clusterqueues|workloads)(?:/(?P<name>[^/]+))?$")
+                    r"clusterqueues|workloads|workloadpriorityclasses)(?:/(?P<name>[^/]+))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
 
 
@@ -175,6 +176,13 @@ class KubernetesApiServer:
                 "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
                 "metadata": {"name": f"{ns}-localqueue", "namespace": ns}, "spec": {"clusterQueue": cq}}
 
+    def add_priority_class(self, name: str, value: int = 100) -> None:
+        """Create the WorkloadPriorityClass ``name`` (cluster-scoped; task governance's ``<name>-priority``)."""
+        with self._lock:
+            self.objects[("workloadpriorityclasses", "", name)] = {
+                "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+                "value": value}
+
     def kubeconfig(self) -> dict[str, Any]:
         """A kubeconfig (as a dict) for this server with :attr:`static_token`, for tests that load one."""
         return {"apiVersion": "v1", "kind": "Config", "current-context": "sandbox",
@@ -229,7 +237,8 @@ class KubernetesApiServer:
             plural, ns, name = m.group("plural"), m.group("ns") or "", m.group("name")
             if name:
                 return 200, self._get(plural, ns, name)
-            return 200, self._list(plural, ns, selector, plural[:-1].capitalize() + "List", "kueue.x-k8s.io/v1beta1")
+            kind = {"workloadpriorityclasses": "WorkloadPriorityClass"}.get(plural, plural[:-1].capitalize())
+            return 200, self._list(plural, ns, selector, kind + "List", "kueue.x-k8s.io/v1beta1")
         if (m := _PODS.match(path)) is not None and verb == "GET":
             ns, name = m.group("ns"), m.group("name")
             if m.group("log"):
@@ -263,6 +272,11 @@ class KubernetesApiServer:
             _set_condition(body, "Created", True, "PyTorchJobCreated", f"PyTorchJob {name} is created.")
             self.objects[("pytorchjobs", ns, name)] = body
             labels = body["metadata"].get("labels") or {}
+            priority = labels.get(PRIORITY_LABEL, "")
+            if priority and ("workloadpriorityclasses", "", priority) not in self.objects:
+                # Kueue's job reconciler cannot build the Workload: the job stays suspended, with none.
+                self.emit("k8s", f"PyTorchJob {ns}/{name} created; Kueue: workloadPriorityClass {priority} not found")
+                return 201, self._get("pytorchjobs", ns, name)
             workload = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
                         "metadata": {"name": f"pytorchjob-{name}-{uid[:5]}", "namespace": ns,
                                      "labels": {JOB_UID_LABEL: uid}},
@@ -441,6 +455,7 @@ def provision_hyperpod_eks(sandbox: Any, *, launcher: str, team: str = "robotics
                                  cwd=str(sandbox.repo_root)).start()
     server.faults = _SandboxFaults(sandbox.faults)
     server.add_team(team, gpu_quota=gpu_quota)
+    server.add_priority_class("training-priority")
     sandbox.kubernetes = server
     role = f"arn:aws:iam::{sandbox.account_id}:role/sim2real-hyperpod"
     eks = sandbox.client("eks", internal=True)

@@ -26,9 +26,13 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from sim2real.contract.hyperpod_eks import PRIORITY_LABEL, QUEUE_LABEL
 from sim2real.orchestration.budget import budget_verdict, elapsed_cost_usd
 from sim2real.orchestration.waits.core import Action, Step, WaitState, api_error_step
 
+#: Seconds a suspended job may go without a Kueue Workload (Kueue creates it within seconds of the job) before the
+#: wait fails: a missing WorkloadPriorityClass, or a queue label Kueue does not manage.
+NO_WORKLOAD_FAIL_S = 300.0
 #: Workload condition types that say Kueue took the job's quota away.
 EVICTION_CONDITIONS = ("Evicted", "Preempted")
 
@@ -134,7 +138,8 @@ def eks_job_step(response: Mapping[str, Any], state: WaitState) -> Step:
     ``cost_limit_usd`` (None: no cost check). Memory: ``gpu_seconds`` (the last :func:`admitted_seconds` read),
     ``preemptions``, ``preempted`` (the last read saw it preempted).
 
-    :return: ``success`` (Succeeded); ``failure`` (Failed, with its reason; the job gone before it ended; a
+    :return: ``success`` (Succeeded); ``failure`` (Failed, with its reason; the job gone before it ended; still
+        suspended without a Workload :data:`NO_WORKLOAD_FAIL_S` after its ``creationTimestamp``; a
         non-retriable API error; the cost at the next poll above ``cost_limit_usd``: ``reason: cost_limit`` and
         action ``delete_job``); ``retry`` otherwise (queued, admitted, running, preempted). Payload:
         ``cluster_name``, ``namespace``, ``job_name``, ``job_uid``, ``state``, ``why``, ``preemptions``,
@@ -161,6 +166,15 @@ def eks_job_step(response: Mapping[str, Any], state: WaitState) -> Step:
     if status == "Preempted" and not memory.get("preempted"):  # Evicted: it had been admitted
         preemptions += 1
     memory.update(gpu_seconds=held, preemptions=preemptions, preempted=status == "Preempted")
+    created = _epoch((job.get("metadata") or {}).get("creationTimestamp"))
+    if response.get("workload") is None and status == "Queued" and created is not None \
+            and state.now - created > float(p.get("no_workload_fail_s") or NO_WORKLOAD_FAIL_S):
+        labels = (job.get("metadata") or {}).get("labels") or {}
+        return Step("failure", f"{where}: Kueue created no Workload for it in {state.now - created:.0f} s, so it stays "
+                    f"suspended; likely the WorkloadPriorityClass {labels.get(PRIORITY_LABEL)!r} does not exist, or "
+                    f"Kueue does not manage LocalQueue {labels.get(QUEUE_LABEL)!r} (ask the cluster admin)",
+                    {**base, "state": "NoWorkload", "why": "no Kueue Workload", "gpu_seconds": held,
+                     "cost_usd": _cost(p, held)})
     payload = {**base, "preemptions": preemptions, "state": status, "why": why, "gpu_seconds": round(held, 3),
                "cost_usd": _cost(p, held)}
     if status == "Succeeded":
