@@ -134,6 +134,42 @@ def test_a_suspended_job_without_a_workload_fails_after_a_bounded_time():
     assert "WorkloadPriorityClass 'gold-priority' does not exist" in late.reason
 
 
+@pytest.mark.parametrize(("code", "status", "outcome"), [
+    ("ThrottlingException", 400, "retry"), ("InternalFailure", 500, "retry"), ("SomethingBroke", 503, "retry"),
+    ("AccessDeniedException", 403, "failure"), ("ResourceNotFound", 404, "failure"),
+    ("ValidationException", 400, "failure"),
+])
+def test_aws_errors_building_the_client_retry_only_when_transient(monkeypatch, code, status, outcome):
+    """SageMaker / EKS DescribeCluster answer through the trigger's read (botocore Stubber on a real client)."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from sim2real.orchestration.triggers.hyperpod_eks import HyperPodEksJobTrigger
+
+    sagemaker = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b")
+    stub = Stubber(sagemaker)
+    stub.add_client_error("describe_cluster", service_error_code=code, service_message=f"{code} says no",
+                          http_status_code=status)
+    monkeypatch.setattr(eks.HyperPodEksHook, "conn", property(lambda self: sagemaker))
+    trigger = HyperPodEksJobTrigger(cluster_name="hp", namespace="hyperpod-ns-t", job_name="s2r-k")
+    with stub:
+        [step] = _steps([(0, trigger._read())])
+    assert step.outcome == outcome, step.reason
+    if outcome == "failure":
+        assert code in step.reason and f"{code} says no" in step.reason
+
+
+def test_a_cluster_that_is_not_eks_orchestrated_fails_the_wait(monkeypatch):
+    from sim2real.orchestration.triggers.hyperpod_eks import HyperPodEksJobTrigger
+
+    def slurm(self, name):
+        return eks.eks_cluster_name_of({"ClusterName": name, "Orchestrator": {}})
+
+    monkeypatch.setattr(eks.HyperPodEksHook, "api_client", slurm)
+    [step] = _steps([(0, HyperPodEksJobTrigger(cluster_name="hp", namespace="n", job_name="j")._read())])
+    assert step.outcome == "failure" and "orchestrated by Slurm" in step.reason
+
+
 def test_the_cost_limit_deletes_the_job_before_it_passes():
     params = {**PARAMS, "cost_limit_usd": 0.3}  # 2 nodes x $36/h = $0.02/s: the limit is 15 s of GPU time
     steps = _steps([(0, job_response(_job("Running"), _admitted(0))), (10, job_response(_job("Running"), _admitted(0)))],

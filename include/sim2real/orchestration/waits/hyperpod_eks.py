@@ -28,7 +28,7 @@ from typing import Any
 
 from sim2real.contract.hyperpod_eks import PRIORITY_LABEL, QUEUE_LABEL
 from sim2real.orchestration.budget import budget_verdict, elapsed_cost_usd
-from sim2real.orchestration.waits.core import Action, Step, WaitState, api_error_step
+from sim2real.orchestration.waits.core import RETRIABLE_ERROR_CODES, Action, Step, WaitState, api_error_step
 
 #: Seconds a suspended job may go without a Kueue Workload (Kueue creates it within seconds of the job) before the
 #: wait fails: a missing WorkloadPriorityClass, or a queue label Kueue does not manage.
@@ -38,9 +38,29 @@ EVICTION_CONDITIONS = ("Evicted", "Preempted")
 
 
 def api_error_response(error: Exception) -> dict[str, Any]:
-    """A Kubernetes ``ApiException`` (or a connection error) as botocore's error response, so that
-    :func:`~sim2real.orchestration.waits.core.api_error_step` classifies it: 429 and 5xx / no answer retry
-    (``TooManyRequestsException``, ``"500"``..., ``ServiceUnavailable``), any other status fails."""
+    """An error of one read as botocore's error response, so that
+    :func:`~sim2real.orchestration.waits.core.api_error_step` classifies it (retry: throttling and 5xx; fail: any
+    other code):
+
+    * a botocore ``ClientError`` (SageMaker / EKS ``DescribeCluster`` while the client is built): its own
+      ``Error.Code`` and message (``ThrottlingException`` retries; ``AccessDeniedException``,
+      ``ResourceNotFoundException``, ``ValidationException`` fail), an unlisted code with HTTP status 5xx as that
+      status (retries);
+    * ``ValueError`` (not an EKS-orchestrated cluster, no credentials) and botocore's ``NoCredentialsError``: fail;
+    * a Kubernetes ``ApiException``: 429 ``TooManyRequestsException`` and 5xx retry, any other status fails;
+    * anything else (no answer: a connection error, a timeout): ``ServiceUnavailable``, retried.
+    """
+    from botocore.exceptions import ClientError, NoCredentialsError
+
+    if isinstance(error, ClientError):
+        answer = error.response.get("Error") or {}
+        code = str(answer.get("Code") or "")
+        status = (error.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0
+        if code not in RETRIABLE_ERROR_CODES and int(status) >= 500:
+            code = str(status)
+        return {"Error": {"Code": code or "ClientError", "Message": str(answer.get("Message") or error)}}
+    if isinstance(error, (ValueError, NoCredentialsError)):
+        return {"Error": {"Code": type(error).__name__, "Message": str(error)}}
     status = getattr(error, "status", None)
     code = ("TooManyRequestsException" if status == 429 else str(status) if status
             else "ServiceUnavailable")
