@@ -440,3 +440,37 @@ def test_the_api_server_wants_a_bearer_token(cluster):
     with pytest.raises(ApiException) as refused:
         eks.read_job(client.ApiClient(anonymous), eks.team_namespace(team), "x")
     assert refused.value.status in (401, 403)
+
+
+def test_the_emulated_api_server_runs_nothing_for_a_forged_eks_token(monkeypatch):
+    """Only an EKS token signed with the server's own credentials for its cluster is accepted: one of the right shape
+    signed with another secret key, or for another cluster, or expired, is answered 401."""
+    import time
+
+    import boto3
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from sim2real.dev.sandbox.kubernetes_api import KubernetesApiServer, verify_eks_token
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:1")
+
+    def token(secret: str, cluster: str = "c") -> str:
+        session = boto3.session.Session(aws_access_key_id="AKIDSANDBOX", aws_secret_access_key=secret,
+                                        region_name="us-east-1")
+        return eks.eks_token(session, cluster)
+
+    with KubernetesApiServer(credentials={"AKIDSANDBOX": "own-secret"}, eks_cluster_name="c") as server:
+        def read(bearer: str):
+            config = client.Configuration()
+            config.host, config.api_key, config.api_key_prefix = server.url, {"BearerToken": bearer}, {
+                "BearerToken": "Bearer"}
+            return eks.read_job(client.ApiClient(config), "ns", "j")
+
+        assert read(token("own-secret")) is None  # authenticated: the job is just not there
+        for forged in (token("testing"), token("own-secret", cluster="other")):
+            assert eks.is_eks_token(forged)  # the right shape
+            with pytest.raises(ApiException) as refused:
+                read(forged)
+            assert refused.value.status == 401
+    assert not verify_eks_token(token("own-secret"), {"AKIDSANDBOX": "own-secret"}, "c", now=time.time() + 3600)

@@ -2,8 +2,11 @@
 ``hyperpod_eks`` training backend uses, driven by the official Python client.
 
 Loopback only (127.0.0.1), plain HTTP, and every request needs ``Authorization: Bearer <token>``: an EKS token
-(:func:`sim2real.contract.hyperpod_eks.is_eks_token`, what the backend sends) or the server's own
-:attr:`KubernetesApiServer.static_token` (for a test's kubeconfig); anything else is answered 401.
+the server verifies (:func:`verify_eks_token`: the presigned STS ``GetCallerIdentity`` URL's SigV4 signature
+recomputed with botocore from the server's own ``credentials``, the ``x-k8s-aws-id`` header bound to its
+``eks_cluster_name``, not expired; what the backend sends) or the server's own
+:attr:`KubernetesApiServer.static_token` (for a test's kubeconfig); anything else is answered 401. The sandbox's
+secret key is random per sandbox, so no token can be forged from a known constant.
 
 Routes (shapes: Kubernetes API conventions — ``Status`` errors, ``<Kind>List`` lists, ``labelSelector`` ``k=v,...``;
 Kubeflow training operator v1 ``PyTorchJob``; Kueue API reference v1beta1 ``LocalQueue``, ``ClusterQueue``,
@@ -28,6 +31,7 @@ again. A deleted job's process is killed.
 
 from __future__ import annotations
 
+import base64
 import calendar
 import json
 import os
@@ -38,7 +42,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -50,6 +54,49 @@ _JOBS = re.compile(r"^/apis/kubeflow\.org/v1(?:/namespaces/(?P<ns>[^/]+))?/pytor
 _KUEUE = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>localqueues|"
                     r"clusterqueues|workloads|workloadpriorityclasses)(?:/(?P<name>[^/]+))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+
+
+def verify_eks_token(token: str, credentials: Mapping[str, str], cluster_name: str,
+                     now: float | None = None) -> bool:
+    """Whether ``token`` is an EKS token (:func:`~sim2real.contract.hyperpod_eks.is_eks_token`) whose presigned STS
+    ``GetCallerIdentity`` URL carries a valid SigV4 query signature (botocore's ``SigV4QueryAuth`` recomputes it
+    with the secret key of its ``X-Amz-Credential`` access key id in ``credentials``), signs the ``x-k8s-aws-id``
+    header as ``cluster_name`` (what EKS checks: "aws-iam-authenticator"), and is within ``X-Amz-Date`` +
+    ``X-Amz-Expires`` (``now``: epoch s, default the clock). False for anything else."""
+    import datetime as dt
+    import hmac
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    from botocore.auth import SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    if not (cluster_name and is_eks_token(token)):
+        return False
+    body = token[len("k8s-aws-v1."):]
+    url = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = dict(pairs)
+    try:
+        access_key, _day, region, service, _ = query["X-Amz-Credential"].split("/")
+        signed_at = dt.datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+        expires = int(query["X-Amz-Expires"])
+        signature = query["X-Amz-Signature"]
+    except (KeyError, ValueError):
+        return False
+    secret = credentials.get(access_key)
+    clock = time.time() if now is None else now
+    if (secret is None or query.get("Action") != "GetCallerIdentity" or service != "sts"
+            or "x-k8s-aws-id" not in query.get("X-Amz-SignedHeaders", "").split(";")
+            or not signed_at.timestamp() - 60 <= clock <= signed_at.timestamp() + expires):
+        return False
+    unsigned = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in pairs if k != "X-Amz-Signature"])))
+    request = AWSRequest("GET", unsigned, headers={"x-k8s-aws-id": cluster_name})
+    request.context["timestamp"] = query["X-Amz-Date"]
+    auth = SigV4QueryAuth(Credentials(access_key, secret), service, region, expires=expires)
+    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+    return hmac.compare_digest(expected, signature)
 
 
 def _now() -> str:
@@ -99,11 +146,16 @@ class KubernetesApiServer:
     :param step_seconds: pause between the emulated controllers' steps (admission, pod start, readmission).
     :param process_env: the base environment of a job's process (default: this process's).
     :param events: ``emit(kind, message)`` for each emulation step (default: none).
+    :param credentials: / :param eks_cluster_name: whose EKS tokens are accepted (:func:`verify_eks_token`).
     """
 
     def __init__(self, *, step_seconds: float = 0.2, process_env: Callable[[], dict[str, str]] | None = None,
-                 emit: Callable[[str, str], None] | None = None, cwd: str | None = None) -> None:
+                 emit: Callable[[str, str], None] | None = None, cwd: str | None = None,
+                 credentials: Mapping[str, str] | None = None, eks_cluster_name: str = "") -> None:
         self.step_seconds = step_seconds
+        #: access key id -> secret access key whose EKS tokens are accepted (none: only :attr:`static_token`).
+        self.credentials = dict(credentials or {})
+        self.eks_cluster_name = eks_cluster_name
         self.process_env = process_env or (lambda: dict(os.environ))
         self.emit = emit or (lambda kind, message: None)
         self.cwd = cwd
@@ -194,7 +246,8 @@ class KubernetesApiServer:
     def _serve(self, request: BaseHTTPRequestHandler, verb: str) -> None:
         auth = request.headers.get("Authorization", "")
         token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
-        if not (token and (token == self.static_token or is_eks_token(token))):
+        if not (token and (secrets.compare_digest(token, self.static_token) or
+                           verify_eks_token(token, self.credentials, self.eks_cluster_name))):
             return self._reply(request, 401, _status(401, "Unauthorized", "a bearer token is required"))
         url = urlparse(request.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
@@ -450,9 +503,12 @@ def provision_hyperpod_eks(sandbox: Any, *, launcher: str, team: str = "robotics
     from moto.eks.models import eks_backends
     from moto.sagemaker.models import Cluster
 
+    from sim2real.dev.sandbox.server import FAKE_ACCESS_KEY
+
     server = KubernetesApiServer(step_seconds=sandbox.step_seconds, process_env=sandbox.process_env,
                                  emit=lambda kind, message: sandbox.events.emit("eks", kind, message),
-                                 cwd=str(sandbox.repo_root)).start()
+                                 cwd=str(sandbox.repo_root), credentials={FAKE_ACCESS_KEY: sandbox.secret_key},
+                                 eks_cluster_name="sim2real-eks").start()
     server.faults = _SandboxFaults(sandbox.faults)
     server.add_team(team, gpu_quota=gpu_quota)
     server.add_priority_class("training-priority")
