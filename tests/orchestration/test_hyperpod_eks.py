@@ -474,3 +474,20 @@ def test_the_emulated_api_server_runs_nothing_for_a_forged_eks_token(monkeypatch
                 read(forged)
             assert refused.value.status == 401
     assert not verify_eks_token(token("own-secret"), {"AKIDSANDBOX": "own-secret"}, "c", now=time.time() + 3600)
+
+
+def test_the_ca_bundle_is_one_file_per_ca_however_often_a_client_is_built(monkeypatch, tmp_path):
+    import base64
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    monkeypatch.setattr(eks.HyperPodEksHook, "eks_cluster", lambda self, name: {
+        "name": "c", "endpoint": "https://x.eks.amazonaws.com", "ca_data": base64.b64encode(pem).decode()})
+    for name, value in (("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "b"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(eks, "eks_token", lambda session, name: "k8s-aws-v1.x")
+    hook = eks.HyperPodEksHook(aws_conn_id=None, region_name="us-east-1")
+    paths = {hook.api_client("hp").configuration.ssl_ca_cert for _ in range(5)}
+    assert len(paths) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [paths.pop().rsplit("/", 1)[1]]
+    assert next(tmp_path.iterdir()).read_bytes() == pem

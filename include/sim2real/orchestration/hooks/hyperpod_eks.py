@@ -168,7 +168,8 @@ class HyperPodEksHook(AwsBaseHook):
     def api_client(self, hyperpod_cluster: str) -> Any:
         """A ``kubernetes.client.ApiClient`` for the cluster's API server, authenticated with an EKS token (the
         client's ``refresh_api_key_hook`` signs a new one when it is older than :data:`TOKEN_REFRESH_S`). The CA bundle
-        (public data) goes to a temporary file, the only form the client takes; the token stays in memory."""
+        (public data) goes to a file, the only form the client takes (:func:`ca_bundle_file`: one per CA, reused);
+        the token stays in memory."""
         import time
 
         from kubernetes import client
@@ -188,11 +189,22 @@ class HyperPodEksHook(AwsBaseHook):
         refresh(config)  # the client sends a key only once it has one, and refreshes it before each request
         config.refresh_api_key_hook = refresh
         if eks["ca_data"] and config.host.startswith("https"):
-            ca = tempfile.NamedTemporaryFile("wb", prefix="eks-ca-", suffix=".crt", delete=False)  # noqa: SIM115
-            ca.write(base64.b64decode(eks["ca_data"]))
-            ca.close()
-            config.ssl_ca_cert = ca.name
+            config.ssl_ca_cert = ca_bundle_file(base64.b64decode(eks["ca_data"]))
         return client.ApiClient(config)
+
+
+def ca_bundle_file(pem: bytes) -> str:
+    """The path of a file holding ``pem`` (a cluster's CA bundle, public data), named by its SHA-256 in the temporary
+    directory: every client of the same CA shares one file, written once (atomically), so polls add none."""
+    import hashlib
+    import os
+
+    path = os.path.join(tempfile.gettempdir(), f"eks-ca-{hashlib.sha256(pem).hexdigest()[:32]}.crt")
+    if not os.path.exists(path):
+        with tempfile.NamedTemporaryFile("wb", dir=os.path.dirname(path), prefix=".eks-ca-", delete=False) as part:
+            part.write(pem)
+        os.replace(part.name, path)
+    return path
 
 
 # ---- Kubernetes API calls (the official client; ``api`` is a ``kubernetes.client.ApiClient``)
