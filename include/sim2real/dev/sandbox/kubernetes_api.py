@@ -160,6 +160,8 @@ class KubernetesApiServer:
         self.emit = emit or (lambda kind, message: None)
         self.cwd = cwd
         self.static_token = secrets.token_urlsafe(24)
+        #: ``(verb, path)`` of every authenticated request, in order (what a client called).
+        self.calls: list[tuple[str, str]] = []
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, namespace, name) -> object
         self.logs: dict[tuple[str, str], deque[str]] = {}
         self._processes: dict[tuple[str, str], subprocess.Popen] = {}
@@ -250,6 +252,7 @@ class KubernetesApiServer:
                            verify_eks_token(token, self.credentials, self.eks_cluster_name))):
             return self._reply(request, 401, _status(401, "Unauthorized", "a bearer token is required"))
         url = urlparse(request.path)
+        self.calls.append((verb, url.path))
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         body = None
         if verb == "POST":
