@@ -259,7 +259,8 @@ def _operator(team, command, key, **kwargs):
     from sim2real.orchestration.operators.hyperpod_eks import HyperPodEksJobOperator
 
     kwargs.setdefault("priority_class", "training")
-    return HyperPodEksJobOperator(task_id="train_policy", cluster_name="hp", team=team, run_key=key, image=os.environ.get("SIM2REAL_TEST_IMAGE", "local"), num_nodes=1,
+    return HyperPodEksJobOperator(task_id="train_policy", cluster_name="hp", team=team, run_key=key,
+                                  image=os.environ.get("SIM2REAL_TEST_IMAGE", "local"), num_nodes=1,
                                   gpus_per_node=1, environment={"TASK": "Reacher-v5"}, command=command,
                                   poll_interval=1, **kwargs)
 

@@ -20,7 +20,8 @@ Kubeflow training operator v1 ``PyTorchJob``; Kueue API reference v1beta1 ``Loca
 * ``/api/v1/namespaces/<ns>/pods``: list; ``.../pods/<name>/log?tailLines=N``: the pod's output.
 
 A created job plays what the training operator and Kueue do: a Workload (label ``kueue.x-k8s.io/job-uid``) is
-created (none when its ``kueue.x-k8s.io/priority-class`` names no WorkloadPriorityClass: it stays suspended); when the ClusterQueue's ``nvidia.com/gpu`` nominal quota holds it beside the admitted ones it is
+created (none when its ``kueue.x-k8s.io/priority-class`` names no WorkloadPriorityClass: it stays suspended); when
+the ClusterQueue's ``nvidia.com/gpu`` nominal quota holds it beside the admitted ones it is
 ``QuotaReserved`` + ``Admitted`` and the job unsuspended; the master pod then runs the job's container command as a
 local process (its ``env``, like the Batch emulation's node 0) and the job is ``Running``, then ``Succeeded`` (exit
 0) or ``Failed``. :meth:`KubernetesApiServer.preempt` evicts a running job (Workload ``Evicted`` reason
