@@ -349,6 +349,7 @@ def test_an_evicted_workload_keeps_its_admitted_seconds_in_its_status(cluster):
     ns, name, uid = deferred.trigger.namespace, deferred.trigger.job_name, deferred.trigger.job_uid
     _until(lambda: "Running" in true_conditions(eks.read_job(api, ns, name)))
     time.sleep(2.1)
+    emulator.faults.update(preempt_hold_seconds=60)  # not readmitted while this test reads the Workload
     emulator.preempt(ns, name)
     workload = eks.workload_of(api, ns, uid)
     assert "Admitted" not in true_conditions(workload)
