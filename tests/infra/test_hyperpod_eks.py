@@ -103,11 +103,70 @@ def test_rbac_grants_exactly_what_the_backend_calls() -> None:
     job = {"create", "get", "list", "delete"}
     assert _grants(docs["Role"]["rules"]) == (
         {("kubeflow.org", "pytorchjobs", v) for v in job}
-        | {("kueue.x-k8s.io", r, v) for r in ("localqueues", "workloads") for v in ("get", "list")}
-        | {("", "pods", "get"), ("", "pods", "list"), ("", "pods/log", "get")})
-    assert _grants(docs["ClusterRole"]["rules"]) == {("kueue.x-k8s.io", "clusterqueues", v) for v in ("get", "list")}
+        | {("kueue.x-k8s.io", "localqueues", "get"), ("kueue.x-k8s.io", "workloads", "list")}
+        | {("", "pods", "list"), ("", "pods/log", "get")})
+    assert _grants(docs["ClusterRole"]["rules"]) == {("kueue.x-k8s.io", "clusterqueues", "get"),
+                                                     ("kueue.x-k8s.io", "workloadpriorityclasses", "get")}
     text = json.dumps(docs)
     assert "*" not in text and "secrets" not in text and "system:" not in text
+
+
+_PATH = re.compile(r"^/apis?/(?:(?P<group>[^/]+)/)?v[^/]+(?:/namespaces/[^/]+)?/(?P<resource>[^/]+)"
+                   r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
+
+
+def _rbac(verb: str, path: str) -> tuple[str, str, str, str]:
+    """``(scope, apiGroup, resource, RBAC verb)`` of one request (Kubernetes documentation, "Authorization":
+    a GET of one object is ``get``, of a collection ``list``)."""
+    m = _PATH.match(path)
+    assert m, path
+    group = "" if path.startswith("/api/") else m.group("group")
+    resource = m.group("resource") + (f"/{m.group('sub')}" if m.group("sub") else "")
+    rbac_verb = {"POST": "create", "DELETE": "delete"}.get(verb) or ("get" if m.group("name") else "list")
+    return ("Role" if "/namespaces/" in path else "ClusterRole", group, resource, rbac_verb)
+
+
+def _hook_requests() -> set[tuple[str, str, str, str]]:
+    """Every Kubernetes call of the backend's hook, made as the operators, trigger and sweeper make them against the
+    emulated API server, as RBAC terms. Fails when the hook has a call this does not make."""
+    import inspect
+    import time
+
+    from kubernetes import config as kube_config
+    from sim2real.dev.sandbox.kubernetes_api import KubernetesApiServer
+    from sim2real.orchestration.hooks import hyperpod_eks as eks
+
+    ns = eks.team_namespace("robotics")
+    with KubernetesApiServer(step_seconds=0.05) as server:
+        server.add_team("robotics", gpu_quota=1)
+        server.add_priority_class("training-priority")
+        api = kube_config.new_client_from_config_dict(server.kubeconfig())
+        assert eks.capacity_problems(api, namespace=ns, queue=eks.team_local_queue("robotics"), gpus=1,
+                                     priority_class="training") == []
+        job = eks.create_job(api, eks.job_manifest(
+            name="j", namespace=ns, team="robotics", priority_class="training", run_key="k", image="i", num_nodes=1,
+            gpus_per_node=1, environment={}, command=["bash", "-c", "echo hi"]))
+        assert eks.read_job(api, ns, "j") and eks.list_jobs(api, f"{eks.RUN_KEY_LABEL}=k", ns)
+        assert eks.workload_of(api, ns, job["metadata"]["uid"])
+        deadline = time.monotonic() + 20
+        while not eks.log_tail(api, ns, "j"):
+            assert time.monotonic() < deadline, "the job's pod never logged"
+            time.sleep(0.05)
+        assert eks.delete_job(api, ns, "j")
+        calls = list(server.calls)
+    made = {"capacity_problems", "create_job", "read_job", "list_jobs", "workload_of", "log_tail", "delete_job"}
+    callers = {name for name, f in inspect.getmembers(eks, inspect.isfunction)
+               if f.__module__ == eks.__name__ and not name.startswith("_")
+               and next(iter(inspect.signature(f).parameters), None) == "api"}
+    assert callers == made, f"hook functions calling the API that this test does not make: {callers - made}"
+    return {_rbac(verb, path) for verb, path in calls}
+
+
+def test_rbac_grants_exactly_the_calls_the_hook_makes() -> None:
+    """A call the hook makes without a grant, or a grant no call uses, fails here."""
+    docs = {d["kind"]: d for d in _manifests()}
+    granted = {(kind, *grant) for kind in ("Role", "ClusterRole") for grant in _grants(docs[kind]["rules"])}
+    assert _hook_requests() == granted
 
 
 def test_rbac_template_has_only_the_two_variables() -> None:

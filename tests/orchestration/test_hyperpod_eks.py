@@ -31,9 +31,31 @@ def _job(*conditions: str, suspend: bool = False) -> dict:
                                       for c in conditions]}}
 
 
-def _evicted() -> dict:
-    return {"status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted",
+T0 = 1_800_000_000.0  # epoch s of the tests' clock
+
+
+def _stamp(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(T0 + t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _evicted(past: int = 0) -> dict:
+    return {"status": {"accumulatedPastExexcutionTimeSeconds": past,
+                       "conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted",
                                        "message": "Preempted to accommodate a higher priority Workload"}]}}
+
+
+def _admitted(since: float, past: int | None = None, finished: float | None = None) -> dict:
+    """A Workload admitted at ``since`` (test seconds) after ``past`` admitted seconds (Kueue v1beta1's field)."""
+    conditions = [{"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": _stamp(since)}]
+    if finished is not None:
+        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded",
+                           "lastTransitionTime": _stamp(finished)})
+    status = {"conditions": conditions}
+    if past is not None:
+        status["accumulatedPastExexcutionTimeSeconds"] = past
+    return {"status": status}
 
 
 def _steps(responses, params=PARAMS, poll=10.0):
@@ -41,7 +63,7 @@ def _steps(responses, params=PARAMS, poll=10.0):
     for now, response in responses:
         from dataclasses import replace
 
-        state = replace(state, now=now)
+        state = replace(state, now=T0 + now)
         step = eks_job_step(response, state)
         steps.append(step)
         state = state.after(step)
@@ -52,19 +74,31 @@ def _steps(responses, params=PARAMS, poll=10.0):
 
 def test_a_preemption_is_waited_through_and_only_gpu_held_time_counts():
     steps = _steps([
-        (0, job_response(_job("Created", suspend=True), None)),          # queued
-        (10, job_response(_job("Created", "Running"), None)),             # admitted and running
-        (20, job_response(_job("Created", "Running"), None)),             # +10 s held
-        (30, job_response(_job("Created", suspend=True), _evicted())),    # preempted: +10 s (held until then)
-        (130, job_response(_job("Created", suspend=True), _evicted())),   # 100 s queued again: not counted
-        (140, job_response(_job("Created", "Running"), None)),            # readmitted
-        (150, job_response(_job("Created", "Succeeded"), None)),          # +10 s
+        (0, job_response(_job("Created", suspend=True), {"status": {}})),            # queued
+        (10, job_response(_job("Created", "Running"), _admitted(10))),               # admitted and running
+        (20, job_response(_job("Created", "Running"), _admitted(10))),               # +10 s held
+        (30, job_response(_job("Created", suspend=True), _evicted(20))),             # preempted: 20 s admitted
+        (130, job_response(_job("Created", suspend=True), _evicted(20))),            # 100 s queued: not counted
+        (140, job_response(_job("Created", "Running"), _admitted(140, 20))),         # readmitted
+        (150, job_response(_job("Created", "Succeeded"), _admitted(140, 20, 150))),  # +10 s
+        (999, job_response(_job("Created", "Succeeded"), _admitted(140, 20, 150))),  # read again much later
     ])
-    assert [s.outcome for s in steps] == ["retry"] * 6 + ["success"]
+    assert [s.outcome for s in steps[:-1]] == ["retry"] * 6 + ["success"]
     assert steps[3].payload["state"] == "Preempted" and "not a failure" in steps[3].reason
-    assert steps[-1].payload["preemptions"] == 1
-    assert steps[-1].payload["gpu_seconds"] == 30.0  # 10 + 10 + 10, not the 150 s the wait took
-    assert steps[-1].payload["cost_usd"] == pytest.approx(30 / 3600 * 2 * 36.0, abs=1e-4)
+    assert steps[-2].payload["preemptions"] == 1
+    assert steps[-2].payload["gpu_seconds"] == 30.0  # 10 + 10 + 10, not the 150 s the wait took
+    assert steps[-2].payload["cost_usd"] == pytest.approx(30 / 3600 * 2 * 36.0, abs=1e-4)
+    assert steps[-1].payload["gpu_seconds"] == 30.0  # the Finished condition ends the count
+
+
+def test_the_gpu_time_is_read_from_the_cluster_so_a_restarted_wait_keeps_it():
+    """A retry, a reattach or a restarted triggerer starts with empty memory: Kueue's Workload still says the job
+    was admitted 3000 s before its last eviction and has been admitted again for 600 s."""
+    [step] = _steps([(1000, job_response(_job("Created", "Running"), _admitted(400, past=3000)))])
+    assert step.payload["gpu_seconds"] == 3600.0
+    assert step.payload["cost_usd"] == pytest.approx(3600 / 3600 * 2 * 36.0, abs=1e-4)
+    v1beta2 = {"status": {**_admitted(400)["status"], "accumulatedPastExecutionTimeSeconds": 3000}}
+    assert _steps([(1000, job_response(_job("Running"), v1beta2))])[0].payload["gpu_seconds"] == 3600.0
 
 
 def test_failed_deleted_and_api_errors():
@@ -78,9 +112,68 @@ def test_failed_deleted_and_api_errors():
     assert forbidden.outcome == "failure" and "403" in forbidden.reason
 
 
+@pytest.mark.parametrize("workload", [
+    {"metadata": {"name": "wl-1"}, "spec": {"active": False}, "status": {}},
+    {"metadata": {"name": "wl-1"}, "status": {"conditions": [{"type": "Evicted", "status": "True",
+                                                               "reason": "InactiveWorkload", "message": "off"}]}},
+    {"metadata": {"name": "wl-1"}, "status": {"conditions": [{"type": "Evicted", "status": "True", "reason":
+                                                               "DeactivatedDueToMaximumExecutionTimeExceeded"}]}},
+])
+def test_a_deactivated_workload_fails_the_wait_instead_of_waiting_for_readmission(workload):
+    [step] = _steps([(0, job_response(_job("Created", suspend=True), workload))])
+    assert step.outcome == "failure" and step.payload["state"] == "Failed"
+    assert "Kueue Workload wl-1 is deactivated" in step.reason
+
+
+def test_a_suspended_job_without_a_workload_fails_after_a_bounded_time():
+    job = {**_job("Created", suspend=True), "metadata": {"name": "s2r-k", "uid": "u", "creationTimestamp": _stamp(0),
+                                                         "labels": {eks.PRIORITY_LABEL: "gold-priority"}}}
+    early, late = _steps([(60, job_response(job, None)), (301, job_response(job, None))])
+    assert early.outcome == "retry"
+    assert late.outcome == "failure" and late.payload["state"] == "NoWorkload"
+    assert "WorkloadPriorityClass 'gold-priority' does not exist" in late.reason
+
+
+@pytest.mark.parametrize(("code", "status", "outcome"), [
+    ("ThrottlingException", 400, "retry"), ("InternalFailure", 500, "retry"), ("SomethingBroke", 503, "retry"),
+    ("AccessDeniedException", 403, "failure"), ("ResourceNotFound", 404, "failure"),
+    ("ValidationException", 400, "failure"),
+])
+def test_aws_errors_building_the_client_retry_only_when_transient(monkeypatch, code, status, outcome):
+    """SageMaker / EKS DescribeCluster answer through the trigger's read (botocore Stubber on a real client)."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from sim2real.orchestration.triggers.hyperpod_eks import HyperPodEksJobTrigger
+
+    sagemaker = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b")
+    stub = Stubber(sagemaker)
+    stub.add_client_error("describe_cluster", service_error_code=code, service_message=f"{code} says no",
+                          http_status_code=status)
+    monkeypatch.setattr(eks.HyperPodEksHook, "conn", property(lambda self: sagemaker))
+    trigger = HyperPodEksJobTrigger(cluster_name="hp", namespace="hyperpod-ns-t", job_name="s2r-k")
+    with stub:
+        [step] = _steps([(0, trigger._read())])
+    assert step.outcome == outcome, step.reason
+    if outcome == "failure":
+        assert code in step.reason and f"{code} says no" in step.reason
+
+
+def test_a_cluster_that_is_not_eks_orchestrated_fails_the_wait(monkeypatch):
+    from sim2real.orchestration.triggers.hyperpod_eks import HyperPodEksJobTrigger
+
+    def slurm(self, name):
+        return eks.eks_cluster_name_of({"ClusterName": name, "Orchestrator": {}})
+
+    monkeypatch.setattr(eks.HyperPodEksHook, "api_client", slurm)
+    [step] = _steps([(0, HyperPodEksJobTrigger(cluster_name="hp", namespace="n", job_name="j")._read())])
+    assert step.outcome == "failure" and "orchestrated by Slurm" in step.reason
+
+
 def test_the_cost_limit_deletes_the_job_before_it_passes():
     params = {**PARAMS, "cost_limit_usd": 0.3}  # 2 nodes x $36/h = $0.02/s: the limit is 15 s of GPU time
-    steps = _steps([(0, job_response(_job("Running"), None)), (10, job_response(_job("Running"), None))], params)
+    steps = _steps([(0, job_response(_job("Running"), _admitted(0))), (10, job_response(_job("Running"), _admitted(0)))],
+                   params)
     assert steps[0].outcome == "retry"
     assert steps[1].outcome == "failure" and steps[1].payload["reason"] == "cost_limit"
     assert steps[1].action.name == "delete_job" and steps[1].action.params == {"namespace": "hyperpod-ns-t",
@@ -180,6 +273,7 @@ def cluster(monkeypatch):
 
     with KubernetesApiServer(step_seconds=0.05) as emulator:
         emulator.add_team("robots", gpu_quota=4)
+        emulator.add_priority_class("training-priority")
         api = kube_config.new_client_from_config_dict(emulator.kubeconfig())
         monkeypatch.setattr(eks.HyperPodEksHook, "api_client", lambda self, name: api)
         yield api, "robots", ["bash", "-c", "echo training; sleep 1; echo done"], emulator
@@ -188,23 +282,24 @@ def cluster(monkeypatch):
 def _operator(team, command, key, **kwargs):
     from sim2real.orchestration.operators.hyperpod_eks import HyperPodEksJobOperator
 
-    return HyperPodEksJobOperator(task_id="train_policy", cluster_name="hp", team=team, priority_class="training",
-                                  run_key=key, image=os.environ.get("SIM2REAL_TEST_IMAGE", "local"), num_nodes=1,
+    kwargs.setdefault("priority_class", "training")
+    return HyperPodEksJobOperator(task_id="train_policy", cluster_name="hp", team=team, run_key=key,
+                                  image=os.environ.get("SIM2REAL_TEST_IMAGE", "local"), num_nodes=1,
                                   gpus_per_node=1, environment={"TASK": "Reacher-v5"}, command=command,
                                   poll_interval=1, **kwargs)
 
 
-def _submit(team, command, key):
+def _submit(team, command, key, **kwargs):
     """``execute`` one try; its deferral's trigger (the job created or reattached to)."""
     ti = _Ti()
     with pytest.raises(TaskDeferred) as deferred:
-        _operator(team, command, key).execute({"ti": ti})
+        _operator(team, command, key, **kwargs).execute({"ti": ti})
     return deferred.value, ti
 
 
-def _wait(api, trigger, max_attempts=300):
+def _wait(api, trigger, max_attempts=300, **params):
     trigger._api = api
-    state = WaitState(params=trigger.step_params(), poll_interval_s=0.1)
+    state = WaitState(params={**trigger.step_params(), **params}, poll_interval_s=0.1)
     return asyncio.run(drive(eks_job_step, lambda s: trigger.describe(None, s), state, max_attempts=max_attempts,
                              perform=lambda action: trigger.perform(None, action)))
 
@@ -224,6 +319,11 @@ def test_capacity_is_refused_before_submit(cluster):
                                                    "does not exist"):
         HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team="nobody", num_nodes=1,
                                     gpus_per_node=1).execute({})
+    with pytest.raises(AirflowFailException, match="WorkloadPriorityClass nope-priority does not exist"):
+        HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team=team, num_nodes=1, gpus_per_node=1,
+                                    priority_class="nope").execute({})
+    assert HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team=team, num_nodes=1, gpus_per_node=1,
+                                       priority_class="training").execute({})["ok"] is True
     with pytest.raises(AirflowFailException, match=r"nominal quota of \d+ nvidia.com/gpu; the job needs 4096"):
         HyperPodEksCapacityOperator(task_id="c", cluster_name="hp", team=team, num_nodes=16,
                                     gpus_per_node=256).execute({})
@@ -248,6 +348,49 @@ def test_a_retry_reattaches_by_name_and_the_preempted_job_resumes(cluster):
     assert event["preemptions"] == 1 and 0 < event["gpu_seconds"]
     result = _operator(team, command, key).execute_complete({"ti": _Ti()}, event, reattached=True)
     assert result["job_uid"] and result["preemptions"] == 1 and result["reattached"] is True
+
+
+def _until(predicate, seconds=20.0):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.integration
+def test_an_evicted_workload_keeps_its_admitted_seconds_in_its_status(cluster):
+    """Kueue adds an admission's seconds to ``accumulatedPastExexcutionTimeSeconds`` when it evicts the Workload."""
+    import time
+
+    from sim2real.orchestration.waits.hyperpod_eks import true_conditions
+
+    api, team, _, emulator = cluster
+    if emulator is None:
+        pytest.skip("a preemption on demand needs the emulated API server")
+    deferred, _ = _submit(team, ["bash", "-c", "sleep 60"], _key())
+    ns, name, uid = deferred.trigger.namespace, deferred.trigger.job_name, deferred.trigger.job_uid
+    _until(lambda: "Running" in true_conditions(eks.read_job(api, ns, name)))
+    time.sleep(2.1)
+    emulator.faults.update(preempt_hold_seconds=60)  # not readmitted while this test reads the Workload
+    emulator.preempt(ns, name)
+    workload = eks.workload_of(api, ns, uid)
+    assert "Admitted" not in true_conditions(workload)
+    assert workload["status"]["accumulatedPastExexcutionTimeSeconds"] >= 2
+    eks.delete_job(api, ns, name)
+
+
+@pytest.mark.integration
+def test_a_job_kueue_makes_no_workload_for_fails_the_wait_naming_the_priority_class(cluster):
+    api, team, command, emulator = cluster
+    if emulator is None:
+        pytest.skip("submits a job with a priority class that does not exist")
+    deferred, _ = _submit(team, command, _key(), priority_class="nope")
+    assert eks.workload_of(api, deferred.trigger.namespace, deferred.trigger.job_uid) is None
+    event = _wait(api, deferred.trigger, no_workload_fail_s=1.0)
+    assert event["status"] == "failure" and event["state"] == "NoWorkload", event
+    assert "WorkloadPriorityClass 'nope-priority' does not exist" in event["message"]
 
 
 @pytest.mark.integration
@@ -414,3 +557,54 @@ def test_each_candidate_runs_its_own_job_reattached_by_name_and_deleted_on_kill(
     operator.on_kill()
     assert eks.read_job(api, namespace, eks.job_name(key, "c1")) is None
     assert eks.read_job(api, namespace, eks.job_name(key, "c0-s2")) is not None
+
+
+def test_the_emulated_api_server_runs_nothing_for_a_forged_eks_token(monkeypatch):
+    """Only an EKS token signed with the server's own credentials for its cluster is accepted: one of the right shape
+    signed with another secret key, or for another cluster, or expired, is answered 401."""
+    import time
+
+    import boto3
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from sim2real.dev.sandbox.kubernetes_api import KubernetesApiServer, verify_eks_token
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:1")
+
+    def token(secret: str, cluster: str = "c") -> str:
+        session = boto3.session.Session(aws_access_key_id="AKIDSANDBOX", aws_secret_access_key=secret,
+                                        region_name="us-east-1")
+        return eks.eks_token(session, cluster)
+
+    with KubernetesApiServer(credentials={"AKIDSANDBOX": "own-secret"}, eks_cluster_name="c") as server:
+        def read(bearer: str):
+            config = client.Configuration()
+            config.host, config.api_key, config.api_key_prefix = server.url, {"BearerToken": bearer}, {
+                "BearerToken": "Bearer"}
+            return eks.read_job(client.ApiClient(config), "ns", "j")
+
+        assert read(token("own-secret")) is None  # authenticated: the job is just not there
+        for forged in (token("testing"), token("own-secret", cluster="other")):
+            assert eks.is_eks_token(forged)  # the right shape
+            with pytest.raises(ApiException) as refused:
+                read(forged)
+            assert refused.value.status == 401
+    assert not verify_eks_token(token("own-secret"), {"AKIDSANDBOX": "own-secret"}, "c", now=time.time() + 3600)
+
+
+def test_the_ca_bundle_is_one_file_per_ca_however_often_a_client_is_built(monkeypatch, tmp_path):
+    import base64
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    monkeypatch.setattr(eks.HyperPodEksHook, "eks_cluster", lambda self, name: {
+        "name": "c", "endpoint": "https://x.eks.amazonaws.com", "ca_data": base64.b64encode(pem).decode()})
+    for name, value in (("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "b"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(eks, "eks_token", lambda session, name: "k8s-aws-v1.x")
+    hook = eks.HyperPodEksHook(aws_conn_id=None, region_name="us-east-1")
+    paths = {hook.api_client("hp").configuration.ssl_ca_cert for _ in range(5)}
+    assert len(paths) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [paths.pop().rsplit("/", 1)[1]]
+    assert next(tmp_path.iterdir()).read_bytes() == pem

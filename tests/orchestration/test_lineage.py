@@ -27,6 +27,20 @@ def test_lineage_chain_and_markdown():
     assert "| checkpoint sha256 | `ff` |" in md and "Quality gate: **passed**" in md and "| prepare_run | success | 1.5 |" in md
 
 
+def test_a_hyperpod_eks_run_names_its_pytorchjob_not_a_batch_job():
+    from sim2real.contract import task_ids as ids
+
+    training = {"backend": "hyperpod_eks", "job_id": "s2r-k", "cluster_name": "hp", "namespace": "hyperpod-ns-t",
+                "job_name": "s2r-k", "job_uid": "u-1"}
+    lin = build_lineage(run_key="k", dag_id="sim_to_real", run_id="r", params={}, plan={"backend": "hyperpod_eks"},
+                        training=training, task_states={ids.HYPERPOD_EKS_TRAIN_POLICY: {"state": "success",
+                                                                                         "duration_s": 2.0}})
+    rows = dict(chain_rows(lin))
+    assert "Batch job" not in rows
+    assert rows["PyTorchJob (HyperPod EKS)"] == "hyperpod-ns-t/s2r-k on hp"
+    assert "Batch job" not in render_markdown(lin)
+
+
 def test_pipeline_definition_has_five_stages_and_is_canonical():
     kw = dict(role_arn="arn:aws:iam::1:role/r", model_package_group="g",
               images={"processing": "i", "training": "i", "smoke_eval": "i"}, bucket="b")

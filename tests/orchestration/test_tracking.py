@@ -82,6 +82,8 @@ def test_apply_tracking_puts_each_child_run_in_its_stage():
     assert plan["batch"]["environment"][env_vars.MLFLOW_TRACKING_URI] == ARN
     assert plan["batch"]["environment"][env_vars.MLFLOW_PARENT_RUN_ID] == "a" * 32
     assert plan["hyperpod"]["environment"][env_vars.MLFLOW_RUN_ID] == "b" * 32
+    assert plan["hyperpod_eks"]["environment"][env_vars.MLFLOW_RUN_ID] == "b" * 32  # the PyTorchJob's env
+    assert plan["hyperpod_eks"]["environment"][env_vars.MLFLOW_TRACKING_URI] == ARN
     assert EvaluationPlan.from_plan(plan).environment[env_vars.MLFLOW_RUN_ID] == "c" * 32
     vla = VlaPlan.from_plan(plan)
     assert vla.parameters["MlflowRunId"] == "d" * 32
@@ -251,6 +253,17 @@ def test_each_sweep_candidates_runs_close_from_its_own_map_index():
     assert closed["c1.rl_training"] == "FINISHED" and hook.status["1" * 32] == "FINISHED"
     assert closed["c1.evaluation"] == "KILLED"  # it never ran
     assert closed["rl_training"] == "KILLED" and closed["parent"] == "FAILED"
+
+
+def test_a_successful_hyperpod_eks_training_closes_its_run_finished():
+    from sim2real.contract import task_ids as ids
+    from sim2real.orchestration.tracking import close_tracking
+
+    hook = RecordingMlflowHook()
+    closed = close_tracking(TRACKING, succeeded=True, hook=hook, task_states={
+        ids.BATCH_TRAIN_POLICY: {"state": "skipped"}, ids.HYPERPOD_TRAIN_POLICY: {"state": "skipped"},
+        ids.HYPERPOD_EKS_TRAIN_POLICY: {"state": "success"}})
+    assert closed["rl_training"] == "FINISHED" and hook.status["b" * 32] == "FINISHED"
 
 
 def test_candidate_index_is_the_inverse_of_candidate_id():

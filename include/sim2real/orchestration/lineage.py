@@ -276,7 +276,9 @@ def field_entry(verdict: Mapping[str, Any] | None, evaluation: Mapping[str, Any]
 
 #: The training task whose result is the job a backend ran (``training``), and how its job is named.
 TRAINING_TASKS = {"batch": (ids.BATCH_TRAIN_POLICY, "AWS Batch job", "startedAt → stoppedAt (DescribeJobs)"),
-                  "hyperpod": (ids.HYPERPOD_TRAIN_POLICY, "Slurm job", "start → end (on the HyperPod cluster)")}
+                  "hyperpod": (ids.HYPERPOD_TRAIN_POLICY, "Slurm job", "start → end (on the HyperPod cluster)"),
+                  "hyperpod_eks": (ids.HYPERPOD_EKS_TRAIN_POLICY, "PyTorchJob",
+                                   "start → end (on the HyperPod EKS cluster)")}
 
 
 def with_job_time(tasks: dict[str, dict[str, Any]], backend: str,
@@ -415,6 +417,18 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _training_row(chain: Mapping[str, Any]) -> tuple[str, str]:
+    """The chain's training job row: the Batch job, the Slurm job on its HyperPod cluster, or the ``PyTorchJob``
+    ``namespace/name`` on its HyperPod EKS cluster."""
+    backend, cluster = chain.get("training_backend"), _fmt(chain.get("hyperpod_cluster_name"))
+    if backend == "hyperpod":
+        return "Slurm job (HyperPod)", f"{_fmt(chain.get('slurm_job_id'))} on {cluster}"
+    if backend == "hyperpod_eks":
+        job = chain.get("eks_job") or {}
+        return "PyTorchJob (HyperPod EKS)", f"{_fmt(job.get('namespace'))}/{_fmt(job.get('job_name'))} on {cluster}"
+    return "Batch job", _fmt(chain.get("batch_job_id"))
+
+
 def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The lineage chain as (label, value) rows, in stage order, for tables and Markdown."""
     c = lineage.get("chain", {})
@@ -423,8 +437,7 @@ def chain_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
     rate = "—" if sr is None else (f"{sr:.3f} {_fmt(ci)}" if ci else f"{sr:.3f}")
     return [
         ("image digest", _fmt(c.get("image_digest"))),
-        *([("Slurm job (HyperPod)", f"{_fmt(c.get('slurm_job_id'))} on {_fmt(c.get('hyperpod_cluster_name'))}")]
-          if c.get("training_backend") == "hyperpod" else [("Batch job", _fmt(c.get("batch_job_id")))]),
+        _training_row(c),
         ("checkpoint", _fmt(c.get("checkpoint_uri"))),
         ("checkpoint sha256", _fmt(c.get("checkpoint_sha256"))),
         ("success rate [95% CI]", rate),

@@ -51,7 +51,8 @@ log = logging.getLogger(__name__)
 
 #: Stage → the DAG tasks whose states decide the child run's status (the first that ran counts).
 STAGE_TASKS: dict[str, tuple[str, ...]] = {
-    "rl_training": (ids.BATCH_TRAIN_POLICY, ids.HYPERPOD_TRAIN_POLICY, ids.SWEEP_PICK_BEST),  # a sweep: its pick
+    # the backend's training task (Batch, HyperPod Slurm, HyperPod EKS), or a sweep's pick
+    "rl_training": (ids.BATCH_TRAIN_POLICY, ids.HYPERPOD_TRAIN_POLICY, ids.HYPERPOD_EKS_TRAIN_POLICY, ids.SWEEP_PICK_BEST),
     "evaluation": (ids.RUN_EVALUATION,),
     "vla_finetune": (ids.FINETUNE_GROOT,),
 }

@@ -2,8 +2,11 @@
 ``hyperpod_eks`` training backend uses, driven by the official Python client.
 
 Loopback only (127.0.0.1), plain HTTP, and every request needs ``Authorization: Bearer <token>``: an EKS token
-(:func:`sim2real.contract.hyperpod_eks.is_eks_token`, what the backend sends) or the server's own
-:attr:`KubernetesApiServer.static_token` (for a test's kubeconfig); anything else is answered 401.
+the server verifies (:func:`verify_eks_token`: the presigned STS ``GetCallerIdentity`` URL's SigV4 signature
+recomputed with botocore from the server's own ``credentials``, the ``x-k8s-aws-id`` header bound to its
+``eks_cluster_name``, not expired; what the backend sends) or the server's own
+:attr:`KubernetesApiServer.static_token` (for a test's kubeconfig); anything else is answered 401. The sandbox's
+secret key is random per sandbox, so no token can be forged from a known constant.
 
 Routes (shapes: Kubernetes API conventions — ``Status`` errors, ``<Kind>List`` lists, ``labelSelector`` ``k=v,...``;
 Kubeflow training operator v1 ``PyTorchJob``; Kueue API reference v1beta1 ``LocalQueue``, ``ClusterQueue``,
@@ -11,22 +14,27 @@ Kubeflow training operator v1 ``PyTorchJob``; Kueue API reference v1beta1 ``Loca
 
 * ``/apis/kubeflow.org/v1/namespaces/<ns>/pytorchjobs[/<name>]``: POST, GET, list, DELETE; ``/apis/kubeflow.org/v1/
   pytorchjobs``: list in every namespace.
-* ``/apis/kueue.x-k8s.io/v1beta1/namespaces/<ns>/localqueues/<name>``, ``.../clusterqueues/<name>``: GET;
+* ``/apis/kueue.x-k8s.io/v1beta1/namespaces/<ns>/localqueues/<name>``, ``.../clusterqueues/<name>``,
+  ``.../workloadpriorityclasses/<name>``: GET;
   ``.../namespaces/<ns>/workloads``: list.
 * ``/api/v1/namespaces/<ns>/pods``: list; ``.../pods/<name>/log?tailLines=N``: the pod's output.
 
 A created job plays what the training operator and Kueue do: a Workload (label ``kueue.x-k8s.io/job-uid``) is
-created; when the ClusterQueue's ``nvidia.com/gpu`` nominal quota holds it beside the admitted ones it is
+created (none when its ``kueue.x-k8s.io/priority-class`` names no WorkloadPriorityClass: it stays suspended); when
+the ClusterQueue's ``nvidia.com/gpu`` nominal quota holds it beside the admitted ones it is
 ``QuotaReserved`` + ``Admitted`` and the job unsuspended; each replica's pod (Master and Workers) then runs its
 container command as a local process (its ``env`` plus what the training operator adds, :func:`operator_env`, with
 the Master's Service and port on 127.0.0.1) and the job is ``Running``, then, when the Master's process exits,
 ``Succeeded`` (exit 0) or ``Failed``. :meth:`KubernetesApiServer.preempt` evicts a running job (Workload ``Evicted`` reason
-``Preempted``, job suspended, its process killed), and it is readmitted after ``step_seconds``: its command runs
+``Preempted``, its admitted seconds added to ``status.accumulatedPastExexcutionTimeSeconds`` as Kueue does, job
+suspended, its process killed), and it is readmitted after ``step_seconds``: its command runs
 again. A deleted job's process is killed.
 """
 
 from __future__ import annotations
 
+import base64
+import calendar
 import json
 import os
 import re
@@ -36,7 +44,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -46,8 +54,51 @@ from sim2real.contract.hyperpod_eks import (GPU_RESOURCE, JOB_UID_LABEL, PRIORIT
 
 _JOBS = re.compile(r"^/apis/kubeflow\.org/v1(?:/namespaces/(?P<ns>[^/]+))?/pytorchjobs(?:/(?P<name>[^/]+))?$")
 _KUEUE = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>localqueues|"
-                    r"clusterqueues|workloads)(?:/(?P<name>[^/]+))?$")
+                    r"clusterqueues|workloads|workloadpriorityclasses)(?:/(?P<name>[^/]+))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+
+
+def verify_eks_token(token: str, credentials: Mapping[str, str], cluster_name: str,
+                     now: float | None = None) -> bool:
+    """Whether ``token`` is an EKS token (:func:`~sim2real.contract.hyperpod_eks.is_eks_token`) whose presigned STS
+    ``GetCallerIdentity`` URL carries a valid SigV4 query signature (botocore's ``SigV4QueryAuth`` recomputes it
+    with the secret key of its ``X-Amz-Credential`` access key id in ``credentials``), signs the ``x-k8s-aws-id``
+    header as ``cluster_name`` (what EKS checks: "aws-iam-authenticator"), and is within ``X-Amz-Date`` +
+    ``X-Amz-Expires`` (``now``: epoch s, default the clock). False for anything else."""
+    import datetime as dt
+    import hmac
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    from botocore.auth import SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    if not (cluster_name and is_eks_token(token)):
+        return False
+    body = token[len("k8s-aws-v1."):]
+    url = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = dict(pairs)
+    try:
+        access_key, _day, region, service, _ = query["X-Amz-Credential"].split("/")
+        signed_at = dt.datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+        expires = int(query["X-Amz-Expires"])
+        signature = query["X-Amz-Signature"]
+    except (KeyError, ValueError):
+        return False
+    secret = credentials.get(access_key)
+    clock = time.time() if now is None else now
+    if (secret is None or query.get("Action") != "GetCallerIdentity" or service != "sts"
+            or "x-k8s-aws-id" not in query.get("X-Amz-SignedHeaders", "").split(";")
+            or not signed_at.timestamp() - 60 <= clock <= signed_at.timestamp() + expires):
+        return False
+    unsigned = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in pairs if k != "X-Amz-Signature"])))
+    request = AWSRequest("GET", unsigned, headers={"x-k8s-aws-id": cluster_name})
+    request.context["timestamp"] = query["X-Amz-Date"]
+    auth = SigV4QueryAuth(Credentials(access_key, secret), service, region, expires=expires)
+    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+    return hmac.compare_digest(expected, signature)
 
 
 def _now() -> str:
@@ -69,6 +120,19 @@ def _set_condition(obj: dict[str, Any], kind: str, status: bool, reason: str = "
                        "lastTransitionTime": _now()})
 
 
+def _add_admitted_seconds(workload: dict[str, Any]) -> None:
+    """What Kueue does when a Workload's ``Admitted`` condition turns False: add the whole seconds since it turned
+    True to ``status.accumulatedPastExexcutionTimeSeconds`` (sic; Kueue API reference v1beta1, WorkloadStatus)."""
+    status = workload.setdefault("status", {})
+    admitted = next((c for c in status.get("conditions") or [] if c["type"] == "Admitted" and c["status"] == "True"),
+                    None)
+    if admitted is None:
+        return
+    since = calendar.timegm(time.strptime(admitted["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
+    field = "accumulatedPastExexcutionTimeSeconds"
+    status[field] = int(status.get(field) or 0) + max(int(time.time() - since), 0)
+
+
 def _gpus(job: dict[str, Any]) -> int:
     total = 0
     for spec in (job.get("spec") or {}).get("pytorchReplicaSpecs", {}).values():
@@ -84,15 +148,22 @@ class KubernetesApiServer:
     :param step_seconds: pause between the emulated controllers' steps (admission, pod start, readmission).
     :param process_env: the base environment of a job's process (default: this process's).
     :param events: ``emit(kind, message)`` for each emulation step (default: none).
+    :param credentials: / :param eks_cluster_name: whose EKS tokens are accepted (:func:`verify_eks_token`).
     """
 
     def __init__(self, *, step_seconds: float = 0.2, process_env: Callable[[], dict[str, str]] | None = None,
-                 emit: Callable[[str, str], None] | None = None, cwd: str | None = None) -> None:
+                 emit: Callable[[str, str], None] | None = None, cwd: str | None = None,
+                 credentials: Mapping[str, str] | None = None, eks_cluster_name: str = "") -> None:
         self.step_seconds = step_seconds
+        #: access key id -> secret access key whose EKS tokens are accepted (none: only :attr:`static_token`).
+        self.credentials = dict(credentials or {})
+        self.eks_cluster_name = eks_cluster_name
         self.process_env = process_env or (lambda: dict(os.environ))
         self.emit = emit or (lambda kind, message: None)
         self.cwd = cwd
         self.static_token = secrets.token_urlsafe(24)
+        #: ``(verb, path)`` of every authenticated request, in order (what a client called).
+        self.calls: list[tuple[str, str]] = []
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, namespace, name) -> object
         self.logs: dict[tuple[str, str], deque[str]] = {}
         self._processes: dict[tuple[str, str], list[subprocess.Popen]] = {}
@@ -161,6 +232,13 @@ class KubernetesApiServer:
                 "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
                 "metadata": {"name": f"{ns}-localqueue", "namespace": ns}, "spec": {"clusterQueue": cq}}
 
+    def add_priority_class(self, name: str, value: int = 100) -> None:
+        """Create the WorkloadPriorityClass ``name`` (cluster-scoped; task governance's ``<name>-priority``)."""
+        with self._lock:
+            self.objects[("workloadpriorityclasses", "", name)] = {
+                "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+                "value": value}
+
     def kubeconfig(self) -> dict[str, Any]:
         """A kubeconfig (as a dict) for this server with :attr:`static_token`, for tests that load one."""
         return {"apiVersion": "v1", "kind": "Config", "current-context": "sandbox",
@@ -172,9 +250,11 @@ class KubernetesApiServer:
     def _serve(self, request: BaseHTTPRequestHandler, verb: str) -> None:
         auth = request.headers.get("Authorization", "")
         token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
-        if not (token and (token == self.static_token or is_eks_token(token))):
+        if not (token and (secrets.compare_digest(token, self.static_token) or
+                           verify_eks_token(token, self.credentials, self.eks_cluster_name))):
             return self._reply(request, 401, _status(401, "Unauthorized", "a bearer token is required"))
         url = urlparse(request.path)
+        self.calls.append((verb, url.path))
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         body = None
         if verb == "POST":
@@ -215,7 +295,8 @@ class KubernetesApiServer:
             plural, ns, name = m.group("plural"), m.group("ns") or "", m.group("name")
             if name:
                 return 200, self._get(plural, ns, name)
-            return 200, self._list(plural, ns, selector, plural[:-1].capitalize() + "List", "kueue.x-k8s.io/v1beta1")
+            kind = {"workloadpriorityclasses": "WorkloadPriorityClass"}.get(plural, plural[:-1].capitalize())
+            return 200, self._list(plural, ns, selector, kind + "List", "kueue.x-k8s.io/v1beta1")
         if (m := _PODS.match(path)) is not None and verb == "GET":
             ns, name = m.group("ns"), m.group("name")
             if m.group("log"):
@@ -249,6 +330,11 @@ class KubernetesApiServer:
             _set_condition(body, "Created", True, "PyTorchJobCreated", f"PyTorchJob {name} is created.")
             self.objects[("pytorchjobs", ns, name)] = body
             labels = body["metadata"].get("labels") or {}
+            priority = labels.get(PRIORITY_LABEL, "")
+            if priority and ("workloadpriorityclasses", "", priority) not in self.objects:
+                # Kueue's job reconciler cannot build the Workload: the job stays suspended, with none.
+                self.emit("k8s", f"PyTorchJob {ns}/{name} created; Kueue: workloadPriorityClass {priority} not found")
+                return 201, self._get("pytorchjobs", ns, name)
             workload = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
                         "metadata": {"name": f"pytorchjob-{name}-{uid[:5]}", "namespace": ns,
                                      "labels": {JOB_UID_LABEL: uid}},
@@ -401,6 +487,7 @@ class KubernetesApiServer:
             _set_condition(job, "Running", False, "PyTorchJobSuspended", "")
             _set_condition(job, "Suspended", True, "PyTorchJobSuspended", "PyTorchJob suspended")
             if workload is not None:
+                _add_admitted_seconds(workload)
                 _set_condition(workload, "Admitted", False, "NoReservation", "")
                 _set_condition(workload, "QuotaReserved", False, "Pending", "")
                 _set_condition(workload, "Evicted", True, "Preempted", message)
@@ -472,11 +559,15 @@ def provision_hyperpod_eks(sandbox: Any, *, launcher: str, team: str = "robotics
     from moto.eks.models import eks_backends
     from moto.sagemaker.models import Cluster
 
+    from sim2real.dev.sandbox.server import FAKE_ACCESS_KEY
+
     server = KubernetesApiServer(step_seconds=sandbox.step_seconds, process_env=sandbox.process_env,
                                  emit=lambda kind, message: sandbox.events.emit("eks", kind, message),
-                                 cwd=str(sandbox.repo_root)).start()
+                                 cwd=str(sandbox.repo_root), credentials={FAKE_ACCESS_KEY: sandbox.secret_key},
+                                 eks_cluster_name="sim2real-eks").start()
     server.faults = _SandboxFaults(sandbox.faults)
     server.add_team(team, gpu_quota=gpu_quota)
+    server.add_priority_class("training-priority")
     sandbox.kubernetes = server
     role = f"arn:aws:iam::{sandbox.account_id}:role/sim2real-hyperpod"
     eks = sandbox.client("eks", internal=True)

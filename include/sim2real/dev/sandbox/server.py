@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 import threading
 import urllib.request
@@ -87,7 +88,6 @@ from sim2real.dev.sandbox.responders.slurm import SlurmResponder
 from sim2real.dev.sandbox.responders.ssm import SsmResponder
 
 FAKE_ACCESS_KEY = "testing"
-FAKE_SECRET_KEY = "testing"
 
 
 class _Throttled(ServiceException):
@@ -181,6 +181,9 @@ class Sandbox:
         self.repo_root = Path(repo_root).resolve() if repo_root else _default_repo_root()
         self.region = region
         self.account_id = DEFAULT_ACCOUNT_ID
+        #: The secret key of the sandbox's fake credentials: moto checks no signature, but the emulated Kubernetes
+        #: API server accepts only EKS tokens signed with it, so it is this sandbox's own, not a known constant.
+        self.secret_key = secrets.token_urlsafe(30)
         self.faults: dict[str, Any] = dict(faults or {})
         self.events = EventLog(echo)
         self.requests = RequestLog()
@@ -347,7 +350,7 @@ class Sandbox:
                 )
                 self._clients[key] = boto3.session.Session().client(
                     service, endpoint_url=self.endpoint_url, region_name=self.region,
-                    aws_access_key_id=FAKE_ACCESS_KEY, aws_secret_access_key=FAKE_SECRET_KEY, config=config,
+                    aws_access_key_id=FAKE_ACCESS_KEY, aws_secret_access_key=self.secret_key, config=config,
                 )
             return self._clients[key]
 
@@ -356,7 +359,7 @@ class Sandbox:
         return {
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": FAKE_SECRET_KEY,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_DEFAULT_REGION": self.region,
             "AWS_REGION": self.region,
         }
@@ -383,7 +386,7 @@ class Sandbox:
         connection = {
             "conn_type": "aws",
             "login": FAKE_ACCESS_KEY,
-            "password": FAKE_SECRET_KEY,
+            "password": self.secret_key,
             "extra": {"region_name": self.region, "endpoint_url": self.endpoint_url},
         }
         return {

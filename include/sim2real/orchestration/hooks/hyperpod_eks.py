@@ -184,7 +184,8 @@ class HyperPodEksHook(AwsBaseHook):
     def api_client(self, hyperpod_cluster: str) -> Any:
         """A ``kubernetes.client.ApiClient`` for the cluster's API server, authenticated with an EKS token (the
         client's ``refresh_api_key_hook`` signs a new one when it is older than :data:`TOKEN_REFRESH_S`). The CA bundle
-        (public data) goes to a temporary file, the only form the client takes; the token stays in memory."""
+        (public data) goes to a file, the only form the client takes (:func:`ca_bundle_file`: one per CA, reused);
+        the token stays in memory."""
         import time
 
         from kubernetes import client
@@ -204,11 +205,22 @@ class HyperPodEksHook(AwsBaseHook):
         refresh(config)  # the client sends a key only once it has one, and refreshes it before each request
         config.refresh_api_key_hook = refresh
         if eks["ca_data"] and config.host.startswith("https"):
-            ca = tempfile.NamedTemporaryFile("wb", prefix="eks-ca-", suffix=".crt", delete=False)  # noqa: SIM115
-            ca.write(base64.b64decode(eks["ca_data"]))
-            ca.close()
-            config.ssl_ca_cert = ca.name
+            config.ssl_ca_cert = ca_bundle_file(base64.b64decode(eks["ca_data"]))
         return client.ApiClient(config)
+
+
+def ca_bundle_file(pem: bytes) -> str:
+    """The path of a file holding ``pem`` (a cluster's CA bundle, public data), named by its SHA-256 in the temporary
+    directory: every client of the same CA shares one file, written once (atomically), so polls add none."""
+    import hashlib
+    import os
+
+    path = os.path.join(tempfile.gettempdir(), f"eks-ca-{hashlib.sha256(pem).hexdigest()[:32]}.crt")
+    if not os.path.exists(path):
+        with tempfile.NamedTemporaryFile("wb", dir=os.path.dirname(path), prefix=".eks-ca-", delete=False) as part:
+            part.write(pem)
+        os.replace(part.name, path)
+    return path
 
 
 # ---- Kubernetes API calls (the official client; ``api`` is a ``kubernetes.client.ApiClient``)
@@ -294,22 +306,36 @@ def log_tail(api: Any, namespace: str, name: str, lines: int = 40) -> str:
         return ""
 
 
-def capacity_problems(api: Any, *, namespace: str, queue: str, gpus: int) -> list[str]:
+def capacity_problems(api: Any, *, namespace: str, queue: str, gpus: int, priority_class: str = "") -> list[str]:
     """Why the team's queue cannot run a job of ``gpus`` GPUs, before anything is submitted ([]: it can).
 
-    Reads the LocalQueue ``namespace/queue`` (its ``spec.clusterQueue``) and that ClusterQueue's
+    Reads the WorkloadPriorityClass ``<priority_class>-priority`` (cluster-scoped; none is read for ""), the
+    LocalQueue ``namespace/queue`` (its ``spec.clusterQueue``) and that ClusterQueue's
     ``spec.resourceGroups[].flavors[].resources[]`` (``name: nvidia.com/gpu``, ``nominalQuota``; Kueue API reference,
-    ClusterQueue) and ``spec.stopPolicy``. Each problem names the object and what to change.
+    ClusterQueue) and ``spec.stopPolicy``. Each problem names the object and what to change. Without the priority
+    class Kueue creates no Workload for the job: it would stay suspended for ever.
     """
     from kubernetes.client.exceptions import ApiException
 
     custom = _custom(api)
+    problems: list[str] = []
+    if priority_class:
+        label = priority_class_label(priority_class)
+        try:
+            custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", label)
+        except ApiException as error:
+            if not _missing(error):
+                raise
+            problems.append(f"Kueue WorkloadPriorityClass {label} does not exist: Kueue would create no Workload for "
+                            "the job (it would stay suspended); use a priority the cluster admin defined in the task "
+                            "governance policy (hyperpod_eks_priority_class in the form / hyperpod_eks.priority_class "
+                            "in the environment config)")
     try:
         local = custom.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", queue)
     except ApiException as error:
         if not _missing(error):
             raise
-        return [f"Kueue LocalQueue {namespace}/{queue} does not exist: set up the team in SageMaker HyperPod task "
+        return [*problems, f"Kueue LocalQueue {namespace}/{queue} does not exist: set up the team in SageMaker HyperPod task "
                 "governance (its compute allocation creates hyperpod-ns-<team> and the queue), or correct "
                 "hyperpod_eks_team in the form / hyperpod_eks.team in the environment config"]
     cq_name = (local.get("spec") or {}).get("clusterQueue") or ""
@@ -318,10 +344,9 @@ def capacity_problems(api: Any, *, namespace: str, queue: str, gpus: int) -> lis
     except ApiException as error:
         if not _missing(error):
             raise
-        return [f"LocalQueue {namespace}/{queue} points at ClusterQueue {cq_name!r}, which does not exist: the "
-                "team's compute allocation is incomplete (ask the cluster admin)"]
+        return [*problems, f"LocalQueue {namespace}/{queue} points at ClusterQueue {cq_name!r}, which does not "
+                "exist: the team's compute allocation is incomplete (ask the cluster admin)"]
     spec = cq.get("spec") or {}
-    problems = []
     if spec.get("stopPolicy") in ("Hold", "HoldAndDrain"):
         problems.append(f"ClusterQueue {cq_name} is stopped (stopPolicy {spec['stopPolicy']}): it admits no job")
     quota = sum(_quantity(r.get("nominalQuota"))

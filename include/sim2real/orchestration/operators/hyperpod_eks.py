@@ -32,27 +32,29 @@ XCOM_EKS_JOB = "eks_job"
 
 class HyperPodEksCapacityOperator(AwsBaseOperator[eks.HyperPodEksHook]):
     """Refuse the run before any spend when the team's Kueue queue cannot hold the job
-    (:func:`~sim2real.orchestration.hooks.hyperpod_eks.capacity_problems`: the LocalQueue exists, its ClusterQueue
-    exists, is not stopped and has a nominal ``nvidia.com/gpu`` quota of at least ``num_nodes x gpus_per_node``).
+    (:func:`~sim2real.orchestration.hooks.hyperpod_eks.capacity_problems`: the WorkloadPriorityClass
+    ``<priority_class>-priority`` exists, the LocalQueue exists, its ClusterQueue exists, is not stopped and has a
+    nominal ``nvidia.com/gpu`` quota of at least ``num_nodes x gpus_per_node``).
 
     :return: ``{"ok": True, "cluster_name", "namespace", "queue", "gpus"}``.
     :raises AirflowFailException: listing every problem, each with the object and what to change (not retried).
     """
 
     aws_hook_class = eks.HyperPodEksHook
-    template_fields: Sequence[str] = aws_template_fields("cluster_name", "team", "num_nodes", "gpus_per_node")
+    template_fields: Sequence[str] = aws_template_fields("cluster_name", "team", "num_nodes", "gpus_per_node",
+                                                         "priority_class")
 
     def __init__(self, *, cluster_name: str, team: str, num_nodes: int | str, gpus_per_node: int | str,
-                 **kwargs: Any) -> None:
+                 priority_class: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.cluster_name, self.team = cluster_name, team
+        self.cluster_name, self.team, self.priority_class = cluster_name, team, priority_class
         self.num_nodes, self.gpus_per_node = num_nodes, gpus_per_node
 
     def execute(self, context: Context) -> dict[str, Any]:
         namespace, queue = eks.team_namespace(self.team), eks.team_local_queue(self.team)
         gpus = int(self.num_nodes) * int(self.gpus_per_node)
         problems = eks.capacity_problems(self.hook.api_client(self.cluster_name), namespace=namespace, queue=queue,
-                                         gpus=gpus)
+                                         gpus=gpus, priority_class=self.priority_class)
         if problems:
             raise AirflowFailException(f"HyperPod EKS cluster {self.cluster_name}: the team queue cannot run this "
                                        "job; refused before any spend:\n- " + "\n- ".join(problems))

@@ -32,8 +32,9 @@ DEFAULTS: dict[str, Any] = {"cluster_name": "", "team": "", "priority_class": "t
 
 DOC = """\
 **Train the policy (SageMaker HyperPod on Amazon EKS, task governance).** `check_capacity` calls SageMaker and EKS
-`DescribeCluster` (the cluster's API server) and reads the team's Kueue LocalQueue `hyperpod-ns-<team>-localqueue`
-and its ClusterQueue: it fails before any spend when the queue is missing or stopped, or its nominal
+`DescribeCluster` (the cluster's API server) and reads the WorkloadPriorityClass `<priority>-priority`, the team's
+Kueue LocalQueue `hyperpod-ns-<team>-localqueue` and its ClusterQueue: it fails before any spend when the priority
+class or the queue is missing, the queue stopped, or its nominal
 `nvidia.com/gpu` quota is below `num_nodes` x GPUs per node. `train_policy` creates the run's Kubeflow `PyTorchJob`
 (named after the run key: a retry reattaches to it) in namespace `hyperpod-ns-<team>` with the labels
 `kueue.x-k8s.io/queue-name` and `kueue.x-k8s.io/priority-class`, then waits (deferred) until it Succeeded. A job that
@@ -170,7 +171,7 @@ def add_tasks(plan: Any, *, image: Any, backend: Any) -> tuple[Any, Any]:
                    doc_md=DOC):
         capacity = HyperPodEksCapacityOperator(
             task_id=ids.local(ids.HYPERPOD_EKS_CHECK_CAPACITY), cluster_name=hp.cluster_name, team=hp.team,
-            num_nodes=hp.capacity_nodes, gpus_per_node=hp.gpus_per_node, retries=1,
+            num_nodes=hp.capacity_nodes, gpus_per_node=hp.gpus_per_node, priority_class=hp.priority_class, retries=1,
             execution_timeout=dt.timedelta(minutes=5), doc_md=DOC)
 
         @task.branch(task_id=ids.local(ids.HYPERPOD_EKS_SUBMISSION), retries=0,

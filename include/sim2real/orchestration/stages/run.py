@@ -357,7 +357,8 @@ def apply_run_defaults(params: Mapping[str, Any], env: Mapping[str, Any], *, run
 
 def apply_tracking(plan: dict[str, Any], tracking: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]:
     """Put the child runs' variables into ``plan`` (in place; returned): ``batch.environment``, the HyperPod section
-    (re-planned with them, so the Slurm script exports them), ``evaluation.environment``, each sweep candidate's
+    (re-planned with them, so the Slurm script exports them), the HyperPod EKS job's ``environment`` (its
+    ``PyTorchJob`` containers' env), ``evaluation.environment``, each sweep candidate's
     ``environment`` and ``eval_environment`` (its own runs, ``candidate_runs``) and the fine-tune's
     ``MlflowRunId`` pipeline parameter and ``vla.mlflow``; ``plan["tracking"]`` = ``tracking`` (a
     :class:`TrackingPlan`). With tracking off only the latter.
@@ -370,6 +371,9 @@ def apply_tracking(plan: dict[str, Any], tracking: Mapping[str, Any], env: Mappi
         plan["batch"]["environment"] = {**plan["batch"]["environment"], **training}
         plan["hyperpod"] = hyperpod_plan(plan["run_key"], plan["params"], env, plan["batch"]["environment"],
                                          plan.get("budget"))
+        if plan.get(hyperpod_eks.HyperPodEksPlan.SECTION):
+            eks = plan[hyperpod_eks.HyperPodEksPlan.SECTION]
+            eks["environment"] = {**eks["environment"], **training}
     plan["evaluation"]["environment"] = stage_env(tracking, "evaluation")
     for cand in (plan.get("sweep") or {}).get("candidates") or []:
         own = {**tracking, "runs": (tracking.get("candidate_runs") or {}).get(cand["candidate"]) or {}}

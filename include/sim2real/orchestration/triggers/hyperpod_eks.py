@@ -48,7 +48,7 @@ class HyperPodEksJobTrigger(StepWaitTrigger):
             job = eks.read_job(api, self.namespace, self.job_name)
             uid = (job or {}).get("metadata", {}).get("uid") or self.job_uid
             workload = eks.workload_of(api, self.namespace, uid) if job is not None and uid else None
-        except Exception as error:  # noqa: BLE001 - classified by the step (retry on 429/5xx/no answer)
+        except Exception as error:  # noqa: BLE001 - classified by api_error_response (retry: throttling, 5xx, no answer)
             self._api = None
             return api_error_response(error)
         return job_response(job, workload)
