@@ -89,6 +89,8 @@ def environment_config(settings: Settings, stacks: dict[str, Any]) -> dict[str, 
             "pipeline_name": stacks["sagemaker"].pipeline_name,
             "pipeline_role_arn": f"arn:{partition}:iam::{account}:role/{settings.name('pipeline')}",
             "model_package_group": stacks["sagemaker"].model_package_group_name,
+            # the secrets the pipeline role may read (SageMakerStack: GetSecretValue on <prefix>-groot/*)
+            "hf_token_secret_path": f"{settings.name('groot')}/",
         },
         "greengrass": {
             "thing_group_name": stacks["greengrass"].thing_group_name,

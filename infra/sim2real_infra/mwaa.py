@@ -297,6 +297,12 @@ class MwaaStack(cdk.Stack):
         self._add("PipelinePassRole", ["iam:PassRole"], [t.pipeline_role_arn],
                   {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}})
         self._add("PipelineRoleExists", ["iam:GetRole"], [t.pipeline_role_arn])  # check_resources
+        # check_resources, a GR00T version other than the default: its Hugging Face token secret exists (only the
+        # <prefix>-groot/* secrets the pipeline role may read) and its base model prefix holds a key
+        self._add("GrootTokenSecretExists", ["secretsmanager:DescribeSecret"],
+                  [arn("secretsmanager", "secret", f"{settings.name('groot')}/*", cdk.ArnFormat.COLON_RESOURCE_NAME)])
+        self._add("GrootBaseModelList", ["s3:ListBucket"], [t.artifacts.bucket_arn],
+                  {"StringLike": {"s3:prefix": ["models/groot-base/*"]}})
         # 8 approval
         self._add("ModelPackages", ["sagemaker:DescribeModelPackage", "sagemaker:DescribeModelPackageGroup"],
                   [arn("sagemaker", "model-package-group", t.model_package_group_name),

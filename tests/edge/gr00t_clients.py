@@ -7,9 +7,9 @@ against the protocol, not against its own codec:
   ``ping``/``kill``/``get_modality_config`` send no ``data``; ``get_action`` sends
   ``{"observation", "options"}`` and returns ``(action, info)``; ``reset`` sends ``{"options"}``;
   ``ModalityConfig`` maps are decoded with ``ModalityConfig(**as_json)``; an error map raises.
-- :class:`N17PolicyClient` behaves as Isaac-GR00T N1.7's ``PolicyClient`` (tag ``n1.7-release``, the same
-  ``gr00t/policy/server_client.py``: endpoints, request maps, msgpack codec and ``ModalityConfig`` fields are
-  N1.6's), so it is N1.6's client under N1.7's name.
+  GR00T N1.7's ``PolicyClient`` (tag ``n1.7-release``) is the same ``gr00t/policy/server_client.py``
+  (endpoints, request maps, msgpack codec and ``ModalityConfig`` fields), so no separate N1.7 client is written:
+  a ``--modality-config-format n1.7`` server is driven by this one (``test_policy_server.py``).
 - :class:`N15RobotClient` behaves as N1.5's ``ExternalRobotInferenceClient`` (``gr00t/eval/service.py``):
   ``get_action(observations)`` sends the flat observation itself as ``data`` and returns the reply map;
   ``ModalityConfig`` is decoded with ``json.loads(as_json)``.
@@ -131,10 +131,6 @@ class N16PolicyClient(_ZmqClient):
 
     def get_modality_config(self) -> dict[str, N16ModalityConfig]:
         return self.call_endpoint("get_modality_config", requires_input=False)
-
-
-class N17PolicyClient(N16PolicyClient):
-    """N1.7's ``PolicyClient``: N1.6's protocol unchanged."""
 
 
 class N15RobotClient(_ZmqClient):

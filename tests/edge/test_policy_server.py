@@ -1,5 +1,6 @@
 """Policy server over real ZMQ sockets on 127.0.0.1, driven by GR00T N1.6 and N1.5 clients written from the
-protocol (gr00t_clients.py), by this package's client, and by raw bad messages."""
+protocol (gr00t_clients.py), by this package's client, and by raw bad messages. GR00T N1.7's client is N1.6's
+protocol unchanged: the N1.6 client's basic tests run against an ``n1.7``-format server too."""
 
 from __future__ import annotations
 
@@ -67,6 +68,17 @@ def n16(server):
         yield c
 
 
+@pytest.fixture(scope="module", params=["n1.6", "n1.7"])
+def n16_of_format(request, onnx_model):
+    """An N1.6 ``PolicyClient`` of a server started with ``--modality-config-format`` ``n1.6`` or ``n1.7``: N1.7's
+    ``PolicyClient`` is N1.6's ``gr00t/policy/server_client.py`` unchanged, so the same client and the same
+    expectations hold for both formats (nothing N1.7-specific is served)."""
+    with PolicyServer(onnx_model, host="127.0.0.1", port=0, api_token=TOKEN,
+                      modality_config_format=request.param).start_in_thread() as handle, \
+            N16PolicyClient(port=handle.port, api_token=TOKEN) as c:
+        yield c
+
+
 @pytest.fixture
 def n15(server):
     with N15RobotClient(port=server.port, api_token=TOKEN) as c:
@@ -127,7 +139,8 @@ def test_load_npy_refuses_bad_payloads():
 
 
 # -- GR00T N1.6 client ----------------------------------------------------------------------------------
-def test_n16_ping_reset_and_modality_config(n16):
+def test_n16_ping_reset_and_modality_config(n16_of_format):
+    n16 = n16_of_format
     assert n16.ping() is True
     assert n16.reset() == {} and n16.reset({"episode": 3}) == {}
     config = n16.get_modality_config()
@@ -139,7 +152,8 @@ def test_n16_ping_reset_and_modality_config(n16):
     assert config["language"].modality_keys == [TASK]
 
 
-def test_n16_get_action_one_array_per_action_key(n16, mlp):
+def test_n16_get_action_one_array_per_action_key(n16_of_format, mlp):
+    n16 = n16_of_format
     obs = n16_obs(batch=2, seed=1)
     action, info = n16.get_action(obs)
     assert set(action) == {"single_arm", "gripper"}
@@ -452,6 +466,7 @@ def test_kill_when_enabled_stops_the_server(onnx_model):
 def test_modality_configs_formats():
     n16 = modality_configs(SO101)
     assert n16["state"]["as_json"]["modality_keys"] == ["single_arm", "gripper"]
+    assert modality_configs(SO101, "n1.7") == n16  # N1.7's client decodes N1.6's encoding
     assert isinstance(modality_configs(SO101, "n1.5")["state"]["as_json"], str)
     with pytest.raises(ValueError, match="n1.6"):
         modality_configs(SO101, "n2")

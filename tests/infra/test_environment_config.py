@@ -75,7 +75,7 @@ def test_same_shape_as_the_sandbox(synth: Synth, sandbox_config: dict[str, Any])
     # names the sandbox uses are the names infra/ creates
     for section in ("image_build", "batch", "evaluation", "quota"):
         assert config[section] == sandbox_config[section], section
-    for key in ("pipeline_name", "model_package_group"):
+    for key in ("pipeline_name", "model_package_group", "hf_token_secret_path"):
         assert config["sagemaker"][key] == sandbox_config["sagemaker"][key]
     assert config["greengrass"]["thing_group_name"] == sandbox_config["greengrass"]["thing_group_name"]
 

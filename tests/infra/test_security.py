@@ -180,3 +180,15 @@ def test_airflow_writes_field_dataset_manifests_only_as_conditional_creates(synt
     assert deny[0]["Condition"] == {"Null": {"s3:if-none-match": "true"}}, deny[0]
     (write,) = [st for st in statements if st.get("Sid") == "ArtifactsWrite"]
     assert _object_keys(write) == ["runs/*", "images/*", "field/datasets/*"] and "Condition" not in write, write
+
+
+def test_the_preflight_may_describe_only_the_groot_secrets_and_list_the_base_models(synth: Synth) -> None:
+    """check_resources checks a GR00T N1.7 run's token secret (DescribeSecret: on <prefix>-groot/* only, the
+    secrets the pipeline role may read) and its base model prefix (ListObjectsV2 under models/groot-base/)."""
+    mwaa = f"{synth.stacks.mwaa.stack_name}/"
+    describe = [(where, st) for where, st in _statements(synth)
+                if "secretsmanager:DescribeSecret" in _list(st["Action"])]
+    assert len(describe) == 1 and _list(describe[0][1]["Action"]) == ["secretsmanager:DescribeSecret"], describe
+    assert describe[0][0].startswith(mwaa) and ":secret:sim2real-groot/*" in str(describe[0][1]["Resource"]), describe
+    lists = [st for where, st in _statements(synth) if where.startswith(mwaa) and "s3:ListBucket" in _list(st["Action"])]
+    assert any("models/groot-base/*" in str(st.get("Condition")) for st in lists), lists

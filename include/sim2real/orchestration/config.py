@@ -36,6 +36,8 @@ Shape (JSON object; every key below is required unless marked optional)::
         "model_package_group": "sim2real-groot-models",
         "hf_token_secret_id": "sim2real-groot/hf-token",  # optional; Secrets Manager secret of the Hugging Face
                                                # token (GR00T N1.7); the form's hf_token_secret_id wins
+        "hf_token_secret_path": "sim2real-groot/",   # optional; the secret names the pipeline role may read
+                                               # (infra/: <prefix>-groot/); a token secret outside is refused
         "images": {                            # optional; the pipeline's step images (ECR URIs, by digest) for
           "processing": "...", "training": "...", "smoke_eval": "...",   # GR00T DEFAULT_VERSION (n1.6, the
           "inference": "..."                   # Isaac-GR00T commit containers/groot pins); optional, = training

@@ -299,3 +299,45 @@ def test_the_dags_preflight_checks_the_field_dataset_before_any_training():
     operator = dag.get_task(ids.CHECK_RESOURCES)
     assert operator is resources and operator.field_dataset_check is vla_field.preflight_check
     assert [a.name for a in operator.inlets] == [FIELD_DATASET_ASSET.name]
+
+
+def _n17(plan: dict, secret_id: str) -> dict:
+    """``plan`` fine-tuning GR00T N1.7 with the Hugging Face token in ``secret_id``."""
+    n17 = copy.deepcopy(plan)
+    n17["vla"]["parameters"].update(GrootVersion="n1.7", HfTokenSecretId=secret_id,
+                                    BaseModelS3Uri=f"s3://{plan['bucket']}/models/groot-base/n1.7/")
+    return n17
+
+
+def test_n17_token_secret_and_base_model_are_checked_before_any_spend(sandbox, plan):
+    """DescribeSecret on the token's secret (exists, not scheduled for deletion) and one key under the version's
+    base model prefix (ListObjectsV2 MaxKeys=1): a bad one is refused before the RL training, not after it."""
+    sm, s3 = sandbox.client("secretsmanager", internal=True), sandbox.client("s3", internal=True)
+    sm.create_secret(Name="sim2real-groot/hf-token", SecretString="hf_fake")
+    sm.create_secret(Name="sim2real-groot/old-token", SecretString="hf_old")
+    sm.delete_secret(SecretId="sim2real-groot/old-token", RecoveryWindowInDays=7)
+    message = refused(_n17(plan, "sim2real-groot/old-token"))
+    assert "(2 problem(s)" in message
+    assert ("Hugging Face token secret 'sim2real-groot/old-token' is scheduled for deletion on ") in message
+    assert "aws secretsmanager restore-secret --secret-id sim2real-groot/old-token" in message
+    uri = f"s3://{plan['bucket']}/models/groot-base/n1.7/"
+    assert (f"GR00T n1.7 base model {uri} is empty: the fine-tune's GR00TFinetune step would find no checkpoint. "
+            f"Upload nvidia/GR00T-N1.7-3B there") in message
+    assert "hf download nvidia/GR00T-N1.7-3B" in message and "aws s3 sync" in message
+    missing = refused(_n17(plan, "sim2real-groot/none"))
+    assert ("Hugging Face token secret 'sim2real-groot/none': secretsmanager:DescribeSecret failed "
+            "(ResourceNotFoundException") in missing and "create it or set hf_token_secret_id" in missing
+    s3.put_object(Bucket=plan["bucket"], Key="models/groot-base/n1.7/config.json", Body=b"{}")
+    try:
+        checked = " ".join(run(_n17(plan, "sim2real-groot/hf-token"))["checked"])
+        assert "Hugging Face token secret sim2real-groot/hf-token" in checked
+        assert f"GR00T n1.7 base model {uri}" in checked
+    finally:
+        s3.delete_object(Bucket=plan["bucket"], Key="models/groot-base/n1.7/config.json")
+
+
+def test_the_default_version_needs_no_secret_and_no_new_base_model_check(plan, monkeypatch):
+    """N1.6 (the sandbox's default) loads no gated model and keeps its models/groot-base/ as before: neither check."""
+    _answer(monkeypatch, {"DescribeSecret": ("AccessDeniedException", 403)})
+    checked = " ".join(run(plan)["checked"])
+    assert "Hugging Face token secret" not in checked and "base model" not in checked

@@ -66,3 +66,21 @@ def test_the_plan_hands_the_pipeline_the_version_its_base_model_and_only_the_sec
     default = plan_run(dag_id="d", run_id="r", params=PARAMS, env=VERSIONED)["vla"]["parameters"]
     assert default["GrootVersion"] == groot.DEFAULT_VERSION and default["HfTokenSecretId"] == ""
     assert default["BaseModelS3Uri"] == f"s3://{GOOD['artifacts_bucket']}/models/groot-base/"
+
+
+def test_a_token_secret_the_pipeline_role_may_not_read_is_refused_at_trigger_time():
+    """infra/'s pipeline role may GetSecretValue only on <prefix>-groot/* (sagemaker.hf_token_secret_path)."""
+    env = copy.deepcopy(VERSIONED)
+    env["sagemaker"]["hf_token_secret_path"] = "sim2real-groot/"
+    check_params(N17, env)
+    check_params({**N17, "hf_token_secret_id": SECRET_ARN}, env)
+    for outside in ("prod/hf-token", "arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/hf-token-AbCdEf",
+                    "sim2real-grootx/hf-token"):
+        with pytest.raises(ParamRuleError) as err:
+            check_params({**N17, "hf_token_secret_id": outside}, env)
+        assert (f"hf_token_secret_id {outside!r} is outside sim2real-groot/: the SageMaker pipeline role may read "
+                "only the secrets named sim2real-groot/*") in str(err.value)
+    env["sagemaker"]["hf_token_secret_id"] = "prod/hf-token"  # the environment config's is held to the same rule
+    with pytest.raises(ParamRuleError, match="'prod/hf-token' is outside sim2real-groot/"):
+        check_params({**N17, "hf_token_secret_id": None}, env)
+    check_params({**PARAMS, "run_vla_finetune": False, "deploy_to_edge": False}, env)  # no fine-tune: no rule

@@ -275,7 +275,8 @@ def provision(
         "quota": {"service_code": "ec2", "quota_code": "L-DB2E81BA"},
         "evaluation": {"workstation_tag_key": "sim2real:role", "workstation_tag_value": "workstation",
                        "output_prefix": "ssm-output"},
-        "sagemaker": {"pipeline_name": pipeline_name, "pipeline_role_arn": pipeline_role, "model_package_group": group},
+        "sagemaker": {"pipeline_name": pipeline_name, "pipeline_role_arn": pipeline_role, "model_package_group": group,
+                      "hf_token_secret_path": "sim2real-groot/"},  # infra/'s <prefix>-groot/
         "greengrass": {"thing_group_name": thing_group, "components": versions},
         "notifications": {"sns_topic_arn": topic},
         "approval": approval_section(approvers),

@@ -25,6 +25,10 @@ job definition         has an ACTIVE revision (``DescribeJobDefinitions``), and 
                        (``DescribeInstanceTypes``: :func:`job_shape_problems`)
 pipeline role          exists (IAM ``GetRole``)
 model package group    exists (``DescribeModelPackageGroup``)
+GR00T inputs           a version other than the default (``n1.6``): its Hugging Face token secret exists and is not
+                       scheduled for deletion (Secrets Manager ``DescribeSecret``, versions that need a token), and
+                       its base model prefix ``models/groot-base/<version>/`` holds a key (``ListObjectsV2``,
+                       ``MaxKeys=1``)
 field dataset          the version the fine-tune includes (form ``field_dataset_version``, the ``latest`` inlet
                        event or the triggering asset event: :mod:`sim2real.orchestration.stages.vla_field`) has a
                        valid manifest at its key (S3 ``HeadObject``, ``GetObject``); handed on as ``field_dataset``
@@ -463,6 +467,41 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                             "step would fail after the whole fine-tune. Create it (aws sagemaker "
                             f"create-model-package-group --model-package-group-name {group}) or set "
                             "sagemaker.model_package_group in the environment config")
+        self._check_groot_inputs(vla.get("parameters") or {}, problems, checked)
+
+    def _check_groot_inputs(self, parameters: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+        """What the fine-tune of a GR00T version other than the default loads when it starts: the Hugging Face
+        token's secret (a version that ``needs_hf_token``: ``DescribeSecret``, exists and no ``DeletedDate``) and
+        the base checkpoint under ``BaseModelS3Uri`` (``ListObjectsV2`` with ``MaxKeys=1``: one key). The default
+        version's ``models/groot-base/`` is not checked (its layout predates the versions)."""
+        from sim2real.contract import groot
+
+        version = str(parameters.get("GrootVersion") or groot.DEFAULT_VERSION)
+        if version == groot.DEFAULT_VERSION:
+            return
+        rel = groot.release(version)
+        secret_id = str(parameters.get("HfTokenSecretId") or "")
+        if rel.needs_hf_token and secret_id:
+            checked.append(f"Hugging Face token secret {secret_id}")
+            sm = self._hooks(AwsBaseHook, client_type="secretsmanager").conn
+            resource = f"Hugging Face token secret {secret_id!r}"
+            desc = _answer_or_problem(lambda: sm.describe_secret(SecretId=secret_id), problems, resource,
+                                      "secretsmanager:DescribeSecret", "hf_token_secret_id in the form or "
+                                      "sagemaker.hf_token_secret_id in the environment config", missing=())
+            if desc and desc.get("DeletedDate"):
+                problems.append(f"{resource} is scheduled for deletion on {desc['DeletedDate']}: the fine-tune "
+                                f"could not read it. Restore it (aws secretsmanager restore-secret --secret-id "
+                                f"{secret_id}) or name another in hf_token_secret_id")
+        uri = str(parameters.get("BaseModelS3Uri") or "")
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        checked.append(f"GR00T {version} base model {uri}")
+        listed = _answer_or_problem(
+            lambda: self._hooks(S3Hook).get_conn().list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1),
+            problems, f"GR00T {version} base model {uri}", "s3:ListBucket", "artifacts_bucket", missing=())
+        if listed is not None and not listed.get("KeyCount"):
+            problems.append(f"GR00T {version} base model {uri} is empty: the fine-tune's GR00TFinetune step would "
+                            f"find no checkpoint. Upload {rel.base_model} there (hf download {rel.base_model} "
+                            f"--local-dir base && aws s3 sync base {uri}) or pick another groot_version")
 
     def _check_thing_group(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
         group = plan["deploy"]["thing_group_name"]

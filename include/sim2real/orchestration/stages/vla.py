@@ -124,6 +124,25 @@ def hf_secret_id(params: Mapping[str, Any], env: Mapping[str, Any]) -> str:
     return str(params.get(HF_SECRET_FIELD) or (env.get("sagemaker") or {}).get("hf_token_secret_id") or "")
 
 
+def secret_name(secret_id: str) -> str:
+    """The secret's name in a Secrets Manager secret id: the id itself, or the part after ``:secret:`` of its ARN
+    (``arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 random characters>``, Secrets Manager User Guide,
+    "Secret ARN"), suffix included."""
+    return secret_id.split(":secret:", 1)[1] if secret_id.startswith("arn:") and ":secret:" in secret_id else secret_id
+
+
+def secret_path_problem(secret_id: str, env: Mapping[str, Any]) -> str | None:
+    """Why the pipeline role could not read ``secret_id`` (``None`` when it can, or when the environment config
+    names no ``sagemaker.hf_token_secret_path``): the pipeline role of infra/ may call ``GetSecretValue`` only on
+    secrets whose name starts with that path (``<prefix>-groot/``)."""
+    path = str((env.get("sagemaker") or {}).get("hf_token_secret_path") or "")
+    if not secret_id or not path or secret_name(secret_id).startswith(path):
+        return None
+    return (f"{HF_SECRET_FIELD} {secret_id!r} is outside {path}: the SageMaker pipeline role may read only the "
+            f"secrets named {path}* (infra/: secretsmanager:GetSecretValue on <prefix>-groot/*), so the fine-tune "
+            f"would fail when it starts. Store the Hugging Face token as e.g. {path}hf-token and name that")
+
+
 def base_model_uri(bucket: str, version: str) -> str:
     """Where the base checkpoint of ``version`` is expected: ``models/groot-base/`` for the default generation
     (the layout before versions were selectable), ``models/groot-base/<version>/`` for the others."""
@@ -134,7 +153,8 @@ def base_model_uri(bucket: str, version: str) -> str:
 def rule_errors(params: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
     """The fine-tune's cross-field rules (:func:`sim2real.orchestration.stages.run.check_params` lists them): the
     embodiment tag is one of the chosen GR00T version's (:func:`sim2real.contract.groot.embodiment_problem`),
-    a version with a gated download has a Hugging Face token secret (form or environment config), and a version
+    a version with a gated download has a Hugging Face token secret (form or environment config), that secret is
+    one the pipeline role may read (:func:`secret_path_problem`), and a version
     other than the default has its own training and smoke-eval images in the environment config
     (:func:`sim2real.orchestration.config.missing_groot_images`: ``sagemaker.images`` are built for the default).
 
@@ -152,6 +172,9 @@ def rule_errors(params: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
         errors.append(f"groot_version {version!r} loads the gated {rel.backbone}: set {HF_SECRET_FIELD} (a Secrets "
                       "Manager secret holding a Hugging Face token that accepted its terms) or the environment "
                       "config's sagemaker.hf_token_secret_id")
+    outside = secret_path_problem(hf_secret_id(params, env), env)
+    if outside:
+        errors.append(outside)
     missing = missing_groot_images(env.get("sagemaker") or {}, version)
     if missing:
         errors.append(f"groot_version {version!r} has no SageMaker images: the environment config lacks "
