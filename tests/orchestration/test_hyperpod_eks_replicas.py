@@ -34,6 +34,7 @@ def test_a_two_node_job_is_one_rendezvous_of_two_ranks():
 
     with KubernetesApiServer(step_seconds=0.05, process_env=clean_env) as emulator:
         emulator.add_team("robots", gpu_quota=4)
+        emulator.add_priority_class("training-priority")  # Kueue admits no job whose priority class is missing
         api = kube_config.new_client_from_config_dict(emulator.kubeconfig())
         manifest = eks.job_manifest(
             name="s2r-two", namespace="hyperpod-ns-robots", team="robots", priority_class="training", run_key="k",
