@@ -4,9 +4,16 @@ Toy size (2 PPO iterations per candidate, bounded by iterations, not seconds, so
 10 evaluation episodes; the gate open): the test checks the sweep's
 orchestration — three Batch jobs on distinct prefixes, the best Wilson lower bound going on, the lineage listing
 every candidate — not the policies' quality. Each of the file's three runs starts when its test asks for it (the ``sweeps`` fixture).
+The first run fine-tunes GR00T N1.7 (its gated backbone's Hugging Face token in the sandbox's Secrets Manager): the
+token must appear nowhere in what the run leaves.
 """
 
 from __future__ import annotations
+
+import gzip
+import json
+import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +26,21 @@ TOY = '"min_success_rate": 0.0, "max_iterations": 2, "train_time_budget_seconds"
 SEEDS = ("--seed", "3", "--eval-seed", "2000")
 
 
+#: The first run's GR00T version and Hugging Face token secret (provisioned by the sandbox: ``HF_TOKEN_SECRET_ID``).
+GROOT_N17 = '"groot_version": "n1.7", "hf_token_secret_id": "sim2real-groot/hf-token"'
+
+
 @pytest.fixture(scope="module")
-def sweeps(tmp_path_factory):
+def sweeps_folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sweeps")
+
+
+@pytest.fixture(scope="module")
+def sweeps(sweeps_folder):
     """The file's three sweep runs (each its own process, sandbox and Airflow home), each started when its test asks."""
-    return start_demos(tmp_path_factory.mktemp("sweeps"), {
-        "all_succeed": ("--sweep", *SEEDS, "--conf", "{" + TOY + "}"),
+    return start_demos(sweeps_folder, {
+        "all_succeed": ("--sweep", *SEEDS, "--record-dir", str(sweeps_folder / "all_succeed" / "records"),
+                        "--conf", "{" + TOY + ", " + GROOT_N17 + "}"),
         "c1_fails": ("--sweep", "--fail-candidate", "1", "--no-mlflow", *SEEDS, "--conf", "{" + TOY + "}"),
         "c1_fails_all_needed": ("--sweep", "--fail-candidate", "1", "--no-mlflow", *SEEDS, "--conf",
                                 "{" + TOY + ', "sweep_min_candidates": 3, "run_vla_finetune": false, '
@@ -78,6 +95,67 @@ def test_a_sweep_trains_three_candidates_and_the_best_lower_bound_goes_on(sweeps
     assert set(tracked["candidate_runs"]) == {"c0", "c1", "c2"}
     assert len({r for runs in tracked["candidate_runs"].values() for r in runs.values()}) == 6
     assert "Sweep candidates" in proc.stdout
+
+
+def _texts(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> bytes), a gzip file also decompressed and a tar's members
+    (``<path>!<member>``) read."""
+    texts = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel, data = str(path.relative_to(folder)), path.read_bytes()
+        texts[rel] = data
+        if data[:2] == b"\x1f\x8b":
+            texts[rel + "!gunzip"] = gzip.decompress(data)
+        if tarfile.is_tarfile(path):
+            with tarfile.open(path) as archive:
+                for member in archive.getmembers():
+                    extracted = archive.extractfile(member) if member.isfile() else None
+                    if extracted is not None:
+                        texts[f"{rel}!{member.name}"] = extracted.read()
+    return texts
+
+
+def test_the_hugging_face_token_of_a_groot_n17_run_leaks_nowhere(sweeps, sweeps_folder):
+    """The first run fine-tunes GR00T N1.7 with the sandbox's fake Hugging Face token (Secrets Manager,
+    ``sim2real-groot/hf-token``). Searched for the token: the Airflow home (task and trigger logs, the metadata
+    database with XComs, DAG run notes and conf, the MLflow server's store and artifacts), the demo's stdout and
+    stderr and JSON summary, the sandbox's request and event logs, the pipeline definitions, execution parameters
+    and steps, the model packages, and every S3 object under runs/ (lineage, reports, checkpoints, model)."""
+    from sim2real.dev.sandbox.provision import HF_TOKEN_SECRET_ID, SANDBOX_HF_TOKEN
+
+    proc, summary = sweeps["all_succeed"]()
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    folder, key = sweeps_folder / "all_succeed", summary["run_key"]
+    records = folder / "records"
+    # the run fine-tuned N1.7 naming the secret: the preflight checked it (DescribeSecret), the pipeline got its name
+    assert summary["lineage"]["params"]["groot_version"] == "n1.7"
+    requests = [json.loads(line) for line in (records / "requests.jsonl").read_text().splitlines()]
+    assert {"service": "secretsmanager", "action": "DescribeSecret",
+            "body": json.dumps({"SecretId": HF_TOKEN_SECRET_ID})} in requests
+    # Airflow never reads the token; and the sandbox's pipeline plays its steps without running the fine-tune's
+    # entry (sim2real.workloads.groot.finetune_entry), so no job reads it either (tests/pipelines/
+    # test_hf_token_never_leaks.py runs that entry against Secrets Manager)
+    assert not [r for r in requests if r["action"] == "GetSecretValue"]
+    sagemaker = json.loads((records / "sagemaker.json").read_text())
+    (execution,) = [e for e in sagemaker["pipelines"]["sim2real-groot-finetune"]["executions"]
+                    if {"Name": "RunKey", "Value": key} in e["parameters"]]
+    assert {"Name": "HfTokenSecretId", "Value": HF_TOKEN_SECRET_ID} in execution["parameters"]
+    assert {"Name": "GrootVersion", "Value": "n1.7"} in execution["parameters"]
+    assert {s["StepStatus"] for s in execution["steps"]} == {"Succeeded"}
+    definition = sagemaker["pipelines"]["sim2real-groot-finetune"]["definition"]
+    assert '"HF_TOKEN_SECRET_ID":{"Get":"Parameters.HfTokenSecretId"}' in definition.replace(" ", "")
+    assert "sim2real-groot:n1.7-training" in definition
+    texts = _texts(folder)
+    # what is searched is there: task logs, the metadata and MLflow databases, the run's records and S3 objects
+    airflow = folder / "airflow"
+    assert any(name.startswith("airflow/logs/") for name in texts) and (airflow / "airflow.db").is_file()
+    assert any(name.startswith("airflow/mlflow/") for name in texts)
+    run = f"records/s3/runs/{key}/"
+    assert {run + "lineage.json", run + "vla/model.tar.gz"} <= set(texts), sorted(texts)
+    assert any(name.startswith(run) and name.endswith("report.json") for name in texts), sorted(texts)
+    assert {"stdout.txt", "stderr.txt", "summary.json", "records/events.txt"} <= set(texts)
+    leaked = sorted(name for name, data in texts.items() if SANDBOX_HF_TOKEN.encode() in data)
+    assert not leaked, f"the Hugging Face token leaked into {leaked}"
 
 
 def test_a_sweep_whose_candidate_fails_still_releases_the_best_survivor(sweeps):

@@ -100,6 +100,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="what the emulated approver decides")
     ap.add_argument("--home", default=None, help="Airflow home (default: a fresh folder under .sandbox/)")
     ap.add_argument("--json-out", default=None, help="also write the summary as JSON here")
+    ap.add_argument("--record-dir", default=None,
+                    help="after the runs, write the sandbox's records here (sim2real.dev.sandbox.record)")
     ap.add_argument("--no-mlflow", dest="mlflow", action="store_false",
                     help="no local MLflow tracking server (the run is untracked)")
     ap.add_argument("--sweep", action="store_true",
@@ -428,7 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     capacity = {"quota_limits": {"L-DB2E81BA": 48.0 * SWEEP_CANDIDATES}} if args.sweep else {}
     with Sandbox(repo_root=REPO_ROOT, mlflow=args.mlflow, mlflow_dir=home / "mlflow",
                  step_seconds=args.step_seconds, **capacity) as sandbox:
-        env_config = sandbox.provision(**({"max_vcpus": 48 * SWEEP_CANDIDATES} if args.sweep else {}))
+        from sim2real.contract.groot import DEFAULT_VERSION
+
+        version = conf.get("groot_version") or DEFAULT_VERSION  # another version's base model, images, token secret
+        env_config = sandbox.provision(groot_versions=() if version == DEFAULT_VERSION else (version,),
+                                       **({"max_vcpus": 48 * SWEEP_CANDIDATES} if args.sweep else {}))
         if args.fail_candidate:  # those candidates' jobs fail as a lost instance would
             sandbox.faults["batch_fail_job_names_ending"] = [f"-c{i}" for i in args.fail_candidate]
         print(provisioned_line(sandbox.endpoint_url, env_config, args.canary))
@@ -486,6 +492,10 @@ def main(argv: list[str] | None = None) -> int:
         summary["run_note"] = run_note(dag_run)
         summary["mapped_tasks"] = mapped_states(dag_run)
         summary["mlflow"] = mlflow_summary(sandbox, summary.get("lineage_uri"))
+        if args.record_dir:
+            from sim2real.dev.sandbox.record import write_records
+
+            write_records(sandbox, env_config, Path(args.record_dir))
     elapsed = time.monotonic() - started
 
     fr = summary.get("field_round")

@@ -23,6 +23,11 @@ TRUST = {
     "sagemaker": "sagemaker.amazonaws.com", "ecs-tasks": "ecs-tasks.amazonaws.com",
 }
 
+#: The Secrets Manager secret of the Hugging Face token GR00T N1.7 loads its gated backbone with (infra/:
+#: ``<prefix>-groot/hf-token``), and the fake token the sandbox stores in it (no real token ever reaches the sandbox).
+HF_TOKEN_SECRET_ID = "sim2real-groot/hf-token"
+SANDBOX_HF_TOKEN = "hf_SANDBOXfakeTokenNeverLogged0123456789"
+
 DEFAULT_JOB_ENVIRONMENT = {
     "TASK": "Reacher-v5",
     "MAX_ITERATIONS": "20",
@@ -106,6 +111,7 @@ def provision(
     hyperpod: bool = True,
     job_environment: dict[str, str] | None = None,
     approvers: list[str] | None = None,
+    groot_versions: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Create the sandbox's AWS resources and return the environment config.
 
@@ -122,6 +128,9 @@ def provision(
     :param approvers: the Airflow user ids that may release a model (the config's ``approval.approvers``,
         four-eyes: never the run's trigger). Default: ``SIM2REAL_APPROVERS`` (comma-separated) when set; else none
         and ``self_approval: true``, since the local sandbox UI's one anonymous admin is every user there.
+    :param groot_versions: GR00T versions other than the default (``groot_version``) that runs will fine-tune: their
+        base models, images and the Hugging Face token's secret (:func:`_provision_groot_versions`); default none
+        (the config then has infra/'s shape, which names no other version's images).
     :return: the environment config dict (validated by :func:`sim2real.orchestration.config.validate_environment`).
     :raises ValueError: on ``robots`` outside 1..10.
     """
@@ -236,6 +245,9 @@ def provision(
     sm.create_pipeline(PipelineName=pipeline_name, RoleArn=pipeline_role,
                        PipelineDefinition=json.dumps(_placeholder_pipeline(group)))
 
+    images_by_version = _provision_groot_versions(c, bucket, f"{acct}.dkr.ecr.{region}.amazonaws.com",
+                                                  groot_versions) if groot_versions else {}
+
     # IoT + Greengrass
     iot = c("iot")
     thing_group = "sim2real-robots"
@@ -276,7 +288,8 @@ def provision(
         "evaluation": {"workstation_tag_key": "sim2real:role", "workstation_tag_value": "workstation",
                        "output_prefix": "ssm-output"},
         "sagemaker": {"pipeline_name": pipeline_name, "pipeline_role_arn": pipeline_role, "model_package_group": group,
-                      "hf_token_secret_path": "sim2real-groot/"},  # infra/'s <prefix>-groot/
+                      "hf_token_secret_path": "sim2real-groot/",  # infra/'s <prefix>-groot/
+                      **({"images_by_groot_version": images_by_version} if images_by_version else {})},
         "greengrass": {"thing_group_name": thing_group, "components": versions},
         "notifications": {"sns_topic_arn": topic},
         "approval": approval_section(approvers),
@@ -328,6 +341,33 @@ def provision(
         f"{CANARY_THING_GROUP} ({things[0]})",
     )
     return config
+
+
+def _provision_groot_versions(c: Any, bucket: str, registry: str,
+                              versions: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """What a fine-tune of each of ``versions`` (GR00T versions other than the default) needs, which ``make demo``'s
+    default version needs nothing of: its base model under ``models/groot-base/<version>/`` (one small placeholder
+    object: the preflight lists the prefix, the emulated pipeline loads no model) and the Hugging Face token's secret
+    (:data:`HF_TOKEN_SECRET_ID`, holding :data:`SANDBOX_HF_TOKEN` as ``{"HF_TOKEN": ...}``, CreateSecret).
+
+    :param c: makes the sandbox's boto3 clients (service name -> client).
+    :param bucket: the artifacts bucket.
+    :param registry: the sandbox account's ECR registry host.
+    :param versions: the GR00T versions (:data:`sim2real.contract.groot.VERSIONS`).
+    :return: ``sagemaker.images_by_groot_version`` (training and smoke-eval image URIs per version).
+    """
+    s3 = c("s3")
+    for version in versions:
+        s3.put_object(Bucket=bucket, Key=f"models/groot-base/{version}/config.json",
+                      Body=json.dumps({"sandbox_placeholder": f"GR00T {version} base model"}).encode())
+    secrets = c("secretsmanager")
+    try:
+        secrets.create_secret(Name=HF_TOKEN_SECRET_ID, SecretString=json.dumps({"HF_TOKEN": SANDBOX_HF_TOKEN}),
+                              Description="Hugging Face token of the GR00T fine-tune (sandbox: a fake one)")
+    except secrets.exceptions.ResourceExistsException:  # provisioned before
+        pass
+    return {version: {key: f"{registry}/sim2real-groot:{version}-{key.replace('_', '-')}"
+                      for key in ("training", "smoke_eval")} for version in versions}
 
 
 def _source_archive(root: Path) -> bytes:
