@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 TOY = '"min_success_rate": 0.0, "max_iterations": 2, "train_time_budget_seconds": 300, "eval_episodes": 10'
 SEEDS = ("--seed", "3", "--eval-seed", "2000")
+BUCKET = "sim2real-artifacts-123456789012"
 
 
 #: The first run's GR00T version and Hugging Face token secret (provisioned by the sandbox: ``HF_TOKEN_SECRET_ID``).
@@ -117,9 +118,9 @@ def _texts(folder: Path) -> dict[str, bytes]:
 
 def test_the_hugging_face_token_of_a_groot_n17_run_leaks_nowhere(sweeps, sweeps_folder):
     """The first run fine-tunes GR00T N1.7 with the sandbox's fake Hugging Face token (Secrets Manager,
-    ``sim2real-groot/hf-token``). Searched for the token: the Airflow home (task and trigger logs, the metadata
-    database with XComs, DAG run notes and conf, the MLflow server's store and artifacts), the demo's stdout and
-    stderr and JSON summary, the sandbox's request and event logs, the pipeline definitions, execution parameters
+    ``sim2real-groot/hf-token``). Searched for the token: the Airflow home (the metadata database with XComs, DAG
+    run notes and conf; the MLflow server's store, artifacts and log), the demo's stdout and stderr (dag.test's task
+    and trigger logs) and JSON summary, the sandbox's request and event logs, the pipeline definitions, execution parameters
     and steps, the model packages, and every S3 object under runs/ (lineage, reports, checkpoints, model)."""
     from sim2real.dev.sandbox.provision import HF_TOKEN_SECRET_ID, SANDBOX_HF_TOKEN
 
@@ -147,8 +148,10 @@ def test_the_hugging_face_token_of_a_groot_n17_run_leaks_nowhere(sweeps, sweeps_
     assert "sim2real-groot:n1.7-training" in definition
     texts = _texts(folder)
     # what is searched is there: task logs, the metadata and MLflow databases, the run's records and S3 objects
-    airflow = folder / "airflow"
-    assert any(name.startswith("airflow/logs/") for name in texts) and (airflow / "airflow.db").is_file()
+    # dag.test writes the task logs to the demo's output (stdout.txt; the Airflow home's logs/ stays empty): the
+    # preflight's among them
+    assert f"GR00T n1.7 base model s3://{BUCKET}/models/groot-base/n1.7/" in proc.stdout
+    assert f"Hugging Face token secret {HF_TOKEN_SECRET_ID}" in proc.stdout and "airflow/airflow.db" in texts
     assert any(name.startswith("airflow/mlflow/") for name in texts)
     run = f"records/s3/runs/{key}/"
     assert {run + "lineage.json", run + "vla/model.tar.gz"} <= set(texts), sorted(texts)
