@@ -58,14 +58,19 @@ def job_name(run_key: str, suffix: str = "") -> str:
     return f"s2r-{key}{tail}"
 
 
-def is_eks_token(token: str) -> bool:
-    """Whether ``token`` has the EKS token's form: ``k8s-aws-v1.`` + the base64url of a presigned STS
-    ``GetCallerIdentity`` URL that signs the ``x-k8s-aws-id`` header (for the emulated API server's check)."""
+def eks_token_url(token: str) -> str | None:
+    """The presigned STS URL inside an EKS token (``k8s-aws-v1.`` + its unpadded base64url), or None when ``token``
+    does not have that form or its URL is no ``GetCallerIdentity`` signing the ``x-k8s-aws-id`` header."""
     if not token.startswith("k8s-aws-v1."):
-        return False
+        return None
     body = token[len("k8s-aws-v1."):]
     try:
         url = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
     except ValueError:
-        return False
-    return "Action=GetCallerIdentity" in url and "x-k8s-aws-id" in url
+        return None
+    return url if "Action=GetCallerIdentity" in url and "x-k8s-aws-id" in url else None
+
+
+def is_eks_token(token: str) -> bool:
+    """Whether ``token`` has the EKS token's form (:func:`eks_token_url`; for the emulated API server's check)."""
+    return eks_token_url(token) is not None

@@ -33,7 +33,6 @@ again. A deleted job's process is killed.
 
 from __future__ import annotations
 
-import base64
 import calendar
 import json
 import os
@@ -50,7 +49,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from sim2real.contract.hyperpod_eks import (GPU_RESOURCE, JOB_UID_LABEL, PRIORITY_LABEL, QUEUE_LABEL,
-                                            is_eks_token)
+                                            eks_token_url)
 
 _JOBS = re.compile(r"^/apis/kubeflow\.org/v1(?:/namespaces/(?P<ns>[^/]+))?/pytorchjobs(?:/(?P<name>[^/]+))?$")
 _KUEUE = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>localqueues|"
@@ -60,7 +59,7 @@ _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?
 
 def verify_eks_token(token: str, credentials: Mapping[str, str], cluster_name: str,
                      now: float | None = None) -> bool:
-    """Whether ``token`` is an EKS token (:func:`~sim2real.contract.hyperpod_eks.is_eks_token`) whose presigned STS
+    """Whether ``token`` is an EKS token (:func:`~sim2real.contract.hyperpod_eks.eks_token_url`) whose presigned STS
     ``GetCallerIdentity`` URL carries a valid SigV4 query signature (botocore's ``SigV4QueryAuth`` recomputes it
     with the secret key of its ``X-Amz-Credential`` access key id in ``credentials``), signs the ``x-k8s-aws-id``
     header as ``cluster_name`` (what EKS checks: "aws-iam-authenticator"), and is within ``X-Amz-Date`` +
@@ -73,10 +72,9 @@ def verify_eks_token(token: str, credentials: Mapping[str, str], cluster_name: s
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    if not (cluster_name and is_eks_token(token)):
+    url = eks_token_url(token) if cluster_name else None
+    if url is None:
         return False
-    body = token[len("k8s-aws-v1."):]
-    url = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
     parts = urlsplit(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     query = dict(pairs)
