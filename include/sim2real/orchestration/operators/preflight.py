@@ -57,6 +57,7 @@ from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from botocore.exceptions import ClientError
 
+from sim2real.contract.storage import split_s3
 from sim2real.orchestration.assets import FIELD_DATASET_ASSET
 from sim2real.orchestration.hooks.batch import BatchTrainingHook
 from sim2real.orchestration.hooks.codebuild import CodeBuildHook, EcrImageHook
@@ -493,7 +494,7 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                                 f"could not read it. Restore it (aws secretsmanager restore-secret --secret-id "
                                 f"{secret_id}) or name another in hf_token_secret_id")
         uri = str(parameters.get("BaseModelS3Uri") or "")
-        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        bucket, prefix = split_s3(uri)
         checked.append(f"GR00T {version} base model {uri}")
         listed = _answer_or_problem(
             lambda: self._hooks(S3Hook).get_conn().list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1),
