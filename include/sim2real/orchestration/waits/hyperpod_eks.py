@@ -79,6 +79,11 @@ def true_conditions(obj: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any
     return {c.get("type"): c for c in conditions if str(c.get("status")) == "True"}
 
 
+def said(condition: Mapping[str, Any]) -> str:
+    """A condition's ``"<reason>: <message>"`` (either may be missing; "" for neither)."""
+    return f"{condition.get('reason') or ''}: {condition.get('message') or ''}".strip(": ")
+
+
 #: ``Workload.status`` keys of the admitted seconds of earlier admissions: v1beta1 (sic), v1beta2.
 PAST_ADMITTED_FIELDS = ("accumulatedPastExexcutionTimeSeconds", "accumulatedPastExecutionTimeSeconds")
 
@@ -121,7 +126,7 @@ def deactivation(workload: Mapping[str, Any] | None) -> str:
     evicted = true_conditions(workload).get("Evicted") or {}
     reason = str(evicted.get("reason") or "")
     if (workload.get("spec") or {}).get("active") is False or reason.startswith(DEACTIVATED_REASONS):
-        detail = f"{reason}: {evicted.get('message') or ''}".strip(": ") or "spec.active is false"
+        detail = said(evicted) or "spec.active is false"
         return (f"Kueue Workload {name} is deactivated ({detail}): Kueue will not admit it again; reactivate it "
                 "(spec.active: true) or retry the task")
     return ""
@@ -134,14 +139,13 @@ def job_state(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> tup
     suspended = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
     for kind in ("Succeeded", "Failed"):
         if kind in job_true:
-            c = job_true[kind]
-            return kind, f"{c.get('reason') or ''}: {c.get('message') or ''}".strip(": ")
+            return kind, said(job_true[kind])
     deactivated = deactivation(workload)
     if deactivated:
         return "Failed", deactivated
     evicted = next((wl_true[k] for k in EVICTION_CONDITIONS if k in wl_true), None)
     if evicted is not None and (suspended or "Admitted" not in wl_true):
-        return "Preempted", f"{evicted.get('reason') or ''}: {evicted.get('message') or ''}".strip(": ")
+        return "Preempted", said(evicted)
     if suspended:
         pending = ((workload or {}).get("status") or {}).get("conditions") or []
         note = next((c.get("message") for c in pending if c.get("type") == "QuotaReserved"), "") or ""
