@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -52,6 +53,14 @@ class Scenario:
     #: name of an earlier scenario whose DAG run this one shares: both faults are injected into that one run and
     #: each scenario's checks read its outcome (only for faults in independent stages of runs that both succeed)
     shares_run: str | None = None
+
+
+def _ended_at_the_budget(o: Outcome) -> tuple[bool, Any]:
+    """The train task's error says the job stayed RUNNABLE for at most the 60 s budget plus 15 s: the wait woke
+    when the budget ran out (createdAt 57 s back: about 3 s after the job became RUNNABLE), not at the next
+    reconcile describe (60 s later: about 118 s)."""
+    found = re.search(r"stayed RUNNABLE for (\d+) s", o.error(TRAIN))
+    return (found is not None and int(found.group(1)) <= 75, found.group(0) if found else o.error(TRAIN)[:300])
 
 
 def _job_terminated(o: Outcome) -> tuple[bool, Any]:
@@ -264,6 +273,8 @@ SCENARIOS: list[Scenario] = [
         all_of(fails_with(TRAIN, "stayed RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "compute environment",
                           "the job was terminated"),
                custom("job terminated (FAILED, budget reason)", _job_terminated),
+               custom("terminated when the budget ran out, counted from createdAt (not a reconcile interval later)",
+                      _ended_at_the_budget),
                custom("no retry", lambda o: (o.tries(TRAIN) == 1, o.tries(TRAIN))),
                submits(1), not_run(ids.WAIT_FOR_CHECKPOINT, ids.RUN_EVALUATION)),
         faults={"batch_stuck_runnable": True, "batch_runnable_since_seconds": 57},

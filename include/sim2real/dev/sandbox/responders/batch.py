@@ -295,20 +295,22 @@ class BatchResponder:
 
     def _drive_inner(self, job: SandboxJob) -> None:
         faults = self.sandbox.faults
+        stuck = faults.get("batch_stuck_runnable")
+        if not stuck and job.job_name in set(faults.get("batch_hold_job_names") or []):
+            stuck = True  # only these jobs are held (a job an earlier, dead run left behind)
+        since = float(faults.get("batch_runnable_since_seconds") or 0) if stuck else 0.0
+        if since > 0:
+            # as if the job had already waited `since` seconds for capacity: createdAt is set at SubmitJob, so every
+            # answer and state-change event of the job carries the earlier time, the first (PENDING) included
+            job.job_created_at = job.job_created_at - dt.timedelta(seconds=since)
         for status in ("PENDING", "RUNNABLE"):
             if self._wait(job, self.step_seconds):
                 return self._finish(job, False)
             self._set(job, status)
-        stuck = faults.get("batch_stuck_runnable")
-        if not stuck and job.job_name in set(faults.get("batch_hold_job_names") or []):
-            stuck = True  # only these jobs are held (a job an earlier, dead run left behind)
         if stuck:
             message = stuck if isinstance(stuck, str) else DEFAULT_STUCK_REASON.format(
                 instance_type=self.sandbox.config.get("batch", {}).get("instance_type", "g6.12xlarge"))
             job.job_stopped_reason = message
-            since = float(faults.get("batch_runnable_since_seconds") or 0)
-            if since > 0:  # as if the job had already waited `since` seconds for capacity
-                job.job_created_at = job.job_created_at - dt.timedelta(seconds=since)
             self.sandbox.events.emit("batch", "fault", f"job {job.job_id} held in RUNNABLE: {message}"
                                      + (f" (createdAt reported {since:.0f} s earlier)" if since > 0 else ""),
                                      job_id=job.job_id)
