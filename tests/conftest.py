@@ -25,7 +25,7 @@ import pytest
 # heavy imports of this file and of the test modules.
 gc.disable()
 
-from sim2real.dev.boto_data import list_services_once, parse_once  # noqa: E402 - after gc.disable()
+from sim2real.dev.boto_data import caller_lookup_by_frames, list_services_once, parse_once  # noqa: E402 - after gc.disable()
 
 from tests.paths import REPO_ROOT  # noqa: E402
 
@@ -63,45 +63,9 @@ parse_once()
 list_services_once()
 
 
-def _caller_lookup_without_source_lines() -> None:
-    """The Amazon provider's user-agent caller lookup, the same answer without reading source files.
-
-    Every AWS hook's client (``AwsGenericHook.conn``) names the operator that called it in its user agent:
-    ``_find_operator_class_name`` / ``_find_executor_class_name`` take ``inspect.stack()``, which reads a source line
-    for every frame (``linecache``, ``inspect.getmodule`` over every loaded module). Under pytest's deep stacks, with
-    Airflow, torch and moto loaded, that was about 70 ms per client and a third of a moto operator test's time. The
-    replacements walk the same frames (``sys._getframe``) and return the same names; only the unused source lines
-    are not read.
-    """
-    import inspect
-    import sys
-
-    from airflow.providers.amazon.aws.hooks.base_aws import AwsGenericHook
-
-    def frames():
-        frame = sys._getframe(1)
-        while frame is not None:
-            yield frame
-            frame = frame.f_back
-
-    def find_operator_class_name(target_function_name: str) -> str | None:
-        for frame in frames():
-            if frame.f_code.co_name == target_function_name:
-                return frame.f_locals["self"].__class__.__name__
-        return None
-
-    def find_executor_class_name() -> str | None:
-        for frame in frames():
-            classes = [name for name, obj in frame.f_globals.items() if inspect.isclass(obj)]
-            if "BaseExecutor" in classes:
-                return classes[-1]
-        return None
-
-    AwsGenericHook._find_operator_class_name = staticmethod(find_operator_class_name)
-    AwsGenericHook._find_executor_class_name = staticmethod(find_executor_class_name)
-
-
-_caller_lookup_without_source_lines()
+# The Amazon provider's user-agent caller lookup without its source-file reads (see the function): about a third of
+# a moto operator test's time.
+caller_lookup_by_frames()
 
 
 #: The longest test files (over ~30 s each on 2 busy cores: DAG runs, browser, real training, fresh venvs), about

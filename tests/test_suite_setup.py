@@ -10,7 +10,7 @@ import sys
 import boto3
 import pytest
 
-from sim2real.dev.boto_data import list_services_once, parse_once
+from sim2real.dev.boto_data import caller_lookup_by_frames, list_services_once, parse_once
 
 from tests.conftest import (NO_SERVERS_ENV, SHARED_SESSION_FOLDERS, SLOW_FILES_FIRST, UnitTestBoundaryError,
                             pytest_xdist_make_scheduler)
@@ -86,6 +86,31 @@ def test_sessions_share_one_listing_of_the_data_folders_and_get_the_same_service
     monkeypatch.setattr(loaders.os, "listdir", no_walk)  # a new session's loader lists without walking the folders
     assert boto3.session.Session()._session.get_component("data_loader").list_available_services(
         "service-2") == expected
+
+
+def test_the_caller_lookup_by_frames_names_the_operator_as_the_providers_own_does():
+    """The user-agent's ``Caller/...`` as the provider's ``inspect.stack()`` lookup finds it: the operator whose
+    ``execute`` (or a sensor's ``poke``) created the client, else an executor class in a frame's globals."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    assert caller_lookup_by_frames() is False  # installed by conftest
+
+    class TrainOperator:
+        def execute(self):
+            return AwsBaseHook(client_type="s3")._get_caller()
+
+    class Sensor:
+        def poke(self):
+            return AwsBaseHook(client_type="s3")._get_caller("poke")
+
+    assert TrainOperator().execute() == "TrainOperator"
+    assert Sensor().poke() == "Sensor"
+    assert AwsBaseHook(client_type="s3")._get_caller("not_on_the_stack") == "Unknown"
+    class ReleaseOperator:
+        def execute(self):
+            return AwsBaseHook(client_type="s3")._generate_user_agent_extra_field("")
+
+    assert "Caller/ReleaseOperator" in ReleaseOperator().execute()  # what the client's user agent carries
 
 
 # ------------------------------------------------------------------------------------------------ unit / integration

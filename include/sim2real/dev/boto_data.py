@@ -5,7 +5,8 @@ nearly every client: each one parses ``endpoints.json`` (about 1 MB) and its ser
 paginators again. In the sandbox's process (a DAG run's tasks, moto's backends) and in a test process that is a
 third or more of the CPU time of an AWS call. The files do not change while the process runs, and botocore already
 hands one parsed copy to every client of a session, which only read it; so one copy per process serves all
-sessions alike. :func:`list_services_once` does the same for botocore's listing of its data folders (the tests).
+sessions alike. :func:`list_services_once` does the same for botocore's listing of its data folders, and
+:func:`caller_lookup_by_frames` spares the Amazon provider's user-agent caller lookup its source-file reads.
 """
 
 from __future__ import annotations
@@ -85,4 +86,58 @@ def list_services_once(patcher: Any = None) -> bool:
         loaders.Loader.list_available_services = list_available_services_once
     else:
         patcher.setattr(loaders.Loader, "list_available_services", list_available_services_once)
+    return True
+
+
+#: Set on the installed caller lookups so that a second :func:`caller_lookup_by_frames` leaves them as they are.
+_CALLER_MARK = "_sim2real_caller_by_frames"
+
+
+def caller_lookup_by_frames(patcher: Any = None) -> bool:
+    """The Amazon provider's user-agent caller lookup, the same answer without reading source files.
+
+    Every AWS hook's client (``AwsGenericHook.conn``) names the operator that called it in its user agent:
+    ``_find_operator_class_name`` / ``_find_executor_class_name`` take ``inspect.stack()``, which reads a source line
+    for every frame (``linecache``, ``inspect.getmodule`` over every loaded module): about 70 ms per client under a
+    deep stack with Airflow, torch and moto loaded, 1.2 s of CPU in one sandbox DAG run. The replacements walk the
+    same frames (``sys._getframe``) and return the same names; only the unused source lines are not read.
+
+    :param patcher: a :class:`sim2real.dev.sandbox._core.Patcher` to undo it with (``None``: for the process's life).
+    :return: ``True`` when installed now, ``False`` when it already was.
+    """
+    import inspect
+    import sys
+
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsGenericHook
+
+    if getattr(AwsGenericHook._find_operator_class_name, _CALLER_MARK, False):
+        return False
+
+    def frames():
+        frame = sys._getframe(1)  # the lookup's own frame, where inspect.stack() starts
+        while frame is not None:
+            yield frame
+            frame = frame.f_back
+
+    def find_operator_class_name(target_function_name: str) -> str | None:
+        for frame in frames():
+            if frame.f_code.co_name == target_function_name:
+                return frame.f_locals["self"].__class__.__name__
+        return None
+
+    def find_executor_class_name() -> str | None:
+        for frame in frames():
+            classes = [name for name, obj in frame.f_globals.items() if inspect.isclass(obj)]
+            if "BaseExecutor" in classes:
+                return classes[-1]
+        return None
+
+    for function in (find_operator_class_name, find_executor_class_name):
+        setattr(function, _CALLER_MARK, True)
+    for name, function in (("_find_operator_class_name", find_operator_class_name),
+                           ("_find_executor_class_name", find_executor_class_name)):
+        if patcher is None:
+            setattr(AwsGenericHook, name, staticmethod(function))
+        else:
+            patcher.setattr(AwsGenericHook, name, staticmethod(function))
     return True
