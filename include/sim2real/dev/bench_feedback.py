@@ -4,7 +4,7 @@ Measured here, each in a subprocess of ``make`` in the repository:
 
 * ``make lint`` from an empty lint venv (``LINT_VENV`` pointed at a fresh temporary folder: the venv build, then ruff,
   lint-imports and the reference check), then again with that venv built (lint alone);
-* ``make test-unit``: the unit tests (``-m "not integration"``) in ``PYTEST_WORKERS`` processes, with the number of
+* ``make test-unit``: the unit tests (``-m "not integration"``) in ``UNIT_WORKERS`` processes, with the number of
   tests that passed as pytest reports it;
 * optional (``--only feedback --suite``): ``make test``, the whole suite, the same way.
 
