@@ -132,7 +132,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str]:
     """Set the process environment for an Airflow run against the sandbox and migrate its DB
-    (:func:`sim2real.dev.sandbox.airflow_db.migrated_db`).
+    (:func:`sim2real.dev.sandbox.airflow_db.migrated_db`); then install
+    :func:`sim2real.dev.boto_data.caller_lookup_by_frames` for the process.
 
     Must run before ``airflow`` is imported in this process (Airflow reads its config at import).
     :return: the environment variables that were set.
@@ -165,6 +166,11 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
 
     # ``airflow db migrate`` (or, with SIM2REAL_AIRFLOW_DB_CACHE set, as the test suite does, a copy of its result)
     migrated_db(home / "airflow.db", os.environ.copy())
+    # the tasks' AWS hooks name their caller without reading source files (1.2 s of CPU per DAG run); it imports
+    # the Amazon provider, so Airflow, which reads its config at import: only now that the config is set
+    from sim2real.dev.boto_data import caller_lookup_by_frames
+
+    caller_lookup_by_frames()
     return env
 
 

@@ -231,13 +231,11 @@ class Sandbox:
                                "it is an integration test: mark it with @pytest.mark.integration")
         set_active(self)
         try:
-            from sim2real.dev.boto_data import caller_lookup_by_frames, list_services_once, parse_once
+            from sim2real.dev.boto_data import list_services_once, parse_once
 
-            # botocore's data files parsed, and its data folders listed, once for every session of this process; the
-            # provider's user-agent caller lookup without reading source files (a DAG run's hooks in this process)
+            # botocore's data files parsed, and its data folders listed, once for every session of this process
             parse_once(self._patcher)
             list_services_once(self._patcher)
-            caller_lookup_by_frames(self._patcher)
             self._apply_patches()
             self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             self._server.start()
