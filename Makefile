@@ -47,11 +47,10 @@ demo: install-demo mlflow-venv
 	$(BIN)/python -m sim2real.dev.demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
-## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures): one more than the
-## 2 cores of the machines it is measured on, because the DAG-run, live-Airflow and browser files spend part of their
-## time waiting (polls, a scheduler's loop, a 60 s deployment bound): with 2 processes both cores were busy only 75 %
-## of the run (19 min 40 s), with 3 they were 91 % (16 min 54 s), 2026-12-04.
-PYTEST_WORKERS ?= 3
+## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures). Three on 2 cores
+## kept the cores busier (75 % -> 91 %; 19 min 40 s -> 16 min 54 s, 2026-12-04) but one of the live-Airflow approval
+## tests (test_live_approval_orderings.py, the canary abort) then failed in one of two runs: two until that is known.
+PYTEST_WORKERS ?= 2
 ## make test-unit's processes: its tests wait for nothing, one per core.
 UNIT_WORKERS ?= 2
 test: install mlflow-venv lerobot-site browser-deps $(CDK_STAMP) lint
