@@ -89,23 +89,38 @@ def test_sessions_share_one_listing_of_the_data_folders_and_get_the_same_service
 
 
 def test_the_caller_lookup_by_frames_names_the_operator_as_the_providers_own_does():
-    """The user-agent's ``Caller/...`` as the provider's ``inspect.stack()`` lookup finds it: the operator whose
-    ``execute`` (or a sensor's ``poke``) created the client, else an executor class in a frame's globals."""
-    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    """The user-agent's ``Caller/...``: the frame-walking lookups answer as the provider's ``inspect.stack()`` ones
+    (kept as ``__wrapped__``) in the same stacks: the operator whose ``execute`` (or a sensor's ``poke``) created the
+    client, none, and an executor class found in a frame's globals."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook, AwsGenericHook
 
     assert caller_lookup_by_frames() is False  # installed by conftest
+    by_frames = (AwsGenericHook._find_operator_class_name, AwsGenericHook._find_executor_class_name)
+    provider = tuple(f.__wrapped__ for f in by_frames)
+
+    def both(target: str) -> tuple[tuple, tuple]:
+        return ((by_frames[0](target), by_frames[1]()), (provider[0](target), provider[1]()))
 
     class TrainOperator:
         def execute(self):
-            return AwsBaseHook(client_type="s3")._get_caller()
+            return both("execute")
 
     class Sensor:
         def poke(self):
-            return AwsBaseHook(client_type="s3")._get_caller("poke")
+            return both("poke")
 
-    assert TrainOperator().execute() == "TrainOperator"
-    assert Sensor().poke() == "Sensor"
-    assert AwsBaseHook(client_type="s3")._get_caller("not_on_the_stack") == "Unknown"
+    new, old = TrainOperator().execute()
+    assert new == old and new[0] == "TrainOperator"
+    new, old = Sensor().poke()
+    assert new == old and new[0] == "Sensor"
+    assert both("not_on_the_stack")[0] == both("not_on_the_stack")[1] == (None, None)
+    # an executor's module: a frame whose globals hold BaseExecutor names the last class defined there
+    executor_module: dict = {}
+    exec(compile("class BaseExecutor: pass\nclass LocalExecutor(BaseExecutor): pass\n"
+                 "def heartbeat(lookups):\n    return [f() for f in lookups]\n", "<executor>", "exec"),
+         executor_module)
+    assert executor_module["heartbeat"]([by_frames[1], provider[1]]) == ["LocalExecutor", "LocalExecutor"]
+
     class ReleaseOperator:
         def execute(self):
             return AwsBaseHook(client_type="s3")._generate_user_agent_extra_field("")

@@ -93,16 +93,17 @@ def list_services_once(patcher: Any = None) -> bool:
 _CALLER_MARK = "_sim2real_caller_by_frames"
 
 
-def caller_lookup_by_frames(patcher: Any = None) -> bool:
-    """The Amazon provider's user-agent caller lookup, the same answer without reading source files.
+def caller_lookup_by_frames() -> bool:
+    """The Amazon provider's user-agent caller lookup, the same answer without reading source files, for the
+    process's life.
 
     Every AWS hook's client (``AwsGenericHook.conn``) names the operator that called it in its user agent:
     ``_find_operator_class_name`` / ``_find_executor_class_name`` take ``inspect.stack()``, which reads a source line
     for every frame (``linecache``, ``inspect.getmodule`` over every loaded module): about 70 ms per client under a
     deep stack with Airflow, torch and moto loaded, 1.2 s of CPU in one sandbox DAG run. The replacements walk the
-    same frames (``sys._getframe``) and return the same names; only the unused source lines are not read.
+    same frames (``sys._getframe``) and return the same names; only the unused source lines are not read. Each
+    keeps the provider's own as ``__wrapped__``.
 
-    :param patcher: a :class:`sim2real.dev.sandbox._core.Patcher` to undo it with (``None``: for the process's life).
     :return: ``True`` when installed now, ``False`` when it already was.
     """
     import inspect
@@ -132,12 +133,9 @@ def caller_lookup_by_frames(patcher: Any = None) -> bool:
                 return classes[-1]
         return None
 
-    for function in (find_operator_class_name, find_executor_class_name):
-        setattr(function, _CALLER_MARK, True)
     for name, function in (("_find_operator_class_name", find_operator_class_name),
                            ("_find_executor_class_name", find_executor_class_name)):
-        if patcher is None:
-            setattr(AwsGenericHook, name, staticmethod(function))
-        else:
-            patcher.setattr(AwsGenericHook, name, staticmethod(function))
+        setattr(function, _CALLER_MARK, True)
+        function.__wrapped__ = getattr(AwsGenericHook, name)  # type: ignore[attr-defined]
+        setattr(AwsGenericHook, name, staticmethod(function))
     return True

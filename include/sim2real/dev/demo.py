@@ -130,10 +130,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str]:
+def prepare_airflow_home(home: Path, extra_env: dict[str, str], *, fast_caller_lookup: bool = True) -> dict[str, str]:
     """Set the process environment for an Airflow run against the sandbox and migrate its DB
-    (:func:`sim2real.dev.sandbox.airflow_db.migrated_db`); then install
-    :func:`sim2real.dev.boto_data.caller_lookup_by_frames` for the process.
+    (:func:`sim2real.dev.sandbox.airflow_db.migrated_db`); then, with ``fast_caller_lookup``, install
+    :func:`sim2real.dev.boto_data.caller_lookup_by_frames` for the process (the orchestration benchmark passes
+    False: it measures what a task costs on MWAA, the provider's own lookup included).
 
     Must run before ``airflow`` is imported in this process (Airflow reads its config at import).
     :return: the environment variables that were set.
@@ -168,9 +169,10 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str]) -> dict[str, str
     migrated_db(home / "airflow.db", os.environ.copy())
     # the tasks' AWS hooks name their caller without reading source files (1.2 s of CPU per DAG run); it imports
     # the Amazon provider, so Airflow, which reads its config at import: only now that the config is set
-    from sim2real.dev.boto_data import caller_lookup_by_frames
+    if fast_caller_lookup:
+        from sim2real.dev.boto_data import caller_lookup_by_frames
 
-    caller_lookup_by_frames()
+        caller_lookup_by_frames()
     return env
 
 
@@ -449,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # The emulated robots run the real setup component and policy server on the deployed policy, then the
         # run's task in the field (--field-gap's world) and upload each episode as real robots do.
-        from sim2real.orchestration.stages import train  # Airflow reads its config here: after the home is set
+        from sim2real.orchestration.stages import train  # imports Airflow: only after the home is set
 
         task = conf.get("task", train.params()["task"].value)  # the run's task (the form's default unless given)
         # the canary's robots also record their episodes' data (RecordData): field/data/<thing>/<episode_id>.parquet

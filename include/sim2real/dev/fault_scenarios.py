@@ -56,11 +56,12 @@ class Scenario:
 
 
 def _ended_at_the_budget(o: Outcome) -> tuple[bool, Any]:
-    """The train task's error says the job stayed RUNNABLE for at most the 60 s budget plus 15 s: the wait woke
-    when the budget ran out (createdAt 57 s back: about 3 s after the job became RUNNABLE), not at the next
-    reconcile describe (60 s later: about 118 s)."""
+    """The train task's error says the job stayed RUNNABLE for well under 57 s + two budgets (117 s, what the wait
+    reported when it counted the budget from the RUNNABLE event's later createdAt and described again a whole budget
+    after it): the wait woke when the budget ran out, counted from createdAt (57 s back). The bound, 105 s, leaves
+    45 s for the deferral and the trigger's first describe on a loaded machine."""
     found = re.search(r"stayed RUNNABLE for (\d+) s", o.error(TRAIN))
-    return (found is not None and int(found.group(1)) <= 75, found.group(0) if found else o.error(TRAIN)[:300])
+    return (found is not None and int(found.group(1)) <= 105, found.group(0) if found else o.error(TRAIN)[:300])
 
 
 def _job_terminated(o: Outcome) -> tuple[bool, Any]:
@@ -273,7 +274,7 @@ SCENARIOS: list[Scenario] = [
         all_of(fails_with(TRAIN, "stayed RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "compute environment",
                           "the job was terminated"),
                custom("job terminated (FAILED, budget reason)", _job_terminated),
-               custom("terminated when the budget ran out, counted from createdAt (not a reconcile interval later)",
+               custom("terminated when the budget ran out, counted from createdAt (not a budget later)",
                       _ended_at_the_budget),
                custom("no retry", lambda o: (o.tries(TRAIN) == 1, o.tries(TRAIN))),
                submits(1), not_run(ids.WAIT_FOR_CHECKPOINT, ids.RUN_EVALUATION)),

@@ -36,6 +36,8 @@ COST_S = {
     "worker_lost_after_submit": 26, "batch_runnable": 24, "quota_below_need": 17, "instance_type_too_small": 15,
     "invalid_bucket_name": 15, "thing_group_without_devices": 14, "missing_release_resources": 13,
     "conf_unknown_keys": 6, "conf_out_of_range": 6,
+    # scenarios checked on another's run (Scenario.shares_run) add no run of their own
+    "build_over_at_once": 0, "event_duplicated": 0, "event_for_another_run": 0, "event_queue_unavailable": 0,
 }
 DEFAULT_COST_S = 40
 
