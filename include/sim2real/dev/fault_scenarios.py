@@ -56,10 +56,11 @@ class Scenario:
 
 
 def _ended_at_the_budget(o: Outcome) -> tuple[bool, Any]:
-    """The train task's error says the job stayed RUNNABLE for well under 57 s + two budgets (117 s, what the wait
-    reported when it counted the budget from the RUNNABLE event's later createdAt and described again a whole budget
-    after it): the wait woke when the budget ran out, counted from createdAt (57 s back). The bound, 105 s, leaves
-    45 s for the deferral and the trigger's first describe on a loaded machine."""
+    """The train task's error says the job stayed RUNNABLE for well under 117 s, what the wait reported when the
+    sandbox backdated createdAt only after the RUNNABLE event: the wait then counted the 60 s budget from the event's
+    later createdAt and described a whole budget after it (57 s + 60 s). Counted from createdAt (57 s back), the
+    budget runs out about 3 s after the job becomes RUNNABLE; the bound, 105 s, leaves 45 s for the deferral and the
+    trigger's first describe on a loaded machine."""
     found = re.search(r"stayed RUNNABLE for (\d+) s", o.error(TRAIN))
     return (found is not None and int(found.group(1)) <= 105, found.group(0) if found else o.error(TRAIN)[:300])
 
