@@ -17,6 +17,7 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk.exceptions import TaskDeferred
 
+from sim2real.contract.hyperpod_eks import eks_token_url
 from sim2real.orchestration.hooks import hyperpod_eks as eks
 from sim2real.orchestration.waits.core import WaitState, drive
 from sim2real.orchestration.waits.hyperpod_eks import eks_job_step, job_response
@@ -586,7 +587,7 @@ def test_the_emulated_api_server_runs_nothing_for_a_forged_eks_token(monkeypatch
 
         assert read(token("own-secret")) is None  # authenticated: the job is just not there
         for forged in (token("testing"), token("own-secret", cluster="other")):
-            assert eks.is_eks_token(forged)  # the right shape
+            assert eks_token_url(forged) is not None  # the right shape
             with pytest.raises(ApiException) as refused:
                 read(forged)
             assert refused.value.status == 401

@@ -69,8 +69,3 @@ def eks_token_url(token: str) -> str | None:
     except ValueError:
         return None
     return url if "Action=GetCallerIdentity" in url and "x-k8s-aws-id" in url else None
-
-
-def is_eks_token(token: str) -> bool:
-    """Whether ``token`` has the EKS token's form (:func:`eks_token_url`; for the emulated API server's check)."""
-    return eks_token_url(token) is not None

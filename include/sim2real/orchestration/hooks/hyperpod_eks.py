@@ -61,7 +61,6 @@ from sim2real.contract.hyperpod_eks import (  # noqa: F401 - re-exported for the
     RUN_KEY_LABEL,
     TOKEN_EXPIRES_S,
     TOKEN_REFRESH_S,
-    is_eks_token,
     job_name,
     priority_class_label,
     team_local_queue,
