@@ -113,7 +113,8 @@ def test_the_caller_lookup_by_frames_names_the_operator_as_the_providers_own_doe
     assert new == old and new[0] == "TrainOperator"
     new, old = Sensor().poke()
     assert new == old and new[0] == "Sensor"
-    assert both("not_on_the_stack")[0] == both("not_on_the_stack")[1] == (None, None)
+    new, old = both("not_on_the_stack")
+    assert new == old == (None, None)
     # an executor's module: a frame whose globals hold BaseExecutor names the last class defined there
     executor_module: dict = {}
     exec(compile("class BaseExecutor: pass\nclass LocalExecutor(BaseExecutor): pass\n"
