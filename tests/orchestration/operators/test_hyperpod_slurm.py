@@ -60,13 +60,17 @@ def make_operator(sb, name: str, nodes: int = 2, **env: str) -> HyperPodSlurmJob
 HOLD_FILES: dict[int, Path] = {}
 
 
-def defer(op, context) -> tuple[HyperPodSlurmJobTrigger, dict]:
-    """Run ``op.execute`` expecting it to defer; then let its job run on (also when it did not defer)."""
+def defer(op, context, *, release: bool = True) -> tuple[HyperPodSlurmJobTrigger, dict]:
+    """Run ``op.execute`` expecting it to defer; then let its job run on (also when it did not defer), unless
+    ``release`` is false: then the job's tasks wait for ``HOLD_FILES[id(op)]`` until the test creates it."""
+    deferred = False
     try:
         with pytest.raises(TaskDeferred) as info:
             op.execute(context)
+        deferred = True
     finally:
-        HOLD_FILES[id(op)].touch()
+        if release or not deferred:
+            HOLD_FILES[id(op)].touch()
     return info.value.trigger, info.value.kwargs or {}
 
 
@@ -97,7 +101,7 @@ def test_two_node_job_completes(sandbox, context):
 
 
 def test_failed_job_names_cluster_job_state_exit_code_and_log(sandbox, context):
-    op = make_operator(sandbox, "t-failed", EXIT_CODE="3", SLEEP_SECONDS="3")
+    op = make_operator(sandbox, "t-failed", EXIT_CODE="3")
     trigger, _ = defer(op, context)
     event = first_event(trigger)
     assert event["status"] == "failure" and event["state"] == "FAILED" and event["exit_code"] == "3:0"
@@ -153,10 +157,13 @@ def tries(op, context, try_number: int, max_tries: int, retries: int = 2):
 
 
 def test_retry_reattaches_to_the_running_job_instead_of_submitting_again(sandbox, context):
-    # The job must still be running when the second try looks (a job already over is settled without deferring).
-    first, _ = defer(*tries(make_operator(sandbox, "t-reattach", SLEEP_SECONDS="15"), context, 1, 2))
-    second_op = make_operator(sandbox, "t-reattach", SLEEP_SECONDS="15")
+    # The job must still be running when the second try looks (a job already over is settled without deferring):
+    # its tasks wait for the first try's hold file until then.
+    first_op = make_operator(sandbox, "t-reattach")
+    first, _ = defer(*tries(first_op, context, 1, 2), release=False)
+    second_op = make_operator(sandbox, "t-reattach")
     second, _ = defer(*tries(second_op, context, 2, 2))  # a retry: max_tries unchanged
+    HOLD_FILES[id(first_op)].touch()
     assert second.job_id == first.job_id and second.reattached is True
     assert [j["job_id"] for j in sandbox.slurm.jobs() if j["name"] == "t-reattach"] == [first.job_id]
     result = second_op.execute_complete(context, event=first_event(second))
@@ -188,7 +195,7 @@ def test_retry_after_the_job_completed_reports_it_instead_of_submitting_again(sa
 
 
 def test_a_failed_job_is_not_reattached_a_retry_submits_again(sandbox, context):
-    first, _ = defer(make_operator(sandbox, "t-refail", nodes=1, EXIT_CODE="2", SLEEP_SECONDS="3"), context)
+    first, _ = defer(make_operator(sandbox, "t-refail", nodes=1, EXIT_CODE="2"), context)
     assert first_event(first)["state"] == "FAILED"
     second, _ = defer(make_operator(sandbox, "t-refail", nodes=1), context)
     assert second.job_id != first.job_id and second.reattached is False
