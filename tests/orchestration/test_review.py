@@ -113,3 +113,16 @@ def test_the_review_of_a_canary_run_lists_no_field_picture(s3, monkeypatch):
         "deploy": {"canary_thing_group_name": "robots-canary"}})
     text = body({})
     assert "Simulation vs field" not in text and "canary" not in text
+
+
+def test_a_smoke_report_uri_that_is_not_s3_is_named_and_nothing_is_read():
+    """Before: ``runs/k/vla`` was split by hand into bucket ``runs`` and key ``k/vla/smoke/smoke.json`` and read."""
+    from sim2real.orchestration.review import read_smoke_report
+
+    class _Hook:
+        def read_key(self, key, bucket_name):
+            raise AssertionError(f"read {bucket_name}/{key}")
+
+    report, uri, error = read_smoke_report({"vla": {"parameters": {"OutputS3Uri": "runs/k/vla/"}}}, _Hook())
+    assert report is None and uri == "runs/k/vla/smoke/smoke.json"
+    assert "not an s3:// URI" in error, error

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from sim2real.contract.storage import split_s3
 from sim2real.orchestration.lineage import FIGURES, RoundsEntry, build_lineage, stage_sources
 from sim2real.orchestration.params import gate_warnings
 from sim2real.orchestration.run_note import headline
@@ -45,8 +46,8 @@ def read_smoke_report(plan: Mapping[str, Any], s3_hook: Any) -> tuple[dict[str, 
     if not output:
         return None, None, "the plan has no fine-tune OutputS3Uri"
     uri = f"{output.rstrip('/')}/{SMOKE_REPORT}"
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
     try:
+        bucket, key = split_s3(uri)
         return dict(json.loads(s3_hook.read_key(key, bucket_name=bucket))), uri, None
     except Exception as err:  # noqa: BLE001 - shown as unknown, never fails the approval step
         log.warning("smoke report %s not read: %s", uri, err)

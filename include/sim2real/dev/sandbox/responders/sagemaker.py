@@ -37,6 +37,7 @@ from moto.sagemaker.models import Cluster, ClusterNode, SageMakerModelBackend, s
 from moto.sagemaker.responses import SageMakerResponse
 from moto.sagemaker.utils import get_pipeline_execution_from_arn
 
+from sim2real.contract.storage import split_s3
 from sim2real.orchestration.config import RUN_KEY_TAG
 from sim2real.orchestration.pipelines.groot import FIELD_MANIFEST_PARAMETER
 from sim2real.dev.sandbox._core import PREFIX, Patcher, active, log, safe_thread
@@ -232,7 +233,7 @@ class SageMakerResponder:
             uri = self._resolve((output.get("S3Output") or {}).get("S3Uri"), params)
             if output.get("OutputName") != "smoke" or not isinstance(uri, str) or not uri.startswith("s3://"):
                 continue
-            bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+            bucket, prefix = split_s3(uri)
             report = {"passed": True, "reason": "sandbox: the SmokeEval step was played, no model was loaded",
                       "emulated": True}
             self.sandbox.client("s3", internal=True).put_object(
@@ -254,8 +255,8 @@ class SageMakerResponder:
         if not uri:
             return None
         s3 = self.sandbox.client("s3", internal=True)
-        bucket, _, key = uri.removeprefix("s3://").partition("/")
         try:
+            bucket, key = split_s3(uri)
             document = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
             problems = field.dataset_errors(document)
         except (ClientError, ValueError) as exc:
