@@ -108,7 +108,8 @@ def test_promote_returns_the_evidence_with_the_decision(moto_endpoint, group_arn
                 "status": "Promote"}
     assert result == {**EVIDENCE, "decision": decision}
     assert context["ti"].xcom[DECISION_XCOM] == decision
-    assert ANSWER_KEY not in store.rows  # carried out: a clear of the task asks again
+    # kept after it was carried out: a retry of this try (a stale executor state) promotes again, asks nobody
+    assert store.rows[ANSWER_KEY] == {"deployment_id": CANARY, "decision": decision}
 
 
 def abort(op, context, group_arn, create_fails=False, rollback_status="QUEUED"):
@@ -141,7 +142,7 @@ def test_abort_rolls_the_canary_group_back_and_fails_naming_who_and_why(moto_end
         f"2026-12-04T09:30:00+00:00: arm-2 drops the cube. Rolled back: deployment {RB} "
         "(sim2real-k-canary-rollback) put sim2real-run-0 (deployment old) back on the canary robots (arm-1: "
         "SUCCEEDED; arm-2: SUCCEEDED); the fleet was not deployed")
-    assert ANSWER_KEY not in store.rows  # carried out: a clear of the task asks again
+    assert store.rows[ANSWER_KEY]["deployment_id"] == CANARY  # kept after the rollback: a retry fails the same way
 
 
 def test_a_retry_after_an_abort_completes_it_and_never_asks_again(moto_endpoint, group_arn, context, monkeypatch):
@@ -170,7 +171,7 @@ def test_a_retry_after_an_abort_completes_it_and_never_asks_again(moto_endpoint,
     decision = retry["ti"].xcom[DECISION_XCOM]
     assert (decision["decided_by"], decision["status"], decision["comment"]) == ("alice", "Abort",
                                                                                  "arm-2 drops the cube")
-    assert ANSWER_KEY not in store.rows  # carried out (the rollback ended): a clear of the task asks again
+    assert store.rows[ANSWER_KEY]["deployment_id"] == CANARY  # kept: a further retry fails the same way
 
 
 PROMOTED = {"decided_by": "Bob", "at": "2026-12-04T09:30:00+00:00", "comment": "field looks good",
@@ -203,7 +204,7 @@ def test_a_decision_recorded_for_another_canary_deployment_is_not_carried_out(co
 def test_a_promote_recorded_for_this_canary_deployment_is_carried_out_by_a_retry(
         moto_endpoint, group_arn, context, monkeypatch):
     """The retry path: the try that received the Promote failed before its TagResource; the retry promotes with
-    the recorded decision, asks nobody, and forgets the decision once carried out."""
+    the recorded decision and asks nobody."""
     import airflow.providers.standard.operators.hitl as hitl
 
     requests = []
@@ -217,7 +218,77 @@ def test_a_promote_recorded_for_this_canary_deployment_is_carried_out_by_a_retry
         result = op.execute(context)
         stub.assert_no_pending_responses()
     assert result == {**EVIDENCE, "decision": PROMOTED} and context["ti"].xcom[DECISION_XCOM] == PROMOTED
-    assert requests == [] and ANSWER_KEY not in store.rows
+    assert requests == [] and store.rows[ANSWER_KEY] == {"deployment_id": CANARY, "decision": PROMOTED}
+
+
+def test_a_retry_after_the_abort_was_carried_out_fails_the_same_way_and_asks_nobody(
+        moto_endpoint, group_arn, context, monkeypatch):
+    """Airflow 3.3.1 under load: the abort's rollback wait ends seconds after it deferred, the resumed try rolls
+    back and fails, then the deferral's stale executor state marks that try for retry. Before: the rollback's end
+    had deleted the decision, so the retry asked the person again about a canary already rolled back, and the run
+    waited for an answer instead of ending failed (seen in the live canary abort)."""
+    import airflow.providers.standard.operators.hitl as hitl
+
+    requests = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    context["task_state_store"] = FakeStore()
+    deferred = abort(operator(retries=2), context, group_arn)
+    done = {"status": "success", "deployment_id": RB, "message": "",
+            "devices": {t: {"status": "SUCCEEDED", "outcome": "success", "reason": None} for t in THINGS}}
+    with pytest.raises(AirflowFailException) as first:
+        operator(retries=2).rollback_complete(context, done, **deferred.kwargs)  # carried out: the try fails
+    retry = {**context, "ti": FakeTI("deploy.canary_review")}
+    retry["ti"].xcom["canary_verdict"] = dict(EVIDENCE)
+    retry["ti"].try_number, retry["ti"].max_tries = 2, 2  # the retry Airflow scheduled from the stale state
+    op = operator(retries=2)
+    with Stubber(op.hook.conn) as stub:
+        stub_rollback(stub, group_arn, rollback_status="SUCCEEDED")  # the same rollback, found by its client token
+        with pytest.raises(AirflowFailException) as again:
+            op.execute(retry)
+        stub.assert_no_pending_responses()
+    assert requests == []
+    assert str(again.value) == str(first.value)
+
+
+def test_a_promote_carried_out_is_carried_out_again_by_a_retry(moto_endpoint, group_arn, context, monkeypatch):
+    import airflow.providers.standard.operators.hitl as hitl
+
+    requests = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    context["task_state_store"] = FakeStore()
+    tag = ("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
+                                "tags": {"sim2real:field-verdict": "promoted"}})
+    op = operator(retries=2)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response(*tag)
+        first = op.execute_complete(context, answer("Approve", "field looks good", name="Bob"))
+    retry = {**context, "ti": FakeTI("deploy.canary_review")}
+    retry["ti"].xcom["canary_verdict"] = dict(EVIDENCE)
+    retry["ti"].try_number, retry["ti"].max_tries = 2, 2
+    op = operator(retries=2)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response(*tag)  # TagResource again: the same tag
+        assert op.execute(retry) == first
+        stub.assert_no_pending_responses()
+    assert requests == []
+
+
+@pytest.mark.parametrize(("try_number", "max_tries"), [(1, 2), (3, 4)], ids=["first-try", "first-after-a-clear"])
+def test_the_first_try_of_a_series_forgets_a_recorded_decision_and_asks(context, monkeypatch, try_number, max_tries):
+    """A person's clear (``clear_task_instances``: ``max_tries = try_number + retries``) asks again, although the
+    task state store still holds the decision for this canary (Airflow 3.3.1 keeps its rows across clears)."""
+    import airflow.providers.standard.operators.hitl as hitl
+
+    requests = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    context["task_state_store"] = store = FakeStore()
+    store.rows[ANSWER_KEY] = {"deployment_id": CANARY, "decision": PROMOTED}
+    context["ti"].try_number, context["ti"].max_tries = try_number, max_tries
+    op = operator(retries=2)
+    with Stubber(op.hook.conn) as stub, pytest.raises(TaskAwaitingInput):  # no AWS call: nothing promoted
+        op.execute(context)
+    stub.assert_no_pending_responses()
+    assert len(requests) == 1 and ANSWER_KEY not in store.rows and DECISION_XCOM not in context["ti"].xcom
 
 
 def test_an_abort_whose_rollback_fails_names_both_deployments(moto_endpoint, group_arn, context):

@@ -38,6 +38,7 @@ from sim2real.orchestration.hooks.greengrass import GreengrassV2Hook
 from sim2real.orchestration.lineage import CANARY_REVIEW_KEY
 from sim2real.orchestration.operators.canary import XCOM_VERDICT, CanaryRollback, truthy
 from sim2real.orchestration.operators.model_approval import TaskStore
+from sim2real.orchestration.stop_rule import starts_afresh
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -47,7 +48,9 @@ COMMENT = "comment"
 #: XCom key of the decision (pushed before an abort rolls back, so the lineage has it when the task fails).
 DECISION_XCOM = CANARY_REVIEW_KEY
 #: Task state store key of the decision a try received, ``{"deployment_id": <the canary deployment>, "decision"}``
-#: (the run's tries share the store): a retry for the same canary deployment completes it; deleted once carried out.
+#: (the run's tries share the store): every retry of the same series for the same canary deployment carries it out
+#: again (idempotent); the first try of a series (a new task instance, or the first try after a person's clear)
+#: deletes it and asks.
 ANSWER_KEY = "canary_review_decision"
 #: What the provider's fixed options mean here.
 PROMOTE, ABORT = ApprovalOperator.APPROVE, ApprovalOperator.REJECT
@@ -152,11 +155,14 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
     :param response_timeout: how long to wait for an answer (default 24 h).
     :param review: (templated) whether a person decides (the form's ``canary_review``); False: nothing is asked.
     :return: Promote: the evidence with ``"decision": {"decided_by", "at", "comment", "status": "Promote"}``.
-    A retry of the task (Airflow 3.3.1 can fail a try from its deferral's stale executor state and retry it)
-    carries out the decision an earlier try received for the same canary deployment (task state store
-    :data:`ANSWER_KEY`) and asks nobody again. The decision is forgotten once carried out (promoted; rolled back),
-    and one recorded for another canary deployment is ignored: a clear of the task, or of the deploy group that
-    made a new canary, asks the person again (Airflow 3.3.1 keeps task state store rows across clears).
+    A retry of the task (Airflow 3.3.1 can fail a try from its deferral's stale executor state and retry it, also
+    after the decision was carried out: the abort's rollback wait ends seconds after it deferred) carries out the
+    decision an earlier try of the series received for the same canary deployment (task state store
+    :data:`ANSWER_KEY`) again and asks nobody: Promote tags the canary again, Abort finds the same rollback (its
+    client token) and fails as before. The first try after a person clears the task
+    (:func:`sim2real.orchestration.stop_rule.starts_afresh`) forgets the decision and asks again, and one recorded
+    for another canary deployment is ignored (a clear of the deploy group made a new canary; Airflow 3.3.1 keeps
+    task state store rows across clears).
 
     :raises AirflowFailException: (not retried) no evidence; Abort (after the rollback's wait: who aborted, their
         comment and the rollback deployment, or both deployment ids when the rollback did not succeed); no answer
@@ -211,10 +217,14 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
             self.log.info("No canary review asked (canary_review): the automatic verdict decided")
             return {"decision": "no_review"}
         evidence = self._evidence(context)
-        recorded = TaskStore(context, self.log).get_bound(ANSWER_KEY, "deployment_id", self.deployment_id)
+        store = TaskStore(context, self.log)
+        if starts_afresh(context.get("ti"), self.retries):  # a new task instance, or a person cleared it: ask
+            store.delete(ANSWER_KEY)
+        recorded = store.get_bound(ANSWER_KEY, "deployment_id", self.deployment_id)
         if recorded:
             # Airflow 3.3.1 can fail a try from its deferral's stale executor state (the abort's rollback wait ends
-            # seconds after it deferred) and retry it: the person answered already for this canary, never ask again.
+            # seconds after it deferred) and retry it, even once the decision was carried out: the person answered
+            # already for this canary, never ask again.
             decided = recorded["decision"]
             self.log.info("An earlier try of this task recorded %s by %s for canary %s: completing it",
                           decided["status"], decided["decided_by"], self.deployment_id)
@@ -249,24 +259,18 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
     def _carry_out(self, context: Context, evidence: dict[str, Any], decision: dict[str, Any]) -> Any:
         """Push the decision (XCom ``decision``); Promote: return the evidence with it; Abort: roll the canary group
         back (:meth:`CanaryRollback._roll_back`: a repeated abort sends the same client token, so a retry gets the
-        same rollback deployment) and defer on its wait. The recorded decision (:data:`ANSWER_KEY`) is deleted once
-        carried out: after the promotion, or when the rollback ends (here or in :meth:`rollback_complete`)."""
+        same rollback deployment) and defer on its wait. The recorded decision (:data:`ANSWER_KEY`) stays for the
+        series' retries (see the class)."""
         status, who, at, comment = decision["status"], decision["decided_by"], decision["at"], decision["comment"]
         context["ti"].xcom_push(key=DECISION_XCOM, value=decision)
         self.log.info("Canary %s: %s by %s at %s (%s)", self.deployment_id, status, who, at, comment)
         target_arn = self.hook.thing_group_arn(self.thing_group_name)
         if status == "Promote":
             self._promote(target_arn)
-            TaskStore(context, self.log).delete(ANSWER_KEY)
             return {**evidence, "decision": decision}
         things = sorted(set(evidence.get("robots") or {}) | set(evidence.get("silent") or []))
-        try:
-            self._roll_back(context, target_arn, things or self.hook.list_core_device_names(target_arn),
-                            f"aborted in Airflow by {who} at {at or 'an unknown time'}: "
-                            f"{comment or 'no comment given'}")
-        except AirflowFailException:  # the rollback ended (settled, or could not be created): not retried
-            TaskStore(context, self.log).delete(ANSWER_KEY)
-            raise
+        self._roll_back(context, target_arn, things or self.hook.list_core_device_names(target_arn),
+                        f"aborted in Airflow by {who} at {at or 'an unknown time'}: {comment or 'no comment given'}")
 
     def rollback_complete(self, context: Context, event: dict[str, Any] | None = None,
                           rollback: dict[str, Any] | None = None) -> Any:
@@ -276,5 +280,4 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
         :raises AirflowFailException: always.
         """
         self._evidence(context)
-        TaskStore(context, self.log).delete(ANSWER_KEY)  # the abort is carried out: a clear asks again
         return super().rollback_complete(context, event, rollback)
