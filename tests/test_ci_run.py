@@ -21,10 +21,20 @@ echo "$*" >> "$CALLS"
 case "$1" in test-latest) exit "${LATEST_RC:-0}";; esac
 exit 0
 """
-# df -Pm's layout: a header, then one line per path asked for; column 4 is what is available, in MB
+# df -Pm's layout: a header, then one line per path asked for; column 4 is what is available, in MB: FREE_MB for
+# the checkout (FREED_MB more once .venv/pipeline is gone), TMP_FREE_MB (default: the same disk) for $TMPDIR; DF_FAILS=1:
+# an error and exit 1, as for a path that does not exist
 FAKE_DF = """#!/bin/sh
+[ "${DF_FAILS:-0}" = 1 ] && { echo "df: no such file or directory" >&2; exit 1; }
 echo "Filesystem 1048576-blocks Used Available Capacity Mounted on"
-for path in "$@"; do case "$path" in -*) ;; *) echo "/dev/fake 100000 1 ${FREE_MB} 1% /";; esac; done
+free=$FREE_MB; [ -e .venv/pipeline ] || free=$((FREE_MB + ${FREED_MB:-0}))
+for path in "$@"; do
+  case "$path" in
+    -*) ;;
+    "$TMPDIR") echo "/dev/tmp 100000 1 ${TMP_FREE_MB:-$free} 1% /tmp";;
+    *) echo "/dev/fake 100000 1 $free 1% /";;
+  esac
+done
 """
 
 
@@ -42,19 +52,41 @@ def _ci_run(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, li
     calls = tmp_path / "calls"
     calls.touch()
     proc = subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                               "CALLS": str(calls), "TMPDIR": str(tmp_path), **env})
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith("SIM2REAL_")},
+                               "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "CALLS": str(calls),
+                               "TMPDIR": str(tmp_path), **env})
     return proc, calls.read_text().splitlines()
 
 
-def test_with_room_the_line_runs_after_what_it_never_uses_is_gone(tmp_path):
+def test_with_room_the_line_runs_and_nothing_is_removed(tmp_path):
     proc, calls = _ci_run(tmp_path, FREE_MB="50000")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [c.split()[0] for c in calls] == ["test", "test-latest"], calls
     assert "passed on the newest" in proc.stdout
     repo = tmp_path / "clone"
+    assert (repo / ".venv" / "pipeline").exists() and (repo / "dist" / "mwaa-check").exists()
+
+
+def test_short_of_disk_what_the_line_never_uses_goes_first_then_it_runs(tmp_path):
+    proc, calls = _ci_run(tmp_path, FREE_MB="3000", FREED_MB="1650")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [c.split()[0] for c in calls] == ["test", "test-latest"], calls
+    assert "3000 MB free on disk, removing .venv/pipeline and dist/mwaa-check" in proc.stdout, proc.stdout
+    repo = tmp_path / "clone"
     assert not (repo / ".venv" / "pipeline").exists() and not (repo / "dist" / "mwaa-check").exists()
     assert (repo / ".venv" / "mlflow").exists()  # the line's DAG tests track runs in the sandbox's MLflow
+
+
+def test_the_temporary_folders_disk_counts_too(tmp_path):
+    proc, calls = _ci_run(tmp_path, FREE_MB="50000", TMP_FREE_MB="1200")
+    assert calls == ["test"] and "test-latest: SKIPPED, 1200 MB free on disk" in proc.stdout, (calls, proc.stdout)
+
+
+def test_when_df_cannot_tell_the_line_runs(tmp_path):
+    proc, calls = _ci_run(tmp_path, FREE_MB="50000", DF_FAILS="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [c.split()[0] for c in calls] == ["test", "test-latest"], calls
+    assert "free disk space unknown" in proc.stdout
 
 
 @pytest.mark.parametrize("free_mb", ["287", "3999"])

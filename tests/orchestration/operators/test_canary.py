@@ -188,9 +188,16 @@ def test_a_refused_object_is_counted_and_too_few_valid_ones_wait_for_a_new_objec
 
 def stub_rollback(stub, group_arn, create_fails: bool = False, rollback_status: str = "QUEUED") -> None:
     """The canary group's rollback on ``stub`` (the Greengrass client): its robots (each finished the canary after
-    the earlier release "sim2real-run-0"), that release (GetDeployment), exactly its CreateDeployment again, and
-    each robot's reading of the rollback before the task defers (``rollback_status``: QUEUED, still to do)."""
+    the earlier release "sim2real-run-0"; with ``rollback_status`` SUCCEEDED, a retry's view, also the rollback
+    itself, newest), that release (GetDeployment), exactly its CreateDeployment again, and each robot's reading of
+    the rollback before the task defers (``rollback_status``: QUEUED, still to do)."""
     after = {t: with_release(effective("SUCCEEDED", deployment_id=CANARY), group_arn) for t in THINGS}
+    if rollback_status == "SUCCEEDED":
+        for response in after.values():
+            response["effectiveDeployments"].insert(0, {
+                "deploymentId": RB, "deploymentName": "sim2real-k-canary-rollback", "iotJobId": "job-rb",
+                "targetArn": group_arn, "coreDeviceExecutionStatus": "SUCCEEDED", "creationTimestamp": 100,
+                "modifiedTimestamp": 100})
     stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
                                            "tags": {"sim2real:field-verdict": "rejected"}})
     stub.add_response("list_core_devices", {"coreDevices": [{"coreDeviceThingName": t} for t in THINGS]},

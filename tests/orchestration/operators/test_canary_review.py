@@ -330,3 +330,23 @@ def test_an_answer_outside_the_options_is_refused(context):
 @pytest.mark.parametrize("review", [False, "False"])  # as given, or rendered from the plan's canary_review
 def test_without_a_review_nothing_is_asked(context, review):
     assert operator(review=review).execute(context) == {"decision": "no_review"}
+
+
+def test_a_retry_after_a_clear_carries_out_the_decision_that_series_received(
+        moto_endpoint, group_arn, context, monkeypatch):
+    """Cleared after try 2 (``max_tries`` = 2 + 2 retries = 4): try 3 asked and recorded the answer, try 4 is a
+    retry of that series and carries it out without asking."""
+    import airflow.providers.standard.operators.hitl as hitl
+
+    requests = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    context["task_state_store"] = store = FakeStore()
+    store.rows[ANSWER_KEY] = {"deployment_id": CANARY, "decision": PROMOTED}
+    context["ti"].try_number, context["ti"].max_tries = 4, 4
+    op = operator(retries=2)
+    with Stubber(op.hook.conn) as stub:
+        stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
+                                               "tags": {"sim2real:field-verdict": "promoted"}})
+        assert op.execute(context) == {**EVIDENCE, "decision": PROMOTED}
+        stub.assert_no_pending_responses()
+    assert requests == []

@@ -162,8 +162,10 @@ def test_retry_reattaches_to_the_running_job_instead_of_submitting_again(sandbox
     first_op = make_operator(sandbox, "t-reattach")
     first, _ = defer(*tries(first_op, context, 1, 2), release=False)
     second_op = make_operator(sandbox, "t-reattach")
-    second, _ = defer(*tries(second_op, context, 2, 2))  # a retry: max_tries unchanged
-    HOLD_FILES[id(first_op)].touch()
+    try:
+        second, _ = defer(*tries(second_op, context, 2, 2))  # a retry: max_tries unchanged
+    finally:
+        HOLD_FILES[id(first_op)].touch()  # also when the retry failed: the job would hold the nodes
     assert second.job_id == first.job_id and second.reattached is True
     assert [j["job_id"] for j in sandbox.slurm.jobs() if j["name"] == "t-reattach"] == [first.job_id]
     result = second_op.execute_complete(context, event=first_event(second))

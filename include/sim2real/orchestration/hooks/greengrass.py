@@ -122,9 +122,10 @@ def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: st
                          target_arn: str, skip: Collection[str] = ()) -> dict[str, Any] | None:
     """The release to roll the thing group back to: the newest deployment to ``target_arn`` that robots finished
     (``coreDeviceExecutionStatus`` SUCCEEDED / COMPLETED in their ListEffectiveDeployments) and that no robot lists
-    as FAILED / TIMED_OUT / REJECTED; never ``deployment_id`` nor another try of the same release
-    (``deployment_name``, e.g. a cleared task's earlier deployment). ``None`` when there is none (the group's first
-    release, or the history is gone).
+    as FAILED / TIMED_OUT / REJECTED; never ``deployment_id``, another try of the same release
+    (``deployment_name``, e.g. a cleared task's earlier deployment) nor its own rollback (``deployment_name`` +
+    :data:`ROLLBACK_SUFFIX`: once the robots finished it, a retry of the rollback would otherwise take it for the
+    release to go back to). ``None`` when there is none (the group's first release, or the history is gone).
 
     :param responses: thing name → its ListEffectiveDeployments entries (every page).
     :param skip: deployment ids that are no release to go back to (a canary never promoted: :func:`start_rollback`).
@@ -132,7 +133,8 @@ def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: st
     """
     entries = [entry for response in responses.values() for entry in response.get("effectiveDeployments") or []
                if entry.get("targetArn") == target_arn and entry.get("deploymentId") != deployment_id
-               and entry.get("deploymentName") != deployment_name and entry.get("deploymentId") not in skip]
+               and entry.get("deploymentName") not in (deployment_name, f"{deployment_name}{ROLLBACK_SUFFIX}")
+               and entry.get("deploymentId") not in skip]
     failed = {e.get("deploymentId") for e in entries if e.get("coreDeviceExecutionStatus") in FAILED_IT}
     done = [e for e in entries if e.get("coreDeviceExecutionStatus") in RUNS_IT and e.get("deploymentId") not in failed]
     return max(done, key=_created) if done else None

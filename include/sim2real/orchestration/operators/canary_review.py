@@ -146,6 +146,17 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
     ``review`` the verdict returns its ``promote`` or ``roll_back`` recommendation and this person decides either
     way (Promote overrides a ``roll_back`` recommendation; Abort one of ``promote``).
 
+    A retry of the task (Airflow 3.3.1 can fail a try from its deferral's stale executor state and retry it, also
+    after the decision was carried out: the abort's rollback wait ends seconds after it deferred) carries out the
+    decision an earlier try of the series received for the same canary deployment (task state store
+    :data:`ANSWER_KEY`) again and asks nobody: Promote tags the canary again, Abort finds the same rollback (its
+    client token) and fails as before. The first try after a person clears the task
+    (:func:`sim2real.orchestration.stop_rule.starts_afresh`) forgets the decision and asks again, also during an
+    abort's rollback wait (the new answer decides; the rollback already created goes on), and one recorded for
+    another canary deployment is ignored (a clear of the deploy group made a new canary; Airflow 3.3.1 keeps task
+    state store rows across clears). A clear while a try runs is not seen as one (Airflow 3.3.1 leaves
+    ``max_tries`` of a running task instance as it is): the next try carries the decision out again.
+
     :param thing_group_name: the canary IoT thing group (templated).
     :param deployment_name: the canary deployment's name (the rollback is ``<deployment_name>-rollback``).
     :param verdict_task_id: the canary verdict's task; its XCom ``canary_verdict`` is the evidence shown (and
@@ -155,14 +166,6 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
     :param response_timeout: how long to wait for an answer (default 24 h).
     :param review: (templated) whether a person decides (the form's ``canary_review``); False: nothing is asked.
     :return: Promote: the evidence with ``"decision": {"decided_by", "at", "comment", "status": "Promote"}``.
-    A retry of the task (Airflow 3.3.1 can fail a try from its deferral's stale executor state and retry it, also
-    after the decision was carried out: the abort's rollback wait ends seconds after it deferred) carries out the
-    decision an earlier try of the series received for the same canary deployment (task state store
-    :data:`ANSWER_KEY`) again and asks nobody: Promote tags the canary again, Abort finds the same rollback (its
-    client token) and fails as before. The first try after a person clears the task
-    (:func:`sim2real.orchestration.stop_rule.starts_afresh`) forgets the decision and asks again, and one recorded
-    for another canary deployment is ignored (a clear of the deploy group made a new canary; Airflow 3.3.1 keeps
-    task state store rows across clears).
 
     :raises AirflowFailException: (not retried) no evidence; Abort (after the rollback's wait: who aborted, their
         comment and the rollback deployment, or both deployment ids when the rollback did not succeed); no answer
@@ -218,9 +221,10 @@ class CanaryReviewOperator(CanaryRollback, ApprovalOperator, AwsBaseOperator[Gre
             return {"decision": "no_review"}
         evidence = self._evidence(context)
         store = TaskStore(context, self.log)
-        if starts_afresh(context.get("ti"), self.retries):  # a new task instance, or a person cleared it: ask
+        afresh = starts_afresh(context.get("ti"), self.retries)
+        if afresh:  # a new task instance, or a person cleared it: ask (never replay, also if the delete fails)
             store.delete(ANSWER_KEY)
-        recorded = store.get_bound(ANSWER_KEY, "deployment_id", self.deployment_id)
+        recorded = None if afresh else store.get_bound(ANSWER_KEY, "deployment_id", self.deployment_id)
         if recorded:
             # Airflow 3.3.1 can fail a try from its deferral's stale executor state (the abort's rollback wait ends
             # seconds after it deferred) and retry it, even once the decision was carried out: the person answered
