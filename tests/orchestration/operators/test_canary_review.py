@@ -42,11 +42,41 @@ def group_arn(moto_endpoint):
     return iot.create_thing_group(thingGroupName=GROUP)["thingGroupArn"]
 
 
+def review_ti() -> FakeTI:
+    """A try of the review task, with the verdict's evidence to pull (FakeTI's pull ignores task_ids)."""
+    ti = FakeTI("deploy.canary_review")
+    ti.xcom["canary_verdict"] = dict(EVIDENCE)
+    return ti
+
+
 @pytest.fixture
 def context():
-    ti = FakeTI("deploy.canary_review")
-    ti.xcom["canary_verdict"] = dict(EVIDENCE)  # FakeTI's pull ignores task_ids: the verdict's XCom
-    return {"ti": ti, "task_instance": types.SimpleNamespace(id=uuid4())}
+    return {"ti": review_ti(), "task_instance": types.SimpleNamespace(id=uuid4())}
+
+
+@pytest.fixture
+def requests(monkeypatch) -> list[dict]:
+    """The HITL requests the operator writes (the provider's ``upsert_hitl_detail``, recorded instead)."""
+    import airflow.providers.standard.operators.hitl as hitl
+
+    written: list[dict] = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: written.append(kw))
+    return written
+
+
+def next_try(context, try_number: int | None = None, max_tries: int | None = None) -> dict:
+    """``context`` for a later try of the task: a new task instance with its own XComs (the verdict's evidence), and
+    Airflow's try counters when given (without them it counts as a retry: ``starts_afresh``)."""
+    ti = review_ti()
+    if try_number is not None:
+        ti.try_number, ti.max_tries = try_number, max_tries
+    return {**context, "ti": ti}
+
+
+def stub_promote(stub, group_arn) -> None:
+    """The promotion: the canary deployment tagged ``sim2real:field-verdict=promoted`` (TagResource)."""
+    stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
+                                           "tags": {"sim2real:field-verdict": "promoted"}})
 
 
 def operator(**kwargs) -> CanaryReviewOperator:
@@ -73,11 +103,7 @@ def test_the_body_shows_the_evidence_the_recommendation_each_robot_and_the_refus
     assert "early: 1, foreign: 2" in body and "- `field/episodes/arm-2/e1.json`: foreign (deployment_id" in body
 
 
-def test_the_request_carries_the_evidence_and_the_environments_approvers(context, monkeypatch):
-    import airflow.providers.standard.operators.hitl as hitl
-
-    requests = []
-    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+def test_the_request_carries_the_evidence_and_the_environments_approvers(context, monkeypatch, requests):
     use_environment(monkeypatch, {**MINIMAL_ENVIRONMENT, "approval": {"approvers": ["bob", "carol"]}})
     with pytest.raises(TaskAwaitingInput):  # Airflow 3.3+: the task waits for the answer, no trigger
         operator(response_timeout=dt.timedelta(hours=2)).execute(context)
@@ -100,8 +126,7 @@ def test_promote_returns_the_evidence_with_the_decision(moto_endpoint, group_arn
     context["task_state_store"] = store = FakeStore()
     op = operator()
     with Stubber(op.hook.conn) as stub:  # the promotion is recorded on the canary deployment
-        stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
-                                               "tags": {"sim2real:field-verdict": "promoted"}})
+        stub_promote(stub, group_arn)
         result = op.execute_complete(context, answer("Approve", "field looks good", name="Bob"))
         stub.assert_no_pending_responses()
     decision = {"decided_by": "Bob", "at": "2026-12-04T09:30:00+00:00", "comment": "field looks good",
@@ -145,19 +170,14 @@ def test_abort_rolls_the_canary_group_back_and_fails_naming_who_and_why(moto_end
     assert store.rows[ANSWER_KEY]["deployment_id"] == CANARY  # kept after the rollback: a retry fails the same way
 
 
-def test_a_retry_after_an_abort_completes_it_and_never_asks_again(moto_endpoint, group_arn, context, monkeypatch):
+def test_a_retry_after_an_abort_completes_it_and_never_asks_again(moto_endpoint, group_arn, context, requests):
     """The answer is kept in the task state store (shared by the run's tries): a retry of the aborted review (Airflow
     3.3.1 can fail a task from its deferral's stale executor state and retry it) rolls back again, the same
     rollback (its client token), and writes no second request (a person would be asked again after the rollback)."""
-    import airflow.providers.standard.operators.hitl as hitl
-
-    requests = []
-    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
     context["task_state_store"] = store = FakeStore()
     abort(operator(), context, group_arn)
     assert store.rows[ANSWER_KEY] == {"deployment_id": CANARY, "decision": context["ti"].xcom[DECISION_XCOM]}
-    retry = {**context, "ti": FakeTI("deploy.canary_review")}  # a new try: its own XComs
-    retry["ti"].xcom["canary_verdict"] = dict(EVIDENCE)
+    retry = next_try(context)
     op = operator()
     with Stubber(op.hook.conn) as stub:
         stub_rollback(stub, group_arn, rollback_status="SUCCEEDED")  # the robots finished it meanwhile
@@ -182,14 +202,10 @@ PROMOTED = {"decided_by": "Bob", "at": "2026-12-04T09:30:00+00:00", "comment": "
     {"deployment_id": "d0ld-canary", "decision": PROMOTED},  # the canary a clear of the deploy group replaced
     PROMOTED,                                                # recorded without its deployment (an older release)
 ])
-def test_a_decision_recorded_for_another_canary_deployment_is_not_carried_out(context, monkeypatch, row):
+def test_a_decision_recorded_for_another_canary_deployment_is_not_carried_out(context, row, requests):
     """Airflow 3.3.1 keeps task state store rows across a clear of the task (``clear_task_instances`` leaves them;
     ``[state_store] clear_on_success`` is False by default): a clear that made a new canary deployment asks the
     person again instead of promoting the new release with the old canary's answer."""
-    import airflow.providers.standard.operators.hitl as hitl
-
-    requests = []
-    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
     context["task_state_store"] = FakeStore()
     context["task_state_store"].rows[ANSWER_KEY] = row
     op = operator()
@@ -202,19 +218,14 @@ def test_a_decision_recorded_for_another_canary_deployment_is_not_carried_out(co
 
 
 def test_a_promote_recorded_for_this_canary_deployment_is_carried_out_by_a_retry(
-        moto_endpoint, group_arn, context, monkeypatch):
+        moto_endpoint, group_arn, context, requests):
     """The retry path: the try that received the Promote failed before its TagResource; the retry promotes with
     the recorded decision and asks nobody."""
-    import airflow.providers.standard.operators.hitl as hitl
-
-    requests = []
-    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
     context["task_state_store"] = store = FakeStore()
     store.rows[ANSWER_KEY] = {"deployment_id": CANARY, "decision": PROMOTED}
     op = operator()
     with Stubber(op.hook.conn) as stub:
-        stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
-                                               "tags": {"sim2real:field-verdict": "promoted"}})
+        stub_promote(stub, group_arn)
         result = op.execute(context)
         stub.assert_no_pending_responses()
     assert result == {**EVIDENCE, "decision": PROMOTED} and context["ti"].xcom[DECISION_XCOM] == PROMOTED
@@ -222,24 +233,18 @@ def test_a_promote_recorded_for_this_canary_deployment_is_carried_out_by_a_retry
 
 
 def test_a_retry_after_the_abort_was_carried_out_fails_the_same_way_and_asks_nobody(
-        moto_endpoint, group_arn, context, monkeypatch):
+        moto_endpoint, group_arn, context, requests):
     """Airflow 3.3.1 under load: the abort's rollback wait ends seconds after it deferred, the resumed try rolls
     back and fails, then the deferral's stale executor state marks that try for retry. Before: the rollback's end
     had deleted the decision, so the retry asked the person again about a canary already rolled back, and the run
     waited for an answer instead of ending failed (seen in the live canary abort)."""
-    import airflow.providers.standard.operators.hitl as hitl
-
-    requests = []
-    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
     context["task_state_store"] = FakeStore()
     deferred = abort(operator(retries=2), context, group_arn)
     done = {"status": "success", "deployment_id": RB, "message": "",
             "devices": {t: {"status": "SUCCEEDED", "outcome": "success", "reason": None} for t in THINGS}}
     with pytest.raises(AirflowFailException) as first:
         operator(retries=2).rollback_complete(context, done, **deferred.kwargs)  # carried out: the try fails
-    retry = {**context, "ti": FakeTI("deploy.canary_review")}
-    retry["ti"].xcom["canary_verdict"] = dict(EVIDENCE)
-    retry["ti"].try_number, retry["ti"].max_tries = 2, 2  # the retry Airflow scheduled from the stale state
+    retry = next_try(context, 2, 2)  # the retry Airflow scheduled from the stale state
     op = operator(retries=2)
     with Stubber(op.hook.conn) as stub:
         stub_rollback(stub, group_arn, rollback_status="SUCCEEDED")  # the same rollback, found by its client token
@@ -250,37 +255,25 @@ def test_a_retry_after_the_abort_was_carried_out_fails_the_same_way_and_asks_nob
     assert str(again.value) == str(first.value)
 
 
-def test_a_promote_carried_out_is_carried_out_again_by_a_retry(moto_endpoint, group_arn, context, monkeypatch):
-    import airflow.providers.standard.operators.hitl as hitl
-
-    requests = []
-    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+def test_a_promote_carried_out_is_carried_out_again_by_a_retry(moto_endpoint, group_arn, context, requests):
     context["task_state_store"] = FakeStore()
-    tag = ("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
-                                "tags": {"sim2real:field-verdict": "promoted"}})
     op = operator(retries=2)
     with Stubber(op.hook.conn) as stub:
-        stub.add_response(*tag)
+        stub_promote(stub, group_arn)
         first = op.execute_complete(context, answer("Approve", "field looks good", name="Bob"))
-    retry = {**context, "ti": FakeTI("deploy.canary_review")}
-    retry["ti"].xcom["canary_verdict"] = dict(EVIDENCE)
-    retry["ti"].try_number, retry["ti"].max_tries = 2, 2
+    retry = next_try(context, 2, 2)
     op = operator(retries=2)
     with Stubber(op.hook.conn) as stub:
-        stub.add_response(*tag)  # TagResource again: the same tag
+        stub_promote(stub, group_arn)  # TagResource again: the same tag
         assert op.execute(retry) == first
         stub.assert_no_pending_responses()
     assert requests == []
 
 
 @pytest.mark.parametrize(("try_number", "max_tries"), [(1, 2), (3, 4)], ids=["first-try", "first-after-a-clear"])
-def test_the_first_try_of_a_series_forgets_a_recorded_decision_and_asks(context, monkeypatch, try_number, max_tries):
+def test_the_first_try_of_a_series_forgets_a_recorded_decision_and_asks(context, try_number, max_tries, requests):
     """A person's clear (``clear_task_instances``: ``max_tries = try_number + retries``) asks again, although the
     task state store still holds the decision for this canary (Airflow 3.3.1 keeps its rows across clears)."""
-    import airflow.providers.standard.operators.hitl as hitl
-
-    requests = []
-    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
     context["task_state_store"] = store = FakeStore()
     store.rows[ANSWER_KEY] = {"deployment_id": CANARY, "decision": PROMOTED}
     context["ti"].try_number, context["ti"].max_tries = try_number, max_tries
@@ -333,20 +326,15 @@ def test_without_a_review_nothing_is_asked(context, review):
 
 
 def test_a_retry_after_a_clear_carries_out_the_decision_that_series_received(
-        moto_endpoint, group_arn, context, monkeypatch):
+        moto_endpoint, group_arn, context, requests):
     """Cleared after try 2 (``max_tries`` = 2 + 2 retries = 4): try 3 asked and recorded the answer, try 4 is a
     retry of that series and carries it out without asking."""
-    import airflow.providers.standard.operators.hitl as hitl
-
-    requests = []
-    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
     context["task_state_store"] = store = FakeStore()
     store.rows[ANSWER_KEY] = {"deployment_id": CANARY, "decision": PROMOTED}
     context["ti"].try_number, context["ti"].max_tries = 4, 4
     op = operator(retries=2)
     with Stubber(op.hook.conn) as stub:
-        stub.add_response("tag_resource", {}, {"resourceArn": deployment_arn(group_arn, CANARY),
-                                               "tags": {"sim2real:field-verdict": "promoted"}})
+        stub_promote(stub, group_arn)
         assert op.execute(context) == {**EVIDENCE, "decision": PROMOTED}
         stub.assert_no_pending_responses()
     assert requests == []
