@@ -118,13 +118,18 @@ def previous_release(response: dict[str, Any], deployment_id: str) -> str | None
     return newest.get("deploymentName") or newest.get("deploymentId")
 
 
+def rollback_name(deployment_name: str) -> str:
+    """The name of the rollback of deployment ``deployment_name``: ``<deployment_name>`` + :data:`ROLLBACK_SUFFIX`."""
+    return f"{deployment_name}{ROLLBACK_SUFFIX}"
+
+
 def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: str, deployment_name: str,
                          target_arn: str, skip: Collection[str] = ()) -> dict[str, Any] | None:
     """The release to roll the thing group back to: the newest deployment to ``target_arn`` that robots finished
     (``coreDeviceExecutionStatus`` SUCCEEDED / COMPLETED in their ListEffectiveDeployments) and that no robot lists
     as FAILED / TIMED_OUT / REJECTED; never ``deployment_id``, another try of the same release
-    (``deployment_name``, e.g. a cleared task's earlier deployment) nor its own rollback (``deployment_name`` +
-    :data:`ROLLBACK_SUFFIX`: once the robots finished it, a retry of the rollback would otherwise take it for the
+    (``deployment_name``, e.g. a cleared task's earlier deployment) nor its own rollback
+    (:func:`rollback_name`: once the robots finished it, a retry of the rollback would otherwise take it for the
     release to go back to). ``None`` when there is none (the group's first release, or the history is gone).
 
     :param responses: thing name → its ListEffectiveDeployments entries (every page).
@@ -133,7 +138,7 @@ def last_good_deployment(responses: dict[str, dict[str, Any]], deployment_id: st
     """
     entries = [entry for response in responses.values() for entry in response.get("effectiveDeployments") or []
                if entry.get("targetArn") == target_arn and entry.get("deploymentId") != deployment_id
-               and entry.get("deploymentName") not in (deployment_name, f"{deployment_name}{ROLLBACK_SUFFIX}")
+               and entry.get("deploymentName") not in (deployment_name, rollback_name(deployment_name))
                and entry.get("deploymentId") not in skip]
     failed = {e.get("deploymentId") for e in entries if e.get("coreDeviceExecutionStatus") in FAILED_IT}
     done = [e for e in entries if e.get("coreDeviceExecutionStatus") in RUNS_IT and e.get("deploymentId") not in failed]
@@ -147,7 +152,7 @@ def rollback_request(previous: dict[str, Any], deployment_name: str, failed_depl
     ``<failed_deployment_id>-rollback`` (a resent request creates no second rollback)."""
     return trim_none_values({
         "targetArn": previous["targetArn"],
-        "deploymentName": f"{deployment_name}{ROLLBACK_SUFFIX}",
+        "deploymentName": rollback_name(deployment_name),
         "clientToken": f"{failed_deployment_id}{ROLLBACK_SUFFIX}"[:64],
         "components": previous.get("components") or {},
         "deploymentPolicies": previous.get("deploymentPolicies") or {"failureHandlingPolicy": "ROLLBACK"},
