@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sim2real.dev.fault_scenarios import SCENARIO_NAMES, runs_of
+from sim2real.dev.fault_scenarios import SCENARIO_NAMES, SCENARIOS, runs_of
 
 #: The replay's processes run before the first test: its timeout covers them (the fixture waits up to 1800 s; about 6
 #: minutes beside one other DAG run on 2 cores).
@@ -36,19 +36,23 @@ COST_S = {
     "worker_lost_after_submit": 26, "batch_runnable": 24, "quota_below_need": 17, "instance_type_too_small": 15,
     "invalid_bucket_name": 15, "thing_group_without_devices": 14, "missing_release_resources": 13,
     "conf_unknown_keys": 6, "conf_out_of_range": 6,
-    # scenarios checked on another's run (Scenario.shares_run) add no run of their own
-    "build_over_at_once": 0, "event_duplicated": 0, "event_for_another_run": 0, "event_queue_unavailable": 0,
 }
 DEFAULT_COST_S = 40
 
 
+def run_cost(run: list[str]) -> float:
+    """Seconds of a run (:func:`runs_of`): its own scenario's; those checked on it (``Scenario.shares_run``) add none."""
+    shares = {s.name: s.shares_run for s in SCENARIOS}
+    return max(COST_S.get(n, DEFAULT_COST_S) for n in run if shares[n] not in run)
+
+
 def shards(workers: int = WORKERS) -> list[list[str]]:
     """The scenario names each replay process runs: whole shared runs, longest first to the least loaded."""
-    runs = sorted(runs_of(), key=lambda run: -max(COST_S.get(n, DEFAULT_COST_S) for n in run))
+    runs = sorted(runs_of(), key=lambda run: -run_cost(run))
     load, out = [0.0] * workers, [[] for _ in range(workers)]
     for run in runs:
         i = load.index(min(load))
-        load[i] += max(COST_S.get(n, DEFAULT_COST_S) for n in run)
+        load[i] += run_cost(run)
         out[i].extend(run)
     return [names for names in out if names]
 
