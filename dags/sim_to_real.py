@@ -54,12 +54,13 @@ SCHEDULE_TZ = schedule_timezone()  # the environment config's schedule_timezone,
     # Nightly at 02:00 in the configured time zone (one run at a time, no backfill of missed nights). Scheduled
     # runs take their params from the environment config's run_defaults (production-sized), manual runs from the form.
     # No start_date: with one in the past, CronTriggerTimetable without catchup schedules the latest 02:00 already
-    # gone (a past "Next Run", and a training started the moment the DAG is deployed); without one,
-    # run_immediately=False makes the first run the next 02:00 to come.
+    # gone (a past "Next Run", and a training started the moment the DAG is deployed). Without one, the first run is
+    # the past 02:00 when it is at most run_immediately ago: False still means "within a tenth of the period" (until
+    # 04:24) in Airflow 3.3.1's CronTriggerTimetable._calc_first_run, so a zero delta: always the next 02:00 to come.
     # Also on each new field dataset version (the asset sim2real_field_dataset, published by sim_to_real_field_data
     # once enough new field episodes arrived): an asset-triggered run, validated and budget-checked like any other.
     schedule=AssetOrTimeSchedule(
-        timetable=CronTriggerTimetable("0 2 * * *", timezone=SCHEDULE_TZ, run_immediately=False),
+        timetable=CronTriggerTimetable("0 2 * * *", timezone=SCHEDULE_TZ, run_immediately=dt.timedelta(0)),
         assets=FIELD_DATASET_ASSET),
     catchup=False,
     max_active_runs=1,
