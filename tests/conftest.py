@@ -26,6 +26,7 @@ import pytest
 gc.disable()
 
 from sim2real.dev.boto_data import caller_lookup_by_frames, list_services_once, parse_once  # noqa: E402 - after gc.disable()
+from sim2real.dev.schema_checks import check_schema_once  # noqa: E402 - after gc.disable()
 
 from tests.paths import REPO_ROOT  # noqa: E402
 
@@ -66,6 +67,9 @@ list_services_once()
 # The Amazon provider's user-agent caller lookup without its source-file reads (see the function): about a third of
 # a moto operator test's time.
 caller_lookup_by_frames()
+
+# Each Param schema is checked against its meta-schema once per test process, not on every validation (see the module).
+check_schema_once()
 
 
 #: The longest test files (over ~30 s each on 2 busy cores: DAG runs, browser, real training, fresh venvs), about

@@ -195,3 +195,46 @@ def test_every_marker_that_implies_integration_adds_it_so_the_unit_run_deselects
     items = [_Item("tests/a.py::unit"), *(_Item(f"tests/a.py::{m}", m) for m in suite.INTEGRATION_MARKERS)]
     suite.pytest_collection_modifyitems(None, None, items)
     assert [i.nodeid for i in items if "integration" not in i.markers] == ["tests/a.py::unit"]
+
+
+def test_a_param_schema_is_checked_against_its_meta_schema_once_and_every_value_still_validated(monkeypatch):
+    """``sim2real.dev.schema_checks``: Airflow's Param validation checks the schema itself (``check_schema``) on every
+    call; installed by conftest (and in the sandbox's DAG runs), a schema that passed is not checked again, one that
+    fails raises every time, and the value is validated on every call."""
+    from airflow.sdk import Param
+    from airflow.sdk.definitions.param import ParamValidationError
+    from jsonschema import Draft7Validator, SchemaError
+
+    from sim2real.dev import schema_checks
+
+    assert schema_checks.check_schema_once() is False  # installed by conftest
+    calls: list[dict] = []
+    original = schema_checks.ORIGINAL[Draft7Validator]
+
+    def counted(cls, schema, *args, **kwargs):
+        calls.append(schema)
+        return original(cls, schema, *args, **kwargs)
+
+    monkeypatch.setitem(schema_checks.ORIGINAL, Draft7Validator, counted)
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "integer", "minimum": 1,
+              "title": "a schema no other test uses (checked once here)"}
+    param = Param(3, **schema)  # as the DAG's params declare their draft
+    assert param.schema == schema
+    assert [param.resolve(v) for v in (3, 4, 5)] == [3, 4, 5]
+    assert calls == [param.schema]  # the schema once, for three values
+    with pytest.raises(ParamValidationError, match="less than the minimum of 1"):
+        param.resolve(0)  # the value is still checked
+    assert len(calls) == 1
+
+    broken = {**schema, "minimum": "one"}  # not a number: the meta-schema refuses it
+    for _ in range(2):
+        with pytest.raises(SchemaError):
+            Draft7Validator.check_schema(broken)
+    assert len(calls) == 3  # refused each time, never remembered
+
+    class Stricter(Draft7Validator):  # a subclass inherits the installed check
+        pass
+
+    Stricter.check_schema(schema)
+    Stricter.check_schema(schema)
+    assert len(calls) == 4

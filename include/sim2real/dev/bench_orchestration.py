@@ -56,7 +56,7 @@ def orchestration_run(out: Path, poll_seconds: int = 2) -> dict[str, Any]:
             "seed": 5, "eval_seed": 4000}
     with Sandbox(repo_root=REPO_ROOT) as sandbox:
         env_config = sandbox.provision()
-        prepare_airflow_home(home, sandbox.airflow_env(), fast_caller_lookup=False)  # a task as MWAA runs it
+        prepare_airflow_home(home, sandbox.airflow_env(), process_caches=False)  # a task as MWAA runs it
         import airflow.sdk.definitions.dag as dag_module
         import airflow.sdk.execution_time.supervisor as supervisor
         original_run, original_trigger = supervisor.run_task_in_process, dag_module._run_inline_trigger
@@ -158,7 +158,7 @@ def sweep_bench_run(out: Path, *, sweep: bool, seed: int) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="sim2real-bench-sweep-"))
     with Sandbox(repo_root=REPO_ROOT, mlflow=False, quota_limits={"L-DB2E81BA": 48.0 * nodes}) as sandbox:
         env_config = sandbox.provision(max_vcpus=48 * nodes)
-        prepare_airflow_home(home, sandbox.airflow_env(), fast_caller_lookup=False)  # a task as MWAA runs it
+        prepare_airflow_home(home, sandbox.airflow_env(), process_caches=False)  # a task as MWAA runs it
         dag = load_dag()
         approver = Approver(sandbox, model_package_group=env_config["sagemaker"]["model_package_group"],
                             decision="Approved", description="approved by the benchmark's emulated reviewer")
