@@ -203,38 +203,51 @@ def test_a_param_schema_is_checked_against_its_meta_schema_once_and_every_value_
     fails raises every time, and the value is validated on every call."""
     from airflow.sdk import Param
     from airflow.sdk.definitions.param import ParamValidationError
-    from jsonschema import Draft7Validator, SchemaError
+    from jsonschema import Draft7Validator, Draft202012Validator, SchemaError
 
     from sim2real.dev import schema_checks
 
     assert schema_checks.check_schema_once() is False  # installed by conftest
-    calls: list[dict] = []
-    original = schema_checks.ORIGINAL[Draft7Validator]
+    monkeypatch.setattr(schema_checks, "CHECKED", set())  # nothing checked yet, whatever ran before in this process
+    calls: list[tuple[type, dict]] = []
 
-    def counted(cls, schema, *args, **kwargs):
-        calls.append(schema)
-        return original(cls, schema, *args, **kwargs)
+    def counting(cls):
+        original = schema_checks.ORIGINAL[cls]
 
-    monkeypatch.setitem(schema_checks.ORIGINAL, Draft7Validator, counted)
-    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "integer", "minimum": 1,
-              "title": "a schema no other test uses (checked once here)"}
+        def counted(klass, schema, *args, **kwargs):
+            calls.append((cls, schema))
+            return original(klass, schema, *args, **kwargs)
+        monkeypatch.setitem(schema_checks.ORIGINAL, cls, counted)
+
+    counting(Draft7Validator)
+    counting(Draft202012Validator)
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "integer", "minimum": 1}
     param = Param(3, **schema)  # as the DAG's params declare their draft
     assert param.schema == schema
     assert [param.resolve(v) for v in (3, 4, 5)] == [3, 4, 5]
-    assert calls == [param.schema]  # the schema once, for three values
+    assert calls == [(Draft7Validator, schema)]  # the schema once, for three values
     with pytest.raises(ParamValidationError, match="less than the minimum of 1"):
         param.resolve(0)  # the value is still checked
     assert len(calls) == 1
 
-    broken = {**schema, "minimum": "one"}  # not a number: the meta-schema refuses it
+    newest = Param(2, type="integer", maximum=2)  # no $schema: jsonschema's newest draft, installed too
+    assert [newest.resolve(), newest.resolve()] == [2, 2]
+    assert calls[1:] == [(Draft202012Validator, newest.schema)]
+
+    schema["minimum"] = "one"  # changed in place after it passed: its text is another, checked again and refused
     for _ in range(2):
         with pytest.raises(SchemaError):
-            Draft7Validator.check_schema(broken)
-    assert len(calls) == 3  # refused each time, never remembered
+            Draft7Validator.check_schema(schema)
+    assert len(calls) == 4  # refused each time, never remembered
+
+    listed = {"enum": [1, 2]}
+    Draft7Validator.check_schema(listed)
+    with pytest.raises(SchemaError):  # the same JSON text as the list, but not an array: jsonschema refuses it
+        Draft7Validator.check_schema({"enum": (1, 2)})
 
     class Stricter(Draft7Validator):  # a subclass inherits the installed check
         pass
 
-    Stricter.check_schema(schema)
-    Stricter.check_schema(schema)
-    assert len(calls) == 4
+    Stricter.check_schema(listed)
+    Stricter.check_schema(listed)
+    assert [cls for cls, _ in calls[4:]] == [Draft7Validator] * 3  # listed, the tuple, Stricter's first

@@ -175,7 +175,7 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str], *, process_cache
         from sim2real.dev.schema_checks import check_schema_once
 
         caller_lookup_by_frames()
-        check_schema_once()  # each Param schema checked once, not at every ParamsDict dump (5 ms -> 1 ms)
+        check_schema_once()
     return env
 
 

@@ -60,7 +60,8 @@ CONF_ONLY_KEYS = {RETRAIN_FIELD: "set by the previous retraining round's run"}
 #: The JSON Schema dialect every form field's schema declares (its ``$schema``). Airflow validates a ``Param`` with
 #: ``jsonschema.validate``, which first checks the schema itself against its dialect's metaschema, on every call; and
 #: it dumps (validates) every task's copy of the DAG's params twice whenever it serializes the DAG (the DAG
-#: processor at each parse, ``dag.test()``): 88 dumps of 33 fields for ``sim_to_real``. Without ``$schema``
+#: processor at each parse, ``dag.test()``; the sandbox's and the tests' processes check each schema once:
+#: ``sim2real.dev.schema_checks``). Without ``$schema``
 #: jsonschema takes its newest dialect, 2020-12, whose metaschema's dynamic references make that check about 10
 #: times slower than draft-07's: serializing ``sim_to_real`` took 12 s instead of about 1 (``make bench``, row
 #: "DAG serialization"). The fields use draft-07 keywords only (checked in tests); the trigger form reads neither.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 import pytest
 
@@ -24,7 +26,7 @@ def serialized(dag):
     """The scheduler's copy of ``dag``: serialized and read back (``DagSerialization``), once for the module."""
     from airflow.serialization.serialized_objects import DagSerialization
 
-    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    return DagSerialization.from_dict(json.loads(json.dumps(DagSerialization.to_dict(dag))))  # as stored: JSON text
 
 
 def _events(callbacks) -> list[str]:
@@ -233,24 +235,30 @@ def test_the_checkpoint_sensor_announces_through_the_alias_once_per_sha256(dag):
     assert not [t.task_id for t in dag.tasks if CHECKPOINT_ASSET in (t.outlets or [])]
 
 
-@pytest.mark.parametrize("now", ["2026-12-05T01:59:00", "2026-12-05T02:00:01", "2026-12-05T02:12:17",
-                                 "2026-12-05T04:23:00", "2026-12-05T04:25:00", "2026-12-05T23:59:59"])
+@pytest.mark.parametrize("now", ["2026-12-05T01:59:00", "2026-12-05T02:00:00", "2026-12-05T02:00:01",
+                                 "2026-12-05T02:12:17", "2026-12-05T04:23:00", "2026-12-05T04:25:00",
+                                 "2026-12-05T23:59:59"])
 def test_the_first_nightly_run_is_the_next_02_00_not_a_past_one(serialized, monkeypatch, now):
-    """What the scheduler stores as the DAG's next run (the UI's "Next Run") when the DAG is first deployed or
-    unpaused, at any time of day: the next 02:00 to come. A start date in the past made CronTriggerTimetable without
-    catchup pick the latest 02:00 already gone: a past "Next Run" (for ever where scheduling is off, as in make ui)
-    and a full training started the moment the DAG was deployed. So did ``run_immediately=False`` within a tenth of
-    the period after 02:00 (until 04:24): Airflow 3.3.1 treats False as "within 10 % of the gap" (CI failed at 02:12)."""
+    """What the scheduler stores as the DAG's next run (the UI's "Next Run") when the DAG is first deployed (no
+    scheduled run yet), at any time of day: the next 02:00 to come (now, at 02:00:00 exactly), then every night. A
+    start date in the past made CronTriggerTimetable without catchup pick the latest 02:00 already gone: a past "Next
+    Run" (for ever where scheduling is off, as in make ui) and a full training started the moment the DAG was
+    deployed. So did ``run_immediately=False`` within a tenth of the period after 02:00 (until 04:24): Airflow 3.3.1
+    treats False as "within 10 % of the gap" (False fails at 02:00:01, 02:12:17 and 04:23)."""
     import datetime as dt
 
     import airflow.timetables.trigger as trigger
     import pendulum
 
+    # the stored DAG (read back from JSON text) keeps the zero delta: a 0 without its type would mean False again
+    assert serialized.timetable.timetable._run_immediately == dt.timedelta(0)
     clock = pendulum.parse(now, tz="UTC")
     monkeypatch.setattr(trigger, "utcnow", lambda: clock)
     first = serialized.next_dagrun_info(last_automated_run_info=None)
-    assert clock < first.run_after <= clock + dt.timedelta(days=1), first
+    assert clock <= first.run_after < clock + dt.timedelta(days=1), first
     assert (first.run_after.hour, first.run_after.minute) == (2, 0)
+    second = serialized.next_dagrun_info(last_automated_run_info=first)
+    assert second.run_after == first.run_after + dt.timedelta(days=1), second
 
 
 #: Keywords that draft-07 does not know (2019-09 / 2020-12): a field using one would be checked by nothing.
