@@ -92,3 +92,36 @@ def test_a_field_round_after_a_failed_first_run_publishes_nothing_and_runs_nothi
     out, second = demo.field_round({"seed": 3}, SimpleNamespace(run_id="manual__1", state="failed"))
     assert second == [] and calls == []
     assert out["first_run_state"] == "failed" and out["publish_state"] is None and out["dataset"] is None
+
+
+def test_dag_test_runs_the_dag_with_the_heap_collected_and_frozen():
+    """:func:`sim2real.dev.demo.dag_test` hands its arguments to ``dag.test`` after a full collection has freed the
+    cyclic garbage and moved what the process holds to the collector's permanent generation, and returns the run."""
+    import gc
+    import weakref
+
+    from sim2real.dev.demo import dag_test
+
+    seen: dict = {}
+
+    class Dag:
+        def test(self, **kwargs):
+            seen.update(frozen=gc.get_freeze_count(), kwargs=kwargs, garbage_alive=garbage() is not None)
+            return "the run"
+
+    class Node:
+        pass
+
+    node = Node()
+    node.me = node  # a cycle: only a collection frees it
+    garbage = weakref.ref(node)
+    del node
+    gc.unfreeze()
+    try:
+        assert gc.get_freeze_count() == 0 and garbage() is not None
+        assert dag_test(Dag(), run_conf={"seed": 3}, run_after=None) == "the run"
+        assert seen == {"frozen": seen["frozen"], "kwargs": {"run_conf": {"seed": 3}, "run_after": None},
+                        "garbage_alive": False}
+        assert seen["frozen"] > 10_000  # the modules, classes and functions this process imported
+    finally:
+        gc.freeze()  # as tests/conftest.py left this process

@@ -61,7 +61,8 @@ def drive(home: str, out: str) -> None:
     """Subprocess body: sandbox, packages, two release runs; writes the facts the tests check to ``out``."""
     os.environ.setdefault("SIM2REAL_POLL_SECONDS", "1")
     os.environ.setdefault("SIM2REAL_RETRY_DELAY_SECONDS", "1")
-    from sim2real.dev.demo import asset_events, prepare_airflow_home, read_notifications, subscribe_notifications, task_table
+    from sim2real.dev.demo import (asset_events, dag_test, prepare_airflow_home, read_notifications,
+                                   subscribe_notifications, task_table)
     from sim2real.contract.run_key import make_run_key
     from sim2real.dev.sandbox import Sandbox
 
@@ -116,7 +117,7 @@ def drive(home: str, out: str) -> None:
                 # beside the promoted canary's episodes: an object that is not one, and a copy of one
                 sandbox.faults["field_bad_reports"] = name == "canary_promoted"
             before = sandbox.requests.count("CreateDeployment")
-            dag_run = dag.test(run_conf=conf)
+            dag_run = dag_test(dag, run_conf=conf)
             run_key = make_run_key(dag_run.dag_id, dag_run.run_id)
             try:
                 record = json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{run_key}/release.json")["Body"].read())

@@ -177,7 +177,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
         raise SystemExit(f"unknown scenario(s): {', '.join(sorted(unknown))}; known: {', '.join(SCENARIO_NAMES)}")
     own_home = home is None
     home = Path(home or tempfile.mkdtemp(prefix="sim2real-faults-"))
-    from sim2real.dev.demo import load_dag, prepare_airflow_home
+    from sim2real.dev.demo import dag_test, load_dag, prepare_airflow_home
     from sim2real.dev.sandbox import Approver, Sandbox
 
     results: list[dict[str, Any]] = []
@@ -226,7 +226,7 @@ def run_scenarios(names: list[str] | None = None, home: Path | None = None, echo
                 t0, m0 = time.time(), time.monotonic()
                 refusal = ""
                 try:
-                    dag_run = dag.test(run_conf=conf)
+                    dag_run = dag_test(dag, run_conf=conf)
                 except Exception as err:  # ParamValidationError: Airflow refused the run (others re-raised)
                     if not lead.refused or type(err).__name__ != "ParamValidationError":
                         raise
