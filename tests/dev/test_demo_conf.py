@@ -94,34 +94,45 @@ def test_a_field_round_after_a_failed_first_run_publishes_nothing_and_runs_nothi
     assert out["first_run_state"] == "failed" and out["publish_state"] is None and out["dataset"] is None
 
 
-def test_dag_test_runs_the_dag_with_the_heap_collected_and_frozen():
-    """:func:`sim2real.dev.demo.dag_test` hands its arguments to ``dag.test`` after a full collection has freed the
-    cyclic garbage and moved what the process holds to the collector's permanent generation, and returns the run."""
-    import gc
-    import weakref
+def test_dag_test_runs_the_dag_after_a_full_collection_with_the_heap_frozen():
+    """:func:`sim2real.dev.demo.dag_test` hands its arguments to ``dag.test`` and returns the run; before it, a full
+    collection has freed a cycle of the oldest generation and the objects left are frozen, with the collector's
+    third threshold at ``FULL_COLLECTION_THRESHOLD``. In a fresh interpreter: the freeze is for the whole process."""
+    import json
+    import subprocess
+    import sys
 
-    from sim2real.dev.demo import dag_test
+    code = """if True:
+        import gc, json, weakref
+        from sim2real.dev.demo import FULL_COLLECTION_THRESHOLD, dag_test
 
-    seen: dict = {}
+        gc.disable()  # no automatic collection: only dag_test's can free the cycle
 
-    class Dag:
-        def test(self, **kwargs):
-            seen.update(frozen=gc.get_freeze_count(), kwargs=kwargs, garbage_alive=garbage() is not None)
-            return "the run"
+        class Node:
+            pass
 
-    class Node:
-        pass
+        node = Node()
+        node.me = node
+        gone = weakref.ref(node)
+        gc.collect()  # node, still referenced, survives into the oldest generation
+        del node  # now garbage that only a full collection frees
+        seen = {"threshold": FULL_COLLECTION_THRESHOLD, "objects": len(gc.get_objects()),
+                "frozen_before": gc.get_freeze_count(), "alive_before": gone() is not None}
 
-    node = Node()
-    node.me = node  # a cycle: only a collection frees it
-    garbage = weakref.ref(node)
-    del node
-    gc.unfreeze()
-    try:
-        assert gc.get_freeze_count() == 0 and garbage() is not None
-        assert dag_test(Dag(), run_conf={"seed": 3}, run_after=None) == "the run"
-        assert seen == {"frozen": seen["frozen"], "kwargs": {"run_conf": {"seed": 3}, "run_after": None},
-                        "garbage_alive": False}
-        assert seen["frozen"] > 10_000  # the modules, classes and functions this process imported
-    finally:
-        gc.freeze()  # as tests/conftest.py left this process
+        class Dag:
+            def test(self, **kwargs):
+                seen.update(kwargs=kwargs, frozen=gc.get_freeze_count(), alive=gone() is not None,
+                            third_threshold=gc.get_threshold()[2])
+                return "the run"
+
+        seen["returned"] = dag_test(Dag(), run_conf={"seed": 3}, run_after=None)
+        print(json.dumps(seen))
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout)
+    assert seen["returned"] == "the run" and seen["kwargs"] == {"run_conf": {"seed": 3}, "run_after": None}
+    assert seen["frozen_before"] == 0 and seen["alive_before"] is True
+    assert seen["alive"] is False  # the full collection ran before the run
+    assert seen["frozen"] >= seen["objects"] - 10  # everything else this process held was frozen
+    assert seen["third_threshold"] == seen["threshold"] == 100

@@ -191,6 +191,7 @@ def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
     was deleted left a Batch job (held RUNNABLE) and a Greengrass deployment still IN_PROGRESS on the robots."""
     from airflow.dag_processing.dagbag import DagBag
 
+    from sim2real.dev.demo import dag_test
     from sim2real.orchestration.config import RUN_KEY_TAG
     from sim2real.contract.run_key import make_run_key
     from sim2real.orchestration.run_records import deployment_id, run_record_key
@@ -216,7 +217,7 @@ def sweep_orphans_of_a_dead_run(sandbox, env) -> dict:
     dag = bag.dags["sim_to_real_sweeper"]
     out = {"job_id": job_id, "deployment_id": deployment_id, "run_key": dead}
     for name, dry in (("dry", True), ("real", False)):
-        dag_run = dag.test(run_conf={"dry_run": dry})
+        dag_run = dag_test(dag, run_conf={"dry_run": dry})
         job = batch.describe_jobs(jobs=[job_id])["jobs"][0]
         # TerminateJob is asynchronous (AWS Batch API Reference, TerminateJob: the job moves to FAILED afterwards;
         # the sandbox's job thread does it a few ms later): after the real sweep, read until it settled (30 s at most)

@@ -135,8 +135,8 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str], *, process_cache
     """Set the process environment for an Airflow run against the sandbox and migrate its DB
     (:func:`sim2real.dev.sandbox.airflow_db.migrated_db`); then, with ``process_caches``, install for the process
     :func:`sim2real.dev.boto_data.caller_lookup_by_frames` and :func:`sim2real.dev.schema_checks.check_schema_once`
-    and set the collector's :data:`FULL_COLLECTION_THRESHOLD` (the orchestration benchmark passes False: it measures
-    what a task costs on MWAA, the provider's own lookup and Airflow's own Param validation included).
+    (the orchestration benchmark passes False: it measures what a task costs on MWAA, the provider's own lookup and
+    Airflow's own Param validation included).
 
     Must run before ``airflow`` is imported in this process (Airflow reads its config at import).
     :return: the environment variables that were set.
@@ -177,31 +177,44 @@ def prepare_airflow_home(home: Path, extra_env: dict[str, str], *, process_cache
 
         caller_lookup_by_frames()
         check_schema_once()
-        gc.set_threshold(*gc.get_threshold()[:2], FULL_COLLECTION_THRESHOLD)
     return env
 
 
-#: The collector's third threshold in a process that runs DAGs with :func:`dag_test` (:func:`prepare_airflow_home`
-#: with ``process_caches``): a full collection after this many collections of the middle generation (CPython's
-#: default 10). Once the heap is frozen before each run, CPython's other condition for a full collection (the
-#: objects new since the last one exceed a quarter of those it kept) is always met, so the default would walk the
-#: run's objects every 10th time; 100 keeps what a run leaves for a later run or the end (measured on one fault
-#: replay process of 11 scenarios, 2026-12-05: full collections 8.6 CPU-s of its 66 as Python left them, 4.1 with
-#: the heap frozen before each run, 2.5 with this threshold as well).
+#: The collector's third threshold while :func:`dag_test` runs a DAG: a full collection after this many collections
+#: of the middle generation (CPython's default 10). CPython also waits until the objects that survived collections
+#: since the last full one exceed a quarter of those the last full one kept; :func:`dag_test`'s own full collection
+#: counts the heap it then freezes (about a million objects), so the first run waits for a quarter of that, but from
+#: the second run on the last full collection saw only the unfrozen objects and the quarter is soon reached: every
+#: 10th middle collection walked the run's objects. A run's objects are collected by the next :func:`dag_test` (or not
+#: at all: the process ends). CPython 3.14's incremental collector ignores this threshold (harmless).
 FULL_COLLECTION_THRESHOLD = 100
 
 
 def dag_test(dag, **kwargs: Any):
-    """``dag.test(**kwargs)`` after a full collection that moves every object this process holds to the
-    collector's permanent generation (:func:`gc.freeze`): Airflow, the providers, torch, moto and the sandbox's
-    state, and what earlier runs left, are not walked again by the full collections during the run (they walked
-    about a million objects each: 22 in one fault replay process of 11 scenarios). Garbage that a later run frees
-    of what is frozen stays allocated until the process ends (18 MB more at that process's peak: 642 MB).
+    """Run ``dag.test(**kwargs)`` with what this process already holds out of the collector's way.
 
-    :return: the DAG run ``dag.test`` returns.
+    First a full collection (:func:`gc.collect`) frees the cyclic garbage, then :func:`gc.freeze` moves every object
+    left (Airflow, the providers, torch, moto, the sandbox's state, the parsed DAG, what earlier runs kept) to the
+    permanent generation, which the full collections during the run do not walk, and the third threshold becomes
+    :data:`FULL_COLLECTION_THRESHOLD`. Measured on one fault replay process (11 scenarios, 8 runs, 2026-12-05): its
+    full collections took 8.6 of its 66 CPU-seconds as Python left them (22 of them, each walking about a million
+    objects), 4.1 with the freeze, 2.5 with the threshold too; the process with its children 104 -> 96 CPU-s, its
+    peak memory 624 -> 642 MB. One sandbox run with its field round (``python -m sim2real.dev.demo --field-round``):
+    72 -> 68 CPU-s, peak memory unchanged (954 MB).
+
+    What it costs: an object frozen here that later becomes unreachable only through a reference cycle is never
+    collected and its finalizer never runs (objects freed by their reference count are freed as usual): for example
+    a boto3 client made before a run and dropped after it keeps its idle keep-alive socket to the sandbox until the
+    process ends. For the sandbox's processes only (``make demo``, ``make faults``, the end-to-end tests), which
+    end after a few runs.
+
+    :param dag: a parsed DAG (:func:`load_dag`).
+    :param kwargs: passed to ``dag.test`` unchanged (``run_conf``, ``logical_date``, ``run_after``).
+    :return: the DAG run ``dag.test`` returns; raises what it raises.
     """
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*gc.get_threshold()[:2], FULL_COLLECTION_THRESHOLD)
     return dag.test(**kwargs)
 
 
