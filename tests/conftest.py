@@ -83,9 +83,10 @@ SLOW_FILES_FIRST = (
     # the API in time (not beside the fault replay's three processes)
     "tests/e2e/test_sandbox_rounds.py",  # 4 DAG runs (2 retraining loops of 2 rounds)
     "tests/e2e/test_sweep_run.py",  # one run of 3 candidates
-    "tests/e2e/test_hyperpod_sweep_run.py",  # one HyperPod run of 3 candidates (a Slurm job array)
-    "tests/e2e/test_hyperpod_run.py",
-    "tests/e2e/test_hyperpod_eks_run.py",  # one HyperPod EKS run (a PyTorchJob preempted once)
+    # the HyperPod runs, 5 in one process (one scope: SHARED_SESSION_FOLDERS): Slurm, a Slurm sweep, EKS, an EKS sweep
+    "tests/e2e/hyperpod/test_hyperpod_sweep_run.py",
+    "tests/e2e/hyperpod/test_hyperpod_run.py",
+    "tests/e2e/hyperpod/test_hyperpod_eks_run.py",
     "tests/e2e/test_sandbox_run.py",
     "tests/e2e/test_release_dag.py",
     "tests/dev/ui/test_release_approval.py",  # a live Airflow: one sim_to_real run approved by a second user
@@ -150,6 +151,8 @@ def pytest_runtestloop(session):  # noqa: ARG001 - pytest hook signature
 #: session fixtures are expensive and shared: per folder, what they share.
 SHARED_SESSION_FOLDERS = {
     "tests/infra/": "the synthesized CDK app (conftest's session fixtures synth and synth_full, about 10 s each)",
+    "tests/e2e/hyperpod/": "the HyperPod end-to-end runs (its conftest's session fixture hyperpod_runs: five DAG runs in "
+                          "one process)",
 }
 
 

@@ -1,7 +1,7 @@
 """End to end: sim_to_real with training_backend=hyperpod on a real Airflow (dag.test) against the sandbox.
 
-One subprocess (``tests/e2e/hyperpod_run.py``) runs two DAG runs in one sandbox: a good run (scale up →
-Slurm job → scale down, then checkpoint and evaluation), and one whose Slurm job is forced to fail.
+Two of the folder's runs (:mod:`tests.e2e.hyperpod.runs`, one process for all): a good run (scale up → Slurm job →
+scale down, then checkpoint and evaluation), and one whose Slurm job is forced to fail.
 """
 
 from __future__ import annotations
@@ -9,15 +9,8 @@ from __future__ import annotations
 import pytest
 from sim2real.contract import task_ids as ids
 
-from tests.fresh_process import run_script
-
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, dict]:
-    summary, _ = run_script("tests.e2e.hyperpod_run", tmp_path_factory.mktemp("hyperpod"), timeout=900)
-    return {run["name"]: run for run in summary["runs"]}
+#: The first test waits for the folder's five runs (the session fixture ``hyperpod_runs``).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 
 def _states(run: dict) -> dict[str, str]:
@@ -28,8 +21,8 @@ def _order(run: dict) -> list[str]:
     return [task for task, _, _ in run["tasks"]]
 
 
-def test_hyperpod_run_scales_up_trains_scales_down_and_evaluates(runs):
-    run = runs["success"]
+def test_hyperpod_run_scales_up_trains_scales_down_and_evaluates(hyperpod_runs):
+    run = hyperpod_runs["hyperpod/success"]
     states = _states(run)
     assert run["state"] == "success", states
     for task in (ids.TRAINING_BACKEND, ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES,
@@ -56,8 +49,8 @@ def test_hyperpod_run_scales_up_trains_scales_down_and_evaluates(runs):
     assert run["report"]["checkpoint_sha256"] == manifest["sha256"] and run["report"]["episodes"] == 3
 
 
-def test_failed_slurm_job_still_scales_down_and_fails_the_run(runs):
-    run = runs["slurm_job_fail"]
+def test_failed_slurm_job_still_scales_down_and_fails_the_run(hyperpod_runs):
+    run = hyperpod_runs["hyperpod/slurm_job_fail"]
     states = _states(run)
     assert run["state"] == "failed", states
     assert states[ids.HYPERPOD_SCALE_UP] == "success"
@@ -67,7 +60,7 @@ def test_failed_slurm_job_still_scales_down_and_fails_the_run(runs):
     assert states[ids.WRITE_LINEAGE] == "success"
     assert run["cluster_updates"][-1] == "UpdateCluster sim2real-hyperpod: head=1, gpu=0"
     assert run["groups"]["gpu"] == {"current": 0, "target": 0} and run["gpu_nodes"] == 0
-    # A FAILED job is the job's verdict: not retried, so exactly one more job was submitted.
-    new = [j for j in run["slurm_jobs"] if j["name"] == f"sim2real-train-{run['run_key']}"]
-    assert [(j["state"], j["exit_code"]) for j in new] == [("FAILED", "1:0")]
+    # A FAILED job is the job's verdict: not retried, so the run submitted exactly one job.
+    assert [(j["name"], j["state"], j["exit_code"]) for j in run["slurm_jobs"]] == [
+        (f"sim2real-train-{run['run_key']}", "FAILED", "1:0")]
     assert run["manifest"] is None

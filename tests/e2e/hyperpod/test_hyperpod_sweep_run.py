@@ -1,7 +1,8 @@
 """End to end: a 3-candidate sweep with training_backend=hyperpod in one run of the real sim_to_real DAG
-(dag.test, SQLite) against the sandbox's HyperPod cluster and emulated Slurm.
+(dag.test, SQLite) against the sandbox's HyperPod cluster and emulated Slurm: one of the folder's runs
+(:mod:`tests.e2e.hyperpod.runs`, one process for all).
 
-Toy size (5 s of training per candidate, 3 evaluation episodes, the gate open): the test checks the sweep's
+Toy size (2 PPO iterations per candidate, 3 evaluation episodes, the gate open): the test checks the sweep's
 orchestration on Slurm — one job array of three tasks, at most ``sweep_max_parallel`` (2) running at once, the GPU
 group scaled for two jobs and back, each candidate on its own prefix, the best Wilson lower bound going on, the
 lineage and the cost listing every candidate — not the policies' quality.
@@ -12,21 +13,15 @@ from __future__ import annotations
 import pytest
 from sim2real.contract import task_ids as ids
 
-from tests.fresh_process import run_script
-
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> dict:
-    summary, log = run_script("tests.e2e.hyperpod_sweep_run", tmp_path_factory.mktemp("hyperpod-sweep"), timeout=900)
-    summary["log"] = log[-8000:]
-    return summary
+#: The first test waits for the folder's five runs (the session fixture ``hyperpod_runs``).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 
-def test_a_hyperpod_sweep_trains_each_candidate_as_a_task_of_one_job_array(run):
+def test_a_hyperpod_sweep_trains_each_candidate_as_a_task_of_one_job_array(hyperpod_runs):
     from sim2real.orchestration.candidates import best_candidate
     from sim2real.orchestration.lineage import lineage_errors
+
+    run = hyperpod_runs["hyperpod_sweep"]
 
     states = {task: state for task, state, _ in run["tasks"]}
     assert run["state"] == "success", (states, run["log"])

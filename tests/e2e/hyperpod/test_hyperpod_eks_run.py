@@ -1,6 +1,6 @@
 """End to end: sim_to_real with training_backend=hyperpod_eks on a real Airflow (dag.test) against the sandbox.
 
-One subprocess (``tests/e2e/hyperpod_eks_run.py``): the team queue's capacity check, the PyTorchJob created in the
+Two of the folder's runs (:mod:`tests.e2e.hyperpod.runs`, one process for all): the team queue's capacity check, the PyTorchJob created in the
 team's Kueue queue with the task-governance labels, preempted once by Kueue and readmitted (the wait goes on), the
 trainer's checkpoint evaluated and the lineage naming the job; then a 2-candidate sweep, one PyTorchJob per
 candidate, the best one released.
@@ -11,18 +11,12 @@ from __future__ import annotations
 import pytest
 from sim2real.contract import task_ids as ids
 
-from tests.fresh_process import run_script
-
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> dict:
-    summary, _ = run_script("tests.e2e.hyperpod_eks_run", tmp_path_factory.mktemp("hyperpod_eks"), timeout=600)
-    return summary
+#: The first test waits for the folder's five runs (the session fixture ``hyperpod_runs``).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 
-def test_hyperpod_eks_run_trains_through_a_preemption_and_releases_the_policy(run):
+def test_hyperpod_eks_run_trains_through_a_preemption_and_releases_the_policy(hyperpod_runs):
+    run = hyperpod_runs["hyperpod_eks"]
     states = {task: state for task, state, _ in run["tasks"]}
     assert run["state"] == "success", states
     for task in (ids.TRAINING_BACKEND, ids.HYPERPOD_EKS_CHECK_CAPACITY, ids.HYPERPOD_EKS_TRAIN_POLICY,
@@ -50,12 +44,12 @@ def test_hyperpod_eks_run_trains_through_a_preemption_and_releases_the_policy(ru
                                 "job_uid": training["job_uid"]}
 
 
-def test_a_sweep_on_eks_trains_each_candidate_as_its_own_pytorchjob_and_releases_the_best(run):
+def test_a_sweep_on_eks_trains_each_candidate_as_its_own_pytorchjob_and_releases_the_best(hyperpod_runs):
     from sim2real.contract.hyperpod_eks import job_name
     from sim2real.orchestration.candidates import best_candidate
     from sim2real.orchestration.lineage import lineage_errors
 
-    sweep = run["sweep"]
+    sweep = hyperpod_runs["hyperpod_eks/sweep"]
     states = {task: state for task, state, _ in sweep["tasks"]}
     assert sweep["state"] == "success", states
     for task in (ids.HYPERPOD_EKS_CHECK_CAPACITY, ids.HYPERPOD_EKS_SUBMISSION, ids.SWEEP_CANDIDATES,
