@@ -1,9 +1,9 @@
 """End to end: sim_to_real with training_backend=hyperpod_eks on a real Airflow (dag.test) against the sandbox.
 
-Two of the folder's runs (:mod:`tests.e2e.hyperpod.runs`, one process for all): the team queue's capacity check, the PyTorchJob created in the
-team's Kueue queue with the task-governance labels, preempted once by Kueue and readmitted (the wait goes on), the
-trainer's checkpoint evaluated and the lineage naming the job; then a 2-candidate sweep, one PyTorchJob per
-candidate, the best one released.
+Two of the folder's runs (:mod:`tests.e2e.hyperpod.runs`, one process for all): the team queue's capacity check, the
+PyTorchJob created in the team's Kueue queue with the task-governance labels, preempted once by Kueue and readmitted
+(the wait goes on), the trainer's checkpoint evaluated and the lineage naming the job; then a 2-candidate sweep, one
+PyTorchJob per candidate, the best one released.
 """
 
 from __future__ import annotations
