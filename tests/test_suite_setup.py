@@ -32,6 +32,9 @@ def test_loadfile_sends_a_shared_session_folder_to_one_worker_and_other_files_al
     assert isinstance(scheduler, LoadFileScheduling)
     split = scheduler._split_scope
     assert split("tests/infra/test_stacks.py::test_a") == split("tests/infra/test_mwaa.py::test_b[x]") == "tests/infra/"
+    # the HyperPod files share one process's five runs (tests/e2e/hyperpod/conftest.py): one worker runs them once
+    assert split("tests/e2e/hyperpod/test_hyperpod_run.py::test_a") == split(
+        "tests/e2e/hyperpod/test_hyperpod_eks_run.py::test_b") == "tests/e2e/hyperpod/"
     assert split("tests/workloads/test_train.py::test_a") == "tests/workloads/test_train.py"
     assert split("tests/infrastructure_notes.py::test_a") == "tests/infrastructure_notes.py"  # a folder, not a prefix
     assert pytest_xdist_make_scheduler(_DistConfig(pytestconfig, "load"), None) is None  # xdist's own
