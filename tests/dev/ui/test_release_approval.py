@@ -29,10 +29,10 @@ from sim2real.contract.run_key import make_run_key
 from sim2real.dev.sandbox.__main__ import read_env_file
 from sim2real.dev.ui import DAG_ID, UiStack, free_port
 
+from tests.dev.ui import STOP_GRACE_S
 from tests.dev.ui.test_trigger_form import (
     APPROVAL_TASK,
     CHROMIUM,
-    STOP_GRACE_S,
     diagnose,
     failed_task_logs,
     form_values,

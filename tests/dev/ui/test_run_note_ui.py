@@ -18,6 +18,8 @@ import pytest
 
 from sim2real.dev.ui import UiStack, free_port
 
+from tests.dev.ui import STOP_GRACE_S
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 DAG_ID = "run_note_probe"
@@ -50,7 +52,7 @@ def stack(tmp_path_factory) -> Iterator[UiStack]:
                  parallelism=2, extra_env={"AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60"})
     ui.start(timeout=400)
     yield ui
-    ui.stop()
+    ui.stop(airflow_grace=STOP_GRACE_S)
 
 
 def get(stack: UiStack, path: str) -> dict:

@@ -33,6 +33,8 @@ from sim2real.orchestration.stages.run import build_params
 from sim2real.dev.sandbox.__main__ import read_env_file
 from sim2real.dev.ui import DAG_ID, REPO_ROOT, UiStack, free_port
 
+from tests.dev.ui import STOP_GRACE_S
+
 CHROMIUM = shutil.which("chromium")
 pytestmark = [
     pytest.mark.browser,
@@ -44,9 +46,6 @@ pytestmark = [
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements-dev.txt)")
 
 RUN_TIMEOUT_S = 360
-#: The stack is thrown away after the module: Airflow gets 2 s to stop on its own, then its group is terminated
-#: (its triggerer and API server took about 11 s after a run otherwise).
-STOP_GRACE_S = 2
 #: Status poll of the tests' waits (GET of one run or one request: cheap for the API server).
 POLL_S = 0.5
 SAVE_SCREENSHOTS = os.environ.get("SIM2REAL_SAVE_SCREENSHOTS") == "1"
