@@ -54,8 +54,9 @@ PYTEST_WORKERS ?= 3
 ## make test-unit's processes: one more than the 2 cores, for the tests that wait (SQS long polls, torchrun
 ## launches): 2 min 4 s with 2, 1 min 42 s with 3, 1 min 43 s with 4 (1750 tests, quiet 2-core machine, 2026-12-04).
 UNIT_WORKERS ?= 3
-## Every venv the suite uses is built before pytest starts (the SageMaker SDK's .venv/pipeline for
-## tests/pipelines/test_pipeline_venv.py too: about 1 GB, a minute of pip on a fresh clone), so the test time is the tests'.
+## The venvs in .venv/ the suite uses are built before pytest starts (the SageMaker SDK's .venv/pipeline for
+## tests/pipelines/test_pipeline_venv.py too: about 1 GB, a minute of pip on a fresh clone). The MWAA package check
+## still builds dist/mwaa-check/venv in its test: installing the bundle the way MWAA does is what it checks.
 test: install mlflow-venv lerobot-site pipeline-venv browser-deps $(CDK_STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 

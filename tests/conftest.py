@@ -83,7 +83,8 @@ SLOW_FILES_FIRST = (
     # the API in time (not beside the fault replay's three processes)
     "tests/e2e/test_sandbox_rounds.py",  # 4 DAG runs (2 retraining loops of 2 rounds)
     "tests/e2e/test_sweep_run.py",  # one run of 3 candidates
-    # the HyperPod runs, 5 in one process (one scope: SHARED_SESSION_FOLDERS): Slurm, a Slurm sweep, EKS, an EKS sweep
+    # the HyperPod runs, 5 in one process (one scope: SHARED_SESSION_FOLDERS): Slurm, Slurm failing, a Slurm sweep,
+    # EKS, an EKS sweep
     "tests/e2e/hyperpod/test_hyperpod_sweep_run.py",
     "tests/e2e/hyperpod/test_hyperpod_run.py",
     "tests/e2e/hyperpod/test_hyperpod_eks_run.py",

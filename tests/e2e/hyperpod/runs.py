@@ -11,9 +11,10 @@ requests, Slurm jobs, Kubernetes jobs and preemptions the run made, its manifest
 5. ``hyperpod_eks/sweep``: a 2-candidate sweep on EKS, one PyTorchJob per candidate, not preempted.
 
 What a run made is what the sandbox holds after it less what it held before it (Slurm jobs by id, events by count),
-so each test reads its own run's, not an earlier run's. One process pays Airflow's start (imports, the in-process
-execution API, the DAG folder's parse) once for the five runs. Run in a fresh process: Airflow reads its config at
-import.
+so each test reads its own run's, not an earlier run's; the log has a line :data:`MARK` ``<name>`` before each run's
+part. One process pays Airflow's start (imports, the in-process execution API, the DAG folder's parse) once for the
+five runs; the price: a test of one of them waits for all five (about 150 s on a quiet machine), and an error in this
+script fails all five tests. Run in a fresh process: Airflow reads its config at import.
 
     python -m tests.e2e.hyperpod.runs --home DIR --json-out FILE   (from the repository root)
 """
@@ -38,6 +39,8 @@ SWEEP_CONF = {**CONF, "sweep": [{"seed": 3}, {"seed": 4}, {"seed": 5}], "sweep_m
 EKS_CONF = {**CONF, "training_backend": "hyperpod_eks"}
 #: The EKS sweep: two candidates, both at once.
 EKS_SWEEP_CONF = {**EKS_CONF, "sweep": [{"seed": 3}, {"seed": 4}], "sweep_max_parallel": 2}
+#: The log line that starts each run's part of the log, followed by the run's name.
+MARK = "[hyperpod-runs] run "
 #: Seconds after its process started that the EKS job is preempted (the toy training takes longer to start up), and
 #: how long Kueue holds it before readmitting it.
 PREEMPT = {"eks_preempt_after_seconds": 1.0, "eks_preempt_hold_seconds": 3.0}
@@ -84,7 +87,6 @@ def run(sandbox, config: dict, conf: dict, faults: dict) -> dict:
         "slurm_jobs": [j for j in sandbox.slurm.jobs() if j["job_id"] not in slurm_before],
         "jobs": _eks_jobs(sandbox, key),
         "preemption_events": [e.message for e in events if e.service == "eks" and "preempted" in e.message],
-        "wall_s": (dag_run.end_date - dag_run.start_date).total_seconds(),
         "manifest": _s3_json(s3, bucket, f"runs/{key}/checkpoints/manifest.json"),
         "report": _s3_json(s3, bucket, f"runs/{key}/eval/report.json"),
         "lineage": _s3_json(s3, bucket, f"runs/{key}/lineage.json"),
@@ -107,11 +109,13 @@ def main() -> int:
     from sim2real.dev.demo import prepare_airflow_home
     from sim2real.dev.sandbox import Sandbox
 
+    sys.stdout.reconfigure(line_buffering=True)  # a run's lines before the next run's MARK (stderr is unbuffered)
     summary = {}
     with Sandbox(step_seconds=0.05, echo=print) as sandbox:
         config = sandbox.provision()
         prepare_airflow_home(Path(args.home), sandbox.airflow_env())
         for name, conf, faults in RUNS:
+            print(f"{MARK}{name}")
             summary[name] = run(sandbox, config, conf, faults)
     Path(args.json_out).write_text(json.dumps(summary, default=str, indent=2))
     return 0

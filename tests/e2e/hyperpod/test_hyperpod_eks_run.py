@@ -50,6 +50,7 @@ def test_a_sweep_on_eks_trains_each_candidate_as_its_own_pytorchjob_and_releases
     from sim2real.orchestration.lineage import lineage_errors
 
     sweep = hyperpod_runs["hyperpod_eks/sweep"]
+    assert sweep["preemption_events"] == []  # the first EKS run's preemption fault was not this run's
     states = {task: state for task, state, _ in sweep["tasks"]}
     assert sweep["state"] == "success", states
     for task in (ids.HYPERPOD_EKS_CHECK_CAPACITY, ids.HYPERPOD_EKS_SUBMISSION, ids.SWEEP_CANDIDATES,
