@@ -11,19 +11,21 @@ from __future__ import annotations
 import pytest
 from sim2real.contract import task_ids as ids
 
+from tests.e2e.test_sandbox_run import states
+
 #: The first test waits for the folder's five runs (the session fixture ``hyperpod_runs``).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 
 def test_hyperpod_eks_run_trains_through_a_preemption_and_releases_the_policy(hyperpod_runs):
     run = hyperpod_runs["hyperpod_eks"]
-    states = {task: state for task, state, _ in run["tasks"]}
-    assert run["state"] == "success", states
+    tasks = states(run)
+    assert run["state"] == "success", tasks
     for task in (ids.TRAINING_BACKEND, ids.HYPERPOD_EKS_CHECK_CAPACITY, ids.HYPERPOD_EKS_TRAIN_POLICY,
                  ids.TRAINING_JOB, ids.WAIT_FOR_CHECKPOINT, ids.READ_EVAL_REPORT, ids.QUALITY_GATE, ids.WRITE_LINEAGE):
-        assert states[task] == "success", (task, states)
+        assert tasks[task] == "success", (task, tasks)
     for task in (ids.BATCH_TRAIN_POLICY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_TRAIN_POLICY):
-        assert states[task] == "skipped", (task, states)
+        assert tasks[task] == "skipped", (task, tasks)
     # One job, in the team's namespace and queue, with the task-governance labels; it succeeded.
     [job] = run["jobs"]
     assert job["namespace"] == "hyperpod-ns-robotics" and job["name"].startswith("s2r-")
@@ -51,13 +53,13 @@ def test_a_sweep_on_eks_trains_each_candidate_as_its_own_pytorchjob_and_releases
 
     sweep = hyperpod_runs["hyperpod_eks/sweep"]
     assert sweep["preemption_events"] == []  # the first EKS run's preemption fault was not this run's
-    states = {task: state for task, state, _ in sweep["tasks"]}
-    assert sweep["state"] == "success", states
+    tasks = states(sweep)
+    assert sweep["state"] == "success", tasks
     for task in (ids.HYPERPOD_EKS_CHECK_CAPACITY, ids.HYPERPOD_EKS_SUBMISSION, ids.SWEEP_CANDIDATES,
                  ids.SWEEP_PICK_BEST, ids.TRAINING_JOB, ids.QUALITY_GATE, ids.WRITE_LINEAGE):
-        assert states[task] == "success", (task, states)
+        assert tasks[task] == "success", (task, tasks)
     for task in (ids.HYPERPOD_EKS_TRAIN_POLICY, ids.SWEEP_CHECK_CAPACITY, ids.HYPERPOD_SUBMIT_SWEEP):
-        assert states[task] == "skipped", (task, states)
+        assert tasks[task] == "skipped", (task, tasks)
     mapped = sweep["mapped_tasks"]
     for task in (ids.SWEEP_TRAIN_ON_EKS, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_READ_EVAL_REPORT):
         assert mapped[task] == ["success"] * 2, (task, mapped)

@@ -9,12 +9,10 @@ from __future__ import annotations
 import pytest
 from sim2real.contract import task_ids as ids
 
+from tests.e2e.test_sandbox_run import states
+
 #: The first test waits for the folder's five runs (the session fixture ``hyperpod_runs``).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
-
-
-def _states(run: dict) -> dict[str, str]:
-    return {task: state for task, state, _ in run["tasks"]}
 
 
 def _order(run: dict) -> list[str]:
@@ -23,14 +21,14 @@ def _order(run: dict) -> list[str]:
 
 def test_hyperpod_run_scales_up_trains_scales_down_and_evaluates(hyperpod_runs):
     run = hyperpod_runs["hyperpod/success"]
-    states = _states(run)
-    assert run["state"] == "success", states
+    tasks = states(run)
+    assert run["state"] == "success", tasks
     for task in (ids.TRAINING_BACKEND, ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES,
                  ids.HYPERPOD_TRAIN_POLICY,
                  ids.HYPERPOD_SCALE_DOWN, ids.TRAINING_JOB, ids.WAIT_FOR_CHECKPOINT,
                  ids.RUN_EVALUATION, ids.READ_EVAL_REPORT, ids.QUALITY_GATE, ids.WRITE_LINEAGE):
-        assert states[task] == "success", (task, states)
-    assert states[ids.BATCH_CHECK_CAPACITY] == "skipped" and states[ids.BATCH_TRAIN_POLICY] == "skipped"
+        assert tasks[task] == "success", (task, tasks)
+    assert tasks[ids.BATCH_CHECK_CAPACITY] == "skipped" and tasks[ids.BATCH_TRAIN_POLICY] == "skipped"
     order = _order(run)
     assert (order.index(ids.HYPERPOD_SCALE_UP) < order.index(ids.HYPERPOD_WAIT_FOR_NODES)
             < order.index(ids.HYPERPOD_TRAIN_POLICY) < order.index(ids.HYPERPOD_SCALE_DOWN))
@@ -51,13 +49,13 @@ def test_hyperpod_run_scales_up_trains_scales_down_and_evaluates(hyperpod_runs):
 
 def test_failed_slurm_job_still_scales_down_and_fails_the_run(hyperpod_runs):
     run = hyperpod_runs["hyperpod/slurm_job_fail"]
-    states = _states(run)
-    assert run["state"] == "failed", states
-    assert states[ids.HYPERPOD_SCALE_UP] == "success"
-    assert states[ids.HYPERPOD_TRAIN_POLICY] == "failed"
-    assert states[ids.HYPERPOD_SCALE_DOWN] == "success"  # the teardown ran
-    assert states[ids.WAIT_FOR_CHECKPOINT] == "upstream_failed"
-    assert states[ids.WRITE_LINEAGE] == "success"
+    tasks = states(run)
+    assert run["state"] == "failed", tasks
+    assert tasks[ids.HYPERPOD_SCALE_UP] == "success"
+    assert tasks[ids.HYPERPOD_TRAIN_POLICY] == "failed"
+    assert tasks[ids.HYPERPOD_SCALE_DOWN] == "success"  # the teardown ran
+    assert tasks[ids.WAIT_FOR_CHECKPOINT] == "upstream_failed"
+    assert tasks[ids.WRITE_LINEAGE] == "success"
     assert run["cluster_updates"][-1] == "UpdateCluster sim2real-hyperpod: head=1, gpu=0"
     assert run["groups"]["gpu"] == {"current": 0, "target": 0} and run["gpu_nodes"] == 0
     # A FAILED job is the job's verdict: not retried, so the run submitted exactly one job.

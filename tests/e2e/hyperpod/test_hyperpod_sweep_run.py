@@ -13,6 +13,8 @@ from __future__ import annotations
 import pytest
 from sim2real.contract import task_ids as ids
 
+from tests.e2e.test_sandbox_run import states
+
 #: The first test waits for the folder's five runs (the session fixture ``hyperpod_runs``).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
@@ -23,16 +25,16 @@ def test_a_hyperpod_sweep_trains_each_candidate_as_a_task_of_one_job_array(hyper
 
     run = hyperpod_runs["hyperpod_sweep"]
 
-    states = {task: state for task, state, _ in run["tasks"]}
-    assert run["state"] == "success", (states, run["log"])
+    tasks = states(run)
+    assert run["state"] == "success", (tasks, run["log"])
     for task in (ids.HYPERPOD_CHECK_CAPACITY, ids.HYPERPOD_SCALE_UP, ids.HYPERPOD_WAIT_FOR_NODES,
                  ids.HYPERPOD_SUBMISSION, ids.HYPERPOD_SWEEP_SCRIPT, ids.HYPERPOD_SUBMIT_SWEEP, ids.HYPERPOD_SCALE_DOWN,
                  ids.SWEEP_CANDIDATES, ids.SWEEP_PICK_BEST, ids.TRAINING_JOB, ids.WAIT_FOR_CHECKPOINT,
                  ids.QUALITY_GATE, ids.WRITE_LINEAGE):
-        assert states[task] == "success", (task, states)
+        assert tasks[task] == "success", (task, tasks)
     # Not the single Slurm job, not the Batch paths.
     for task in (ids.HYPERPOD_TRAIN_POLICY, ids.BATCH_CHECK_CAPACITY, ids.BATCH_TRAIN_POLICY, ids.SWEEP_CHECK_CAPACITY):
-        assert states[task] == "skipped", (task, states)
+        assert tasks[task] == "skipped", (task, tasks)
     mapped = run["mapped_tasks"]
     for task in (ids.SWEEP_TRAIN_ON_SLURM, ids.SWEEP_WAIT_FOR_CHECKPOINT, ids.SWEEP_RUN_EVALUATION,
                  ids.SWEEP_READ_EVAL_REPORT):
