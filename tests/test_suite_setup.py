@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import boto3
 import pytest
@@ -254,3 +255,19 @@ def test_a_param_schema_is_checked_against_its_meta_schema_once_and_every_value_
     Stricter.check_schema(listed)
     Stricter.check_schema(listed)
     assert [cls for cls, _ in calls[4:]] == [Draft7Validator] * 3  # listed, the tuple, Stricter's first
+
+
+def test_every_file_that_drives_chromium_is_marked_browser():
+    # `-m browser` / `-m "not browser"` select the tests that need Chromium (pyproject.toml's marker)
+    import importlib
+
+    drivers = sorted(p for p in (REPO_ROOT / "tests").rglob("test_*.py")
+                     if p.resolve() != Path(__file__).resolve() and "sync_playwright(" in p.read_text())
+    assert drivers, "no test drives Chromium"
+    unmarked = []
+    for path in drivers:
+        module = importlib.import_module(".".join(path.relative_to(REPO_ROOT).with_suffix("").parts))
+        marks = module.pytestmark if isinstance(module.pytestmark, list) else [module.pytestmark]
+        if "browser" not in {mark.name for mark in marks}:
+            unmarked.append(str(path.relative_to(REPO_ROOT)))
+    assert not unmarked, unmarked

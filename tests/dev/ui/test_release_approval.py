@@ -40,7 +40,7 @@ from tests.dev.ui.test_trigger_form import (
     wait_for_run,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.timeout(3600)]
 
 USERS = {"alice": "user", "bob": "user", "mallory": "admin"}
 RUN_TIMEOUT_S = 1500  # a whole run on a loaded 2-core machine
