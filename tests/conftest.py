@@ -126,8 +126,9 @@ SLOW_FILES_FIRST = (
 
 def pytest_report_header(config):  # noqa: ARG001 - pytest hook signature
     """One header line saying why the progress dots come slowly at first (the longest files run first)."""
-    return (f"the {len(SLOW_FILES_FIRST)} longest test files run first (tests/conftest.py SLOW_FILES_FIRST: DAG runs, "
-            "live Airflow stacks, a browser): the progress line grows slowly for the first minutes, then fast")
+    return ("the longest test files this run collects run first (tests/conftest.py SLOW_FILES_FIRST, "
+            f"{len(SLOW_FILES_FIRST)} files: DAG runs, live Airflow stacks, a browser): the progress line may grow "
+            "slowly for the first minutes, then fast")
 
 
 @pytest.hookimpl(tryfirst=True)
