@@ -310,8 +310,9 @@ def _n17(plan: dict, secret_id: str) -> dict:
 
 
 def test_n17_token_secret_and_base_model_are_checked_before_any_spend(sandbox, plan):
-    """DescribeSecret on the token's secret (exists, not scheduled for deletion) and one key under the version's
-    base model prefix (ListObjectsV2 MaxKeys=1): a bad one is refused before the RL training, not after it."""
+    """DescribeSecret on the token's secret (exists, not scheduled for deletion) and an object directly under the
+    version's base model prefix (ListObjectsV2, Delimiter "/"): a bad one is refused before the RL training, not
+    after it."""
     sm, s3 = sandbox.client("secretsmanager", internal=True), sandbox.client("s3", internal=True)
     sm.create_secret(Name="sim2real-groot/hf-token", SecretString="hf_fake")
     sm.create_secret(Name="sim2real-groot/old-token", SecretString="hf_old")
@@ -336,8 +337,29 @@ def test_n17_token_secret_and_base_model_are_checked_before_any_spend(sandbox, p
         s3.delete_object(Bucket=plan["bucket"], Key="models/groot-base/n1.7/config.json")
 
 
-def test_the_default_version_needs_no_secret_and_no_new_base_model_check(plan, monkeypatch):
-    """N1.6 (the sandbox's default) loads no gated model and keeps its models/groot-base/ as before: neither check."""
-    _answer(monkeypatch, {"DescribeSecret": ("AccessDeniedException", 403)})
-    checked = " ".join(run(plan)["checked"])
-    assert "Hugging Face token secret" not in checked and "base model" not in checked
+def test_the_default_version_needs_no_secret_and_its_base_model_is_checked_directly_under_its_prefix(
+        sandbox, plan, monkeypatch):
+    """N1.6 (the sandbox's default) loads no gated model: no secret is read. Its base model is models/groot-base/
+    itself, the prefix that also holds the other versions' folders: only an object directly under it is its
+    checkpoint, so a bucket with nothing but models/groot-base/n1.7/ is refused before the RL training."""
+    s3 = sandbox.client("s3", internal=True)
+    uri = f"s3://{plan['bucket']}/models/groot-base/"
+    with monkeypatch.context() as m:
+        _answer(m, {"DescribeSecret": ("AccessDeniedException", 403)})
+        checked = " ".join(run(plan)["checked"])  # the sandbox provisions the default's placeholder object
+    assert "Hugging Face token secret" not in checked and f"GR00T n1.6 base model {uri}" in checked
+    elsewhere = copy.deepcopy(plan)
+    never = f"s3://{plan['bucket']}/models/never-written/"
+    elsewhere["vla"]["parameters"]["BaseModelS3Uri"] = never
+    assert (f"GR00T n1.6 base model {never} is empty: the fine-tune's GR00TFinetune step would find no "
+            "checkpoint. Upload nvidia/GR00T-N1.6-3B there") in refused(elsewhere)
+    placeholder = s3.get_object(Bucket=plan["bucket"], Key="models/groot-base/config.json")["Body"].read()
+    s3.delete_object(Bucket=plan["bucket"], Key="models/groot-base/config.json")
+    s3.put_object(Bucket=plan["bucket"], Key="models/groot-base/n1.7/config.json", Body=b"{}")
+    try:
+        message = refused(plan)
+        assert f"GR00T n1.6 base model {uri} holds only the folders ['n1.7/']: " in message
+        assert f"aws s3 sync base {uri}) or pick another groot_version" in message
+    finally:
+        s3.delete_object(Bucket=plan["bucket"], Key="models/groot-base/n1.7/config.json")
+        s3.put_object(Bucket=plan["bucket"], Key="models/groot-base/config.json", Body=placeholder)

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sim2real.contract import groot
 from sim2real.orchestration.config import validate_environment
 
 if TYPE_CHECKING:
@@ -146,6 +147,10 @@ def provision(
     # its object version, as it keys on the commit of a git source).
     c("s3").put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     c("s3").put_object(Bucket=bucket, Key="source/sim2real.zip", Body=_source_archive(root))
+    # The default GR00T version's base model (models/groot-base/, vla.base_model_uri): one small placeholder object
+    # directly under the prefix, which the preflight lists; the emulated pipeline loads no model.
+    c("s3").put_object(Bucket=bucket, Key="models/groot-base/config.json",
+                       Body=json.dumps({"sandbox_placeholder": f"GR00T {groot.DEFAULT_VERSION} base model"}).encode())
 
     iam = c("iam")
     batch_service_role = _role(iam, "sim2real-batch-service", TRUST["batch"], acct)
@@ -345,8 +350,8 @@ def provision(
 
 def _provision_groot_versions(c: Any, bucket: str, registry: str,
                               versions: tuple[str, ...]) -> dict[str, dict[str, str]]:
-    """What a fine-tune of each of ``versions`` (GR00T versions other than the default) needs, which ``make demo``'s
-    default version needs nothing of: its base model under ``models/groot-base/<version>/`` (one small placeholder
+    """What a fine-tune of each of ``versions`` (GR00T versions other than the default) needs beyond what the
+    default version needs: its base model under ``models/groot-base/<version>/`` (one small placeholder
     object: the preflight lists the prefix, the emulated pipeline loads no model) and the Hugging Face token's secret
     (:data:`HF_TOKEN_SECRET_ID`, holding :data:`SANDBOX_HF_TOKEN` as ``{"HF_TOKEN": ...}``, CreateSecret).
 

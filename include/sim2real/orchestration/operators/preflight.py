@@ -25,10 +25,10 @@ job definition         has an ACTIVE revision (``DescribeJobDefinitions``), and 
                        (``DescribeInstanceTypes``: :func:`job_shape_problems`)
 pipeline role          exists (IAM ``GetRole``)
 model package group    exists (``DescribeModelPackageGroup``)
-GR00T inputs           a version other than the default (``n1.6``): its Hugging Face token secret exists and is not
-                       scheduled for deletion (Secrets Manager ``DescribeSecret``, versions that need a token), and
-                       its base model prefix ``models/groot-base/<version>/`` holds a key (``ListObjectsV2``,
-                       ``MaxKeys=1``)
+GR00T inputs           the run's version's Hugging Face token secret exists and is not scheduled for deletion
+                       (Secrets Manager ``DescribeSecret``, versions that need a token), and its base model prefix
+                       (``models/groot-base/`` for the default ``n1.6``, ``models/groot-base/<version>/`` for the
+                       others) holds an object directly under it (``ListObjectsV2``, ``Delimiter="/"``)
 field dataset          the version the fine-tune includes (form ``field_dataset_version``, the ``latest`` inlet
                        event or the triggering asset event: :mod:`sim2real.orchestration.stages.vla_field`) has a
                        valid manifest at its key (S3 ``HeadObject``, ``GetObject``); handed on as ``field_dataset``
@@ -471,15 +471,15 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         self._check_groot_inputs(vla.get("parameters") or {}, problems, checked)
 
     def _check_groot_inputs(self, parameters: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
-        """What the fine-tune of a GR00T version other than the default loads when it starts: the Hugging Face
-        token's secret (a version that ``needs_hf_token``: ``DescribeSecret``, exists and no ``DeletedDate``) and
-        the base checkpoint under ``BaseModelS3Uri`` (``ListObjectsV2`` with ``MaxKeys=1``: one key). The default
-        version's ``models/groot-base/`` is not checked (its layout predates the versions)."""
+        """What the fine-tune of the run's GR00T version loads when it starts: the Hugging Face token's secret (a
+        version that ``needs_hf_token``: ``DescribeSecret``, exists and no ``DeletedDate``) and the base checkpoint
+        under ``BaseModelS3Uri``: an object directly under the prefix (``ListObjectsV2`` with ``Delimiter="/"``), where
+        the pipeline's model channel hands the fine-tune its ``--base-model-path``. Directly under, because the
+        default version's prefix ``models/groot-base/`` also holds the other versions' ``<version>/`` folders
+        (:func:`sim2real.orchestration.stages.vla.base_model_uri`): a key in one of them is not its checkpoint."""
         from sim2real.contract import groot
 
         version = str(parameters.get("GrootVersion") or groot.DEFAULT_VERSION)
-        if version == groot.DEFAULT_VERSION:
-            return
         rel = groot.release(version)
         secret_id = str(parameters.get("HfTokenSecretId") or "")
         if rel.needs_hf_token and secret_id:
@@ -497,10 +497,12 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         bucket, prefix = split_s3(uri)
         checked.append(f"GR00T {version} base model {uri}")
         listed = _answer_or_problem(
-            lambda: self._hooks(S3Hook).get_conn().list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1),
+            lambda: self._hooks(S3Hook).get_conn().list_objects_v2(Bucket=bucket, Prefix=prefix, Delimiter="/"),
             problems, f"GR00T {version} base model {uri}", "s3:ListBucket", "artifacts_bucket", missing=())
-        if listed is not None and not listed.get("KeyCount"):
-            problems.append(f"GR00T {version} base model {uri} is empty: the fine-tune's GR00TFinetune step would "
+        if listed is not None and not listed.get("Contents"):
+            folders = sorted(p["Prefix"][len(prefix):] for p in listed.get("CommonPrefixes", []))
+            state = f"holds only the folders {folders}" if folders else "is empty"
+            problems.append(f"GR00T {version} base model {uri} {state}: the fine-tune's GR00TFinetune step would "
                             f"find no checkpoint. Upload {rel.base_model} there (hf download {rel.base_model} "
                             f"--local-dir base && aws s3 sync base {uri}) or pick another groot_version")
 
