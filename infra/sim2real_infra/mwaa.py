@@ -297,8 +297,8 @@ class MwaaStack(cdk.Stack):
         self._add("PipelinePassRole", ["iam:PassRole"], [t.pipeline_role_arn],
                   {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}})
         self._add("PipelineRoleExists", ["iam:GetRole"], [t.pipeline_role_arn])  # check_resources
-        # check_resources, a GR00T version other than the default: its Hugging Face token secret exists (only the
-        # <prefix>-groot/* secrets the pipeline role may read) and its base model prefix holds a key
+        # check_resources: a GR00T version's Hugging Face token secret exists (only the <prefix>-groot/* secrets the
+        # pipeline role may read) and its base model prefix (models/groot-base/, or .../<version>/) holds an object
         self._add("GrootTokenSecretExists", ["secretsmanager:DescribeSecret"],
                   [arn("secretsmanager", "secret", f"{settings.name('groot')}/*", cdk.ArnFormat.COLON_RESOURCE_NAME)])
         self._add("GrootBaseModelList", ["s3:ListBucket"], [t.artifacts.bucket_arn],

@@ -184,7 +184,8 @@ def test_airflow_writes_field_dataset_manifests_only_as_conditional_creates(synt
 
 def test_the_preflight_may_describe_only_the_groot_secrets_and_list_the_base_models(synth: Synth) -> None:
     """check_resources checks a GR00T N1.7 run's token secret (DescribeSecret: on <prefix>-groot/* only, the
-    secrets the pipeline role may read) and its base model prefix (ListObjectsV2 under models/groot-base/)."""
+    secrets the pipeline role may read) and every fine-tune's base model prefix (ListObjectsV2 under
+    models/groot-base/: N1.6's is that prefix itself)."""
     mwaa = f"{synth.stacks.mwaa.stack_name}/"
     describe = [(where, st) for where, st in _statements(synth)
                 if "secretsmanager:DescribeSecret" in _list(st["Action"])]

@@ -354,12 +354,26 @@ def test_the_default_version_needs_no_secret_and_its_base_model_is_checked_direc
     assert (f"GR00T n1.6 base model {never} is empty: the fine-tune's GR00TFinetune step would find no "
             "checkpoint. Upload nvidia/GR00T-N1.6-3B there") in refused(elsewhere)
     placeholder = s3.get_object(Bucket=plan["bucket"], Key="models/groot-base/config.json")["Body"].read()
-    s3.delete_object(Bucket=plan["bucket"], Key="models/groot-base/config.json")
-    s3.put_object(Bucket=plan["bucket"], Key="models/groot-base/n1.7/config.json", Body=b"{}")
     try:
+        s3.delete_object(Bucket=plan["bucket"], Key="models/groot-base/config.json")
+        s3.put_object(Bucket=plan["bucket"], Key="models/groot-base/n1.7/config.json", Body=b"{}")
+        # the zero-byte "folder" object the S3 console makes for models/groot-base/ is no checkpoint either
+        s3.put_object(Bucket=plan["bucket"], Key="models/groot-base/", Body=b"")
         message = refused(plan)
-        assert f"GR00T n1.6 base model {uri} holds only the folders ['n1.7/']: " in message
-        assert f"aws s3 sync base {uri}) or pick another groot_version" in message
+        assert f"GR00T n1.6 base model {uri} holds only the folders [" in message and "'n1.7/'" in message
+        assert f"aws s3 sync base {uri} --exclude '.cache/*') or pick another groot_version" in message
     finally:
+        s3.delete_object(Bucket=plan["bucket"], Key="models/groot-base/")
         s3.delete_object(Bucket=plan["bucket"], Key="models/groot-base/n1.7/config.json")
         s3.put_object(Bucket=plan["bucket"], Key="models/groot-base/config.json", Body=placeholder)
+
+
+def test_a_refused_bucket_is_one_problem_not_a_second_for_the_base_model_in_it(plan):
+    """The base model prefix is in the artifacts bucket: a bucket name S3 (and botocore) refuses is reported once by
+    the bucket check, and the base model listing is not tried (botocore would raise before any request)."""
+    bad = copy.deepcopy(plan)
+    bad["bucket"] = "bad!bucket"
+    bad["vla"]["parameters"]["BaseModelS3Uri"] = "s3://bad!bucket/models/groot-base/"
+    message = refused(bad)
+    assert "artifacts bucket name 'bad!bucket' is not a valid S3 bucket name" in message
+    assert "base model" not in message

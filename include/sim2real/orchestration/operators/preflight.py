@@ -230,6 +230,23 @@ def _answer_or_problem(call: Callable[[], Any], problems: list[str], resource: s
     return None
 
 
+def _objects_and_folders(s3: Any, bucket: str, prefix: str) -> tuple[list[str], list[str]]:
+    """The keys of the objects directly under ``prefix`` (not the zero-byte "folder" object named ``prefix`` itself)
+    and the folders under it (``CommonPrefixes``), by ``ListObjectsV2`` with ``Delimiter="/"``; pages are read until
+    the first object (a page holds 1000 entries, objects and folders together).
+
+    :raises botocore.exceptions.ClientError: from ListObjectsV2 (e.g. AccessDenied, NoSuchBucket).
+    """
+    objects: list[str] = []
+    folders: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+        objects += [o["Key"] for o in page.get("Contents", []) if o["Key"] != prefix]
+        folders += [f["Prefix"] for f in page.get("CommonPrefixes", [])]
+        if objects:
+            break
+    return objects, folders
+
+
 def _enabled_and_valid(item: Mapping[str, Any], resource: str, fix: str, problems: list[str]) -> None:
     """Append a problem unless a Batch queue / compute environment is ENABLED and VALID (``fix``: the command)."""
     if item.get("state") != "ENABLED" or item.get("status") != "VALID":
@@ -283,7 +300,7 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             raise TypeError(f"plan must be the prepare_run plan (a mapping), got {type(plan).__name__}")
         problems: list[str] = []
         checked: list[str] = []
-        self._check_bucket(plan, problems, checked)
+        bucket_ok = self._check_bucket(plan, problems, checked)
         self._check_image_build(plan, problems, checked)
         shape = field_dataset = None
         if plan.get("backend", "batch") == "batch":
@@ -293,7 +310,7 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         else:
             self._check_hyperpod(plan, problems, checked)
         if (plan.get("vla") or {}).get("enabled"):
-            self._check_vla(plan, problems, checked)
+            self._check_vla(plan, problems, checked, bucket_ok=bucket_ok)
             if self.field_dataset_check is not None:
                 field_dataset = self.field_dataset_check(plan["vla"], self._hooks(S3Hook).get_conn(), context,
                                                          problems, checked)
@@ -307,14 +324,16 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         return {"ok": True, "checked": checked, "instance_shape": shape, "field_dataset": field_dataset}
 
     # -- checks ---------------------------------------------------------------------------------------
-    def _check_bucket(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+    def _check_bucket(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> bool:
+        """The artifacts bucket's name is valid and the bucket answers a listing; False (the problem appended) if
+        not, so the checks of objects in it add no second problem for the same cause."""
         bucket = plan["bucket"]
         checked.append(f"bucket {bucket}")
         invalid = bucket_name_problems(bucket)
         if invalid:
             problems.append(f"artifacts bucket name {bucket!r} is not a valid S3 bucket name: " + "; ".join(invalid)
                             + ". Set artifacts_bucket in the environment config to the bucket infra/ created")
-            return
+            return False
         s3 = self._hooks(S3Hook).get_conn()
         try:  # not HeadBucket: the role may list the bucket only under its prefixes (s3:prefix condition)
             s3.list_objects_v2(Bucket=bucket, Prefix=str(plan.get("run_prefix") or "runs/"), MaxKeys=1)
@@ -330,6 +349,8 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             else:
                 problems.append(client_error_problem(f"artifacts bucket {bucket!r}", "s3:ListBucket", err,
                                                      "artifacts_bucket in the environment config"))
+            return False
+        return True
 
     def _check_image_build(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
         image = plan["image"]
@@ -446,7 +467,8 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             problems.append(f"SageMaker HyperPod cluster {cluster!r} has no instance group {group!r} (groups: "
                             f"{groups}). Set hyperpod.gpu_instance_group in the environment config")
 
-    def _check_vla(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+    def _check_vla(self, plan: Mapping[str, Any], problems: list[str], checked: list[str], *,
+                   bucket_ok: bool) -> None:
         vla = plan["vla"]
         role_arn, group = vla["role_arn"], vla["model_package_group"]
         checked += [f"pipeline role {role_arn}", f"model package group {group}"]
@@ -468,15 +490,18 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                             "step would fail after the whole fine-tune. Create it (aws sagemaker "
                             f"create-model-package-group --model-package-group-name {group}) or set "
                             "sagemaker.model_package_group in the environment config")
-        self._check_groot_inputs(vla.get("parameters") or {}, problems, checked)
+        self._check_groot_inputs(vla.get("parameters") or {}, problems, checked, bucket_ok=bucket_ok)
 
-    def _check_groot_inputs(self, parameters: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
+    def _check_groot_inputs(self, parameters: Mapping[str, Any], problems: list[str], checked: list[str], *,
+                            bucket_ok: bool) -> None:
         """What the fine-tune of the run's GR00T version loads when it starts: the Hugging Face token's secret (a
         version that ``needs_hf_token``: ``DescribeSecret``, exists and no ``DeletedDate``) and the base checkpoint
         under ``BaseModelS3Uri``: an object directly under the prefix (``ListObjectsV2`` with ``Delimiter="/"``), where
         the pipeline's model channel hands the fine-tune its ``--base-model-path``. Directly under, because the
         default version's prefix ``models/groot-base/`` also holds the other versions' ``<version>/`` folders
-        (:func:`sim2real.orchestration.stages.vla.base_model_uri`): a key in one of them is not its checkpoint."""
+        (:func:`sim2real.orchestration.stages.vla.base_model_uri`): a key in one of them is not its checkpoint, nor
+        is a zero-byte "folder" object named as the prefix itself. The prefix is in the artifacts bucket: when that
+        bucket was refused (``bucket_ok`` False) it is not listed again."""
         from sim2real.contract import groot
 
         version = str(parameters.get("GrootVersion") or groot.DEFAULT_VERSION)
@@ -494,17 +519,20 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                                 f"could not read it. Restore it (aws secretsmanager restore-secret --secret-id "
                                 f"{secret_id}) or name another in hf_token_secret_id")
         uri = str(parameters.get("BaseModelS3Uri") or "")
+        if not bucket_ok:
+            return
         bucket, prefix = split_s3(uri)
         checked.append(f"GR00T {version} base model {uri}")
-        listed = _answer_or_problem(
-            lambda: self._hooks(S3Hook).get_conn().list_objects_v2(Bucket=bucket, Prefix=prefix, Delimiter="/"),
-            problems, f"GR00T {version} base model {uri}", "s3:ListBucket", "artifacts_bucket", missing=())
-        if listed is not None and not listed.get("Contents"):
-            folders = sorted(p["Prefix"][len(prefix):] for p in listed.get("CommonPrefixes", []))
+        listed = _answer_or_problem(lambda: _objects_and_folders(self._hooks(S3Hook).get_conn(), bucket, prefix),
+                                    problems, f"GR00T {version} base model {uri}", "s3:ListBucket",
+                                    "artifacts_bucket", missing=())
+        if listed is not None and not listed[0]:
+            folders = sorted(f[len(prefix):] for f in listed[1])
             state = f"holds only the folders {folders}" if folders else "is empty"
             problems.append(f"GR00T {version} base model {uri} {state}: the fine-tune's GR00TFinetune step would "
                             f"find no checkpoint. Upload {rel.base_model} there (hf download {rel.base_model} "
-                            f"--local-dir base && aws s3 sync base {uri}) or pick another groot_version")
+                            f"--local-dir base && aws s3 sync base {uri} --exclude '.cache/*') or pick another "
+                            "groot_version")
 
     def _check_thing_group(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
         group = plan["deploy"]["thing_group_name"]

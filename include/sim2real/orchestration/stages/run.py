@@ -64,12 +64,14 @@ artifacts bucket, also as the "S3 run folder" extra link).
 CHECK_RESOURCES_DOC = """\
 **Resource preflight.** Calls only read APIs: S3 `ListObjectsV2`, CodeBuild `BatchGetProjects`, ECR
 `DescribeRepositories`, Batch `DescribeJobQueues` / `DescribeComputeEnvironments` / `DescribeJobDefinitions`,
-EC2 `DescribeInstanceTypes`, IAM `GetRole`, SageMaker `DescribeModelPackageGroup` / `DescribeCluster`, IoT
-`DescribeThingGroup`, Greengrass `ListCoreDevices` and S3 `HeadObject` / `GetObject` of the field dataset
-manifest the fine-tune includes — for the stages this run uses. Waits for nothing: before
+EC2 `DescribeInstanceTypes`, IAM `GetRole`, SageMaker `DescribeModelPackageGroup` / `DescribeCluster`, Secrets
+Manager `DescribeSecret` (a GR00T version's Hugging Face token), IoT `DescribeThingGroup`, Greengrass
+`ListCoreDevices` and S3 `HeadObject` / `GetObject` of the field dataset manifest the fine-tune includes — for the
+stages this run uses. Waits for nothing: before
 the build and any GPU, it refuses the run listing every problem at once (invalid or unreachable bucket,
 disabled queue or compute environment, missing job definition, a job definition whose per-node GPUs / vCPUs /
-memory exceed the instance type, missing pipeline role or model package group, a thing group without core
+memory exceed the instance type, missing pipeline role or model package group, a GR00T base model prefix with no
+object directly under it, a missing or deleted Hugging Face token secret, a thing group without core
 devices, a missing HyperPod cluster or group, a field dataset version with no valid manifest or `latest` with none
 published), each with the resource and what to change. Hands on what it checked and the field dataset version
 (`vla.field_dataset` gives the pipeline this one, never resolving `latest` again).
