@@ -272,12 +272,17 @@ def _module_marks(tree: ast.Module) -> set[str]:
 
 def test_every_file_that_drives_chromium_is_marked_browser():
     # `-m browser` / `-m "not browser"` select the tests that need Chromium (pyproject.toml's marker); read from
-    # each file's syntax tree, so the check needs no Playwright and runs whatever a file imports
+    # each file's syntax tree, so the check imports no test file and needs no Playwright
+    def drives_chromium(tree: ast.Module) -> bool:
+        return any((isinstance(n, ast.Attribute) and n.attr in ("sync_playwright", "chromium"))
+                   or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "playwright")
+                   or (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "playwright" for a in n.names))
+                   for n in ast.walk(tree))
+
     drivers = {}
     for path in sorted((REPO_ROOT / "tests").rglob("test_*.py")):
         tree = ast.parse(path.read_text())
-        if path.resolve() != Path(__file__).resolve() and any(
-                isinstance(n, ast.Attribute) and n.attr in ("sync_playwright", "chromium") for n in ast.walk(tree)):
+        if path.resolve() != Path(__file__).resolve() and drives_chromium(tree):
             drivers[str(path.relative_to(REPO_ROOT))] = _module_marks(tree)
     assert "tests/dev/ui/test_trigger_form.py" in drivers, sorted(drivers)
     assert {name for name, marks in drivers.items() if "browser" not in marks} == set()

@@ -374,6 +374,52 @@ def test_a_refused_bucket_is_one_problem_not_a_second_for_the_base_model_in_it(p
     bad = copy.deepcopy(plan)
     bad["bucket"] = "bad!bucket"
     bad["vla"]["parameters"]["BaseModelS3Uri"] = "s3://bad!bucket/models/groot-base/"
+    bad["vla"]["field_dataset_version"] = "fd-0000000000000000"  # in the same bucket: not read either
     message = refused(bad)
     assert "artifacts bucket name 'bad!bucket' is not a valid S3 bucket name" in message
-    assert "base model" not in message
+    assert "base model" not in message and "field dataset" not in message
+
+
+def test_a_model_package_group_that_cannot_be_read_still_leaves_the_groot_inputs_checked(plan, monkeypatch):
+    """Every problem at once: an AccessDenied on DescribeModelPackageGroup is listed, and the base model is still
+    checked (before, the check returned there and an empty base model prefix went unseen)."""
+    _answer(monkeypatch, {"DescribeModelPackageGroup": ("AccessDeniedException", 400)})
+    denied = copy.deepcopy(plan)
+    never = f"s3://{plan['bucket']}/models/never-written/"
+    denied["vla"]["parameters"]["BaseModelS3Uri"] = never
+    message = refused(denied)
+    assert "(2 problem(s)" in message and "sagemaker:DescribeModelPackageGroup" in message, message
+    assert f"GR00T n1.6 base model {never} is empty" in message
+
+
+class _Pages:
+    """``s3.get_paginator("list_objects_v2")`` answering ``pages`` (a page that is an exception raises when read)."""
+
+    def __init__(self, pages: list) -> None:
+        self.pages, self.calls, self.read = pages, [], 0
+
+    def get_paginator(self, name: str):
+        assert name == "list_objects_v2"
+        return self
+
+    def paginate(self, **kwargs):
+        self.calls.append(kwargs)
+        for page in self.pages:
+            self.read += 1
+            if isinstance(page, Exception):
+                raise page
+            yield page
+
+
+def test_the_base_model_listing_reads_pages_until_the_first_object_and_skips_the_prefix_itself():
+    from sim2real.orchestration.operators.preflight import _objects_and_folders
+
+    prefix = "models/groot-base/"
+    s3 = _Pages([{"CommonPrefixes": [{"Prefix": prefix + "n1.5/"}]},  # a page of folders only (1000 in S3)
+                 {"Contents": [{"Key": prefix}], "CommonPrefixes": [{"Prefix": prefix + "n1.7/"}]},  # console folder
+                 {"Contents": [{"Key": prefix + "config.json"}]},
+                 RuntimeError("a page after the first object is not read")])
+    assert _objects_and_folders(s3, "bkt", prefix) == ([prefix + "config.json"], [prefix + "n1.5/", prefix + "n1.7/"])
+    assert s3.calls == [{"Bucket": "bkt", "Prefix": prefix, "Delimiter": "/"}] and s3.read == 3
+    empty = _Pages([{"CommonPrefixes": [{"Prefix": prefix + "n1.7/"}]}, {"Contents": [{"Key": prefix}]}])
+    assert _objects_and_folders(empty, "bkt", prefix) == ([], [prefix + "n1.7/"])

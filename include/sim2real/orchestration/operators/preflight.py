@@ -311,7 +311,7 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             self._check_hyperpod(plan, problems, checked)
         if (plan.get("vla") or {}).get("enabled"):
             self._check_vla(plan, problems, checked, bucket_ok=bucket_ok)
-            if self.field_dataset_check is not None:
+            if self.field_dataset_check is not None and bucket_ok:  # the field dataset is in the artifacts bucket
                 field_dataset = self.field_dataset_check(plan["vla"], self._hooks(S3Hook).get_conn(), context,
                                                          problems, checked)
         if (plan.get("deploy") or {}).get("enabled"):
@@ -325,8 +325,10 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
 
     # -- checks ---------------------------------------------------------------------------------------
     def _check_bucket(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> bool:
-        """The artifacts bucket's name is valid and the bucket answers a listing; False (the problem appended) if
-        not, so the checks of objects in it add no second problem for the same cause."""
+        """The artifacts bucket's name is valid and the bucket exists; False (the problem appended) if not, so the
+        checks of objects in it (the GR00T base model, the field dataset) add no second problem for the same cause.
+        A listing refused under ``runs/`` (403, another error) is appended too but returns True: the role may list
+        the other prefixes under their own grants, which their checks then try."""
         bucket = plan["bucket"]
         checked.append(f"bucket {bucket}")
         invalid = bucket_name_problems(bucket)
@@ -342,14 +344,14 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
             if code in ("404", "NoSuchBucket", "NotFound"):
                 problems.append(f"artifacts bucket {bucket!r} does not exist. Set artifacts_bucket in the "
                                 "environment config to the bucket infra/ created")
-            elif code in ("403", "AccessDenied", "Forbidden"):
+                return False
+            if code in ("403", "AccessDenied", "Forbidden"):
                 problems.append(f"artifacts bucket {bucket!r} is not reachable with the Airflow role (ListObjectsV2: "
                                 "403 Access Denied). Grant s3:ListBucket on its runs/ prefix to the MWAA execution "
                                 "role, or check that the bucket is in this account")
             else:
                 problems.append(client_error_problem(f"artifacts bucket {bucket!r}", "s3:ListBucket", err,
                                                      "artifacts_bucket in the environment config"))
-            return False
         return True
 
     def _check_image_build(self, plan: Mapping[str, Any], problems: list[str], checked: list[str]) -> None:
@@ -485,11 +487,11 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                 problems.append(client_error_problem(
                     f"SageMaker model package group {group!r}", "sagemaker:DescribeModelPackageGroup", err,
                     "sagemaker.model_package_group in the environment config"))
-                return
-            problems.append(f"SageMaker model package group {group!r} does not exist: the pipeline's RegisterModel "
-                            "step would fail after the whole fine-tune. Create it (aws sagemaker "
-                            f"create-model-package-group --model-package-group-name {group}) or set "
-                            "sagemaker.model_package_group in the environment config")
+            else:
+                problems.append(f"SageMaker model package group {group!r} does not exist: the pipeline's "
+                                "RegisterModel step would fail after the whole fine-tune. Create it (aws sagemaker "
+                                f"create-model-package-group --model-package-group-name {group}) or set "
+                                "sagemaker.model_package_group in the environment config")
         self._check_groot_inputs(vla.get("parameters") or {}, problems, checked, bucket_ok=bucket_ok)
 
     def _check_groot_inputs(self, parameters: Mapping[str, Any], problems: list[str], checked: list[str], *,
@@ -518,9 +520,9 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
                 problems.append(f"{resource} is scheduled for deletion on {desc['DeletedDate']}: the fine-tune "
                                 f"could not read it. Restore it (aws secretsmanager restore-secret --secret-id "
                                 f"{secret_id}) or name another in hf_token_secret_id")
-        uri = str(parameters.get("BaseModelS3Uri") or "")
         if not bucket_ok:
             return
+        uri = str(parameters.get("BaseModelS3Uri") or "")
         bucket, prefix = split_s3(uri)
         checked.append(f"GR00T {version} base model {uri}")
         listed = _answer_or_problem(lambda: _objects_and_folders(self._hooks(S3Hook).get_conn(), bucket, prefix),
