@@ -56,6 +56,13 @@ DEFAULT_VERSION = "n1.6"
 VERSIONS = tuple(RELEASES)
 
 
+def base_model_prefix(version: str) -> str:
+    """The S3 key prefix (in the artifacts bucket) of ``version``'s base checkpoint, which the fine-tune's model
+    channel copies to ``--base-model-path``: ``models/groot-base/`` for the default generation (the layout before
+    versions were selectable), ``models/groot-base/<version>/`` for the others."""
+    return "models/groot-base/" + ("" if version == DEFAULT_VERSION else f"{version}/")
+
+
 def release(version: str) -> GrootRelease:
     """The release named ``version`` (``n1.5`` / ``n1.6`` / ``n1.7``).
 

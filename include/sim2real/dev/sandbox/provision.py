@@ -147,10 +147,7 @@ def provision(
     # its object version, as it keys on the commit of a git source).
     c("s3").put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     c("s3").put_object(Bucket=bucket, Key="source/sim2real.zip", Body=_source_archive(root))
-    # The default GR00T version's base model (models/groot-base/, vla.base_model_uri): one small placeholder object
-    # directly under the prefix, which the preflight lists; the emulated pipeline loads no model.
-    c("s3").put_object(Bucket=bucket, Key="models/groot-base/config.json",
-                       Body=json.dumps({"sandbox_placeholder": f"GR00T {groot.DEFAULT_VERSION} base model"}).encode())
+    _put_base_model_placeholder(c("s3"), bucket, groot.DEFAULT_VERSION)
 
     iam = c("iam")
     batch_service_role = _role(iam, "sim2real-batch-service", TRUST["batch"], acct)
@@ -348,6 +345,14 @@ def provision(
     return config
 
 
+def _put_base_model_placeholder(s3: Any, bucket: str, version: str) -> None:
+    """One small object directly under ``version``'s base model prefix
+    (:func:`sim2real.contract.groot.base_model_prefix`), which the resource preflight lists; the emulated pipeline
+    loads no model."""
+    s3.put_object(Bucket=bucket, Key=f"{groot.base_model_prefix(version)}config.json",
+                  Body=json.dumps({"sandbox_placeholder": f"GR00T {version} base model"}).encode())
+
+
 def _provision_groot_versions(c: Any, bucket: str, registry: str,
                               versions: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """What a fine-tune of each of ``versions`` (GR00T versions other than the default) needs beyond what the
@@ -361,10 +366,8 @@ def _provision_groot_versions(c: Any, bucket: str, registry: str,
     :param versions: the GR00T versions (:data:`sim2real.contract.groot.VERSIONS`).
     :return: ``sagemaker.images_by_groot_version`` (training and smoke-eval image URIs per version).
     """
-    s3 = c("s3")
     for version in versions:
-        s3.put_object(Bucket=bucket, Key=f"models/groot-base/{version}/config.json",
-                      Body=json.dumps({"sandbox_placeholder": f"GR00T {version} base model"}).encode())
+        _put_base_model_placeholder(c("s3"), bucket, version)
     secrets = c("secretsmanager")
     try:
         secrets.create_secret(Name=HF_TOKEN_SECRET_ID, SecretString=json.dumps({"HF_TOKEN": SANDBOX_HF_TOKEN}),

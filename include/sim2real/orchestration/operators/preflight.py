@@ -501,7 +501,7 @@ class ResourcePreflightOperator(AwsBaseOperator[AwsBaseHook]):
         under ``BaseModelS3Uri``: an object directly under the prefix (``ListObjectsV2`` with ``Delimiter="/"``), where
         the pipeline's model channel hands the fine-tune its ``--base-model-path``. Directly under, because the
         default version's prefix ``models/groot-base/`` also holds the other versions' ``<version>/`` folders
-        (:func:`sim2real.orchestration.stages.vla.base_model_uri`): a key in one of them is not its checkpoint, nor
+        (:func:`sim2real.contract.groot.base_model_prefix`): a key in one of them is not its checkpoint, nor
         is a zero-byte "folder" object named as the prefix itself. The prefix is in the artifacts bucket: when that
         bucket was refused (``bucket_ok`` False) it is not listed again."""
         from sim2real.contract import groot

@@ -144,10 +144,9 @@ def secret_path_problem(secret_id: str, env: Mapping[str, Any]) -> str | None:
 
 
 def base_model_uri(bucket: str, version: str) -> str:
-    """Where the base checkpoint of ``version`` is expected: ``models/groot-base/`` for the default generation
-    (the layout before versions were selectable), ``models/groot-base/<version>/`` for the others."""
-    suffix = "" if version == groot.DEFAULT_VERSION else f"{version}/"
-    return f"s3://{bucket}/models/groot-base/{suffix}"
+    """Where the base checkpoint of ``version`` is expected: ``s3://<bucket>/`` and the key prefix of
+    :func:`sim2real.contract.groot.base_model_prefix`."""
+    return f"s3://{bucket}/{groot.base_model_prefix(version)}"
 
 
 def rule_errors(params: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
